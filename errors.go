@@ -1,0 +1,150 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Match them with errors.Is; several have a typed companion
+// that carries detail for errors.As.
+var (
+	// ErrInProgress: another caller holds a live claim on the key.
+	ErrInProgress = errors.New("idem: operation in progress")
+	// ErrDuplicate: the key was already used and the guard's policy is Raise.
+	ErrDuplicate = errors.New("idem: duplicate call")
+	// ErrPayloadMismatch: the key was used with a different payload.
+	ErrPayloadMismatch = errors.New("idem: payload does not match the stored payload")
+	// ErrLostOwnership: the caller's claim was taken over (its nonce no
+	// longer matches), so its writes were refused.
+	ErrLostOwnership = errors.New("idem: ownership lost")
+	// ErrPreviousFailure: a previous run failed under OnFailure(Lock); the
+	// stored failure is available as a *StoredError.
+	ErrPreviousFailure = errors.New("idem: previous run failed")
+	// ErrResultUnavailable: the key completed but its result could not be
+	// stored (it could not be encoded), so a replay has nothing to return.
+	ErrResultUnavailable = errors.New("idem: stored result unavailable")
+	// ErrCorruptRecord: a stored record could not be decoded.
+	ErrCorruptRecord = errors.New("idem: corrupt record")
+	// ErrInvalidKey: the key is empty or cannot be canonicalised.
+	ErrInvalidKey = errors.New("idem: invalid key")
+	// ErrInvalidPayload: the value given to Payload cannot be canonicalised.
+	ErrInvalidPayload = errors.New("idem: invalid payload")
+	// ErrNotRecorded: fn ran and returned, but its outcome could not be
+	// written to the store. The result is returned alongside this error.
+	ErrNotRecorded = errors.New("idem: outcome not recorded")
+	// ErrNotFound: the store has no live record for the key.
+	ErrNotFound = errors.New("idem: record not found")
+	// ErrInvalidOption: an option given to New is invalid.
+	ErrInvalidOption = errors.New("idem: invalid option")
+	// ErrResultDecode: a stored result could not be decoded into T.
+	ErrResultDecode = errors.New("idem: stored result cannot be decoded")
+)
+
+// StoredError is a failure recorded under OnFailure(Lock): the message and a
+// type name, never a stack. It matches ErrPreviousFailure.
+type StoredError struct {
+	Message string `json:"message"`
+	Type    string `json:"type,omitempty"`
+}
+
+func (e *StoredError) Error() string {
+	if e.Type == "" {
+		return "idem: previous run failed: " + e.Message
+	}
+	return fmt.Sprintf("idem: previous run failed: %s (%s)", e.Message, e.Type)
+}
+
+// Is makes a StoredError match ErrPreviousFailure.
+func (e *StoredError) Is(target error) bool { return target == ErrPreviousFailure }
+
+// CorruptRecordError says which record could not be decoded and why. It
+// matches ErrCorruptRecord.
+type CorruptRecordError struct {
+	Key string // storage key, when known
+	Err error  // what the decoder said
+}
+
+func (e *CorruptRecordError) Error() string {
+	if e.Key == "" {
+		return "idem: corrupt record: " + e.Err.Error()
+	}
+	return fmt.Sprintf("idem: corrupt record %s: %v", e.Key, e.Err)
+}
+
+func (e *CorruptRecordError) Unwrap() error { return e.Err }
+
+// Is makes a CorruptRecordError match ErrCorruptRecord.
+func (e *CorruptRecordError) Is(target error) bool { return target == ErrCorruptRecord }
+
+// KeyError describes why a key (or a payload) was rejected. It matches
+// ErrInvalidKey, or ErrInvalidPayload when Payload is true.
+type KeyError struct {
+	Reason  string
+	Err     error // underlying encoder error, if any
+	Payload bool
+}
+
+func (e *KeyError) Error() string {
+	what := "invalid key"
+	if e.Payload {
+		what = "invalid payload"
+	}
+	if e.Err != nil {
+		return fmt.Sprintf("idem: %s: %s: %v", what, e.Reason, e.Err)
+	}
+	return fmt.Sprintf("idem: %s: %s", what, e.Reason)
+}
+
+func (e *KeyError) Unwrap() error { return e.Err }
+
+// Is makes a KeyError match ErrInvalidKey or ErrInvalidPayload.
+func (e *KeyError) Is(target error) bool {
+	if e.Payload {
+		return target == ErrInvalidPayload
+	}
+	return target == ErrInvalidKey
+}
+
+// DuplicateError is returned for a duplicate call. It matches ErrDuplicate,
+// and ErrInProgress when the original call is still running.
+type DuplicateError struct {
+	StorageKey string
+	Status     Status // status of the record that made this call a duplicate
+	Attempt    int64
+}
+
+func (e *DuplicateError) Error() string {
+	if e.Status == StatusInProgress {
+		return "idem: duplicate call: operation in progress"
+	}
+	return "idem: duplicate call: key already " + string(e.Status)
+}
+
+// Is makes a DuplicateError match ErrDuplicate, and ErrInProgress when the
+// record is in progress.
+func (e *DuplicateError) Is(target error) bool {
+	return target == ErrDuplicate || (target == ErrInProgress && e.Status == StatusInProgress)
+}
+
+// NotRecordedError wraps the store error that kept fn's outcome from being
+// recorded. It matches ErrNotRecorded and unwraps to the store error.
+type NotRecordedError struct{ Err error }
+
+func (e *NotRecordedError) Error() string {
+	return "idem: outcome not recorded: " + e.Err.Error()
+}
+
+func (e *NotRecordedError) Unwrap() error { return e.Err }
+
+// Is makes a NotRecordedError match ErrNotRecorded.
+func (e *NotRecordedError) Is(target error) bool { return target == ErrNotRecorded }
+
+// StoreError wraps a failure of the store in operation Op.
+type StoreError struct {
+	Op  string // claim, heartbeat, complete, release, get
+	Err error
+}
+
+func (e *StoreError) Error() string { return "idem: store " + e.Op + ": " + e.Err.Error() }
+
+func (e *StoreError) Unwrap() error { return e.Err }

@@ -1,0 +1,50 @@
+// Package testenv finds the real servers the tests talk to.
+//
+// scripts/backends.sh starts them and exports their addresses. A test that
+// needs a server the environment does not name is skipped locally; when
+// IDEM_REQUIRE_BACKENDS=1 (as .ci/run sets it) it fails instead, so a suite
+// can never pass by skipping its real backends.
+package testenv
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// Required reports whether missing backends fail the run instead of skipping.
+func Required() bool { return os.Getenv("IDEM_REQUIRE_BACKENDS") == "1" }
+
+// Lookup returns the value of the environment variable name, or skips (or,
+// when backends are required, fails) the test when it is unset.
+func Lookup(t testing.TB, name, what string) string {
+	t.Helper()
+	v := strings.TrimSpace(os.Getenv(name))
+	if v == "" {
+		Missing(t, what+" ("+name+" is not set; run scripts/backends.sh)")
+	}
+	return v
+}
+
+// Missing reports an absent backend: a skip locally, a failure when backends
+// are required.
+func Missing(t testing.TB, why string) {
+	t.Helper()
+	if Required() {
+		t.Fatalf("backend required but unavailable: %s", why)
+	}
+	t.Skipf("backend unavailable: %s", why)
+}
+
+// RedisAddr is the address of a standalone Redis server.
+func RedisAddr(t testing.TB) string { return Lookup(t, "IDEM_REDIS_ADDR", "redis") }
+
+// RedisClusterAddrs are the seed addresses of a Redis Cluster.
+func RedisClusterAddrs(t testing.TB) []string {
+	return strings.Split(Lookup(t, "IDEM_REDIS_CLUSTER", "redis cluster"), ",")
+}
+
+// DynamoDBEndpoint is the URL of DynamoDB Local.
+func DynamoDBEndpoint(t testing.TB) string {
+	return Lookup(t, "IDEM_DYNAMODB_ENDPOINT", "DynamoDB Local")
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# backends.sh starts every server the test suite talks to, installing what is
+# missing, and prints the environment the tests read (eval "$(scripts/backends.sh)").
+#
+#   Redis            127.0.0.1:6379            IDEM_REDIS_ADDR
+#   Redis Cluster    127.0.0.1:7101-7103       IDEM_REDIS_CLUSTER (3 masters)
+#   DynamoDB Local   http://127.0.0.1:8765     IDEM_DYNAMODB_ENDPOINT
+#
+# Progress goes to stderr; only export lines go to stdout.
+set -euo pipefail
+
+CACHE=${IDEM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/idem}
+RUN=${IDEM_RUN_DIR:-/tmp/idem-backends}
+mkdir -p "$CACHE" "$RUN"
+log() { echo "backends: $*" >&2; }
+
+apt_updated=0
+need_pkg() { # need_pkg command package
+  command -v "$1" >/dev/null 2>&1 && return 0
+  log "installing $2"
+  if [ $apt_updated = 0 ]; then apt-get update -qq >&2; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >&2
+}
+
+wait_port() { # wait_port host port seconds
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do
+    (echo >"/dev/tcp/$1/$2") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  log "nothing listens on $1:$2 after $3s"; return 1
+}
+
+# --- Redis (standalone) -------------------------------------------------
+need_pkg redis-server redis-server
+need_pkg redis-cli redis-tools
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  log "starting redis on 6379"
+  mkdir -p /var/lib/redis /var/log/redis
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" \
+    --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log >&2
+  wait_port 127.0.0.1 6379 10
+fi
+
+# --- Redis Cluster (3 masters, no replicas) ------------------------------
+cluster_ports=(7101 7102 7103)
+for p in "${cluster_ports[@]}"; do
+  if ! redis-cli -p "$p" ping >/dev/null 2>&1; then
+    log "starting redis cluster node on $p"
+    mkdir -p "$RUN/cluster-$p"
+    rm -f "$RUN/cluster-$p/nodes.conf"
+    redis-server --daemonize yes --bind 127.0.0.1 --port "$p" --save "" \
+      --appendonly no --cluster-enabled yes --cluster-config-file nodes.conf \
+      --cluster-node-timeout 2000 --dir "$RUN/cluster-$p" \
+      --logfile "$RUN/cluster-$p/redis.log" >&2
+    wait_port 127.0.0.1 "$p" 10
+  fi
+done
+if ! redis-cli -p 7101 cluster info 2>/dev/null | grep -q 'cluster_state:ok'; then
+  if [ "$(redis-cli -p 7101 cluster info 2>/dev/null | grep cluster_known_nodes | tr -dc 0-9)" != "3" ]; then
+    log "creating redis cluster"
+    for p in "${cluster_ports[@]}"; do redis-cli -p "$p" flushall >/dev/null 2>&1 || true; redis-cli -p "$p" cluster reset hard >/dev/null 2>&1 || true; done
+    redis-cli --cluster create 127.0.0.1:7101 127.0.0.1:7102 127.0.0.1:7103 \
+      --cluster-replicas 0 --cluster-yes >&2
+  fi
+  for ((i = 0; i < 100; i++)); do
+    redis-cli -p 7101 cluster info | grep -q 'cluster_state:ok' && break
+    sleep 0.1
+  done
+  redis-cli -p 7101 cluster info | grep -q 'cluster_state:ok' || { log "redis cluster not ok"; exit 1; }
+fi
+
+# --- DynamoDB Local ------------------------------------------------------
+DDB_PKG=amplify-dynamodb-simulator@2.9.30   # ships DynamoDBLocal.jar 1.25.1
+DDB_PORT=8765
+emulator="$CACHE/dynamodb/package/emulator"
+if [ ! -f "$emulator/DynamoDBLocal.jar" ]; then
+  need_pkg java default-jre-headless
+  need_pkg npm npm
+  log "fetching $DDB_PKG"
+  rm -rf "$CACHE/dynamodb"; mkdir -p "$CACHE/dynamodb"
+  (cd "$CACHE/dynamodb" && npm pack --silent "$DDB_PKG" >&2 && tar xzf ./*.tgz && rm -f ./*.tgz)
+fi
+if ! (echo >"/dev/tcp/127.0.0.1/$DDB_PORT") 2>/dev/null; then
+  log "starting DynamoDB Local on $DDB_PORT"
+  (cd "$RUN" && nohup java -Djava.library.path="$emulator/DynamoDBLocal_lib" \
+    -jar "$emulator/DynamoDBLocal.jar" -inMemory -port "$DDB_PORT" \
+    >"$RUN/dynamodb.log" 2>&1 &)
+  wait_port 127.0.0.1 "$DDB_PORT" 60
+fi
+
+cat <<ENV
+export IDEM_REDIS_ADDR=127.0.0.1:6379
+export IDEM_REDIS_CLUSTER=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
+export IDEM_DYNAMODB_ENDPOINT=http://127.0.0.1:$DDB_PORT
+ENV
