@@ -1,0 +1,97 @@
+// Package filestore is an idem.Store that keeps one file per key in a local
+// directory, safe for many goroutines and many processes on one host.
+//
+// # Layout
+//
+// A store directory holds (on-disk layout version 1):
+//
+//	<dir>/                 0700, created if missing
+//	<dir>/<storage key>    one record per key, 0600, versioned JSON (idem.EncodeRecord)
+//	<dir>/.locks/00 .. ff  256 lock files, 0600, never deleted
+//	<dir>/.tmp-<key>-<n>   a record being written (renamed over <key> when done)
+//
+// The file name of a record is the storage key itself, and nothing else: no
+// path is ever built from caller input. Storage keys are validated strictly
+// (see ValidateKey): only the characters A-Z a-z 0-9 . _ : - are allowed, a
+// key may not start with a dot (so it can never name ".", "..", the lock
+// directory or a temporary file) and is at most MaxKeyLen bytes. Anything
+// else ("../x", "/etc/passwd", "a/b", a NUL byte, the empty key) is an
+// *idem.KeyError matching idem.ErrInvalidKey before any file is touched.
+// Keys made by an idem Guard ("idem:" and 64 hex digits) always pass.
+//
+// A record file also carries its key; a file whose stored key differs from
+// its name (a copied file, or two keys differing only in case on a
+// case-insensitive file system) is reported as corrupt rather than served
+// for the wrong key.
+//
+// # Permissions
+//
+// New creates a missing directory (and its parents) with mode 0700. It
+// refuses an existing directory that is group- or world-writable with an
+// *UnsafeDirError (errors.Is ErrUnsafeDir) instead of changing its mode:
+// another user able to create files in it could plant symbolic links or
+// forged records, and silently tightening a directory the caller may share
+// with other programs would be a surprise. Group- or world-readable
+// directories are accepted (record files themselves are 0600). The .locks
+// subdirectory gets the same treatment.
+//
+// # Atomicity
+//
+// Every transition (Claim, Heartbeat, Complete, Release, Delete, and each
+// record Purge removes) is read-decide-write under the key's lock, using
+// idem.DecideClaim, idem.ApplyHeartbeat, idem.ApplyComplete and
+// idem.ApplyRelease. The lock is one of 256 striped lock files in .locks,
+// chosen by an FNV-1a hash of the key, taken with an exclusive flock(2)
+// (github.com/gofrs/flock), plus an in-process mutex per stripe, because
+// flock alone does not exclude goroutines that share a lock object. Lock
+// files are never deleted: removing a lock file while another process waits
+// on it would let two processes hold "the" lock at once. The stripe count and
+// hash are part of the on-disk layout; every process sharing a directory
+// must run a version of this package with the same layout.
+//
+// Reads need no lock: a record file is only ever replaced whole by rename(2),
+// so a reader sees the old record or the new one, never a mix. Get, and a
+// Claim that finds a live record it must not change (a replay of a completed
+// key, a live claim held by someone else), therefore take no lock and do not
+// write. A Claim that has to write re-reads and decides again under the lock.
+//
+// # Durability
+//
+// A write goes to a temporary file in the same directory, which is fsynced,
+// renamed over the record, and then the directory is fsynced, so after a
+// crash or power loss a record is either the old one or the new one. A
+// temporary file left behind by a crash is removed by Purge (under the lock
+// of the key it belongs to, so a write in progress is never disturbed).
+// WithoutSync skips both fsyncs: records still survive a process crash, but
+// not necessarily a power loss or kernel crash.
+//
+// # Time and clock skew
+//
+// Expiry and staleness are decided from the fields of the record and the
+// caller's clock (WithClock, default time.Now), never from file times. All
+// processes sharing a directory are expected to run on one host and so share
+// one clock; sharing a directory between hosts over a network file system is
+// out of scope (flock semantics and rename atomicity are not guaranteed
+// there, and skew between hosts would shift every takeover decision by the
+// skew).
+//
+// # Purge
+//
+// Records are never deleted by expiry on their own. Purge removes records
+// whose ExpiresAt is more than the purge grace (WithPurgeGrace, default 0)
+// in the past, each under its key's lock, so it is safe to run while other
+// processes use the directory. Purging an expired record forgets its attempt
+// counter: the next claim of that key starts again at attempt (fencing
+// token) 1. Give a grace longer than any downstream system remembers
+// fencing tokens if that matters. Purge leaves corrupt records in place,
+// since it cannot tell when they expire; Get reports them and Delete removes
+// them.
+//
+// # Waiting
+//
+// Store implements idem.Watcher for waiters in the same process (any Store
+// opened on the same directory in the process): Watch's channel is closed
+// after a claim, takeover, completion, release or deletion of the key.
+// Heartbeats do not wake watchers; they change nothing a waiter waits for.
+// Waiters in other processes are not notified and poll.
+package filestore
