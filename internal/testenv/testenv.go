@@ -48,3 +48,7 @@ func RedisClusterAddrs(t testing.TB) []string {
 func DynamoDBEndpoint(t testing.TB) string {
 	return Lookup(t, "IDEM_DYNAMODB_ENDPOINT", "DynamoDB Local")
 }
+
+// S3Endpoint is the URL of an S3-compatible server on loopback (path-style
+// addressing; access key and secret "S3RVER").
+func S3Endpoint(t testing.TB) string { return Lookup(t, "IDEM_S3_ENDPOINT", "S3-compatible server") }

@@ -1,0 +1,542 @@
+package idem
+
+import (
+	"context"
+	cryptorand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"sync"
+	"time"
+)
+
+// Guard runs functions at most once per key, with their outcomes kept in a
+// Store. It is safe for concurrent use; create one per operation (or per
+// result type) and share it.
+type Guard[T any] struct {
+	store    Store
+	watcher  Watcher // nil if the store cannot push changes
+	keys     keyer
+	ttl      time.Duration
+	lease    time.Duration // lifetime of an in-progress record
+	dup      DuplicatePolicy
+	fail     FailurePolicy
+	beat     time.Duration
+	takeover time.Duration
+	observer Observer
+	codec    Codec
+	sanitize func(T) T
+	errType  func(error) string
+
+	mu      sync.Mutex
+	flights map[string]*flight
+}
+
+// flight is the one store interaction for a key that all callers of it in
+// this process share: one claim (and the fn it runs), or one wait.
+type flight struct {
+	payloadHash string
+	running     bool          // the flight holds a claim and fn runs; set before decided closes
+	decided     chan struct{} // closed once the flight runs fn or has finished
+	done        chan struct{} // closed when the flight has finished
+	final       *Record       // set before done closes: the record that decides for followers, or nil
+}
+
+// New returns a Guard over store, configured by opts. It fails with an error
+// matching ErrInvalidOption if an option (or the store's own configuration,
+// for stores with a Validate() error method) is invalid.
+func New[T any](store Store, opts ...Option) (*Guard[T], error) {
+	if store == nil || (reflect.ValueOf(store).Kind() == reflect.Pointer && reflect.ValueOf(store).IsNil()) {
+		return nil, &OptionError{Option: "store", Reason: "store is nil"}
+	}
+	c := config{ttl: DefaultTTL, takeoverAfter: DefaultTakeoverAfter, codec: JSON}
+	for _, o := range opts {
+		if o == nil {
+			c.invalid("New", "nil option")
+			continue
+		}
+		o(&c)
+	}
+	if c.heartbeat == 0 && c.takeoverAfter > 0 {
+		c.heartbeat = min(DefaultHeartbeat, c.takeoverAfter/3)
+	}
+	if c.heartbeat > 0 && c.takeoverAfter > 0 && c.heartbeat >= c.takeoverAfter {
+		c.invalid("WithHeartbeat", "interval %v must be shorter than the takeover threshold %v", c.heartbeat, c.takeoverAfter)
+	}
+	if c.requireSecret && !c.secretSet {
+		c.invalid("RequireSecret", "production mode needs WithSecret")
+	}
+	g := &Guard[T]{
+		store: store, keys: keyer{tenant: c.tenant, scope: c.scope, secret: c.secret},
+		ttl: c.ttl, lease: max(c.ttl, 2*c.takeoverAfter), dup: c.dup, fail: c.fail,
+		beat: c.heartbeat, takeover: c.takeoverAfter, observer: c.observer, codec: c.codec,
+		errType: c.errorType, flights: make(map[string]*flight),
+	}
+	if c.sanitize != nil {
+		s, ok := c.sanitize.(func(T) T)
+		if !ok {
+			var zero T
+			c.invalid("WithSanitize", "function is %T, want func(%T) %T", c.sanitize, zero, zero)
+		}
+		g.sanitize = s
+	}
+	if g.errType == nil {
+		g.errType = func(err error) string { return fmt.Sprintf("%T", err) }
+	}
+	if v, ok := store.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			c.errs = append(c.errs, err)
+		}
+	}
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	if w, ok := store.(Watcher); ok {
+		g.watcher = w
+	}
+	return g, nil
+}
+
+type fencingKey struct{}
+
+// FencingToken returns the attempt number of the claim under which fn runs:
+// 1 for the first claim of a key, one more for every takeover or re-claim
+// while the record is kept. Pass it to a downstream system that rejects a
+// token lower than one it has seen, and a stale owner can do no harm there
+// either.
+func FencingToken(ctx context.Context) (int64, bool) {
+	t, ok := ctx.Value(fencingKey{}).(int64)
+	return t, ok
+}
+
+// StorageKey returns the storage key for key under this Guard's namespace
+// and secret: what the store and the Observer see instead of key.
+func (g *Guard[T]) StorageKey(key string) (string, error) { return g.keys.storageKey(key) }
+
+// Do runs fn at most once for key. The first caller's claim runs fn; every
+// duplicate (in this process or another, while the record lives) gets the
+// stored outcome or an error, as the duplicate policy says. See the package
+// documentation for the full rules.
+func (g *Guard[T]) Do(ctx context.Context, key string, fn func(context.Context) (T, error), opts ...CallOption) (T, error) {
+	var zero T
+	sk, err := g.keys.storageKey(key)
+	if err != nil {
+		return zero, err
+	}
+	if fn == nil {
+		return zero, errors.New("idem: Do: fn is nil")
+	}
+	var cc callConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&cc)
+		}
+	}
+	ph := ""
+	if cc.hasPayload {
+		if ph, err = g.keys.payloadHash(cc.payload); err != nil {
+			return zero, err
+		}
+	}
+	for {
+		g.mu.Lock()
+		f, ok := g.flights[sk]
+		if !ok {
+			f = &flight{payloadHash: ph, decided: make(chan struct{}), done: make(chan struct{})}
+			g.flights[sk] = f
+			g.mu.Unlock()
+			v, err, again := g.lead(ctx, sk, ph, f, fn)
+			if !again {
+				return v, err
+			}
+			continue
+		}
+		g.mu.Unlock()
+		v, err, again := g.follow(ctx, sk, ph, f)
+		if !again {
+			return v, err
+		}
+	}
+}
+
+// follow makes a same-process duplicate share the flight f: it is told what
+// a caller in another process would be told, without a store round trip.
+func (g *Guard[T]) follow(ctx context.Context, sk, ph string, f *flight) (v T, err error, again bool) {
+	select {
+	case <-f.decided:
+	case <-ctx.Done():
+		return v, g.waitCancelled(ctx), false
+	}
+	if f.running {
+		if f.payloadHash != ph {
+			g.observe(ctx, Event{Kind: EventPayloadMismatch, StorageKey: sk})
+			return v, ErrPayloadMismatch, false
+		}
+		if g.dup != Wait {
+			return v, g.inProgress(ctx, sk, 0), false
+		}
+		g.observe(ctx, Event{Kind: EventWait, StorageKey: sk})
+	}
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return v, g.waitCancelled(ctx), false
+	}
+	if f.final == nil {
+		return v, nil, true
+	}
+	return g.decide(ctx, f.final, ph)
+}
+
+// waitCancelled is the error of a caller whose context ended while the key
+// was still being worked on.
+func (g *Guard[T]) waitCancelled(ctx context.Context) error {
+	return fmt.Errorf("%w: %w", ErrInProgress, context.Cause(ctx))
+}
+
+// decide turns a record that this call did not claim into the call's answer;
+// again is true when a waiting caller should look again.
+func (g *Guard[T]) decide(ctx context.Context, rec *Record, ph string) (v T, err error, again bool) {
+	if rec.PayloadHash != ph {
+		g.observe(ctx, Event{Kind: EventPayloadMismatch, StorageKey: rec.Key, Attempt: rec.Attempt})
+		return v, ErrPayloadMismatch, false
+	}
+	switch rec.Status {
+	case StatusCompleted:
+		if g.dup == Raise {
+			g.observe(ctx, Event{Kind: EventHit, StorageKey: rec.Key, Attempt: rec.Attempt})
+			return v, &DuplicateError{StorageKey: rec.Key, Status: rec.Status, Attempt: rec.Attempt}, false
+		}
+		if rec.Error != nil {
+			g.observe(ctx, Event{Kind: EventResultUnavailable, StorageKey: rec.Key, Attempt: rec.Attempt})
+			return v, fmt.Errorf("%w: %s", ErrResultUnavailable, rec.Error.Message), false
+		}
+		if err := g.codec.Unmarshal(rec.Result, &v); err != nil {
+			return v, &CorruptRecordError{Key: rec.Key, Err: fmt.Errorf("result does not decode: %w", err)}, false
+		}
+		g.observe(ctx, Event{Kind: EventHit, StorageKey: rec.Key, Attempt: rec.Attempt})
+		return v, nil, false
+	case StatusFailed:
+		g.observe(ctx, Event{Kind: EventPreviousFailure, StorageKey: rec.Key, Attempt: rec.Attempt})
+		se := &StoredError{Message: rec.Error.Message, Type: rec.Error.Type}
+		if g.dup == Raise {
+			return v, errors.Join(&DuplicateError{StorageKey: rec.Key, Status: rec.Status, Attempt: rec.Attempt}, se), false
+		}
+		return v, se, false
+	default: // in progress
+		if g.dup == Wait {
+			return v, nil, true
+		}
+		return v, g.inProgress(ctx, rec.Key, rec.Attempt), false
+	}
+}
+
+func (g *Guard[T]) inProgress(ctx context.Context, sk string, attempt int64) error {
+	g.observe(ctx, Event{Kind: EventInProgress, StorageKey: sk, Attempt: attempt})
+	if g.dup == Raise {
+		return &DuplicateError{StorageKey: sk, Status: StatusInProgress, Attempt: attempt}
+	}
+	return ErrInProgress
+}
+
+// lead is the store interaction of a flight: claim, then run fn, replay, or
+// wait. again is true when the caller should start over (a waited-for call
+// was released or lost, or this caller's claim did not stick).
+func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, fn func(context.Context) (T, error)) (v T, err error, again bool) {
+	defer func() {
+		g.mu.Lock()
+		delete(g.flights, sk)
+		g.mu.Unlock()
+		if !f.running {
+			close(f.decided)
+		}
+		close(f.done)
+	}()
+	var (
+		changed   <-chan struct{}
+		stopWatch func()
+		waiting   bool
+		waitStart time.Time
+		backoff   = pollMin
+	)
+	defer func() {
+		if stopWatch != nil {
+			stopWatch()
+		}
+	}()
+	for {
+		res, err := g.store.Claim(ctx, ClaimRequest{
+			Key: sk, Nonce: newNonce(), PayloadHash: ph, LeaseTTL: g.lease, TakeoverAfter: g.takeover,
+		})
+		if err != nil {
+			return v, &StoreError{Op: "claim", Err: err}, false
+		}
+		rec := res.Record
+		if rec == nil {
+			return v, &StoreError{Op: "claim", Err: errors.New("store returned no record")}, false
+		}
+		if res.Outcome != Existing {
+			kind := EventClaim
+			if res.Outcome == TookOver {
+				kind = EventTakeover
+			}
+			g.observe(ctx, Event{Kind: kind, StorageKey: sk, Attempt: rec.Attempt})
+			f.running = true
+			close(f.decided)
+			v, err = g.run(ctx, sk, rec, f, fn)
+			return v, err, false
+		}
+		v, err, wait := g.decide(ctx, rec, ph)
+		if !wait {
+			f.final = rec
+			return v, err, false
+		}
+		// Wait for the live call to finish, then claim again.
+		if !waiting {
+			waiting, waitStart = true, time.Now()
+			g.observe(ctx, Event{Kind: EventWait, StorageKey: sk, Attempt: rec.Attempt})
+		}
+		if g.watcher != nil && stopWatch == nil {
+			ch, stop, werr := g.watcher.Watch(ctx, sk)
+			if werr == nil {
+				changed, stopWatch = ch, stop
+				continue // look again now that a change cannot be missed
+			}
+		}
+		delay := jitter(backoff)
+		if changed != nil {
+			delay = jitter(g.safetyPoll())
+		} else {
+			backoff = min(2*backoff, g.pollMax())
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-changed:
+			stopWatch()
+			stopWatch, changed = nil, nil
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			g.observe(ctx, Event{Kind: EventInProgress, StorageKey: sk, Attempt: rec.Attempt, Duration: time.Since(waitStart)})
+			return v, g.waitCancelled(ctx), false
+		}
+		t.Stop()
+	}
+}
+
+const pollMin = 5 * time.Millisecond
+
+// pollMax caps the polling interval of a waiter on a store that cannot push.
+func (g *Guard[T]) pollMax() time.Duration {
+	return min(max(g.takeover/8, 20*time.Millisecond), time.Second)
+}
+
+// safetyPoll is how often a waiter on a pushing store looks anyway: a
+// crashed owner publishes nothing, so staleness is found by looking.
+func (g *Guard[T]) safetyPoll() time.Duration {
+	return min(max(g.takeover/4, 50*time.Millisecond), 5*time.Second)
+}
+
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d/2+1)
+}
+
+// run executes fn under the claim rec: heartbeats while it runs, then
+// records the outcome (or releases the claim) conditioned on the nonce.
+func (g *Guard[T]) run(ctx context.Context, sk string, rec *Record, f *flight, fn func(context.Context) (T, error)) (v T, err error) {
+	nonce, attempt := rec.Nonce, rec.Attempt
+	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, fencingKey{}, attempt))
+	bg := context.WithoutCancel(ctx)
+	start := time.Now()
+	hb := g.heartbeat(bg, sk, nonce, attempt, cancel)
+
+	normalReturn, recovered := false, false
+	var panicValue any
+	defer func() {
+		if !normalReturn && !recovered { // runtime.Goexit in fn
+			hb.stop()
+			cancel(nil)
+			g.abandon(bg, sk, nonce, attempt, start, errors.New("fn called runtime.Goexit"))
+		}
+	}()
+	func() {
+		defer func() {
+			if !normalReturn {
+				panicValue = recover()
+			}
+		}()
+		v, err = fn(fctx)
+		normalReturn = true
+	}()
+	if !normalReturn {
+		recovered = true
+		hb.stop()
+		cancel(nil)
+		g.abandon(bg, sk, nonce, attempt, start, fmt.Errorf("fn panicked: %v", panicValue))
+		panic(panicValue)
+	}
+	lost := hb.stop()
+	cancel(nil)
+	if lost {
+		g.observe(ctx, Event{Kind: EventLostOwnership, StorageKey: sk, Attempt: attempt, Duration: time.Since(start)})
+		return v, joinErr(ErrLostOwnership, err)
+	}
+	if err != nil {
+		g.observe(ctx, Event{Kind: EventFailure, StorageKey: sk, Attempt: attempt, Duration: time.Since(start), Err: err})
+		if g.fail == Unlock {
+			if rerr := g.store.Release(bg, sk, nonce); rerr != nil {
+				return v, joinErr(err, g.ownershipOr("release", rerr, ctx, sk, attempt))
+			}
+			return v, err
+		}
+		c := Completion{Status: StatusFailed, Error: &StoredError{Message: err.Error(), Type: g.errType(err)}, TTL: g.ttl}
+		if cerr := g.complete(bg, sk, nonce, attempt, c, f, rec); cerr != nil {
+			return v, joinErr(err, cerr)
+		}
+		return v, err
+	}
+	stored := v
+	if g.sanitize != nil {
+		stored = g.sanitize(v)
+	}
+	c := Completion{Status: StatusCompleted, TTL: g.ttl}
+	if b, merr := g.codec.Marshal(stored); merr != nil {
+		g.observe(ctx, Event{Kind: EventResultUnavailable, StorageKey: sk, Attempt: attempt, Err: merr})
+		c.Error = &StoredError{Message: "result could not be encoded: " + merr.Error(), Type: ResultUnavailableType}
+	} else {
+		c.Result = b
+	}
+	if cerr := g.complete(bg, sk, nonce, attempt, c, f, rec); cerr != nil {
+		return v, cerr
+	}
+	return v, nil
+}
+
+// complete stores the outcome, retrying with backoff while the claim can
+// still be ours (until a takeover could have happened). On success the
+// flight's followers are handed the completed record.
+func (g *Guard[T]) complete(ctx context.Context, sk, nonce string, attempt int64, c Completion, f *flight, rec *Record) error {
+	deadline := time.Now().Add(g.takeover)
+	backoff := 10 * time.Millisecond
+	for {
+		actx, cancel := context.WithDeadline(ctx, deadline)
+		err := g.store.Complete(actx, sk, nonce, c)
+		cancel()
+		if err == nil {
+			final := rec.Clone()
+			final.Status, final.Result, final.Error = c.Status, c.Result, c.Error
+			f.final = final
+			return nil
+		}
+		if errors.Is(err, ErrLostOwnership) {
+			g.observe(ctx, Event{Kind: EventLostOwnership, StorageKey: sk, Attempt: attempt})
+			return fmt.Errorf("idem: complete refused: %w", err)
+		}
+		wait := jitter(backoff)
+		if time.Now().Add(wait).After(deadline) {
+			g.observe(ctx, Event{Kind: EventNotRecorded, StorageKey: sk, Attempt: attempt, Err: err})
+			return &NotRecordedError{Err: &StoreError{Op: "complete", Err: err}}
+		}
+		time.Sleep(wait)
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// abandon releases a claim whose fn panicked or exited.
+func (g *Guard[T]) abandon(ctx context.Context, sk, nonce string, attempt int64, start time.Time, why error) {
+	g.observe(ctx, Event{Kind: EventFailure, StorageKey: sk, Attempt: attempt, Duration: time.Since(start), Err: why})
+	rctx, cancel := context.WithTimeout(ctx, g.takeover)
+	defer cancel()
+	if err := g.store.Release(rctx, sk, nonce); err != nil {
+		_ = g.ownershipOr("release", err, ctx, sk, attempt)
+	}
+}
+
+func (g *Guard[T]) ownershipOr(op string, err error, ctx context.Context, sk string, attempt int64) error {
+	if errors.Is(err, ErrLostOwnership) {
+		g.observe(ctx, Event{Kind: EventLostOwnership, StorageKey: sk, Attempt: attempt})
+		return fmt.Errorf("idem: %s refused: %w", op, err)
+	}
+	return &StoreError{Op: op, Err: err}
+}
+
+func joinErr(a, b error) error {
+	if b == nil {
+		return a
+	}
+	return errors.Join(a, b)
+}
+
+// beater refreshes a claim while fn runs.
+type beater struct {
+	quit chan struct{}
+	done chan struct{}
+	lost bool
+}
+
+// stop ends the heartbeats and reports whether ownership was lost.
+func (b *beater) stop() bool {
+	select {
+	case <-b.quit:
+	default:
+		close(b.quit)
+	}
+	<-b.done
+	return b.lost
+}
+
+func (g *Guard[T]) heartbeat(ctx context.Context, sk, nonce string, attempt int64, cancel context.CancelCauseFunc) *beater {
+	b := &beater{quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		t := time.NewTicker(g.beat)
+		defer t.Stop()
+		for {
+			select {
+			case <-b.quit:
+				return
+			case <-t.C:
+			}
+			hctx, hcancel := context.WithTimeout(ctx, g.beat)
+			err := g.store.Heartbeat(hctx, sk, nonce, g.lease)
+			hcancel()
+			switch {
+			case errors.Is(err, ErrLostOwnership):
+				b.lost = true
+				cancel(fmt.Errorf("idem: claim taken over: %w", ErrLostOwnership))
+				return
+			case err != nil:
+				g.observe(ctx, Event{Kind: EventHeartbeatError, StorageKey: sk, Attempt: attempt, Err: err})
+			}
+		}
+	}()
+	return b
+}
+
+func (g *Guard[T]) observe(ctx context.Context, e Event) {
+	if g.observer != nil {
+		g.observer.Observe(ctx, e)
+	}
+}
+
+// newNonce returns 128 random bits in hex.
+func newNonce() string {
+	var b [16]byte
+	_, _ = cryptorand.Read(b[:]) // never returns an error (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// Wrap returns fn guarded by g, keyed by Key(name, arg): calling the result
+// twice with equal arguments runs fn once.
+func Wrap[A, T any](g *Guard[T], name string, fn func(context.Context, A) (T, error)) func(context.Context, A) (T, error) {
+	return func(ctx context.Context, a A) (T, error) {
+		k, err := Key(name, a)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		return g.Do(ctx, k, func(ctx context.Context) (T, error) { return fn(ctx, a) })
+	}
+}

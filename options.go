@@ -1,0 +1,273 @@
+package idem
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// DuplicatePolicy says what a call gets when its key was already claimed.
+type DuplicatePolicy int
+
+// Duplicate policies.
+const (
+	// Return (default): a completed key returns its stored result; a key in
+	// progress returns ErrInProgress.
+	Return DuplicatePolicy = iota
+	// Raise: any duplicate returns an error matching ErrDuplicate (and
+	// ErrInProgress while the first call runs).
+	Raise
+	// Wait: a duplicate of a call in progress blocks until that call
+	// completes, fails, is released or goes stale, then decides again. The
+	// caller's context bounds the wait.
+	Wait
+)
+
+func (p DuplicatePolicy) String() string {
+	switch p {
+	case Return:
+		return "return"
+	case Raise:
+		return "raise"
+	case Wait:
+		return "wait"
+	}
+	return fmt.Sprintf("DuplicatePolicy(%d)", int(p))
+}
+
+// FailurePolicy says what happens to the claim when fn returns an error.
+type FailurePolicy int
+
+// Failure policies.
+const (
+	// Unlock (default): the claim is released and the next call runs fn.
+	Unlock FailurePolicy = iota
+	// Lock: the failure is stored; later calls get ErrPreviousFailure with
+	// the stored message until the record expires.
+	Lock
+)
+
+func (p FailurePolicy) String() string {
+	switch p {
+	case Unlock:
+		return "unlock"
+	case Lock:
+		return "lock"
+	}
+	return fmt.Sprintf("FailurePolicy(%d)", int(p))
+}
+
+// Codec encodes results for storage. The default is JSON.
+type Codec interface {
+	Marshal(v any) ([]byte, error)
+	Unmarshal(data []byte, v any) error
+}
+
+// JSON is the default Codec.
+var JSON Codec = jsonCodec{}
+
+type jsonCodec struct{}
+
+func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
+func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
+
+// Option configures a Guard. Options are checked by New, which returns an
+// error matching ErrInvalidOption for any that does not make sense.
+type Option func(*config)
+
+type config struct {
+	ttl           time.Duration
+	dup           DuplicatePolicy
+	fail          FailurePolicy
+	heartbeat     time.Duration
+	takeoverAfter time.Duration
+	tenant, scope string
+	secret        []byte
+	secretSet     bool
+	requireSecret bool
+	observer      Observer
+	codec         Codec
+	sanitize      any
+	errorType     func(error) string
+	errs          []error
+}
+
+func (c *config) invalid(option, format string, args ...any) {
+	c.errs = append(c.errs, &OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
+}
+
+// OptionError says which option was rejected and why. It matches
+// ErrInvalidOption.
+type OptionError struct {
+	Option string
+	Reason string
+}
+
+func (e *OptionError) Error() string { return "idem: " + e.Option + ": " + e.Reason }
+
+// Is makes an OptionError match ErrInvalidOption.
+func (e *OptionError) Is(target error) bool { return target == ErrInvalidOption }
+
+// Defaults used when an option is not given.
+const (
+	DefaultTTL           = 24 * time.Hour
+	DefaultTakeoverAfter = 30 * time.Second
+	DefaultHeartbeat     = 5 * time.Second
+)
+
+// WithTTL sets how long a completed (or failed, under Lock) record is kept
+// and replayed. Default 24h.
+func WithTTL(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.invalid("WithTTL", "ttl must be positive, got %v", d)
+		}
+		c.ttl = d
+	}
+}
+
+// OnDuplicate sets the duplicate policy: Return (default), Raise or Wait.
+func OnDuplicate(p DuplicatePolicy) Option {
+	return func(c *config) {
+		if p != Return && p != Raise && p != Wait {
+			c.invalid("OnDuplicate", "unknown policy %d", int(p))
+		}
+		c.dup = p
+	}
+}
+
+// OnFailure sets the failure policy: Unlock (default) or Lock.
+func OnFailure(p FailurePolicy) Option {
+	return func(c *config) {
+		if p != Unlock && p != Lock {
+			c.invalid("OnFailure", "unknown policy %d", int(p))
+		}
+		c.fail = p
+	}
+}
+
+// WithHeartbeat sets how often the owner of a claim refreshes it while fn
+// runs. It must be shorter than the takeover threshold; by default it is
+// 5s, or a third of the threshold if that is shorter. A call that returns
+// within one interval sends no heartbeat.
+func WithHeartbeat(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.invalid("WithHeartbeat", "interval must be positive, got %v", d)
+		}
+		c.heartbeat = d
+	}
+}
+
+// WithTakeoverAfter sets the heartbeat age after which an in-progress claim
+// is stale and may be taken over by another caller. Default 30s. With
+// stores that use the caller's clock, hosts may disagree by up to this
+// threshold minus the heartbeat interval before a live claim looks stale.
+func WithTakeoverAfter(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.invalid("WithTakeoverAfter", "threshold must be positive, got %v", d)
+		}
+		c.takeoverAfter = d
+	}
+}
+
+// WithNamespace sets the tenant and scope mixed into every storage key, so
+// the same caller key in two tenants or two operations never collides.
+func WithNamespace(tenant, scope string) Option {
+	return func(c *config) { c.tenant, c.scope = tenant, scope }
+}
+
+// WithSecret derives storage keys and payload hashes with HMAC-SHA256 under
+// secret, so nobody without it can guess a storage key from a caller key.
+// An empty secret is an error.
+func WithSecret(secret []byte) Option {
+	return func(c *config) {
+		if len(secret) == 0 {
+			c.invalid("WithSecret", "secret is empty")
+		}
+		c.secret = append([]byte(nil), secret...)
+		c.secretSet = true
+	}
+}
+
+// RequireSecret is production mode: New fails unless WithSecret is given
+// too, so a deployment that forgot its secret fails at start-up rather than
+// storing guessable keys.
+func RequireSecret() Option {
+	return func(c *config) { c.requireSecret = true }
+}
+
+// WithObserver sends every Event to o.
+func WithObserver(o Observer) Option {
+	return func(c *config) {
+		if o == nil {
+			c.invalid("WithObserver", "observer is nil")
+		}
+		c.observer = o
+	}
+}
+
+// WithLogger logs every Event to l (claims, hits and waits at Debug,
+// takeovers and failures at Info and Warn).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l == nil {
+			c.invalid("WithLogger", "logger is nil")
+			return
+		}
+		c.observer = LogObserver(l)
+	}
+}
+
+// WithCodec sets how results are encoded for storage. Default JSON.
+func WithCodec(codec Codec) Option {
+	return func(c *config) {
+		if codec == nil {
+			c.invalid("WithCodec", "codec is nil")
+		}
+		c.codec = codec
+	}
+}
+
+// WithSanitize sets a function that shapes what is stored for replays: the
+// first caller gets fn's full result, every replay (and every same-process
+// duplicate) gets only sanitize(result). Its type parameter must be the
+// Guard's result type, or New fails.
+func WithSanitize[T any](sanitize func(T) T) Option {
+	return func(c *config) {
+		if sanitize == nil {
+			c.invalid("WithSanitize", "function is nil")
+		}
+		c.sanitize = sanitize
+	}
+}
+
+// WithErrorType sets how a failure's type name is stored under
+// OnFailure(Lock). The default is the Go type of the error, like
+// "*fs.PathError".
+func WithErrorType(name func(error) string) Option {
+	return func(c *config) {
+		if name == nil {
+			c.invalid("WithErrorType", "function is nil")
+		}
+		c.errorType = name
+	}
+}
+
+// CallOption configures one call of Guard.Do.
+type CallOption func(*callConfig)
+
+type callConfig struct {
+	payload    any
+	hasPayload bool
+}
+
+// Payload names the inputs of a call whose canonical hash must match on
+// replay. A later call with the same key and a different payload gets
+// ErrPayloadMismatch, whatever the state of the record. Calls that give no
+// payload match only records stored without one.
+func Payload(v any) CallOption {
+	return func(c *callConfig) { c.payload, c.hasPayload = v, true }
+}

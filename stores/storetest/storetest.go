@@ -1,0 +1,550 @@
+// Package storetest is the conformance suite for idem.Store
+// implementations. Every store in this module runs it against its real
+// backend, and a third-party store can run it too:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) idem.Store { return mystore.New(...) })
+//	}
+//
+// newStore is called once per subtest; stores it returns may share a
+// backend, since every subtest uses fresh random keys. The suite sleeps for
+// short, fixed periods (a few hundred milliseconds) to let claims go stale
+// and records expire; it takes a few seconds per store.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem"
+)
+
+// Option configures Run.
+type Option func(*suite)
+
+type suite struct {
+	corrupt func(t *testing.T, s idem.Store, key string)
+	skew    time.Duration
+}
+
+// WithCorrupter lets the suite check that a damaged record is reported as
+// idem.ErrCorruptRecord: corrupt must overwrite the stored record for key
+// (which exists) with undecodable data, bypassing the Store interface.
+func WithCorrupter(corrupt func(t *testing.T, s idem.Store, key string)) Option {
+	return func(su *suite) { su.corrupt = corrupt }
+}
+
+// WithClockSkew sets how far the store's clock may be from the test's when
+// the suite checks record timestamps (default 2s).
+func WithClockSkew(d time.Duration) Option {
+	return func(su *suite) { su.skew = d }
+}
+
+// NewKey returns a fresh random storage key.
+func NewKey() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return idem.StorageKeyPrefix + hex.EncodeToString(b[:])
+}
+
+// NewNonce returns a fresh random nonce.
+func NewNonce() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+const (
+	lease    = 10 * time.Second
+	takeover = 300 * time.Millisecond
+	stale    = 450 * time.Millisecond // sleep that makes a claim stale
+)
+
+func req(key, nonce, payload string) idem.ClaimRequest {
+	return idem.ClaimRequest{Key: key, Nonce: nonce, PayloadHash: payload, LeaseTTL: lease, TakeoverAfter: takeover}
+}
+
+// Run runs the conformance suite against stores made by newStore.
+func Run(t *testing.T, newStore func(t *testing.T) idem.Store, opts ...Option) {
+	su := &suite{skew: 2 * time.Second}
+	for _, o := range opts {
+		o(su)
+	}
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s idem.Store)
+	}{
+		{"ClaimNew", su.claimNew},
+		{"ClaimExistingLive", su.claimExistingLive},
+		{"ClaimRetrySameNonce", su.claimRetrySameNonce},
+		{"TakeoverStale", su.takeoverStale},
+		{"NoTakeoverAfterHeartbeat", su.noTakeoverAfterHeartbeat},
+		{"NoTakeoverOnPayloadMismatch", su.noTakeoverOnPayloadMismatch},
+		{"NoTakeoverOfCompleted", su.noTakeoverOfCompleted},
+		{"NonceFencing", su.nonceFencing},
+		{"Heartbeat", su.heartbeat},
+		{"Complete", su.complete},
+		{"CompleteFailed", su.completeFailed},
+		{"CompleteRetrySameNonce", su.completeRetry},
+		{"BinaryResult", su.binaryResult},
+		{"Release", su.release},
+		{"Expiry", su.expiry},
+		{"GetMissing", su.getMissing},
+		{"Delete", su.delete},
+		{"ConcurrentClaimOneKey", su.concurrentClaim},
+		{"ConcurrentTakeover", su.concurrentTakeover},
+		{"ConcurrentManyKeys", su.concurrentManyKeys},
+		{"Watch", su.watch},
+		{"CorruptRecord", su.corruptRecord},
+		{"ContextCancelled", su.contextCancelled},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, newStore(t))
+		})
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (su *suite) near(t *testing.T, ms int64, what string) {
+	t.Helper()
+	d := time.Since(time.UnixMilli(ms))
+	assert.Less(t, d.Abs(), su.skew, "%s is %v away from now", what, d)
+}
+
+func mustClaim(t *testing.T, s idem.Store, r idem.ClaimRequest, want idem.ClaimOutcome) *idem.Record {
+	t.Helper()
+	res, err := s.Claim(ctxT(t), r)
+	require.NoError(t, err)
+	require.NotNil(t, res.Record)
+	require.Equal(t, want, res.Outcome, "claim outcome")
+	return res.Record
+}
+
+func (su *suite) claimNew(t *testing.T, s idem.Store) {
+	key, nonce := NewKey(), NewNonce()
+	rec := mustClaim(t, s, req(key, nonce, "ph1"), idem.Claimed)
+	assert.Equal(t, key, rec.Key)
+	assert.Equal(t, idem.StatusInProgress, rec.Status)
+	assert.Equal(t, nonce, rec.Nonce)
+	assert.Equal(t, int64(1), rec.Attempt)
+	assert.Equal(t, "ph1", rec.PayloadHash)
+	su.near(t, rec.StartedAt, "started_at")
+	assert.Equal(t, rec.StartedAt, rec.HeartbeatAt)
+	assert.InDelta(t, rec.StartedAt+lease.Milliseconds(), rec.ExpiresAt, 5)
+	got, err := s.Get(ctxT(t), key)
+	require.NoError(t, err)
+	assert.Equal(t, rec.Nonce, got.Nonce)
+	assert.Equal(t, idem.StatusInProgress, got.Status)
+	assert.Equal(t, int64(1), got.Attempt)
+}
+
+func (su *suite) claimExistingLive(t *testing.T, s idem.Store) {
+	key, n1 := NewKey(), NewNonce()
+	first := mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	rec := mustClaim(t, s, req(key, NewNonce(), ""), idem.Existing)
+	assert.Equal(t, n1, rec.Nonce, "existing record must be returned untouched")
+	assert.Equal(t, first.Attempt, rec.Attempt)
+	assert.Equal(t, first.HeartbeatAt, rec.HeartbeatAt)
+	assert.Equal(t, idem.StatusInProgress, rec.Status)
+}
+
+func (su *suite) claimRetrySameNonce(t *testing.T, s idem.Store) {
+	key, n1 := NewKey(), NewNonce()
+	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	rec := mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	assert.Equal(t, n1, rec.Nonce)
+	assert.Equal(t, int64(1), rec.Attempt, "a retried claim must not count as a new attempt")
+}
+
+func (su *suite) takeoverStale(t *testing.T, s idem.Store) {
+	key, n1, n2 := NewKey(), NewNonce(), NewNonce()
+	mustClaim(t, s, req(key, n1, "p"), idem.Claimed)
+	time.Sleep(stale)
+	rec := mustClaim(t, s, req(key, n2, "p"), idem.TookOver)
+	assert.Equal(t, n2, rec.Nonce)
+	assert.Equal(t, int64(2), rec.Attempt)
+	assert.Equal(t, idem.StatusInProgress, rec.Status)
+	su.near(t, rec.HeartbeatAt, "heartbeat_at after takeover")
+	// The new claim is fresh: nobody takes it over at once.
+	rec = mustClaim(t, s, req(key, NewNonce(), "p"), idem.Existing)
+	assert.Equal(t, n2, rec.Nonce)
+}
+
+func (su *suite) noTakeoverAfterHeartbeat(t *testing.T, s idem.Store) {
+	key, n1 := NewKey(), NewNonce()
+	r := req(key, n1, "")
+	r.TakeoverAfter = 800 * time.Millisecond
+	mustClaim(t, s, r, idem.Claimed)
+	time.Sleep(500 * time.Millisecond)
+	require.NoError(t, s.Heartbeat(ctxT(t), key, n1, lease))
+	time.Sleep(500 * time.Millisecond) // 1s since the claim, 0.5s since the heartbeat
+	r2 := req(key, NewNonce(), "")
+	r2.TakeoverAfter = 800 * time.Millisecond
+	rec := mustClaim(t, s, r2, idem.Existing)
+	assert.Equal(t, n1, rec.Nonce)
+}
+
+func (su *suite) noTakeoverOnPayloadMismatch(t *testing.T, s idem.Store) {
+	key, n1 := NewKey(), NewNonce()
+	mustClaim(t, s, req(key, n1, "a"), idem.Claimed)
+	time.Sleep(stale)
+	rec := mustClaim(t, s, req(key, NewNonce(), "b"), idem.Existing)
+	assert.Equal(t, n1, rec.Nonce, "a stale claim must not be taken over by a different payload")
+	assert.Equal(t, "a", rec.PayloadHash)
+}
+
+func (su *suite) noTakeoverOfCompleted(t *testing.T, s idem.Store) {
+	key, n1 := NewKey(), NewNonce()
+	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	require.NoError(t, s.Complete(ctxT(t), key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}))
+	time.Sleep(stale)
+	rec := mustClaim(t, s, req(key, NewNonce(), ""), idem.Existing)
+	assert.Equal(t, idem.StatusCompleted, rec.Status)
+	assert.Equal(t, []byte(`1`), rec.Result)
+}
+
+func (su *suite) nonceFencing(t *testing.T, s idem.Store) {
+	key, n1, n2 := NewKey(), NewNonce(), NewNonce()
+	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	time.Sleep(stale)
+	mustClaim(t, s, req(key, n2, ""), idem.TookOver)
+	ctx := ctxT(t)
+	assert.ErrorIs(t, s.Heartbeat(ctx, key, n1, lease), idem.ErrLostOwnership)
+	assert.ErrorIs(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Minute}), idem.ErrLostOwnership)
+	assert.ErrorIs(t, s.Release(ctx, key, n1), idem.ErrLostOwnership)
+	rec, err := s.Get(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, n2, rec.Nonce, "refused writes must change nothing")
+	assert.Equal(t, idem.StatusInProgress, rec.Status)
+	require.NoError(t, s.Complete(ctx, key, n2, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"new"`), TTL: time.Minute}))
+	assert.ErrorIs(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Minute}), idem.ErrLostOwnership)
+	rec, err = s.Get(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, []byte(`"new"`), rec.Result)
+}
+
+func (su *suite) heartbeat(t *testing.T, s idem.Store) {
+	ctx := ctxT(t)
+	key, n1 := NewKey(), NewNonce()
+	first := mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, s.Heartbeat(ctx, key, n1, time.Hour))
+	rec, err := s.Get(ctx, key)
+	require.NoError(t, err)
+	assert.Greater(t, rec.HeartbeatAt, first.HeartbeatAt)
+	assert.Equal(t, first.StartedAt, rec.StartedAt)
+	assert.GreaterOrEqual(t, rec.ExpiresAt, rec.HeartbeatAt+time.Hour.Milliseconds()-5, "heartbeat extends the lease")
+	assert.Equal(t, int64(1), rec.Attempt)
+	assert.ErrorIs(t, s.Heartbeat(ctx, key, NewNonce(), lease), idem.ErrLostOwnership)
+	assert.ErrorIs(t, s.Heartbeat(ctx, NewKey(), n1, lease), idem.ErrLostOwnership, "heartbeat on a missing key")
+	require.NoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}))
+	assert.ErrorIs(t, s.Heartbeat(ctx, key, n1, lease), idem.ErrLostOwnership, "heartbeat on a completed record")
+}
+
+func (su *suite) complete(t *testing.T, s idem.Store) {
+	ctx := ctxT(t)
+	key, n1 := NewKey(), NewNonce()
+	mustClaim(t, s, req(key, n1, "ph"), idem.Claimed)
+	require.NoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"id":7}`), TTL: time.Hour}))
+	rec, err := s.Get(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, idem.StatusCompleted, rec.Status)
+	assert.Equal(t, []byte(`{"id":7}`), rec.Result)
+	assert.Nil(t, rec.Error)
+	assert.Equal(t, "ph", rec.PayloadHash)
+	assert.Equal(t, n1, rec.Nonce)
+	su.near(t, rec.CompletedAt, "completed_at")
+	assert.InDelta(t, rec.CompletedAt+time.Hour.Milliseconds(), rec.ExpiresAt, 5)
+	// A claim now replays the record in one step.
+	got := mustClaim(t, s, req(key, NewNonce(), "ph"), idem.Existing)
+	assert.Equal(t, []byte(`{"id":7}`), got.Result)
+	assert.Equal(t, idem.StatusCompleted, got.Status)
+	// Completed without a result (it could not be encoded).
+	k2, n2 := NewKey(), NewNonce()
+	mustClaim(t, s, req(k2, n2, ""), idem.Claimed)
+	require.NoError(t, s.Complete(ctx, k2, n2, idem.Completion{Status: idem.StatusCompleted,
+		Error: &idem.StoredError{Message: "cannot encode", Type: idem.ResultUnavailableType}, TTL: time.Hour}))
+	got = mustClaim(t, s, req(k2, NewNonce(), ""), idem.Existing)
+	assert.Equal(t, idem.StatusCompleted, got.Status)
+	assert.Empty(t, got.Result)
+	require.NotNil(t, got.Error)
+	assert.Equal(t, idem.ResultUnavailableType, got.Error.Type)
+	assert.ErrorIs(t, s.Complete(ctx, NewKey(), n1, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}), idem.ErrLostOwnership, "complete on a missing key")
+}
+
+func (su *suite) completeFailed(t *testing.T, s idem.Store) {
+	ctx := ctxT(t)
+	key, n1 := NewKey(), NewNonce()
+	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	require.NoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusFailed,
+		Error: &idem.StoredError{Message: "card declined", Type: "*billing.DeclineError"}, TTL: time.Hour}))
+	rec := mustClaim(t, s, req(key, NewNonce(), ""), idem.Existing)
+	assert.Equal(t, idem.StatusFailed, rec.Status)
+	require.NotNil(t, rec.Error)
+	assert.Equal(t, "card declined", rec.Error.Message)
+	assert.Equal(t, "*billing.DeclineError", rec.Error.Type)
+}
+
+func (su *suite) completeRetry(t *testing.T, s idem.Store) {
+	ctx := ctxT(t)
+	key, n1 := NewKey(), NewNonce()
+	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	c := idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"ok"`), TTL: time.Hour}
+	require.NoError(t, s.Complete(ctx, key, n1, c))
+	require.NoError(t, s.Complete(ctx, key, n1, c), "a retried complete that finds its own write succeeds")
+	rec, err := s.Get(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, []byte(`"ok"`), rec.Result)
+}
+
+func (su *suite) binaryResult(t *testing.T, s idem.Store) {
+	ctx := ctxT(t)
+	key, n1 := NewKey(), NewNonce()
+	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	all := make([]byte, 0, 512)
+	for i := 0; i < 512; i++ {
+		all = append(all, byte(i))
+	}
+	require.NoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: all, TTL: time.Hour}))
+	rec, err := s.Get(ctx, key)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(all, rec.Result), "result bytes must round-trip exactly")
+}
+
+func (su *suite) release(t *testing.T, s idem.Store) {
+	ctx := ctxT(t)
+	key, n1 := NewKey(), NewNonce()
+	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	assert.ErrorIs(t, s.Release(ctx, key, NewNonce()), idem.ErrLostOwnership)
+	require.NoError(t, s.Release(ctx, key, n1))
+	_, err := s.Get(ctx, key)
+	assert.ErrorIs(t, err, idem.ErrNotFound, "a released record is not live")
+	n2 := NewNonce()
+	rec := mustClaim(t, s, req(key, n2, ""), idem.Claimed)
+	assert.Equal(t, int64(2), rec.Attempt, "attempts stay monotonic across a release")
+	assert.Empty(t, rec.Result)
+	assert.Nil(t, rec.Error)
+	assert.ErrorIs(t, s.Release(ctx, key, n1), idem.ErrLostOwnership, "the old owner cannot release the new claim")
+	require.NoError(t, s.Complete(ctx, key, n2, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Hour}))
+	assert.ErrorIs(t, s.Release(ctx, key, n2), idem.ErrLostOwnership, "a completed record cannot be released")
+}
+
+func (su *suite) expiry(t *testing.T, s idem.Store) {
+	ctx := ctxT(t)
+	key, n1 := NewKey(), NewNonce()
+	mustClaim(t, s, req(key, n1, "a"), idem.Claimed)
+	require.NoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: 300 * time.Millisecond}))
+	_, err := s.Get(ctx, key)
+	require.NoError(t, err)
+	time.Sleep(450 * time.Millisecond)
+	_, err = s.Get(ctx, key)
+	assert.ErrorIs(t, err, idem.ErrNotFound, "expiry is decided by the record's expires_at")
+	// An expired record is claimable even with another payload, and the
+	// attempt count goes on.
+	rec := mustClaim(t, s, req(key, NewNonce(), "b"), idem.Claimed)
+	assert.Equal(t, int64(2), rec.Attempt)
+	assert.Equal(t, "b", rec.PayloadHash)
+	assert.Equal(t, idem.StatusInProgress, rec.Status)
+	assert.Empty(t, rec.Result)
+	assert.Zero(t, rec.CompletedAt)
+	// An in-progress record whose lease ran out is claimable too.
+	k2 := NewKey()
+	r := req(k2, NewNonce(), "")
+	r.LeaseTTL, r.TakeoverAfter = 300*time.Millisecond, time.Hour
+	mustClaim(t, s, r, idem.Claimed)
+	time.Sleep(450 * time.Millisecond)
+	r2 := req(k2, NewNonce(), "")
+	r2.TakeoverAfter = time.Hour
+	rec = mustClaim(t, s, r2, idem.Claimed)
+	assert.Equal(t, int64(2), rec.Attempt)
+}
+
+func (su *suite) getMissing(t *testing.T, s idem.Store) {
+	_, err := s.Get(ctxT(t), NewKey())
+	assert.ErrorIs(t, err, idem.ErrNotFound)
+}
+
+func (su *suite) delete(t *testing.T, s idem.Store) {
+	ctx := ctxT(t)
+	key, n1 := NewKey(), NewNonce()
+	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	require.NoError(t, s.Delete(ctx, key))
+	_, err := s.Get(ctx, key)
+	assert.ErrorIs(t, err, idem.ErrNotFound)
+	require.NoError(t, s.Delete(ctx, key), "deleting a missing record is not an error")
+	assert.ErrorIs(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}), idem.ErrLostOwnership)
+	mustClaim(t, s, req(key, NewNonce(), ""), idem.Claimed)
+}
+
+func (su *suite) concurrentClaim(t *testing.T, s idem.Store) {
+	const n = 64
+	key := NewKey()
+	var claimed atomic.Int32
+	nonces := make([]string, n)
+	results := make([]idem.ClaimResult, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		nonces[i] = NewNonce()
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			<-start
+			res, err := s.Claim(context.Background(), req(key, nonces[i], ""))
+			if !assert.NoError(t, err) {
+				return
+			}
+			results[i] = res
+			if res.Outcome == idem.Claimed {
+				claimed.Add(1)
+			}
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	require.Equal(t, int32(1), claimed.Load(), "exactly one of %d concurrent claims wins", n)
+	var winner string
+	for i, r := range results {
+		if r.Outcome == idem.Claimed {
+			winner = nonces[i]
+		}
+	}
+	for _, r := range results {
+		assert.Equal(t, winner, r.Record.Nonce, "every loser sees the winner's record")
+	}
+}
+
+func (su *suite) concurrentTakeover(t *testing.T, s idem.Store) {
+	const n = 32
+	key := NewKey()
+	mustClaim(t, s, req(key, NewNonce(), ""), idem.Claimed)
+	time.Sleep(stale)
+	var took, other atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res, err := s.Claim(context.Background(), req(key, NewNonce(), ""))
+			if !assert.NoError(t, err) {
+				return
+			}
+			switch res.Outcome {
+			case idem.TookOver:
+				took.Add(1)
+				assert.Equal(t, int64(2), res.Record.Attempt)
+			default:
+				other.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	assert.Equal(t, int32(1), took.Load(), "exactly one of %d concurrent takeovers wins", n)
+}
+
+func (su *suite) concurrentManyKeys(t *testing.T, s idem.Store) {
+	const workers, keys = 16, 40
+	ks := make([]string, keys)
+	for i := range ks {
+		ks[i] = NewKey()
+	}
+	wins := make([]atomic.Int32, keys)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i, k := range ks {
+				nonce := NewNonce()
+				res, err := s.Claim(context.Background(), req(k, nonce, ""))
+				if !assert.NoError(t, err) {
+					return
+				}
+				if res.Outcome == idem.Claimed {
+					wins[i].Add(1)
+					assert.NoError(t, s.Complete(context.Background(), k, nonce,
+						idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range wins {
+		assert.Equal(t, int32(1), wins[i].Load(), "key %d claimed once", i)
+	}
+}
+
+func (su *suite) watch(t *testing.T, s idem.Store) {
+	w, ok := s.(idem.Watcher)
+	if !ok {
+		t.Skip("store does not implement idem.Watcher")
+	}
+	ctx := ctxT(t)
+	for _, op := range []string{"complete", "release"} {
+		key, n1 := NewKey(), NewNonce()
+		mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+		ch, stop, err := w.Watch(ctx, key)
+		require.NoError(t, err)
+		select {
+		case <-ch:
+			t.Fatalf("%s: watch fired before any change", op)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if op == "complete" {
+			require.NoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}))
+		} else {
+			require.NoError(t, s.Release(ctx, key, n1))
+		}
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s did not wake the watcher", op)
+		}
+		stop()
+	}
+}
+
+func (su *suite) corruptRecord(t *testing.T, s idem.Store) {
+	if su.corrupt == nil {
+		t.Skip("no corrupter given (storetest.WithCorrupter)")
+	}
+	ctx := ctxT(t)
+	key, n1 := NewKey(), NewNonce()
+	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	su.corrupt(t, s, key)
+	_, err := s.Get(ctx, key)
+	assert.ErrorIs(t, err, idem.ErrCorruptRecord)
+	var ce *idem.CorruptRecordError
+	assert.True(t, errors.As(err, &ce), "Get returns a *idem.CorruptRecordError, got %T", err)
+	_, err = s.Claim(ctx, req(key, NewNonce(), ""))
+	assert.ErrorIs(t, err, idem.ErrCorruptRecord, "a claim must not overwrite a corrupt record")
+	require.NoError(t, s.Delete(ctx, key), "a corrupt record can be deleted")
+	mustClaim(t, s, req(key, NewNonce(), ""), idem.Claimed)
+}
+
+func (su *suite) contextCancelled(t *testing.T, s idem.Store) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Claim(ctx, req(NewKey(), NewNonce(), ""))
+	assert.Error(t, err, "a claim with a cancelled context fails")
+}
