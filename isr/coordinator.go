@@ -1,0 +1,546 @@
+package isr
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"sync"
+	"time"
+)
+
+// Option configures a Coordinator. Mistakes are reported by
+// Coordinator.Err and by every Coordinator method, never by a panic.
+type Option func(*config)
+
+type config struct {
+	clock         func() time.Time
+	leaseDuration time.Duration
+	ttlBuffer     time.Duration
+	metaTTL       time.Duration
+	requestTTL    time.Duration
+	pointerSwap   bool
+	monotonic     bool
+	retryFailed   bool
+	acquireTries  int
+	errs          []error
+}
+
+// WithClock sets the clock that decides freshness and lease expiry (default
+// time.Now). All workers of one cache key should have clocks within a small
+// fraction of the lease duration of each other.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now == nil {
+			c.errs = append(c.errs, invalid("option WithClock", "nil clock"))
+			return
+		}
+		c.clock = now
+	}
+}
+
+// WithLeaseDuration sets how long an acquired lease is held (default 30s;
+// whole seconds, at least 1s). Regenerate refreshes a lease whose render runs
+// longer than a third of it.
+func WithLeaseDuration(d time.Duration) Option {
+	return func(c *config) {
+		if d < time.Second {
+			c.errs = append(c.errs, invalid("option WithLeaseDuration", "must be at least 1s"))
+			return
+		}
+		c.leaseDuration = d
+	}
+}
+
+// WithTTLBuffer sets how far past lease_expires_at the LOCK ttl is set
+// (default 1h; at least 1s). TTL is garbage collection only.
+func WithTTLBuffer(d time.Duration) Option {
+	return func(c *config) {
+		if d < time.Second {
+			c.errs = append(c.errs, invalid("option WithTTLBuffer", "must be at least 1s"))
+			return
+		}
+		c.ttlBuffer = d
+	}
+}
+
+// WithMetaTTL sets the META (and VER#) ttl to generated_at + d (default 0:
+// no ttl attribute). It is garbage collection only; freshness is decided by
+// generated_at + revalidate_seconds.
+func WithMetaTTL(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.errs = append(c.errs, invalid("option WithMetaTTL", "negative"))
+			return
+		}
+		c.metaTTL = d
+	}
+}
+
+// WithRequestTTL sets the ttl of REQ# items to creation + d (default 24h; at
+// least 1s). A REQ# item whose ttl has passed counts as absent, so a request
+// left STARTED by a crashed worker is retried after d at the latest.
+func WithRequestTTL(d time.Duration) Option {
+	return func(c *config) {
+		if d < time.Second {
+			c.errs = append(c.errs, invalid("option WithRequestTTL", "must be at least 1s"))
+			return
+		}
+		c.requestTTL = d
+	}
+}
+
+// WithPointerSwap makes Publish and Regenerate use recipe B (VER#<id> item
+// plus META pointer with optimistic version) instead of recipe A (in-place
+// META put).
+func WithPointerSwap() Option { return func(c *config) { c.pointerSwap = true } }
+
+// WithMonotonicGeneratedAt adds the optional guard that a publish must carry
+// a generated_at strictly newer than META's. With second resolution, two
+// publishes within the same second conflict (ErrNotNewer).
+func WithMonotonicGeneratedAt() Option { return func(c *config) { c.monotonic = true } }
+
+// WithRetryFailedRequests sets whether a request whose REQ# item is FAILED
+// (with the same request_hash) is run again (default true) or refused with
+// ErrRequestFailed.
+func WithRetryFailedRequests(retry bool) Option {
+	return func(c *config) { c.retryFailed = retry }
+}
+
+// Coordinator runs the ISR protocol on a Table: freshness check, request
+// idempotency, lease, publish. It is safe for concurrent use.
+type Coordinator struct {
+	table Table
+	cfg   config
+	err   error
+}
+
+// NewCoordinator returns a Coordinator over table. It does no I/O; option
+// mistakes are reported by Err and by every method.
+func NewCoordinator(table Table, opts ...Option) *Coordinator {
+	cfg := config{
+		clock:         time.Now,
+		leaseDuration: 30 * time.Second,
+		ttlBuffer:     time.Hour,
+		requestTTL:    24 * time.Hour,
+		retryFailed:   true,
+		acquireTries:  4,
+	}
+	for _, o := range opts {
+		if o == nil {
+			cfg.errs = append(cfg.errs, invalid("option", "nil Option"))
+			continue
+		}
+		o(&cfg)
+	}
+	if table == nil {
+		cfg.errs = append(cfg.errs, invalid("table", "nil Table"))
+	}
+	return &Coordinator{table: table, cfg: cfg, err: errors.Join(cfg.errs...)}
+}
+
+// Err reports the configuration mistakes found by NewCoordinator, or nil.
+func (c *Coordinator) Err() error { return c.err }
+
+// Table returns the table the Coordinator works on.
+func (c *Coordinator) Table() Table { return c.table }
+
+// Now returns the Coordinator's clock reading.
+func (c *Coordinator) Now() time.Time { return c.cfg.clock() }
+
+// Lookup returns META for pk, or ErrNotFound. Use Meta.Fresh with Now to
+// decide whether to serve or regenerate.
+func (c *Coordinator) Lookup(ctx context.Context, pk string) (Meta, error) {
+	if c.err != nil {
+		return Meta{}, c.err
+	}
+	return c.table.GetMeta(ctx, pk)
+}
+
+// TryAcquire acquires the lease on pk for the configured duration, with a
+// fresh random token, without waiting. A lease held by another worker is
+// *LeaseHeldError (ErrLeaseHeld). When seen is non-nil (the META the caller
+// read, or &Meta{} if it found none), the acquire is refused with
+// ErrMetaChanged if META has been published since. Concurrent-transaction
+// conflicts are retried briefly, then reported as ErrConflict.
+func (c *Coordinator) TryAcquire(ctx context.Context, pk string, seen *Meta) (Lease, error) {
+	if c.err != nil {
+		return Lease{}, c.err
+	}
+	var err error
+	for try := 0; try < c.cfg.acquireTries; try++ {
+		if try > 0 {
+			if werr := sleepJitter(ctx, try); werr != nil {
+				return Lease{}, werr
+			}
+		}
+		token, terr := NewToken()
+		if terr != nil {
+			return Lease{}, terr
+		}
+		now := c.cfg.clock()
+		exp := now.Unix() + seconds(c.cfg.leaseDuration)
+		in := AcquireInput{PK: pk, Token: token, Now: now, ExpiresAt: exp, TTL: exp + seconds(c.cfg.ttlBuffer)}
+		if seen != nil {
+			g := seen.GeneratedAt
+			in.IfMetaNotNewer = &g
+		}
+		var l Lease
+		l, err = c.table.AcquireLease(ctx, in)
+		if err == nil || !errors.Is(err, ErrConflict) || errors.Is(err, ErrLeaseHeld) || errors.Is(err, ErrMetaChanged) {
+			return l, err
+		}
+	}
+	return Lease{}, err
+}
+
+// Refresh extends lease by the configured duration from now, if it is still
+// held with its token; otherwise ErrLeaseLost.
+func (c *Coordinator) Refresh(ctx context.Context, lease Lease) (Lease, error) {
+	if c.err != nil {
+		return Lease{}, c.err
+	}
+	now := c.cfg.clock()
+	exp := now.Unix() + seconds(c.cfg.leaseDuration)
+	return c.table.RefreshLease(ctx, RefreshInput{Lease: lease, Now: now, ExpiresAt: exp, TTL: exp + seconds(c.cfg.ttlBuffer)})
+}
+
+// Release gives the lease up (deletes LOCK if it still carries the token).
+// ErrLeaseLost means someone else holds it now; nothing was deleted.
+func (c *Coordinator) Release(ctx context.Context, lease Lease) error {
+	if c.err != nil {
+		return c.err
+	}
+	return c.table.ReleaseLease(ctx, lease)
+}
+
+// Page is a regenerated body, ready to publish.
+type Page struct {
+	S3Key             string    // body store key (required)
+	ETag              string    // ETag of the body (quoted, as served); optional
+	RevalidateSeconds int64     // freshness window (>= 0)
+	GeneratedAt       time.Time // when it was generated; zero means now
+	// BaseVersion is, for recipe B, META's Version when the page was
+	// regenerated (0 when META was absent). Ignored by recipe A.
+	BaseVersion int64
+	// VersionID is, for recipe B, the id of the VER# item; "" generates one.
+	VersionID string
+}
+
+// Publish publishes page under lease with the configured recipe, releasing
+// the lease in the same transaction, and returns the META now stored. A
+// stale writer (token replaced, lease expired) gets ErrLeaseLost and
+// writes nothing; recipe B may also return ErrVersionConflict or
+// ErrVersionExists, the monotonic guard ErrNotNewer. After a refused
+// publish the lease is not released; call Release (it fails harmlessly if
+// the lease was lost).
+func (c *Coordinator) Publish(ctx context.Context, lease Lease, page Page) (Meta, error) {
+	return c.publish(ctx, lease, page, nil)
+}
+
+func (c *Coordinator) publish(ctx context.Context, lease Lease, page Page, req *RequestCompletion) (Meta, error) {
+	if c.err != nil {
+		return Meta{}, c.err
+	}
+	now := c.cfg.clock()
+	gen := page.GeneratedAt
+	if gen.IsZero() {
+		gen = now
+	}
+	var ttl int64
+	if c.cfg.metaTTL > 0 {
+		ttl = gen.Unix() + seconds(c.cfg.metaTTL)
+	}
+	if !c.cfg.pointerSwap {
+		m := Meta{
+			PK:                lease.PK,
+			S3Key:             page.S3Key,
+			GeneratedAt:       gen.Unix(),
+			RevalidateSeconds: page.RevalidateSeconds,
+			ETag:              page.ETag,
+			TTL:               ttl,
+		}
+		err := c.table.Publish(ctx, PublishInput{Lease: lease, Now: now, Meta: m, Request: req, Monotonic: c.cfg.monotonic})
+		if err != nil {
+			return Meta{}, err
+		}
+		return m, nil
+	}
+	id := page.VersionID
+	if id == "" {
+		var err error
+		if id, err = NewVersionID(gen); err != nil {
+			return Meta{}, err
+		}
+	}
+	return c.table.PublishPointer(ctx, PublishPointerInput{
+		Lease: lease,
+		Now:   now,
+		Version: Version{
+			PK: lease.PK, ID: id, S3Key: page.S3Key, GeneratedAt: gen.Unix(), ETag: page.ETag, TTL: ttl,
+		},
+		RevalidateSeconds: page.RevalidateSeconds,
+		MetaTTL:           ttl,
+		ExpectedVersion:   page.BaseVersion,
+		Request:           req,
+		Monotonic:         c.cfg.monotonic,
+	})
+}
+
+// RequestSpec names a regeneration intent for the request-id flow.
+type RequestSpec struct {
+	Key  string // idempotency key: RequestIDKey, MessageIDKey or VersionedKey
+	Hash string // request_hash of the inputs that matter (see RequestHash)
+}
+
+// RenderFunc regenerates a page while the caller holds lease: it writes the
+// body to the body store and returns its key and ETag. ctx is cancelled
+// (cause ErrLeaseLost) if a lease refresh finds the lease lost. For recipe B,
+// Page.BaseVersion is filled in by Regenerate when left 0.
+type RenderFunc func(ctx context.Context, lease Lease) (Page, error)
+
+// Outcome says what Regenerate did.
+type Outcome int
+
+// Regenerate outcomes.
+const (
+	// OutcomeFresh: META is fresh (or became fresh while we looked); serve it.
+	OutcomeFresh Outcome = iota + 1
+	// OutcomeRecorded: the request's REQ# item is COMPLETED; ResultS3Key is
+	// its recorded result.
+	OutcomeRecorded
+	// OutcomeInProgress: another worker holds the lease or the request is
+	// STARTED; serve Meta (stale) if HasMeta, without waiting.
+	OutcomeInProgress
+	// OutcomeRegenerated: this call rendered and published Meta.
+	OutcomeRegenerated
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeFresh:
+		return "fresh"
+	case OutcomeRecorded:
+		return "recorded"
+	case OutcomeInProgress:
+		return "in-progress"
+	case OutcomeRegenerated:
+		return "regenerated"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Result is what Regenerate returns.
+type Result struct {
+	Outcome     Outcome
+	Meta        Meta   // META as read, or as published (OutcomeRegenerated)
+	HasMeta     bool   // whether Meta holds a META item
+	ResultS3Key string // OutcomeRecorded: result_s3_key; OutcomeRegenerated: the published s3_key
+}
+
+// Regenerate runs the whole flow for pk:
+//
+//  1. read META; fresh -> OutcomeFresh (no lease, no request record);
+//  2. if req is non-nil, create REQ# (STARTED, request_hash) if absent:
+//     COMPLETED -> OutcomeRecorded; STARTED -> OutcomeInProgress; different
+//     hash -> ErrRequestMismatch (fail closed); FAILED -> run again, or
+//     ErrRequestFailed under WithRetryFailedRequests(false);
+//  3. acquire the lease, conditioned on META not having been published
+//     since step 1: held -> OutcomeInProgress (the caller serves stale at
+//     once, never waiting on the holder); META changed -> OutcomeFresh;
+//  4. render;
+//  5. publish (recipe A or B) and complete REQ# in one transaction, releasing
+//     the lease.
+//
+// A fresh regeneration without a request is 2 store requests after the META
+// read (acquire, publish); with a request, 3. On a render or publish error
+// the request is marked FAILED and the lease released (best effort), and
+// the error is returned.
+func (c *Coordinator) Regenerate(ctx context.Context, pk string, req *RequestSpec, render RenderFunc) (Result, error) {
+	if c.err != nil {
+		return Result{}, c.err
+	}
+	if render == nil {
+		return Result{}, invalid("render", "nil RenderFunc")
+	}
+	meta, err := c.table.GetMeta(ctx, pk)
+	hasMeta := err == nil
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return Result{}, err
+	}
+	if !hasMeta {
+		meta = Meta{}
+	}
+	if hasMeta && meta.Fresh(c.cfg.clock()) {
+		return Result{Outcome: OutcomeFresh, Meta: meta, HasMeta: true}, nil
+	}
+	var started bool
+	if req != nil {
+		now := c.cfg.clock()
+		r, created, err := c.table.BeginRequest(ctx, BeginRequestInput{
+			PK: pk, Key: req.Key, Hash: req.Hash, Now: now,
+			TTL: now.Unix() + seconds(c.cfg.requestTTL), RetryFailed: c.cfg.retryFailed,
+		})
+		if err != nil {
+			return Result{}, err
+		}
+		if !created {
+			switch r.Status {
+			case RequestCompleted:
+				return Result{Outcome: OutcomeRecorded, Meta: meta, HasMeta: hasMeta, ResultS3Key: r.ResultS3Key}, nil
+			case RequestStarted:
+				return Result{Outcome: OutcomeInProgress, Meta: meta, HasMeta: hasMeta}, nil
+			default:
+				return Result{}, &RequestError{PK: pk, Request: r, Err: ErrRequestFailed}
+			}
+		}
+		started = true
+	}
+	abandon := func() {
+		if started {
+			_ = c.table.AbandonRequest(context.WithoutCancel(ctx), pk, req.Key, req.Hash)
+		}
+	}
+	lease, err := c.TryAcquire(ctx, pk, &meta)
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrLeaseHeld), errors.Is(err, ErrConflict):
+		abandon()
+		return Result{Outcome: OutcomeInProgress, Meta: meta, HasMeta: hasMeta}, nil
+	case errors.Is(err, ErrMetaChanged):
+		abandon()
+		m, gerr := c.table.GetMeta(ctx, pk)
+		if gerr != nil {
+			return Result{}, gerr
+		}
+		return Result{Outcome: OutcomeFresh, Meta: m, HasMeta: true}, nil
+	default:
+		abandon()
+		return Result{}, err
+	}
+
+	fail := func(cause error) (Result, error) {
+		bg := context.WithoutCancel(ctx)
+		if started {
+			_ = c.table.FailRequest(bg, pk, req.Key, req.Hash)
+		}
+		_ = c.table.ReleaseLease(bg, lease)
+		return Result{}, cause
+	}
+
+	page, lease, err := c.renderWithRefresh(ctx, lease, render)
+	if err != nil {
+		return fail(err)
+	}
+	if page.BaseVersion == 0 {
+		page.BaseVersion = meta.Version
+	}
+	var comp *RequestCompletion
+	if started {
+		comp = &RequestCompletion{Key: req.Key, Hash: req.Hash}
+	}
+	published, err := c.publish(ctx, lease, page, comp)
+	if err != nil {
+		return fail(err)
+	}
+	return Result{Outcome: OutcomeRegenerated, Meta: published, HasMeta: true, ResultS3Key: published.S3Key}, nil
+}
+
+// renderWithRefresh runs render, refreshing the lease every third of the
+// lease duration; a render shorter than that sends no refresh.
+func (c *Coordinator) renderWithRefresh(ctx context.Context, lease Lease, render RenderFunc) (Page, Lease, error) {
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		mu      sync.Mutex
+		current = lease
+		done    = make(chan struct{})
+		wg      sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(c.cfg.leaseDuration / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-rctx.Done():
+				return
+			case <-t.C:
+				mu.Lock()
+				l := current
+				mu.Unlock()
+				nl, err := c.Refresh(rctx, l)
+				if err != nil {
+					if errors.Is(err, ErrLeaseLost) {
+						cancel(err)
+						return
+					}
+					continue // transient; the next tick retries
+				}
+				mu.Lock()
+				current = nl
+				mu.Unlock()
+			}
+		}
+	}()
+	page, err := render(rctx, lease)
+	close(done)
+	wg.Wait()
+	mu.Lock()
+	l := current
+	mu.Unlock()
+	if err == nil {
+		if cause := context.Cause(rctx); cause != nil && errors.Is(cause, ErrLeaseLost) {
+			err = cause
+		}
+	}
+	return page, l, err
+}
+
+// NewToken returns a fresh random lease token (128 bits, hex).
+func NewToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("isr: token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// NewVersionID returns a version id that sorts by generation time:
+// "<generated_at as 10-digit epoch seconds>-<8 random hex>".
+func NewVersionID(generatedAt time.Time) (string, error) {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("isr: version id: %w", err)
+	}
+	return fmt.Sprintf("%010d-%s", generatedAt.Unix(), hex.EncodeToString(b[:])), nil
+}
+
+func seconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+func sleepJitter(ctx context.Context, try int) error {
+	max := int64(10*time.Millisecond) << try
+	n, err := rand.Int(rand.Reader, big.NewInt(max))
+	if err != nil {
+		return err
+	}
+	t := time.NewTimer(time.Duration(n.Int64()) + time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,91 @@
+// Package isr coordinates incremental static regeneration (ISR): serving
+// cached pages and regenerating each one with exactly one worker, so that a
+// stale worker can never overwrite newer metadata.
+//
+// # Table schema (interoperability contract)
+//
+// One DynamoDB table (name from FACETHEORY_CACHE_TABLE_NAME by default; see
+// TableNameFromEnv), keys pk (S) and sk (S). pk is "CACHE#<sha256 hex of
+// the cache key>" or "TENANT#<tenant>#CACHE#<sha256 hex>" (PK). Items:
+//
+//	sk "META"              s3_key S, generated_at N (epoch s), revalidate_seconds N,
+//	                       etag S (optional), ttl N (optional);
+//	                       recipe B adds current_sk S ("VER#<id>") and version N
+//	sk "LOCK"              lease_token S, lease_expires_at N, ttl N (>= expiry + buffer)
+//	sk "REQ#<idem key>"    request_hash S, status S (STARTED|COMPLETED|FAILED),
+//	                       result_s3_key S (once COMPLETED), ttl N
+//	sk "VER#<id>"          s3_key S, generated_at N, etag S (optional), ttl N (optional),
+//	                       written with attribute_not_exists(pk)
+//
+// A page is fresh iff generated_at + revalidate_seconds > now (Meta.Fresh);
+// a lease is held iff lease_expires_at > now (Lease.Held). TTL attributes
+// are garbage collection only: every expiry decision is made in condition
+// expressions against these fields with the caller's clock, so behaviour
+// does not depend on whether TTL deletion has run (DynamoDB Local never runs
+// it). Clocks of workers sharing a table must agree to well within the lease
+// duration; a worker whose clock runs behind can publish until its own clock
+// passes lease_expires_at, but the lease token still stops it once another
+// worker has taken the lease over.
+//
+// # API overview
+//
+// Table is the storage interface, one store request per method:
+// GetMeta/GetLease/GetRequest/GetVersion; AcquireLease (conditional put:
+// absent or expired, optionally "META not newer than I saw"), RefreshLease
+// and ReleaseLease (token-conditioned); Publish (recipe A: one transaction
+// of ConditionCheck LOCK token+expiry, Put META, Delete LOCK, optional
+// Update REQ# to COMPLETED with result_s3_key); PublishPointer (recipe B:
+// ConditionCheck LOCK, Put VER#<id> if absent, Update META current_sk with
+// optimistic version and denormalised s3_key/etag/generated_at, Delete LOCK,
+// optional REQ# completion); BeginRequest (create REQ# if absent, fail
+// closed on a different request_hash), FailRequest, AbandonRequest.
+// Two implementations behave identically: DynamoTable (DynamoDB,
+// TransactWriteItems and conditional writes; CreateTable makes the table)
+// and MemoryTable. Package isr/isrtest holds the conformance suite both
+// pass.
+//
+// Coordinator (NewCoordinator) runs the protocol with a clock, lease
+// duration and TTL buffers: Lookup reads META; TryAcquire takes the lease
+// without waiting; Publish publishes a Page (body key + ETag) under the
+// lease with the configured recipe and releases the lease in the same
+// transaction; Release gives the lease up; Regenerate runs the whole
+// request-id flow (fresh META short-circuits; REQ# COMPLETED returns the
+// recorded result; STARTED or a held lease returns OutcomeInProgress so the
+// caller serves stale without waiting; a different request_hash fails
+// closed; publish and REQ# completion in one transaction).
+//
+// Idempotency key helpers cover the three usual choices: RequestIDKey
+// (x-request-id), MessageIDKey (queue message id) and VersionedKey
+// (sha256 of cache key | deploy id | policy version); RequestHash hashes the
+// inputs that matter.
+//
+// # Stale-writer guards
+//
+// Every publish is conditioned on the lease token and on lease_expires_at >
+// now. Recipe B also requires META's version to be the one the page was
+// regenerated from. WithMonotonicGeneratedAt adds generated_at <
+// :new_generated_at. A refused write returns a *TxError built from the
+// transaction's cancellation reasons, matching ErrLeaseLost,
+// ErrVersionConflict, ErrVersionExists, ErrNotNewer, ErrRequestState or
+// ErrConflict with errors.Is; nothing is written.
+//
+// # Decisions
+//
+//   - Times are whole epoch seconds, as the schema says. A lease of d
+//     seconds acquired at t (fractional) expires at floor(t)+d.
+//   - Acquire used by Regenerate is conditioned on META not having been
+//     published since it was read, so a worker that read a stale META just
+//     before another worker published and released cannot regenerate the
+//     page a second time. On DynamoDB that makes acquire a two-item
+//     TransactWriteItems (one request).
+//   - A REQ# item whose ttl has passed counts as absent, as if TTL deletion
+//     had run; a request left STARTED by a crashed worker therefore blocks
+//     its key only until the REQ# ttl (WithRequestTTL).
+//   - A FAILED request with the same request_hash is run again by default
+//     (WithRetryFailedRequests).
+//   - A worker that gets the request record but not the lease deletes its
+//     STARTED REQ# item (AbandonRequest), so a retry is not told "in
+//     progress" about work nobody is doing.
+//   - Recipe A replaces META whole (Put): mixing recipes on one cache key
+//     drops current_sk and version; use one recipe per table.
+package isr

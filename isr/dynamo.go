@@ -1,0 +1,796 @@
+package isr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// DynamoAPI is the subset of *dynamodb.Client that DynamoTable uses, so
+// tests can wrap it.
+type DynamoAPI interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+}
+
+// CreateTableAPI is the subset of *dynamodb.Client that CreateTable uses.
+type CreateTableAPI interface {
+	CreateTable(ctx context.Context, in *dynamodb.CreateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
+	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
+}
+
+// Attribute names of the schema.
+const (
+	attrPK          = "pk"
+	attrSK          = "sk"
+	attrS3Key       = "s3_key"
+	attrGeneratedAt = "generated_at"
+	attrRevalidate  = "revalidate_seconds"
+	attrETag        = "etag"
+	attrTTL         = "ttl"
+	attrCurrentSK   = "current_sk"
+	attrVersion     = "version"
+	attrLeaseToken  = "lease_token"
+	attrLeaseExp    = "lease_expires_at"
+	attrRequestHash = "request_hash"
+	attrStatus      = "status"
+	attrResultS3Key = "result_s3_key"
+)
+
+// DynamoTable is a Table on a DynamoDB table with the ISR schema. Reads are
+// strongly consistent; every write is one conditional request or one
+// TransactWriteItems. It does no I/O until used.
+type DynamoTable struct {
+	client DynamoAPI
+	table  string
+	err    error
+}
+
+var _ Table = (*DynamoTable)(nil)
+
+// NewDynamoTable returns a DynamoTable on table. An empty table name means
+// FACETHEORY_CACHE_TABLE_NAME; if that is unset too, or client is nil,
+// every method returns ErrInvalidInput (see Err).
+func NewDynamoTable(client DynamoAPI, table string) *DynamoTable {
+	t := &DynamoTable{client: client, table: table}
+	if table == "" {
+		t.table, t.err = TableNameFromEnv()
+	}
+	if client == nil {
+		t.err = errors.Join(t.err, invalid("dynamodb client", "nil"))
+	}
+	return t
+}
+
+// Err reports a configuration mistake found by NewDynamoTable, or nil.
+func (t *DynamoTable) Err() error { return t.err }
+
+// Name returns the table name.
+func (t *DynamoTable) Name() string { return t.table }
+
+// CreateTable creates a table with the ISR shape (pk S hash key, sk S range
+// key, on-demand billing) and waits until it is active. It is idempotent:
+// an existing table is waited for, not an error. Enabling TTL on the ttl
+// attribute is left to the deployment; correctness never depends on it.
+func CreateTable(ctx context.Context, client CreateTableAPI, table string) error {
+	if client == nil {
+		return invalid("dynamodb client", "nil")
+	}
+	if table == "" {
+		return invalid("table name", "empty")
+	}
+	_, err := client.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName: aws.String(table),
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: aws.String(attrPK), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(attrSK), AttributeType: types.ScalarAttributeTypeS},
+		},
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String(attrPK), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String(attrSK), KeyType: types.KeyTypeRange},
+		},
+		BillingMode: types.BillingModePayPerRequest,
+	})
+	var inUse *types.ResourceInUseException
+	if err != nil && !errors.As(err, &inUse) {
+		return fmt.Errorf("isr: create table %s: %w", table, err)
+	}
+	w := dynamodb.NewTableExistsWaiter(client, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay = 100 * time.Millisecond
+		o.MaxDelay = time.Second
+	})
+	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 2*time.Minute); err != nil {
+		return fmt.Errorf("isr: wait for table %s: %w", table, err)
+	}
+	return nil
+}
+
+func sAttr(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+func nAttr(v int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+}
+
+func key(pk, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{attrPK: sAttr(pk), attrSK: sAttr(sk)}
+}
+
+// names builds ExpressionAttributeNames "#x" -> x for every attribute used.
+func names(attrs ...string) map[string]string {
+	m := make(map[string]string, len(attrs))
+	for _, a := range attrs {
+		m["#"+a] = a
+	}
+	return m
+}
+
+func (t *DynamoTable) get(ctx context.Context, pk, sk string) (map[string]types.AttributeValue, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
+	out, err := t.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(t.table),
+		Key:            key(pk, sk),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("isr: get %s/%s: %w", pk, sk, err)
+	}
+	if len(out.Item) == 0 {
+		return nil, ErrNotFound
+	}
+	return out.Item, nil
+}
+
+// GetMeta implements Table.
+func (t *DynamoTable) GetMeta(ctx context.Context, pk string) (Meta, error) {
+	if err := checkPK(pk); err != nil {
+		return Meta{}, err
+	}
+	item, err := t.get(ctx, pk, SKMeta)
+	if err != nil {
+		return Meta{}, err
+	}
+	return decodeMeta(pk, item)
+}
+
+// GetLease implements Table.
+func (t *DynamoTable) GetLease(ctx context.Context, pk string) (Lease, error) {
+	if err := checkPK(pk); err != nil {
+		return Lease{}, err
+	}
+	item, err := t.get(ctx, pk, SKLock)
+	if err != nil {
+		return Lease{}, err
+	}
+	return decodeLease(pk, item)
+}
+
+// GetRequest implements Table.
+func (t *DynamoTable) GetRequest(ctx context.Context, pk, k string) (Request, error) {
+	if err := checkPK(pk); err != nil {
+		return Request{}, err
+	}
+	if err := checkPart("idempotency key", k, false); err != nil {
+		return Request{}, err
+	}
+	item, err := t.get(ctx, pk, RequestSKPrefix+k)
+	if err != nil {
+		return Request{}, err
+	}
+	return decodeRequest(pk, k, item)
+}
+
+// GetVersion implements Table.
+func (t *DynamoTable) GetVersion(ctx context.Context, pk, id string) (Version, error) {
+	if err := checkPK(pk); err != nil {
+		return Version{}, err
+	}
+	if err := checkPart("version id", id, false); err != nil {
+		return Version{}, err
+	}
+	item, err := t.get(ctx, pk, VersionSKPrefix+id)
+	if err != nil {
+		return Version{}, err
+	}
+	return decodeVersion(pk, id, item)
+}
+
+// leaseItem is the LOCK item as written.
+func leaseItem(pk, token string, exp, ttl int64) map[string]types.AttributeValue {
+	item := key(pk, SKLock)
+	item[attrLeaseToken] = sAttr(token)
+	item[attrLeaseExp] = nAttr(exp)
+	item[attrTTL] = nAttr(ttl)
+	return item
+}
+
+const condLockFree = "attribute_not_exists(#pk) OR #lease_expires_at <= :now"
+
+// AcquireLease implements Table.
+func (t *DynamoTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, error) {
+	if t.err != nil {
+		return Lease{}, t.err
+	}
+	if err := validateAcquire(in); err != nil {
+		return Lease{}, err
+	}
+	lease := Lease{PK: in.PK, Token: in.Token, ExpiresAt: in.ExpiresAt, TTL: in.TTL}
+	put := types.Put{
+		TableName:                           aws.String(t.table),
+		Item:                                leaseItem(in.PK, in.Token, in.ExpiresAt, in.TTL),
+		ConditionExpression:                 aws.String(condLockFree),
+		ExpressionAttributeNames:            names(attrPK, attrLeaseExp),
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": nAttr(in.Now.Unix())},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+	if in.IfMetaNotNewer == nil {
+		_, err := t.client.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName:                           put.TableName,
+			Item:                                put.Item,
+			ConditionExpression:                 put.ConditionExpression,
+			ExpressionAttributeNames:            put.ExpressionAttributeNames,
+			ExpressionAttributeValues:           put.ExpressionAttributeValues,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		})
+		if err == nil {
+			return lease, nil
+		}
+		var ccf *types.ConditionalCheckFailedException
+		if errors.As(err, &ccf) {
+			return Lease{}, leaseHeld(in.PK, ccf.Item)
+		}
+		return Lease{}, writeErr("acquire", in.PK, err)
+	}
+	check := types.ConditionCheck{
+		TableName:                           aws.String(t.table),
+		Key:                                 key(in.PK, SKMeta),
+		ConditionExpression:                 aws.String("attribute_not_exists(#pk) OR #generated_at <= :seen"),
+		ExpressionAttributeNames:            names(attrPK, attrGeneratedAt),
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":seen": nAttr(*in.IfMetaNotNewer)},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureNone,
+	}
+	_, err := t.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+		TransactItems: []types.TransactWriteItem{{Put: &put}, {ConditionCheck: &check}},
+	})
+	if err == nil {
+		return lease, nil
+	}
+	return Lease{}, t.txErr("acquire", in.PK, err, func(i int, item map[string]types.AttributeValue) error {
+		if i == 0 {
+			return leaseHeld(in.PK, item)
+		}
+		return ErrMetaChanged
+	})
+}
+
+func leaseHeld(pk string, old map[string]types.AttributeValue) error {
+	e := &LeaseHeldError{PK: pk}
+	if l, err := decodeLease(pk, old); err == nil {
+		e.ExpiresAt = l.ExpiresAt
+	}
+	return e
+}
+
+// RefreshLease implements Table.
+func (t *DynamoTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease, error) {
+	if t.err != nil {
+		return Lease{}, t.err
+	}
+	if err := validateRefresh(in); err != nil {
+		return Lease{}, err
+	}
+	out, err := t.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                aws.String(t.table),
+		Key:                      key(in.Lease.PK, SKLock),
+		UpdateExpression:         aws.String("SET #lease_expires_at = :exp, #ttl = :ttl"),
+		ConditionExpression:      aws.String("#lease_token = :tok AND #lease_expires_at > :now"),
+		ExpressionAttributeNames: names(attrLeaseExp, attrTTL, attrLeaseToken),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":exp": nAttr(in.ExpiresAt), ":ttl": nAttr(in.TTL),
+			":tok": sAttr(in.Lease.Token), ":now": nAttr(in.Now.Unix()),
+		},
+		ReturnValues: types.ReturnValueAllNew,
+	})
+	if err != nil {
+		var ccf *types.ConditionalCheckFailedException
+		if errors.As(err, &ccf) {
+			return Lease{}, leaseLost("refresh", in.Lease.PK)
+		}
+		return Lease{}, writeErr("refresh", in.Lease.PK, err)
+	}
+	return decodeLease(in.Lease.PK, out.Attributes)
+}
+
+// ReleaseLease implements Table.
+func (t *DynamoTable) ReleaseLease(ctx context.Context, lease Lease) error {
+	if t.err != nil {
+		return t.err
+	}
+	if err := validateLease(lease); err != nil {
+		return err
+	}
+	_, err := t.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName:                 aws.String(t.table),
+		Key:                       key(lease.PK, SKLock),
+		ConditionExpression:       aws.String("#lease_token = :tok"),
+		ExpressionAttributeNames:  names(attrLeaseToken),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":tok": sAttr(lease.Token)},
+	})
+	if err != nil {
+		var ccf *types.ConditionalCheckFailedException
+		if errors.As(err, &ccf) {
+			return leaseLost("release", lease.PK)
+		}
+		return writeErr("release", lease.PK, err)
+	}
+	return nil
+}
+
+// lockDelete is the LOCK item of both publish transactions: the recipes'
+// "ConditionCheck lease token and expiry" and "Delete LOCK (conditioned on
+// the token)" are one conditional Delete, because a DynamoDB transaction may
+// not hold two actions on the same item.
+func (t *DynamoTable) lockDelete(l Lease, now int64) types.TransactWriteItem {
+	return types.TransactWriteItem{Delete: &types.Delete{
+		TableName:                 aws.String(t.table),
+		Key:                       key(l.PK, SKLock),
+		ConditionExpression:       aws.String("#lease_token = :tok AND #lease_expires_at > :now"),
+		ExpressionAttributeNames:  names(attrLeaseToken, attrLeaseExp),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":tok": sAttr(l.Token), ":now": nAttr(now)},
+	}}
+}
+
+func (t *DynamoTable) requestComplete(pk string, rc *RequestCompletion, s3Key string) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                aws.String(t.table),
+		Key:                      key(pk, RequestSKPrefix+rc.Key),
+		UpdateExpression:         aws.String("SET #status = :completed, #result_s3_key = :res"),
+		ConditionExpression:      aws.String("#status = :started AND #request_hash = :h"),
+		ExpressionAttributeNames: names(attrStatus, attrResultS3Key, attrRequestHash),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":completed": sAttr(string(RequestCompleted)), ":started": sAttr(string(RequestStarted)),
+			":res": sAttr(s3Key), ":h": sAttr(rc.Hash),
+		},
+	}}
+}
+
+// metaItem is the META item of recipe A as written.
+func metaItem(pk string, m Meta) map[string]types.AttributeValue {
+	item := key(pk, SKMeta)
+	item[attrS3Key] = sAttr(m.S3Key)
+	item[attrGeneratedAt] = nAttr(m.GeneratedAt)
+	item[attrRevalidate] = nAttr(m.RevalidateSeconds)
+	if m.ETag != "" {
+		item[attrETag] = sAttr(m.ETag)
+	}
+	if m.TTL > 0 {
+		item[attrTTL] = nAttr(m.TTL)
+	}
+	return item
+}
+
+// Publish implements Table (recipe A). Transaction items, in order: LOCK
+// (conditional delete), META (put), REQ# (update, optional).
+func (t *DynamoTable) Publish(ctx context.Context, in PublishInput) error {
+	if t.err != nil {
+		return t.err
+	}
+	if err := validatePublish(in); err != nil {
+		return err
+	}
+	pk := in.Lease.PK
+	put := &types.Put{TableName: aws.String(t.table), Item: metaItem(pk, in.Meta)}
+	if in.Monotonic {
+		put.ConditionExpression = aws.String("attribute_not_exists(#generated_at) OR #generated_at < :gen")
+		put.ExpressionAttributeNames = names(attrGeneratedAt)
+		put.ExpressionAttributeValues = map[string]types.AttributeValue{":gen": nAttr(in.Meta.GeneratedAt)}
+	}
+	items := []types.TransactWriteItem{t.lockDelete(in.Lease, in.Now.Unix()), {Put: put}}
+	if in.Request != nil {
+		items = append(items, t.requestComplete(pk, in.Request, in.Meta.S3Key))
+	}
+	_, err := t.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	if err == nil {
+		return nil
+	}
+	return t.txErr("publish", pk, err, func(i int, _ map[string]types.AttributeValue) error {
+		switch i {
+		case 0:
+			return ErrLeaseLost
+		case 1:
+			return ErrNotNewer
+		default:
+			return ErrRequestState
+		}
+	})
+}
+
+// PublishPointer implements Table (recipe B). Transaction items, in order:
+// LOCK (conditional delete), VER# (put if absent), META (update with
+// optimistic version), REQ# (update, optional).
+func (t *DynamoTable) PublishPointer(ctx context.Context, in PublishPointerInput) (Meta, error) {
+	if t.err != nil {
+		return Meta{}, t.err
+	}
+	if err := validatePointer(in); err != nil {
+		return Meta{}, err
+	}
+	pk := in.Lease.PK
+	v := in.Version
+	verItem := key(pk, VersionSKPrefix+v.ID)
+	verItem[attrS3Key] = sAttr(v.S3Key)
+	verItem[attrGeneratedAt] = nAttr(v.GeneratedAt)
+	if v.ETag != "" {
+		verItem[attrETag] = sAttr(v.ETag)
+	}
+	if v.TTL > 0 {
+		verItem[attrTTL] = nAttr(v.TTL)
+	}
+	m := pointerMeta(pk, in)
+
+	set := []string{
+		"#s3_key = :s3", "#generated_at = :gen", "#revalidate_seconds = :rev",
+		"#current_sk = :cur", "#version = :nv",
+	}
+	var remove []string
+	attrs := []string{attrS3Key, attrGeneratedAt, attrRevalidate, attrCurrentSK, attrVersion, attrETag, attrTTL}
+	vals := map[string]types.AttributeValue{
+		":s3": sAttr(m.S3Key), ":gen": nAttr(m.GeneratedAt), ":rev": nAttr(m.RevalidateSeconds),
+		":cur": sAttr(m.CurrentSK), ":nv": nAttr(m.Version),
+	}
+	if m.ETag != "" {
+		set = append(set, "#etag = :etag")
+		vals[":etag"] = sAttr(m.ETag)
+	} else {
+		remove = append(remove, "#etag")
+	}
+	if m.TTL > 0 {
+		set = append(set, "#ttl = :ttl")
+		vals[":ttl"] = nAttr(m.TTL)
+	} else {
+		remove = append(remove, "#ttl")
+	}
+	expr := "SET " + strings.Join(set, ", ")
+	if len(remove) > 0 {
+		expr += " REMOVE " + strings.Join(remove, ", ")
+	}
+	cond := "attribute_not_exists(#version)"
+	if in.ExpectedVersion != 0 {
+		cond = "#version = :ev"
+		vals[":ev"] = nAttr(in.ExpectedVersion)
+	}
+	if in.Monotonic {
+		cond = "(" + cond + ") AND (attribute_not_exists(#generated_at) OR #generated_at < :gen)"
+	}
+	items := []types.TransactWriteItem{
+		t.lockDelete(in.Lease, in.Now.Unix()),
+		{Put: &types.Put{
+			TableName:                aws.String(t.table),
+			Item:                     verItem,
+			ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
+			ExpressionAttributeNames: names(attrPK),
+		}},
+		{Update: &types.Update{
+			TableName:                           aws.String(t.table),
+			Key:                                 key(pk, SKMeta),
+			UpdateExpression:                    aws.String(expr),
+			ConditionExpression:                 aws.String(cond),
+			ExpressionAttributeNames:            names(attrs...),
+			ExpressionAttributeValues:           vals,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}},
+	}
+	if in.Request != nil {
+		items = append(items, t.requestComplete(pk, in.Request, v.S3Key))
+	}
+	_, err := t.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	if err == nil {
+		return m, nil
+	}
+	return Meta{}, t.txErr("publish-pointer", pk, err, func(i int, old map[string]types.AttributeValue) error {
+		switch i {
+		case 0:
+			return ErrLeaseLost
+		case 1:
+			return ErrVersionExists
+		case 2:
+			cur, derr := decodeMetaLoose(pk, old)
+			if derr == nil && cur.Version == in.ExpectedVersion {
+				return ErrNotNewer
+			}
+			return ErrVersionConflict
+		default:
+			return ErrRequestState
+		}
+	})
+}
+
+// BeginRequest implements Table.
+func (t *DynamoTable) BeginRequest(ctx context.Context, in BeginRequestInput) (Request, bool, error) {
+	if t.err != nil {
+		return Request{}, false, t.err
+	}
+	if err := validateBegin(in); err != nil {
+		return Request{}, false, err
+	}
+	item := key(in.PK, RequestSKPrefix+in.Key)
+	item[attrRequestHash] = sAttr(in.Hash)
+	item[attrStatus] = sAttr(string(RequestStarted))
+	item[attrTTL] = nAttr(in.TTL)
+	cond := "attribute_not_exists(#pk) OR #ttl <= :now"
+	vals := map[string]types.AttributeValue{":now": nAttr(in.Now.Unix())}
+	if in.RetryFailed {
+		cond += " OR (#status = :failed AND #request_hash = :h)"
+		vals[":failed"] = sAttr(string(RequestFailed))
+		vals[":h"] = sAttr(in.Hash)
+	}
+	_, err := t.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           aws.String(t.table),
+		Item:                                item,
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            names(attrPK, attrTTL, attrStatus, attrRequestHash),
+		ExpressionAttributeValues:           vals,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		return Request{PK: in.PK, Key: in.Key, Hash: in.Hash, Status: RequestStarted, TTL: in.TTL}, true, nil
+	}
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		return Request{}, false, writeErr("begin-request", in.PK, err)
+	}
+	cur, derr := decodeRequest(in.PK, in.Key, ccf.Item)
+	if derr != nil {
+		return Request{}, false, derr
+	}
+	if cur.Hash != in.Hash {
+		return Request{}, false, &RequestError{PK: in.PK, Request: cur, Err: ErrRequestMismatch}
+	}
+	return cur, false, nil
+}
+
+// FailRequest implements Table.
+func (t *DynamoTable) FailRequest(ctx context.Context, pk, k, hash string) error {
+	if t.err != nil {
+		return t.err
+	}
+	if err := validateRequestRef(pk, k, hash); err != nil {
+		return err
+	}
+	_, err := t.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                aws.String(t.table),
+		Key:                      key(pk, RequestSKPrefix+k),
+		UpdateExpression:         aws.String("SET #status = :failed"),
+		ConditionExpression:      aws.String("#status = :started AND #request_hash = :h"),
+		ExpressionAttributeNames: names(attrStatus, attrRequestHash),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":failed": sAttr(string(RequestFailed)), ":started": sAttr(string(RequestStarted)), ":h": sAttr(hash),
+		},
+	})
+	if err != nil {
+		var ccf *types.ConditionalCheckFailedException
+		if errors.As(err, &ccf) {
+			return requestState("fail-request", pk)
+		}
+		return writeErr("fail-request", pk, err)
+	}
+	return nil
+}
+
+// AbandonRequest implements Table.
+func (t *DynamoTable) AbandonRequest(ctx context.Context, pk, k, hash string) error {
+	if t.err != nil {
+		return t.err
+	}
+	if err := validateRequestRef(pk, k, hash); err != nil {
+		return err
+	}
+	_, err := t.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName:                aws.String(t.table),
+		Key:                      key(pk, RequestSKPrefix+k),
+		ConditionExpression:      aws.String("#status = :started AND #request_hash = :h"),
+		ExpressionAttributeNames: names(attrStatus, attrRequestHash),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":started": sAttr(string(RequestStarted)), ":h": sAttr(hash),
+		},
+	})
+	if err != nil {
+		var ccf *types.ConditionalCheckFailedException
+		if errors.As(err, &ccf) {
+			return requestState("abandon-request", pk)
+		}
+		return writeErr("abandon-request", pk, err)
+	}
+	return nil
+}
+
+// writeErr wraps a store failure, mapping a conflict with a concurrent
+// transaction to ErrConflict.
+func writeErr(op, pk string, err error) error {
+	var tc *types.TransactionConflictException
+	if errors.As(err, &tc) {
+		return &TxError{Op: op, PK: pk, Reasons: []string{reasonConflict}, Errors: []error{ErrConflict}}
+	}
+	return fmt.Errorf("isr: %s on %s: %w", op, pk, err)
+}
+
+// txErr maps a TransactWriteItems failure to a *TxError: each
+// ConditionalCheckFailed reason through failed(index, old item), each
+// TransactionConflict to ErrConflict. Other failures are wrapped as is.
+func (t *DynamoTable) txErr(op, pk string, err error, failed func(int, map[string]types.AttributeValue) error) error {
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) {
+		return writeErr(op, pk, err)
+	}
+	te := &TxError{Op: op, PK: pk}
+	other := false
+	for i, r := range tce.CancellationReasons {
+		code := aws.ToString(r.Code)
+		if code == "" {
+			code = reasonNone
+		}
+		te.Reasons = append(te.Reasons, code)
+		switch code {
+		case reasonNone:
+		case reasonCondition:
+			te.Errors = append(te.Errors, failed(i, r.Item))
+		case reasonConflict:
+			te.Errors = append(te.Errors, ErrConflict)
+		default:
+			other = true
+		}
+	}
+	if other || len(te.Errors) == 0 {
+		return fmt.Errorf("isr: %s on %s: %w", op, pk, err)
+	}
+	return te
+}
+
+// Decoding. Numbers are accepted as integers or decimals (floored); any
+// other type is a *CorruptItemError.
+
+func getS(pk, sk string, item map[string]types.AttributeValue, attr string, required bool) (string, error) {
+	v, ok := item[attr]
+	if !ok {
+		if required {
+			return "", &CorruptItemError{PK: pk, SK: sk, Attr: attr, Reason: "missing"}
+		}
+		return "", nil
+	}
+	s, ok := v.(*types.AttributeValueMemberS)
+	if !ok {
+		return "", &CorruptItemError{PK: pk, SK: sk, Attr: attr, Reason: fmt.Sprintf("want S, got %T", v)}
+	}
+	return s.Value, nil
+}
+
+func getN(pk, sk string, item map[string]types.AttributeValue, attr string, required bool) (int64, error) {
+	v, ok := item[attr]
+	if !ok {
+		if required {
+			return 0, &CorruptItemError{PK: pk, SK: sk, Attr: attr, Reason: "missing"}
+		}
+		return 0, nil
+	}
+	n, ok := v.(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, &CorruptItemError{PK: pk, SK: sk, Attr: attr, Reason: fmt.Sprintf("want N, got %T", v)}
+	}
+	return parseN(pk, sk, attr, n.Value)
+}
+
+func parseN(pk, sk, attr, s string) (int64, error) {
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return i, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f != f || f > 9e18 || f < -9e18 {
+		return 0, &CorruptItemError{PK: pk, SK: sk, Attr: attr, Reason: "bad number " + strconv.Quote(s)}
+	}
+	i := int64(f)
+	if float64(i) > f {
+		i--
+	}
+	return i, nil
+}
+
+type decoder struct {
+	pk, sk string
+	item   map[string]types.AttributeValue
+	err    error
+}
+
+func (d *decoder) s(attr string, required bool) string {
+	if d.err != nil {
+		return ""
+	}
+	v, err := getS(d.pk, d.sk, d.item, attr, required)
+	d.err = err
+	return v
+}
+
+func (d *decoder) n(attr string, required bool) int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, err := getN(d.pk, d.sk, d.item, attr, required)
+	d.err = err
+	return v
+}
+
+func decodeMeta(pk string, item map[string]types.AttributeValue) (Meta, error) {
+	d := decoder{pk: pk, sk: SKMeta, item: item}
+	m := Meta{
+		PK:                pk,
+		S3Key:             d.s(attrS3Key, true),
+		GeneratedAt:       d.n(attrGeneratedAt, true),
+		RevalidateSeconds: d.n(attrRevalidate, true),
+		ETag:              d.s(attrETag, false),
+		TTL:               d.n(attrTTL, false),
+		CurrentSK:         d.s(attrCurrentSK, false),
+		Version:           d.n(attrVersion, false),
+	}
+	return m, d.err
+}
+
+// decodeMetaLoose reads whatever META attributes are present (for mapping a
+// cancellation reason), without requiring any.
+func decodeMetaLoose(pk string, item map[string]types.AttributeValue) (Meta, error) {
+	d := decoder{pk: pk, sk: SKMeta, item: item}
+	m := Meta{PK: pk, GeneratedAt: d.n(attrGeneratedAt, false), Version: d.n(attrVersion, false)}
+	return m, d.err
+}
+
+func decodeLease(pk string, item map[string]types.AttributeValue) (Lease, error) {
+	d := decoder{pk: pk, sk: SKLock, item: item}
+	l := Lease{
+		PK:        pk,
+		Token:     d.s(attrLeaseToken, true),
+		ExpiresAt: d.n(attrLeaseExp, true),
+		TTL:       d.n(attrTTL, false),
+	}
+	return l, d.err
+}
+
+func decodeRequest(pk, k string, item map[string]types.AttributeValue) (Request, error) {
+	d := decoder{pk: pk, sk: RequestSKPrefix + k, item: item}
+	r := Request{
+		PK:          pk,
+		Key:         k,
+		Hash:        d.s(attrRequestHash, true),
+		Status:      RequestStatus(d.s(attrStatus, true)),
+		ResultS3Key: d.s(attrResultS3Key, false),
+		TTL:         d.n(attrTTL, false),
+	}
+	if d.err == nil {
+		switch r.Status {
+		case RequestStarted, RequestCompleted, RequestFailed:
+		default:
+			return Request{}, &CorruptItemError{PK: pk, SK: d.sk, Attr: attrStatus, Reason: "unknown status " + strconv.Quote(string(r.Status))}
+		}
+	}
+	return r, d.err
+}
+
+func decodeVersion(pk, id string, item map[string]types.AttributeValue) (Version, error) {
+	d := decoder{pk: pk, sk: VersionSKPrefix + id, item: item}
+	v := Version{
+		PK:          pk,
+		ID:          id,
+		S3Key:       d.s(attrS3Key, true),
+		GeneratedAt: d.n(attrGeneratedAt, true),
+		ETag:        d.s(attrETag, false),
+		TTL:         d.n(attrTTL, false),
+	}
+	return v, d.err
+}

@@ -1,0 +1,138 @@
+package isr
+
+// Cancellation reasons, as DynamoDB names them.
+const (
+	reasonNone      = "None"
+	reasonCondition = "ConditionalCheckFailed"
+	reasonConflict  = "TransactionConflict"
+)
+
+func leaseLost(op, pk string) error {
+	return &TxError{Op: op, PK: pk, Reasons: []string{reasonCondition}, Errors: []error{ErrLeaseLost}}
+}
+
+func requestState(op, pk string) error {
+	return &TxError{Op: op, PK: pk, Reasons: []string{reasonCondition}, Errors: []error{ErrRequestState}}
+}
+
+func validateLease(l Lease) error {
+	if err := checkPK(l.PK); err != nil {
+		return err
+	}
+	if l.Token == "" {
+		return invalid("lease token", "empty")
+	}
+	return nil
+}
+
+func validateAcquire(in AcquireInput) error {
+	if err := validateLease(Lease{PK: in.PK, Token: in.Token}); err != nil {
+		return err
+	}
+	if in.Now.IsZero() {
+		return invalid("now", "zero time")
+	}
+	if in.ExpiresAt <= in.Now.Unix() {
+		return invalid("lease_expires_at", "not after now")
+	}
+	if in.TTL < in.ExpiresAt {
+		return invalid("ttl", "before lease_expires_at")
+	}
+	return nil
+}
+
+func validateRefresh(in RefreshInput) error {
+	if err := validateLease(in.Lease); err != nil {
+		return err
+	}
+	if in.Now.IsZero() {
+		return invalid("now", "zero time")
+	}
+	if in.ExpiresAt <= in.Now.Unix() {
+		return invalid("lease_expires_at", "not after now")
+	}
+	if in.TTL < in.ExpiresAt {
+		return invalid("ttl", "before lease_expires_at")
+	}
+	return nil
+}
+
+func validateCompletion(rc *RequestCompletion) error {
+	if rc == nil {
+		return nil
+	}
+	if err := checkPart("idempotency key", rc.Key, false); err != nil {
+		return err
+	}
+	if rc.Hash == "" {
+		return invalid("request_hash", "empty")
+	}
+	return nil
+}
+
+func validatePublish(in PublishInput) error {
+	if err := validateLease(in.Lease); err != nil {
+		return err
+	}
+	if in.Now.IsZero() {
+		return invalid("now", "zero time")
+	}
+	if in.Meta.PK != "" && in.Meta.PK != in.Lease.PK {
+		return invalid("meta pk", "differs from lease pk")
+	}
+	if in.Meta.S3Key == "" {
+		return invalid("s3_key", "empty")
+	}
+	if in.Meta.RevalidateSeconds < 0 || in.Meta.GeneratedAt < 0 || in.Meta.TTL < 0 {
+		return invalid("meta", "negative number")
+	}
+	return validateCompletion(in.Request)
+}
+
+func validatePointer(in PublishPointerInput) error {
+	if err := validateLease(in.Lease); err != nil {
+		return err
+	}
+	if in.Now.IsZero() {
+		return invalid("now", "zero time")
+	}
+	if in.Version.PK != "" && in.Version.PK != in.Lease.PK {
+		return invalid("version pk", "differs from lease pk")
+	}
+	if err := checkPart("version id", in.Version.ID, false); err != nil {
+		return err
+	}
+	if in.Version.S3Key == "" {
+		return invalid("s3_key", "empty")
+	}
+	if in.RevalidateSeconds < 0 || in.Version.GeneratedAt < 0 || in.Version.TTL < 0 || in.MetaTTL < 0 || in.ExpectedVersion < 0 {
+		return invalid("pointer publish", "negative number")
+	}
+	return validateCompletion(in.Request)
+}
+
+func validateBegin(in BeginRequestInput) error {
+	if err := validateRequestRef(in.PK, in.Key, in.Hash); err != nil {
+		return err
+	}
+	if in.Now.IsZero() {
+		return invalid("now", "zero time")
+	}
+	if in.TTL <= in.Now.Unix() {
+		return invalid("ttl", "not after now")
+	}
+	return nil
+}
+
+func validateRequestRef(pk, key, hash string) error {
+	if err := checkPK(pk); err != nil {
+		return err
+	}
+	if err := checkPart("idempotency key", key, false); err != nil {
+		return err
+	}
+	if hash == "" {
+		return invalid("request_hash", "empty")
+	}
+	return nil
+}
