@@ -1,0 +1,159 @@
+package dynamostore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/dynamostore"
+)
+
+// testTable is shared by all tests of this package (and its child
+// processes); every store gets its own key prefix.
+const testTable = "idem_dynamostore_test"
+
+// requestLog records the operation name of every HTTP request the SDK
+// sends, retries included.
+type requestLog struct {
+	mu  sync.Mutex
+	ops []string
+}
+
+func (l *requestLog) add(op string) {
+	l.mu.Lock()
+	l.ops = append(l.ops, op)
+	l.mu.Unlock()
+}
+
+// take returns the operations logged since the last take and clears the log.
+func (l *requestLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ops := l.ops
+	l.ops = nil
+	return ops
+}
+
+// apiOption adds a Finalize-step middleware, after the retry middleware, so
+// it sees each attempt that goes on the wire.
+func (l *requestLog) apiOption(o *dynamodb.Options) {
+	o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+		return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("idemCountRequests",
+			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+				l.add(awsmiddleware.GetOperationName(ctx))
+				return next.HandleFinalize(ctx, in)
+			}), middleware.After)
+	})
+}
+
+type clientConfig struct {
+	endpoint   string
+	log        *requestLog
+	httpClient *http.Client
+	maxRetries int
+}
+
+func newClient(cc clientConfig) *dynamodb.Client {
+	return dynamodb.New(dynamodb.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(cc.endpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
+	}, func(o *dynamodb.Options) {
+		if cc.httpClient != nil {
+			o.HTTPClient = cc.httpClient
+		}
+		if cc.log != nil {
+			cc.log.apiOption(o)
+		}
+		if cc.maxRetries > 0 {
+			o.RetryMaxAttempts = cc.maxRetries
+		}
+	})
+}
+
+var (
+	tableOnce sync.Once
+	tableErr  error
+)
+
+// ensureTable creates the shared test table once per process.
+func ensureTable(t testing.TB, c *dynamodb.Client) {
+	t.Helper()
+	tableOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		tableErr = dynamostore.CreateTable(ctx, c, testTable)
+	})
+	if tableErr != nil {
+		t.Fatalf("create table: %v", tableErr)
+	}
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// storageKey returns a key shaped like the ones a Guard passes.
+func storageKey() string { return "idem:" + randHex(32) }
+
+type env struct {
+	endpoint string
+	client   *dynamodb.Client
+	log      *requestLog
+	prefix   string
+	store    *dynamostore.Store
+}
+
+// newEnv returns a store on the shared table with a fresh key prefix, over
+// a client whose requests are logged.
+func newEnv(t testing.TB, opts ...dynamostore.Option) *env {
+	t.Helper()
+	e := &env{endpoint: testenv.DynamoDBEndpoint(t), log: &requestLog{}, prefix: "t" + randHex(6) + "#"}
+	e.client = newClient(clientConfig{endpoint: e.endpoint, log: e.log})
+	ensureTable(t, e.client)
+	e.store = dynamostore.New(e.client, testTable, append([]dynamostore.Option{dynamostore.WithKeyPrefix(e.prefix)}, opts...)...)
+	if err := e.store.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	e.log.take()
+	return e
+}
+
+// newStore is the constructor the conformance suite calls.
+func newStore(t *testing.T) idem.Store { return newEnv(t).store }
+
+// fakeClock is a settable clock.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Now()} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}

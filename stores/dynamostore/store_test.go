@@ -1,0 +1,745 @@
+package dynamostore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"reflect"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/dynamostore"
+)
+
+func claimReq(key, nonce string) idem.ClaimRequest {
+	return idem.ClaimRequest{Key: key, Nonce: nonce, PayloadHash: "ph", LeaseTTL: time.Minute, TakeoverAfter: 10 * time.Second}
+}
+
+func mustClaim(t *testing.T, s idem.Store, req idem.ClaimRequest, want idem.ClaimOutcome) *idem.Record {
+	t.Helper()
+	res, err := s.Claim(context.Background(), req)
+	if err != nil {
+		t.Fatalf("claim %s: %v", req.Nonce, err)
+	}
+	if res.Outcome != want {
+		t.Fatalf("claim %s: outcome %v, want %v (record %+v)", req.Nonce, res.Outcome, want, res.Record)
+	}
+	return res.Record
+}
+
+func wantOps(t *testing.T, e *env, want ...string) {
+	t.Helper()
+	if got := e.log.take(); !slices.Equal(got, want) {
+		t.Fatalf("requests %v, want %v", got, want)
+	}
+}
+
+// rawItem reads the item behind key as stored.
+func rawItem(t *testing.T, e *env, key string) map[string]types.AttributeValue {
+	t.Helper()
+	out, err := e.client.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName: aws.String(testTable), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{
+			"pk": &types.AttributeValueMemberS{Value: e.prefix + key},
+			"sk": &types.AttributeValueMemberS{Value: "IDEM"},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.log.take()
+	return out.Item
+}
+
+func numOf(t *testing.T, item map[string]types.AttributeValue, name string) int64 {
+	t.Helper()
+	nv, ok := item[name].(*types.AttributeValueMemberN)
+	if !ok {
+		t.Fatalf("attribute %s: %#v", name, item[name])
+	}
+	x, err := strconv.ParseInt(nv.Value, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+// plain converts an item to Go values for comparison.
+func plain(t *testing.T, item map[string]types.AttributeValue) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := attributevalue.UnmarshalMap(item, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestClaimFreshAndReplayAreOneRequest(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key := storageKey()
+	before := time.Now().UnixMilli()
+	rec := mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	wantOps(t, e, "UpdateItem")
+	if rec.Key != key || rec.Status != idem.StatusInProgress || rec.Nonce != "A" || rec.Attempt != 1 ||
+		rec.PayloadHash != "ph" || rec.StartedAt < before || rec.HeartbeatAt != rec.StartedAt ||
+		rec.ExpiresAt != rec.StartedAt+time.Minute.Milliseconds() || rec.CompletedAt != 0 {
+		t.Fatalf("claimed record %+v", rec)
+	}
+	got, err := e.store.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOps(t, e, "GetItem")
+	if fmt.Sprint(got) != fmt.Sprint(rec) {
+		t.Fatalf("get %+v, want %+v", got, rec)
+	}
+
+	// In progress: another claim gets the record from the refused condition.
+	ex := mustClaim(t, e.store, claimReq(key, "B"), idem.Existing)
+	wantOps(t, e, "UpdateItem")
+	if fmt.Sprint(ex) != fmt.Sprint(rec) {
+		t.Fatalf("existing %+v, want %+v", ex, rec)
+	}
+
+	if err := e.store.Complete(ctx, key, "A", idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"id":1}`), TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	wantOps(t, e, "UpdateItem")
+
+	// Completed: a replay is one request and carries the result.
+	ex = mustClaim(t, e.store, claimReq(key, "C"), idem.Existing)
+	wantOps(t, e, "UpdateItem")
+	if ex.Status != idem.StatusCompleted || string(ex.Result) != `{"id":1}` || ex.Nonce != "A" ||
+		ex.Attempt != 1 || ex.CompletedAt == 0 || ex.Error != nil {
+		t.Fatalf("replayed record %+v", ex)
+	}
+	if ex.ExpiresAt < ex.CompletedAt+time.Hour.Milliseconds() {
+		t.Fatalf("expires_at %d, completed_at %d", ex.ExpiresAt, ex.CompletedAt)
+	}
+	item := rawItem(t, e, key)
+	if ttl, exp := numOf(t, item, "ttl"), numOf(t, item, "expires_at"); ttl < exp/1000+3600 || ttl > exp/1000+3601 {
+		t.Fatalf("ttl %d for expires_at %d: want expires_at/1000 + 1h buffer", ttl, exp)
+	}
+}
+
+func TestClaimRetryWithSameNonceIsClaimed(t *testing.T) {
+	e := newEnv(t)
+	key := storageKey()
+	first := mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	again := mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	if again.Attempt != 1 || again.StartedAt != first.StartedAt || again.Nonce != "A" {
+		t.Fatalf("retried claim %+v, first %+v", again, first)
+	}
+}
+
+func TestTakeoverIncrementsAttemptAndFencesOldOwner(t *testing.T) {
+	clock := newFakeClock()
+	e := newEnv(t, dynamostore.WithClock(clock.Now))
+	ctx := context.Background()
+	key := storageKey()
+	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+
+	clock.Advance(9 * time.Second)
+	mustClaim(t, e.store, claimReq(key, "B"), idem.Existing) // heartbeat not stale yet
+	other := claimReq(key, "X")
+	other.PayloadHash = "other"
+	clock.Advance(2 * time.Second)
+	mustClaim(t, e.store, other, idem.Existing) // stale, but another payload
+	e.log.take()
+
+	rec := mustClaim(t, e.store, claimReq(key, "B"), idem.TookOver)
+	wantOps(t, e, "UpdateItem")
+	now := clock.Now().UnixMilli()
+	if rec.Nonce != "B" || rec.Attempt != 2 || rec.StartedAt != now || rec.HeartbeatAt != now ||
+		rec.ExpiresAt != now+time.Minute.Milliseconds() || rec.Status != idem.StatusInProgress {
+		t.Fatalf("took over %+v", rec)
+	}
+	if got, err := e.store.Get(ctx, key); err != nil || fmt.Sprint(got) != fmt.Sprint(rec) {
+		t.Fatalf("get %+v, %v; want %+v", got, err, rec)
+	}
+
+	// The old owner is fenced off everywhere.
+	if err := e.store.Heartbeat(ctx, key, "A", time.Minute); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Fatalf("heartbeat by old owner: %v", err)
+	}
+	if err := e.store.Complete(ctx, key, "A", idem.Completion{Status: idem.StatusCompleted, Result: []byte("x"), TTL: time.Hour}); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Fatalf("complete by old owner: %v", err)
+	}
+	if err := e.store.Release(ctx, key, "A"); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Fatalf("release by old owner: %v", err)
+	}
+	if got, _ := e.store.Get(ctx, key); got.Nonce != "B" || got.Status != idem.StatusInProgress {
+		t.Fatalf("record after fenced writes %+v", got)
+	}
+
+	// Another takeover: 2 -> 3.
+	clock.Advance(11 * time.Second)
+	if rec := mustClaim(t, e.store, claimReq(key, "C"), idem.TookOver); rec.Attempt != 3 {
+		t.Fatalf("second takeover attempt %d", rec.Attempt)
+	}
+}
+
+func TestTakeoverKeepsALaterExpiry(t *testing.T) {
+	clock := newFakeClock()
+	e := newEnv(t, dynamostore.WithClock(clock.Now))
+	key := storageKey()
+	long := claimReq(key, "A")
+	long.LeaseTTL = 10 * time.Minute
+	first := mustClaim(t, e.store, long, idem.Claimed)
+	clock.Advance(11 * time.Second)
+	e.log.take()
+	rec := mustClaim(t, e.store, claimReq(key, "B"), idem.TookOver)
+	wantOps(t, e, "UpdateItem", "UpdateItem")
+	if rec.ExpiresAt != first.ExpiresAt || rec.Attempt != 2 || rec.Nonce != "B" || rec.HeartbeatAt != clock.Now().UnixMilli() {
+		t.Fatalf("took over %+v, first %+v", rec, first)
+	}
+}
+
+func TestReclaimAfterExpiryIncrementsAttempt(t *testing.T) {
+	clock := newFakeClock()
+	e := newEnv(t, dynamostore.WithClock(clock.Now))
+	ctx := context.Background()
+	key := storageKey()
+	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	if err := e.store.Complete(ctx, key, "A", idem.Completion{
+		Status: idem.StatusFailed, Error: &idem.StoredError{Message: "boom", Type: "*errors.errorString"}, Result: []byte("r"), TTL: time.Second,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := e.store.Get(ctx, key)
+	if err != nil || rec.Status != idem.StatusFailed || rec.Error == nil || *rec.Error != (idem.StoredError{Message: "boom", Type: "*errors.errorString"}) {
+		t.Fatalf("failed record %+v, %v", rec, err)
+	}
+	clock.Advance(time.Second)
+	if _, err := e.store.Get(ctx, key); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("get after expiry: %v", err)
+	}
+	e.log.take()
+	rec = mustClaim(t, e.store, claimReq(key, "B"), idem.Claimed)
+	wantOps(t, e, "UpdateItem")
+	if rec.Attempt != 2 || rec.Result != nil || rec.Error != nil || rec.CompletedAt != 0 {
+		t.Fatalf("re-claimed %+v", rec)
+	}
+	got, err := e.store.Get(ctx, key)
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(rec) {
+		t.Fatalf("get %+v, %v; want %+v", got, err, rec)
+	}
+	item := rawItem(t, e, key)
+	for _, gone := range []string{"result", "error_message", "error_type", "completed_at"} {
+		if _, ok := item[gone]; ok {
+			t.Errorf("attribute %s survived the re-claim", gone)
+		}
+	}
+}
+
+func TestReleaseMakesClaimableAndKeepsAttempt(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key := storageKey()
+	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	if err := e.store.Release(ctx, key, "B"); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Fatalf("release with another nonce: %v", err)
+	}
+	e.log.take()
+	if err := e.store.Release(ctx, key, "A"); err != nil {
+		t.Fatal(err)
+	}
+	wantOps(t, e, "UpdateItem")
+	if err := e.store.Release(ctx, key, "A"); err != nil { // a retried release
+		t.Fatalf("second release: %v", err)
+	}
+	time.Sleep(2 * time.Millisecond) // expires_at = release time; "now" must pass it
+	if _, err := e.store.Get(ctx, key); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("get after release: %v", err)
+	}
+	if rec := mustClaim(t, e.store, claimReq(key, "B"), idem.Claimed); rec.Attempt != 2 {
+		t.Fatalf("attempt after release %d", rec.Attempt)
+	}
+	// A completed record cannot be released.
+	if err := e.store.Complete(ctx, key, "B", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.Release(ctx, key, "B"); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Fatalf("release of a completed record: %v", err)
+	}
+}
+
+func TestHeartbeat(t *testing.T) {
+	clock := newFakeClock()
+	e := newEnv(t, dynamostore.WithClock(clock.Now))
+	ctx := context.Background()
+	key := storageKey()
+	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	clock.Advance(40 * time.Second)
+	e.log.take()
+	if err := e.store.Heartbeat(ctx, key, "A", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	wantOps(t, e, "UpdateItem")
+	now := clock.Now().UnixMilli()
+	rec, err := e.store.Get(ctx, key)
+	if err != nil || rec.HeartbeatAt != now || rec.ExpiresAt != now+time.Minute.Milliseconds() {
+		t.Fatalf("after heartbeat %+v, %v", rec, err)
+	}
+	// A shorter lease keeps the later expiry (a second, heartbeat-only write).
+	clock.Advance(time.Second)
+	e.log.take()
+	if err := e.store.Heartbeat(ctx, key, "A", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	wantOps(t, e, "UpdateItem", "UpdateItem")
+	got, err := e.store.Get(ctx, key)
+	if err != nil || got.HeartbeatAt != clock.Now().UnixMilli() || got.ExpiresAt != rec.ExpiresAt {
+		t.Fatalf("after short heartbeat %+v, %v", got, err)
+	}
+	// Someone else's nonce, a missing record, a completed record: refused.
+	if err := e.store.Heartbeat(ctx, key, "B", time.Minute); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Fatalf("heartbeat with another nonce: %v", err)
+	}
+	if err := e.store.Heartbeat(ctx, storageKey(), "A", time.Minute); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Fatalf("heartbeat on a missing record: %v", err)
+	}
+	if err := e.store.Complete(ctx, key, "A", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.Heartbeat(ctx, key, "A", time.Minute); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Fatalf("heartbeat on a completed record: %v", err)
+	}
+}
+
+func TestCompleteVariants(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		c    idem.Completion
+	}{
+		{"result", idem.Completion{Status: idem.StatusCompleted, Result: []byte("hello"), TTL: time.Hour}},
+		{"empty result", idem.Completion{Status: idem.StatusCompleted, Result: []byte{}, TTL: time.Hour}},
+		{"no result", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}},
+		{"unavailable", idem.Completion{Status: idem.StatusCompleted, Error: &idem.StoredError{Message: "cannot encode", Type: idem.ResultUnavailableType}, TTL: time.Hour}},
+		{"failed", idem.Completion{Status: idem.StatusFailed, Error: &idem.StoredError{Message: "card declined"}, TTL: time.Hour}},
+		{"failed empty message", idem.Completion{Status: idem.StatusFailed, Error: &idem.StoredError{}, TTL: time.Hour}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			key := storageKey()
+			mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+			for range 2 { // the second is a retried complete finding its own write
+				if err := e.store.Complete(ctx, key, "A", tc.c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rec := mustClaim(t, e.store, claimReq(key, "B"), idem.Existing)
+			if rec.Status != tc.c.Status || (rec.Result == nil) != (tc.c.Result == nil) || string(rec.Result) != string(tc.c.Result) {
+				t.Fatalf("record %+v", rec)
+			}
+			if (rec.Error == nil) != (tc.c.Error == nil) || (rec.Error != nil && *rec.Error != *tc.c.Error) {
+				t.Fatalf("error %+v, want %+v", rec.Error, tc.c.Error)
+			}
+			if err := e.store.Complete(ctx, key, "B", tc.c); !errors.Is(err, idem.ErrLostOwnership) {
+				t.Fatalf("complete with another nonce: %v", err)
+			}
+		})
+	}
+	t.Run("invalid", func(t *testing.T) {
+		key := storageKey()
+		mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+		for _, c := range []idem.Completion{{Status: idem.StatusInProgress}, {Status: "bogus"}, {Status: idem.StatusFailed}} {
+			err := e.store.Complete(ctx, key, "A", c)
+			var se *idem.StoreError
+			if !errors.As(err, &se) {
+				t.Fatalf("complete %+v: %v", c, err)
+			}
+		}
+		if rec, err := e.store.Get(ctx, key); err != nil || rec.Status != idem.StatusInProgress {
+			t.Fatalf("record after invalid completions %+v, %v", rec, err)
+		}
+	})
+	t.Run("missing record", func(t *testing.T) {
+		err := e.store.Complete(ctx, storageKey(), "A", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour})
+		if !errors.Is(err, idem.ErrLostOwnership) {
+			t.Fatalf("complete of a missing record: %v", err)
+		}
+	})
+}
+
+func TestDelete(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key := storageKey()
+	if err := e.store.Delete(ctx, key); err != nil {
+		t.Fatalf("delete missing: %v", err)
+	}
+	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	e.log.take()
+	if err := e.store.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	wantOps(t, e, "DeleteItem")
+	if _, err := e.store.Get(ctx, key); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("get after delete: %v", err)
+	}
+	if rec := mustClaim(t, e.store, claimReq(key, "B"), idem.Claimed); rec.Attempt != 1 {
+		t.Fatalf("attempt after delete %d", rec.Attempt)
+	}
+}
+
+func TestConcurrentClaimsOneWinner(t *testing.T) {
+	e := newEnv(t)
+	for range 5 {
+		key := storageKey()
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		outcomes := map[idem.ClaimOutcome]int{}
+		var winner string
+		start := make(chan struct{})
+		for i := range 24 {
+			wg.Go(func() {
+				<-start
+				nonce := fmt.Sprint("n", i)
+				res, err := e.store.Claim(context.Background(), claimReq(key, nonce))
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				outcomes[res.Outcome]++
+				if res.Outcome == idem.Claimed {
+					winner = nonce
+				}
+				if res.Record.Attempt != 1 {
+					t.Errorf("attempt %d", res.Record.Attempt)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if outcomes[idem.Claimed] != 1 || outcomes[idem.Existing] != 23 {
+			t.Fatalf("outcomes %v", outcomes)
+		}
+		if rec, err := e.store.Get(context.Background(), key); err != nil || rec.Nonce != winner {
+			t.Fatalf("record %+v, %v; winner %s", rec, err, winner)
+		}
+	}
+}
+
+func TestConcurrentTakeoversOneWinner(t *testing.T) {
+	clock := newFakeClock()
+	e := newEnv(t, dynamostore.WithClock(clock.Now))
+	key := storageKey()
+	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	clock.Advance(time.Minute - time.Millisecond) // stale, still live
+	var wg sync.WaitGroup
+	var took, existing int
+	var mu sync.Mutex
+	for i := range 16 {
+		wg.Go(func() {
+			res, err := e.store.Claim(context.Background(), claimReq(key, fmt.Sprint("t", i)))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				t.Error(err)
+			case res.Outcome == idem.TookOver:
+				took++
+			case res.Outcome == idem.Existing && res.Record.Attempt == 2:
+				existing++
+			default:
+				t.Errorf("outcome %v record %+v", res.Outcome, res.Record)
+			}
+		})
+	}
+	wg.Wait()
+	if took != 1 || existing != 15 {
+		t.Fatalf("took over %d, existing %d", took, existing)
+	}
+}
+
+func TestCorruptRecords(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	good := func() map[string]types.AttributeValue {
+		now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+		exp := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+		return map[string]types.AttributeValue{
+			"record_version": &types.AttributeValueMemberN{Value: "1"},
+			"status":         &types.AttributeValueMemberS{Value: "completed"},
+			"nonce":          &types.AttributeValueMemberS{Value: "A"},
+			"payload_hash":   &types.AttributeValueMemberS{Value: "ph"},
+			"attempt":        &types.AttributeValueMemberN{Value: "1"},
+			"started_at":     &types.AttributeValueMemberN{Value: now},
+			"heartbeat_at":   &types.AttributeValueMemberN{Value: now},
+			"completed_at":   &types.AttributeValueMemberN{Value: now},
+			"expires_at":     &types.AttributeValueMemberN{Value: exp},
+			"result":         &types.AttributeValueMemberB{Value: []byte("r")},
+		}
+	}
+	cases := map[string]func(map[string]types.AttributeValue){
+		"valid":                 func(map[string]types.AttributeValue) {},
+		"missing status":        func(m map[string]types.AttributeValue) { delete(m, "status") },
+		"missing version":       func(m map[string]types.AttributeValue) { delete(m, "record_version") },
+		"future version":        func(m map[string]types.AttributeValue) { m["record_version"] = &types.AttributeValueMemberN{Value: "2"} },
+		"unknown status":        func(m map[string]types.AttributeValue) { m["status"] = &types.AttributeValueMemberS{Value: "done"} },
+		"attempt as string":     func(m map[string]types.AttributeValue) { m["attempt"] = &types.AttributeValueMemberS{Value: "1"} },
+		"attempt zero":          func(m map[string]types.AttributeValue) { m["attempt"] = &types.AttributeValueMemberN{Value: "0"} },
+		"fractional time":       func(m map[string]types.AttributeValue) { m["started_at"] = &types.AttributeValueMemberN{Value: "1.5"} },
+		"huge number":           func(m map[string]types.AttributeValue) { m["heartbeat_at"] = &types.AttributeValueMemberN{Value: "1e40"} },
+		"result as string":      func(m map[string]types.AttributeValue) { m["result"] = &types.AttributeValueMemberS{Value: "r"} },
+		"empty nonce":           func(m map[string]types.AttributeValue) { m["nonce"] = &types.AttributeValueMemberS{Value: ""} },
+		"missing payload hash":  func(m map[string]types.AttributeValue) { delete(m, "payload_hash") },
+		"expires as bool":       func(m map[string]types.AttributeValue) { m["expires_at"] = &types.AttributeValueMemberBOOL{Value: true} },
+		"error type no message": func(m map[string]types.AttributeValue) { m["error_type"] = &types.AttributeValueMemberS{Value: "x"} },
+		"error message as map": func(m map[string]types.AttributeValue) {
+			m["error_message"] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}
+		},
+		"failed without error": func(m map[string]types.AttributeValue) { m["status"] = &types.AttributeValueMemberS{Value: "failed"} },
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			key := storageKey()
+			item := good()
+			mutate(item)
+			item["pk"] = &types.AttributeValueMemberS{Value: e.prefix + key}
+			item["sk"] = &types.AttributeValueMemberS{Value: "IDEM"}
+			if _, err := e.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(testTable), Item: item}); err != nil {
+				t.Fatal(err)
+			}
+			_, getErr := e.store.Get(ctx, key)
+			_, claimErr := e.store.Claim(ctx, claimReq(key, "B"))
+			if name == "valid" {
+				if getErr != nil || claimErr != nil {
+					t.Fatalf("valid record: get %v, claim %v", getErr, claimErr)
+				}
+				return
+			}
+			for op, err := range map[string]error{"get": getErr, "claim": claimErr} {
+				var ce *idem.CorruptRecordError
+				if !errors.Is(err, idem.ErrCorruptRecord) || !errors.As(err, &ce) || ce.Key != key {
+					t.Errorf("%s: %v, want a *CorruptRecordError for %s", op, err, key)
+				}
+			}
+			// The claim did not overwrite it, and Delete removes it.
+			if after, before := plain(t, rawItem(t, e, key)), plain(t, item); !reflect.DeepEqual(after, before) {
+				t.Errorf("corrupt item changed:\n%v\n%v", after, before)
+			}
+			if err := e.store.Delete(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+			mustClaim(t, e.store, claimReq(key, "C"), idem.Claimed)
+		})
+	}
+}
+
+func TestSharesTableWithOtherItems(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key := storageKey()
+	// isr items under the same partition key value, other sort keys.
+	for _, sk := range []string{"META", "LOCK", "REQ#abc"} {
+		if _, err := e.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(testTable), Item: map[string]types.AttributeValue{
+			"pk":     &types.AttributeValueMemberS{Value: e.prefix + key},
+			"sk":     &types.AttributeValueMemberS{Value: sk},
+			"status": &types.AttributeValueMemberS{Value: "STARTED"},
+			"ttl":    &types.AttributeValueMemberN{Value: "1"},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	if err := e.store.Complete(ctx, key, "A", idem.Completion{Status: idem.StatusCompleted, Result: []byte("r"), TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.client.Query(ctx, &dynamodb.QueryInput{
+		TableName: aws.String(testTable), ConsistentRead: aws.Bool(true),
+		KeyConditionExpression:    aws.String("pk = :pk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: e.prefix + key}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Items) != 3 {
+		t.Fatalf("%d items left under the partition key, want the 3 isr items", len(out.Items))
+	}
+	for _, it := range out.Items {
+		if it["status"].(*types.AttributeValueMemberS).Value != "STARTED" || len(it) != 4 {
+			t.Fatalf("isr item changed: %v", it)
+		}
+	}
+
+	// A custom sort key value keeps two stores on one partition apart.
+	other := dynamostore.New(e.client, testTable, dynamostore.WithKeyPrefix(e.prefix), dynamostore.WithSortKeyValue("IDEM#2"))
+	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	mustClaim(t, other, claimReq(key, "B"), idem.Claimed)
+}
+
+func TestCustomKeySchemas(t *testing.T) {
+	endpoint := newEnv(t).endpoint
+	c := newClient(clientConfig{endpoint: endpoint})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		opts []dynamostore.Option
+	}{
+		{"upper", []dynamostore.Option{dynamostore.WithKeyAttributes("PK", "SK"), dynamostore.WithSortKeyValue("IDEMPOTENCY")}},
+		{"hash only", []dynamostore.Option{dynamostore.WithKeyAttributes("id", "")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			table := "idem_schema_" + randHex(4)
+			t.Cleanup(func() {
+				_, _ = c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+			})
+			for range 2 { // idempotent
+				if err := dynamostore.CreateTable(ctx, c, table, tc.opts...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ttl, err := c.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(table)})
+			if err != nil || aws.ToString(ttl.TimeToLiveDescription.AttributeName) != "ttl" ||
+				ttl.TimeToLiveDescription.TimeToLiveStatus != types.TimeToLiveStatusEnabled {
+				t.Fatalf("ttl %+v, %v", ttl.TimeToLiveDescription, err)
+			}
+			if err := dynamostore.CreateTable(ctx, c, table); !errors.Is(err, dynamostore.ErrTableMismatch) {
+				t.Fatalf("create with another schema: %v", err)
+			}
+			s := dynamostore.New(c, table, tc.opts...)
+			key := storageKey()
+			mustClaim(t, s, claimReq(key, "A"), idem.Claimed)
+			mustClaim(t, s, claimReq(key, "B"), idem.Existing)
+			if err := s.Complete(ctx, key, "A", idem.Completion{Status: idem.StatusCompleted, Result: []byte("r"), TTL: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			if rec, err := s.Get(ctx, key); err != nil || string(rec.Result) != "r" {
+				t.Fatalf("get %+v, %v", rec, err)
+			}
+			if err := s.Delete(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+			// A store with the default schema cannot use this table.
+			if _, err := dynamostore.New(c, table).Claim(ctx, claimReq(key, "A")); err == nil {
+				t.Fatal("claim with the wrong key schema succeeded")
+			}
+		})
+	}
+}
+
+func TestInvalidConfigurationSurfacesOnFirstUse(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	cases := map[string]*dynamostore.Store{
+		"nil client":       dynamostore.New(nil, testTable),
+		"empty table":      dynamostore.New(e.client, ""),
+		"nil option":       dynamostore.New(e.client, testTable, nil),
+		"empty pk":         dynamostore.New(e.client, testTable, dynamostore.WithKeyAttributes("", "sk")),
+		"same pk and sk":   dynamostore.New(e.client, testTable, dynamostore.WithKeyAttributes("k", "k")),
+		"pk is attribute":  dynamostore.New(e.client, testTable, dynamostore.WithKeyAttributes("status", "sk")),
+		"sk is attribute":  dynamostore.New(e.client, testTable, dynamostore.WithKeyAttributes("pk", "ttl")),
+		"empty sk value":   dynamostore.New(e.client, testTable, dynamostore.WithSortKeyValue("")),
+		"negative buffer":  dynamostore.New(e.client, testTable, dynamostore.WithTTLBuffer(-time.Second)),
+		"nil clock":        dynamostore.New(e.client, testTable, dynamostore.WithClock(nil)),
+		"prefix too long":  dynamostore.New(e.client, testTable, dynamostore.WithKeyPrefix(string(make([]byte, 2048)))),
+		"first of several": dynamostore.New(e.client, testTable, dynamostore.WithTTLBuffer(-1), dynamostore.WithClock(time.Now)),
+	}
+	for name, s := range cases {
+		t.Run(name, func(t *testing.T) {
+			var oe *dynamostore.OptionError
+			if err := s.Validate(); !errors.Is(err, idem.ErrInvalidOption) || !errors.As(err, &oe) {
+				t.Fatalf("validate: %v", err)
+			}
+			key := storageKey()
+			errs := []error{
+				func() error { _, err := s.Claim(ctx, claimReq(key, "A")); return err }(),
+				s.Heartbeat(ctx, key, "A", time.Minute),
+				s.Complete(ctx, key, "A", idem.Completion{Status: idem.StatusCompleted}),
+				s.Release(ctx, key, "A"),
+				func() error { _, err := s.Get(ctx, key); return err }(),
+				s.Delete(ctx, key),
+			}
+			for i, err := range errs {
+				if !errors.Is(err, idem.ErrInvalidOption) {
+					t.Errorf("operation %d: %v", i, err)
+				}
+			}
+		})
+	}
+	if got := e.log.take(); len(got) != 0 {
+		t.Fatalf("an invalid store sent requests: %v", got)
+	}
+	if err := dynamostore.CreateTable(ctx, e.client, testTable, dynamostore.WithKeyAttributes("", "")); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Fatalf("create table with invalid option: %v", err)
+	}
+}
+
+func TestInvalidRequests(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.store.Claim(ctx, claimReq("", "A")); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Fatalf("empty key: %v", err)
+	}
+	long := "idem:" + string(make([]byte, 2100))
+	if _, err := e.store.Get(ctx, long); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Fatalf("long key: %v", err)
+	}
+	if _, err := e.store.Claim(ctx, claimReq(storageKey(), "")); err == nil {
+		t.Fatal("claim with an empty nonce succeeded")
+	}
+	if got := e.log.take(); len(got) != 0 {
+		t.Fatalf("invalid requests were sent: %v", got)
+	}
+}
+
+func TestBackendErrorsAreWrapped(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	missing := dynamostore.New(e.client, "idem_no_such_table_"+randHex(4))
+	_, err := missing.Claim(ctx, claimReq(storageKey(), "A"))
+	var se *idem.StoreError
+	var rnf *types.ResourceNotFoundException
+	if !errors.As(err, &se) || se.Op != "claim" || !errors.As(err, &rnf) {
+		t.Fatalf("claim on a missing table: %v", err)
+	}
+	if errors.Is(err, idem.ErrLostOwnership) || errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("a backend error matched a store sentinel: %v", err)
+	}
+
+	// Nothing listens: a network error, wrapped, after the SDK's retries.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	dead := dynamostore.New(newClient(clientConfig{endpoint: "http://" + addr, maxRetries: 1}), testTable)
+	for op, err := range map[string]error{
+		"claim":     func() error { _, err := dead.Claim(ctx, claimReq(storageKey(), "A")); return err }(),
+		"heartbeat": dead.Heartbeat(ctx, storageKey(), "A", time.Minute),
+		"complete":  dead.Complete(ctx, storageKey(), "A", idem.Completion{Status: idem.StatusCompleted}),
+		"release":   dead.Release(ctx, storageKey(), "A"),
+		"get":       func() error { _, err := dead.Get(ctx, storageKey()); return err }(),
+		"delete":    dead.Delete(ctx, storageKey()),
+	} {
+		var se *idem.StoreError
+		var ne net.Error
+		if !errors.As(err, &se) || se.Op != op || !errors.As(err, &ne) {
+			t.Errorf("%s against a closed port: %v", op, err)
+		}
+		if errors.Is(err, idem.ErrLostOwnership) {
+			t.Errorf("%s: a network error matched ErrLostOwnership", op)
+		}
+	}
+}
