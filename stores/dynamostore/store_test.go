@@ -488,19 +488,25 @@ func TestCorruptRecords(t *testing.T) {
 		}
 	}
 	cases := map[string]func(map[string]types.AttributeValue){
-		"valid":                 func(map[string]types.AttributeValue) {},
-		"missing status":        func(m map[string]types.AttributeValue) { delete(m, "status") },
-		"missing version":       func(m map[string]types.AttributeValue) { delete(m, "record_version") },
-		"future version":        func(m map[string]types.AttributeValue) { m["record_version"] = &types.AttributeValueMemberN{Value: "2"} },
-		"unknown status":        func(m map[string]types.AttributeValue) { m["status"] = &types.AttributeValueMemberS{Value: "done"} },
-		"attempt as string":     func(m map[string]types.AttributeValue) { m["attempt"] = &types.AttributeValueMemberS{Value: "1"} },
-		"attempt zero":          func(m map[string]types.AttributeValue) { m["attempt"] = &types.AttributeValueMemberN{Value: "0"} },
-		"fractional time":       func(m map[string]types.AttributeValue) { m["started_at"] = &types.AttributeValueMemberN{Value: "1.5"} },
-		"huge number":           func(m map[string]types.AttributeValue) { m["heartbeat_at"] = &types.AttributeValueMemberN{Value: "1e40"} },
-		"result as string":      func(m map[string]types.AttributeValue) { m["result"] = &types.AttributeValueMemberS{Value: "r"} },
-		"empty nonce":           func(m map[string]types.AttributeValue) { m["nonce"] = &types.AttributeValueMemberS{Value: ""} },
-		"missing payload hash":  func(m map[string]types.AttributeValue) { delete(m, "payload_hash") },
-		"expires as bool":       func(m map[string]types.AttributeValue) { m["expires_at"] = &types.AttributeValueMemberBOOL{Value: true} },
+		"valid":           func(map[string]types.AttributeValue) {},
+		"missing status":  func(m map[string]types.AttributeValue) { delete(m, "status") },
+		"missing version": func(m map[string]types.AttributeValue) { delete(m, "record_version") },
+		"future version": func(m map[string]types.AttributeValue) {
+			m["record_version"] = &types.AttributeValueMemberN{Value: "2"}
+		},
+		"unknown status":    func(m map[string]types.AttributeValue) { m["status"] = &types.AttributeValueMemberS{Value: "done"} },
+		"attempt as string": func(m map[string]types.AttributeValue) { m["attempt"] = &types.AttributeValueMemberS{Value: "1"} },
+		"attempt zero":      func(m map[string]types.AttributeValue) { m["attempt"] = &types.AttributeValueMemberN{Value: "0"} },
+		"fractional time":   func(m map[string]types.AttributeValue) { m["started_at"] = &types.AttributeValueMemberN{Value: "1.5"} },
+		"huge number": func(m map[string]types.AttributeValue) {
+			m["heartbeat_at"] = &types.AttributeValueMemberN{Value: "1e40"}
+		},
+		"result as string":     func(m map[string]types.AttributeValue) { m["result"] = &types.AttributeValueMemberS{Value: "r"} },
+		"empty nonce":          func(m map[string]types.AttributeValue) { m["nonce"] = &types.AttributeValueMemberS{Value: ""} },
+		"missing payload hash": func(m map[string]types.AttributeValue) { delete(m, "payload_hash") },
+		"expires as bool": func(m map[string]types.AttributeValue) {
+			m["expires_at"] = &types.AttributeValueMemberBOOL{Value: true}
+		},
 		"error type no message": func(m map[string]types.AttributeValue) { m["error_type"] = &types.AttributeValueMemberS{Value: "x"} },
 		"error message as map": func(m map[string]types.AttributeValue) {
 			m["error_message"] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}
