@@ -1,0 +1,106 @@
+package redisstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// storageKey returns a key shaped like the ones a Guard passes.
+func storageKey() string { return "idem:" + randHex(32) }
+
+func prefix() string { return "t" + randHex(6) + ":" }
+
+func standalone(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		testenv.Missing(t, "redis ping: "+err.Error())
+	}
+	return c
+}
+
+func cluster(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		testenv.Missing(t, "redis cluster ping: "+err.Error())
+	}
+	return c
+}
+
+// newStore returns a store with a fresh prefix, closed at the end of t.
+func newStore(t testing.TB, c redisstore.Client, opts ...redisstore.Option) *redisstore.Store {
+	t.Helper()
+	s := redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(prefix())}, opts...)...)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// counter is a go-redis hook counting the commands a client sends, by name,
+// and the round trips (a pipeline is one).
+type counter struct {
+	trips    atomic.Int64
+	evalsha  atomic.Int64
+	eval     atomic.Int64
+	commands atomic.Int64
+}
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.trips.Add(1)
+		c.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.trips.Add(1)
+		for _, cmd := range cmds {
+			c.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (c *counter) count(cmd redis.Cmder) {
+	c.commands.Add(1)
+	switch strings.ToLower(cmd.Name()) {
+	case "evalsha":
+		c.evalsha.Add(1)
+	case "eval":
+		c.eval.Add(1)
+	}
+}
+
+func (c *counter) reset() {
+	c.trips.Store(0)
+	c.evalsha.Store(0)
+	c.eval.Store(0)
+	c.commands.Store(0)
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

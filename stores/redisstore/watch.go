@@ -1,0 +1,290 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrClosed is returned by Watch after Close.
+var ErrClosed = errors.New("redisstore: store closed")
+
+// shardRouter is implemented by *redis.Ring: a Ring publishes on the shard
+// that owns the key, so the store needs one subscription per shard.
+type shardRouter interface {
+	GetShardClientForKey(key string) (*redis.Client, error)
+}
+
+// Watch implements idem.Watcher. The returned channel is closed when the
+// record for key may have changed after Watch returned: a complete, release,
+// takeover or delete published on its channel, the subscription connection
+// broke (changes may have been missed), or the store was closed. stop ends
+// the watch; it is safe to call more than once.
+func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := s.check("watch", key); err != nil {
+		return nil, nil, err
+	}
+	ch := s.Channel(key)
+	h, err := s.hubFor(ch)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redisstore: watch %s: %w", key, err)
+	}
+	w := &waiter{c: make(chan struct{})}
+	ready, err := h.add(ch, w)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redisstore: watch %s: %w", key, err)
+	}
+	stop := func() { h.remove(ch, w) }
+	timer := time.NewTimer(s.watchTimeout)
+	defer timer.Stop()
+	select {
+	case <-ready:
+		return w.c, stop, nil
+	case <-w.c:
+		// Woken before the subscription was confirmed: the connection
+		// failed or the store was closed.
+		return nil, nil, fmt.Errorf("redisstore: watch %s: subscription connection lost", key)
+	case <-ctx.Done():
+		stop()
+		return nil, nil, fmt.Errorf("redisstore: watch %s: %w", key, context.Cause(ctx))
+	case <-timer.C:
+		stop()
+		return nil, nil, fmt.Errorf("redisstore: watch %s: subscription not confirmed within %v", key, s.watchTimeout)
+	}
+}
+
+// hubFor returns the shared subscription that hears channel ch, creating
+// it (subscribed to ch) when needed.
+func (s *Store) hubFor(ch string) (*hub, error) {
+	id := ""
+	var subscriber interface {
+		Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	} = s.client
+	if r, ok := s.client.(shardRouter); ok {
+		shard, err := r.GetShardClientForKey(ch)
+		if err != nil {
+			return nil, err
+		}
+		id, subscriber = shard.Options().Addr, shard
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if h := s.hubs[id]; h != nil {
+		return h, nil
+	}
+	// An empty subscription does no I/O; add subscribes, and the receive
+	// loop connects and reads the confirmations.
+	h := &hub{s: s, subs: make(map[string]*sub), ps: subscriber.Subscribe(s.ctx)}
+	s.hubs[id] = h
+	s.wg.Add(1)
+	go h.loop()
+	return h, nil
+}
+
+type waiter struct {
+	c    chan struct{}
+	once sync.Once
+}
+
+func (w *waiter) fire() { w.once.Do(func() { close(w.c) }) }
+
+// sub is one subscribed channel of a hub.
+type sub struct {
+	confirmed bool
+	ready     chan struct{} // closed once the server confirmed the subscription
+	waiters   map[*waiter]struct{}
+}
+
+func newSub() *sub {
+	return &sub{ready: make(chan struct{}), waiters: make(map[*waiter]struct{})}
+}
+
+// hub is one subscription connection multiplexing every watched channel
+// that lives on one server (or, for a Cluster, on all of them).
+type hub struct {
+	s  *Store
+	ps *redis.PubSub
+
+	// opMu orders changes of subs together with the SUBSCRIBE or
+	// UNSUBSCRIBE they send, so the server's view follows subs.
+	opMu   sync.Mutex
+	mu     sync.Mutex
+	subs   map[string]*sub
+	closed bool
+}
+
+// add registers w for ch, subscribing when ch is new, and returns the
+// channel that is closed once the subscription is confirmed.
+func (h *hub) add(ch string, w *waiter) (<-chan struct{}, error) {
+	h.opMu.Lock()
+	defer h.opMu.Unlock()
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, ErrClosed
+	}
+	sb := h.subs[ch]
+	isNew := sb == nil
+	if isNew {
+		sb = newSub()
+		h.subs[ch] = sb
+	}
+	sb.waiters[w] = struct{}{}
+	ready := sb.ready
+	h.mu.Unlock()
+	if isNew {
+		// A write error is not fatal: go-redis keeps ch in its set and
+		// resubscribes it when the receive loop reconnects.
+		_ = h.ps.Subscribe(h.s.ctx, ch)
+	}
+	return ready, nil
+}
+
+func (h *hub) remove(ch string, w *waiter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if sb := h.subs[ch]; sb != nil {
+		delete(sb.waiters, w)
+	}
+}
+
+// deliver wakes the waiters of ch after a message.
+func (h *hub) deliver(ch string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if sb := h.subs[ch]; sb != nil {
+		for w := range sb.waiters {
+			w.fire()
+		}
+		clear(sb.waiters)
+	}
+}
+
+// confirm marks ch subscribed. A confirmation of a channel that was already
+// confirmed is a resubscription after a reconnect the loop did not see:
+// messages may have been missed, so its waiters are woken.
+func (h *hub) confirm(ch string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	sb := h.subs[ch]
+	if sb == nil {
+		return
+	}
+	if !sb.confirmed {
+		sb.confirmed = true
+		close(sb.ready)
+		return
+	}
+	for w := range sb.waiters {
+		w.fire()
+	}
+	clear(sb.waiters)
+}
+
+// lost wakes every waiter after the connection failed and marks every
+// channel unconfirmed until go-redis has resubscribed it.
+func (h *hub) lost() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, sb := range h.subs {
+		for w := range sb.waiters {
+			w.fire()
+		}
+		clear(sb.waiters)
+		if sb.confirmed {
+			sb.confirmed = false
+			sb.ready = make(chan struct{})
+		}
+	}
+}
+
+// sweep unsubscribes confirmed channels nobody watches any more.
+func (h *hub) sweep() {
+	h.opMu.Lock()
+	defer h.opMu.Unlock()
+	h.mu.Lock()
+	var idle []string
+	for ch, sb := range h.subs {
+		if sb.confirmed && len(sb.waiters) == 0 {
+			idle = append(idle, ch)
+			delete(h.subs, ch)
+		}
+	}
+	h.mu.Unlock()
+	if len(idle) > 0 {
+		_ = h.ps.Unsubscribe(h.s.ctx, idle...)
+	}
+}
+
+func (h *hub) close() error {
+	h.mu.Lock()
+	h.closed = true
+	for _, sb := range h.subs {
+		for w := range sb.waiters {
+			w.fire()
+		}
+		clear(sb.waiters)
+	}
+	h.mu.Unlock()
+	return h.ps.Close()
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// loop reads the subscription until the store is closed.
+func (h *hub) loop() {
+	defer h.s.wg.Done()
+	ctx := h.s.ctx
+	backoff := 10 * time.Millisecond
+	lastSweep := time.Now()
+	for {
+		msg, err := h.ps.ReceiveTimeout(ctx, h.s.health)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if isTimeout(err) {
+				// Idle: prove the connection is alive (the pong, or the
+				// failure, comes back through ReceiveTimeout).
+				if perr := h.ps.Ping(ctx); perr != nil {
+					h.lost()
+				}
+				h.sweep()
+				lastSweep = time.Now()
+				continue
+			}
+			h.lost()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		switch m := msg.(type) {
+		case *redis.Message:
+			h.deliver(m.Channel)
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				h.confirm(m.Channel)
+			}
+		}
+		if time.Since(lastSweep) > h.s.health {
+			h.sweep()
+			lastSweep = time.Now()
+		}
+	}
+}
