@@ -89,9 +89,13 @@
 //
 // # Waiting
 //
-// Store implements idem.Watcher for waiters in the same process (any Store
-// opened on the same directory in the process): Watch's channel is closed
-// after a claim, takeover, completion, release or deletion of the key.
-// Heartbeats do not wake watchers; they change nothing a waiter waits for.
-// Waiters in other processes are not notified and poll.
+// A Store does not implement idem.Watcher: it cannot see changes made by
+// other processes, and a Guard given a Watcher trusts it and polls only
+// slowly, so waiters in other processes would learn of a completion late.
+// Against a plain Store a waiting Guard polls with a short, growing backoff.
+// Store.LocalWatch returns a WatchingStore that does implement idem.Watcher
+// for directories used by one process only: its channel is closed after a
+// claim, takeover, completion, release, deletion or purge of the key through
+// any Store on the same directory in the process. Heartbeats do not wake
+// watchers; they change nothing a waiter waits for.
 package filestore

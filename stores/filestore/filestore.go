@@ -80,8 +80,7 @@ func WithoutSync() Option {
 	return func(c *config) { c.sync = false }
 }
 
-// Store is an idem.Store (and idem.Watcher) keeping one file per key in a
-// directory. It is safe for concurrent use by many goroutines and by many
+// Store is an idem.Store keeping one file per key in a directory. It is safe for concurrent use by many goroutines and by many
 // processes on one host sharing the directory. See the package doc for the
 // layout and guarantees.
 type Store struct {
@@ -93,10 +92,7 @@ type Store struct {
 	hub     *hub
 }
 
-var (
-	_ idem.Store   = (*Store)(nil)
-	_ idem.Watcher = (*Store)(nil)
-)
+var _ idem.Store = (*Store)(nil)
 
 // New opens the store in dir, creating it (mode 0700) if it does not exist.
 // It refuses a directory that is group- or world-writable (*UnsafeDirError)

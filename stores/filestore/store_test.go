@@ -362,7 +362,7 @@ func TestInvalidKeys(t *testing.T) {
 			check("complete", s.Complete(ctx, k, "n", idem.Completion{Status: idem.StatusCompleted}))
 			check("release", s.Release(ctx, k, "n"))
 			check("delete", s.Delete(ctx, k))
-			_, _, err = s.Watch(ctx, k)
+			_, _, err = s.LocalWatch().Watch(ctx, k)
 			check("watch", err)
 		})
 	}
@@ -716,12 +716,15 @@ func TestTwoStoresOneDirectory(t *testing.T) {
 
 func TestWatch(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "w")
-	s, err := filestore.New(dir)
+	plain, err := filestore.New(dir)
 	require.NoError(t, err)
+	s := plain.LocalWatch()
 	s2, err := filestore.New(dir)
 	require.NoError(t, err)
 	ctx := context.Background()
 	k := key(1)
+	_, isWatcher := any(plain).(idem.Watcher)
+	require.False(t, isWatcher, "a plain Store is no Watcher")
 
 	closed := func(ch <-chan struct{}) bool {
 		select {

@@ -3,6 +3,8 @@ package filestore
 import (
 	"context"
 	"sync"
+
+	"github.com/idem-go/idem"
 )
 
 // hub fans out change notifications to the watchers of one directory in this
@@ -59,20 +61,36 @@ func (h *hub) notify(key string) {
 	}
 }
 
+// WatchingStore is a Store that also implements idem.Watcher, with
+// notification inside this process only. Make one with Store.LocalWatch.
+type WatchingStore struct {
+	*Store
+}
+
+var _ idem.Watcher = (*WatchingStore)(nil)
+
+// LocalWatch returns s as a WatchingStore. Use it when every caller that may
+// wait on a key runs in this process (several Guards sharing a directory).
+// When other processes use the directory too, give Guards the plain Store:
+// a Guard that has a Watcher trusts it to report changes and polls only
+// slowly as a safety net, while against a plain Store its waiters poll with
+// a short, growing backoff and so notice another process's completion
+// sooner.
+func (s *Store) LocalWatch() *WatchingStore { return &WatchingStore{Store: s} }
+
 // Watch implements idem.Watcher for waiters in this process: the channel is
 // closed after the record for key is claimed, taken over, completed,
 // released, deleted or purged by any Store on the same directory in this
 // process (heartbeats do not wake it). Changes made by other processes are
-// not seen; waiters poll for those. stop releases the watch; it is also
-// released when ctx ends.
-func (s *Store) Watch(ctx context.Context, key string) (changed <-chan struct{}, stop func(), err error) {
+// not seen. stop releases the watch; it is also released when ctx ends.
+func (w *WatchingStore) Watch(ctx context.Context, key string) (changed <-chan struct{}, stop func(), err error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	ch, cancel := s.hub.watch(key)
+	ch, cancel := w.hub.watch(key)
 	unhook := context.AfterFunc(ctx, cancel)
 	return ch, func() { unhook(); cancel() }, nil
 }
