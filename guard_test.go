@@ -1,0 +1,735 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/memstore"
+	"github.com/idem-go/idem/stores/storetest"
+)
+
+type invoice struct {
+	ID     string `json:"id"`
+	Amount int    `json:"amount"`
+	Secret string `json:"secret,omitempty"`
+}
+
+func newGuard[T any](t *testing.T, s idem.Store, opts ...idem.Option) *idem.Guard[T] {
+	t.Helper()
+	g, err := idem.New[T](s, opts...)
+	require.NoError(t, err)
+	return g
+}
+
+func TestFreshThenReplay(t *testing.T) {
+	s := storetest.Instrument(memstore.New())
+	g := newGuard[invoice](t, s)
+	ctx := context.Background()
+	var runs atomic.Int32
+	charge := func(ctx context.Context) (invoice, error) {
+		runs.Add(1)
+		return invoice{ID: "inv_1", Amount: 1999}, nil
+	}
+	got, err := g.Do(ctx, "order-1", charge)
+	require.NoError(t, err)
+	assert.Equal(t, invoice{ID: "inv_1", Amount: 1999}, got)
+	assert.Equal(t, 2, s.Total(), "fresh call = claim + complete")
+	assert.Equal(t, 1, s.Count(storetest.OpClaim))
+	assert.Equal(t, 1, s.Count(storetest.OpComplete))
+	assert.Equal(t, 0, s.Count(storetest.OpHeartbeat), "a short call sends no heartbeat")
+
+	s.Reset()
+	got, err = g.Do(ctx, "order-1", charge)
+	require.NoError(t, err)
+	assert.Equal(t, invoice{ID: "inv_1", Amount: 1999}, got)
+	assert.Equal(t, 1, s.Total(), "replay = one claim that returns the record")
+	assert.Equal(t, int32(1), runs.Load())
+}
+
+func TestHeartbeatsWhileRunning(t *testing.T) {
+	s := storetest.Instrument(memstore.New())
+	g := newGuard[int](t, s, idem.WithHeartbeat(20*time.Millisecond), idem.WithTakeoverAfter(200*time.Millisecond))
+	_, err := g.Do(context.Background(), "slow", func(ctx context.Context) (int, error) {
+		time.Sleep(150 * time.Millisecond)
+		return 1, nil
+	})
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, s.Count(storetest.OpHeartbeat), 3)
+}
+
+func TestConcurrentGoroutinesRunOnce(t *testing.T) {
+	for _, policy := range []idem.DuplicatePolicy{idem.Return, idem.Raise, idem.Wait} {
+		t.Run(policy.String(), func(t *testing.T) {
+			s := storetest.Instrument(memstore.New())
+			g := newGuard[int](t, s, idem.OnDuplicate(policy))
+			for k := 0; k < 20; k++ {
+				key := fmt.Sprintf("key-%d", k)
+				var runs atomic.Int32
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				errs := make([]error, 64)
+				vals := make([]int, 64)
+				for i := 0; i < 64; i++ {
+					wg.Add(1)
+					go func(i int) {
+						defer wg.Done()
+						<-start
+						vals[i], errs[i] = g.Do(context.Background(), key, func(ctx context.Context) (int, error) {
+							runs.Add(1)
+							time.Sleep(5 * time.Millisecond)
+							return 42, nil
+						})
+					}(i)
+				}
+				close(start)
+				wg.Wait()
+				require.Equal(t, int32(1), runs.Load(), "fn runs exactly once for %s", key)
+				for i, err := range errs {
+					switch {
+					case err == nil:
+						assert.Equal(t, 42, vals[i])
+					case policy == idem.Wait:
+						t.Fatalf("Wait caller got %v", err)
+					case policy == idem.Return:
+						assert.ErrorIs(t, err, idem.ErrInProgress)
+					case policy == idem.Raise:
+						assert.ErrorIs(t, err, idem.ErrDuplicate)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Two Guards on one store stand for two processes: nothing is shared but
+// the store.
+func TestTwoGuardsWait(t *testing.T) {
+	for _, name := range []string{"push", "poll"} {
+		t.Run(name, func(t *testing.T) {
+			var s idem.Store = memstore.New()
+			if name == "poll" {
+				s = noWatch{s}
+			}
+			a := newGuard[string](t, s, idem.OnDuplicate(idem.Wait))
+			b := newGuard[string](t, s, idem.OnDuplicate(idem.Wait))
+			started := make(chan struct{})
+			release := make(chan struct{})
+			var runs atomic.Int32
+			go func() {
+				_, _ = a.Do(context.Background(), "k", func(ctx context.Context) (string, error) {
+					runs.Add(1)
+					close(started)
+					<-release
+					return "from-a", nil
+				})
+			}()
+			<-started
+			done := make(chan struct{})
+			var got string
+			var err error
+			go func() {
+				defer close(done)
+				got, err = b.Do(context.Background(), "k", func(ctx context.Context) (string, error) {
+					runs.Add(1)
+					return "from-b", nil
+				})
+			}()
+			time.Sleep(30 * time.Millisecond)
+			close(release)
+			<-done
+			require.NoError(t, err)
+			assert.Equal(t, "from-a", got)
+			assert.Equal(t, int32(1), runs.Load())
+		})
+	}
+}
+
+// noWatch hides the Watcher of a store, so waiters poll.
+type noWatch struct{ idem.Store }
+
+func TestWaitThenRunAfterUnlockedFailure(t *testing.T) {
+	s := memstore.New()
+	a := newGuard[string](t, s, idem.OnDuplicate(idem.Wait))
+	b := newGuard[string](t, s, idem.OnDuplicate(idem.Wait))
+	started, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		_, _ = a.Do(context.Background(), "k", func(ctx context.Context) (string, error) {
+			close(started)
+			<-release
+			return "", errors.New("boom")
+		})
+	}()
+	<-started
+	go func() { time.Sleep(30 * time.Millisecond); close(release) }()
+	got, err := b.Do(context.Background(), "k", func(ctx context.Context) (string, error) {
+		tok, _ := idem.FencingToken(ctx)
+		return fmt.Sprintf("b ran with token %d", tok), nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "b ran with token 2", got, "the released claim is claimed again, attempt counting on")
+}
+
+func TestWaitBoundedByContext(t *testing.T) {
+	s := memstore.New()
+	a := newGuard[int](t, s)
+	b := newGuard[int](t, s, idem.OnDuplicate(idem.Wait))
+	started, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	go func() {
+		_, _ = a.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
+			close(started)
+			<-release
+			return 1, nil
+		})
+	}()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := b.Do(ctx, "k", func(ctx context.Context) (int, error) { return 2, nil })
+	assert.ErrorIs(t, err, idem.ErrInProgress)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestSameProcessWaitFollowerBoundedByOwnContext(t *testing.T) {
+	g := newGuard[int](t, memstore.New(), idem.OnDuplicate(idem.Wait))
+	started, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	go func() {
+		_, _ = g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
+			close(started)
+			<-release
+			return 1, nil
+		})
+	}()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	_, err := g.Do(ctx, "k", func(ctx context.Context) (int, error) { return 2, nil })
+	assert.ErrorIs(t, err, idem.ErrInProgress)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestReturnAndRaiseInProgress(t *testing.T) {
+	for _, sameProcess := range []bool{true, false} {
+		t.Run(fmt.Sprintf("sameProcess=%v", sameProcess), func(t *testing.T) {
+			s := storetest.Instrument(memstore.New())
+			owner := newGuard[int](t, s)
+			ret, raise := owner, newGuard[int](t, s, idem.OnDuplicate(idem.Raise))
+			if !sameProcess {
+				ret = newGuard[int](t, s)
+			}
+			started, release := make(chan struct{}), make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, _ = owner.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
+					close(started)
+					<-release
+					return 1, nil
+				})
+			}()
+			<-started
+			before := s.Total()
+			_, err := ret.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 2, nil })
+			assert.ErrorIs(t, err, idem.ErrInProgress)
+			assert.NotErrorIs(t, err, idem.ErrDuplicate)
+			if sameProcess {
+				assert.Equal(t, before, s.Total(), "a same-process duplicate does not touch the store")
+			}
+			_, err = raise.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 2, nil })
+			assert.ErrorIs(t, err, idem.ErrDuplicate)
+			assert.ErrorIs(t, err, idem.ErrInProgress)
+			var de *idem.DuplicateError
+			require.ErrorAs(t, err, &de)
+			assert.Equal(t, idem.StatusInProgress, de.Status)
+			close(release)
+			<-done
+			_, err = raise.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 2, nil })
+			assert.ErrorIs(t, err, idem.ErrDuplicate)
+			assert.NotErrorIs(t, err, idem.ErrInProgress)
+			v, err := ret.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 2, nil })
+			require.NoError(t, err)
+			assert.Equal(t, 1, v)
+		})
+	}
+}
+
+func TestFailurePolicies(t *testing.T) {
+	boom := &declineError{code: "card_declined"}
+	t.Run("unlock", func(t *testing.T) {
+		g := newGuard[int](t, memstore.New())
+		var runs int
+		fn := func(ctx context.Context) (int, error) {
+			runs++
+			if runs == 1 {
+				return 0, boom
+			}
+			return 7, nil
+		}
+		_, err := g.Do(context.Background(), "k", fn)
+		assert.ErrorIs(t, err, boom)
+		v, err := g.Do(context.Background(), "k", fn)
+		require.NoError(t, err)
+		assert.Equal(t, 7, v)
+		assert.Equal(t, 2, runs)
+	})
+	t.Run("lock", func(t *testing.T) {
+		g := newGuard[int](t, memstore.New(), idem.OnFailure(idem.Lock))
+		var runs int
+		fn := func(ctx context.Context) (int, error) { runs++; return 0, boom }
+		_, err := g.Do(context.Background(), "k", fn)
+		assert.ErrorIs(t, err, boom, "the first caller gets fn's own error")
+		_, err = g.Do(context.Background(), "k", fn)
+		assert.ErrorIs(t, err, idem.ErrPreviousFailure)
+		var se *idem.StoredError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, "declined: card_declined", se.Message)
+		assert.Equal(t, "*idem_test.declineError", se.Type)
+		assert.Equal(t, 1, runs)
+		raise := newGuard[int](t, memstore.New(), idem.OnFailure(idem.Lock), idem.OnDuplicate(idem.Raise))
+		_, _ = raise.Do(context.Background(), "k", fn)
+		_, err = raise.Do(context.Background(), "k", fn)
+		assert.ErrorIs(t, err, idem.ErrDuplicate)
+		assert.ErrorIs(t, err, idem.ErrPreviousFailure)
+	})
+}
+
+type declineError struct{ code string }
+
+func (e *declineError) Error() string { return "declined: " + e.code }
+
+func TestPayloadMismatch(t *testing.T) {
+	s := memstore.New()
+	g := newGuard[int](t, s, idem.OnFailure(idem.Lock))
+	ctx := context.Background()
+	one := func(ctx context.Context) (int, error) { return 1, nil }
+	_, err := g.Do(ctx, "completed", one, idem.Payload(map[string]any{"amount": 100}))
+	require.NoError(t, err)
+	v, err := g.Do(ctx, "completed", one, idem.Payload(map[string]any{"amount": 100}))
+	require.NoError(t, err)
+	assert.Equal(t, 1, v)
+	_, err = g.Do(ctx, "completed", one, idem.Payload(map[string]any{"amount": 101}))
+	assert.ErrorIs(t, err, idem.ErrPayloadMismatch)
+	_, err = g.Do(ctx, "completed", one)
+	assert.ErrorIs(t, err, idem.ErrPayloadMismatch, "no payload does not match a stored payload")
+
+	_, _ = g.Do(ctx, "failed", func(ctx context.Context) (int, error) { return 0, errors.New("x") }, idem.Payload("a"))
+	_, err = g.Do(ctx, "failed", one, idem.Payload("b"))
+	assert.ErrorIs(t, err, idem.ErrPayloadMismatch)
+
+	other := newGuard[int](t, s)
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = g.Do(ctx, "running", func(ctx context.Context) (int, error) { close(started); <-release; return 1, nil }, idem.Payload("a"))
+	}()
+	<-started
+	_, err = other.Do(ctx, "running", one, idem.Payload("b"))
+	assert.ErrorIs(t, err, idem.ErrPayloadMismatch, "across guards")
+	_, err = g.Do(ctx, "running", one, idem.Payload("b"))
+	assert.ErrorIs(t, err, idem.ErrPayloadMismatch, "same process")
+	close(release)
+	<-done
+
+	_, err = g.Do(ctx, "bad", one, idem.Payload(func() {}))
+	assert.ErrorIs(t, err, idem.ErrInvalidPayload)
+}
+
+func TestTakeoverOfCrashedClaim(t *testing.T) {
+	s := memstore.New()
+	// A claim whose owner died: nobody heartbeats it.
+	g := newGuard[int](t, s, idem.WithTakeoverAfter(150*time.Millisecond), idem.WithHeartbeat(30*time.Millisecond), idem.OnDuplicate(idem.Wait))
+	sk, err := g.StorageKey("k")
+	require.NoError(t, err)
+	_, err = s.Claim(context.Background(), idem.ClaimRequest{Key: sk, Nonce: "dead-owner", LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
+	require.NoError(t, err)
+	var c idem.Counter
+	g = newGuard[int](t, s, idem.WithTakeoverAfter(150*time.Millisecond), idem.WithHeartbeat(30*time.Millisecond), idem.OnDuplicate(idem.Wait), idem.WithObserver(&c))
+	start := time.Now()
+	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
+		tok, ok := idem.FencingToken(ctx)
+		require.True(t, ok)
+		return int(tok), nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 2, v, "the takeover runs with attempt 2")
+	assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
+	assert.Equal(t, int64(1), c.Count(idem.EventTakeover))
+	assert.Equal(t, int64(1), c.Count(idem.EventWait))
+	assert.ErrorIs(t, s.Complete(context.Background(), sk, "dead-owner", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}), idem.ErrLostOwnership)
+}
+
+// A paused owner (its heartbeats cannot get through) is taken over; when it
+// wakes, its heartbeat notices, its fn's context is cancelled with
+// ErrLostOwnership, and its completion is refused.
+func TestStaleOwnerIsRefused(t *testing.T) {
+	mem := memstore.New()
+	paused := storetest.Instrument(mem)
+	var pause atomic.Bool
+	pause.Store(true)
+	paused.Before = func(ctx context.Context, op storetest.Op, key string) error {
+		if op == storetest.OpHeartbeat && pause.Load() {
+			return errors.New("network partition")
+		}
+		return nil
+	}
+	opts := []idem.Option{idem.WithTakeoverAfter(150 * time.Millisecond), idem.WithHeartbeat(30 * time.Millisecond)}
+	stale := newGuard[string](t, paused, opts...)
+	fresh := newGuard[string](t, mem, append(opts, idem.OnDuplicate(idem.Wait))...)
+
+	started := make(chan struct{})
+	type out struct {
+		v     string
+		err   error
+		cause error
+	}
+	res := make(chan out, 1)
+	go func() {
+		var cause error
+		v, err := stale.Do(context.Background(), "k", func(ctx context.Context) (string, error) {
+			close(started)
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return "stale", nil
+		})
+		res <- out{v, err, cause}
+	}()
+	<-started
+	v, err := fresh.Do(context.Background(), "k", func(ctx context.Context) (string, error) {
+		tok, _ := idem.FencingToken(ctx)
+		assert.Equal(t, int64(2), tok)
+		return "fresh", nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "fresh", v)
+	pause.Store(false) // the stale owner wakes
+	r := <-res
+	assert.ErrorIs(t, r.err, idem.ErrLostOwnership)
+	assert.ErrorIs(t, r.cause, idem.ErrLostOwnership, "fn's context is cancelled with the loss as cause")
+	got, err := fresh.Do(context.Background(), "k", func(ctx context.Context) (string, error) { return "again", nil })
+	require.NoError(t, err)
+	assert.Equal(t, "fresh", got, "the stored result is the new owner's")
+}
+
+// An owner whose completion comes after a takeover without any heartbeat
+// (a short call with a long pause) is refused at completion.
+func TestCompletionRefusedAfterTakeover(t *testing.T) {
+	s := memstore.New()
+	opts := []idem.Option{idem.WithTakeoverAfter(100 * time.Millisecond), idem.WithHeartbeat(90 * time.Millisecond)}
+	a := newGuard[string](t, storetest.Instrument(s), opts...)
+	b := newGuard[string](t, s, opts...)
+	inst := storetest.Instrument(s)
+	inst.Before = func(ctx context.Context, op storetest.Op, key string) error {
+		if op == storetest.OpHeartbeat {
+			return errors.New("paused")
+		}
+		return nil
+	}
+	a = newGuard[string](t, inst, opts...)
+	_, err := a.Do(context.Background(), "k", func(ctx context.Context) (string, error) {
+		time.Sleep(150 * time.Millisecond)
+		_, err := b.Do(context.Background(), "k", func(ctx context.Context) (string, error) { return "b", nil })
+		require.NoError(t, err)
+		return "a", nil
+	})
+	assert.ErrorIs(t, err, idem.ErrLostOwnership)
+	v, err := b.Do(context.Background(), "k", func(ctx context.Context) (string, error) { return "c", nil })
+	require.NoError(t, err)
+	assert.Equal(t, "b", v)
+}
+
+func TestPanicReleasesAndRepanics(t *testing.T) {
+	g := newGuard[int](t, memstore.New(), idem.OnDuplicate(idem.Wait))
+	func() {
+		defer func() {
+			r := recover()
+			assert.Equal(t, "kaboom", r)
+		}()
+		_, _ = g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { panic("kaboom") })
+		t.Fatal("Do returned after a panic")
+	}()
+	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
+		tok, _ := idem.FencingToken(ctx)
+		return int(tok), nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 2, v, "the claim was released, not completed")
+}
+
+func TestGoexitReleases(t *testing.T) {
+	g := newGuard[int](t, memstore.New(), idem.OnDuplicate(idem.Wait))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
+			runtime.Goexit()
+			return 0, nil
+		})
+	}()
+	<-done
+	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 5, nil })
+	require.NoError(t, err)
+	assert.Equal(t, 5, v)
+}
+
+func TestPanicWakesSameProcessWaiters(t *testing.T) {
+	g := newGuard[int](t, memstore.New(), idem.OnDuplicate(idem.Wait))
+	started := make(chan struct{})
+	go func() {
+		defer func() { _ = recover() }()
+		_, _ = g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
+			close(started)
+			time.Sleep(30 * time.Millisecond)
+			panic("kaboom")
+		})
+	}()
+	<-started
+	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 9, nil })
+	require.NoError(t, err)
+	assert.Equal(t, 9, v)
+}
+
+type unencodable struct {
+	C chan int
+}
+
+func TestResultUnavailable(t *testing.T) {
+	var c idem.Counter
+	g := newGuard[unencodable](t, memstore.New(), idem.WithObserver(&c))
+	var runs int
+	fn := func(ctx context.Context) (unencodable, error) { runs++; return unencodable{C: make(chan int)}, nil }
+	v, err := g.Do(context.Background(), "k", fn)
+	require.NoError(t, err, "the first caller gets its result")
+	assert.NotNil(t, v.C)
+	_, err = g.Do(context.Background(), "k", fn)
+	assert.ErrorIs(t, err, idem.ErrResultUnavailable)
+	assert.Equal(t, 1, runs, "the side effect is never re-run because the result could not be stored")
+	assert.Equal(t, int64(2), c.Count(idem.EventResultUnavailable))
+}
+
+func TestCompletionRetriedThenNotRecorded(t *testing.T) {
+	inst := storetest.Instrument(memstore.New())
+	var fails atomic.Int32
+	fails.Store(2)
+	inst.Before = func(ctx context.Context, op storetest.Op, key string) error {
+		if op == storetest.OpComplete && fails.Add(-1) >= 0 {
+			return errors.New("connection reset")
+		}
+		return nil
+	}
+	g := newGuard[int](t, inst, idem.WithTakeoverAfter(300*time.Millisecond))
+	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 1, nil })
+	require.NoError(t, err, "transient completion failures are retried")
+	assert.Equal(t, 1, v)
+	assert.Equal(t, 3, inst.Count(storetest.OpComplete))
+
+	fails.Store(1 << 30)
+	v, err = g.Do(context.Background(), "k2", func(ctx context.Context) (int, error) { return 2, nil })
+	assert.Equal(t, 2, v, "the caller still gets the result")
+	assert.ErrorIs(t, err, idem.ErrNotRecorded)
+	var se *idem.StoreError
+	assert.ErrorAs(t, err, &se)
+}
+
+func TestCompletionReplyLostCountsAsSuccess(t *testing.T) {
+	inst := storetest.Instrument(memstore.New())
+	var lose atomic.Bool
+	lose.Store(true)
+	inst.After = func(ctx context.Context, op storetest.Op, key string, err error) error {
+		if op == storetest.OpComplete && err == nil && lose.CompareAndSwap(true, false) {
+			return errors.New("reply lost") // the write was applied
+		}
+		return err
+	}
+	g := newGuard[int](t, inst)
+	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 3, nil })
+	require.NoError(t, err)
+	assert.Equal(t, 3, v)
+	assert.Equal(t, 2, inst.Count(storetest.OpComplete))
+}
+
+func TestStoreErrorsAreWrapped(t *testing.T) {
+	inst := storetest.Instrument(memstore.New())
+	down := errors.New("store down")
+	inst.Before = func(ctx context.Context, op storetest.Op, key string) error { return down }
+	g := newGuard[int](t, inst)
+	ran := false
+	_, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { ran = true; return 1, nil })
+	assert.ErrorIs(t, err, down)
+	var se *idem.StoreError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, "claim", se.Op)
+	assert.False(t, ran, "without a claim fn does not run")
+}
+
+func TestSanitize(t *testing.T) {
+	s := memstore.New()
+	strip := func(v invoice) invoice { v.Secret = ""; return v }
+	g := newGuard[invoice](t, s, idem.WithSanitize(strip), idem.OnDuplicate(idem.Wait))
+	started, release := make(chan struct{}), make(chan struct{})
+	var first invoice
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		first, _ = g.Do(context.Background(), "k", func(ctx context.Context) (invoice, error) {
+			close(started)
+			<-release
+			return invoice{ID: "i", Amount: 1, Secret: "card-token"}, nil
+		})
+	}()
+	<-started
+	follower := make(chan invoice)
+	go func() {
+		v, _ := g.Do(context.Background(), "k", func(ctx context.Context) (invoice, error) { return invoice{}, nil })
+		follower <- v
+	}()
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	<-done
+	assert.Equal(t, "card-token", first.Secret, "the first caller gets the full result")
+	assert.Equal(t, invoice{ID: "i", Amount: 1}, <-follower, "a same-process duplicate gets what was stored")
+	replay, err := g.Do(context.Background(), "k", func(ctx context.Context) (invoice, error) { return invoice{}, nil })
+	require.NoError(t, err)
+	assert.Equal(t, invoice{ID: "i", Amount: 1}, replay)
+
+	_, err = idem.New[invoice](s, idem.WithSanitize(func(int) int { return 0 }))
+	assert.ErrorIs(t, err, idem.ErrInvalidOption)
+}
+
+func TestOptionsValidated(t *testing.T) {
+	s := memstore.New()
+	cases := map[string][]idem.Option{
+		"ttl":              {idem.WithTTL(0)},
+		"heartbeat":        {idem.WithHeartbeat(-1)},
+		"heartbeat>=stale": {idem.WithHeartbeat(time.Second), idem.WithTakeoverAfter(time.Second)},
+		"takeover":         {idem.WithTakeoverAfter(0)},
+		"secret":           {idem.WithSecret(nil)},
+		"production":       {idem.RequireSecret()},
+		"dup":              {idem.OnDuplicate(idem.DuplicatePolicy(9))},
+		"fail":             {idem.OnFailure(idem.FailurePolicy(9))},
+		"observer":         {idem.WithObserver(nil)},
+		"codec":            {idem.WithCodec(nil)},
+		"nil option":       {nil},
+	}
+	for name, opts := range cases {
+		_, err := idem.New[int](s, opts...)
+		assert.ErrorIs(t, err, idem.ErrInvalidOption, name)
+		var oe *idem.OptionError
+		assert.ErrorAs(t, err, &oe, name)
+	}
+	_, err := idem.New[int](nil)
+	assert.ErrorIs(t, err, idem.ErrInvalidOption)
+	var nilStore *memstore.Store
+	_, err = idem.New[int](nilStore)
+	assert.ErrorIs(t, err, idem.ErrInvalidOption)
+	_, err = idem.New[int](s, idem.RequireSecret(), idem.WithSecret([]byte("s3cret")))
+	assert.NoError(t, err)
+	g, err := idem.New[int](s, idem.WithTakeoverAfter(90*time.Millisecond))
+	require.NoError(t, err, "the default heartbeat shrinks to fit a short threshold")
+	assert.NotNil(t, g)
+}
+
+func TestStorageKeys(t *testing.T) {
+	s := memstore.New()
+	plain := newGuard[int](t, s)
+	k1, err := plain.StorageKey("order-1")
+	require.NoError(t, err)
+	assert.Regexp(t, `^idem:[0-9a-f]{64}$`, k1)
+	assert.NotContains(t, k1, "order-1")
+	tenant := newGuard[int](t, s, idem.WithNamespace("tenant-2", ""))
+	k2, _ := tenant.StorageKey("order-1")
+	assert.NotEqual(t, k1, k2)
+	scope := newGuard[int](t, s, idem.WithNamespace("", "tenant-2"))
+	k3, _ := scope.StorageKey("order-1")
+	assert.NotEqual(t, k2, k3, "tenant and scope are separate fields")
+	secret := newGuard[int](t, s, idem.WithSecret([]byte("k")))
+	k4, _ := secret.StorageKey("order-1")
+	assert.NotEqual(t, k1, k4)
+	secret2 := newGuard[int](t, s, idem.WithSecret([]byte("k2")))
+	k5, _ := secret2.StorageKey("order-1")
+	assert.NotEqual(t, k4, k5)
+
+	_, err = plain.Do(context.Background(), "", func(ctx context.Context) (int, error) { return 1, nil })
+	assert.ErrorIs(t, err, idem.ErrInvalidKey)
+	var ke *idem.KeyError
+	assert.ErrorAs(t, err, &ke)
+	_, err = plain.StorageKey(string(make([]byte, idem.MaxKeyLen+1)))
+	assert.ErrorIs(t, err, idem.ErrInvalidKey)
+
+	// The same key in two namespaces runs twice; in one namespace, once.
+	var runs int
+	fn := func(ctx context.Context) (int, error) { runs++; return runs, nil }
+	_, _ = plain.Do(context.Background(), "x", fn)
+	_, _ = tenant.Do(context.Background(), "x", fn)
+	_, _ = plain.Do(context.Background(), "x", fn)
+	assert.Equal(t, 2, runs)
+}
+
+func TestObserverSeesStorageKeyOnly(t *testing.T) {
+	var mu sync.Mutex
+	var events []idem.Event
+	obs := idem.ObserverFunc(func(ctx context.Context, e idem.Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	})
+	g := newGuard[int](t, memstore.New(), idem.WithObserver(obs))
+	_, _ = g.Do(context.Background(), "customer-42", func(ctx context.Context) (int, error) { return 1, nil })
+	_, _ = g.Do(context.Background(), "customer-42", func(ctx context.Context) (int, error) { return 1, nil })
+	_, _ = g.Do(context.Background(), "customer-43", func(ctx context.Context) (int, error) { return 0, errors.New("no") })
+	kinds := []idem.EventKind{}
+	for _, e := range events {
+		kinds = append(kinds, e.Kind)
+		assert.NotContains(t, e.StorageKey, "customer")
+		assert.Regexp(t, `^idem:[0-9a-f]{64}$`, e.StorageKey)
+	}
+	assert.Equal(t, []idem.EventKind{idem.EventClaim, idem.EventHit, idem.EventClaim, idem.EventFailure}, kinds)
+}
+
+func TestWrap(t *testing.T) {
+	type req struct {
+		User   int
+		Amount int
+	}
+	g := newGuard[string](t, memstore.New())
+	var runs int
+	create := idem.Wrap(g, "create_invoice", func(ctx context.Context, r req) (string, error) {
+		runs++
+		return fmt.Sprintf("inv-%d-%d", r.User, r.Amount), nil
+	})
+	a, err := create(context.Background(), req{1, 100})
+	require.NoError(t, err)
+	b, err := create(context.Background(), req{1, 100})
+	require.NoError(t, err)
+	c, err := create(context.Background(), req{1, 200})
+	require.NoError(t, err)
+	assert.Equal(t, "inv-1-100", a)
+	assert.Equal(t, a, b)
+	assert.Equal(t, "inv-1-200", c)
+	assert.Equal(t, 2, runs)
+	bad := idem.Wrap(g, "bad", func(ctx context.Context, f func()) (string, error) { return "", nil })
+	_, err = bad(context.Background(), func() {})
+	assert.ErrorIs(t, err, idem.ErrInvalidKey)
+}
+
+func TestCorruptStoredResult(t *testing.T) {
+	s := memstore.New()
+	g := newGuard[string](t, s)
+	sk, _ := g.StorageKey("k")
+	_, err := s.Claim(context.Background(), idem.ClaimRequest{Key: sk, Nonce: "n", LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, s.Complete(context.Background(), sk, "n", idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"not":"a string"}`), TTL: time.Hour}))
+	_, err = g.Do(context.Background(), "k", func(ctx context.Context) (string, error) { return "x", nil })
+	assert.ErrorIs(t, err, idem.ErrCorruptRecord)
+}

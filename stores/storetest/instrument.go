@@ -1,0 +1,138 @@
+package storetest
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/idem-go/idem"
+)
+
+// Op names a Store method, as counted by Instrumented.
+type Op string
+
+// Store operations.
+const (
+	OpClaim     Op = "claim"
+	OpHeartbeat Op = "heartbeat"
+	OpComplete  Op = "complete"
+	OpRelease   Op = "release"
+	OpGet       Op = "get"
+	OpDelete    Op = "delete"
+)
+
+// Instrumented wraps a Store, counting calls per operation and, for fault
+// injection, letting a hook fail or delay any call before (or after) it
+// reaches the store. It forwards Watch when the inner store is a Watcher.
+type Instrumented struct {
+	idem.Store
+	mu     sync.Mutex
+	counts map[Op]int
+	// Before, if set, runs before each call; a non-nil error is returned
+	// instead of calling the store.
+	Before func(ctx context.Context, op Op, key string) error
+	// After, if set, runs after each call with its error and may replace
+	// it (to simulate a reply lost after the store applied the write).
+	After func(ctx context.Context, op Op, key string, err error) error
+}
+
+// Instrument wraps s.
+func Instrument(s idem.Store) *Instrumented {
+	return &Instrumented{Store: s, counts: make(map[Op]int)}
+}
+
+// Count returns how many calls of op were made.
+func (s *Instrumented) Count(op Op) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts[op]
+}
+
+// Total returns how many calls were made, all operations together.
+func (s *Instrumented) Total() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.counts {
+		n += c
+	}
+	return n
+}
+
+// Reset sets every count to zero.
+func (s *Instrumented) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.counts = make(map[Op]int)
+}
+
+func (s *Instrumented) call(ctx context.Context, op Op, key string, f func() error) error {
+	s.mu.Lock()
+	s.counts[op]++
+	before, after := s.Before, s.After
+	s.mu.Unlock()
+	if before != nil {
+		if err := before(ctx, op, key); err != nil {
+			return err
+		}
+	}
+	err := f()
+	if after != nil {
+		err = after(ctx, op, key, err)
+	}
+	return err
+}
+
+// Claim implements idem.Store.
+func (s *Instrumented) Claim(ctx context.Context, req idem.ClaimRequest) (res idem.ClaimResult, err error) {
+	err = s.call(ctx, OpClaim, req.Key, func() error {
+		var e error
+		res, e = s.Store.Claim(ctx, req)
+		return e
+	})
+	return res, err
+}
+
+// Heartbeat implements idem.Store.
+func (s *Instrumented) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
+	return s.call(ctx, OpHeartbeat, key, func() error { return s.Store.Heartbeat(ctx, key, nonce, leaseTTL) })
+}
+
+// Complete implements idem.Store.
+func (s *Instrumented) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+	return s.call(ctx, OpComplete, key, func() error { return s.Store.Complete(ctx, key, nonce, c) })
+}
+
+// Release implements idem.Store.
+func (s *Instrumented) Release(ctx context.Context, key, nonce string) error {
+	return s.call(ctx, OpRelease, key, func() error { return s.Store.Release(ctx, key, nonce) })
+}
+
+// Get implements idem.Store.
+func (s *Instrumented) Get(ctx context.Context, key string) (rec *idem.Record, err error) {
+	err = s.call(ctx, OpGet, key, func() error {
+		var e error
+		rec, e = s.Store.Get(ctx, key)
+		return e
+	})
+	return rec, err
+}
+
+// Delete implements idem.Store.
+func (s *Instrumented) Delete(ctx context.Context, key string) error {
+	return s.call(ctx, OpDelete, key, func() error { return s.Store.Delete(ctx, key) })
+}
+
+// Watch forwards to the inner store when it implements idem.Watcher.
+func (s *Instrumented) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if w, ok := s.Store.(idem.Watcher); ok {
+		return w.Watch(ctx, key)
+	}
+	return nil, nil, errNoWatch
+}
+
+type noWatchError struct{}
+
+func (noWatchError) Error() string { return "storetest: inner store cannot watch" }
+
+var errNoWatch error = noWatchError{}
