@@ -49,6 +49,14 @@
 // hash are part of the on-disk layout; every process sharing a directory
 // must run a version of this package with the same layout.
 //
+// A lock is held for one read and one write of a small file. The kernel
+// drops the locks of a process that dies, so a crash (even SIGKILL) never
+// leaves a key locked; a claim it left in progress is taken over once its
+// heartbeat is stale. A process that is stopped (SIGSTOP, a debugger) while
+// holding a lock does block the writers of keys on that stripe until it
+// continues or dies; they wait without spinning, and give up when their
+// context ends.
+//
 // Reads need no lock: a record file is only ever replaced whole by rename(2),
 // so a reader sees the old record or the new one, never a mix. Get, and a
 // Claim that finds a live record it must not change (a replay of a completed
