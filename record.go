@@ -134,6 +134,9 @@ func DecodeRecord(b []byte) (*Record, error) {
 		StartedAt: j.StartedAt, HeartbeatAt: j.HeartbeatAt, CompletedAt: j.CompletedAt,
 		ExpiresAt: j.ExpiresAt,
 	}
+	if len(r.Result) == 0 {
+		r.Result = nil // "result":"" and no result are one state
+	}
 	if err := r.Validate(); err != nil {
 		return nil, &CorruptRecordError{Key: j.Key, Err: err}
 	}
