@@ -529,16 +529,18 @@ func (t *DynamoTable) BeginRequest(ctx context.Context, in BeginRequestInput) (R
 	item[attrTTL] = nAttr(in.TTL)
 	cond := "attribute_not_exists(#pk) OR #ttl <= :now"
 	vals := map[string]types.AttributeValue{":now": nAttr(in.Now.Unix())}
+	attrNames := names(attrPK, attrTTL)
 	if in.RetryFailed {
 		cond += " OR (#status = :failed AND #request_hash = :h)"
 		vals[":failed"] = sAttr(string(RequestFailed))
 		vals[":h"] = sAttr(in.Hash)
+		attrNames = names(attrPK, attrTTL, attrStatus, attrRequestHash)
 	}
 	_, err := t.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           aws.String(t.table),
 		Item:                                item,
 		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            names(attrPK, attrTTL, attrStatus, attrRequestHash),
+		ExpressionAttributeNames:            attrNames,
 		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})

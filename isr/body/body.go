@@ -1,0 +1,125 @@
+// Package body stores the generated bodies of cached pages.
+//
+// A page's metadata (the META item of package isr) points at its body by key
+// (the s3_key attribute); the bytes themselves live in a Store. Three stores
+// share one small interface and one behaviour:
+//
+//   - Memory: a map guarded by a mutex, for tests and single-process servers.
+//   - File: one file per key under a directory, named by the SHA-256 of the
+//     key (so no key can escape the directory), written atomically (temporary
+//     file + rename) with mode 0600.
+//   - S3: one object per key in a bucket, through
+//     github.com/aws/aws-sdk-go-v2/service/s3.
+//
+// Every store computes the ETag from the content alone: a strong ETag made of
+// the lowercase hex SHA-256 of the bytes, in double quotes (see ETag). The same
+// content therefore has the same ETag in every store and every process, which
+// is what lets several servers answer If-None-Match consistently.
+//
+// Put overwrites. Get of an absent key returns an error matching ErrNotFound.
+// Delete of an absent key is not an error. An empty or otherwise unusable key
+// returns a *KeyError (matching ErrInvalidKey), never a panic.
+package body
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+)
+
+// Store is a place for page bodies.
+type Store interface {
+	// Put stores content under key with its media type and returns the
+	// content's ETag (see ETag).
+	Put(ctx context.Context, key string, content []byte, contentType string) (etag string, err error)
+	// Get returns the object stored under key, or an error matching
+	// ErrNotFound.
+	Get(ctx context.Context, key string) (*Object, error)
+	// Delete removes key. Deleting an absent key succeeds.
+	Delete(ctx context.Context, key string) error
+}
+
+// Object is a stored body.
+type Object struct {
+	Content     []byte
+	ContentType string
+	// ETag is the strong ETag of Content, as ETag computes it.
+	ETag string
+}
+
+// ErrNotFound is returned (wrapped) by Get when nothing is stored under the key.
+var ErrNotFound = errors.New("body: not found")
+
+// ErrInvalidKey is matched by every *KeyError.
+var ErrInvalidKey = errors.New("body: invalid key")
+
+// KeyError reports a key a store cannot use.
+type KeyError struct {
+	Key    string
+	Reason string
+}
+
+// Error implements error.
+func (e *KeyError) Error() string { return fmt.Sprintf("body: invalid key %q: %s", e.Key, e.Reason) }
+
+// Is makes errors.Is(err, ErrInvalidKey) true.
+func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
+
+// ETag returns the strong ETag of content: the lowercase hex SHA-256 of the
+// bytes in double quotes, e.g. "e3b0c442...b855" for empty content.
+func ETag(content []byte) string {
+	sum := sha256.Sum256(content)
+	buf := make([]byte, 0, 2+2*sha256.Size)
+	buf = append(buf, '"')
+	buf = hex.AppendEncode(buf, sum[:])
+	buf = append(buf, '"')
+	return string(buf)
+}
+
+// maxKeyLen is the longest key any store accepts (S3's limit, in bytes).
+const maxKeyLen = 1024
+
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return &KeyError{Key: key, Reason: "empty"}
+	case len(key) > maxKeyLen:
+		return &KeyError{Key: key[:32] + "...", Reason: fmt.Sprintf("longer than %d bytes", maxKeyLen)}
+	}
+	return nil
+}
+
+// ErrInvalidContentType is matched by every *ContentTypeError.
+var ErrInvalidContentType = errors.New("body: invalid content type")
+
+// ContentTypeError reports a media type that cannot be stored (it contains
+// control characters such as a line break, which no HTTP header may carry).
+type ContentTypeError struct {
+	ContentType string
+}
+
+// Error implements error.
+func (e *ContentTypeError) Error() string {
+	return fmt.Sprintf("body: invalid content type %q: control character", e.ContentType)
+}
+
+// Is makes errors.Is(err, ErrInvalidContentType) true.
+func (e *ContentTypeError) Is(target error) bool { return target == ErrInvalidContentType }
+
+func checkContentType(ct string) error {
+	for i := 0; i < len(ct); i++ {
+		if c := ct[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return &ContentTypeError{ContentType: ct}
+		}
+	}
+	return nil
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return append([]byte(nil), b...)
+}

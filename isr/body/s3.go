@@ -1,0 +1,185 @@
+package body
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+)
+
+// S3API is the part of *s3.Client the S3 store uses.
+type S3API interface {
+	PutObject(ctx context.Context, in *s3.PutObjectInput, optFns ...func(*s3.Options)) (*s3.PutObjectOutput, error)
+	GetObject(ctx context.Context, in *s3.GetObjectInput, optFns ...func(*s3.Options)) (*s3.GetObjectOutput, error)
+	DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, optFns ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
+}
+
+// S3 is a Store keeping one object per key in an S3 bucket. The object key is
+// the configured prefix followed by the store key. The content's SHA-256 ETag
+// is also recorded as user metadata (x-amz-meta-sha256-etag) so other readers
+// can see it without downloading the body; Get recomputes it from the bytes.
+//
+// NewS3 does no I/O; configuration mistakes (a nil client, an empty bucket)
+// are reported by Validate and by every method.
+type S3 struct {
+	client S3API
+	bucket string
+	prefix string
+}
+
+// S3Option configures an S3 store.
+type S3Option func(*S3)
+
+// WithPrefix puts every object under prefix (for example "pages/").
+func WithPrefix(prefix string) S3Option { return func(s *S3) { s.prefix = prefix } }
+
+// NewS3 returns a store for bucket through client.
+func NewS3(client S3API, bucket string, opts ...S3Option) *S3 {
+	s := &S3{client: client, bucket: bucket}
+	for _, o := range opts {
+		if o != nil {
+			o(s)
+		}
+	}
+	return s
+}
+
+// ErrInvalidConfig is returned by a store whose configuration is unusable.
+var ErrInvalidConfig = errors.New("body: invalid configuration")
+
+// Validate reports configuration mistakes without contacting S3.
+func (s *S3) Validate() error {
+	switch {
+	case s == nil || s.client == nil:
+		return fmt.Errorf("%w: nil S3 client", ErrInvalidConfig)
+	case strings.TrimSpace(s.bucket) == "":
+		return fmt.Errorf("%w: empty bucket name", ErrInvalidConfig)
+	case len(s.prefix) > maxKeyLen/2:
+		return fmt.Errorf("%w: prefix longer than %d bytes", ErrInvalidConfig, maxKeyLen/2)
+	}
+	return nil
+}
+
+// Bucket returns the bucket name.
+func (s *S3) Bucket() string { return s.bucket }
+
+// ObjectKey returns the S3 object key that holds key.
+func (s *S3) ObjectKey(key string) string { return s.prefix + key }
+
+func (s *S3) check(key string) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if len(s.prefix)+len(key) > maxKeyLen {
+		return &KeyError{Key: key[:min(len(key), 32)], Reason: fmt.Sprintf("prefix + key longer than %d bytes", maxKeyLen)}
+	}
+	return nil
+}
+
+// Put implements Store.
+func (s *S3) Put(ctx context.Context, key string, content []byte, contentType string) (string, error) {
+	if err := s.check(key); err != nil {
+		return "", err
+	}
+	if err := checkContentType(contentType); err != nil {
+		return "", err
+	}
+	etag := ETag(content)
+	in := &s3.PutObjectInput{
+		Bucket:        aws.String(s.bucket),
+		Key:           aws.String(s.ObjectKey(key)),
+		Body:          bytes.NewReader(content),
+		ContentLength: aws.Int64(int64(len(content))),
+		Metadata:      map[string]string{"sha256-etag": strings.Trim(etag, `"`)},
+	}
+	if contentType != "" {
+		in.ContentType = aws.String(contentType)
+	}
+	if _, err := s.client.PutObject(ctx, in); err != nil {
+		return "", fmt.Errorf("body: s3 put %q: %w", key, err)
+	}
+	return etag, nil
+}
+
+// Get implements Store.
+func (s *S3) Get(ctx context.Context, key string) (*Object, error) {
+	if err := s.check(key); err != nil {
+		return nil, err
+	}
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
+		Bucket: aws.String(s.bucket),
+		Key:    aws.String(s.ObjectKey(key)),
+	})
+	if err != nil {
+		if isS3NotFound(err) {
+			return nil, fmt.Errorf("%w: %q: %w", ErrNotFound, key, err)
+		}
+		return nil, fmt.Errorf("body: s3 get %q: %w", key, err)
+	}
+	defer out.Body.Close()
+	content, err := io.ReadAll(out.Body)
+	if err != nil {
+		return nil, fmt.Errorf("body: s3 get %q: %w", key, err)
+	}
+	return &Object{Content: content, ContentType: aws.ToString(out.ContentType), ETag: ETag(content)}, nil
+}
+
+// Delete implements Store.
+func (s *S3) Delete(ctx context.Context, key string) error {
+	if err := s.check(key); err != nil {
+		return err
+	}
+	_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{
+		Bucket: aws.String(s.bucket),
+		Key:    aws.String(s.ObjectKey(key)),
+	})
+	if err != nil && !isS3NotFound(err) {
+		return fmt.Errorf("body: s3 delete %q: %w", key, err)
+	}
+	return nil
+}
+
+func isS3NotFound(err error) bool {
+	var nsk *types.NoSuchKey
+	if errors.As(err, &nsk) {
+		return true
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "NoSuchKey", "NotFound":
+			return true
+		case "NoSuchBucket":
+			return false
+		}
+	}
+	var re *smithyhttp.ResponseError
+	return errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound && api == nil
+}
+
+// CreateBucket creates bucket through client; a bucket that already exists
+// and is owned by the caller is not an error.
+func CreateBucket(ctx context.Context, client *s3.Client, bucket string) error {
+	_, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)})
+	if err == nil {
+		return nil
+	}
+	var owned *types.BucketAlreadyOwnedByYou
+	var exists *types.BucketAlreadyExists
+	if errors.As(err, &owned) || errors.As(err, &exists) {
+		return nil
+	}
+	return fmt.Errorf("body: create bucket %q: %w", bucket, err)
+}

@@ -1,0 +1,96 @@
+package isr_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/isr"
+	"github.com/idem-go/idem/isr/isrtest"
+)
+
+// requestCounter counts the requests a DynamoDB client sends, by operation,
+// with SDK middleware (so retries of one call count once per attempt sent).
+type requestCounter struct {
+	total atomic.Int64
+	ops   [16]atomic.Int64
+}
+
+var opIndex = map[string]int{"GetItem": 0, "PutItem": 1, "UpdateItem": 2, "DeleteItem": 3, "TransactWriteItems": 4}
+
+func (c *requestCounter) op(name string) int64 {
+	i, ok := opIndex[name]
+	if !ok {
+		return 0
+	}
+	return c.ops[i].Load()
+}
+
+func (c *requestCounter) middleware(stack *middleware.Stack) error {
+	return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("isrRequestCounter",
+		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+			c.total.Add(1)
+			if i, ok := opIndex[middleware.GetOperationName(ctx)]; ok {
+				c.ops[i].Add(1)
+			}
+			return next.HandleFinalize(ctx, in)
+		}), middleware.After)
+}
+
+// dynamoClient returns a client for DynamoDB Local, and a counter of the
+// requests it sends.
+func dynamoClient(t testing.TB) (*dynamodb.Client, *requestCounter) {
+	t.Helper()
+	endpoint := testenv.DynamoDBEndpoint(t)
+	rc := &requestCounter{}
+	client := dynamodb.New(dynamodb.Options{
+		Region:           "us-east-1",
+		BaseEndpoint:     aws.String(endpoint),
+		Credentials:      credentials.NewStaticCredentialsProvider("local", "local", ""),
+		APIOptions:       []func(*middleware.Stack) error{rc.middleware},
+		RetryMaxAttempts: 3,
+	})
+	return client, rc
+}
+
+// freshTable creates a new, uniquely named table with the ISR shape and
+// deletes it when the test ends.
+func freshTable(t testing.TB, client *dynamodb.Client) string {
+	t.Helper()
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	name := "isr-test-" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := isr.CreateTable(ctx, client, name); err != nil {
+		t.Fatal(err)
+	}
+	// Idempotent: a second call on the existing table succeeds.
+	if err := isr.CreateTable(ctx, client, name); err != nil {
+		t.Fatalf("CreateTable on an existing table: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+	})
+	return name
+}
+
+func TestDynamoTableConformance(t *testing.T) {
+	client, _ := dynamoClient(t)
+	isrtest.Run(t, func(t *testing.T) isr.Table {
+		return isr.NewDynamoTable(client, freshTable(t, client))
+	})
+}
