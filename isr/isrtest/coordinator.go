@@ -121,7 +121,6 @@ func testCoordinatorFlow(t *testing.T, tb isr.Table) {
 	wantErr(t, err, isr.ErrMetaChanged)
 }
 
-
 func testCoordinatorRequestFlow(t *testing.T, tb isr.Table) {
 	ctx, pk, clock := ctxT(t), NewPK(t), NewClock(Base)
 	c := newCoord(t, tb, clock)

@@ -621,7 +621,10 @@ func testInvalid(t *testing.T, tb isr.Table) {
 		tb.Publish(ctx, isr.PublishInput{Lease: l, Now: at(0), Meta: isr.Meta{PK: "CACHE#other", S3Key: "x"}}),
 		tb.Publish(ctx, isr.PublishInput{Lease: l, Now: at(0), Meta: isr.Meta{S3Key: "x", RevalidateSeconds: -1}}),
 		tb.Publish(ctx, isr.PublishInput{Lease: l, Now: at(0), Meta: isr.Meta{S3Key: "x"}, Request: &isr.RequestCompletion{Key: "k"}}),
-		func() error { _, err := tb.PublishPointer(ctx, isr.PublishPointerInput{Lease: l, Now: at(0), Version: isr.Version{S3Key: "x"}}); return err }(),
+		func() error {
+			_, err := tb.PublishPointer(ctx, isr.PublishPointerInput{Lease: l, Now: at(0), Version: isr.Version{S3Key: "x"}})
+			return err
+		}(),
 		func() error {
 			_, _, err := tb.BeginRequest(ctx, isr.BeginRequestInput{PK: pk, Key: "k", Hash: "h", Now: at(0), TTL: abs(0)})
 			return err
