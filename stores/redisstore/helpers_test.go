@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,12 +61,17 @@ type counter struct {
 	evalsha  atomic.Int64
 	eval     atomic.Int64
 	commands atomic.Int64
+	mu       sync.Mutex
+	names    []string
 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if setup(cmd) {
+			return next(ctx, cmd)
+		}
 		c.trips.Add(1)
 		c.count(cmd)
 		return next(ctx, cmd)
@@ -74,6 +80,13 @@ func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		all := true
+		for _, cmd := range cmds {
+			all = all && setup(cmd)
+		}
+		if all {
+			return next(ctx, cmds)
+		}
 		c.trips.Add(1)
 		for _, cmd := range cmds {
 			c.count(cmd)
@@ -82,8 +95,21 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	}
 }
 
+// setup reports whether cmd is part of setting up a connection (go-redis
+// sends these through the hooks when it dials), not a request.
+func setup(cmd redis.Cmder) bool {
+	switch strings.ToLower(cmd.Name()) {
+	case "hello", "client", "auth", "select", "readonly":
+		return true
+	}
+	return false
+}
+
 func (c *counter) count(cmd redis.Cmder) {
 	c.commands.Add(1)
+	c.mu.Lock()
+	c.names = append(c.names, cmd.Name())
+	c.mu.Unlock()
 	switch strings.ToLower(cmd.Name()) {
 	case "evalsha":
 		c.evalsha.Add(1)
@@ -97,6 +123,16 @@ func (c *counter) reset() {
 	c.evalsha.Store(0)
 	c.eval.Store(0)
 	c.commands.Store(0)
+	c.mu.Lock()
+	c.names = nil
+	c.mu.Unlock()
+}
+
+// sent lists the commands counted since the last reset.
+func (c *counter) sent() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.names...)
 }
 
 func ctxT(t testing.TB) context.Context {

@@ -440,3 +440,20 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	_, err := s.run(ctx, "delete", scriptDelete, key)
 	return err
 }
+
+// LoadScripts loads every script of the store into the server's script
+// cache (on a Cluster, into every master), so the first call of each
+// operation is one EVALSHA instead of a failed EVALSHA plus EVAL. It is
+// optional: without it the first call of each script falls back to EVAL
+// once per server.
+func (s *Store) LoadScripts(ctx context.Context) error {
+	if s.err != nil {
+		return fmt.Errorf("redisstore: load scripts: %w", s.err)
+	}
+	for _, sc := range []*redis.Script{scriptClaim, scriptHeartbeat, scriptComplete, scriptRelease, scriptGet, scriptDelete} {
+		if err := sc.Load(ctx, s.client).Err(); err != nil {
+			return fmt.Errorf("redisstore: load scripts: %w", err)
+		}
+	}
+	return nil
+}

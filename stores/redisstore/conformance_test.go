@@ -1,0 +1,25 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/redisstore"
+	"github.com/idem-go/idem/stores/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+// corrupter overwrites a record's attempt with garbage, bypassing the store.
+func corrupter(c backend) storetest.Option {
+	return storetest.WithCorrupter(func(t *testing.T, s idem.Store, key string) {
+		rs := s.(*redisstore.Store)
+		require.NoError(t, c.HSet(context.Background(), rs.Key(key), "attempt", "not-a-number").Err())
+	})
+}
+
+func TestConformance(t *testing.T) {
+	both(t, func(t *testing.T, c backend) {
+		storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, c) }, corrupter(c))
+	})
+}
