@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -94,3 +95,5 @@ func TestDynamoTableConformance(t *testing.T) {
 		return isr.NewDynamoTable(client, freshTable(t, client))
 	})
 }
+
+func errorsAs(err error, target any) bool { return errors.As(err, target) }
