@@ -138,4 +138,3 @@ func TestExactlyOnceChild(t *testing.T) {
 	}
 	wg.Wait()
 }
-
