@@ -306,7 +306,9 @@ func childGuardOnce(out *childOut) error {
 	}
 	counters := os.Getenv("IDEM_FS_COUNTERS")
 	keys, workers := envInt("IDEM_FS_KEYS"), envInt("IDEM_FS_GOROUTINES")
-	g := newGuard(nil, s, idem.OnDuplicate(idem.Wait))
+	// No crash here: a long threshold keeps a loaded machine's slow fsync
+	// or scheduling from making a live owner look stale.
+	g := newGuard(nil, s, idem.OnDuplicate(idem.Wait), idem.WithTakeoverAfter(20*time.Second), idem.WithHeartbeat(2*time.Second))
 	waitGo(out)
 	var wg sync.WaitGroup
 	for w := range workers {
