@@ -63,6 +63,7 @@ type clientConfig struct {
 	log        *requestLog
 	httpClient *http.Client
 	maxRetries int
+	extra      []func(*dynamodb.Options)
 }
 
 func newClient(cc clientConfig) *dynamodb.Client {
@@ -79,6 +80,10 @@ func newClient(cc clientConfig) *dynamodb.Client {
 		}
 		if cc.maxRetries > 0 {
 			o.RetryMaxAttempts = cc.maxRetries
+		}
+	}, func(o *dynamodb.Options) {
+		for _, f := range cc.extra {
+			f(o)
 		}
 	})
 }
