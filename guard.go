@@ -469,49 +469,59 @@ func joinErr(a, b error) error {
 	return errors.Join(a, b)
 }
 
-// beater refreshes a claim while fn runs.
+// beater refreshes a claim while fn runs. It is a timer, not a goroutine,
+// so a call that returns within one interval costs no heartbeat at all.
 type beater struct {
-	quit chan struct{}
-	done chan struct{}
-	lost bool
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool
+	lost    bool
+	busy    sync.WaitGroup // a heartbeat in flight
 }
 
-// stop ends the heartbeats and reports whether ownership was lost.
+// stop ends the heartbeats, waits for one in flight, and reports whether
+// ownership was lost.
 func (b *beater) stop() bool {
-	select {
-	case <-b.quit:
-	default:
-		close(b.quit)
-	}
-	<-b.done
+	b.mu.Lock()
+	b.stopped = true
+	b.timer.Stop()
+	b.mu.Unlock()
+	b.busy.Wait()
 	return b.lost
 }
 
 func (g *Guard[T]) heartbeat(ctx context.Context, sk, nonce string, attempt int64, cancel context.CancelCauseFunc) *beater {
-	b := &beater{quit: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(b.done)
-		t := time.NewTicker(g.beat)
-		defer t.Stop()
-		for {
-			select {
-			case <-b.quit:
-				return
-			case <-t.C:
-			}
-			hctx, hcancel := context.WithTimeout(ctx, g.beat)
-			err := g.store.Heartbeat(hctx, sk, nonce, g.lease)
-			hcancel()
-			switch {
-			case errors.Is(err, ErrLostOwnership):
-				b.lost = true
-				cancel(fmt.Errorf("idem: claim taken over: %w", ErrLostOwnership))
-				return
-			case err != nil:
-				g.observe(ctx, Event{Kind: EventHeartbeatError, StorageKey: sk, Attempt: attempt, Err: err})
-			}
+	b := &beater{}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.timer = time.AfterFunc(g.beat, func() {
+		b.mu.Lock()
+		if b.stopped {
+			b.mu.Unlock()
+			return
 		}
-	}()
+		b.busy.Add(1)
+		b.mu.Unlock()
+		defer b.busy.Done()
+		hctx, hcancel := context.WithTimeout(ctx, g.beat)
+		err := g.store.Heartbeat(hctx, sk, nonce, g.lease)
+		hcancel()
+		switch {
+		case errors.Is(err, ErrLostOwnership):
+			b.mu.Lock()
+			b.lost = true
+			b.mu.Unlock()
+			cancel(fmt.Errorf("idem: claim taken over: %w", ErrLostOwnership))
+			return
+		case err != nil:
+			g.observe(ctx, Event{Kind: EventHeartbeatError, StorageKey: sk, Attempt: attempt, Err: err})
+		}
+		b.mu.Lock()
+		if !b.stopped {
+			b.timer.Reset(g.beat)
+		}
+		b.mu.Unlock()
+	})
 	return b
 }
 

@@ -1,0 +1,35 @@
+package idem_test
+
+import (
+	"testing"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/benchkit"
+	"github.com/idem-go/idem/stores/filestore"
+	"github.com/idem-go/idem/stores/memstore"
+)
+
+// BenchmarkDo measures fresh calls and replays on the embedded stores,
+// reporting store operations and heartbeats per call, next to the same
+// store operations made directly (raw-*).
+func BenchmarkDo(b *testing.B) {
+	stores := []struct {
+		name string
+		new  func(b *testing.B) idem.Store
+	}{
+		{"memstore", func(b *testing.B) idem.Store { return memstore.New() }},
+		{"filestore", func(b *testing.B) idem.Store {
+			fs, err := filestore.New(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			return fs
+		}},
+	}
+	for _, s := range stores {
+		b.Run(s.name+"/fresh", func(b *testing.B) { benchkit.Fresh(b, s.new(b)) })
+		b.Run(s.name+"/replay", func(b *testing.B) { benchkit.Replay(b, s.new(b)) })
+		b.Run(s.name+"/raw-fresh", func(b *testing.B) { benchkit.RawFresh(b, s.new(b)) })
+		b.Run(s.name+"/raw-replay", func(b *testing.B) { benchkit.RawReplay(b, s.new(b)) })
+	}
+}
