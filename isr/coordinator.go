@@ -494,10 +494,10 @@ func (c *Coordinator) renderWithRefresh(ctx context.Context, lease Lease, render
 	mu.Lock()
 	l := current
 	mu.Unlock()
-	if err == nil {
-		if cause := context.Cause(rctx); cause != nil && errors.Is(cause, ErrLeaseLost) {
-			err = cause
-		}
+	if cause := context.Cause(rctx); cause != nil && errors.Is(cause, ErrLeaseLost) {
+		// The lease was lost during the render: that, not whatever the
+		// render made of its cancelled context, is the outcome.
+		err = cause
 	}
 	return page, l, err
 }

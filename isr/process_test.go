@@ -1,0 +1,473 @@
+package isr_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/idem-go/idem/isr"
+	"github.com/idem-go/idem/isr/isrtest"
+)
+
+// The tests below re-execute the test binary as worker processes: the
+// child runs TestHelperProcess with ISR_HELPER_ROLE set and talks to the
+// parent over stdin/stdout, one line per message.
+
+const helperEnv = "ISR_HELPER_ROLE"
+
+type child struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+	done  chan error
+}
+
+func startChild(t *testing.T, role string, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), append([]string{helperEnv + "=" + role}, env...)...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, stdin: stdin, lines: make(chan string, 64), done: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+		c.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+	})
+	return c
+}
+
+// expect reads lines until one starts with prefix and returns the rest.
+func (c *child) expect(t *testing.T, prefix string, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case line, ok := <-c.lines:
+			if !ok {
+				t.Fatalf("child exited before %q", prefix)
+			}
+			if strings.HasPrefix(line, prefix) {
+				return strings.TrimSpace(strings.TrimPrefix(line, prefix))
+			}
+		case <-deadline:
+			t.Fatalf("child did not say %q within %v", prefix, timeout)
+		}
+	}
+}
+
+func (c *child) send(t *testing.T, line string) {
+	t.Helper()
+	if _, err := io.WriteString(c.stdin, line+"\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHelperProcess is the worker process body; it does nothing in a
+// normal test run.
+func TestHelperProcess(t *testing.T) {
+	role := os.Getenv(helperEnv)
+	if role == "" {
+		t.Skip("helper process only")
+	}
+	client, _ := dynamoClient(t)
+	table := os.Getenv("ISR_TABLE")
+	pk := os.Getenv("ISR_PK")
+	tb := isr.NewDynamoTable(client, table)
+	in := bufio.NewScanner(os.Stdin)
+	ctx := context.Background()
+	switch role {
+	case "paused-writer":
+		c := isr.NewCoordinator(tb, isr.WithLeaseDuration(time.Second))
+		seen, err := c.Lookup(ctx, pk)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			os.Exit(1)
+		}
+		l, err := c.TryAcquire(ctx, pk, &seen)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			os.Exit(1)
+		}
+		fmt.Println("ACQUIRED", l.ExpiresAt)
+		in.Scan() // the parent stops us here, takes over, then lets us go on
+		_, err = c.Publish(ctx, l, isr.Page{S3Key: "stale-child", ETag: `"child"`, RevalidateSeconds: 60, BaseVersion: seen.Version})
+		switch {
+		case err == nil:
+			fmt.Println("RESULT PUBLISHED")
+		case errors.Is(err, isr.ErrLeaseLost):
+			fmt.Println("RESULT LEASE_LOST")
+		default:
+			fmt.Println("RESULT ERROR", err)
+		}
+	case "contend", "regen":
+		n, _ := strconv.Atoi(os.Getenv("ISR_GOROUTINES"))
+		fmt.Println("READY")
+		in.Scan() // start together
+		out := runWorkers(ctx, client, tb, table, pk, role, n)
+		fmt.Println("DONE", out)
+	default:
+		fmt.Println("ERROR unknown role", role)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// counterKey is the item that counts holders and regenerations for a test.
+func counterKey(pk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: "TEST#" + pk},
+		"sk": &types.AttributeValueMemberS{Value: "COUNTERS"},
+	}
+}
+
+func addCounter(ctx context.Context, client *dynamodb.Client, table, pk, attr string, delta int) (int64, error) {
+	out, err := client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(table),
+		Key:                       counterKey(pk),
+		UpdateExpression:          aws.String("ADD #c :d"),
+		ExpressionAttributeNames:  map[string]string{"#c": attr},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":d": &types.AttributeValueMemberN{Value: strconv.Itoa(delta)}},
+		ReturnValues:              types.ReturnValueUpdatedNew,
+	})
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(out.Attributes[attr].(*types.AttributeValueMemberN).Value, 10, 64)
+}
+
+func readCounter(t *testing.T, client *dynamodb.Client, table, pk, attr string) int64 {
+	t.Helper()
+	out, err := client.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(table), Key: counterKey(pk), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok := out.Item[attr].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.ParseInt(v.Value, 10, 64)
+	return n
+}
+
+// runWorkers runs n goroutines of one role and summarises what they saw as
+// "key=value ..." (violations, errors, outcomes).
+func runWorkers(ctx context.Context, client *dynamodb.Client, tb isr.Table, table, pk, role string, n int) string {
+	c := isr.NewCoordinator(tb, isr.WithLeaseDuration(10*time.Second))
+	var violations, errs, acquired, fresh, inprog, regen, noMeta atomic.Int64
+	var firstErr atomic.Value
+	note := func(err error) {
+		errs.Add(1)
+		firstErr.CompareAndSwap(nil, err.Error())
+	}
+	// hold marks this worker as the lease holder for a moment: the shared
+	// holders counter must read exactly 1 while it does.
+	hold := func() {
+		h, err := addCounter(ctx, client, table, pk, "holders", 1)
+		if err != nil {
+			note(err)
+			return
+		}
+		if h != 1 {
+			violations.Add(1)
+		}
+		time.Sleep(30 * time.Millisecond)
+		if _, err := addCounter(ctx, client, table, pk, "holders", -1); err != nil {
+			note(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			switch role {
+			case "contend":
+				deadline := time.Now().Add(1500 * time.Millisecond)
+				for time.Now().Before(deadline) {
+					l, err := c.TryAcquire(ctx, pk, nil)
+					if err != nil {
+						if !errors.Is(err, isr.ErrLeaseHeld) && !errors.Is(err, isr.ErrConflict) {
+							note(err)
+						}
+						time.Sleep(15 * time.Millisecond)
+						continue
+					}
+					acquired.Add(1)
+					hold()
+					if err := c.Release(ctx, l); err != nil {
+						note(err)
+					}
+				}
+			case "regen":
+				res, err := c.Regenerate(ctx, pk, nil, func(ctx context.Context, l isr.Lease) (isr.Page, error) {
+					if _, err := addCounter(ctx, client, table, pk, "regenerations", 1); err != nil {
+						return isr.Page{}, err
+					}
+					hold()
+					return isr.Page{S3Key: "regenerated", ETag: `"r"`, RevalidateSeconds: 3600}, nil
+				})
+				if err != nil {
+					note(err)
+					return
+				}
+				if !res.HasMeta {
+					noMeta.Add(1)
+				}
+				switch res.Outcome {
+				case isr.OutcomeFresh:
+					fresh.Add(1)
+				case isr.OutcomeInProgress:
+					inprog.Add(1)
+				case isr.OutcomeRegenerated:
+					regen.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	fe, _ := firstErr.Load().(string)
+	return fmt.Sprintf("violations=%d errors=%d acquired=%d fresh=%d inprogress=%d regenerated=%d nometa=%d firsterr=%q",
+		violations.Load(), errs.Load(), acquired.Load(), fresh.Load(), inprog.Load(), regen.Load(), noMeta.Load(), fe)
+}
+
+func parseSummary(t *testing.T, s string) map[string]int64 {
+	t.Helper()
+	m := map[string]int64{}
+	for _, f := range strings.Fields(s) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok || k == "firsterr" {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("bad summary %q", s)
+		}
+		m[k] = n
+	}
+	return m
+}
+
+// seedStale publishes a META that is already stale.
+func seedStale(t *testing.T, tb isr.Table, pk string) isr.Meta {
+	t.Helper()
+	ctx := context.Background()
+	past := time.Now().Add(-time.Hour)
+	l, err := tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "seed", Now: past, ExpiresAt: past.Unix() + 30, TTL: past.Unix() + 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := isr.Meta{PK: pk, S3Key: "old", GeneratedAt: past.Unix(), RevalidateSeconds: 60, ETag: `"old"`}
+	if err := tb.Publish(ctx, isr.PublishInput{Lease: l, Now: past, Meta: m}); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestDynamoPausedWriter: a worker process acquires the lease and is
+// stopped with SIGSTOP mid-regeneration; its lease expires, the parent
+// takes over and publishes; the worker is resumed and tries to publish. It
+// must be refused with ErrLeaseLost, and META must hold the parent's page.
+func TestDynamoPausedWriter(t *testing.T) {
+	client, _ := dynamoClient(t)
+	table := freshTable(t, client)
+	tb := isr.NewDynamoTable(client, table)
+	pk := isrtest.NewPK(t)
+	seedStale(t, tb, pk)
+
+	ch := startChild(t, "paused-writer", "ISR_TABLE="+table, "ISR_PK="+pk)
+	exp, err := strconv.ParseInt(ch.expect(t, "ACQUIRED", 30*time.Second), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	ch.send(t, "GO") // buffered in the pipe until the child runs again
+
+	ctx := context.Background()
+	c := isr.NewCoordinator(tb, isr.WithLeaseDuration(30*time.Second))
+	seen, err := c.Lookup(ctx, pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// While the paused child's lease lives, nobody else can take it.
+	if time.Now().Unix() < exp {
+		if _, err := c.TryAcquire(ctx, pk, &seen); !errors.Is(err, isr.ErrLeaseHeld) {
+			t.Fatalf("acquire during the child's lease: want ErrLeaseHeld, got %v", err)
+		}
+	}
+	for time.Now().Unix() < exp { // held iff lease_expires_at > now
+		time.Sleep(50 * time.Millisecond)
+	}
+	l, err := c.TryAcquire(ctx, pk, &seen)
+	if err != nil {
+		t.Fatalf("takeover after expiry: %v", err)
+	}
+	mine, err := c.Publish(ctx, l, isr.Page{S3Key: "new-owner", ETag: `"parent"`, RevalidateSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if got := ch.expect(t, "RESULT", 30*time.Second); got != "LEASE_LOST" {
+		t.Fatalf("paused writer after takeover: %s, want LEASE_LOST", got)
+	}
+	if got, err := c.Lookup(ctx, pk); err != nil || got != mine {
+		t.Fatalf("META = %+v (%v), want the new owner's %+v", got, err, mine)
+	}
+}
+
+// TestDynamoPausedWriterBeforePublish: as above, but the child resumes
+// after the takeover and before the new owner publishes. The token alone
+// refuses it (the new owner's lease is live), and the new owner can still
+// publish afterwards.
+func TestDynamoPausedWriterBeforePublish(t *testing.T) {
+	client, _ := dynamoClient(t)
+	table := freshTable(t, client)
+	tb := isr.NewDynamoTable(client, table)
+	pk := isrtest.NewPK(t)
+	seedStale(t, tb, pk)
+
+	ch := startChild(t, "paused-writer", "ISR_TABLE="+table, "ISR_PK="+pk)
+	exp, err := strconv.ParseInt(ch.expect(t, "ACQUIRED", 30*time.Second), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	ch.send(t, "GO")
+	ctx := context.Background()
+	c := isr.NewCoordinator(tb, isr.WithLeaseDuration(30*time.Second))
+	seen, _ := c.Lookup(ctx, pk)
+	for time.Now().Unix() < exp {
+		time.Sleep(50 * time.Millisecond)
+	}
+	l, err := c.TryAcquire(ctx, pk, &seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if got := ch.expect(t, "RESULT", 30*time.Second); got != "LEASE_LOST" {
+		t.Fatalf("paused writer: %s, want LEASE_LOST", got)
+	}
+	if got, _ := c.Lookup(ctx, pk); got != seen {
+		t.Fatalf("META changed by the stale writer: %+v", got)
+	}
+	mine, err := c.Publish(ctx, l, isr.Page{S3Key: "new-owner", RevalidateSeconds: 60})
+	if err != nil {
+		t.Fatalf("new owner's publish after the stale attempt: %v", err)
+	}
+	if got, _ := c.Lookup(ctx, pk); got != mine {
+		t.Fatalf("META = %+v, want %+v", got, mine)
+	}
+}
+
+func runProcesses(t *testing.T, role string, procs, goroutines int) (string, string, []map[string]int64) {
+	client, _ := dynamoClient(t)
+	table := freshTable(t, client)
+	tb := isr.NewDynamoTable(client, table)
+	pk := isrtest.NewPK(t)
+	seedStale(t, tb, pk)
+	var children []*child
+	for i := 0; i < procs; i++ {
+		ch := startChild(t, role, "ISR_TABLE="+table, "ISR_PK="+pk, "ISR_GOROUTINES="+strconv.Itoa(goroutines))
+		ch.expect(t, "READY", 30*time.Second)
+		children = append(children, ch)
+	}
+	for _, ch := range children {
+		ch.send(t, "GO")
+	}
+	// The parent process joins in too.
+	local := runWorkers(context.Background(), client, tb, table, pk, role, goroutines)
+	sums := []map[string]int64{parseSummary(t, local)}
+	for i, ch := range children {
+		s := ch.expect(t, "DONE", 60*time.Second)
+		t.Logf("process %d: %s", i, s)
+		sums = append(sums, parseSummary(t, s))
+	}
+	t.Logf("parent: %s", local)
+	return table, pk, sums
+}
+
+// TestDynamoLeaseContentionAcrossProcesses: goroutines in four processes
+// (the test and three children) keep trying to take one lease for 1.5s;
+// each holder bumps a shared DynamoDB counter, which must read exactly 1
+// for every holder.
+func TestDynamoLeaseContentionAcrossProcesses(t *testing.T) {
+	_, _, sums := runProcesses(t, "contend", 3, 6)
+	var acquired int64
+	for _, s := range sums {
+		if s["violations"] != 0 || s["errors"] != 0 {
+			t.Fatalf("summary %v", s)
+		}
+		acquired += s["acquired"]
+	}
+	if acquired < 10 {
+		t.Fatalf("only %d acquisitions: the test exercised too little", acquired)
+	}
+	t.Logf("%d acquisitions, never two holders at once", acquired)
+}
+
+// TestDynamoOneRegenerationAcrossProcesses: goroutines in four processes
+// call Regenerate on one stale page at once. Exactly one renders (a shared
+// counter reads 1), every caller gets a page to serve (the stale META or the
+// new one) without waiting for the render, and none errors.
+func TestDynamoOneRegenerationAcrossProcesses(t *testing.T) {
+	client, _ := dynamoClient(t)
+	table, pk, sums := runProcesses(t, "regen", 3, 40)
+	var regen, total int64
+	for _, s := range sums {
+		if s["violations"] != 0 || s["errors"] != 0 || s["nometa"] != 0 {
+			t.Fatalf("summary %v", s)
+		}
+		regen += s["regenerated"]
+		total += s["fresh"] + s["inprogress"] + s["regenerated"]
+	}
+	if n := readCounter(t, client, table, pk, "regenerations"); n != 1 || regen != 1 {
+		t.Fatalf("regenerations counter = %d, regenerated outcomes = %d; want 1", n, regen)
+	}
+	if total != 160 {
+		t.Fatalf("%d outcomes, want 160", total)
+	}
+	m, err := isr.NewDynamoTable(client, table).GetMeta(context.Background(), pk)
+	if err != nil || m.S3Key != "regenerated" {
+		t.Fatalf("META = %+v, %v", m, err)
+	}
+}
