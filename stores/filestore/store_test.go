@@ -712,6 +712,13 @@ func TestTwoStoresOneDirectory(t *testing.T) {
 	for i := range keys {
 		assert.EqualValues(t, 1, wins[i].Load(), key(i))
 	}
+	// Every write renamed its temporary file away.
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, keys+1)
+	for _, e := range entries {
+		assert.False(t, strings.HasPrefix(e.Name(), ".tmp-"), e.Name())
+	}
 }
 
 func TestWatch(t *testing.T) {
