@@ -21,17 +21,22 @@ type server struct {
 	port int
 	addr string
 	dir  string
+	args []string
 	cmd  *exec.Cmd
 }
 
-func startRedis(t testing.TB, port int) *server {
+// startRedisAOF starts a server that persists every write before replying
+// (appendonly, appendfsync always), so a restart loses nothing acknowledged.
+func startRedisAOF(t testing.TB, port int) *server {
+	return startRedis(t, port, "--appendonly", "yes", "--appendfsync", "always")
+}
+
+func startRedis(t testing.TB, port int, args ...string) *server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
+	if _, err := exec.LookPath("redis-server"); err != nil {
 		testenv.Missing(t, "redis-server binary not found")
 	}
-	_ = bin
-	s := &server{t: t, port: port, addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir()}
+	s := &server{t: t, port: port, addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir(), args: args}
 	s.start()
 	t.Cleanup(s.stop)
 	return s
@@ -39,8 +44,9 @@ func startRedis(t testing.TB, port int) *server {
 
 func (s *server) start() {
 	s.t.Helper()
-	s.cmd = exec.Command("redis-server", "--bind", "127.0.0.1", "--port", strconv.Itoa(s.port),
-		"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"))
+	args := append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port),
+		"--save", "", "--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log")}, s.args...)
+	s.cmd = exec.Command("redis-server", args...)
 	s.cmd.Stdout, s.cmd.Stderr = os.Stderr, os.Stderr
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start redis-server: %v", err)

@@ -1,0 +1,332 @@
+package redisstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// faultProxy is an in-process toxiproxy between the client and Redis.
+type faultProxy struct {
+	t *testing.T
+	p *toxiproxy.Proxy
+}
+
+func newFaultProxy(t *testing.T, upstream string) *faultProxy {
+	t.Helper()
+	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
+	p := toxiproxy.NewProxy(srv, "redis", "127.0.0.1:0", upstream)
+	require.NoError(t, p.Start())
+	t.Cleanup(p.Stop)
+	return &faultProxy{t: t, p: p}
+}
+
+func (f *faultProxy) addr() string { return f.p.Listen }
+
+func (f *faultProxy) add(name, typ, stream string, attrs map[string]any) {
+	f.t.Helper()
+	b, err := json.Marshal(map[string]any{"name": name, "type": typ, "stream": stream, "toxicity": 1.0, "attributes": attrs})
+	require.NoError(f.t, err)
+	_, err = f.p.Toxics.AddToxicJson(strings.NewReader(string(b)))
+	require.NoError(f.t, err)
+}
+
+func (f *faultProxy) remove(name string) bool {
+	return f.p.Toxics.RemoveToxic(context.Background(), name) == nil
+}
+
+// disarmOnDial removes the toxic named "reset" when the client dials, so a
+// reset connection's retry goes through on a fresh connection.
+type disarmOnDial struct {
+	f      *faultProxy
+	armed  atomic.Bool
+	resets atomic.Int64 // dials that disarmed the toxic
+}
+
+func (d *disarmOnDial) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if d.armed.CompareAndSwap(true, false) {
+			d.f.remove("reset")
+			d.resets.Add(1)
+		}
+		return next(ctx, network, addr)
+	}
+}
+func (d *disarmOnDial) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (d *disarmOnDial) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (d *disarmOnDial) arm(stream string) {
+	d.f.add("reset", "reset_peer", stream, map[string]any{"timeout": 0})
+	d.armed.Store(true)
+}
+
+// TestFaultResetMidCall cuts the connection in the middle of the claim and
+// of the complete, both before the command reaches Redis (upstream) and
+// after Redis applied it and before the reply arrives (downstream). go-redis
+// retries on a fresh connection; the retried script finds its own nonce, so
+// the call succeeds and fn runs exactly once.
+func TestFaultResetMidCall(t *testing.T) {
+	for _, tc := range []struct{ op, stream string }{
+		{"claim", "upstream"}, {"claim", "downstream"}, {"complete", "upstream"}, {"complete", "downstream"},
+	} {
+		t.Run(tc.op+"/"+tc.stream, func(t *testing.T) {
+			ctx := ctxT(t)
+			up := standalone(t)
+			fp := newFaultProxy(t, up.Options().Addr)
+			c := redis.NewClient(&redis.Options{Addr: fp.addr(), PoolSize: 1, MaxRetries: 3})
+			defer c.Close()
+			d := &disarmOnDial{f: fp}
+			c.AddHook(d)
+			s := newStore(t, c)
+			require.NoError(t, s.LoadScripts(ctx))
+			g, err := idem.New[int](s, idem.WithHeartbeat(5*time.Second), idem.WithTakeoverAfter(30*time.Second))
+			require.NoError(t, err)
+
+			runs := 0
+			if tc.op == "claim" {
+				d.arm(tc.stream)
+			}
+			v, err := g.Do(ctx, "k", func(ctx context.Context) (int, error) {
+				runs++
+				if tc.op == "complete" {
+					d.arm(tc.stream)
+				}
+				return 7, nil
+			})
+			require.NoError(t, err)
+			assert.Equal(t, 7, v)
+			assert.Equal(t, 1, runs)
+			assert.EqualValues(t, 1, d.resets.Load(), "the connection was reset and redialled")
+
+			v, err = g.Do(ctx, "k", func(ctx context.Context) (int, error) { runs++; return 0, nil })
+			require.NoError(t, err)
+			assert.Equal(t, 7, v)
+			assert.Equal(t, 1, runs)
+			sk, err := g.StorageKey("k")
+			require.NoError(t, err)
+			rec, err := s.Get(ctx, sk)
+			require.NoError(t, err)
+			assert.EqualValues(t, 1, rec.Attempt)
+			assert.Equal(t, idem.StatusCompleted, rec.Status)
+		})
+	}
+}
+
+// TestFaultResetNoRetry: without client retries, a claim whose reply is
+// lost surfaces as a wrapped error and fn does not run. Once the network
+// is back, the orphaned claim goes stale, a waiter takes it over and the
+// key completes, still exactly once, with a higher fencing token.
+func TestFaultResetNoRetry(t *testing.T) {
+	ctx := ctxT(t)
+	up := standalone(t)
+	fp := newFaultProxy(t, up.Options().Addr)
+	c := redis.NewClient(&redis.Options{Addr: fp.addr(), MaxRetries: -1})
+	defer c.Close()
+	s := newStore(t, c)
+	require.NoError(t, s.LoadScripts(ctx))
+	g, err := idem.New[int](s, idem.OnDuplicate(idem.Wait),
+		idem.WithHeartbeat(100*time.Millisecond), idem.WithTakeoverAfter(400*time.Millisecond))
+	require.NoError(t, err)
+
+	runs := 0
+	fn := func(ctx context.Context) (int, error) {
+		runs++
+		tok, _ := idem.FencingToken(ctx)
+		return int(tok), nil
+	}
+	fp.add("reset", "reset_peer", "downstream", map[string]any{"timeout": 0})
+	_, err = g.Do(ctx, "k", fn)
+	require.Error(t, err)
+	var se *idem.StoreError
+	assert.ErrorAs(t, err, &se, "a store failure is a wrapped *idem.StoreError: %v", err)
+	assert.Equal(t, 0, runs)
+	require.True(t, fp.remove("reset"))
+
+	// The claim was applied before its reply was lost.
+	sk, err := g.StorageKey("k")
+	require.NoError(t, err)
+	rec, err := s.Get(ctx, sk)
+	require.NoError(t, err)
+	assert.Equal(t, idem.StatusInProgress, rec.Status)
+
+	v, err := g.Do(ctx, "k", fn)
+	require.NoError(t, err)
+	assert.Equal(t, 1, runs)
+	assert.Equal(t, 2, v, "the takeover's fencing token is higher than the orphan's")
+}
+
+// TestFaultLatency runs two Guards (two "processes") x 16 goroutines over
+// shared keys through a proxy that adds latency with jitter in both
+// directions and a spike longer than the heartbeat interval; every key runs
+// once and every caller gets its result.
+func TestFaultLatency(t *testing.T) {
+	ctx := ctxT(t)
+	up := standalone(t)
+	fp := newFaultProxy(t, up.Options().Addr)
+	pfx := redisstore.WithPrefix(prefix())
+	fp.add("lat_up", "latency", "upstream", map[string]any{"latency": 5, "jitter": 5})
+	fp.add("lat_down", "latency", "downstream", map[string]any{"latency": 10, "jitter": 10})
+
+	var guards []*idem.Guard[string]
+	for range 2 {
+		c := redis.NewClient(&redis.Options{Addr: fp.addr(), ReadTimeout: 5 * time.Second})
+		t.Cleanup(func() { _ = c.Close() })
+		s := redisstore.New(c, pfx)
+		t.Cleanup(func() { _ = s.Close() })
+		g, err := idem.New[string](s, idem.OnDuplicate(idem.Wait),
+			idem.WithHeartbeat(100*time.Millisecond), idem.WithTakeoverAfter(3*time.Second))
+		require.NoError(t, err)
+		guards = append(guards, g)
+	}
+	const keys = 12
+	var mu sync.Mutex
+	execs := map[string]int{}
+	results := map[string]map[string]bool{}
+	go func() {
+		time.Sleep(150 * time.Millisecond)
+		fp.add("spike", "latency", "downstream", map[string]any{"latency": 400})
+		time.Sleep(500 * time.Millisecond)
+		fp.remove("spike")
+	}()
+	var wg sync.WaitGroup
+	for gi := range 32 {
+		g := guards[gi%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range keys {
+				key := "k" + strconv.Itoa((k+gi)%keys)
+				v, err := g.Do(ctx, key, func(ctx context.Context) (string, error) {
+					mu.Lock()
+					execs[key]++
+					mu.Unlock()
+					time.Sleep(30 * time.Millisecond)
+					return key + "@" + strconv.Itoa(gi), nil
+				})
+				if !assert.NoError(t, err) {
+					continue
+				}
+				mu.Lock()
+				if results[key] == nil {
+					results[key] = map[string]bool{}
+				}
+				results[key][v] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Len(t, execs, keys)
+	for k, n := range execs {
+		assert.Equal(t, 1, n, "executions of %s", k)
+		assert.Len(t, results[k], 1, "results of %s", k)
+	}
+}
+
+// TestFaultRedisRestart kills the Redis server (SIGKILL) in the middle of a
+// run and restarts it (append-only file, fsync always, so acknowledged
+// writes survive). Calls during the outage fail with wrapped errors; the
+// callers retry, every key completes once the server is back, and no key
+// runs twice.
+func TestFaultRedisRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts a server")
+	}
+	ctx := ctxT(t)
+	srv := startRedisAOF(t, 7201)
+	pfx := redisstore.WithPrefix(prefix())
+	var guards []*idem.Guard[int]
+	for range 2 {
+		c := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: 2, DialTimeout: 200 * time.Millisecond})
+		t.Cleanup(func() { _ = c.Close() })
+		s := redisstore.New(c, pfx, redisstore.WithWatchTimeout(500*time.Millisecond))
+		t.Cleanup(func() { _ = s.Close() })
+		g, err := idem.New[int](s, idem.OnDuplicate(idem.Wait),
+			idem.WithHeartbeat(200*time.Millisecond), idem.WithTakeoverAfter(4*time.Second))
+		require.NoError(t, err)
+		guards = append(guards, g)
+	}
+	const keys = 40
+	var mu sync.Mutex
+	execs := map[int]int{}
+	var failures atomic.Int64
+	var unwrapped []error
+
+	restarted := make(chan struct{})
+	kill := make(chan struct{})
+	var executed atomic.Int64
+	go func() {
+		defer close(restarted)
+		<-kill // a quarter of the keys have run; the rest are in flight or queued
+		srv.stop()
+		time.Sleep(1500 * time.Millisecond) // well past go-redis's own retries
+		srv.start()
+	}()
+	var wg sync.WaitGroup
+	for gi := range 16 {
+		g := guards[gi%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range keys {
+				key := (k + gi) % keys
+				for {
+					v, err := g.Do(ctx, "k"+strconv.Itoa(key), func(ctx context.Context) (int, error) {
+						mu.Lock()
+						execs[key]++
+						mu.Unlock()
+						if executed.Add(1) == keys/4 {
+							close(kill)
+						}
+						time.Sleep(20 * time.Millisecond)
+						return key, nil
+					})
+					if err == nil {
+						assert.Equal(t, key, v)
+						break
+					}
+					failures.Add(1)
+					var se *idem.StoreError
+					var nr *idem.NotRecordedError
+					if !errors.As(err, &se) && !errors.As(err, &nr) {
+						mu.Lock()
+						unwrapped = append(unwrapped, err)
+						mu.Unlock()
+					}
+					if ctx.Err() != nil {
+						t.Errorf("key %d never completed: %v", key, err)
+						return
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	<-restarted
+	t.Logf("%d calls failed during the outage", failures.Load())
+	assert.Positive(t, failures.Load(), "the outage was seen by callers")
+	assert.Empty(t, unwrapped, "every failure is a wrapped store error")
+	require.Len(t, execs, keys)
+	for k, n := range execs {
+		assert.Equal(t, 1, n, "executions of key %d", k)
+	}
+}
