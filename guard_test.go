@@ -427,7 +427,6 @@ func TestStaleOwnerIsRefused(t *testing.T) {
 func TestCompletionRefusedAfterTakeover(t *testing.T) {
 	s := memstore.New()
 	opts := []idem.Option{idem.WithTakeoverAfter(100 * time.Millisecond), idem.WithHeartbeat(90 * time.Millisecond)}
-	a := newGuard[string](t, storetest.Instrument(s), opts...)
 	b := newGuard[string](t, s, opts...)
 	inst := storetest.Instrument(s)
 	inst.Before = func(ctx context.Context, op storetest.Op, key string) error {
@@ -436,7 +435,7 @@ func TestCompletionRefusedAfterTakeover(t *testing.T) {
 		}
 		return nil
 	}
-	a = newGuard[string](t, inst, opts...)
+	a := newGuard[string](t, inst, opts...)
 	_, err := a.Do(context.Background(), "k", func(ctx context.Context) (string, error) {
 		time.Sleep(150 * time.Millisecond)
 		_, err := b.Do(context.Background(), "k", func(ctx context.Context) (string, error) { return "b", nil })

@@ -1,0 +1,15 @@
+# make run   runs the example program (file store in a temporary directory)
+# make test  starts the backends and runs every check (scripts/test.sh)
+# make bench prints the cost tables
+
+.PHONY: run test bench
+
+run:
+	go run ./examples/invoice
+
+test:
+	scripts/test.sh
+
+bench:
+	go run ./cmd/idem-bench
+	go test -run '^$$' -bench . -benchtime 2000x .
