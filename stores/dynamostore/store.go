@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/idem-go/idem"
 )
@@ -209,6 +210,13 @@ func (st *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRe
 		}
 		old, refused := conditionFailed(err)
 		if !refused {
+			if isValidation(err) {
+				// An expired item passed the condition but its attempt is
+				// not a number: report the item rather than the request.
+				if cerr := st.checkDecodable(ctx, key, req.Key); cerr != nil {
+					return idem.ClaimResult{}, cerr
+				}
+			}
 			return idem.ClaimResult{}, storeErr("claim", err)
 		}
 		if old == nil {
@@ -241,6 +249,24 @@ func (st *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRe
 		// compare-and-swap lost: decide again.
 	}
 	return idem.ClaimResult{}, storeErr("claim", ErrContention)
+}
+
+// checkDecodable reads the item behind key and returns its decoding error,
+// if it has one.
+func (st *Store) checkDecodable(ctx context.Context, key map[string]types.AttributeValue, storageKey string) error {
+	out, err := st.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: st.tableName(), Key: key, ConsistentRead: aws.Bool(true),
+	})
+	if err != nil || len(out.Item) == 0 {
+		return nil
+	}
+	_, err = st.decode(storageKey, out.Item)
+	return err
+}
+
+func isValidation(err error) bool {
+	var ae smithy.APIError
+	return errors.As(err, &ae) && ae.ErrorCode() == "ValidationException"
 }
 
 // claimed builds the result of an applied claim from the old item the

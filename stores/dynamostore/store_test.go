@@ -512,6 +512,10 @@ func TestCorruptRecords(t *testing.T) {
 			m["error_message"] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}
 		},
 		"failed without error": func(m map[string]types.AttributeValue) { m["status"] = &types.AttributeValueMemberS{Value: "failed"} },
+		"expired, attempt as string": func(m map[string]types.AttributeValue) {
+			m["expires_at"] = &types.AttributeValueMemberN{Value: "1"}
+			m["attempt"] = &types.AttributeValueMemberS{Value: "1"}
+		},
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
