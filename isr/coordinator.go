@@ -181,7 +181,7 @@ func (c *Coordinator) TryAcquire(ctx context.Context, pk string, seen *Meta) (Le
 			return Lease{}, terr
 		}
 		now := c.cfg.clock()
-		exp := now.Unix() + seconds(c.cfg.leaseDuration)
+		exp := ceilUnix(now) + seconds(c.cfg.leaseDuration)
 		in := AcquireInput{PK: pk, Token: token, Now: now, ExpiresAt: exp, TTL: exp + seconds(c.cfg.ttlBuffer)}
 		if seen != nil {
 			g := seen.GeneratedAt
@@ -203,7 +203,7 @@ func (c *Coordinator) Refresh(ctx context.Context, lease Lease) (Lease, error) {
 		return Lease{}, c.err
 	}
 	now := c.cfg.clock()
-	exp := now.Unix() + seconds(c.cfg.leaseDuration)
+	exp := ceilUnix(now) + seconds(c.cfg.leaseDuration)
 	return c.table.RefreshLease(ctx, RefreshInput{Lease: lease, Now: now, ExpiresAt: exp, TTL: exp + seconds(c.cfg.ttlBuffer)})
 }
 
@@ -519,6 +519,16 @@ func NewVersionID(generatedAt time.Time) (string, error) {
 		return "", fmt.Errorf("isr: version id: %w", err)
 	}
 	return fmt.Sprintf("%010d-%s", generatedAt.Unix(), hex.EncodeToString(b[:])), nil
+}
+
+// ceilUnix is now in epoch seconds, rounded up, so that a lease of d
+// seconds lasts at least d (and less than d+1s) of real time.
+func ceilUnix(now time.Time) int64 {
+	s := now.Unix()
+	if now.Nanosecond() != 0 {
+		s++
+	}
+	return s
 }
 
 func seconds(d time.Duration) int64 {

@@ -72,7 +72,8 @@
 // # Decisions
 //
 //   - Times are whole epoch seconds, as the schema says. A lease of d
-//     seconds acquired at t (fractional) expires at floor(t)+d.
+//     seconds acquired at t expires at ceil(t)+d, so it lasts at least d
+//     and less than d+1s of real time; "now" in conditions is floor(t).
 //   - Acquire used by Regenerate is conditioned on META not having been
 //     published since it was read, so a worker that read a stale META just
 //     before another worker published and released cannot regenerate the
