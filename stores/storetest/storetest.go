@@ -407,7 +407,9 @@ func (su *suite) concurrentClaim(t *testing.T, s idem.Store) {
 		go func(i int) {
 			defer wg.Done()
 			<-start
-			res, err := s.Claim(context.Background(), req(key, nonces[i], ""))
+			r := req(key, nonces[i], "")
+			r.TakeoverAfter = time.Minute
+			res, err := s.Claim(context.Background(), r)
 			if !assert.NoError(t, err) {
 				return
 			}
@@ -476,7 +478,9 @@ func (su *suite) concurrentManyKeys(t *testing.T, s idem.Store) {
 			defer wg.Done()
 			for i, k := range ks {
 				nonce := NewNonce()
-				res, err := s.Claim(context.Background(), req(k, nonce, ""))
+				r := req(k, nonce, "")
+				r.TakeoverAfter = time.Minute // no takeover however slow the store is under load
+				res, err := s.Claim(context.Background(), r)
 				if !assert.NoError(t, err) {
 					return
 				}
