@@ -732,3 +732,35 @@ func TestCorruptStoredResult(t *testing.T) {
 	_, err = g.Do(context.Background(), "k", func(ctx context.Context) (string, error) { return "x", nil })
 	assert.ErrorIs(t, err, idem.ErrCorruptRecord)
 }
+
+// Every goroutine has its own Guard, as if each were a process: only the
+// store's atomic claim stands between them.
+func TestConcurrentGuardsRunOnce(t *testing.T) {
+	s := memstore.New()
+	guards := make([]*idem.Guard[int], 64)
+	for i := range guards {
+		guards[i] = newGuard[int](t, s, idem.OnDuplicate(idem.Wait))
+	}
+	for k := 0; k < 50; k++ {
+		key := fmt.Sprintf("key-%d", k)
+		var runs atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for _, g := range guards {
+			wg.Add(1)
+			go func(g *idem.Guard[int]) {
+				defer wg.Done()
+				<-start
+				v, err := g.Do(context.Background(), key, func(ctx context.Context) (int, error) {
+					runs.Add(1)
+					return 7, nil
+				})
+				assert.NoError(t, err)
+				assert.Equal(t, 7, v)
+			}(g)
+		}
+		close(start)
+		wg.Wait()
+		require.Equal(t, int32(1), runs.Load(), "fn runs exactly once for %s", key)
+	}
+}
