@@ -5,6 +5,7 @@
 #   Redis            127.0.0.1:6379            IDEM_REDIS_ADDR
 #   Redis Cluster    127.0.0.1:7101-7103       IDEM_REDIS_CLUSTER (3 masters)
 #   DynamoDB Local   http://127.0.0.1:8765     IDEM_DYNAMODB_ENDPOINT
+#   S3 (s3rver)      http://127.0.0.1:8766     IDEM_S3_ENDPOINT (path-style; key/secret S3RVER)
 #
 # Progress goes to stderr; only export lines go to stdout.
 set -euo pipefail
@@ -89,8 +90,28 @@ if ! (echo >"/dev/tcp/127.0.0.1/$DDB_PORT") 2>/dev/null; then
   wait_port 127.0.0.1 "$DDB_PORT" 60
 fi
 
+# --- S3-compatible server (s3rver, Node) ---------------------------------
+S3_PKG=s3rver@3.7.1
+S3_PORT=8766
+s3rver_bin="$CACHE/s3rver/node_modules/.bin/s3rver"
+if [ ! -x "$s3rver_bin" ]; then
+  need_pkg node nodejs
+  need_pkg npm npm
+  log "installing $S3_PKG"
+  rm -rf "$CACHE/s3rver"; mkdir -p "$CACHE/s3rver"
+  npm install --silent --no-audit --no-fund --prefix "$CACHE/s3rver" "$S3_PKG" >&2
+fi
+if ! (echo >"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null; then
+  log "starting s3rver on $S3_PORT"
+  rm -rf "$RUN/s3"; mkdir -p "$RUN/s3"
+  (cd "$RUN" && exec nohup node "$s3rver_bin" -d "$RUN/s3" -a 127.0.0.1 -p "$S3_PORT" \
+    --silent --no-vhost-buckets >"$RUN/s3rver.log" 2>&1 &)
+  wait_port 127.0.0.1 "$S3_PORT" 30
+fi
+
 cat <<ENV
 export IDEM_REDIS_ADDR=127.0.0.1:6379
 export IDEM_REDIS_CLUSTER=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
 export IDEM_DYNAMODB_ENDPOINT=http://127.0.0.1:$DDB_PORT
+export IDEM_S3_ENDPOINT=http://127.0.0.1:$S3_PORT
 ENV
