@@ -78,7 +78,9 @@
 //     published since it was read, so a worker that read a stale META just
 //     before another worker published and released cannot regenerate the
 //     page a second time. On DynamoDB that makes acquire a two-item
-//     TransactWriteItems (one request).
+//     TransactWriteItems (one request). The check compares generated_at
+//     seconds, so a META republished within the same second as the one the
+//     caller saw is not detected (only possible with revalidate_seconds 0).
 //   - A REQ# item whose ttl has passed counts as absent, as if TTL deletion
 //     had run; a request left STARTED by a crashed worker therefore blocks
 //     its key only until the REQ# ttl (WithRequestTTL).

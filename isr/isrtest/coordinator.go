@@ -291,3 +291,51 @@ func testCoordinatorOneRegeneration(t *testing.T, tb isr.Table) {
 		t.Fatalf("%d regenerations (max %d at once) for one stale page; outcomes %v", r.n.Load(), r.maxHeld.Load(), outcomes)
 	}
 }
+
+// afterGetMeta is a Table whose GetMeta runs hook (once) after reading META
+// and before returning it: the read goes stale while its caller holds it.
+type afterGetMeta struct {
+	isr.Table
+	once sync.Once
+	hook func()
+}
+
+func (a *afterGetMeta) GetMeta(ctx context.Context, pk string) (isr.Meta, error) {
+	m, err := a.Table.GetMeta(ctx, pk)
+	a.once.Do(a.hook)
+	return m, err
+}
+
+// testCoordinatorStraggler: worker A reads the stale META; before it
+// acquires, worker B regenerates, publishes and releases the lease. A must
+// not render the page a second time: its acquire is conditioned on META as
+// it saw it, and it reports the page fresh.
+func testCoordinatorStraggler(t *testing.T, tb isr.Table) {
+	ctx, pk, clock := ctxT(t), NewPK(t), NewClock(Base)
+	b := newCoord(t, tb, clock)
+	var r counter
+	expect(t, isr.OutcomeRegenerated)(b.Regenerate(ctx, pk, nil, r.render))
+	clock.Advance(2 * time.Minute) // stale
+	slow := &afterGetMeta{Table: tb}
+	slow.hook = func() {
+		expect(t, isr.OutcomeRegenerated)(b.Regenerate(ctx, pk, nil, r.render))
+	}
+	a := newCoord(t, slow, clock)
+	res := expect(t, isr.OutcomeFresh)(a.Regenerate(ctx, pk, nil, r.render))
+	if r.n.Load() != 2 || res.Meta.S3Key != "pages/2.html" {
+		t.Fatalf("renders = %d (want 1 setup + 1), result %+v", r.n.Load(), res)
+	}
+	// The same with a request record: it is given back, not left STARTED.
+	clock.Advance(2 * time.Minute)
+	slow2 := &afterGetMeta{Table: tb}
+	slow2.hook = func() {
+		expect(t, isr.OutcomeRegenerated)(b.Regenerate(ctx, pk, nil, r.render))
+	}
+	a2 := newCoord(t, slow2, clock)
+	expect(t, isr.OutcomeFresh)(a2.Regenerate(ctx, pk, &isr.RequestSpec{Key: "straggler", Hash: "h"}, r.render))
+	if r.n.Load() != 3 {
+		t.Fatalf("renders = %d, want 3", r.n.Load())
+	}
+	_, err := tb.GetRequest(ctx, pk, "straggler")
+	wantErr(t, err, isr.ErrNotFound)
+}

@@ -84,6 +84,7 @@ func Run(t *testing.T, newTable func(t *testing.T) isr.Table) {
 	t.Run("CoordinatorStaleWriters", func(t *testing.T) { testCoordinatorStale(t, newTable(t)) })
 	t.Run("CoordinatorRenderFailure", func(t *testing.T) { testCoordinatorRenderFailure(t, newTable(t)) })
 	t.Run("CoordinatorOneRegeneration", func(t *testing.T) { testCoordinatorOneRegeneration(t, newTable(t)) })
+	t.Run("CoordinatorStraggler", func(t *testing.T) { testCoordinatorStraggler(t, newTable(t)) })
 }
 
 func ctxT(t *testing.T) context.Context {
