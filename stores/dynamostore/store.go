@@ -289,11 +289,14 @@ func (st *Store) claimed(req idem.ClaimRequest, old map[string]types.AttributeVa
 		}
 		rec.Attempt = a + 1
 	}
-	oldExp, err := numAttr(old, attrExpiresAt)
-	if err != nil {
-		return idem.ClaimResult{}, &idem.CorruptRecordError{Key: req.Key, Err: err}
+	// The outcome only needs to know whether the old record was live; the
+	// server compared expires_at as a number, so compare it the same way
+	// even when it was not an integer.
+	var oldExp float64
+	if nv, ok := old[attrExpiresAt].(*types.AttributeValueMemberN); ok {
+		oldExp, _ = strconv.ParseFloat(nv.Value, 64)
 	}
-	if oldExp > now {
+	if oldExp > float64(now) {
 		return idem.ClaimResult{Outcome: idem.TookOver, Record: rec}, nil
 	}
 	return idem.ClaimResult{Outcome: idem.Claimed, Record: rec}, nil

@@ -553,6 +553,28 @@ func TestCorruptRecords(t *testing.T) {
 	}
 }
 
+func TestClaimOverwritesAnExpiredOddRecord(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key := storageKey()
+	// Expired, with a fractional expiry: the claim's condition accepts it
+	// (as a number it is in the past) and rewrites every field.
+	item := map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: e.prefix + key}, "sk": &types.AttributeValueMemberS{Value: "IDEM"},
+		"expires_at": &types.AttributeValueMemberN{Value: "1.5"}, "attempt": &types.AttributeValueMemberN{Value: "4"},
+	}
+	if _, err := e.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(testTable), Item: item}); err != nil {
+		t.Fatal(err)
+	}
+	rec := mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	if rec.Attempt != 5 {
+		t.Fatalf("attempt %d", rec.Attempt)
+	}
+	if got, err := e.store.Get(ctx, key); err != nil || fmt.Sprint(got) != fmt.Sprint(rec) {
+		t.Fatalf("get %+v, %v; want %+v", got, err, rec)
+	}
+}
+
 func TestSharesTableWithOtherItems(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
