@@ -452,13 +452,13 @@ func TestDynamoLeaseContentionAcrossProcesses(t *testing.T) {
 	t.Logf("%d acquisitions, never two holders at once", acquired)
 }
 
-// TestDynamoOneRegenerationAcrossProcesses: goroutines in four processes
-// call Regenerate on one stale page at once. Exactly one renders (a shared
+// TestDynamoOneRegenerationAcrossProcesses: 1,000 callers (250 goroutines
+// in each of four processes) call Regenerate on one stale page at once. Exactly one renders (a shared
 // counter reads 1), every caller gets a page to serve (the stale META or the
 // new one) without waiting for the render, and none errors.
 func TestDynamoOneRegenerationAcrossProcesses(t *testing.T) {
 	client, _ := dynamoClient(t)
-	table, pk, sums := runProcesses(t, "regen", 3, 40)
+	table, pk, sums := runProcesses(t, "regen", 3, 250)
 	var regen, total int64
 	for _, s := range sums {
 		if s["violations"] != 0 || s["errors"] != 0 || s["nometa"] != 0 {
@@ -470,8 +470,8 @@ func TestDynamoOneRegenerationAcrossProcesses(t *testing.T) {
 	if n := readCounter(t, client, table, pk, "regenerations"); n != 1 || regen != 1 {
 		t.Fatalf("regenerations counter = %d, regenerated outcomes = %d; want 1", n, regen)
 	}
-	if total != 160 {
-		t.Fatalf("%d outcomes, want 160", total)
+	if total != 1000 {
+		t.Fatalf("%d outcomes, want 1000", total)
 	}
 	m, err := isr.NewDynamoTable(client, table).GetMeta(context.Background(), pk)
 	if err != nil || m.S3Key != "regenerated" {
