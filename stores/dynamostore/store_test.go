@@ -437,10 +437,20 @@ func TestConcurrentClaimsOneWinner(t *testing.T) {
 }
 
 func TestConcurrentTakeoversOneWinner(t *testing.T) {
+	// One-request takeovers, and compare-and-swap takeovers that keep a
+	// later expiry.
+	for _, lease := range []time.Duration{time.Minute, 10 * time.Minute} {
+		t.Run(lease.String(), func(t *testing.T) { concurrentTakeovers(t, lease) })
+	}
+}
+
+func concurrentTakeovers(t *testing.T, firstLease time.Duration) {
 	clock := newFakeClock()
 	e := newEnv(t, dynamostore.WithClock(clock.Now))
 	key := storageKey()
-	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	first := claimReq(key, "A")
+	first.LeaseTTL = firstLease
+	firstRec := mustClaim(t, e.store, first, idem.Claimed)
 	clock.Advance(time.Minute - time.Millisecond) // stale, still live
 	var wg sync.WaitGroup
 	var took, existing int
@@ -465,6 +475,10 @@ func TestConcurrentTakeoversOneWinner(t *testing.T) {
 	wg.Wait()
 	if took != 1 || existing != 15 {
 		t.Fatalf("took over %d, existing %d", took, existing)
+	}
+	rec, err := e.store.Get(context.Background(), key)
+	if want := max(firstRec.ExpiresAt, clock.Now().Add(time.Minute).UnixMilli()); err != nil || rec.ExpiresAt != want || rec.Attempt != 2 {
+		t.Fatalf("record %+v, %v; want expiry %d", rec, err, want)
 	}
 }
 
