@@ -18,13 +18,14 @@ if cur == nil or cur.expires_at <= now then
   local attempt = 1
   if cur ~= nil then attempt = cur.attempt + 1 end
   local exp = now + lease
-  redis.call('DEL', k)
-  redis.call('HSET', k, 'v', '1', 'key', skey, 'status', 'in_progress',
+  local rec = {'v', '1', 'key', skey, 'status', 'in_progress',
     'payload_hash', phash, 'nonce', nonce, 'attempt', fmt(attempt),
     'started_at', fmt(now), 'heartbeat_at', fmt(now), 'completed_at', '0',
-    'expires_at', fmt(exp))
+    'expires_at', fmt(exp)}
+  if cur ~= nil then redis.call('DEL', k) end
+  redis.call('HSET', k, unpack(rec))
   expire(k, exp, now, buffer)
-  return {1, '', redis.call('HGETALL', k)}
+  return {1, '', rec}
 end
 
 if cur.nonce == nonce then

@@ -8,11 +8,14 @@
 
 if redis.replicate_commands then redis.replicate_commands() end
 
+-- num parses an integer field; nil when it is not one. (The Go decoder is
+-- stricter about the textual form; this only guards the script's decisions.)
 local function num(s)
-  if type(s) ~= 'string' or not string.match(s, '^%-?%d+$') or #s > 17 then
+  local n = tonumber(s)
+  if n == nil or n ~= math.floor(n) or n > 9007199254740991 or n < -9007199254740991 then
     return nil
   end
-  return tonumber(s)
+  return n
 end
 
 local function fmt(n)
@@ -45,14 +48,15 @@ local function load(k)
   if m.key == nil or m.key == '' or m.nonce == nil or m.nonce == ''
     or (m.status ~= 'in_progress' and m.status ~= 'completed' and m.status ~= 'failed')
     or (m.status == 'failed' and m.err_msg == nil)
-    or num(m.attempt) == nil or num(m.attempt) < 1
-    or num(m.started_at) == nil or num(m.heartbeat_at) == nil
-    or num(m.completed_at) == nil or num(m.expires_at) == nil then
+    or num(m.started_at) == nil or num(m.completed_at) == nil then
     return flat, nil, 'missing or malformed fields'
   end
   m.attempt = num(m.attempt)
   m.heartbeat_at = num(m.heartbeat_at)
   m.expires_at = num(m.expires_at)
+  if m.attempt == nil or m.attempt < 1 or m.heartbeat_at == nil or m.expires_at == nil then
+    return flat, nil, 'missing or malformed fields'
+  end
   return flat, m, nil
 end
 

@@ -14,18 +14,21 @@ if cur == nil or cur.nonce ~= nonce then
   return {0, ''}
 end
 local exp = now + ttl
-redis.call('HSET', k, 'status', status, 'completed_at', fmt(now),
-  'heartbeat_at', fmt(now), 'expires_at', fmt(exp))
+local set = {'status', status, 'completed_at', fmt(now), 'heartbeat_at', fmt(now), 'expires_at', fmt(exp)}
+local del = {}
 if ARGV[6] == '1' then
-  redis.call('HSET', k, 'result', ARGV[7])
+  set[#set + 1] = 'result'; set[#set + 1] = ARGV[7]
 else
-  redis.call('HDEL', k, 'result')
+  del[#del + 1] = 'result'
 end
 if ARGV[8] == '1' then
-  redis.call('HSET', k, 'err_msg', ARGV[9], 'err_type', ARGV[10])
+  set[#set + 1] = 'err_msg'; set[#set + 1] = ARGV[9]
+  set[#set + 1] = 'err_type'; set[#set + 1] = ARGV[10]
 else
-  redis.call('HDEL', k, 'err_msg', 'err_type')
+  del[#del + 1] = 'err_msg'; del[#del + 1] = 'err_type'
 end
+redis.call('HSET', k, unpack(set))
+if #del > 0 then redis.call('HDEL', k, unpack(del)) end
 expire(k, exp, now, buffer)
 redis.call('PUBLISH', channel, status)
 return {1, ''}

@@ -1,0 +1,76 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/redisstore/internal/bench"
+)
+
+func benchSetup(b *testing.B) *bench.Setup {
+	b.Helper()
+	addr := testenv.RedisAddr(b)
+	gc, rc := bench.NewClient(addr), bench.NewClient(addr)
+	b.Cleanup(func() { _ = gc.Close(); _ = rc.Close() })
+	s, err := bench.NewSetup(context.Background(), gc, rc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func report(b *testing.B, p bench.Pair) {
+	b.ReportMetric(p.GuardOps, "guard-calls/s")
+	b.ReportMetric(p.RawOps, "raw-calls/s")
+	b.ReportMetric(p.Ratio(), "guard/raw")
+}
+
+// BenchmarkFresh compares guarded fresh calls (claim + complete, 2 round
+// trips) with raw SET NX PX + SET, 64 goroutines each, in one run.
+func BenchmarkFresh(b *testing.B) {
+	s := benchSetup(b)
+	ctx := context.Background()
+	b.ResetTimer()
+	p, err := bench.Compare(ctx, "fresh", max(b.N, 256), 3, s.GuardFresh, s.RawFresh)
+	if err != nil {
+		b.Fatal(err)
+	}
+	report(b, p)
+}
+
+// BenchmarkReplay compares guarded replays of completed keys (1 round trip)
+// with raw GET, 64 goroutines each, in one run.
+func BenchmarkReplay(b *testing.B) {
+	s := benchSetup(b)
+	ctx := context.Background()
+	if err := s.PrepareReplays(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	p, err := bench.Compare(ctx, "replay", max(b.N, 256), 3, s.GuardReplay, s.RawReplay)
+	if err != nil {
+		b.Fatal(err)
+	}
+	report(b, p)
+}
+
+// BenchmarkWakeup reports how long after the owner finishes a waiter in
+// another Guard returns: woken by the store's publish, or by polling.
+func BenchmarkWakeup(b *testing.B) {
+	addr := testenv.RedisAddr(b)
+	for _, mode := range []string{"push", "poll"} {
+		b.Run(mode, func(b *testing.B) {
+			owner, waiter := bench.NewClient(addr), bench.NewClient(addr)
+			defer owner.Close()
+			defer waiter.Close()
+			lat, err := bench.WakeLatency(context.Background(), owner, waiter, mode == "poll", b.N, 30*time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(bench.Median(lat).Microseconds()), "wake-µs(median)")
+		})
+	}
+}

@@ -1,0 +1,269 @@
+// Package bench measures the Redis store under a Guard against raw go-redis
+// doing the same commands, and the wait wake-up latency with push against a
+// poll. It backs the benchmarks of package redisstore and the benchtable
+// program.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// Workers is the number of concurrent callers of every measurement.
+const Workers = 64
+
+// Invoice is the result the guarded function returns in the benchmarks.
+type Invoice struct {
+	ID     string `json:"id"`
+	Amount int    `json:"amount"`
+}
+
+var value = `{"id":"inv_0123456789","amount":4200}`
+
+// RandPrefix returns a fresh key prefix.
+func RandPrefix() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return "bench" + hex.EncodeToString(b) + ":"
+}
+
+// NewClient returns a client for addr with a pool large enough for Workers.
+func NewClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: Workers, MinIdleConns: Workers})
+}
+
+// parallel runs op(i) for i in [0, n) on Workers goroutines and returns the
+// elapsed time and the first error.
+func parallel(n int, op func(i int) error) (time.Duration, error) {
+	var next atomic.Int64
+	var first atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := op(i); err != nil {
+					first.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if err, _ := first.Load().(error); err != nil {
+		return el, err
+	}
+	return el, nil
+}
+
+// Pair is the throughput of the guarded and the raw variant of one
+// workload, measured in one run (alternating rounds).
+type Pair struct {
+	Name     string
+	GuardOps float64 // calls per second
+	RawOps   float64
+}
+
+// Ratio is guarded throughput over raw throughput.
+func (p Pair) Ratio() float64 { return p.GuardOps / p.RawOps }
+
+// Setup holds what the measurements share.
+type Setup struct {
+	Guard  *idem.Guard[Invoice]
+	Store  *redisstore.Store
+	Raw    *redis.Client
+	prefix string
+}
+
+// NewSetup builds a Guard over a redisstore on gc and uses rc for raw
+// commands. gc and rc should be separate clients of the same server.
+func NewSetup(ctx context.Context, gc, rc *redis.Client) (*Setup, error) {
+	pfx := RandPrefix()
+	s := redisstore.New(gc, redisstore.WithPrefix(pfx))
+	if err := s.LoadScripts(ctx); err != nil {
+		return nil, err
+	}
+	g, err := idem.New[Invoice](s, idem.WithTTL(10*time.Minute))
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range []*redis.Client{gc, rc} {
+		if err := c.Ping(ctx).Err(); err != nil {
+			return nil, err
+		}
+	}
+	return &Setup{Guard: g, Store: s, Raw: rc, prefix: pfx}, nil
+}
+
+// Close closes the store (not the clients).
+func (s *Setup) Close() error { return s.Store.Close() }
+
+func (s *Setup) fn(ctx context.Context) (Invoice, error) {
+	return Invoice{ID: "inv_0123456789", Amount: 4200}, nil
+}
+
+var round atomic.Int64
+
+// GuardFresh runs n guarded calls on new keys: claim + complete each.
+func (s *Setup) GuardFresh(ctx context.Context, n int) (time.Duration, error) {
+	r := strconv.FormatInt(round.Add(1), 10)
+	return parallel(n, func(i int) error {
+		_, err := s.Guard.Do(ctx, "fresh-"+r+"-"+strconv.Itoa(i), s.fn)
+		return err
+	})
+}
+
+// RawFresh runs n pairs of SET NX PX (the claim) + SET PX (the result) on
+// new keys.
+func (s *Setup) RawFresh(ctx context.Context, n int) (time.Duration, error) {
+	r := strconv.FormatInt(round.Add(1), 10)
+	return parallel(n, func(i int) error {
+		k := s.prefix + "raw-" + r + "-" + strconv.Itoa(i)
+		if err := s.Raw.SetNX(ctx, k, "in_progress", 30*time.Second).Err(); err != nil {
+			return err
+		}
+		return s.Raw.Set(ctx, k, value, 10*time.Minute).Err()
+	})
+}
+
+const replayKeys = 4096
+
+// PrepareReplays completes the keys the replay measurements read.
+func (s *Setup) PrepareReplays(ctx context.Context) error {
+	_, err := parallel(replayKeys, func(i int) error {
+		if _, err := s.Guard.Do(ctx, "replay-"+strconv.Itoa(i), s.fn); err != nil {
+			return err
+		}
+		return s.Raw.Set(ctx, s.prefix+"rawreplay-"+strconv.Itoa(i), value, 10*time.Minute).Err()
+	})
+	return err
+}
+
+// GuardReplay runs n guarded calls on completed keys: one claim each.
+func (s *Setup) GuardReplay(ctx context.Context, n int) (time.Duration, error) {
+	return parallel(n, func(i int) error {
+		v, err := s.Guard.Do(ctx, "replay-"+strconv.Itoa(i%replayKeys), s.fn)
+		if err == nil && v.Amount != 4200 {
+			err = fmt.Errorf("replay returned %+v", v)
+		}
+		return err
+	})
+}
+
+// RawReplay runs n GETs of existing keys.
+func (s *Setup) RawReplay(ctx context.Context, n int) (time.Duration, error) {
+	return parallel(n, func(i int) error {
+		return s.Raw.Get(ctx, s.prefix+"rawreplay-"+strconv.Itoa(i%replayKeys)).Err()
+	})
+}
+
+// Compare measures guard and raw with n calls each per round, alternating
+// for rounds rounds so both see the same machine load.
+func Compare(ctx context.Context, name string, n, rounds int,
+	guard, raw func(context.Context, int) (time.Duration, error)) (Pair, error) {
+	var gt, rt time.Duration
+	for range rounds {
+		d, err := raw(ctx, n)
+		if err != nil {
+			return Pair{}, fmt.Errorf("%s raw: %w", name, err)
+		}
+		rt += d
+		d, err = guard(ctx, n)
+		if err != nil {
+			return Pair{}, fmt.Errorf("%s guard: %w", name, err)
+		}
+		gt += d
+	}
+	total := float64(n * rounds)
+	return Pair{Name: name, GuardOps: total / gt.Seconds(), RawOps: total / rt.Seconds()}, nil
+}
+
+// noWatch hides the store's Watcher, so a Guard over it polls.
+type noWatch struct{ idem.Store }
+
+// WakeLatency measures how long after the owner's call returns a waiter in
+// another Guard (its own store, as another process would have) returns,
+// with push (the store's pub/sub) or, when poll is set, with the Guard's
+// polling. The waiter has been waiting a random 100-300ms when the owner
+// finishes. takeover sets the Guard's takeover threshold, which bounds the
+// poll interval.
+func WakeLatency(ctx context.Context, owner, waiter *redis.Client, poll bool, samples int, takeover time.Duration) ([]time.Duration, error) {
+	pfx := RandPrefix()
+	sa := redisstore.New(owner, redisstore.WithPrefix(pfx))
+	sb := redisstore.New(waiter, redisstore.WithPrefix(pfx))
+	defer sa.Close()
+	defer sb.Close()
+	var storeB idem.Store = sb
+	if poll {
+		storeB = noWatch{sb}
+	}
+	opts := []idem.Option{idem.OnDuplicate(idem.Wait), idem.WithTakeoverAfter(takeover), idem.WithHeartbeat(takeover / 3)}
+	ga, err := idem.New[string](sa, opts...)
+	if err != nil {
+		return nil, err
+	}
+	gb, err := idem.New[string](storeB, opts...)
+	if err != nil {
+		return nil, err
+	}
+	var out []time.Duration
+	for i := range samples {
+		key := "wake-" + strconv.Itoa(i)
+		started, release := make(chan struct{}), make(chan struct{})
+		aErr := make(chan error, 1)
+		go func() {
+			_, err := ga.Do(ctx, key, func(context.Context) (string, error) {
+				close(started)
+				<-release
+				return "v", nil
+			})
+			aErr <- err
+		}()
+		<-started
+		bDone := make(chan error, 1)
+		var end time.Time
+		go func() {
+			_, err := gb.Do(ctx, key, func(context.Context) (string, error) { return "", fmt.Errorf("waiter ran fn") })
+			end = time.Now()
+			bDone <- err
+		}()
+		time.Sleep(100*time.Millisecond + time.Duration(i%5)*50*time.Millisecond)
+		close(release)
+		if err := <-aErr; err != nil {
+			return nil, err
+		}
+		finished := time.Now()
+		if err := <-bDone; err != nil {
+			return nil, err
+		}
+		out = append(out, max(end.Sub(finished), 0))
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Median returns the middle of sorted durations.
+func Median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	return d[len(d)/2]
+}

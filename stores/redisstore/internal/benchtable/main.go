@@ -1,0 +1,81 @@
+// Command benchtable prints the Redis store's benchmark table: guarded
+// fresh calls and replays against raw go-redis doing the same commands
+// (64 goroutines, one run), and the wait wake-up latency with push against
+// a poll.
+//
+//	go run ./stores/redisstore/internal/benchtable -addr 127.0.0.1:6379
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/idem-go/idem/stores/redisstore/internal/bench"
+)
+
+func main() {
+	addr := flag.String("addr", envOr("IDEM_REDIS_ADDR", "127.0.0.1:6379"), "Redis address")
+	calls := flag.Int("calls", 20000, "calls per variant per round")
+	rounds := flag.Int("rounds", 3, "alternating rounds")
+	samples := flag.Int("wake-samples", 10, "wake-up samples per mode")
+	takeover := flag.Duration("takeover", 30*time.Second, "Guard takeover threshold for the wake-up test (bounds the poll interval)")
+	flag.Parse()
+	if err := run(*addr, *calls, *rounds, *samples, *takeover); err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func run(addr string, calls, rounds, samples int, takeover time.Duration) error {
+	ctx := context.Background()
+	gc, rc := bench.NewClient(addr), bench.NewClient(addr)
+	defer gc.Close()
+	defer rc.Close()
+	s, err := bench.NewSetup(ctx, gc, rc)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := s.PrepareReplays(ctx); err != nil {
+		return err
+	}
+	fresh, err := bench.Compare(ctx, "fresh (claim+complete vs SET NX PX + SET)", calls, rounds, s.GuardFresh, s.RawFresh)
+	if err != nil {
+		return err
+	}
+	replay, err := bench.Compare(ctx, "replay (claim vs GET)", calls, rounds, s.GuardReplay, s.RawReplay)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("redisstore on %s, %d goroutines, %d calls x %d rounds per variant\n\n", addr, bench.Workers, calls, rounds)
+	fmt.Printf("%-44s %14s %14s %8s\n", "workload", "guard calls/s", "raw calls/s", "ratio")
+	for _, p := range []bench.Pair{fresh, replay} {
+		fmt.Printf("%-44s %14.0f %14.0f %8.2f\n", p.Name, p.GuardOps, p.RawOps, p.Ratio())
+	}
+	fmt.Printf("\nwait wake-up latency after the owner finishes (takeover %v, %d samples):\n", takeover, samples)
+	for _, poll := range []bool{false, true} {
+		owner, waiter := bench.NewClient(addr), bench.NewClient(addr)
+		lat, err := bench.WakeLatency(ctx, owner, waiter, poll, samples, takeover)
+		_ = owner.Close()
+		_ = waiter.Close()
+		if err != nil {
+			return err
+		}
+		mode := "push (pub/sub)"
+		if poll {
+			mode = "poll (no Watcher)"
+		}
+		fmt.Printf("%-20s median %10v  max %10v\n", mode, bench.Median(lat).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond))
+	}
+	return nil
+}
