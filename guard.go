@@ -271,7 +271,7 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, fn func(c
 			Key: sk, Nonce: newNonce(), PayloadHash: ph, LeaseTTL: g.lease, TakeoverAfter: g.takeover,
 		})
 		if err != nil {
-			return v, &StoreError{Op: "claim", Err: err}, false
+			return v, storeErr("claim", err), false
 		}
 		rec := res.Record
 		if rec == nil {
@@ -386,7 +386,10 @@ func (g *Guard[T]) run(ctx context.Context, sk string, rec *Record, f *flight, f
 	if err != nil {
 		g.observe(ctx, Event{Kind: EventFailure, StorageKey: sk, Attempt: attempt, Duration: time.Since(start), Err: err})
 		if g.fail == Unlock {
-			if rerr := g.store.Release(bg, sk, nonce); rerr != nil {
+			rctx, rcancel := context.WithTimeout(bg, g.takeover)
+			rerr := g.store.Release(rctx, sk, nonce)
+			rcancel()
+			if rerr != nil {
 				return v, joinErr(err, g.ownershipOr("release", rerr, ctx, sk, attempt))
 			}
 			return v, err
@@ -437,7 +440,7 @@ func (g *Guard[T]) complete(ctx context.Context, sk, nonce string, attempt int64
 		wait := jitter(backoff)
 		if time.Now().Add(wait).After(deadline) {
 			g.observe(ctx, Event{Kind: EventNotRecorded, StorageKey: sk, Attempt: attempt, Err: err})
-			return &NotRecordedError{Err: &StoreError{Op: "complete", Err: err}}
+			return &NotRecordedError{Err: storeErr("complete", err)}
 		}
 		time.Sleep(wait)
 		backoff = min(2*backoff, time.Second)
@@ -458,6 +461,16 @@ func (g *Guard[T]) ownershipOr(op string, err error, ctx context.Context, sk str
 	if errors.Is(err, ErrLostOwnership) {
 		g.observe(ctx, Event{Kind: EventLostOwnership, StorageKey: sk, Attempt: attempt})
 		return fmt.Errorf("idem: %s refused: %w", op, err)
+	}
+	return storeErr(op, err)
+}
+
+// storeErr wraps a store failure in a *StoreError unless the store already
+// returned one.
+func storeErr(op string, err error) error {
+	var se *StoreError
+	if errors.As(err, &se) {
+		return err
 	}
 	return &StoreError{Op: op, Err: err}
 }

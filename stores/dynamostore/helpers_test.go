@@ -15,7 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/dynamostore"
 )
@@ -139,9 +138,6 @@ func newEnv(t testing.TB, opts ...dynamostore.Option) *env {
 	e.log.take()
 	return e
 }
-
-// newStore is the constructor the conformance suite calls.
-func newStore(t *testing.T) idem.Store { return newEnv(t).store }
 
 // fakeClock is a settable clock.
 type fakeClock struct {
