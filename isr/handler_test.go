@@ -1,0 +1,938 @@
+package isr_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/isr"
+	"github.com/idem-go/idem/isr/body"
+	"github.com/idem-go/idem/isr/isrtest"
+)
+
+// pages is a PageFunc that counts its renders and can hold a render until
+// the test lets it go.
+type pages struct {
+	renders atomic.Int64
+	mu      sync.Mutex
+	hold    chan struct{} // when non-nil, renders wait for it to close
+	started chan struct{} // receives one value per render that starts
+	err     error
+	prefix  string
+}
+
+func newPages() *pages { return &pages{started: make(chan struct{}, 1024), prefix: "v"} }
+
+func (p *pages) render(ctx context.Context, tenant, key string) ([]byte, string, error) {
+	n := p.renders.Add(1)
+	p.mu.Lock()
+	hold, err := p.hold, p.err
+	p.mu.Unlock()
+	p.started <- struct{}{}
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, "", ctx.Err()
+		}
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return []byte(fmt.Sprintf("%s%d %s", p.prefix, n, key)), "text/html; charset=utf-8", nil
+}
+
+// holdRenders makes the next renders wait; the returned func releases them.
+func (p *pages) holdRenders() func() {
+	ch := make(chan struct{})
+	p.mu.Lock()
+	p.hold = ch
+	p.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(ch)
+			p.mu.Lock()
+			p.hold = nil
+			p.mu.Unlock()
+		})
+	}
+}
+
+func (p *pages) setErr(err error) { p.mu.Lock(); p.err = err; p.mu.Unlock() }
+
+type fixture struct {
+	clock  *isrtest.Clock
+	table  isr.Table
+	bodies *countingBodies
+	pages  *pages
+	coord  *isr.Coordinator
+	h      *isr.Handler
+}
+
+// countingBodies counts the reads of a real body store.
+type countingBodies struct {
+	body.Store
+	gets atomic.Int64
+}
+
+func (c *countingBodies) Get(ctx context.Context, key string) (*body.Object, error) {
+	c.gets.Add(1)
+	return c.Store.Get(ctx, key)
+}
+
+func newFixture(t *testing.T, opts ...isr.HandlerOption) *fixture {
+	t.Helper()
+	f := &fixture{
+		clock:  isrtest.NewClock(isrtest.Base),
+		table:  isr.NewMemoryTable(),
+		bodies: &countingBodies{Store: body.NewMemory()},
+		pages:  newPages(),
+	}
+	f.coord = isr.NewCoordinator(f.table, isr.WithClock(f.clock.Now))
+	f.h = f.handler(t, f.pages, opts...)
+	return f
+}
+
+// handler returns another Handler on the fixture's table and body store: a
+// second server process, as far as coordination goes.
+func (f *fixture) handler(t *testing.T, p *pages, opts ...isr.HandlerOption) *isr.Handler {
+	t.Helper()
+	all := append([]isr.HandlerOption{isr.WithRevalidate(60 * time.Second), isr.WithStaleWhileRevalidate(time.Hour)}, opts...)
+	h := isr.NewHandler(f.coord, f.bodies, p.render, all...)
+	if err := h.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := h.Wait(ctx); err != nil {
+			t.Errorf("background regenerations still running: %v", err)
+		}
+	})
+	return h
+}
+
+type response struct {
+	code  int
+	hdr   http.Header
+	body  string
+	cache string
+}
+
+func get(h http.Handler, path string, hdr ...string) response {
+	return do(h, http.MethodGet, path, hdr...)
+}
+
+func do(h http.Handler, method, path string, hdr ...string) response {
+	r := httptest.NewRequest(method, path, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	res := w.Result()
+	b, _ := io.ReadAll(res.Body)
+	return response{code: res.StatusCode, hdr: res.Header, body: string(b), cache: res.Header.Get(isr.HeaderCache)}
+}
+
+func TestHandlerMissThenFresh(t *testing.T) {
+	f := newFixture(t)
+	r := get(f.h, "/a")
+	if r.code != 200 || r.cache != isr.CacheMiss || r.body != "v1 /a" {
+		t.Fatalf("first request: %+v", r)
+	}
+	if ct := r.hdr.Get("Content-Type"); ct != "text/html; charset=utf-8" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	etag := body.ETag([]byte("v1 /a"))
+	if r.hdr.Get("ETag") != etag {
+		t.Fatalf("ETag %q, want %q", r.hdr.Get("ETag"), etag)
+	}
+	if cc := r.hdr.Get("Cache-Control"); cc != "s-maxage=60, stale-while-revalidate=3600" {
+		t.Fatalf("Cache-Control %q", cc)
+	}
+	f.clock.Advance(20 * time.Second)
+	r = get(f.h, "/a")
+	if r.code != 200 || r.cache != isr.CacheHit || r.body != "v1 /a" || r.hdr.Get("ETag") != etag {
+		t.Fatalf("fresh request: %+v", r)
+	}
+	if cc := r.hdr.Get("Cache-Control"); cc != "s-maxage=40, stale-while-revalidate=3600" {
+		t.Fatalf("Cache-Control %q: s-maxage must be the freshness left", cc)
+	}
+	if n := f.pages.renders.Load(); n != 1 {
+		t.Fatalf("%d renders, want 1", n)
+	}
+	// The rendered body is served from memory; the store is not read.
+	if n := f.bodies.gets.Load(); n != 0 {
+		t.Fatalf("%d body reads, want 0", n)
+	}
+	m, err := f.coord.Lookup(context.Background(), mustPK(t, "/a"))
+	if err != nil || m.ETag != etag || m.RevalidateSeconds != 60 || m.GeneratedAt != isrtest.Base.Unix() {
+		t.Fatalf("META %+v, %v", m, err)
+	}
+	// HEAD: same headers, no body.
+	r = do(f.h, http.MethodHead, "/a")
+	if r.code != 200 || r.body != "" || r.hdr.Get("Content-Length") != strconv.Itoa(len("v1 /a")) || r.hdr.Get("ETag") != etag {
+		t.Fatalf("HEAD: %+v", r)
+	}
+}
+
+func TestHandlerBodyReadFromStore(t *testing.T) {
+	// A second handler (another process) has no cached body: it reads the
+	// store once, then serves from its cache.
+	f := newFixture(t)
+	get(f.h, "/a")
+	other := f.handler(t, newPages())
+	for i := 0; i < 3; i++ {
+		if r := get(other, "/a"); r.code != 200 || r.cache != isr.CacheHit || r.body != "v1 /a" {
+			t.Fatalf("other handler: %+v", r)
+		}
+	}
+	if n := f.bodies.gets.Load(); n != 1 {
+		t.Fatalf("%d body reads, want 1", n)
+	}
+	// Without a cache, every 200 reads the store.
+	nocache := f.handler(t, newPages(), isr.WithBodyCache(0))
+	get(nocache, "/a")
+	get(nocache, "/a")
+	if n := f.bodies.gets.Load(); n != 3 {
+		t.Fatalf("%d body reads, want 3", n)
+	}
+}
+
+func TestHandlerNotModified(t *testing.T) {
+	f := newFixture(t, isr.WithBodyCache(0))
+	first := get(f.h, "/p")
+	etag := first.hdr.Get("ETag")
+	reads := f.bodies.gets.Load()
+	for _, inm := range []string{etag, "W/" + etag, `"other", ` + etag, "*"} {
+		r := get(f.h, "/p", "If-None-Match", inm)
+		if r.code != http.StatusNotModified || r.body != "" || r.hdr.Get("ETag") != etag || r.hdr.Get("Cache-Control") == "" {
+			t.Fatalf("If-None-Match %s: %+v", inm, r)
+		}
+	}
+	if n := f.bodies.gets.Load(); n != reads {
+		t.Fatalf("a 304 read the body store (%d reads)", n-reads)
+	}
+	r := get(f.h, "/p", "If-None-Match", `"something-else"`)
+	if r.code != 200 || r.body != "v1 /p" {
+		t.Fatalf("non-matching If-None-Match: %+v", r)
+	}
+	// Stale pages answer 304 too, and still trigger a regeneration.
+	f.clock.Advance(61 * time.Second)
+	r = get(f.h, "/p", "If-None-Match", etag)
+	if r.code != http.StatusNotModified || r.cache != isr.CacheStale {
+		t.Fatalf("stale If-None-Match: %+v", r)
+	}
+	if err := f.h.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r = get(f.h, "/p", "If-None-Match", etag)
+	if r.code != 200 || r.cache != isr.CacheHit || r.body != "v2 /p" {
+		t.Fatalf("after regeneration: %+v", r)
+	}
+}
+
+// TestHandlerStaleOneRegeneration: 1,000 concurrent requests for a stale
+// page are all answered with the stale page while the one regeneration is
+// still held inside the render; then exactly one render has run.
+func TestHandlerStaleOneRegeneration(t *testing.T) {
+	f := newFixture(t)
+	get(f.h, "/s")
+	<-f.pages.started
+	f.clock.Advance(61 * time.Second)
+	release := f.pages.holdRenders()
+	defer release()
+
+	const n = 1000
+	var wg sync.WaitGroup
+	results := make([]response, n)
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			<-start
+			results[i] = get(f.h, "/s")
+		}(i)
+	}
+	close(start)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("requests for a stale page waited for the regeneration")
+	}
+	// Every request has been answered, and the regeneration is still in
+	// its render: nobody waited for it.
+	select {
+	case <-f.pages.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no regeneration started")
+	}
+	for i, r := range results {
+		if r.code != 200 || r.cache != isr.CacheStale || r.body != "v1 /s" || r.hdr.Get("Cache-Control") != "s-maxage=0, stale-while-revalidate=3600" {
+			t.Fatalf("request %d: %+v", i, r)
+		}
+	}
+	release()
+	if err := f.h.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.pages.renders.Load(); got != 2 {
+		t.Fatalf("%d renders, want 2 (first render + exactly one regeneration)", got)
+	}
+	r := get(f.h, "/s")
+	if r.code != 200 || r.cache != isr.CacheHit || r.body != "v2 /s" {
+		t.Fatalf("after regeneration: %+v", r)
+	}
+}
+
+// TestHandlerStaleTwoHandlers: two handlers (two processes as far as the
+// table is concerned) serve one stale page; the lease allows one
+// regeneration between them.
+func TestHandlerStaleTwoHandlers(t *testing.T) {
+	f := newFixture(t)
+	get(f.h, "/s")
+	<-f.pages.started
+	f.clock.Advance(61 * time.Second)
+	p2 := newPages()
+	h2 := f.handler(t, p2)
+	release := f.pages.holdRenders()
+	release2 := p2.holdRenders()
+	var wg sync.WaitGroup
+	for i := 0; i < 200; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			h := http.Handler(f.h)
+			if i%2 == 1 {
+				h = h2
+			}
+			if r := get(h, "/s"); r.code != 200 || r.cache != isr.CacheStale {
+				t.Errorf("request %d: %+v", i, r)
+			}
+		}(i)
+	}
+	wg.Wait()
+	release()
+	release2()
+	for _, h := range []*isr.Handler{f.h, h2} {
+		if err := h.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.pages.renders.Load() + p2.renders.Load(); got != 2 {
+		t.Fatalf("%d renders across both handlers, want 2", got)
+	}
+}
+
+// TestHandlerMissingRenderedOnce: concurrent first requests for a page wait
+// for one render and all get it.
+func TestHandlerMissingRenderedOnce(t *testing.T) {
+	f := newFixture(t)
+	release := f.pages.holdRenders()
+	const n = 300
+	var wg sync.WaitGroup
+	var entered atomic.Int64
+	results := make([]response, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			entered.Add(1)
+			results[i] = get(f.h, "/m")
+		}(i)
+	}
+	<-f.pages.started
+	for entered.Load() < n {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // let the last ones reach the flight
+	release()
+	wg.Wait()
+	for i, r := range results {
+		if r.code != 200 || r.cache != isr.CacheMiss || r.body != "v1 /m" {
+			t.Fatalf("request %d: %+v", i, r)
+		}
+	}
+	if got := f.pages.renders.Load(); got != 1 {
+		t.Fatalf("%d renders, want 1", got)
+	}
+}
+
+// TestHandlerMissingWaitsForOtherProcess: while one handler renders a new
+// page under the lease, another handler's requests for it poll META with
+// bounded backoff and serve the published page; they never render it.
+func TestHandlerMissingWaitsForOtherProcess(t *testing.T) {
+	f := newFixture(t)
+	release := f.pages.holdRenders()
+	first := make(chan response, 1)
+	go func() { first <- get(f.h, "/w") }()
+	<-f.pages.started // handler 1 holds the lease and is rendering
+
+	p2 := newPages()
+	var polls atomic.Int64
+	h2 := f.handler(t, p2, isr.WithPollBackoff(time.Millisecond, 10*time.Millisecond),
+		isr.WithRegenerateHook(func(string, isr.Result, error) { polls.Add(1) }))
+	var wg sync.WaitGroup
+	results := make([]response, 50)
+	for i := range results {
+		wg.Add(1)
+		go func(i int) { defer wg.Done(); results[i] = get(h2, "/w") }(i)
+	}
+	for polls.Load() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	release()
+	wg.Wait()
+	if r := <-first; r.code != 200 || r.body != "v1 /w" {
+		t.Fatalf("rendering handler: %+v", r)
+	}
+	for i, r := range results {
+		if r.code != 200 || r.body != "v1 /w" || r.cache != isr.CacheMiss {
+			t.Fatalf("waiting request %d: %+v", i, r)
+		}
+	}
+	if p2.renders.Load() != 0 || f.pages.renders.Load() != 1 {
+		t.Fatalf("renders: %d + %d, want 1 + 0", f.pages.renders.Load(), p2.renders.Load())
+	}
+	// 50 waiting requests shared one flight: the polls are those of one
+	// poller, bounded by the backoff.
+	t.Logf("one flight polled %d times for 50 requests", polls.Load())
+}
+
+// TestHandlerMissingHolderDied: the lease on a missing page is held by a
+// worker that never publishes; requests poll until the lease expires, then
+// one of them takes it over and renders.
+func TestHandlerMissingHolderDied(t *testing.T) {
+	f := newFixture(t, isr.WithPollBackoff(time.Millisecond, 5*time.Millisecond))
+	ctx := context.Background()
+	pk := mustPK(t, "/dead")
+	if _, err := f.coord.TryAcquire(ctx, pk, nil); err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan response, 10)
+	for i := 0; i < 10; i++ {
+		go func() { res <- get(f.h, "/dead") }()
+	}
+	time.Sleep(30 * time.Millisecond)
+	if f.pages.renders.Load() != 0 {
+		t.Fatal("rendered while the lease was held")
+	}
+	f.clock.Advance(31 * time.Second) // the dead worker's lease expires
+	for i := 0; i < 10; i++ {
+		if r := <-res; r.code != 200 || r.body != "v1 /dead" {
+			t.Fatalf("request %d: %+v", i, r)
+		}
+	}
+	if got := f.pages.renders.Load(); got != 1 {
+		t.Fatalf("%d renders, want 1", got)
+	}
+}
+
+func TestHandlerWaitTimeout(t *testing.T) {
+	f := newFixture(t, isr.WithWaitTimeout(50*time.Millisecond), isr.WithRenderTimeout(200*time.Millisecond))
+	if _, err := f.coord.TryAcquire(context.Background(), mustPK(t, "/busy"), nil); err != nil {
+		t.Fatal(err)
+	}
+	r := get(f.h, "/busy")
+	if r.code != http.StatusServiceUnavailable || r.hdr.Get("Retry-After") == "" || r.hdr.Get("Cache-Control") != "no-store" {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func TestHandlerRenderErrors(t *testing.T) {
+	f := newFixture(t)
+	f.pages.setErr(errors.New("boom"))
+	if r := get(f.h, "/e"); r.code != http.StatusInternalServerError || r.hdr.Get("Cache-Control") != "no-store" {
+		t.Fatalf("render error: %+v", r)
+	}
+	// Nothing was published and the lease was released: the next request
+	// renders again at once.
+	f.pages.setErr(nil)
+	if r := get(f.h, "/e"); r.code != 200 || r.body != "v2 /e" {
+		t.Fatalf("after a failed render: %+v", r)
+	}
+	f.pages.setErr(fmt.Errorf("lookup: %w", isr.ErrNoPage))
+	if r := get(f.h, "/nothing"); r.code != http.StatusNotFound {
+		t.Fatalf("ErrNoPage: %+v", r)
+	}
+	// A stale page whose regeneration fails keeps being served.
+	f.clock.Advance(61 * time.Second)
+	f.pages.setErr(errors.New("boom"))
+	for i := 0; i < 3; i++ {
+		if r := get(f.h, "/e"); r.code != 200 || r.cache != isr.CacheStale || r.body != "v2 /e" {
+			t.Fatalf("stale after failed regeneration: %+v", r)
+		}
+		if err := f.h.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestHandlerInputs(t *testing.T) {
+	f := newFixture(t)
+	if r := do(f.h, http.MethodPost, "/a"); r.code != http.StatusMethodNotAllowed || r.hdr.Get("Allow") != "GET, HEAD" {
+		t.Fatalf("POST: %+v", r)
+	}
+	bad := f.handler(t, f.pages, isr.WithKeyFunc(func(*http.Request) (string, string, error) {
+		return "bad#tenant", "/x", nil
+	}))
+	if r := get(bad, "/x"); r.code != http.StatusBadRequest {
+		t.Fatalf("bad tenant: %+v", r)
+	}
+	tenant := f.handler(t, f.pages, isr.WithKeyFunc(func(r *http.Request) (string, string, error) {
+		return r.Header.Get("X-Tenant"), r.URL.Path, nil
+	}))
+	if r := get(tenant, "/t", "X-Tenant", "t1"); r.code != 200 {
+		t.Fatalf("tenant: %+v", r)
+	}
+	pk, _ := isr.PK("t1", "/t")
+	if _, err := f.table.GetMeta(context.Background(), pk); err != nil {
+		t.Fatalf("tenant META: %v", err)
+	}
+	// Configuration mistakes: reported by Err, answered 500, no panic.
+	for _, h := range []*isr.Handler{
+		isr.NewHandler(nil, body.NewMemory(), f.pages.render),
+		isr.NewHandler(f.coord, nil, f.pages.render),
+		isr.NewHandler(f.coord, body.NewMemory(), nil),
+		isr.NewHandler(f.coord, body.NewMemory(), f.pages.render, isr.WithRevalidate(0)),
+		isr.NewHandler(f.coord, body.NewMemory(), f.pages.render, isr.WithPollBackoff(time.Second, time.Millisecond)),
+		isr.NewHandler(f.coord, body.NewMemory(), f.pages.render, nil),
+		isr.NewHandler(isr.NewCoordinator(nil), body.NewMemory(), f.pages.render),
+	} {
+		if !errors.Is(h.Err(), isr.ErrInvalidInput) {
+			t.Fatalf("Err() = %v", h.Err())
+		}
+		if r := get(h, "/a"); r.code != http.StatusInternalServerError {
+			t.Fatalf("misconfigured handler: %+v", r)
+		}
+	}
+}
+
+func mustPK(t testing.TB, key string) string {
+	t.Helper()
+	pk, err := isr.PK("", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pk
+}
+
+// --- real backends ------------------------------------------------------
+
+func handlerDynamo(t testing.TB) *dynamodb.Client {
+	t.Helper()
+	return dynamodb.New(dynamodb.Options{
+		Region:           "us-east-1",
+		BaseEndpoint:     aws.String(testenv.DynamoDBEndpoint(t)),
+		Credentials:      credentials.NewStaticCredentialsProvider("local", "local", ""),
+		RetryMaxAttempts: 3,
+	})
+}
+
+func handlerTable(t testing.TB, client *dynamodb.Client) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "isr-handler-" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := isr.CreateTable(ctx, client, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+	})
+	return name
+}
+
+// TestHandlerDynamoS3: the handler on DynamoDB Local and the S3-compatible
+// server: miss, hit, 304, stale, regeneration.
+func TestHandlerDynamoS3(t *testing.T) {
+	ddb := handlerDynamo(t)
+	s3c := s3.New(s3.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(testenv.S3Endpoint(t)),
+		UsePathStyle: true,
+		Credentials:  credentials.NewStaticCredentialsProvider("S3RVER", "S3RVER", ""),
+	})
+	ctx := context.Background()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	bucket := "isr-handler-" + hex.EncodeToString(b[:])
+	if err := body.CreateBucket(ctx, s3c, bucket); err != nil {
+		t.Fatal(err)
+	}
+	clock := isrtest.NewClock(time.Now())
+	coord := isr.NewCoordinator(isr.NewDynamoTable(ddb, handlerTable(t, ddb)), isr.WithClock(clock.Now))
+	p := newPages()
+	h := isr.NewHandler(coord, body.NewS3(s3c, bucket), p.render, isr.WithBodyCache(0))
+	r := get(h, "/ds")
+	if r.code != 200 || r.cache != isr.CacheMiss || r.body != "v1 /ds" {
+		t.Fatalf("miss: %+v", r)
+	}
+	r = get(h, "/ds")
+	if r.code != 200 || r.cache != isr.CacheHit || r.body != "v1 /ds" {
+		t.Fatalf("hit: %+v", r)
+	}
+	if r2 := get(h, "/ds", "If-None-Match", r.hdr.Get("ETag")); r2.code != http.StatusNotModified {
+		t.Fatalf("304: %+v", r2)
+	}
+	clock.Advance(2 * time.Minute)
+	if r = get(h, "/ds"); r.code != 200 || r.cache != isr.CacheStale || r.body != "v1 /ds" {
+		t.Fatalf("stale: %+v", r)
+	}
+	if err := h.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r = get(h, "/ds"); r.code != 200 || r.cache != isr.CacheHit || r.body != "v2 /ds" {
+		t.Fatalf("regenerated: %+v", r)
+	}
+}
+
+// --- several processes ------------------------------------------------------
+
+const handlerChildEnv = "ISR_HANDLER_CHILD"
+
+// handlerChild is a re-executed test binary running
+// TestHandlerHelperProcess: its own Handler and HTTP server on the shared
+// DynamoDB table and body directory.
+type handlerChild struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+}
+
+func startHandlerChild(t *testing.T, rendering *atomic.Int64, env ...string) *handlerChild {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHandlerHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), append([]string{handlerChildEnv + "=1"}, env...)...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &handlerChild{cmd: cmd, stdin: stdin, lines: make(chan string, 16)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == "RENDERING" {
+				rendering.Add(1)
+				continue
+			}
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+		_ = cmd.Wait()
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return c
+}
+
+func (c *handlerChild) expect(t *testing.T, prefix string) string {
+	t.Helper()
+	timeout := time.After(90 * time.Second)
+	for {
+		select {
+		case line, ok := <-c.lines:
+			if !ok {
+				t.Fatalf("child exited before %q", prefix)
+			}
+			if rest, ok := strings.CutPrefix(line, prefix); ok {
+				return strings.TrimSpace(rest)
+			}
+			t.Logf("child: %s", line)
+		case <-timeout:
+			t.Fatalf("no %q from child", prefix)
+		}
+	}
+}
+
+func (c *handlerChild) send(t *testing.T, line string) {
+	t.Helper()
+	if _, err := io.WriteString(c.stdin, line+"\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fields(t *testing.T, s string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, kv := range strings.Fields(s) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			t.Fatalf("bad summary %q", s)
+		}
+		m[k] = v
+	}
+	return m
+}
+
+// TestHandlerStaleAcrossProcesses: four child processes, each with its own
+// Handler and HTTP server on one DynamoDB Local table and one shared file
+// body directory, send 250 concurrent requests each (1,000 in all) for one
+// stale page. Every request is answered with the stale page while the
+// regeneration is still held inside its render (the render is released only
+// after every child has reported all its answers), and the total number of
+// renders across the processes is exactly 1.
+func TestHandlerStaleAcrossProcesses(t *testing.T) {
+	const procs, perProc = 4, 250
+	ddb := handlerDynamo(t)
+	table := handlerTable(t, ddb)
+	dir := t.TempDir()
+	bodies, err := body.NewFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := isr.NewDynamoTable(ddb, table)
+	// Seed: render the page an hour ago, so it is stale for everyone now.
+	past := func() time.Time { return time.Now().Add(-time.Hour) }
+	seed := isr.NewHandler(isr.NewCoordinator(tb, isr.WithClock(past)), bodies,
+		func(context.Context, string, string) ([]byte, string, error) {
+			return []byte("old page"), "text/plain", nil
+		}, isr.WithRevalidate(time.Minute))
+	if r := get(seed, "/shared"); r.code != 200 || r.body != "old page" {
+		t.Fatalf("seed: %+v", r)
+	}
+	pk := mustPK(t, "/shared")
+	before, err := tb.GetMeta(context.Background(), pk)
+	if err != nil || before.Fresh(time.Now()) {
+		t.Fatalf("seeded META %+v, %v", before, err)
+	}
+
+	var rendering atomic.Int64
+	var children []*handlerChild
+	for i := 0; i < procs; i++ {
+		c := startHandlerChild(t, &rendering, "ISR_TABLE="+table, "ISR_BODY_DIR="+dir,
+			"ISR_CACHE_KEY=/shared", "ISR_REQUESTS="+strconv.Itoa(perProc))
+		c.expect(t, "READY")
+		children = append(children, c)
+	}
+	for _, c := range children {
+		c.send(t, "GO")
+	}
+	served := 0
+	for i, c := range children {
+		s := fields(t, c.expect(t, "SERVED"))
+		t.Logf("process %d: %v", i, s)
+		if s["ok"] != strconv.Itoa(perProc) || s["stale"] != strconv.Itoa(perProc) || s["oldbody"] != strconv.Itoa(perProc) {
+			t.Fatalf("process %d answered %v, want all %d stale with the old body", i, s, perProc)
+		}
+		served += perProc
+	}
+	// All 1,000 answered; the regeneration is still inside its render.
+	deadline := time.Now().Add(30 * time.Second)
+	for rendering.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if rendering.Load() != 1 {
+		t.Fatalf("%d renders running once every request was answered, want 1", rendering.Load())
+	}
+	for _, c := range children {
+		c.send(t, "RELEASE")
+	}
+	var renders int64
+	for i, c := range children {
+		s := fields(t, c.expect(t, "DONE"))
+		n, _ := strconv.ParseInt(s["renders"], 10, 64)
+		t.Logf("process %d: %v", i, s)
+		renders += n
+	}
+	if renders != 1 || rendering.Load() != 1 {
+		t.Fatalf("%d renders across %d processes (%d started), want exactly 1", renders, procs, rendering.Load())
+	}
+	after, err := tb.GetMeta(context.Background(), pk)
+	if err != nil || !after.Fresh(time.Now()) || after.ETag == before.ETag {
+		t.Fatalf("META after regeneration %+v, %v", after, err)
+	}
+	o, err := bodies.Get(context.Background(), after.S3Key)
+	if err != nil || !strings.HasPrefix(string(o.Content), "new page from ") {
+		t.Fatalf("published body %v, %v", o, err)
+	}
+	t.Logf("%d requests in %d processes answered stale without waiting; 1 regeneration", served, procs)
+}
+
+// TestHandlerHelperProcess is the body of a child process of
+// TestHandlerStaleAcrossProcesses. It skips unless started as one.
+func TestHandlerHelperProcess(t *testing.T) {
+	if os.Getenv(handlerChildEnv) == "" {
+		t.Skip("child process only")
+	}
+	fail := func(err error) { fmt.Println("ERROR", err); os.Exit(1) }
+	ddb := handlerDynamo(t)
+	bodies, err := body.NewFile(os.Getenv("ISR_BODY_DIR"))
+	if err != nil {
+		fail(err)
+	}
+	n, _ := strconv.Atoi(os.Getenv("ISR_REQUESTS"))
+	key := os.Getenv("ISR_CACHE_KEY")
+
+	gate := map[string]chan struct{}{"GO": make(chan struct{}), "RELEASE": make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			if ch, ok := gate[sc.Text()]; ok {
+				close(ch)
+			}
+		}
+	}()
+	var out sync.Mutex
+	say := func(s string) { out.Lock(); fmt.Println(s); out.Unlock() }
+	var renders atomic.Int64
+	render := func(ctx context.Context, _, _ string) ([]byte, string, error) {
+		renders.Add(1)
+		say("RENDERING")
+		select {
+		case <-gate["RELEASE"]:
+		case <-ctx.Done():
+			return nil, "", ctx.Err()
+		}
+		return []byte(fmt.Sprintf("new page from %d", os.Getpid())), "text/plain", nil
+	}
+	coord := isr.NewCoordinator(isr.NewDynamoTable(ddb, os.Getenv("ISR_TABLE")))
+	h := isr.NewHandler(coord, bodies, render, isr.WithRevalidate(time.Hour))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n, MaxConnsPerHost: n}, Timeout: time.Minute}
+
+	say("READY")
+	<-gate["GO"]
+	var ok, stale, oldBody, maxMS atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			res, err := client.Get(srv.URL + key)
+			if err != nil {
+				say("ERROR " + err.Error())
+				return
+			}
+			b, _ := io.ReadAll(res.Body)
+			_ = res.Body.Close()
+			ms := time.Since(start).Milliseconds()
+			for {
+				cur := maxMS.Load()
+				if ms <= cur || maxMS.CompareAndSwap(cur, ms) {
+					break
+				}
+			}
+			if res.StatusCode == 200 {
+				ok.Add(1)
+			}
+			if res.Header.Get(isr.HeaderCache) == isr.CacheStale {
+				stale.Add(1)
+			}
+			if string(b) == "old page" {
+				oldBody.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	say(fmt.Sprintf("SERVED ok=%d stale=%d oldbody=%d maxms=%d", ok.Load(), stale.Load(), oldBody.Load(), maxMS.Load()))
+	<-gate["RELEASE"]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := h.Wait(ctx); err != nil {
+		fail(err)
+	}
+	say(fmt.Sprintf("DONE renders=%d", renders.Load()))
+	os.Exit(0)
+}
+
+// --- benchmarks ---------------------------------------------------------
+
+// BenchmarkHandlerFreshHit measures fresh hits (META read, body from the
+// in-memory cache) on the memory table, in parallel.
+func BenchmarkHandlerFreshHit(b *testing.B) {
+	coord := isr.NewCoordinator(isr.NewMemoryTable())
+	p := newPages()
+	h := isr.NewHandler(coord, body.NewMemory(), p.render, isr.WithRevalidate(time.Hour))
+	benchFresh(b, h)
+}
+
+// BenchmarkHandlerFreshHit304 measures fresh revalidations answered 304.
+func BenchmarkHandlerFreshHit304(b *testing.B) {
+	coord := isr.NewCoordinator(isr.NewMemoryTable())
+	p := newPages()
+	h := isr.NewHandler(coord, body.NewMemory(), p.render, isr.WithRevalidate(time.Hour))
+	r := get(h, "/bench")
+	etag := r.hdr.Get("ETag")
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req := httptest.NewRequest(http.MethodGet, "/bench", nil)
+		req.Header.Set("If-None-Match", etag)
+		for pb.Next() {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			if w.Code != http.StatusNotModified {
+				b.Fatalf("status %d", w.Code)
+			}
+		}
+	})
+}
+
+// BenchmarkHandlerFreshHitDynamoFile measures fresh hits with META on
+// DynamoDB Local (one GetItem per request) and bodies in a file store.
+func BenchmarkHandlerFreshHitDynamoFile(b *testing.B) {
+	ddb := handlerDynamo(b)
+	bodies, err := body.NewFile(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	coord := isr.NewCoordinator(isr.NewDynamoTable(ddb, handlerTable(b, ddb)))
+	p := newPages()
+	h := isr.NewHandler(coord, bodies, p.render, isr.WithRevalidate(time.Hour))
+	benchFresh(b, h)
+}
+
+func benchFresh(b *testing.B, h *isr.Handler) {
+	if r := get(h, "/bench"); r.code != 200 {
+		b.Fatalf("seed: %+v", r)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req := httptest.NewRequest(http.MethodGet, "/bench", nil)
+		for pb.Next() {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			if w.Code != 200 {
+				b.Fatalf("status %d", w.Code)
+			}
+		}
+	})
+}
