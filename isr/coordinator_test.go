@@ -63,7 +63,8 @@ func TestIdempotencyKeys(t *testing.T) {
 			t.Errorf("VersionedKey%v: %v", bad, err)
 		}
 	}
-	if isr.RequestHash("a", "b") == isr.RequestHash("ab") || isr.RequestHash("a", "b") != isr.RequestHash("a", "b") {
+	ab := isr.RequestHash("a", "b")
+	if ab == isr.RequestHash("ab") || ab != isr.RequestHash("a", "b") {
 		t.Fatal("RequestHash must be deterministic and keep field boundaries")
 	}
 	if isr.RequestHash() != isr.RequestHash([]string{}...) {

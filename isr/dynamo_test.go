@@ -28,14 +28,6 @@ type requestCounter struct {
 
 var opIndex = map[string]int{"GetItem": 0, "PutItem": 1, "UpdateItem": 2, "DeleteItem": 3, "TransactWriteItems": 4}
 
-func (c *requestCounter) op(name string) int64 {
-	i, ok := opIndex[name]
-	if !ok {
-		return 0
-	}
-	return c.ops[i].Load()
-}
-
 func (c *requestCounter) middleware(stack *middleware.Stack) error {
 	return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("isrRequestCounter",
 		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {

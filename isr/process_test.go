@@ -100,7 +100,7 @@ func (c *child) send(t *testing.T, line string) {
 func TestHelperProcess(t *testing.T) {
 	role := os.Getenv(helperEnv)
 	if role == "" {
-		t.Skip("helper process only")
+		return // only runs as a re-executed worker process
 	}
 	client, _ := dynamoClient(t)
 	table := os.Getenv("ISR_TABLE")

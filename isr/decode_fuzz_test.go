@@ -1,0 +1,44 @@
+package isr
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// FuzzDecodeItems feeds arbitrary attribute values to the item decoders: they
+// must return a value or a *CorruptItemError, never panic.
+func FuzzDecodeItems(f *testing.F) {
+	f.Add("s3", "1700000000", "60", true, "STARTED")
+	f.Add("", "1.5e9", "-1", false, "DONE")
+	f.Add("k", "NaN", "1e400", true, "")
+	f.Fuzz(func(t *testing.T, s, n1, n2 string, swap bool, status string) {
+		var gen types.AttributeValue = &types.AttributeValueMemberN{Value: n1}
+		if swap {
+			gen = &types.AttributeValueMemberS{Value: n1}
+		}
+		item := map[string]types.AttributeValue{
+			"s3_key": &types.AttributeValueMemberS{Value: s}, "generated_at": gen,
+			"revalidate_seconds": &types.AttributeValueMemberN{Value: n2}, "version": &types.AttributeValueMemberN{Value: n2},
+			"lease_token": &types.AttributeValueMemberS{Value: s}, "lease_expires_at": gen, "ttl": &types.AttributeValueMemberN{Value: n2},
+			"request_hash": &types.AttributeValueMemberS{Value: s}, "status": &types.AttributeValueMemberS{Value: status},
+		}
+		check := func(err error) {
+			var ce *CorruptItemError
+			if err != nil && (!errors.As(err, &ce) || !errors.Is(err, ErrCorruptItem)) {
+				t.Fatalf("untyped error %v", err)
+			}
+		}
+		_, err := decodeMeta("CACHE#x", item)
+		check(err)
+		_, err = decodeLease("CACHE#x", item)
+		check(err)
+		_, err = decodeRequest("CACHE#x", "k", item)
+		check(err)
+		_, err = decodeVersion("CACHE#x", "v", item)
+		check(err)
+		_, err = decodeMetaLoose("CACHE#x", item)
+		check(err)
+	})
+}
