@@ -273,10 +273,16 @@ func TestFaultRedisRestart(t *testing.T) {
 	restarted := make(chan struct{})
 	kill := make(chan struct{})
 	var executed atomic.Int64
+	var outageErr error
 	go func() {
 		defer close(restarted)
 		<-kill // a quarter of the keys have run; the rest are in flight or queued
 		srv.stop()
+		// During the outage a store call fails with a wrapped error.
+		oc := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+		_, err := redisstore.New(oc).Get(ctx, "idem:outage")
+		_ = oc.Close()
+		outageErr = err
 		time.Sleep(1500 * time.Millisecond) // well past go-redis's own retries
 		srv.start()
 	}()
@@ -323,7 +329,9 @@ func TestFaultRedisRestart(t *testing.T) {
 	wg.Wait()
 	<-restarted
 	t.Logf("%d calls failed during the outage", failures.Load())
-	assert.Positive(t, failures.Load(), "the outage was seen by callers")
+	require.Error(t, outageErr, "a store call during the outage fails")
+	assert.Contains(t, outageErr.Error(), "redisstore: get")
+	assert.NotErrorIs(t, outageErr, idem.ErrNotFound)
 	assert.Empty(t, unwrapped, "every failure is a wrapped store error")
 	require.Len(t, execs, keys)
 	for k, n := range execs {
