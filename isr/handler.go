@@ -221,7 +221,10 @@ type Handler struct {
 
 	mu      sync.Mutex
 	flights map[string]*flight
-	bg      sync.WaitGroup
+	// busy holds, per pk, when this process may next try to regenerate a
+	// stale page whose lease it last found held elsewhere.
+	busy map[string]time.Time
+	bg   sync.WaitGroup
 
 	cache *bodyCache
 }
@@ -230,10 +233,16 @@ type Handler struct {
 // request that needs it.
 type flight struct {
 	done chan struct{}
+	flightResult
+}
+
+type flightResult struct {
 	meta Meta
 	has  bool
 	obj  *body.Object // the rendered body, when this flight rendered it
 	err  error
+	// elsewhere: another worker holds the lease.
+	elsewhere bool
 }
 
 // NewHandler returns a Handler that coordinates through coord, keeps bodies
@@ -278,6 +287,7 @@ func NewHandler(coord *Coordinator, bodies body.Store, render PageFunc, opts ...
 		cfg:     cfg,
 		err:     errors.Join(cfg.errs...),
 		flights: map[string]*flight{},
+		busy:    map[string]time.Time{},
 	}
 	if cfg.bodyCacheBytes > 0 {
 		h.cache = newBodyCache(cfg.bodyCacheBytes)
@@ -383,13 +393,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // startFlight returns the flight regenerating pk in this process, starting
-// one if there is none. A background flight (for a stale page) is tracked
-// by Wait.
+// one if there is none. For a stale page (hasSeen) it returns nil, starting
+// nothing, when this process found the lease held elsewhere less than the
+// poll backoff's maximum ago: the holder is regenerating the page, and
+// asking the table again on every request would only add load. Flights are
+// tracked by Wait.
 func (h *Handler) startFlight(pk, tenant, cacheKey string, seen Meta, hasSeen bool) *flight {
 	h.mu.Lock()
 	if f, ok := h.flights[pk]; ok {
 		h.mu.Unlock()
 		return f
+	}
+	if hasSeen {
+		if until, ok := h.busy[pk]; ok {
+			if time.Now().Before(until) {
+				h.mu.Unlock()
+				return nil
+			}
+			delete(h.busy, pk)
+		}
 	}
 	f := &flight{done: make(chan struct{})}
 	h.flights[pk] = f
@@ -399,12 +421,23 @@ func (h *Handler) startFlight(pk, tenant, cacheKey string, seen Meta, hasSeen bo
 		defer h.bg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.renderTimeout)
 		defer cancel()
-		f.meta, f.has, f.obj, f.err = h.regenerate(ctx, pk, tenant, cacheKey, seen, hasSeen)
+		f.flightResult = h.regenerate(ctx, pk, tenant, cacheKey, seen, hasSeen)
 		if f.err != nil && hasSeen && !errors.Is(f.err, ErrNoPage) { // foreground failures are logged when answered
 			h.cfg.logger.Error("isr: regeneration failed", "pk", pk, "err", f.err)
 		}
 		h.mu.Lock()
 		delete(h.flights, pk)
+		if f.elsewhere && hasSeen {
+			now := time.Now()
+			if len(h.busy) >= 4096 {
+				for k, until := range h.busy {
+					if now.After(until) {
+						delete(h.busy, k)
+					}
+				}
+			}
+			h.busy[pk] = now.Add(h.cfg.pollMax)
+		}
 		h.mu.Unlock()
 		close(f.done)
 	}()
@@ -415,7 +448,7 @@ func (h *Handler) startFlight(pk, tenant, cacheKey string, seen Meta, hasSeen bo
 // the lease and there is no META to serve, it polls with bounded backoff
 // (running the flow again each time, so a lease whose holder died is taken
 // over once it expires) until META appears or ctx ends.
-func (h *Handler) regenerate(ctx context.Context, pk, tenant, cacheKey string, seen Meta, hasSeen bool) (Meta, bool, *body.Object, error) {
+func (h *Handler) regenerate(ctx context.Context, pk, tenant, cacheKey string, seen Meta, hasSeen bool) flightResult {
 	var rendered *body.Object
 	renderFn := func(ctx context.Context, lease Lease) (Page, error) {
 		content, ct, err := h.render(ctx, tenant, cacheKey)
@@ -438,29 +471,26 @@ func (h *Handler) regenerate(ctx context.Context, pk, tenant, cacheKey string, s
 			h.cfg.onRegenerate(pk, res, err)
 		}
 		if err != nil {
-			if hasSeen {
-				return seen, true, nil, err
-			}
-			return Meta{}, false, nil, err
+			return flightResult{meta: seen, has: hasSeen, err: err}
 		}
 		switch res.Outcome {
 		case OutcomeRegenerated:
 			if h.cache != nil && rendered != nil {
 				h.cache.put(res.Meta.S3Key, rendered)
 			}
-			return res.Meta, true, rendered, nil
+			return flightResult{meta: res.Meta, has: true, obj: rendered}
 		case OutcomeFresh, OutcomeRecorded:
 			if res.HasMeta {
-				return res.Meta, true, nil, nil
+				return flightResult{meta: res.Meta, has: true}
 			}
 		case OutcomeInProgress:
-			if res.HasMeta || hasSeen {
-				// Someone else is regenerating and there is a page to
-				// serve: never wait on the holder.
-				if res.HasMeta {
-					return res.Meta, true, nil, nil
-				}
-				return seen, true, nil, nil
+			// Someone else is regenerating. If there is a page to serve,
+			// serve it: never wait on the holder.
+			if res.HasMeta {
+				return flightResult{meta: res.Meta, has: true, elsewhere: true}
+			}
+			if hasSeen {
+				return flightResult{meta: seen, has: true, elsewhere: true}
 			}
 		}
 		// No page yet and the lease is held elsewhere: poll.
@@ -469,7 +499,7 @@ func (h *Handler) regenerate(ctx context.Context, pk, tenant, cacheKey string, s
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return Meta{}, false, nil, context.Cause(ctx)
+			return flightResult{err: context.Cause(ctx)}
 		case <-t.C:
 		}
 		backoff = min(2*backoff, h.cfg.pollMax)

@@ -542,6 +542,69 @@ func mustPK(t testing.TB, key string) string {
 	return pk
 }
 
+// TestHandlerRequestCounts: a fresh hit is one table request (the META
+// read) and no body read; a background regeneration is the serving request's
+// META read plus the Coordinator's META re-read, acquire and publish.
+func TestHandlerRequestCounts(t *testing.T) {
+	f := newFixture(t)
+	mt := f.table.(*isr.MemoryTable)
+	get(f.h, "/c")
+	before, reads := mt.Requests(), f.bodies.gets.Load()
+	for i := 0; i < 10; i++ {
+		if r := get(f.h, "/c"); r.cache != isr.CacheHit {
+			t.Fatalf("%+v", r)
+		}
+	}
+	if n := mt.Requests() - before; n != 10 {
+		t.Fatalf("10 fresh hits cost %d table requests, want 10", n)
+	}
+	if n := f.bodies.gets.Load() - reads; n != 0 {
+		t.Fatalf("10 fresh hits read the body store %d times, want 0", n)
+	}
+	f.clock.Advance(61 * time.Second)
+	before = mt.Requests()
+	get(f.h, "/c")
+	if err := f.h.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := mt.Requests() - before; n != 4 {
+		t.Fatalf("stale request + regeneration cost %d table requests, want 4 (read, re-read, acquire, publish)", n)
+	}
+}
+
+// TestHandlerLeaseElsewhereCooldown: while another worker holds the lease
+// on a stale page, one handler asks the table about it at most once per
+// poll-backoff maximum, however many requests it serves.
+func TestHandlerLeaseElsewhereCooldown(t *testing.T) {
+	var attempts atomic.Int64
+	f := newFixture(t, isr.WithPollBackoff(time.Millisecond, time.Hour),
+		isr.WithRegenerateHook(func(string, isr.Result, error) { attempts.Add(1) }))
+	get(f.h, "/busy")
+	attempts.Store(0)
+	f.clock.Advance(61 * time.Second)
+	seen, err := f.coord.Lookup(context.Background(), mustPK(t, "/busy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.coord.TryAcquire(context.Background(), mustPK(t, "/busy"), &seen); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		if r := get(f.h, "/busy"); r.code != 200 || r.cache != isr.CacheStale {
+			t.Fatalf("%+v", r)
+		}
+		if err := f.h.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := attempts.Load(); n != 1 {
+		t.Fatalf("%d regeneration attempts for 50 stale requests while the lease was held elsewhere, want 1", n)
+	}
+	if f.pages.renders.Load() != 1 {
+		t.Fatalf("rendered while the lease was held elsewhere")
+	}
+}
+
 // --- real backends ------------------------------------------------------
 
 func handlerDynamo(t testing.TB) *dynamodb.Client {
@@ -809,7 +872,7 @@ func TestHandlerHelperProcess(t *testing.T) {
 	}()
 	var out sync.Mutex
 	say := func(s string) { out.Lock(); fmt.Println(s); out.Unlock() }
-	var renders atomic.Int64
+	var renders, attempts atomic.Int64
 	render := func(ctx context.Context, _, _ string) ([]byte, string, error) {
 		renders.Add(1)
 		say("RENDERING")
@@ -821,7 +884,8 @@ func TestHandlerHelperProcess(t *testing.T) {
 		return []byte(fmt.Sprintf("new page from %d", os.Getpid())), "text/plain", nil
 	}
 	coord := isr.NewCoordinator(isr.NewDynamoTable(ddb, os.Getenv("ISR_TABLE")))
-	h := isr.NewHandler(coord, bodies, render, isr.WithRevalidate(time.Hour))
+	h := isr.NewHandler(coord, bodies, render, isr.WithRevalidate(time.Hour),
+		isr.WithRegenerateHook(func(string, isr.Result, error) { attempts.Add(1) }))
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n, MaxConnsPerHost: n}, Timeout: time.Minute}
@@ -868,7 +932,7 @@ func TestHandlerHelperProcess(t *testing.T) {
 	if err := h.Wait(ctx); err != nil {
 		fail(err)
 	}
-	say(fmt.Sprintf("DONE renders=%d", renders.Load()))
+	say(fmt.Sprintf("DONE renders=%d attempts=%d", renders.Load(), attempts.Load()))
 	os.Exit(0)
 }
 
