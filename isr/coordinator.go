@@ -240,10 +240,48 @@ func (c *Coordinator) Publish(ctx context.Context, lease Lease, page Page) (Meta
 	return c.publish(ctx, lease, page, nil)
 }
 
+// publish publishes once, retrying (with jitter) a transaction that was
+// cancelled only because a concurrent transaction touched the same items —
+// for example other workers' acquires, which condition-check META. Such a
+// refusal wrote nothing and the lease is still ours.
 func (c *Coordinator) publish(ctx context.Context, lease Lease, page Page, req *RequestCompletion) (Meta, error) {
 	if c.err != nil {
 		return Meta{}, c.err
 	}
+	var (
+		m   Meta
+		err error
+	)
+	for try := 0; try < c.cfg.acquireTries; try++ {
+		if try > 0 {
+			if werr := sleepJitter(ctx, try); werr != nil {
+				return Meta{}, werr
+			}
+		}
+		m, err = c.publishOnce(ctx, lease, page, req)
+		if !onlyConflict(err) {
+			break
+		}
+	}
+	return m, err
+}
+
+// onlyConflict reports whether err is a refusal caused by concurrent
+// transactions alone (no condition failed).
+func onlyConflict(err error) bool {
+	var te *TxError
+	if !errors.As(err, &te) || len(te.Errors) == 0 {
+		return false
+	}
+	for _, e := range te.Errors {
+		if e != ErrConflict {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Coordinator) publishOnce(ctx context.Context, lease Lease, page Page, req *RequestCompletion) (Meta, error) {
 	now := c.cfg.clock()
 	gen := page.GeneratedAt
 	if gen.IsZero() {

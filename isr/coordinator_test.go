@@ -179,3 +179,27 @@ func TestOutcomeString(t *testing.T) {
 		}
 	}
 }
+
+// conflictOnce is a Table whose first publish is cancelled by a concurrent
+// transaction, as DynamoDB does under contention.
+type conflictOnce struct {
+	isr.Table
+	calls int
+}
+
+func (c *conflictOnce) Publish(ctx context.Context, in isr.PublishInput) error {
+	c.calls++
+	if c.calls == 1 {
+		return &isr.TxError{Op: "publish", PK: in.Lease.PK, Reasons: []string{"None", "TransactionConflict"}, Errors: []error{isr.ErrConflict}}
+	}
+	return c.Table.Publish(ctx, in)
+}
+
+func TestPublishRetriesTransactionConflict(t *testing.T) {
+	tb := &conflictOnce{Table: isr.NewMemoryTable()}
+	c := isr.NewCoordinator(tb)
+	res, err := c.Regenerate(context.Background(), isrtest.NewPK(t), nil, render)
+	if err != nil || res.Outcome != isr.OutcomeRegenerated || tb.calls != 2 {
+		t.Fatalf("Regenerate = %+v, %v after %d publishes", res, err, tb.calls)
+	}
+}
