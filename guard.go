@@ -69,7 +69,7 @@ func New[T any](store Store, opts ...Option) (*Guard[T], error) {
 		c.invalid("RequireSecret", "production mode needs WithSecret")
 	}
 	g := &Guard[T]{
-		store: store, keys: keyer{tenant: c.tenant, scope: c.scope, secret: c.secret},
+		store: store, keys: newKeyer(c.tenant, c.scope, c.secret),
 		ttl: c.ttl, lease: max(c.ttl, 2*c.takeoverAfter), dup: c.dup, fail: c.fail,
 		beat: c.heartbeat, takeover: c.takeoverAfter, observer: c.observer, codec: c.codec,
 		errType: c.errorType, flights: make(map[string]*flight),

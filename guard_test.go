@@ -646,6 +646,14 @@ func TestStorageKeys(t *testing.T) {
 	require.NoError(t, err)
 	assert.Regexp(t, `^idem:[0-9a-f]{64}$`, k1)
 	assert.NotContains(t, k1, "order-1")
+	// Storage keys are a stored format: they must never change between
+	// versions. SHA-256 / HMAC-SHA256 over length-prefixed fields
+	// ("idem/key/v1", tenant, scope, key), each as 8-byte big-endian length
+	// and bytes.
+	assert.Equal(t, "idem:0660d523cfa4aa8699b3274b1ea7083013996f4ab76f3684a29898ee2440ee24", k1)
+	pinned := newGuard[int](t, s, idem.WithNamespace("t", "s"), idem.WithSecret([]byte("k")))
+	kp, _ := pinned.StorageKey("order-1")
+	assert.Equal(t, "idem:ad8000e51f73d3b84333b64c8a00f3b93982472ad290eb03747e90af49edbdbe", kp)
 	tenant := newGuard[int](t, s, idem.WithNamespace("tenant-2", ""))
 	k2, _ := tenant.StorageKey("order-1")
 	assert.NotEqual(t, k1, k2)

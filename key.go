@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"hash"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -64,22 +65,40 @@ func CanonicalJSON(v any) ([]byte, error) {
 type keyer struct {
 	tenant, scope string
 	secret        []byte
+	macs          *sync.Pool // of hash.Hash (HMAC-SHA256 under secret), nil without a secret
 }
 
-func (k keyer) newHash() hash.Hash {
-	if len(k.secret) > 0 {
-		return hmac.New(sha256.New, k.secret)
+func newKeyer(tenant, scope string, secret []byte) keyer {
+	k := keyer{tenant: tenant, scope: scope, secret: secret}
+	if len(secret) > 0 {
+		k.macs = &sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }}
 	}
-	return sha256.New()
+	return k
 }
 
-// writeField writes a length-prefixed field so that no two (tenant, scope,
-// key) triples share an encoding.
-func writeField(h hash.Hash, s string) {
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-	h.Write(n[:])
-	h.Write([]byte(s))
+// appendField appends a length-prefixed field, so that no two (tenant,
+// scope, key) triples share an encoding.
+func appendField(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// sum returns the hex digest of b: SHA-256, or HMAC-SHA256 under the secret.
+func (k keyer) sum(prefix string, b []byte) string {
+	var digest [sha256.Size]byte
+	if k.macs == nil {
+		digest = sha256.Sum256(b)
+	} else {
+		h := k.macs.Get().(hash.Hash)
+		h.Reset()
+		h.Write(b)
+		h.Sum(digest[:0])
+		k.macs.Put(h)
+	}
+	out := make([]byte, len(prefix)+2*sha256.Size)
+	copy(out, prefix)
+	hex.Encode(out[len(prefix):], digest[:])
+	return string(out)
 }
 
 func (k keyer) storageKey(key string) (string, error) {
@@ -89,21 +108,19 @@ func (k keyer) storageKey(key string) (string, error) {
 	case len(key) > MaxKeyLen:
 		return "", &KeyError{Reason: "key longer than 4096 bytes"}
 	}
-	h := k.newHash()
-	writeField(h, "idem/key/v1")
-	writeField(h, k.tenant)
-	writeField(h, k.scope)
-	writeField(h, key)
-	return StorageKeyPrefix + hex.EncodeToString(h.Sum(nil)), nil
+	var buf [256]byte
+	b := appendField(buf[:0], "idem/key/v1")
+	b = appendField(b, k.tenant)
+	b = appendField(b, k.scope)
+	b = appendField(b, key)
+	return k.sum(StorageKeyPrefix, b), nil
 }
 
 func (k keyer) payloadHash(v any) (string, error) {
-	b, err := CanonicalJSON(v)
+	c, err := CanonicalJSON(v)
 	if err != nil {
 		return "", &KeyError{Reason: "payload cannot be encoded", Err: err, Payload: true}
 	}
-	h := k.newHash()
-	writeField(h, "idem/payload/v1")
-	h.Write(b)
-	return hex.EncodeToString(h.Sum(nil)), nil
+	b := appendField(make([]byte, 0, 32+len(c)), "idem/payload/v1")
+	return k.sum("", append(b, c...)), nil
 }
