@@ -378,6 +378,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(f.err, ErrNoPage):
 		w.Header().Set("Cache-Control", "no-store")
 		http.NotFound(w, r)
+	case errors.Is(f.err, context.DeadlineExceeded) && !f.has:
+		// The flight ran out of time waiting for another worker's render.
+		w.Header().Set("Retry-After", "1")
+		h.fail(w, http.StatusServiceUnavailable, "page is being generated", f.err)
 	case f.err != nil:
 		h.fail(w, http.StatusInternalServerError, "page generation failed", f.err)
 	case !f.has:

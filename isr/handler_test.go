@@ -462,6 +462,12 @@ func TestHandlerWaitTimeout(t *testing.T) {
 	if r.code != http.StatusServiceUnavailable || r.hdr.Get("Retry-After") == "" || r.hdr.Get("Cache-Control") != "no-store" {
 		t.Fatalf("%+v", r)
 	}
+	// The flight's own deadline passing first gives the same answer.
+	h := f.handler(t, f.pages, isr.WithWaitTimeout(time.Hour), isr.WithRenderTimeout(50*time.Millisecond))
+	r = get(h, "/busy")
+	if r.code != http.StatusServiceUnavailable || r.hdr.Get("Retry-After") == "" {
+		t.Fatalf("flight deadline: %+v", r)
+	}
 }
 
 func TestHandlerRenderErrors(t *testing.T) {
