@@ -84,7 +84,7 @@ if [ ! -f "$emulator/DynamoDBLocal.jar" ]; then
 fi
 if ! (echo >"/dev/tcp/127.0.0.1/$DDB_PORT") 2>/dev/null; then
   log "starting DynamoDB Local on $DDB_PORT"
-  (cd "$RUN" && nohup java -Djava.library.path="$emulator/DynamoDBLocal_lib" \
+  (cd "$RUN" && exec nohup java -Djava.library.path="$emulator/DynamoDBLocal_lib" \
     -jar "$emulator/DynamoDBLocal.jar" -inMemory -port "$DDB_PORT" \
     >"$RUN/dynamodb.log" 2>&1 &)
   wait_port 127.0.0.1 "$DDB_PORT" 60
