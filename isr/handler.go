@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -586,16 +585,18 @@ func (h *Handler) fetch(ctx context.Context, meta Meta) (*body.Object, error) {
 }
 
 func (h *Handler) cacheControl(meta Meta, state string) string {
-	var b strings.Builder
 	maxAge := int64(0)
 	if state != CacheStale {
 		maxAge = max(meta.GeneratedAt+meta.RevalidateSeconds-h.coord.Now().Unix(), 0)
 	}
-	fmt.Fprintf(&b, "s-maxage=%d", maxAge)
+	b := make([]byte, 0, 64)
+	b = append(b, "s-maxage="...)
+	b = strconv.AppendInt(b, maxAge, 10)
 	if h.cfg.swr > 0 {
-		fmt.Fprintf(&b, ", stale-while-revalidate=%d", seconds(h.cfg.swr))
+		b = append(b, ", stale-while-revalidate="...)
+		b = strconv.AppendInt(b, seconds(h.cfg.swr), 10)
 	}
-	return b.String()
+	return string(b)
 }
 
 func (h *Handler) fail(w http.ResponseWriter, code int, msg string, err error) {
