@@ -32,8 +32,11 @@ var ErrNoPage = errors.New("isr: no such page")
 // cache key of the page it asks for. An error answers 400 Bad Request.
 type KeyFunc func(r *http.Request) (tenant, cacheKey string, err error)
 
-// DefaultKey is the default KeyFunc: no tenant, and the request's path plus
-// its raw query (if any) as the cache key.
+// DefaultKey is the default KeyFunc: no tenant, and the request's escaped
+// path as the cache key. The query string is ignored, so arbitrary query
+// strings cannot make the Handler render and store one page per variant;
+// a site whose pages vary by query supplies a KeyFunc that keeps the
+// parameters that matter (normalised).
 func DefaultKey(r *http.Request) (string, string, error) {
 	if r.URL == nil {
 		return "", "", invalid("request", "no URL")
@@ -41,9 +44,6 @@ func DefaultKey(r *http.Request) (string, string, error) {
 	k := r.URL.EscapedPath()
 	if k == "" {
 		k = "/"
-	}
-	if r.URL.RawQuery != "" {
-		k += "?" + r.URL.RawQuery
 	}
 	return "", k, nil
 }

@@ -1006,3 +1006,37 @@ func benchFresh(b *testing.B, h *isr.Handler) {
 		}
 	})
 }
+
+func TestDefaultKeyIgnoresQuery(t *testing.T) {
+	f := newFixture(t)
+	get(f.h, "/q?a=1")
+	if r := get(f.h, "/q?b=2"); r.cache != isr.CacheHit || r.body != "v1 /q" {
+		t.Fatalf("%+v", r)
+	}
+	if f.pages.renders.Load() != 1 {
+		t.Fatal("a query string caused a second render")
+	}
+}
+
+func ExampleHandler() {
+	coord := isr.NewCoordinator(isr.NewMemoryTable())
+	render := func(ctx context.Context, tenant, cacheKey string) ([]byte, string, error) {
+		return []byte("<h1>" + cacheKey + "</h1>"), "text/html; charset=utf-8", nil
+	}
+	h := isr.NewHandler(coord, body.NewMemory(), render, isr.WithRevalidate(time.Minute))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	for i := 0; i < 2; i++ {
+		res, err := http.Get(srv.URL + "/hello")
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		b, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		fmt.Println(res.StatusCode, res.Header.Get(isr.HeaderCache), string(b))
+	}
+	// Output:
+	// 200 MISS <h1>/hello</h1>
+	// 200 HIT <h1>/hello</h1>
+}
