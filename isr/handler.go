@@ -374,24 +374,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
-	case errors.Is(f.err, ErrNoPage):
-		w.Header().Set("Cache-Control", "no-store")
-		http.NotFound(w, r)
-	case errors.Is(f.err, context.DeadlineExceeded) && !f.has:
-		// The flight ran out of time waiting for another worker's render.
-		w.Header().Set("Retry-After", "1")
-		h.fail(w, http.StatusServiceUnavailable, "page is being generated", f.err)
-	case f.err != nil:
-		h.fail(w, http.StatusInternalServerError, "page generation failed", f.err)
-	case !f.has:
-		w.Header().Set("Retry-After", "1")
-		h.fail(w, http.StatusServiceUnavailable, "page is being generated", errors.New("no META yet"))
-	default:
+	case f.has:
+		// A page to serve (even if a regeneration joined here failed).
 		state := CacheMiss
 		if !f.meta.Fresh(h.coord.Now()) {
 			state = CacheStale
 		}
 		h.serve(w, r, f.meta, f.obj, state)
+	case errors.Is(f.err, ErrNoPage):
+		w.Header().Set("Cache-Control", "no-store")
+		http.NotFound(w, r)
+	case errors.Is(f.err, context.DeadlineExceeded):
+		// The flight ran out of time waiting for another worker's render.
+		w.Header().Set("Retry-After", "1")
+		h.fail(w, http.StatusServiceUnavailable, "page is being generated", f.err)
+	case f.err != nil:
+		h.fail(w, http.StatusInternalServerError, "page generation failed", f.err)
+	default:
+		w.Header().Set("Retry-After", "1")
+		h.fail(w, http.StatusServiceUnavailable, "page is being generated", errors.New("no META yet"))
 	}
 }
 
