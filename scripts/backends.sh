@@ -6,6 +6,8 @@
 #   Redis Cluster    127.0.0.1:7101-7103       IDEM_REDIS_CLUSTER (3 masters)
 #   DynamoDB Local   http://127.0.0.1:8765     IDEM_DYNAMODB_ENDPOINT
 #   S3 (s3rver)      http://127.0.0.1:8766     IDEM_S3_ENDPOINT (path-style; key/secret S3RVER)
+#   PostgreSQL       127.0.0.1:5432 db test    IDEM_POSTGRES_DSN (user postgres, trust on loopback)
+#   MariaDB          127.0.0.1:3306 db test    IDEM_MYSQL_DSN (root, empty password)
 #
 # Progress goes to stderr; only export lines go to stdout.
 set -euo pipefail
@@ -109,9 +111,55 @@ if ! (echo >"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null; then
   wait_port 127.0.0.1 "$S3_PORT" 30
 fi
 
+# --- PostgreSQL (loopback, trust, database "test") ------------------------
+if [ -z "$(ls /etc/postgresql 2>/dev/null)" ] || ! command -v pg_ctlcluster >/dev/null 2>&1; then
+  log "installing postgresql"
+  if [ $apt_updated = 0 ]; then apt-get update -qq >&2; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+fi
+pg_ver=$(ls /etc/postgresql | sort -n | tail -1)
+if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+  hba=/etc/postgresql/$pg_ver/main/pg_hba.conf
+  if ! grep -q '^host all all 127.0.0.1/32 trust' "$hba"; then
+    log "trusting loopback connections in $hba"
+    sed -i '1i host all all 127.0.0.1/32 trust' "$hba"
+  fi
+  log "starting postgresql $pg_ver"
+  pg_ctlcluster --skip-systemctl-redirect "$pg_ver" main start >&2
+  wait_port 127.0.0.1 5432 30
+  for ((i = 0; i < 100; i++)); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.1; done
+fi
+if ! psql -h 127.0.0.1 -U postgres -d test -tAc 'select 1' >/dev/null 2>&1; then
+  log "creating postgresql database test"
+  psql -h 127.0.0.1 -U postgres -d postgres -c 'CREATE DATABASE test' >&2
+fi
+
+# --- MariaDB (loopback, root without password, database "test") -----------
+if [ ! -x /usr/sbin/mariadbd ]; then
+  log "installing mariadb-server"
+  if [ $apt_updated = 0 ]; then apt-get update -qq >&2; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server >&2
+fi
+if ! mariadb-admin -h 127.0.0.1 -P 3306 -uroot --connect-timeout=2 ping >/dev/null 2>&1; then
+  log "starting mariadb"
+  mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd >&2
+  wait_port 127.0.0.1 3306 60
+fi
+if ! mariadb -h 127.0.0.1 -P 3306 -uroot -e 'USE test' >/dev/null 2>&1; then
+  log "granting root on loopback and creating mariadb database test"
+  mariadb -uroot <<'SQL' >&2
+CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '';
+GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;
+CREATE DATABASE IF NOT EXISTS test;
+SQL
+fi
+
 cat <<ENV
 export IDEM_REDIS_ADDR=127.0.0.1:6379
 export IDEM_REDIS_CLUSTER=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
 export IDEM_DYNAMODB_ENDPOINT=http://127.0.0.1:$DDB_PORT
 export IDEM_S3_ENDPOINT=http://127.0.0.1:$S3_PORT
+export IDEM_POSTGRES_DSN='postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
+export IDEM_MYSQL_DSN='root@tcp(127.0.0.1:3306)/test'
 ENV

@@ -52,3 +52,11 @@ func DynamoDBEndpoint(t testing.TB) string {
 // S3Endpoint is the URL of an S3-compatible server on loopback (path-style
 // addressing; access key and secret "S3RVER").
 func S3Endpoint(t testing.TB) string { return Lookup(t, "IDEM_S3_ENDPOINT", "S3-compatible server") }
+
+// PostgresDSN is the connection string of a PostgreSQL database the tests
+// may create and drop tables in (pgx syntax).
+func PostgresDSN(t testing.TB) string { return Lookup(t, "IDEM_POSTGRES_DSN", "PostgreSQL") }
+
+// MySQLDSN is the data source name of a MySQL or MariaDB database the tests
+// may create and drop tables in (go-sql-driver/mysql syntax).
+func MySQLDSN(t testing.TB) string { return Lookup(t, "IDEM_MYSQL_DSN", "MySQL/MariaDB") }
