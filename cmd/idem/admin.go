@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/filestore"
+)
+
+// record is what idem inspect prints.
+type record struct {
+	Key            string            `json:"key"`
+	Tenant         string            `json:"tenant,omitempty"`
+	Scope          string            `json:"scope,omitempty"`
+	StorageKey     string            `json:"storage_key"`
+	Store          string            `json:"store"`
+	Status         idem.Status       `json:"status"`
+	Attempt        int64             `json:"attempt"`
+	StartedAt      string            `json:"started_at"`
+	StartedAtMs    int64             `json:"started_at_ms"`
+	HeartbeatAt    string            `json:"heartbeat_at"`
+	HeartbeatAtMs  int64             `json:"heartbeat_at_ms"`
+	HeartbeatAgeMs *int64            `json:"heartbeat_age_ms,omitempty"`
+	Stale          *bool             `json:"stale,omitempty"`
+	CompletedAt    string            `json:"completed_at,omitempty"`
+	CompletedAtMs  int64             `json:"completed_at_ms,omitempty"`
+	ExpiresAt      string            `json:"expires_at"`
+	ExpiresAtMs    int64             `json:"expires_at_ms"`
+	PayloadHash    string            `json:"payload_hash"`
+	ResultBytes    int               `json:"result_bytes"`
+	ExitCode       *int              `json:"exit_code,omitempty"`
+	StdoutBytes    *int              `json:"stdout_bytes,omitempty"`
+	StdoutTotal    *int64            `json:"stdout_total_bytes,omitempty"`
+	Truncated      *bool             `json:"stdout_truncated,omitempty"`
+	Error          *idem.StoredError `json:"error,omitempty"`
+	ResultError    string            `json:"result_error,omitempty"`
+}
+
+const inspectAbout = `Prints the live record of KEY as JSON (or, with -stdout, its recorded
+standard output). Exits 66 when KEY has no live record.
+`
+
+// lookup opens the store and reads the record of the key in k. On failure
+// it has reported the error and returns the exit status.
+func (c *cli) lookup(ctx context.Context, k *keyFlags) (*openedStore, string, *idem.Record, int) {
+	if _, code := c.guardOptions(k); code != 0 {
+		return nil, "", nil, code
+	}
+	st, err := openStore(ctx, k.store)
+	if err != nil {
+		c.errorf("%v", err)
+		return nil, "", nil, storeOpenExit(err)
+	}
+	_, sk, code := c.storageKey(st, k)
+	if code != 0 {
+		st.Close()
+		return nil, "", nil, code
+	}
+	rec, err := st.Get(ctx, sk)
+	if err != nil {
+		if errors.Is(err, idem.ErrNotFound) {
+			c.errorf("no live record for the key in %s", st.desc)
+		} else {
+			c.errorf("%v", err)
+		}
+		st.Close()
+		return nil, "", nil, exitFor(err)
+	}
+	return st, sk, rec, 0
+}
+
+func (c *cli) inspectCmd(ctx context.Context, args []string) int {
+	fs := c.newFlagSet("inspect", "idem inspect [flags] -key KEY", inspectAbout)
+	var k keyFlags
+	c.addKeyFlags(fs, &k)
+	takeover := fs.Duration("takeover-after", idem.DefaultTakeoverAfter, "threshold for the \"stale\" field of an in-progress record")
+	stdout := fs.Bool("stdout", false, "print the recorded standard output instead of the record")
+	if code, done := parse(fs, args); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		c.errorf("inspect: unexpected arguments %q", fs.Args())
+		return exitUsage
+	}
+	st, sk, rec, code := c.lookup(ctx, &k)
+	if code != 0 {
+		return code
+	}
+	defer st.Close()
+
+	out := record{
+		Key: k.key, Tenant: k.tenant, Scope: k.scope, StorageKey: sk, Store: st.desc,
+		Status: rec.Status, Attempt: rec.Attempt,
+		StartedAt: formatMs(rec.StartedAt), StartedAtMs: rec.StartedAt,
+		HeartbeatAt: formatMs(rec.HeartbeatAt), HeartbeatAtMs: rec.HeartbeatAt,
+		CompletedAt: formatMs(rec.CompletedAt), CompletedAtMs: rec.CompletedAt,
+		ExpiresAt: formatMs(rec.ExpiresAt), ExpiresAtMs: rec.ExpiresAt,
+		PayloadHash: rec.PayloadHash, ResultBytes: len(rec.Result), Error: rec.Error,
+	}
+	if rec.Status == idem.StatusInProgress {
+		now := time.Now().UnixMilli()
+		age := now - rec.HeartbeatAt
+		stale := rec.Stale(now, *takeover)
+		out.HeartbeatAgeMs, out.Stale = &age, &stale
+	}
+	var res *outcome
+	if rec.Status == idem.StatusCompleted && rec.Error == nil {
+		var o outcome
+		if err := json.Unmarshal(rec.Result, &o); err != nil || o.V != outcomeVersion {
+			out.ResultError = "the result is not an idem run outcome"
+		} else {
+			res = &o
+			n, trunc := len(o.Stdout), o.truncated()
+			out.ExitCode, out.StdoutBytes, out.StdoutTotal, out.Truncated = &o.Exit, &n, &o.StdoutLen, &trunc
+		}
+	}
+	if *stdout {
+		switch {
+		case res != nil:
+			if _, err := c.stdout.Write(res.Stdout); err != nil {
+				c.errorf("%v", err)
+				return exitSoftware
+			}
+			return exitOK
+		case rec.Status == idem.StatusInProgress:
+			c.errorf("the key is in progress: nothing recorded yet")
+			return exitInProgress
+		default:
+			c.errorf("the record holds no recorded output (%s)", rec.Status)
+			return exitSoftware
+		}
+	}
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(out); err != nil {
+		c.errorf("%v", err)
+		return exitSoftware
+	}
+	return exitOK
+}
+
+const unlockAbout = `Releases the in-progress claim of KEY, so the next run of KEY runs its
+command at once instead of waiting for the claim to go stale. The record is
+kept, expired, so fencing tokens keep counting up. A completed or failed
+record is refused (exit 77) unless -force is given; -force deletes the record
+whatever its state, and a run still holding it stops its command at its next
+heartbeat.
+`
+
+func (c *cli) unlockCmd(ctx context.Context, args []string) int {
+	fs := c.newFlagSet("unlock", "idem unlock [flags] -key KEY [-force]", unlockAbout)
+	var k keyFlags
+	c.addKeyFlags(fs, &k)
+	force := fs.Bool("force", false, "delete the record whatever its state")
+	if code, done := parse(fs, args); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		c.errorf("unlock: unexpected arguments %q", fs.Args())
+		return exitUsage
+	}
+	st, sk, rec, code := c.lookup(ctx, &k)
+	if code != 0 {
+		return code
+	}
+	defer st.Close()
+	if *force {
+		if err := st.Delete(ctx, sk); err != nil {
+			c.errorf("%v", err)
+			return exitFor(err)
+		}
+		fmt.Fprintf(c.stdout, "deleted the %s record (attempt %d)\n", rec.Status, rec.Attempt)
+		return exitOK
+	}
+	if rec.Status != idem.StatusInProgress {
+		c.errorf("the key is %s, not in progress; use -force to delete the record", rec.Status)
+		return exitRefused
+	}
+	// Release is conditioned on the nonce and on the record being in
+	// progress: a run that completed or was taken over since Get is never
+	// undone.
+	if err := st.Release(ctx, sk, rec.Nonce); err != nil {
+		if errors.Is(err, idem.ErrLostOwnership) {
+			c.errorf("the record changed since it was read (completed, released or taken over); inspect it again")
+			return exitInProgress
+		}
+		c.errorf("%v", err)
+		return exitFor(err)
+	}
+	age := time.Since(time.UnixMilli(rec.HeartbeatAt)).Round(time.Millisecond)
+	fmt.Fprintf(c.stdout, "released the claim (attempt %d, last heartbeat %v ago)\n", rec.Attempt, age)
+	return exitOK
+}
+
+const purgeAbout = `Deletes expired records from a file store. Redis and DynamoDB expire
+records natively, so there is nothing to do there.
+`
+
+func (c *cli) purgeCmd(ctx context.Context, args []string) int {
+	fs := c.newFlagSet("purge", "idem purge [flags]", purgeAbout)
+	var spec string
+	c.addStoreFlag(fs, &spec)
+	grace := fs.Duration("grace", 0, "keep records until they have been expired this long (purging forgets a key's attempt counter)")
+	if code, done := parse(fs, args); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		c.errorf("purge: unexpected arguments %q", fs.Args())
+		return exitUsage
+	}
+	if *grace < 0 {
+		c.errorf("-grace must not be negative")
+		return exitUsage
+	}
+	st, err := openStore(ctx, spec)
+	if err != nil {
+		c.errorf("%v", err)
+		return storeOpenExit(err)
+	}
+	defer st.Close()
+	switch st.kind {
+	case kindFile:
+		fst, err := filestore.New(st.desc, filestore.WithPurgeGrace(*grace))
+		if err != nil {
+			c.errorf("%v", err)
+			return exitConfig
+		}
+		n, err := fst.Purge(ctx)
+		if err != nil {
+			c.errorf("purged %d records, then: %v", n, err)
+			return exitFor(err)
+		}
+		fmt.Fprintf(c.stdout, "purged %d expired records from %s\n", n, st.desc)
+	case kindMem:
+		fmt.Fprintf(c.stdout, "swept %d expired records from %s\n", st.mem.Sweep(), st.desc)
+	case kindRedis:
+		fmt.Fprintln(c.stdout, "nothing to purge: Redis deletes expired records itself (PEXPIREAT at expiry plus a safety buffer)")
+	case kindDynamoDB:
+		fmt.Fprintln(c.stdout, "nothing to purge: DynamoDB deletes expired records itself (TTL attribute \"ttl\"; deletion can lag by hours, and expired records never count)")
+	}
+	return exitOK
+}
+
+const keyAbout = `Prints a canonical key for NAME and ARGs: NAME, a colon, and the SHA-256 of
+the arguments as canonical JSON, exactly as idem.Key(NAME, ARG...) in Go.
+Each ARG is parsed as JSON (42, true, "text", {"a":1}); with -s every ARG is
+a string.
+
+  idem key invoice 42 '"EUR"'        same as idem.Key("invoice", 42, "EUR")
+  idem key -s nightly-report 2024-05-01
+`
+
+func (c *cli) keyCmd(args []string) int {
+	fs := c.newFlagSet("key", "idem key [-s] NAME [ARG...]", keyAbout)
+	strs := fs.Bool("s", false, "take every ARG as a string instead of JSON")
+	if code, done := parse(fs, args); done {
+		return code
+	}
+	if fs.NArg() == 0 {
+		c.errorf("key: no NAME given")
+		fs.Usage()
+		return exitUsage
+	}
+	name, rest := fs.Arg(0), fs.Args()[1:]
+	vals := make([]any, len(rest))
+	for i, a := range rest {
+		if *strs {
+			vals[i] = a
+			continue
+		}
+		v, err := parseJSONArg(a)
+		if err != nil {
+			c.errorf("key: argument %d %q is not JSON (quote strings: '\"text\"', or use -s): %v", i+1, a, err)
+			return exitUsage
+		}
+		vals[i] = v
+	}
+	key, err := idem.Key(name, vals...)
+	if err != nil {
+		c.errorf("key: %v", err)
+		return exitUsage
+	}
+	fmt.Fprintln(c.stdout, key)
+	return exitOK
+}
+
+// parseJSONArg decodes exactly one JSON value, keeping numbers exact.
+func parseJSONArg(s string) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader([]byte(s)))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("more than one value")
+	}
+	return v, nil
+}

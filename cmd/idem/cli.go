@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idem-go/idem"
+)
+
+// Exit statuses of idem itself (see the package documentation). They follow
+// sysexits.h where it has a fitting code.
+const (
+	exitOK           = 0
+	exitUsage        = 64 // EX_USAGE
+	exitMismatch     = 65 // EX_DATAERR: payload mismatch
+	exitNoRecord     = 66 // EX_NOINPUT: no live record
+	exitUnavailable  = 69 // EX_UNAVAILABLE: store failure
+	exitSoftware     = 70 // EX_SOFTWARE: corrupt record, internal error
+	exitNotRecorded  = 74 // EX_IOERR: outcome not recorded
+	exitInProgress   = 75 // EX_TEMPFAIL: in progress, try again later
+	exitLost         = 76 // EX_PROTOCOL: ownership lost
+	exitRefused      = 77 // EX_NOPERM: unlock refused without -force
+	exitConfig       = 78 // EX_CONFIG: bad store, missing secret
+	exitDuplicate    = 79 // duplicate under -on-duplicate raise
+	exitCannotExec   = 126
+	exitNotFound     = 127
+	exitSignalOffset = 128
+)
+
+const usageText = `idem runs a command at most once per key, across every process and host
+that shares a store, and replays the recorded outcome to every duplicate.
+
+Usage:
+  idem run [flags] -key KEY [--] COMMAND [ARG...]
+                           run COMMAND unless KEY already ran; replay its
+                           stdout and exit status otherwise
+  idem inspect [flags] -key KEY
+                           print the record of KEY as JSON
+  idem unlock [flags] -key KEY [-force]
+                           release an in-progress claim (-force: delete any record)
+  idem purge [flags]       delete expired records from a file store
+  idem key [-s] NAME [ARG...]
+                           print the canonical key of NAME and JSON arguments
+
+Run "idem SUBCOMMAND -h" for the flags of a subcommand.
+
+Stores (-store, default $IDEM_STORE, else a directory in the user cache):
+  file:/path/to/dir                     processes on one host
+  redis://[user:pass@]host:port/db[?prefix=P]   (rediss:// for TLS)
+  redis-cluster://host:port[?addr=host2:port2&prefix=P]
+  dynamodb://TABLE[?region=R&endpoint=URL&create=1&pk=pk&sk=sk&prefix=P]
+  mem:[NAME]                            in memory, for tests
+
+Environment:
+  IDEM_SECRET         HMAC secret for storage keys and payload hashes (shared by all hosts)
+  IDEM_STORE          default -store
+  IDEM_FENCING_TOKEN  set for COMMAND: the claim's attempt number
+  IDEM_STORAGE_KEY    set for COMMAND: the storage key (a hash)
+
+Exit status of idem run: COMMAND's own (fresh run or replay), or
+  64 usage  65 payload mismatch  66 no record  69 store failure
+  70 corrupt record/internal  74 outcome not recorded  75 in progress
+  76 ownership lost (COMMAND stopped)  77 unlock refused  78 configuration
+  79 duplicate (raise)  126 cannot execute  127 command not found
+`
+
+// cli is one invocation of the command, with its environment injected so
+// tests can run it in process.
+type cli struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	environ        func() []string
+}
+
+// run runs the command line args (without the program name) and returns the
+// exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := &cli{stdin: os.Stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv, environ: os.Environ}
+	return c.main(ctx, args)
+}
+
+func (c *cli) main(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(c.stderr, usageText)
+		return exitUsage
+	}
+	switch args[0] {
+	case "run":
+		return c.runCmd(ctx, args[1:])
+	case "inspect":
+		return c.inspectCmd(ctx, args[1:])
+	case "unlock":
+		return c.unlockCmd(ctx, args[1:])
+	case "purge":
+		return c.purgeCmd(ctx, args[1:])
+	case "key":
+		return c.keyCmd(args[1:])
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(c.stdout, usageText)
+		return exitOK
+	}
+	c.errorf("unknown subcommand %q", args[0])
+	fmt.Fprint(c.stderr, "\n"+usageText)
+	return exitUsage
+}
+
+// errorf prints an "idem: " line on standard error.
+func (c *cli) errorf(format string, args ...any) {
+	fmt.Fprintf(c.stderr, "idem: "+format+"\n", args...)
+}
+
+// newFlagSet returns a flag set for a subcommand with a usage message.
+func (c *cli) newFlagSet(name, synopsis, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet("idem "+name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(c.stderr, "Usage: %s\n\n%s\nFlags:\n", synopsis, about)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args into fs; done is true when the caller must return code
+// (help was asked for, or the flags were bad).
+func parse(fs *flag.FlagSet, args []string) (code int, done bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, true
+		}
+		return exitUsage, true
+	}
+	return 0, false
+}
+
+// keyFlags are the flags every subcommand that names a key shares.
+type keyFlags struct {
+	store         string
+	key           string
+	tenant, scope string
+	requireSecret bool
+}
+
+func (c *cli) addStoreFlag(fs *flag.FlagSet, dst *string) {
+	def := c.getenv("IDEM_STORE")
+	help := "where records live: file:DIR, redis://..., redis-cluster://..., dynamodb://TABLE?..., mem:"
+	if def == "" {
+		help += " (default $IDEM_STORE, else file:" + defaultStoreDir() + ")"
+	}
+	fs.StringVar(dst, "store", def, help)
+}
+
+func (c *cli) addKeyFlags(fs *flag.FlagSet, k *keyFlags) {
+	c.addStoreFlag(fs, &k.store)
+	fs.StringVar(&k.key, "key", "", "the idempotency key (required); only its hash is stored")
+	fs.StringVar(&k.tenant, "tenant", "", "tenant mixed into the storage key")
+	fs.StringVar(&k.scope, "scope", "", "scope (operation name) mixed into the storage key")
+	fs.BoolVar(&k.requireSecret, "require-secret", false, "refuse to run unless IDEM_SECRET is set")
+}
+
+// guardOptions returns the options that decide storage keys: namespace and
+// secret. code is non-zero when they are unusable.
+func (c *cli) guardOptions(k *keyFlags) (opts []idem.Option, code int) {
+	if k.key == "" {
+		c.errorf("-key is required")
+		return nil, exitUsage
+	}
+	opts = append(opts, idem.WithNamespace(k.tenant, k.scope))
+	secret := c.getenv("IDEM_SECRET")
+	if secret != "" {
+		opts = append(opts, idem.WithSecret([]byte(secret)))
+	}
+	if k.requireSecret {
+		if secret == "" {
+			c.errorf("-require-secret: IDEM_SECRET is not set")
+			return nil, exitConfig
+		}
+		opts = append(opts, idem.RequireSecret())
+	}
+	return opts, 0
+}
+
+// storageKey opens nothing: it derives the storage key of k under its
+// namespace and secret.
+func (c *cli) storageKey(st idem.Store, k *keyFlags, extra ...idem.Option) (*idem.Guard[outcome], string, int) {
+	opts, code := c.guardOptions(k)
+	if code != 0 {
+		return nil, "", code
+	}
+	g, err := idem.New[outcome](st, append(opts, extra...)...)
+	if err != nil {
+		c.errorf("%v", err)
+		return nil, "", exitUsage
+	}
+	sk, err := g.StorageKey(k.key)
+	if err != nil {
+		c.errorf("-key: %v", err)
+		return nil, "", exitUsage
+	}
+	return g, sk, 0
+}
+
+// exitFor maps an error from the library or a store to an exit status.
+func exitFor(err error) int {
+	switch {
+	case errors.Is(err, idem.ErrPayloadMismatch):
+		return exitMismatch
+	case errors.Is(err, idem.ErrNotFound):
+		return exitNoRecord
+	case errors.Is(err, idem.ErrInvalidKey), errors.Is(err, idem.ErrInvalidOption), errors.Is(err, idem.ErrInvalidPayload):
+		return exitUsage
+	case errors.Is(err, idem.ErrCorruptRecord), errors.Is(err, idem.ErrResultDecode),
+		errors.Is(err, idem.ErrResultUnavailable), errors.Is(err, idem.ErrPreviousFailure):
+		return exitSoftware
+	case errors.Is(err, idem.ErrLostOwnership):
+		return exitLost
+	case errors.Is(err, idem.ErrNotRecorded):
+		return exitNotRecorded
+	case errors.Is(err, idem.ErrInProgress):
+		return exitInProgress
+	case errors.Is(err, idem.ErrDuplicate):
+		return exitDuplicate
+	}
+	var se *idem.StoreError
+	if errors.As(err, &se) {
+		return exitUnavailable
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return exitUnavailable
+	}
+	return exitUnavailable
+}
+
+// sizeFlag is a byte count flag accepting suffixes: 512, 64KiB, 1MiB, 1M.
+type sizeFlag struct {
+	n   int64
+	set bool
+}
+
+func (s *sizeFlag) String() string {
+	if s == nil || !s.set {
+		return ""
+	}
+	return strconv.FormatInt(s.n, 10)
+}
+
+func (s *sizeFlag) Set(v string) error {
+	n, err := parseSize(v)
+	if err != nil {
+		return err
+	}
+	s.n, s.set = n, true
+	return nil
+}
+
+func parseSize(v string) (int64, error) {
+	t := strings.TrimSpace(v)
+	mult := int64(1)
+	lower := strings.ToLower(t)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{
+		{"gib", 1 << 30}, {"mib", 1 << 20}, {"kib", 1 << 10},
+		{"gb", 1 << 30}, {"mb", 1 << 20}, {"kb", 1 << 10},
+		{"g", 1 << 30}, {"m", 1 << 20}, {"k", 1 << 10}, {"b", 1},
+	} {
+		if strings.HasSuffix(lower, u.suffix) {
+			t, mult = strings.TrimSpace(t[:len(t)-len(u.suffix)]), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("invalid size %q (want a byte count like 4096, 64KiB or 1MiB)", v)
+	}
+	if n > (1<<40)/mult {
+		return 0, fmt.Errorf("size %q is too large", v)
+	}
+	return n * mult, nil
+}
+
+// formatMs formats Unix milliseconds as an RFC 3339 time with milliseconds,
+// in UTC; 0 is "".
+func formatMs(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
