@@ -411,6 +411,30 @@ func (c *Coordinator) Regenerate(ctx context.Context, pk string, req *RequestSpe
 	if !hasMeta {
 		meta = Meta{}
 	}
+	return c.regenerate(ctx, pk, meta, hasMeta, req, render)
+}
+
+// RegenerateFrom is Regenerate for a caller that has already read META (a
+// server that just served the stale page from it): seen is that META, or
+// nil when there was none. It skips Regenerate's own read, so a
+// regeneration without a request costs acquire + publish, 2 store
+// requests. Using an older read is safe: the lease is only granted if META
+// has not been published since seen, otherwise the outcome is OutcomeFresh
+// with the current META.
+func (c *Coordinator) RegenerateFrom(ctx context.Context, pk string, seen *Meta, req *RequestSpec, render RenderFunc) (Result, error) {
+	if c.err != nil {
+		return Result{}, c.err
+	}
+	if render == nil {
+		return Result{}, invalid("render", "nil RenderFunc")
+	}
+	if seen == nil {
+		return c.regenerate(ctx, pk, Meta{}, false, req, render)
+	}
+	return c.regenerate(ctx, pk, *seen, true, req, render)
+}
+
+func (c *Coordinator) regenerate(ctx context.Context, pk string, meta Meta, hasMeta bool, req *RequestSpec, render RenderFunc) (Result, error) {
 	if hasMeta && meta.Fresh(c.cfg.clock()) {
 		return Result{Outcome: OutcomeFresh, Meta: meta, HasMeta: true}, nil
 	}

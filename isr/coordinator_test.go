@@ -203,3 +203,41 @@ func TestPublishRetriesTransactionConflict(t *testing.T) {
 		t.Fatalf("Regenerate = %+v, %v after %d publishes", res, err, tb.calls)
 	}
 }
+
+// RegenerateFrom reuses the caller's META read: a regeneration costs
+// acquire + publish, and a META published since the read wins over it.
+func TestRegenerateFromCostsTwoRequests(t *testing.T) {
+	tb := isr.NewMemoryTable()
+	c := isr.NewCoordinator(tb)
+	ctx := context.Background()
+	pk := isrtest.NewPK(t)
+	seedStale(t, tb, pk)
+	seen, err := c.Lookup(ctx, pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := tb.Requests()
+	res, err := c.RegenerateFrom(ctx, pk, &seen, nil, render)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != isr.OutcomeRegenerated {
+		t.Fatalf("outcome %v, want regenerated", res.Outcome)
+	}
+	if n := tb.Requests() - before; n != 2 {
+		t.Fatalf("RegenerateFrom cost %d requests, want 2 (acquire, publish)", n)
+	}
+	// The read is now out of date: the lease is refused and the current
+	// META is returned, with nothing rendered.
+	rendered := false
+	res, err = c.RegenerateFrom(ctx, pk, &seen, nil, func(ctx context.Context, l isr.Lease) (isr.Page, error) {
+		rendered = true
+		return isr.Page{S3Key: "x"}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rendered || res.Outcome != isr.OutcomeFresh || res.Meta.S3Key == seen.S3Key {
+		t.Fatalf("stale read: rendered=%v outcome=%v meta=%+v", rendered, res.Outcome, res.Meta)
+	}
+}

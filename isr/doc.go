@@ -54,6 +54,18 @@
 // caller serves stale without waiting; a different request_hash fails
 // closed; publish and REQ# completion in one transaction).
 //
+// RegenerateFrom runs the same flow from a META the caller has just read,
+// so a server that served the stale page from that read regenerates it with
+// two more store requests (acquire, publish).
+//
+// Handler (NewHandler) is an http.Handler on top: a fresh page is served
+// with its ETag and Cache-Control s-maxage / stale-while-revalidate
+// (If-None-Match gives 304); a stale page is served at once and regenerated
+// in the background under the lease; a missing page is rendered once while
+// concurrent requests wait for it. Bodies live in a body.Store (package
+// isr/body: memory, file, S3), keyed by content hash, with the ETag derived
+// from the content.
+//
 // Idempotency key helpers cover the three usual choices: RequestIDKey
 // (x-request-id), MessageIDKey (queue message id) and VersionedKey
 // (sha256 of cache key | deploy id | policy version); RequestHash hashes the

@@ -468,9 +468,18 @@ func (h *Handler) regenerate(ctx context.Context, pk, tenant, cacheKey string, s
 		return Page{S3Key: key, ETag: etag, RevalidateSeconds: seconds(h.cfg.revalidate)}, nil
 	}
 	backoff := h.cfg.pollMin
-	for {
+	for try := 0; ; try++ {
 		rendered = nil
-		res, err := h.coord.Regenerate(ctx, pk, nil, renderFn)
+		var res Result
+		var err error
+		switch {
+		case try > 0: // polling: look at META again
+			res, err = h.coord.Regenerate(ctx, pk, nil, renderFn)
+		case hasSeen: // the META this request was served from
+			res, err = h.coord.RegenerateFrom(ctx, pk, &seen, nil, renderFn)
+		default:
+			res, err = h.coord.RegenerateFrom(ctx, pk, nil, nil, renderFn)
+		}
 		if h.cfg.onRegenerate != nil {
 			h.cfg.onRegenerate(pk, res, err)
 		}

@@ -573,8 +573,8 @@ func TestHandlerRequestCounts(t *testing.T) {
 	if err := f.h.Wait(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if n := mt.Requests() - before; n != 4 {
-		t.Fatalf("stale request + regeneration cost %d table requests, want 4 (read, re-read, acquire, publish)", n)
+	if n := mt.Requests() - before; n != 3 {
+		t.Fatalf("stale request + regeneration cost %d table requests, want 3 (read, acquire, publish)", n)
 	}
 }
 
