@@ -1,0 +1,176 @@
+package sqlstore
+
+import (
+	"fmt"
+	"strings"
+)
+
+// cols are the record columns every read returns, in scan order.
+const cols = "record_version, claim_nonce, status, attempt_count, payload_hash, result, " +
+	"error_message, error_type, started_at, heartbeat_at, completed_at, expires_at, taken_over_at"
+
+// statement names.
+type stmtID int
+
+const (
+	stClaim stmtID = iota // Postgres: upsert + existing row; MySQL: INSERT IGNORE
+	stCAS                 // MySQL: conditional takeover / re-claim
+	stGet
+	stHeartbeat
+	stComplete
+	stRelease
+	stDelete
+	stPurge
+	numStmts
+)
+
+// queries holds the text of every statement for one table and dialect.
+type queries struct {
+	create []string
+	text   [numStmts]string
+}
+
+// quote returns the quoted, possibly schema-qualified table name and the
+// unquoted index name for its expires_at index.
+func quote(d Dialect, table string) (qtable, index string) {
+	q := `"`
+	if d == MySQL {
+		q = "`"
+	}
+	parts := strings.Split(table, ".")
+	quoted := make([]string, len(parts))
+	for i, p := range parts {
+		quoted[i] = q + p + q
+	}
+	index = parts[len(parts)-1] + "_expires_idx"
+	return strings.Join(quoted, "."), q + index + q
+}
+
+func buildQueries(d Dialect, table string) queries {
+	t, idx := quote(d, table)
+	var q queries
+	switch d {
+	case Postgres:
+		where := "tenant = $1 AND scope = $2 AND key_hash = $3"
+		q.create = []string{
+			`CREATE TABLE IF NOT EXISTS ` + t + ` (
+  tenant         TEXT     NOT NULL DEFAULT '',
+  scope          TEXT     NOT NULL DEFAULT '',
+  key_hash       TEXT     NOT NULL,
+  record_version SMALLINT NOT NULL DEFAULT 1,
+  claim_nonce    TEXT     NOT NULL,
+  status         TEXT     NOT NULL,
+  attempt_count  BIGINT   NOT NULL DEFAULT 1,
+  payload_hash   TEXT     NOT NULL DEFAULT '',
+  result         BYTEA,
+  error_message  TEXT,
+  error_type     TEXT,
+  started_at     BIGINT   NOT NULL,
+  heartbeat_at   BIGINT   NOT NULL,
+  completed_at   BIGINT   NOT NULL DEFAULT 0,
+  expires_at     BIGINT   NOT NULL,
+  taken_over_at  BIGINT   NOT NULL DEFAULT 0,
+  PRIMARY KEY (tenant, scope, key_hash)
+)`,
+			`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + t + ` (expires_at)`,
+		}
+		// $1 tenant, $2 scope, $3 key, $4 nonce, $5 payload hash, $6 now,
+		// $7 now + lease, $8 now - takeover (a heartbeat at or before it is stale).
+		//
+		// The conflict update's WHERE is idem.DecideClaim: the row has
+		// expired, or it is a decodable in-progress claim with the same
+		// payload hash, another nonce and a stale heartbeat. When it
+		// fails, the upsert returns nothing and the second branch returns
+		// the existing row from the statement's snapshot (see claimPostgres
+		// for why that snapshot is checked).
+		q.text[stClaim] = fmt.Sprintf(`WITH w AS (
+  INSERT INTO %[1]s AS r (tenant, scope, key_hash, record_version, claim_nonce, status, attempt_count,
+    payload_hash, result, error_message, error_type, started_at, heartbeat_at, completed_at, expires_at, taken_over_at)
+  VALUES ($1, $2, $3, 1, $4, 'in_progress', 1, $5, NULL, NULL, NULL, $6, $6, 0, $7, 0)
+  ON CONFLICT (tenant, scope, key_hash) DO UPDATE SET
+    claim_nonce   = EXCLUDED.claim_nonce,
+    status        = 'in_progress',
+    attempt_count = r.attempt_count + 1,
+    payload_hash  = EXCLUDED.payload_hash,
+    result        = CASE WHEN r.expires_at <= $6 THEN NULL ELSE r.result END,
+    error_message = CASE WHEN r.expires_at <= $6 THEN NULL ELSE r.error_message END,
+    error_type    = CASE WHEN r.expires_at <= $6 THEN NULL ELSE r.error_type END,
+    started_at    = $6,
+    heartbeat_at  = $6,
+    completed_at  = CASE WHEN r.expires_at <= $6 THEN 0 ELSE r.completed_at END,
+    expires_at    = CASE WHEN r.expires_at <= $6 THEN $7 ELSE GREATEST(r.expires_at, $7) END,
+    taken_over_at = CASE WHEN r.expires_at <= $6 THEN 0 ELSE $6 END
+  WHERE r.record_version = 1 AND r.attempt_count >= 1 AND r.claim_nonce <> ''
+    AND r.status IN ('in_progress', 'completed', 'failed')
+    AND (r.expires_at <= $6
+      OR (r.status = 'in_progress' AND r.payload_hash = EXCLUDED.payload_hash
+          AND r.claim_nonce <> EXCLUDED.claim_nonce AND r.heartbeat_at <= $8))
+  RETURNING 'w'::text, r.record_version, r.claim_nonce, r.status, r.attempt_count, r.payload_hash, r.result,
+    r.error_message, r.error_type, r.started_at, r.heartbeat_at, r.completed_at, r.expires_at, r.taken_over_at
+)
+SELECT * FROM w
+UNION ALL
+SELECT 'e'::text, %[2]s FROM %[1]s WHERE %[3]s AND NOT EXISTS (SELECT 1 FROM w)`, t, cols, where)
+		q.text[stGet] = `SELECT ` + cols + ` FROM ` + t + ` WHERE ` + where
+		// $4 nonce, $5 now, $6 now + lease
+		q.text[stHeartbeat] = `UPDATE ` + t + ` SET heartbeat_at = $5, expires_at = GREATEST(expires_at, $6) WHERE ` +
+			where + ` AND claim_nonce = $4 AND status = 'in_progress'`
+		// $4 nonce, $5 status, $6 result, $7 error message, $8 error type, $9 now, $10 now + ttl
+		q.text[stComplete] = `UPDATE ` + t + ` SET status = $5, result = $6, error_message = $7, error_type = $8, ` +
+			`completed_at = $9, heartbeat_at = $9, expires_at = $10 WHERE ` + where + ` AND claim_nonce = $4`
+		// $4 nonce, $5 now
+		q.text[stRelease] = `UPDATE ` + t + ` SET expires_at = $5 WHERE ` + where +
+			` AND claim_nonce = $4 AND status = 'in_progress'`
+		q.text[stDelete] = `DELETE FROM ` + t + ` WHERE ` + where
+		q.text[stPurge] = `DELETE FROM ` + t + ` WHERE tenant = $1 AND scope = $2 AND expires_at < $3`
+	case MySQL:
+		where := "tenant = ? AND scope = ? AND key_hash = ?"
+		q.create = []string{
+			`CREATE TABLE IF NOT EXISTS ` + t + ` (
+  tenant         VARCHAR(64)  NOT NULL DEFAULT '',
+  scope          VARCHAR(255) NOT NULL DEFAULT '',
+  key_hash       VARCHAR(255) NOT NULL,
+  record_version SMALLINT     NOT NULL DEFAULT 1,
+  claim_nonce    VARCHAR(64)  NOT NULL,
+  status         VARCHAR(16)  NOT NULL,
+  attempt_count  BIGINT       NOT NULL DEFAULT 1,
+  payload_hash   VARCHAR(255) NOT NULL DEFAULT '',
+  result         LONGBLOB     NULL,
+  error_message  MEDIUMTEXT   NULL,
+  error_type     TEXT         NULL,
+  started_at     BIGINT       NOT NULL,
+  heartbeat_at   BIGINT       NOT NULL,
+  completed_at   BIGINT       NOT NULL DEFAULT 0,
+  expires_at     BIGINT       NOT NULL,
+  taken_over_at  BIGINT       NOT NULL DEFAULT 0,
+  PRIMARY KEY (tenant, scope, key_hash),
+  KEY ` + idx + ` (expires_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+		}
+		// tenant, scope, key, nonce, payload hash, now, now, now + lease
+		q.text[stClaim] = `INSERT IGNORE INTO ` + t + ` (tenant, scope, key_hash, record_version, claim_nonce, status, ` +
+			`attempt_count, payload_hash, started_at, heartbeat_at, completed_at, expires_at, taken_over_at) ` +
+			`VALUES (?, ?, ?, 1, ?, 'in_progress', 1, ?, ?, ?, 0, ?, 0)`
+		// new: nonce, attempt, payload hash, result, error message,
+		// error type, started_at, heartbeat_at, completed_at, expires_at,
+		// taken_over_at; then tenant, scope, key; then the row as read:
+		// nonce, attempt, status, heartbeat_at, expires_at.
+		q.text[stCAS] = `UPDATE ` + t + ` SET claim_nonce = ?, status = 'in_progress', attempt_count = ?, ` +
+			`payload_hash = ?, result = ?, error_message = ?, error_type = ?, started_at = ?, heartbeat_at = ?, ` +
+			`completed_at = ?, expires_at = ?, taken_over_at = ? WHERE ` + where +
+			` AND claim_nonce = ? AND attempt_count = ? AND status = ? AND heartbeat_at = ? AND expires_at = ? AND record_version = 1`
+		q.text[stGet] = `SELECT ` + cols + ` FROM ` + t + ` WHERE ` + where
+		// now, now + lease, key..., nonce
+		q.text[stHeartbeat] = `UPDATE ` + t + ` SET heartbeat_at = ?, expires_at = GREATEST(expires_at, ?) WHERE ` +
+			where + ` AND claim_nonce = ? AND status = 'in_progress'`
+		// status, result, error message, error type, now, now, now + ttl, key..., nonce
+		q.text[stComplete] = `UPDATE ` + t + ` SET status = ?, result = ?, error_message = ?, error_type = ?, ` +
+			`completed_at = ?, heartbeat_at = ?, expires_at = ? WHERE ` + where + ` AND claim_nonce = ?`
+		// now, key..., nonce
+		q.text[stRelease] = `UPDATE ` + t + ` SET expires_at = ? WHERE ` + where +
+			` AND claim_nonce = ? AND status = 'in_progress'`
+		q.text[stDelete] = `DELETE FROM ` + t + ` WHERE ` + where
+		q.text[stPurge] = `DELETE FROM ` + t + ` WHERE tenant = ? AND scope = ? AND expires_at < ?`
+	}
+	return q
+}

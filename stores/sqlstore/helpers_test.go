@@ -1,0 +1,214 @@
+package sqlstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/sqlstore"
+)
+
+var dialects = []sqlstore.Dialect{sqlstore.Postgres, sqlstore.MySQL}
+
+// forEachDialect runs f as a subtest per dialect.
+func forEachDialect(t *testing.T, f func(t *testing.T, d sqlstore.Dialect)) {
+	for _, d := range dialects {
+		t.Run(d.String(), func(t *testing.T) { f(t, d) })
+	}
+}
+
+func dsn(t testing.TB, d sqlstore.Dialect) string {
+	if d == sqlstore.Postgres {
+		return testenv.PostgresDSN(t)
+	}
+	return testenv.MySQLDSN(t)
+}
+
+// roundTrips counts request/response exchanges on the wire: a write that
+// follows a read (or is a connection's first) starts one.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) Load() int64 { return r.n.Load() }
+
+type countingConn struct {
+	net.Conn
+	rt      *roundTrips
+	writing atomic.Bool
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	if !c.writing.Swap(true) {
+		c.rt.n.Add(1)
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	c.writing.Store(false)
+	return c.Conn.Read(b)
+}
+
+func (r *roundTrips) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, rt: r}, nil
+}
+
+// openDB opens a pool whose connections count their round trips in rt
+// (nil: not counted).
+func openDB(t testing.TB, d sqlstore.Dialect, source string, rt *roundTrips) *sql.DB {
+	t.Helper()
+	if rt == nil {
+		rt = &roundTrips{}
+	}
+	var db *sql.DB
+	switch d {
+	case sqlstore.Postgres:
+		cfg, err := pgx.ParseConfig(source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.DialFunc = rt.dial
+		db = stdlib.OpenDB(*cfg)
+	default:
+		cfg, err := mysql.ParseDSN(source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.DialFunc = rt.dial
+		conn, err := mysql.NewConnector(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db = sql.OpenDB(conn)
+	}
+	db.SetMaxOpenConns(24)
+	db.SetMaxIdleConns(24)
+	db.SetConnMaxIdleTime(time.Minute)
+	return db
+}
+
+var (
+	sharedMu  sync.Mutex
+	sharedDBs = map[sqlstore.Dialect]*sql.DB{}
+)
+
+// sharedDB is one pool per dialect for the tests of a process, so that
+// parallel subtests do not exhaust the server's connections.
+func sharedDB(t testing.TB, d sqlstore.Dialect) *sql.DB {
+	t.Helper()
+	source := dsn(t, d)
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if db := sharedDBs[d]; db != nil {
+		return db
+	}
+	db := openDB(t, d, source, nil)
+	sharedDBs[d] = db
+	return db
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// storageKey returns a key shaped like the ones a Guard passes.
+func storageKey() string { return idem.StorageKeyPrefix + randHex(32) }
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+type env struct {
+	dialect sqlstore.Dialect
+	db      *sql.DB
+	table   string
+	store   *sqlstore.Store
+	rt      *roundTrips // nil on the shared pool
+}
+
+// newEnv returns a store on a fresh table of its own (dropped at the end of
+// the test) over the dialect's shared pool.
+func newEnv(t testing.TB, d sqlstore.Dialect, opts ...sqlstore.Option) *env {
+	t.Helper()
+	return newEnvOn(t, d, sharedDB(t, d), nil, opts...)
+}
+
+// newCountedEnv returns a store on a fresh table over a pool of its own
+// with one connection, whose round trips are counted.
+func newCountedEnv(t testing.TB, d sqlstore.Dialect, opts ...sqlstore.Option) *env {
+	t.Helper()
+	rt := &roundTrips{}
+	db := openDB(t, d, dsn(t, d), rt)
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { _ = db.Close() })
+	return newEnvOn(t, d, db, rt, opts...)
+}
+
+func newEnvOn(t testing.TB, d sqlstore.Dialect, db *sql.DB, rt *roundTrips, opts ...sqlstore.Option) *env {
+	t.Helper()
+	e := &env{dialect: d, db: db, table: "idem_t_" + randHex(6), rt: rt}
+	s, err := sqlstore.New(db, d, append([]sqlstore.Option{sqlstore.WithTable(e.table)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	e.store = s
+	t.Cleanup(func() {
+		_ = s.Close()
+		_, _ = sharedDB(t, d).Exec("DROP TABLE IF EXISTS " + e.table)
+	})
+	return e
+}
+
+// fakeClock is a settable clock.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Now()} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func newGuard[T any](t testing.TB, s idem.Store, opts ...idem.Option) *idem.Guard[T] {
+	t.Helper()
+	g, err := idem.New[T](s, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}

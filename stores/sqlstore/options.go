@@ -1,0 +1,171 @@
+package sqlstore
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/idem-go/idem"
+)
+
+// Dialect selects the SQL spoken to the database.
+type Dialect int
+
+// Dialects. The zero Dialect is invalid.
+const (
+	// Postgres is PostgreSQL (tested with 15), through a database/sql
+	// driver such as github.com/jackc/pgx/v5/stdlib.
+	Postgres Dialect = iota + 1
+	// MySQL is MySQL or MariaDB (tested with MariaDB 10.11) with InnoDB,
+	// through github.com/go-sql-driver/mysql.
+	MySQL
+)
+
+func (d Dialect) String() string {
+	switch d {
+	case Postgres:
+		return "postgres"
+	case MySQL:
+		return "mysql"
+	default:
+		return fmt.Sprintf("Dialect(%d)", int(d))
+	}
+}
+
+// Defaults of the options.
+const (
+	DefaultTable      = "idempotency_keys"
+	DefaultPurgeGrace = time.Hour
+)
+
+// Column limits, the same in both dialects (MySQL's VARCHAR sizes; the
+// store checks them before any statement so that no value is truncated).
+const (
+	MaxTenantLen  = 64
+	MaxScopeLen   = 255
+	MaxKeyLen     = 255
+	MaxNonceLen   = 64
+	MaxPayloadLen = 255
+	maxIdentLen   = 48 // leaves room for the "_expires_idx" suffix within 63 bytes
+)
+
+// Option configures a Store. A mistake is reported by New as an
+// *OptionError matching idem.ErrInvalidOption.
+type Option func(*config)
+
+type config struct {
+	table  string
+	tenant string
+	scope  string
+	grace  time.Duration
+	now    func() time.Time
+	err    error
+}
+
+func defaultConfig() config {
+	return config{table: DefaultTable, grace: DefaultPurgeGrace, now: time.Now}
+}
+
+// OptionError says which option was invalid and why. It matches
+// idem.ErrInvalidOption.
+type OptionError struct {
+	Option string
+	Reason string
+}
+
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("sqlstore: invalid option %s: %s", e.Option, e.Reason)
+}
+
+// Is makes an OptionError match idem.ErrInvalidOption.
+func (e *OptionError) Is(target error) bool { return target == idem.ErrInvalidOption }
+
+func (c *config) fail(option, reason string) {
+	if c.err == nil {
+		c.err = &OptionError{Option: option, Reason: reason}
+	}
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// validTable reports why name is not a usable table name ("" if it is): an
+// identifier of letters, digits and underscores, optionally behind a schema
+// ("schema.table"), each part at most 48 bytes.
+func validTable(name string) string {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return "more than one dot"
+	}
+	for _, p := range parts {
+		switch {
+		case p == "":
+			return "empty identifier"
+		case len(p) > maxIdentLen:
+			return fmt.Sprintf("identifier %q longer than %d bytes", p, maxIdentLen)
+		case !identRE.MatchString(p):
+			return fmt.Sprintf("identifier %q is not letters, digits and underscores", p)
+		}
+	}
+	return ""
+}
+
+// WithTable sets the table name (default "idempotency_keys"). It must be an
+// identifier of ASCII letters, digits and underscores not starting with a
+// digit, at most 48 bytes, optionally qualified by a schema ("idem.keys");
+// it is quoted in every statement, so it is case-sensitive.
+func WithTable(name string) Option {
+	return func(c *config) {
+		if why := validTable(name); why != "" {
+			c.fail("WithTable", why)
+		}
+		c.table = name
+	}
+}
+
+// WithTenant fixes the tenant column of every row this store reads and
+// writes (default ""), so several tenants can share one table. At most 64
+// bytes.
+func WithTenant(tenant string) Option {
+	return func(c *config) {
+		if len(tenant) > MaxTenantLen {
+			c.fail("WithTenant", fmt.Sprintf("longer than %d bytes", MaxTenantLen))
+		}
+		c.tenant = tenant
+	}
+}
+
+// WithScope fixes the scope column of every row this store reads and writes
+// (default ""). At most 255 bytes.
+func WithScope(scope string) Option {
+	return func(c *config) {
+		if len(scope) > MaxScopeLen {
+			c.fail("WithScope", fmt.Sprintf("longer than %d bytes", MaxScopeLen))
+		}
+		c.scope = scope
+	}
+}
+
+// WithPurgeGrace sets how long after a row stops counting Purge leaves it
+// in place (default one hour). While the row is there a new claim on its
+// key continues its attempt numbers (the fencing token) instead of starting
+// again at 1. It must not be negative.
+func WithPurgeGrace(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.fail("WithPurgeGrace", "negative grace")
+		}
+		c.grace = d
+	}
+}
+
+// WithClock sets the clock the store decides expiry and staleness with
+// (default time.Now). Tests use it to move time.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now == nil {
+			c.fail("WithClock", "nil clock")
+		}
+		c.now = now
+	}
+}

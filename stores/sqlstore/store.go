@@ -1,0 +1,478 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/idem-go/idem"
+)
+
+// Store is an idem.Store kept in one SQL table. It is safe for concurrent
+// use by many goroutines and processes.
+type Store struct {
+	db      *sql.DB
+	dialect Dialect
+	cfg     config
+	q       queries
+
+	mu    sync.Mutex
+	stmts [numStmts]*sql.Stmt
+}
+
+var _ idem.Store = (*Store)(nil)
+
+// New returns a store over db. It does no I/O: Migrate creates the table,
+// and statements are prepared on first use. A nil db, an unknown dialect or
+// an invalid option is an *OptionError matching idem.ErrInvalidOption.
+func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			cfg.fail("Option", "nil option")
+			continue
+		}
+		o(&cfg)
+	}
+	switch {
+	case cfg.err != nil:
+		return nil, cfg.err
+	case db == nil:
+		return nil, &OptionError{Option: "db", Reason: "nil *sql.DB"}
+	case dialect != Postgres && dialect != MySQL:
+		return nil, &OptionError{Option: "dialect", Reason: fmt.Sprintf("unknown dialect %d", int(dialect))}
+	}
+	return &Store{db: db, dialect: dialect, cfg: cfg, q: buildQueries(dialect, cfg.table)}, nil
+}
+
+// Validate reports an invalid configuration. A store returned by New is
+// always valid; the method lets idem.New check any store the same way.
+func (s *Store) Validate() error {
+	if s == nil || s.db == nil {
+		return &OptionError{Option: "store", Reason: "nil store (use sqlstore.New)"}
+	}
+	return nil
+}
+
+// Table returns the table name.
+func (s *Store) Table() string { return s.cfg.table }
+
+// Dialect returns the store's dialect.
+func (s *Store) Dialect() Dialect { return s.dialect }
+
+// Migrate creates the table and its expires_at index if they do not exist.
+// It is safe to run at every start; run it from one process at a time
+// (concurrent CREATE TABLE IF NOT EXISTS can fail on PostgreSQL).
+func (s *Store) Migrate(ctx context.Context) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	for _, q := range s.q.create {
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("sqlstore: migrate %s: %w", s.cfg.table, err)
+		}
+	}
+	return nil
+}
+
+// Close closes the store's prepared statements. It does not close the
+// *sql.DB, which belongs to the caller. The store prepares them again if it
+// is used after Close.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for i, st := range s.stmts {
+		if st != nil {
+			errs = append(errs, st.Close())
+			s.stmts[i] = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stmt returns the prepared statement id, preparing it on first use. A
+// failed preparation is not cached.
+func (s *Store) stmt(ctx context.Context, id stmtID) (*sql.Stmt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.stmts[id]; st != nil {
+		return st, nil
+	}
+	st, err := s.db.PrepareContext(ctx, s.q.text[id])
+	if err != nil {
+		return nil, err
+	}
+	s.stmts[id] = st
+	return st, nil
+}
+
+func (s *Store) exec(ctx context.Context, id stmtID, args ...any) (int64, error) {
+	st, err := s.stmt(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	res, err := st.ExecContext(ctx, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (s *Store) nowMs() int64 { return s.cfg.now().UnixMilli() }
+
+func storeErr(op string, err error) error { return &idem.StoreError{Op: op, Err: err} }
+
+// checkKey validates a storage key.
+func (s *Store) checkKey(key string) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case key == "":
+		return &idem.KeyError{Reason: "empty storage key"}
+	case len(key) > MaxKeyLen:
+		return &idem.KeyError{Reason: fmt.Sprintf("storage key longer than %d bytes", MaxKeyLen)}
+	}
+	return nil
+}
+
+func checkNonce(nonce string) error {
+	switch {
+	case nonce == "":
+		return errors.New("empty nonce")
+	case len(nonce) > MaxNonceLen:
+		return fmt.Errorf("nonce longer than %d bytes", MaxNonceLen)
+	}
+	return nil
+}
+
+// keyArgs are the three key columns of a row.
+func (s *Store) keyArgs(key string) []any { return []any{s.cfg.tenant, s.cfg.scope, key} }
+
+// maxClaimRounds bounds how often Claim starts over after a concurrent
+// change made its view of the row out of date; every round means another
+// caller changed the key.
+const maxClaimRounds = 16
+
+// ErrContention is returned (wrapped in *idem.StoreError) when Claim keeps
+// losing races on one key.
+var ErrContention = errors.New("sqlstore: claim kept losing to concurrent writes")
+
+// Claim implements idem.Store (see the package documentation for the
+// statements each dialect sends).
+func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+	if err := s.checkKey(req.Key); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	if err := checkNonce(req.Nonce); err != nil {
+		return idem.ClaimResult{}, storeErr("claim", err)
+	}
+	if len(req.PayloadHash) > MaxPayloadLen {
+		return idem.ClaimResult{}, storeErr("claim", fmt.Errorf("payload hash longer than %d bytes", MaxPayloadLen))
+	}
+	for range maxClaimRounds {
+		var (
+			res  idem.ClaimResult
+			done bool
+			err  error
+		)
+		if s.dialect == Postgres {
+			res, done, err = s.claimPostgres(ctx, req)
+		} else {
+			res, done, err = s.claimMySQL(ctx, req)
+		}
+		if err != nil {
+			return idem.ClaimResult{}, err
+		}
+		if done {
+			return res, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return idem.ClaimResult{}, storeErr("claim", err)
+		}
+	}
+	return idem.ClaimResult{}, storeErr("claim", ErrContention)
+}
+
+// claimPostgres sends the one claim statement. done is false when the
+// statement's answer is out of date and it must be sent again.
+//
+// Under READ COMMITTED, INSERT ... ON CONFLICT DO UPDATE decides on the
+// newest committed version of the row (waiting for a concurrent writer to
+// finish), but a plain read in the same statement sees the snapshot taken
+// when the statement started. So when the conditional update does nothing,
+// the row the second branch returns may be older than the one the conflict
+// check saw: absent (inserted concurrently), or a version that would have
+// been claimable. Both are detected (no row; or idem.DecideClaim on the
+// returned row says it is claimable) and the statement is sent again; a
+// row that is live and not claimable was the row's true state at the
+// snapshot, a moment inside this call, so returning it as Existing is
+// correct.
+func (s *Store) claimPostgres(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, bool, error) {
+	now := s.nowMs()
+	st, err := s.stmt(ctx, stClaim)
+	if err != nil {
+		return idem.ClaimResult{}, false, storeErr("claim", err)
+	}
+	rows, err := st.QueryContext(ctx, s.cfg.tenant, s.cfg.scope, req.Key, req.Nonce, req.PayloadHash,
+		now, now+req.LeaseTTL.Milliseconds(), now-req.TakeoverAfter.Milliseconds())
+	if err != nil {
+		return idem.ClaimResult{}, false, storeErr("claim", err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return idem.ClaimResult{}, false, storeErr("claim", err)
+		}
+		return idem.ClaimResult{}, false, nil // inserted concurrently, after our snapshot
+	}
+	var src string
+	var raw rawRecord
+	if err := rows.Scan(append([]any{&src}, raw.dest()...)...); err != nil {
+		return idem.ClaimResult{}, false, storeErr("claim", err)
+	}
+	if err := rows.Close(); err != nil {
+		return idem.ClaimResult{}, false, storeErr("claim", err)
+	}
+	rec, err := raw.record(req.Key)
+	if err != nil {
+		return idem.ClaimResult{}, false, err
+	}
+	if src == "w" {
+		if raw.takenOverAt != 0 {
+			return idem.ClaimResult{Outcome: idem.TookOver, Record: rec}, true, nil
+		}
+		return idem.ClaimResult{Outcome: idem.Claimed, Record: rec}, true, nil
+	}
+	res := idem.DecideClaim(rec, req, now)
+	if res.Outcome == idem.Existing || res.Record == rec { // untouched, or ours already
+		return res, true, nil
+	}
+	return idem.ClaimResult{}, false, nil // snapshot older than the row the upsert saw
+}
+
+// claimMySQL: INSERT IGNORE of a fresh claim; if the key exists, read the
+// row, decide with idem.DecideClaim, and when it is claimable write the
+// decision with an UPDATE conditioned on the row being exactly as read
+// (nonce, attempt, status, heartbeat, expiry: a compare-and-swap). done is
+// false when the row changed between the statements.
+func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, bool, error) {
+	now := s.nowMs()
+	fresh := idem.DecideClaim(nil, req, now)
+	n, err := s.exec(ctx, stClaim, s.cfg.tenant, s.cfg.scope, req.Key, req.Nonce, req.PayloadHash,
+		now, now, fresh.Record.ExpiresAt)
+	if err != nil {
+		if retryable(err) {
+			return idem.ClaimResult{}, false, nil
+		}
+		return idem.ClaimResult{}, false, storeErr("claim", err)
+	}
+	if n == 1 {
+		return fresh, true, nil
+	}
+	cur, err := s.read(ctx, "claim", req.Key)
+	if errors.Is(err, errNoRow) {
+		return idem.ClaimResult{}, false, nil // deleted since the insert
+	}
+	if err != nil {
+		return idem.ClaimResult{}, false, err
+	}
+	res := idem.DecideClaim(cur, req, now)
+	if res.Outcome == idem.Existing || res.Record == cur {
+		return res, true, nil
+	}
+	next := res.Record
+	var takenOver int64
+	if res.Outcome == idem.TookOver {
+		takenOver = now
+	}
+	var msg, typ any
+	if next.Error != nil {
+		msg, typ = next.Error.Message, next.Error.Type
+	}
+	args := []any{next.Nonce, next.Attempt, next.PayloadHash, next.Result, msg, typ,
+		next.StartedAt, next.HeartbeatAt, next.CompletedAt, next.ExpiresAt, takenOver}
+	args = append(args, s.keyArgs(req.Key)...)
+	args = append(args, cur.Nonce, cur.Attempt, string(cur.Status), cur.HeartbeatAt, cur.ExpiresAt)
+	n, err = s.exec(ctx, stCAS, args...)
+	if err != nil {
+		if retryable(err) {
+			return idem.ClaimResult{}, false, nil
+		}
+		return idem.ClaimResult{}, false, storeErr("claim", err)
+	}
+	if n != 1 {
+		return idem.ClaimResult{}, false, nil // changed since the read
+	}
+	return res, true, nil
+}
+
+// retryable reports a MySQL deadlock, after which InnoDB has rolled the
+// statement back and it can be sent again.
+func retryable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1213
+}
+
+var errNoRow = errors.New("sqlstore: no row")
+
+// read returns the decoded row for key, whether or not it is live, or
+// errNoRow.
+func (s *Store) read(ctx context.Context, op, key string) (*idem.Record, error) {
+	st, err := s.stmt(ctx, stGet)
+	if err != nil {
+		return nil, storeErr(op, err)
+	}
+	var raw rawRecord
+	err = st.QueryRowContext(ctx, s.keyArgs(key)...).Scan(raw.dest()...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errNoRow
+	}
+	if err != nil {
+		return nil, storeErr(op, err)
+	}
+	return raw.record(key)
+}
+
+// Heartbeat implements idem.Store: one UPDATE conditioned on the nonce and
+// status.
+func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
+	if err := s.checkKey(key); err != nil {
+		return err
+	}
+	now := s.nowMs()
+	exp := now + leaseTTL.Milliseconds()
+	var args []any
+	if s.dialect == Postgres {
+		args = append(s.keyArgs(key), nonce, now, exp)
+	} else {
+		args = append(append([]any{now, exp}, s.keyArgs(key)...), nonce)
+	}
+	return s.owned(ctx, "heartbeat", stHeartbeat, key, nonce, true, args)
+}
+
+// Complete implements idem.Store: one UPDATE conditioned on the nonce.
+func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+	if err := s.checkKey(key); err != nil {
+		return err
+	}
+	if c.Status != idem.StatusCompleted && c.Status != idem.StatusFailed {
+		return storeErr("complete", fmt.Errorf("completion status %q", c.Status))
+	}
+	if c.Status == idem.StatusFailed && c.Error == nil {
+		return storeErr("complete", errors.New("failed completion without error"))
+	}
+	now := s.nowMs()
+	var msg, typ any
+	if c.Error != nil {
+		msg, typ = c.Error.Message, c.Error.Type
+	}
+	result := c.Result
+	if result != nil && len(result) == 0 {
+		result = nil
+	}
+	var args []any
+	if s.dialect == Postgres {
+		args = append(s.keyArgs(key), nonce, string(c.Status), result, msg, typ, now, now+c.TTL.Milliseconds())
+	} else {
+		args = append(append([]any{string(c.Status), result, msg, typ, now, now, now + c.TTL.Milliseconds()},
+			s.keyArgs(key)...), nonce)
+	}
+	return s.owned(ctx, "complete", stComplete, key, nonce, false, args)
+}
+
+// Release implements idem.Store: one UPDATE setting expires_at = now,
+// conditioned on the nonce and status. The row stays, so the next claim
+// continues its attempt numbers.
+func (s *Store) Release(ctx context.Context, key, nonce string) error {
+	if err := s.checkKey(key); err != nil {
+		return err
+	}
+	now := s.nowMs()
+	var args []any
+	if s.dialect == Postgres {
+		args = append(s.keyArgs(key), nonce, now)
+	} else {
+		args = append(append([]any{now}, s.keyArgs(key)...), nonce)
+	}
+	return s.owned(ctx, "release", stRelease, key, nonce, true, args)
+}
+
+// owned runs an UPDATE conditioned on the nonce and maps zero rows to
+// idem.ErrLostOwnership. MySQL reports zero affected rows also when the
+// update wrote the values the row already had (a retried complete, two
+// heartbeats in one millisecond); there, a zero is checked with a read.
+func (s *Store) owned(ctx context.Context, op string, id stmtID, key, nonce string, inProgress bool, args []any) error {
+	if nonce == "" {
+		return fmt.Errorf("sqlstore: %s: empty nonce: %w", op, idem.ErrLostOwnership)
+	}
+	n, err := s.exec(ctx, id, args...)
+	if err != nil {
+		return storeErr(op, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if s.dialect == MySQL {
+		cur, err := s.read(ctx, op, key)
+		if err != nil && !errors.Is(err, errNoRow) {
+			return err
+		}
+		if cur != nil && cur.Nonce == nonce && (!inProgress || cur.Status == idem.StatusInProgress) {
+			return nil
+		}
+	}
+	return fmt.Errorf("sqlstore: %s %s: %w", op, key, idem.ErrLostOwnership)
+}
+
+// Get implements idem.Store: one SELECT. A row that has expired is
+// idem.ErrNotFound.
+func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+	if err := s.checkKey(key); err != nil {
+		return nil, err
+	}
+	rec, err := s.read(ctx, "get", key)
+	if errors.Is(err, errNoRow) {
+		return nil, idem.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !rec.Live(s.nowMs()) {
+		return nil, idem.ErrNotFound
+	}
+	return rec, nil
+}
+
+// Delete implements idem.Store: one DELETE, whatever the row holds.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.checkKey(key); err != nil {
+		return err
+	}
+	if _, err := s.exec(ctx, stDelete, s.keyArgs(key)...); err != nil {
+		return storeErr("delete", err)
+	}
+	return nil
+}
+
+// Purge deletes the rows of this store's tenant and scope that stopped
+// counting more than the purge grace ago (WithPurgeGrace), with one DELETE
+// using the expires_at index, and returns how many it deleted. Run it from
+// a periodic job; rows that have expired but are not yet purged are
+// ignored by every operation.
+func (s *Store) Purge(ctx context.Context) (int64, error) {
+	if err := s.Validate(); err != nil {
+		return 0, err
+	}
+	n, err := s.exec(ctx, stPurge, s.cfg.tenant, s.cfg.scope, s.nowMs()-s.cfg.grace.Milliseconds())
+	if err != nil {
+		return 0, storeErr("purge", err)
+	}
+	return n, nil
+}
