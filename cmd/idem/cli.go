@@ -114,7 +114,11 @@ func (c *cli) main(ctx context.Context, args []string) int {
 
 // errorf prints an "idem: " line on standard error.
 func (c *cli) errorf(format string, args ...any) {
-	fmt.Fprintf(c.stderr, "idem: "+format+"\n", args...)
+	msg := fmt.Sprintf(format, args...)
+	if !strings.HasPrefix(msg, "idem: ") {
+		msg = "idem: " + msg
+	}
+	fmt.Fprintln(c.stderr, msg)
 }
 
 // newFlagSet returns a flag set for a subcommand with a usage message.
@@ -230,9 +234,6 @@ func exitFor(err error) int {
 	}
 	var se *idem.StoreError
 	if errors.As(err, &se) {
-		return exitUnavailable
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return exitUnavailable
 	}
 	return exitUnavailable

@@ -146,7 +146,14 @@ func takeParam(u *url.URL, name string) string {
 	return v
 }
 
+// quietRedisLog drops go-redis's own log lines (dial retries and the like):
+// idem reports the error an operation ends with, once.
+type quietRedisLog struct{}
+
+func (quietRedisLog) Printf(context.Context, string, ...any) {}
+
 func openRedis(spec string, cluster bool) (*openedStore, error) {
+	redis.SetLogger(quietRedisLog{})
 	u, err := url.Parse(spec)
 	if err != nil {
 		return nil, &StoreConfigError{redact(spec), "not a URL"}
