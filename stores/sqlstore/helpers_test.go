@@ -212,3 +212,14 @@ func newGuard[T any](t testing.TB, s idem.Store, opts ...idem.Option) *idem.Guar
 	}
 	return g
 }
+
+// Claim timings of claimReq.
+const (
+	leaseTTL      = 5 * time.Minute
+	takeoverAfter = 30 * time.Second
+)
+
+// claimReq is a claim on key with a fresh nonce and no payload.
+func claimReq(key string) idem.ClaimRequest {
+	return idem.ClaimRequest{Key: key, Nonce: randHex(16), LeaseTTL: leaseTTL, TakeoverAfter: takeoverAfter}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -23,6 +24,8 @@ type Store struct {
 
 	mu    sync.Mutex
 	stmts [numStmts]*sql.Stmt
+
+	resent atomic.Int64 // claim statements sent again after a race (tests read it)
 }
 
 var _ idem.Store = (*Store)(nil)
@@ -193,6 +196,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 		if done {
 			return res, nil
 		}
+		s.resent.Add(1)
 		if err := ctx.Err(); err != nil {
 			return idem.ClaimResult{}, storeErr("claim", err)
 		}

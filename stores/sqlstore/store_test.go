@@ -1,0 +1,295 @@
+package sqlstore_test
+
+import (
+	"database/sql"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/sqlstore"
+)
+
+func TestOptionsRejected(t *testing.T) {
+	db := &sql.DB{} // never used: New does no I/O
+	cases := map[string]struct {
+		db      *sql.DB
+		dialect sqlstore.Dialect
+		opts    []sqlstore.Option
+	}{
+		"nil db":            {nil, sqlstore.Postgres, nil},
+		"zero dialect":      {db, 0, nil},
+		"unknown dialect":   {db, 7, nil},
+		"nil option":        {db, sqlstore.MySQL, []sqlstore.Option{nil}},
+		"empty table":       {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("")}},
+		"injection":         {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("t; DROP TABLE users")}},
+		"quote":             {db, sqlstore.MySQL, []sqlstore.Option{sqlstore.WithTable("t`x")}},
+		"leading digit":     {db, sqlstore.MySQL, []sqlstore.Option{sqlstore.WithTable("1t")}},
+		"two dots":          {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("a.b.c")}},
+		"empty schema":      {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable(".t")}},
+		"long table":        {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable(strings.Repeat("t", 49))}},
+		"long tenant":       {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTenant(strings.Repeat("t", 65))}},
+		"long scope":        {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithScope(strings.Repeat("s", 256))}},
+		"negative grace":    {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithPurgeGrace(-time.Second)}},
+		"nil clock":         {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithClock(nil)}},
+		"first error kept":  {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithClock(nil), sqlstore.WithTable("ok")}},
+		"non-ascii letters": {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("tablé")}},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			s, err := sqlstore.New(c.db, c.dialect, c.opts...)
+			require.Error(t, err)
+			assert.Nil(t, s)
+			assert.ErrorIs(t, err, idem.ErrInvalidOption)
+			var oe *sqlstore.OptionError
+			assert.True(t, errors.As(err, &oe), "%T", err)
+		})
+	}
+	s, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithTable("idem.keys_v2"), sqlstore.WithTenant("t"),
+		sqlstore.WithScope("s"), sqlstore.WithPurgeGrace(0))
+	require.NoError(t, err)
+	assert.NoError(t, s.Validate())
+	assert.Equal(t, "idem.keys_v2", s.Table())
+	var nilStore *sqlstore.Store
+	assert.ErrorIs(t, nilStore.Validate(), idem.ErrInvalidOption)
+	_, err = idem.New[int](nilStore)
+	assert.ErrorIs(t, err, idem.ErrInvalidOption, "idem.New validates the store")
+}
+
+func TestBadInput(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		e := newEnv(t, d)
+		ctx := ctxT(t)
+		long := "idem:" + strings.Repeat("a", 300)
+		_, err := e.store.Claim(ctx, claimReq(long))
+		assert.ErrorIs(t, err, idem.ErrInvalidKey)
+		_, err = e.store.Get(ctx, "")
+		assert.ErrorIs(t, err, idem.ErrInvalidKey)
+		r := claimReq(storageKey())
+		r.PayloadHash = strings.Repeat("p", 256)
+		_, err = e.store.Claim(ctx, r)
+		assert.Error(t, err)
+		r = claimReq(storageKey())
+		r.Nonce = ""
+		_, err = e.store.Claim(ctx, r)
+		assert.Error(t, err)
+		key := storageKey()
+		r = claimReq(key)
+		_, err = e.store.Claim(ctx, r)
+		require.NoError(t, err)
+		err = e.store.Complete(ctx, key, r.Nonce, idem.Completion{Status: "done", TTL: time.Minute})
+		assert.Error(t, err)
+		err = e.store.Complete(ctx, key, r.Nonce, idem.Completion{Status: idem.StatusFailed, TTL: time.Minute})
+		assert.Error(t, err, "a failure needs an error")
+		assert.ErrorIs(t, e.store.Heartbeat(ctx, key, "", time.Minute), idem.ErrLostOwnership)
+		// Values that need quoting are parameters, never SQL.
+		odd := "idem:'; DROP TABLE x; --"
+		r = claimReq(odd)
+		res, err := e.store.Claim(ctx, r)
+		require.NoError(t, err)
+		assert.Equal(t, idem.Claimed, res.Outcome)
+		got, err := e.store.Get(ctx, odd)
+		require.NoError(t, err)
+		assert.Equal(t, odd, got.Key)
+	})
+}
+
+// TestAttemptsContinue checks the fencing token across release, expiry
+// and purge.
+func TestAttemptsContinue(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		clock := newFakeClock()
+		e := newEnv(t, d, sqlstore.WithClock(clock.Now), sqlstore.WithPurgeGrace(time.Hour))
+		s, ctx, key := e.store, ctxT(t), storageKey()
+		claim := func(want idem.ClaimOutcome, attempt int64) idem.ClaimRequest {
+			t.Helper()
+			r := claimReq(key)
+			res, err := s.Claim(ctx, r)
+			require.NoError(t, err)
+			require.Equal(t, want, res.Outcome)
+			require.Equal(t, attempt, res.Record.Attempt)
+			return r
+		}
+		r := claim(idem.Claimed, 1)
+		require.NoError(t, s.Release(ctx, key, r.Nonce))
+		_, err := s.Get(ctx, key)
+		assert.ErrorIs(t, err, idem.ErrNotFound, "a released record does not count")
+		r = claim(idem.Claimed, 2)
+		require.NoError(t, s.Complete(ctx, key, r.Nonce, idem.Completion{
+			Status: idem.StatusFailed, Error: &idem.StoredError{Message: "boom", Type: "x"}, TTL: time.Minute,
+		}))
+		claim(idem.Existing, 2)
+		clock.Advance(time.Minute)
+		r = claim(idem.Claimed, 3)
+		got, err := s.Get(ctx, key)
+		require.NoError(t, err)
+		assert.Nil(t, got.Error, "a re-claim clears the old failure")
+		assert.Zero(t, got.CompletedAt)
+		// Stale takeover: attempt + 1.
+		clock.Advance(time.Minute)
+		claim(idem.TookOver, 4)
+
+		// Purge keeps rows within the grace, so attempts continue...
+		r = claim(idem.Existing, 4)
+		_ = r
+		clock.Advance(leaseTTL + 30*time.Minute)
+		n, err := s.Purge(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, int64(0), n)
+		claim(idem.Claimed, 5)
+		// ...and deletes them after it.
+		clock.Advance(leaseTTL + 2*time.Hour)
+		n, err = s.Purge(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n)
+		claim(idem.Claimed, 1)
+	})
+}
+
+// TestOwnershipSameMillisecond: two heartbeats, or a complete retried, in
+// one millisecond write the values the row already has (MySQL then reports
+// zero affected rows); they still succeed, and a stranger still fails.
+func TestOwnershipSameMillisecond(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		clock := newFakeClock()
+		e := newEnv(t, d, sqlstore.WithClock(clock.Now))
+		s, ctx, key := e.store, ctxT(t), storageKey()
+		r := claimReq(key)
+		_, err := s.Claim(ctx, r)
+		require.NoError(t, err)
+		require.NoError(t, s.Heartbeat(ctx, key, r.Nonce, time.Second))
+		require.NoError(t, s.Heartbeat(ctx, key, r.Nonce, time.Second))
+		assert.ErrorIs(t, s.Heartbeat(ctx, key, "other", time.Second), idem.ErrLostOwnership)
+		c := idem.Completion{Status: idem.StatusCompleted, Result: []byte("r"), TTL: time.Minute}
+		require.NoError(t, s.Complete(ctx, key, r.Nonce, c))
+		require.NoError(t, s.Complete(ctx, key, r.Nonce, c), "a retried complete succeeds")
+		assert.ErrorIs(t, s.Complete(ctx, key, "other", c), idem.ErrLostOwnership)
+		assert.ErrorIs(t, s.Heartbeat(ctx, key, r.Nonce, time.Second), idem.ErrLostOwnership, "completed")
+		assert.ErrorIs(t, s.Release(ctx, key, r.Nonce), idem.ErrLostOwnership, "completed")
+		assert.ErrorIs(t, s.Release(ctx, storageKey(), r.Nonce), idem.ErrLostOwnership, "missing")
+	})
+}
+
+// TestTenantScope: stores with different tenants or scopes share a table
+// without seeing each other's rows.
+func TestTenantScope(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		base := newEnv(t, d)
+		ctx, key := ctxT(t), storageKey()
+		var stores []*sqlstore.Store
+		for _, o := range [][]sqlstore.Option{
+			nil,
+			{sqlstore.WithTenant("a")},
+			{sqlstore.WithTenant("b")},
+			{sqlstore.WithTenant("a"), sqlstore.WithScope("invoices")},
+		} {
+			s, err := sqlstore.New(base.db, d, append([]sqlstore.Option{sqlstore.WithTable(base.table)}, o...)...)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = s.Close() })
+			stores = append(stores, s)
+		}
+		for i, s := range stores {
+			res, err := s.Claim(ctx, claimReq(key))
+			require.NoError(t, err)
+			assert.Equal(t, idem.Claimed, res.Outcome, "store %d", i)
+		}
+		require.NoError(t, stores[1].Delete(ctx, key))
+		for i, s := range stores {
+			_, err := s.Get(ctx, key)
+			if i == 1 {
+				assert.ErrorIs(t, err, idem.ErrNotFound)
+			} else {
+				assert.NoError(t, err, "store %d", i)
+			}
+		}
+	})
+}
+
+// TestCorruptRows: every kind of damage is a *idem.CorruptRecordError, on
+// Get and on Claim (also when the row has expired: a claim never
+// overwrites a row it cannot read), and Delete clears it.
+func TestCorruptRows(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		e := newEnv(t, d)
+		ctx := ctxT(t)
+		for _, set := range []string{
+			"record_version = 2",
+			"status = 'done'",
+			"attempt_count = 0",
+			"claim_nonce = ''",
+			"status = 'failed', error_message = NULL",
+			"error_type = 'x'",
+			"record_version = 9, expires_at = 0",
+			"status = 'unknown', expires_at = 0",
+		} {
+			key := storageKey()
+			_, err := e.store.Claim(ctx, claimReq(key))
+			require.NoError(t, err)
+			corrupt(t, e, key, set)
+			_, err = e.store.Get(ctx, key)
+			var ce *idem.CorruptRecordError
+			if !strings.Contains(set, "expires_at = 0") {
+				require.True(t, errors.As(err, &ce), "%s: Get: %v", set, err)
+				assert.Equal(t, key, ce.Key)
+			}
+			_, err = e.store.Claim(ctx, claimReq(key))
+			assert.ErrorIs(t, err, idem.ErrCorruptRecord, "%s: Claim", set)
+			require.NoError(t, e.store.Delete(ctx, key))
+			res, err := e.store.Claim(ctx, claimReq(key))
+			require.NoError(t, err)
+			assert.Equal(t, idem.Claimed, res.Outcome)
+		}
+	})
+}
+
+// TestConcurrentFreshClaims: many claims race on fresh keys, the case
+// where PostgreSQL's statement snapshot misses a row inserted concurrently
+// and the claim is sent again. Exactly one claim per key wins and every
+// other caller sees the winner's record.
+func TestConcurrentFreshClaims(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		e := newEnv(t, d)
+		ctx := ctxT(t)
+		const keys, callers = 60, 16
+		for range keys {
+			key := storageKey()
+			var (
+				mu      sync.Mutex
+				winners []string
+				seen    []string
+				wg      sync.WaitGroup
+			)
+			start := make(chan struct{})
+			for range callers {
+				wg.Go(func() {
+					<-start
+					r := claimReq(key)
+					r.TakeoverAfter = time.Minute
+					res, err := e.store.Claim(ctx, r)
+					if !assert.NoError(t, err) {
+						return
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					if res.Outcome == idem.Claimed {
+						winners = append(winners, r.Nonce)
+					}
+					seen = append(seen, res.Record.Nonce)
+				})
+			}
+			close(start)
+			wg.Wait()
+			require.Len(t, winners, 1, "key %s", key)
+			for _, n := range seen {
+				require.Equal(t, winners[0], n)
+			}
+		}
+		t.Logf("%d keys x %d callers: one winner each; %d claims sent again after a race",
+			keys, callers, sqlstore.Resent(e.store))
+	})
+}
