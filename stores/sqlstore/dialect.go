@@ -77,16 +77,28 @@ func buildQueries(d Dialect, table string) queries {
 		// $1 tenant, $2 scope, $3 key, $4 nonce, $5 payload hash, $6 now,
 		// $7 now + lease, $8 now - takeover (a heartbeat at or before it is stale).
 		//
-		// The conflict update's WHERE is idem.DecideClaim: the row has
-		// expired, or it is a decodable in-progress claim with the same
-		// payload hash, another nonce and a stale heartbeat. When it
-		// fails, the upsert returns nothing and the second branch returns
-		// the existing row from the statement's snapshot (see claimPostgres
-		// for why that snapshot is checked).
-		q.text[stClaim] = fmt.Sprintf(`WITH w AS (
+		// cur is the row in the statement's snapshot. When it is live and
+		// not claimable (the replay of a completed key, a live claim) the
+		// INSERT selects no row, so the statement only reads: no row lock,
+		// no transaction id, no WAL flush at commit. Otherwise the upsert
+		// runs, and the conflict update's WHERE applies idem.DecideClaim
+		// to the newest committed version of the row: it has expired, or
+		// it is an in-progress claim with the same payload hash, another
+		// nonce and a stale heartbeat (and in both cases it is decodable).
+		// When nothing is written, the last branch returns cur (see
+		// claimPostgres for why that snapshot is checked).
+		claimable := `%[4]s.record_version = 1 AND %[4]s.attempt_count >= 1 AND %[4]s.claim_nonce <> ''
+    AND %[4]s.status IN ('in_progress', 'completed', 'failed')
+    AND (%[4]s.expires_at <= $6
+      OR (%[4]s.status = 'in_progress' AND %[4]s.payload_hash = $5
+          AND %[4]s.claim_nonce <> $4 AND %[4]s.heartbeat_at <= $8))`
+		q.text[stClaim] = fmt.Sprintf(`WITH cur AS (
+  SELECT %[2]s FROM %[1]s WHERE %[3]s
+), w AS (
   INSERT INTO %[1]s AS r (tenant, scope, key_hash, record_version, claim_nonce, status, attempt_count,
     payload_hash, result, error_message, error_type, started_at, heartbeat_at, completed_at, expires_at, taken_over_at)
-  VALUES ($1, $2, $3, 1, $4, 'in_progress', 1, $5, NULL, NULL, NULL, $6, $6, 0, $7, 0)
+  SELECT $1, $2, $3, 1, $4, 'in_progress', 1, $5, NULL, NULL, NULL, $6, $6, 0, $7, 0
+  WHERE NOT EXISTS (SELECT 1 FROM cur) OR EXISTS (SELECT 1 FROM cur WHERE `+fmt.Sprintf(claimable, "", "", "", "cur")+`)
   ON CONFLICT (tenant, scope, key_hash) DO UPDATE SET
     claim_nonce   = EXCLUDED.claim_nonce,
     status        = 'in_progress',
@@ -100,17 +112,13 @@ func buildQueries(d Dialect, table string) queries {
     completed_at  = CASE WHEN r.expires_at <= $6 THEN 0 ELSE r.completed_at END,
     expires_at    = CASE WHEN r.expires_at <= $6 THEN $7 ELSE GREATEST(r.expires_at, $7) END,
     taken_over_at = CASE WHEN r.expires_at <= $6 THEN 0 ELSE $6 END
-  WHERE r.record_version = 1 AND r.attempt_count >= 1 AND r.claim_nonce <> ''
-    AND r.status IN ('in_progress', 'completed', 'failed')
-    AND (r.expires_at <= $6
-      OR (r.status = 'in_progress' AND r.payload_hash = EXCLUDED.payload_hash
-          AND r.claim_nonce <> EXCLUDED.claim_nonce AND r.heartbeat_at <= $8))
-  RETURNING 'w'::text, r.record_version, r.claim_nonce, r.status, r.attempt_count, r.payload_hash, r.result,
+  WHERE `+fmt.Sprintf(claimable, "", "", "", "r")+`
+  RETURNING r.record_version, r.claim_nonce, r.status, r.attempt_count, r.payload_hash, r.result,
     r.error_message, r.error_type, r.started_at, r.heartbeat_at, r.completed_at, r.expires_at, r.taken_over_at
 )
-SELECT * FROM w
+SELECT 'w'::text, * FROM w
 UNION ALL
-SELECT 'e'::text, %[2]s FROM %[1]s WHERE %[3]s AND NOT EXISTS (SELECT 1 FROM w)`, t, cols, where)
+SELECT 'e'::text, * FROM cur WHERE NOT EXISTS (SELECT 1 FROM w)`, t, cols, where)
 		q.text[stGet] = `SELECT ` + cols + ` FROM ` + t + ` WHERE ` + where
 		// $4 nonce, $5 now, $6 now + lease
 		q.text[stHeartbeat] = `UPDATE ` + t + ` SET heartbeat_at = $5, expires_at = GREATEST(expires_at, $6) WHERE ` +
