@@ -129,4 +129,3 @@ func BenchmarkGuard(b *testing.B) {
 		}
 	}
 }
-
