@@ -46,7 +46,11 @@ func TestInProgress(t *testing.T) {
 				{[]string{"unlock", "-key", "k", "-force", "-store", "mem:unrelated"}, exitNoRecord, "no live record"},
 			}
 			for _, c := range cases {
-				iv := invoke(context.Background(), e, append(c.args, "--", "sh", "-c", `echo run >> "$COUNTER"`)[:len(c.args)+boolInt(c.args[0] == "run")*4]...)
+				args := c.args
+				if args[0] == "run" {
+					args = append(args[:len(args):len(args)], "--", "sh", "-c", `echo run >> "$COUNTER"`)
+				}
+				iv := invoke(context.Background(), e, args...)
 				if iv.code != c.code || (c.stderrHas == "" && iv.stderr != "") || !strings.Contains(iv.stderr, c.stderrHas) || iv.stdout != "" {
 					t.Errorf("%q: %v; want exit %d, stderr %q", c.args, iv, c.code, c.stderrHas)
 				}
@@ -89,13 +93,6 @@ func TestInProgress(t *testing.T) {
 			}
 		})
 	}
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // TestConcurrentRuns runs many invocations of one key at once, each with its
