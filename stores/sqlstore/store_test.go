@@ -293,3 +293,34 @@ func TestConcurrentFreshClaims(t *testing.T) {
 			keys, callers, sqlstore.Resent(e.store))
 	})
 }
+
+// TestStoreErrorsWrapped: a database failure reaches the caller as an
+// *idem.StoreError naming the operation, wrapping the driver's error; a
+// missing table is reported, not mistaken for a missing record.
+func TestStoreErrorsWrapped(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		db := openDB(t, d, dsn(t, d), nil)
+		s, err := sqlstore.New(db, d, sqlstore.WithTable("idem_missing_"+randHex(4)))
+		require.NoError(t, err)
+		ctx := ctxT(t)
+		_, err = s.Get(ctx, storageKey())
+		var se *idem.StoreError
+		require.True(t, errors.As(err, &se), "missing table: %v", err)
+		assert.Equal(t, "get", se.Op)
+		assert.NotErrorIs(t, err, idem.ErrNotFound)
+		_, err = s.Claim(ctx, claimReq(storageKey()))
+		require.True(t, errors.As(err, &se), "%v", err)
+		assert.Equal(t, "claim", se.Op)
+		_, err = s.Purge(ctx)
+		require.True(t, errors.As(err, &se), "%v", err)
+
+		require.NoError(t, db.Close())
+		e := newEnv(t, d)
+		s2, err := sqlstore.New(db, d, sqlstore.WithTable(e.table))
+		require.NoError(t, err)
+		err = s2.Complete(ctx, storageKey(), "n", idem.Completion{Status: idem.StatusCompleted})
+		require.True(t, errors.As(err, &se), "closed db: %v", err)
+		assert.Equal(t, "complete", se.Op)
+		assert.ErrorContains(t, err, "database is closed")
+	})
+}
