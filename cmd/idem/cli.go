@@ -51,6 +51,10 @@ Usage:
 
 Run "idem SUBCOMMAND -h" for the flags of a subcommand.
 
+Example: a cron job on several hosts, run once a day across all of them:
+  idem run -store redis://redis.internal:6379/0 -in-progress-exit 0 -q \
+      -key "$(idem key -s nightly-report "$(date +%F)")" -- ./report.sh
+
 Stores (-store, default $IDEM_STORE, else a directory in the user cache):
   file:/path/to/dir                     processes on one host
   redis://[user:pass@]host:port/db[?prefix=P]   (rediss:// for TLS)
@@ -89,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func (c *cli) main(ctx context.Context, args []string) int {
 	if len(args) == 0 {
-		fmt.Fprint(c.stderr, usageText)
+		io.WriteString(c.stderr, usageText)
 		return exitUsage
 	}
 	switch args[0] {
@@ -104,11 +108,11 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	case "key":
 		return c.keyCmd(args[1:])
 	case "help", "-h", "-help", "--help":
-		fmt.Fprint(c.stdout, usageText)
+		io.WriteString(c.stdout, usageText)
 		return exitOK
 	}
 	c.errorf("unknown subcommand %q", args[0])
-	fmt.Fprint(c.stderr, "\n"+usageText)
+	io.WriteString(c.stderr, "\n"+usageText)
 	return exitUsage
 }
 
@@ -154,7 +158,7 @@ type keyFlags struct {
 
 func (c *cli) addStoreFlag(fs *flag.FlagSet, dst *string) {
 	def := c.getenv("IDEM_STORE")
-	help := "where records live: file:DIR, redis://..., redis-cluster://..., dynamodb://TABLE?..., mem:"
+	help := "`URL` of the store where records live: file:DIR, redis://..., redis-cluster://..., dynamodb://TABLE?..., mem:"
 	if def == "" {
 		help += " (default $IDEM_STORE, else file:" + defaultStoreDir() + ")"
 	}

@@ -313,6 +313,16 @@ func TestBinaryDynamoDB(t *testing.T) {
 	if c := lines(t, e["COUNTER"]); c != 1 {
 		t.Fatalf("the command ran %d times on DynamoDB, want 1", c)
 	}
+	// The default output limit fits in a DynamoDB item.
+	big := randomKey(t)
+	if iv := runBin(t, e, "run", "-store", store, "-key", big, "--", "head", "-c", "300000", "/dev/zero"); iv.code != 0 || len(iv.stdout) != 300000 {
+		t.Fatalf("run with 300000 bytes of output: exit %d, %d bytes, stderr %q", iv.code, len(iv.stdout), iv.stderr)
+	}
+	var r record
+	iv := runBin(t, e, "inspect", "-store", store, "-key", big)
+	if err := json.Unmarshal([]byte(iv.stdout), &r); err != nil || r.StdoutBytes == nil || *r.StdoutBytes != dynamoMaxOutput || !*r.Truncated {
+		t.Fatalf("inspect: %v", iv)
+	}
 	if iv := runBin(t, e, "purge", "-store", store); iv.code != 0 || !strings.Contains(iv.stdout, "DynamoDB") {
 		t.Errorf("purge: %v", iv)
 	}

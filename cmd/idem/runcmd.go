@@ -16,6 +16,17 @@ import (
 const runAbout = `Runs COMMAND unless KEY already ran. The first run records COMMAND's exit
 status and standard output; later runs of KEY print the recorded output and
 exit with the recorded status. See "idem -h" for stores and exit statuses.
+
+Examples:
+  # A cron job installed on every host: once a day across all of them; the
+  # hosts that find it running stay silent, the others replay its output.
+  idem run -store redis://redis.internal:6379/0 -in-progress-exit 0 -q \
+      -key "$(idem key -s nightly-report "$(date +%F)")" -- ./report.sh
+
+  # Wait for a run in progress elsewhere (at most 10 minutes), and keep a
+  # failure: a failed migration is not retried until someone looks at it.
+  idem run -on-duplicate wait -wait-timeout 10m -on-failure lock \
+      -key migrate-v42 -- ./migrate.sh
 `
 
 // errWaitTimeout ends a wait for a duplicate run under -wait-timeout.
@@ -25,23 +36,23 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 	fs := c.newFlagSet("run", "idem run [flags] -key KEY [--] COMMAND [ARG...]", runAbout)
 	var (
 		k          keyFlags
-		onDup      = fs.String("on-duplicate", "return", "while another run holds KEY: return (exit 75), raise (also exit 79 instead of replaying), or wait")
-		onFail     = fs.String("on-failure", "unlock", "after a non-zero exit: unlock (next run runs again) or lock (record and replay the failure)")
+		onDup      = fs.String("on-duplicate", "return", "`policy` for a duplicate: return (exit 75 while KEY is in progress, else replay), raise (75, or 79 instead of a replay), or wait")
+		onFail     = fs.String("on-failure", "unlock", "`policy` after a non-zero exit: unlock (the next run runs again) or lock (record the failure and replay it)")
 		ttl        = fs.Duration("ttl", idem.DefaultTTL, "how long the outcome is kept and replayed")
 		takeover   = fs.Duration("takeover-after", idem.DefaultTakeoverAfter, "a claim whose heartbeat is this old is stale and taken over")
 		heartbeat  = fs.Duration("heartbeat", 0, "how often a run refreshes its claim (default 5s, or a third of -takeover-after)")
-		payload    = fs.String("payload", "", "inputs of the run: a later run of KEY with another payload exits 65")
+		payload    = fs.String("payload", "", "the `inputs` of the run: a later run of KEY with another payload exits 65")
 		timeout    = fs.Duration("timeout", 0, "stop COMMAND after this long (0: no limit)")
 		waitFor    = fs.Duration("wait-timeout", 0, "with -on-duplicate wait, give up (exit 75) after this long (0: no limit)")
 		killGrace  = fs.Duration("kill-grace", 10*time.Second, "time between SIGTERM and SIGKILL when COMMAND is stopped")
-		inProgExit = fs.Int("in-progress-exit", exitInProgress, "exit status when another run holds KEY")
+		inProgExit = fs.Int("in-progress-exit", exitInProgress, "exit `status` when another run holds KEY")
 		quiet      = fs.Bool("q", false, "do not report a run in progress on standard error")
 		silent     = fs.Bool("silent-replay", false, "do not print the recorded output on a replay (still exit with its status)")
 		verbose    = fs.Bool("v", false, "log claims, replays, waits and takeovers on standard error")
 		maxOut     sizeFlag
 	)
 	c.addKeyFlags(fs, &k)
-	fs.Var(&maxOut, "max-output", "record at most this much standard output, e.g. 64KiB (default 1MiB; 256KiB on DynamoDB)")
+	fs.Var(&maxOut, "max-output", "record at most `size` bytes of standard output, e.g. 64KiB; 0 records none (default 1MiB; 256KiB on DynamoDB)")
 	var hasPayload bool
 	if code, done := parse(fs, args); done {
 		return code
