@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
 )
@@ -110,7 +111,7 @@ func TestHelperProcess(t *testing.T) {
 	ctx := context.Background()
 	switch role {
 	case "paused-writer":
-		c := isr.NewCoordinator(tb, isr.WithLeaseDuration(time.Second))
+		c := isr.NewCoordinator(tb, isr.WithLeaseDuration(3*time.Second))
 		seen, err := c.Lookup(ctx, pk)
 		if err != nil {
 			fmt.Println("ERROR", err)
@@ -322,7 +323,8 @@ func TestDynamoPausedWriter(t *testing.T) {
 	if err := ch.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	ch.send(t, "GO") // buffered in the pipe until the child runs again
+	testenv.WaitStopped(t, ch.cmd.Process.Pid) // before "GO" can reach it
+	ch.send(t, "GO")                           // buffered in the pipe until the child runs again
 
 	ctx := context.Background()
 	c := isr.NewCoordinator(tb, isr.WithLeaseDuration(30*time.Second))
@@ -330,8 +332,9 @@ func TestDynamoPausedWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// While the paused child's lease lives, nobody else can take it.
-	if time.Now().Unix() < exp {
+	// While the paused child's lease lives, nobody else can take it (checked
+	// only with a second to spare, so a slow request cannot cross expiry).
+	if time.Now().Add(time.Second).Unix() < exp {
 		if _, err := c.TryAcquire(ctx, pk, &seen); !errors.Is(err, isr.ErrLeaseHeld) {
 			t.Fatalf("acquire during the child's lease: want ErrLeaseHeld, got %v", err)
 		}
@@ -377,6 +380,7 @@ func TestDynamoPausedWriterBeforePublish(t *testing.T) {
 	if err := ch.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	testenv.WaitStopped(t, ch.cmd.Process.Pid) // before "GO" can reach it
 	ch.send(t, "GO")
 	ctx := context.Background()
 	c := isr.NewCoordinator(tb, isr.WithLeaseDuration(30*time.Second))

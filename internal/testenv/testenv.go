@@ -7,9 +7,11 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Required reports whether missing backends fail the run instead of skipping.
@@ -60,3 +62,26 @@ func PostgresDSN(t testing.TB) string { return Lookup(t, "IDEM_POSTGRES_DSN", "P
 // MySQLDSN is the data source name of a MySQL or MariaDB database the tests
 // may create and drop tables in (go-sql-driver/mysql syntax).
 func MySQLDSN(t testing.TB) string { return Lookup(t, "IDEM_MYSQL_DSN", "MySQL/MariaDB") }
+
+// WaitStopped waits until process pid is in the stopped state after a
+// SIGSTOP. kill(2) returns before the signal takes effect, so a test that
+// sends SIGSTOP and then acts as if the process were paused must wait for
+// this first: the process may otherwise run on for a moment on another
+// core. Where /proc cannot tell, it waits a short while.
+func WaitStopped(t testing.TB, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			return
+		}
+		// The state follows the parenthesised command name.
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && len(b) > i+2 && (b[i+2] == 'T' || b[i+2] == 't') {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("process %d did not stop", pid)
+}

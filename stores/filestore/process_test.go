@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/filestore"
 )
 
@@ -491,7 +492,7 @@ func stopOutsideLock(t *testing.T, c *child, lockPath string) {
 	probe := flock.New(lockPath)
 	for range 50 {
 		require.NoError(t, c.cmd.Process.Signal(syscall.SIGSTOP))
-		waitStopped(t, c.cmd.Process.Pid)
+		testenv.WaitStopped(t, c.cmd.Process.Pid)
 		ok, err := probe.TryLock()
 		require.NoError(t, err)
 		if ok {
@@ -502,24 +503,4 @@ func stopOutsideLock(t *testing.T, c *child, lockPath string) {
 		time.Sleep(time.Millisecond)
 	}
 	t.Fatal("could not stop the child outside its lock")
-}
-
-// waitStopped waits until the process is in the stopped state, where /proc
-// can tell, or for a short while where it cannot.
-func waitStopped(t *testing.T, pid int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			time.Sleep(50 * time.Millisecond)
-			return
-		}
-		// The state follows the parenthesised command name.
-		if i := strings.LastIndexByte(string(b), ')'); i > 0 && len(b) > i+2 && (b[i+2] == 'T' || b[i+2] == 't') {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("process %d did not stop", pid)
 }
