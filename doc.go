@@ -8,8 +8,9 @@
 //	}, idem.Payload(req))
 //
 // The coordination state lives in a Store: stores/memstore (one process),
-// stores/filestore (one host), stores/redisstore and stores/dynamostore
-// (many machines). stores/storetest is the conformance suite they all pass.
+// stores/filestore (one host), stores/redisstore, stores/dynamostore and
+// stores/sqlstore (many machines). stores/storetest is the conformance
+// suite they all pass.
 //
 // # How a call goes
 //
