@@ -1,3 +1,7 @@
+// The tests run commands with sh and signal process groups.
+
+//go:build unix
+
 package main
 
 import (

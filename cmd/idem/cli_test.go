@@ -1,3 +1,7 @@
+// The tests run commands with sh and signal process groups.
+
+//go:build unix
+
 package main
 
 import (
@@ -90,14 +94,13 @@ func waitForFile(t *testing.T, path string) {
 
 // step is one invocation of a scenario and what it must give.
 type step struct {
-	args       []string
-	env        env
-	code       int
-	stdout     string // exact, unless "*"
-	stderrHas  string // substring of standard error
-	runs       int    // the counter after the step
-	stdoutHas  string // substring of standard output
-	quietError bool   // standard error must be empty
+	args      []string
+	env       env
+	code      int
+	stdout    string // exact, unless "*"
+	stderrHas string // substring of standard error
+	runs      int    // the counter after the step
+	stdoutHas string // substring of standard output
 }
 
 // counting is a command that counts its runs in $COUNTER, then prints and
