@@ -71,7 +71,7 @@ Environment:
 Exit status of idem run: COMMAND's own (fresh run or replay), or
   64 usage  65 payload mismatch  66 no record  69 store failure
   70 corrupt record/internal  74 outcome not recorded  75 in progress
-  76 ownership lost (COMMAND stopped)  77 unlock refused  78 configuration
+  76 claim lost or not refreshable (COMMAND stopped)  77 unlock refused  78 configuration
   79 duplicate (raise)  126 cannot execute  127 command not found
 `
 

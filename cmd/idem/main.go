@@ -78,6 +78,15 @@
 // Processes that COMMAND starts in yet other process groups are its own
 // business.
 //
+// If heartbeats fail instead (the store cannot be reached from this host),
+// idem stops COMMAND the same way once -takeover-after minus -heartbeat has
+// passed since the start of the last claim or heartbeat that succeeded, tries
+// to release the claim, and exits 76: from then on another host could find
+// the claim stale and take it over, and the two runs must not overlap. The
+// store applied that refresh no earlier than its start, so the claim cannot
+// look stale anywhere before COMMAND is told to stop; allow -kill-grace and
+// clock skew within the remaining heartbeat interval.
+//
 // # Keys, namespaces, secrets and payloads
 //
 // KEY is hashed (SHA-256 over -tenant, -scope and KEY) before it reaches the
@@ -166,7 +175,8 @@
 //	74   COMMAND ran, but its outcome could not be recorded
 //	75   in progress: another run holds KEY (-in-progress-exit changes it),
 //	     -wait-timeout passed, or unlock found the record changed
-//	76   lost ownership: the claim was taken over while COMMAND ran; it was stopped
+//	76   lost ownership: the claim was taken over while COMMAND ran, or could
+//	     not be refreshed in time; COMMAND was stopped
 //	77   unlock refused: the record is completed or failed and -force was not given
 //	78   configuration: bad -store, unsafe store directory, -require-secret
 //	     without IDEM_SECRET

@@ -127,7 +127,12 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 		return storeOpenExit(err)
 	}
 	defer st.Close()
-	g, sk, code := c.storageKey(st, &k, opts...)
+	inner := st.Store
+	if testWrapStore != nil {
+		inner = testWrapStore(inner)
+	}
+	guarded, lease := wrapLease(inner)
+	g, sk, code := c.storageKey(guarded, &k, opts...)
 	if code != 0 {
 		return code
 	}
@@ -173,8 +178,13 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 	if hasPayload {
 		callOpts = append(callOpts, idem.Payload(*payload))
 	}
+	beat := *heartbeat
+	if beat == 0 {
+		beat = min(idem.DefaultHeartbeat, *takeover/3)
+	}
 	var ran *outcome
 	var startFailed *startError
+	var leaseExpired bool
 	fn := func(fctx context.Context) (outcome, error) {
 		waitMu.Lock()
 		started = true
@@ -184,7 +194,10 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 			return outcome{}, errWaitTimeout
 		}
 		token, _ := idem.FencingToken(fctx)
-		res, err := execute(fctx, execSpec{
+		// Stop the command one heartbeat before the claim could look stale
+		// elsewhere, if no refresh has succeeded since.
+		lctx, stopWatch := watchLease(fctx, lease, *takeover-beat)
+		res, err := execute(lctx, execSpec{
 			args:      cmdArgs,
 			env:       childEnv(c.environ(), token, sk),
 			stdin:     c.stdin,
@@ -194,6 +207,12 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 			timeout:   *timeout,
 			killGrace: *killGrace,
 		})
+		stopWatch()
+		if errors.Is(context.Cause(lctx), errLeaseExpired) && fctx.Err() == nil {
+			leaseExpired = true
+			ran = &res
+			return res, errLeaseExpired // release, never record: the command was cut short
+		}
 		if err != nil {
 			errors.As(err, &startFailed)
 			return res, err
@@ -206,6 +225,13 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 	}
 	v, err := g.Do(doCtx, k.key, fn, callOpts...)
 
+	if leaseExpired {
+		c.errorf("the claim could not be refreshed for %v (heartbeat: %v); the command was stopped (exit %d) so that a run taking the key over cannot overlap it", *takeover-beat, lease.heartbeatErr(), ran.Exit)
+		if rest := withoutErr(err, errLeaseExpired); rest != nil {
+			c.errorf("releasing the claim: %v", rest)
+		}
+		return exitLost
+	}
 	if ran != nil { // this run ran COMMAND; its output is already out
 		return c.afterRun(*ran, err)
 	}
@@ -246,6 +272,10 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 	return exitFor(err)
 }
 
+// testWrapStore, when set by a test, wraps the store a run uses, to inject
+// faults.
+var testWrapStore func(idem.Store) idem.Store
+
 // afterRun is the exit status of a run that ran COMMAND, given what the
 // Guard said about recording it.
 func (c *cli) afterRun(res outcome, err error) int {
@@ -260,7 +290,7 @@ func (c *cli) afterRun(res outcome, err error) int {
 		c.errorf("the command ran (exit %d) but its outcome was not recorded: %v", res.Exit, err)
 		return exitNotRecorded
 	case errors.As(err, &ee):
-		if rest := withoutExitError(err); rest != nil {
+		if rest := withoutErr(err, ee); rest != nil {
 			// The command failed and the claim could not be released: the
 			// next run waits for it to go stale.
 			c.errorf("the command failed (exit %d) and its claim could not be released: %v", res.Exit, rest)
@@ -271,16 +301,15 @@ func (c *cli) afterRun(res outcome, err error) int {
 	return exitFor(err)
 }
 
-// withoutExitError returns the errors joined with an *exitError, or nil.
-func withoutExitError(err error) error {
+// withoutErr returns the errors joined with target in err, or nil.
+func withoutErr(err, target error) error {
 	j, ok := err.(interface{ Unwrap() []error })
 	if !ok {
 		return nil
 	}
 	var rest []error
 	for _, e := range j.Unwrap() {
-		var ee *exitError
-		if !errors.As(e, &ee) {
+		if !errors.Is(e, target) {
 			rest = append(rest, e)
 		}
 	}
