@@ -88,6 +88,10 @@ type execSpec struct {
 	maxOutput int
 	timeout   time.Duration // 0: none
 	killGrace time.Duration
+	// leaseGrace replaces killGrace, if shorter, when the command is
+	// stopped because its claim could not be refreshed: SIGKILL must come
+	// before the claim can look stale elsewhere.
+	leaseGrace time.Duration
 }
 
 // execute runs the command until it exits. When ctx ends (ownership lost,
@@ -145,8 +149,12 @@ func execute(ctx context.Context, s execSpec) (outcome, error) {
 				stopProcess(cmd, kill)
 			}
 		}
+		grace := s.killGrace
+		if s.leaseGrace > 0 && errors.Is(context.Cause(runCtx), errLeaseExpired) {
+			grace = min(grace, s.leaseGrace)
+		}
 		signal(false)
-		timer := time.NewTimer(s.killGrace)
+		timer := time.NewTimer(grace)
 		defer timer.Stop()
 		select {
 		case <-done:

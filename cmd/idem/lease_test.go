@@ -51,6 +51,21 @@ func TestLeaseExpiry(t *testing.T) {
 	}
 }
 
+// TestLeaseExpiryKillsQuickly: a command that ignores SIGTERM is killed
+// within half a heartbeat interval when its claim cannot be refreshed, not
+// after the (long) -kill-grace.
+func TestLeaseExpiryKillsQuickly(t *testing.T) {
+	dir := t.TempDir()
+	e := env{"COUNTER": filepath.Join(dir, "counter"), "DIR": dir, "IDEM_STORE": storeSpec(t, "mem")}
+	testWrapStore = func(s idem.Store) idem.Store { return failingHeartbeats{s} }
+	defer func() { testWrapStore = nil }()
+	iv := invoke(context.Background(), e, "run", "-takeover-after", "600ms", "-heartbeat", "200ms", "-kill-grace", "1h", "-key", "k",
+		"--", "sh", "-c", `trap '' TERM; sleep 60`)
+	if iv.code != exitLost || !strings.Contains(iv.stderr, "exit 137") {
+		t.Fatalf("run: %v", iv)
+	}
+}
+
 // TestLeaseHealthy: a command that runs longer than the takeover threshold
 // keeps running while its heartbeats succeed.
 func TestLeaseHealthy(t *testing.T) {

@@ -84,8 +84,10 @@
 // to release the claim, and exits 76: from then on another host could find
 // the claim stale and take it over, and the two runs must not overlap. The
 // store applied that refresh no earlier than its start, so the claim cannot
-// look stale anywhere before COMMAND is told to stop; allow -kill-grace and
-// clock skew within the remaining heartbeat interval.
+// look stale anywhere before COMMAND is told to stop. The SIGKILL then comes
+// after -kill-grace or half a heartbeat interval, whichever is shorter, so
+// that COMMAND is gone before the claim can be taken over (given clock skew
+// between hosts below the other half).
 //
 // # Keys, namespaces, secrets and payloads
 //

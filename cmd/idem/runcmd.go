@@ -198,14 +198,15 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 		// elsewhere, if no refresh has succeeded since.
 		lctx, stopWatch := watchLease(fctx, lease, *takeover-beat)
 		res, err := execute(lctx, execSpec{
-			args:      cmdArgs,
-			env:       childEnv(c.environ(), token, sk),
-			stdin:     c.stdin,
-			stdout:    c.stdout,
-			stderr:    c.stderr,
-			maxOutput: int(limit),
-			timeout:   *timeout,
-			killGrace: *killGrace,
+			args:       cmdArgs,
+			env:        childEnv(c.environ(), token, sk),
+			stdin:      c.stdin,
+			stdout:     c.stdout,
+			stderr:     c.stderr,
+			maxOutput:  int(limit),
+			timeout:    *timeout,
+			killGrace:  *killGrace,
+			leaseGrace: beat / 2,
 		})
 		stopWatch()
 		if errors.Is(context.Cause(lctx), errLeaseExpired) && fctx.Err() == nil {
