@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,13 +56,16 @@ func (iv invocation) String() string {
 	return fmt.Sprintf("exit %d, stdout %q, stderr %q", iv.code, iv.stdout, iv.stderr)
 }
 
+// memSeq makes the mem: stores of repeated tests (-count) distinct.
+var memSeq atomic.Int64
+
 // storeKinds are the stores the in-process tests run against.
 var storeKinds = []string{"mem", "file"}
 
 // storeSpec returns a fresh store of kind for the test t.
 func storeSpec(t *testing.T, kind string) string {
 	if kind == "mem" {
-		return "mem:" + t.Name()
+		return fmt.Sprintf("mem:%s-%d", t.Name(), memSeq.Add(1))
 	}
 	return "file:" + filepath.Join(t.TempDir(), "records")
 }
