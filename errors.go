@@ -3,6 +3,7 @@ package idem
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors. Match them with errors.Is; several have a typed companion
@@ -138,6 +139,22 @@ func (e *NotRecordedError) Unwrap() error { return e.Err }
 
 // Is makes a NotRecordedError match ErrNotRecorded.
 func (e *NotRecordedError) Is(target error) bool { return target == ErrNotRecorded }
+
+// LapseError is the cause with which fn's context is cancelled when no
+// heartbeat has succeeded for the takeover threshold minus one heartbeat
+// interval: the claim may be taken over at any moment, so fn should stop.
+// It matches ErrLostOwnership. The outcome is still recorded if nobody did
+// take the claim over.
+type LapseError struct {
+	Since time.Duration // how long the claim went unrefreshed
+}
+
+func (e *LapseError) Error() string {
+	return fmt.Sprintf("idem: claim not refreshed for %v; it may be taken over", e.Since)
+}
+
+// Is makes a LapseError match ErrLostOwnership.
+func (e *LapseError) Is(target error) bool { return target == ErrLostOwnership }
 
 // StoreError wraps a failure of the store in operation Op.
 type StoreError struct {

@@ -62,8 +62,8 @@ func New[T any](store Store, opts ...Option) (*Guard[T], error) {
 	if c.heartbeat == 0 && c.takeoverAfter > 0 {
 		c.heartbeat = min(DefaultHeartbeat, c.takeoverAfter/3)
 	}
-	if c.heartbeat > 0 && c.takeoverAfter > 0 && c.heartbeat >= c.takeoverAfter {
-		c.invalid("WithHeartbeat", "interval %v must be shorter than the takeover threshold %v", c.heartbeat, c.takeoverAfter)
+	if c.heartbeat > 0 && c.takeoverAfter > 0 && 2*c.heartbeat > c.takeoverAfter {
+		c.invalid("WithHeartbeat", "interval %v must be at most half the takeover threshold %v", c.heartbeat, c.takeoverAfter)
 	}
 	if c.requireSecret && !c.secretSet {
 		c.invalid("RequireSecret", "production mode needs WithSecret")
@@ -487,6 +487,8 @@ func joinErr(a, b error) error {
 type beater struct {
 	mu      sync.Mutex
 	timer   *time.Timer
+	lapse   *time.Timer // fires when no heartbeat has succeeded for too long
+	lastOK  time.Time
 	stopped bool
 	lost    bool
 	busy    sync.WaitGroup // a heartbeat in flight
@@ -498,6 +500,7 @@ func (b *beater) stop() bool {
 	b.mu.Lock()
 	b.stopped = true
 	b.timer.Stop()
+	b.lapse.Stop()
 	b.mu.Unlock()
 	b.busy.Wait()
 	return b.lost
@@ -505,6 +508,17 @@ func (b *beater) stop() bool {
 
 func (g *Guard[T]) heartbeat(ctx context.Context, sk, nonce string, attempt int64, cancel context.CancelCauseFunc) *beater {
 	b := &beater{}
+	// If no heartbeat succeeds for this long, another caller may take the
+	// claim over before the next one could tell: stop fn first. A timer of
+	// its own, so a heartbeat that hangs does not delay it.
+	lapse := g.takeover - g.beat
+	b.lastOK = time.Now() // the claim was made then
+	b.lapse = time.AfterFunc(lapse, func() {
+		b.mu.Lock()
+		since := time.Since(b.lastOK)
+		b.mu.Unlock()
+		cancel(&LapseError{Since: since.Round(time.Millisecond)})
+	})
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.timer = time.AfterFunc(g.beat, func() {
@@ -528,6 +542,13 @@ func (g *Guard[T]) heartbeat(ctx context.Context, sk, nonce string, attempt int6
 			return
 		case err != nil:
 			g.observe(ctx, Event{Kind: EventHeartbeatError, StorageKey: sk, Attempt: attempt, Err: err})
+		default:
+			b.mu.Lock()
+			b.lastOK = time.Now()
+			if !b.stopped {
+				b.lapse.Reset(lapse)
+			}
+			b.mu.Unlock()
 		}
 		b.mu.Lock()
 		if !b.stopped {

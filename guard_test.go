@@ -388,7 +388,7 @@ func TestStaleOwnerIsRefused(t *testing.T) {
 	stale := newGuard[string](t, paused, opts...)
 	fresh := newGuard[string](t, mem, append(opts, idem.OnDuplicate(idem.Wait))...)
 
-	started := make(chan struct{})
+	started, wake := make(chan struct{}), make(chan struct{})
 	type out struct {
 		v     string
 		err   error
@@ -399,6 +399,7 @@ func TestStaleOwnerIsRefused(t *testing.T) {
 		var cause error
 		v, err := stale.Do(context.Background(), "k", func(ctx context.Context) (string, error) {
 			close(started)
+			<-wake // paused: it acts only once it wakes
 			<-ctx.Done()
 			cause = context.Cause(ctx)
 			return "stale", nil
@@ -414,6 +415,7 @@ func TestStaleOwnerIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "fresh", v)
 	pause.Store(false) // the stale owner wakes
+	close(wake)
 	r := <-res
 	assert.ErrorIs(t, r.err, idem.ErrLostOwnership)
 	assert.ErrorIs(t, r.cause, idem.ErrLostOwnership, "fn's context is cancelled with the loss as cause")
@@ -426,7 +428,7 @@ func TestStaleOwnerIsRefused(t *testing.T) {
 // (a short call with a long pause) is refused at completion.
 func TestCompletionRefusedAfterTakeover(t *testing.T) {
 	s := memstore.New()
-	opts := []idem.Option{idem.WithTakeoverAfter(100 * time.Millisecond), idem.WithHeartbeat(90 * time.Millisecond)}
+	opts := []idem.Option{idem.WithTakeoverAfter(100 * time.Millisecond), idem.WithHeartbeat(50 * time.Millisecond)}
 	b := newGuard[string](t, s, opts...)
 	inst := storetest.Instrument(s)
 	inst.Before = func(ctx context.Context, op storetest.Op, key string) error {
@@ -612,6 +614,7 @@ func TestOptionsValidated(t *testing.T) {
 		"ttl":              {idem.WithTTL(0)},
 		"heartbeat":        {idem.WithHeartbeat(-1)},
 		"heartbeat>=stale": {idem.WithHeartbeat(time.Second), idem.WithTakeoverAfter(time.Second)},
+		"heartbeat>half":   {idem.WithHeartbeat(600 * time.Millisecond), idem.WithTakeoverAfter(time.Second)},
 		"takeover":         {idem.WithTakeoverAfter(0)},
 		"secret":           {idem.WithSecret(nil)},
 		"production":       {idem.RequireSecret()},
@@ -771,4 +774,37 @@ func TestConcurrentGuardsRunOnce(t *testing.T) {
 		wg.Wait()
 		require.Equal(t, int32(1), runs.Load(), "fn runs exactly once for %s", key)
 	}
+}
+
+// An owner that cannot refresh its claim (the store is unreachable from it)
+// has fn's context cancelled before the claim can go stale, so it does not
+// run on beside a new owner; if nobody took over, its outcome is still
+// recorded.
+func TestHeartbeatLapseCancelsFn(t *testing.T) {
+	inst := storetest.Instrument(memstore.New())
+	inst.Before = func(ctx context.Context, op storetest.Op, key string) error {
+		if op == storetest.OpHeartbeat {
+			return errors.New("store unreachable")
+		}
+		return nil
+	}
+	g := newGuard[string](t, inst, idem.WithTakeoverAfter(200*time.Millisecond), idem.WithHeartbeat(40*time.Millisecond))
+	start := time.Now()
+	var cause error
+	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (string, error) {
+		select {
+		case <-ctx.Done():
+			cause = context.Cause(ctx)
+			return "stopped", nil
+		case <-time.After(5 * time.Second):
+			return "ran on", nil
+		}
+	})
+	require.NoError(t, err, "nobody took over, so the outcome is recorded")
+	assert.Equal(t, "stopped", v)
+	assert.ErrorIs(t, cause, idem.ErrLostOwnership)
+	assert.Less(t, time.Since(start), 2*time.Second, "fn was stopped before the claim could go stale")
+	got, err := g.Do(context.Background(), "k", func(ctx context.Context) (string, error) { return "again", nil })
+	require.NoError(t, err)
+	assert.Equal(t, "stopped", got)
 }

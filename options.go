@@ -148,9 +148,10 @@ func OnFailure(p FailurePolicy) Option {
 }
 
 // WithHeartbeat sets how often the owner of a claim refreshes it while fn
-// runs. It must be shorter than the takeover threshold; by default it is
-// 5s, or a third of the threshold if that is shorter. A call that returns
-// within one interval sends no heartbeat.
+// runs. It must be at most half the takeover threshold, so that one failed
+// heartbeat can be followed by another before the claim goes stale; by
+// default it is 5s, or a third of the threshold if that is shorter. A call
+// that returns within one interval sends no heartbeat.
 func WithHeartbeat(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {

@@ -30,8 +30,10 @@ type Store interface {
 	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 
 	// Heartbeat sets HeartbeatAt = now and ExpiresAt to at least
-	// now + leaseTTL, if the record is in_progress and carries nonce.
-	// Otherwise it changes nothing and returns ErrLostOwnership.
+	// now + leaseTTL, if the record is in_progress, live (ExpiresAt > now)
+	// and carries nonce. Otherwise it changes nothing and returns
+	// ErrLostOwnership: a released or expired claim is not revived by a
+	// late heartbeat of its old owner.
 	Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error
 
 	// Complete records the outcome if the record carries nonce: status,
@@ -142,7 +144,7 @@ func DecideClaim(cur *Record, req ClaimRequest, now int64) ClaimResult {
 // ApplyHeartbeat returns the record after a heartbeat at now, or
 // ErrLostOwnership.
 func ApplyHeartbeat(cur *Record, nonce string, leaseTTL time.Duration, now int64) (*Record, error) {
-	if cur == nil || cur.Status != StatusInProgress || cur.Nonce != nonce {
+	if cur == nil || cur.Status != StatusInProgress || cur.Nonce != nonce || !cur.Live(now) {
 		return nil, ErrLostOwnership
 	}
 	next := cur.Clone()

@@ -150,7 +150,7 @@ func execute(ctx context.Context, s execSpec) (outcome, error) {
 			}
 		}
 		grace := s.killGrace
-		if s.leaseGrace > 0 && errors.Is(context.Cause(runCtx), errLeaseExpired) {
+		if s.leaseGrace > 0 && leaseLapsed(context.Cause(runCtx)) {
 			grace = min(grace, s.leaseGrace)
 		}
 		signal(false)

@@ -13,6 +13,19 @@ import (
 // long that another run may already have taken it over.
 var errLeaseExpired = errors.New("the claim could not be refreshed in time")
 
+// isLapse reports whether cause is the Guard's own notice that the claim
+// went unrefreshed too long (an *idem.LapseError).
+func isLapse(cause error) bool {
+	var le *idem.LapseError
+	return errors.As(cause, &le)
+}
+
+// leaseLapsed reports whether a command was stopped because its claim could
+// not be refreshed, as noticed by this command or by the Guard.
+func leaseLapsed(cause error) bool {
+	return errors.Is(cause, errLeaseExpired) || isLapse(cause)
+}
+
 // leaseStore remembers when the claim of this run was last proved alive: the
 // start of the last claim or heartbeat that succeeded. The store may have
 // applied it at any moment after that, never before, so the claim is fresh

@@ -209,7 +209,7 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 			leaseGrace: beat / 2,
 		})
 		stopWatch()
-		if errors.Is(context.Cause(lctx), errLeaseExpired) && fctx.Err() == nil {
+		if (errors.Is(context.Cause(lctx), errLeaseExpired) && fctx.Err() == nil) || isLapse(context.Cause(fctx)) {
 			leaseExpired = true
 			ran = &res
 			return res, errLeaseExpired // release, never record: the command was cut short

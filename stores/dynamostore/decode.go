@@ -150,3 +150,9 @@ func typeName(av types.AttributeValue) string {
 		return fmt.Sprintf("%T", av)
 	}
 }
+
+// liveAfter reports whether item's expires_at is later than now.
+func liveAfter(item map[string]types.AttributeValue, now int64) bool {
+	exp, err := numAttr(item, attrExpiresAt)
+	return err == nil && exp > now
+}

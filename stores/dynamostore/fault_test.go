@@ -64,7 +64,7 @@ func newFaultEnv(t *testing.T, retries int, keepAlive bool, opts ...dynamostore.
 	t.Cleanup(proxy.Stop)
 	f := &faultEnv{proxy: proxy, env: &env{endpoint: base.endpoint, log: &requestLog{}, prefix: base.prefix}}
 	httpClient := awshttp.NewBuildableClient().
-		WithTimeout(500 * time.Millisecond). // a timeout toxic holds the response forever
+		WithTimeout(2 * time.Second). // a timeout toxic holds the response forever; generous for a loaded machine
 		WithTransportOptions(func(tr *http.Transport) { tr.DisableKeepAlives = !keepAlive })
 	f.client = newClient(clientConfig{
 		endpoint: "http://" + proxy.Listen,

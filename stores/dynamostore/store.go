@@ -340,7 +340,7 @@ func (st *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time
 		TableName:                st.tableName(),
 		Key:                      k,
 		UpdateExpression:         aws.String("SET #hb = :now, #ea = :exp, #ttl = :ttl"),
-		ConditionExpression:      aws.String("#n = :n AND #st = :ip AND #ea <= :exp"),
+		ConditionExpression:      aws.String("#n = :n AND #st = :ip AND #ea > :now AND #ea <= :exp"),
 		ExpressionAttributeNames: st.names("#hb", "#ea", "#ttl", "#n", "#st"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":now": attrN(now), ":exp": attrN(exp), ":ttl": attrN(st.ttlAt(exp)), ":n": attrS(nonce),
@@ -355,7 +355,7 @@ func (st *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time
 	if !refused {
 		return storeErr("heartbeat", err)
 	}
-	if strAttrOr(old, attrNonce) != nonce || strAttrOr(old, attrStatus) != string(idem.StatusInProgress) {
+	if strAttrOr(old, attrNonce) != nonce || strAttrOr(old, attrStatus) != string(idem.StatusInProgress) || !liveAfter(old, now) {
 		return lost("heartbeat")
 	}
 	// Still ours, with an expiry later than now + leaseTTL: keep it and
@@ -364,8 +364,8 @@ func (st *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time
 		TableName:                st.tableName(),
 		Key:                      k,
 		UpdateExpression:         aws.String("SET #hb = :now"),
-		ConditionExpression:      aws.String("#n = :n AND #st = :ip"),
-		ExpressionAttributeNames: st.names("#hb", "#n", "#st"),
+		ConditionExpression:      aws.String("#n = :n AND #st = :ip AND #ea > :now"),
+		ExpressionAttributeNames: st.names("#hb", "#n", "#st", "#ea"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":now": attrN(now), ":n": attrS(nonce), ":ip": statusValue(idem.StatusInProgress),
 		},

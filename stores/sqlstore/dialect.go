@@ -122,7 +122,7 @@ SELECT 'e'::text, * FROM cur WHERE NOT EXISTS (SELECT 1 FROM w)`, t, cols, where
 		q.text[stGet] = `SELECT ` + cols + ` FROM ` + t + ` WHERE ` + where
 		// $4 nonce, $5 now, $6 now + lease
 		q.text[stHeartbeat] = `UPDATE ` + t + ` SET heartbeat_at = $5, expires_at = GREATEST(expires_at, $6) WHERE ` +
-			where + ` AND claim_nonce = $4 AND status = 'in_progress'`
+			where + ` AND claim_nonce = $4 AND status = 'in_progress' AND expires_at > $5`
 		// $4 nonce, $5 status, $6 result, $7 error message, $8 error type, $9 now, $10 now + ttl
 		q.text[stComplete] = `UPDATE ` + t + ` SET status = $5, result = $6, error_message = $7, error_type = $8, ` +
 			`completed_at = $9, heartbeat_at = $9, expires_at = $10 WHERE ` + where + ` AND claim_nonce = $4`
@@ -168,9 +168,9 @@ SELECT 'e'::text, * FROM cur WHERE NOT EXISTS (SELECT 1 FROM w)`, t, cols, where
 			`completed_at = ?, expires_at = ?, taken_over_at = ? WHERE ` + where +
 			` AND claim_nonce = ? AND attempt_count = ? AND status = ? AND heartbeat_at = ? AND expires_at = ? AND record_version = 1`
 		q.text[stGet] = `SELECT ` + cols + ` FROM ` + t + ` WHERE ` + where
-		// now, now + lease, key..., nonce
+		// now, now + lease, key..., nonce, now
 		q.text[stHeartbeat] = `UPDATE ` + t + ` SET heartbeat_at = ?, expires_at = GREATEST(expires_at, ?) WHERE ` +
-			where + ` AND claim_nonce = ? AND status = 'in_progress'`
+			where + ` AND claim_nonce = ? AND status = 'in_progress' AND expires_at > ?`
 		// status, result, error message, error type, now, now, now + ttl, key..., nonce
 		q.text[stComplete] = `UPDATE ` + t + ` SET status = ?, result = ?, error_message = ?, error_type = ?, ` +
 			`completed_at = ?, heartbeat_at = ?, expires_at = ? WHERE ` + where + ` AND claim_nonce = ?`

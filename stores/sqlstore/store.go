@@ -356,7 +356,7 @@ func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.
 	if s.dialect == Postgres {
 		args = append(s.keyArgs(key), nonce, now, exp)
 	} else {
-		args = append(append([]any{now, exp}, s.keyArgs(key)...), nonce)
+		args = append(append([]any{now, exp}, s.keyArgs(key)...), nonce, now)
 	}
 	return s.owned(ctx, "heartbeat", stHeartbeat, key, nonce, true, args)
 }
@@ -428,7 +428,8 @@ func (s *Store) owned(ctx context.Context, op string, id stmtID, key, nonce stri
 		if err != nil && !errors.Is(err, errNoRow) {
 			return err
 		}
-		if cur != nil && cur.Nonce == nonce && (!inProgress || cur.Status == idem.StatusInProgress) {
+		if cur != nil && cur.Nonce == nonce && (!inProgress || cur.Status == idem.StatusInProgress) &&
+			(id != stHeartbeat || cur.Live(s.nowMs())) {
 			return nil
 		}
 	}

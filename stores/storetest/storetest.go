@@ -336,6 +336,9 @@ func (su *suite) release(t *testing.T, s idem.Store) {
 	require.NoError(t, s.Release(ctx, key, n1))
 	_, err := s.Get(ctx, key)
 	assert.ErrorIs(t, err, idem.ErrNotFound, "a released record is not live")
+	assert.ErrorIs(t, s.Heartbeat(ctx, key, n1, lease), idem.ErrLostOwnership, "a late heartbeat does not revive a released claim")
+	_, err = s.Get(ctx, key)
+	assert.ErrorIs(t, err, idem.ErrNotFound, "the refused heartbeat changed nothing")
 	n2 := NewNonce()
 	rec := mustClaim(t, s, req(key, n2, ""), idem.Claimed)
 	assert.Equal(t, int64(2), rec.Attempt, "attempts stay monotonic across a release")
@@ -368,8 +371,10 @@ func (su *suite) expiry(t *testing.T, s idem.Store) {
 	k2 := NewKey()
 	r := req(k2, NewNonce(), "")
 	r.LeaseTTL, r.TakeoverAfter = 300*time.Millisecond, time.Hour
+	n3 := r.Nonce
 	mustClaim(t, s, r, idem.Claimed)
 	time.Sleep(450 * time.Millisecond)
+	assert.ErrorIs(t, s.Heartbeat(ctx, k2, n3, lease), idem.ErrLostOwnership, "an expired claim is not revived by a heartbeat")
 	r2 := req(k2, NewNonce(), "")
 	r2.TakeoverAfter = time.Hour
 	rec = mustClaim(t, s, r2, idem.Claimed)

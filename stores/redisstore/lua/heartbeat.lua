@@ -7,7 +7,7 @@ local flat, cur, why = load(k)
 if why then
   return {CORRUPT, why}
 end
-if cur == nil or cur.status ~= 'in_progress' or cur.nonce ~= nonce then
+if cur == nil or cur.status ~= 'in_progress' or cur.nonce ~= nonce or cur.expires_at <= now then
   return {0, ''}
 end
 local exp = cur.expires_at
