@@ -1,171 +1,26 @@
 package dynamostore_test
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"fmt"
-	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/dynamostore"
+	"github.com/idem-go/idem/stores/storetest"
 )
 
-// The multi-process test re-executes the test binary; TestMain turns a
-// child into a worker.
-const (
-	childEnv      = "IDEM_DYNAMOSTORE_CHILD" // process number
-	childPrefix   = "IDEM_DYNAMOSTORE_PREFIX"
-	childExecLog  = "IDEM_DYNAMOSTORE_EXEC_LOG"
-	childKeys     = "IDEM_DYNAMOSTORE_KEYS"
-	childStartAt  = "IDEM_DYNAMOSTORE_START_AT"
-	processes     = 4
-	goroutines    = 16
-	multiProcKeys = 12
-)
-
-func TestMain(m *testing.M) {
-	if proc := os.Getenv(childEnv); proc != "" {
-		os.Exit(childMain(proc))
-	}
-	os.Exit(m.Run())
-}
-
-// childMain runs goroutines workers, each with its own Guard (so every one
-// of them goes to the store), over the same keys in random orders. fn
-// appends a line to the shared execution log; every result is printed.
-func childMain(proc string) int {
-	endpoint := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
-	nkeys, _ := strconv.Atoi(os.Getenv(childKeys))
-	startAt, _ := strconv.ParseInt(os.Getenv(childStartAt), 10, 64)
-	logFile, err := os.OpenFile(os.Getenv(childExecLog), os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	defer logFile.Close()
-	store := dynamostore.New(newClient(clientConfig{endpoint: endpoint}), testTable,
-		dynamostore.WithKeyPrefix(os.Getenv(childPrefix)))
-	time.Sleep(time.Until(time.UnixMilli(startAt)))
-
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var mu sync.Mutex
-	out := bufio.NewWriter(os.Stdout)
-	defer out.Flush()
-	var wg sync.WaitGroup
-	for gi := range goroutines {
-		wg.Go(func() {
-			g, err := idem.New[string](store, idem.OnDuplicate(idem.Wait))
-			if err != nil {
-				panic(err)
-			}
-			me := fmt.Sprintf("%s-%d", proc, gi)
-			for _, k := range rand.Perm(nkeys) {
-				key := fmt.Sprint("key-", k)
-				v, err := g.Do(ctx, key, func(ctx context.Context) (string, error) {
-					// One write(2) per line: O_APPEND keeps lines whole.
-					if _, err := fmt.Fprintf(logFile, "%s %s\n", key, me); err != nil {
-						return "", err
-					}
-					time.Sleep(time.Duration(5+rand.IntN(20)) * time.Millisecond)
-					return me, nil
-				})
-				mu.Lock()
-				if err != nil {
-					fmt.Fprintf(out, "E %s %v\n", key, err)
-				} else {
-					fmt.Fprintf(out, "R %s %s\n", key, v)
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	return 0
-}
-
+// TestMultiProcessExactlyOnce: 4 processes x 16 goroutines, each with its
+// own Guard, call the same 12 keys on DynamoDB Local: each key runs once
+// and every caller gets its result.
 func TestMultiProcessExactlyOnce(t *testing.T) {
-	e := newEnv(t)
-	execLog := filepath.Join(t.TempDir(), "exec.log")
-	if err := os.WriteFile(execLog, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	startAt := time.Now().Add(1500 * time.Millisecond).UnixMilli()
-	outs := make([]bytes.Buffer, processes)
-	cmds := make([]*exec.Cmd, processes)
-	for i := range processes {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(),
-			childEnv+"="+strconv.Itoa(i), childPrefix+"="+e.prefix, childExecLog+"="+execLog,
-			childKeys+"="+strconv.Itoa(multiProcKeys), childStartAt+"="+strconv.FormatInt(startAt, 10),
-			"IDEM_DYNAMODB_ENDPOINT="+e.endpoint)
-		cmd.Stdout = &outs[i]
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[i] = cmd
-	}
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("process %d: %v", i, err)
-		}
-	}
-
-	// Every key ran exactly once, in one process.
-	raw, err := os.ReadFile(execLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	executor := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
-		key, who, _ := strings.Cut(line, " ")
-		if prev, dup := executor[key]; dup {
-			t.Errorf("%s ran twice: by %s and %s", key, prev, who)
-		}
-		executor[key] = who
-	}
-	if len(executor) != multiProcKeys {
-		t.Errorf("%d keys ran, want %d", len(executor), multiProcKeys)
-	}
-	// Every one of the 4 x 16 callers of every key got the executor's result.
-	results := map[string]int{}
-	for i := range outs {
-		sc := bufio.NewScanner(&outs[i])
-		for sc.Scan() {
-			f := strings.SplitN(sc.Text(), " ", 3)
-			if len(f) != 3 {
-				continue // not a result line (test framework output)
-			}
-			switch f[0] {
-			case "R":
-				if f[2] != executor[f[1]] {
-					t.Errorf("%s: a caller got %q, the executor was %q", f[1], f[2], executor[f[1]])
-				}
-				results[f[1]]++
-			case "E":
-				t.Errorf("%s: %s", f[1], f[2])
-			}
-		}
-	}
-	for k := range multiProcKeys {
-		key := fmt.Sprint("key-", k)
-		if results[key] != processes*goroutines {
-			t.Errorf("%s: %d results, want %d", key, results[key], processes*goroutines)
-		}
-	}
-	if t.Failed() {
-		return
-	}
-	t.Logf("%d keys x %d processes x %d goroutines: each key ran once, %d callers agreed",
-		multiProcKeys, processes, goroutines, processes*goroutines)
+	endpoint := testenv.DynamoDBEndpoint(t)
+	storetest.RunProcesses(t, storetest.ProcessConfig{
+		Namespace: "t" + randHex(6) + "#",
+		NewStore: func(prefix string) (idem.Store, error) {
+			client := newClient(clientConfig{endpoint: endpoint})
+			ensureTable(t, client)
+			s := dynamostore.New(client, testTable, dynamostore.WithKeyPrefix(prefix))
+			return s, s.Validate()
+		},
+	})
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/filestore"
+	"github.com/idem-go/idem/stores/storetest"
 )
 
 const childEnv = "IDEM_FILESTORE_CHILD"
@@ -59,8 +60,6 @@ func runChild(role string) int {
 	switch role {
 	case "claim":
 		err = childClaim(out)
-	case "guard-once":
-		err = childGuardOnce(out)
 	case "guard-hold":
 		err = childGuardHold(out)
 	default:
@@ -285,95 +284,26 @@ func newGuard(t testing.TB, s idem.Store, opts ...idem.Option) *idem.Guard[strin
 	return g
 }
 
-// appendLine appends one line to path with O_APPEND, a single write.
-func appendLine(path, line string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(line + "\n")
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// childGuardOnce: goroutines call g.Do (Wait policy) on every key; fn
-// appends a line to the key's counter file. Each call's outcome is printed.
-func childGuardOnce(out *childOut) error {
-	s, err := filestore.New(os.Getenv("IDEM_FS_DIR"))
-	if err != nil {
-		return err
-	}
-	counters := os.Getenv("IDEM_FS_COUNTERS")
-	keys, workers := envInt("IDEM_FS_KEYS"), envInt("IDEM_FS_GOROUTINES")
-	// No crash here: a long threshold keeps a loaded machine's slow fsync
-	// or scheduling from making a live owner look stale.
-	g := newGuard(nil, s, idem.OnDuplicate(idem.Wait), idem.WithTakeoverAfter(20*time.Second), idem.WithHeartbeat(2*time.Second))
-	waitGo(out)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range keys {
-				k := "order-" + strconv.Itoa(i)
-				me := fmt.Sprintf("%d/%d", os.Getpid(), w)
-				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-				v, err := g.Do(ctx, k, func(ctx context.Context) (string, error) {
-					if err := appendLine(filepath.Join(counters, k), me); err != nil {
-						return "", err
-					}
-					time.Sleep(2 * time.Millisecond) // widen the window for duplicates
-					return me, nil
-				})
-				cancel()
-				if err != nil {
-					out.printf("err %s %v", k, err)
-					continue
-				}
-				out.printf("got %s %s", k, v)
-			}
-		}()
-	}
-	wg.Wait()
-	return nil
-}
-
-// TestGuardExactlyOnceAcrossProcesses: 4 processes x 16 goroutines call
-// g.Do on the same keys; every key's side effect happens exactly once and
-// every caller gets the one stored outcome.
+// TestGuardExactlyOnceAcrossProcesses: 4 processes x 16 goroutines, each
+// with its own Guard, call g.Do on the same keys in one directory; every
+// key's side effect happens exactly once and every caller gets the one
+// stored outcome.
 func TestGuardExactlyOnceAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	dir := filepath.Join(t.TempDir(), "store")
-	counters := t.TempDir()
-	const keys = 60
-	start := time.Now()
-	children := startAll(t, procs, "guard-once", "IDEM_FS_DIR="+dir, "IDEM_FS_COUNTERS="+counters,
-		"IDEM_FS_KEYS="+strconv.Itoa(keys), "IDEM_FS_GOROUTINES="+strconv.Itoa(goroutines))
-	got := map[string][]string{}
-	for _, c := range children {
-		for _, l := range c.rest(t, 100*time.Second) {
-			f := strings.Fields(l)
-			require.Equal(t, "got", f[0], "call failed: %s", l)
-			require.Len(t, f, 3, l)
-			got[f[1]] = append(got[f[1]], f[2])
-		}
-	}
-	t.Logf("%d processes x %d goroutines x %d keys in %v", procs, goroutines, keys, time.Since(start))
-	for i := range keys {
-		k := "order-" + strconv.Itoa(i)
-		b, err := os.ReadFile(filepath.Join(counters, k))
-		require.NoError(t, err, k)
-		lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
-		require.Len(t, lines, 1, "%s ran %d times: %q", k, len(lines), lines)
-		require.Len(t, got[k], procs*goroutines, k)
-		for _, v := range got[k] {
-			require.Equal(t, lines[0], v, "%s: every caller gets the outcome of the one run", k)
-		}
-	}
+	var dir string
+	storetest.RunProcesses(t, storetest.ProcessConfig{
+		Keys: 60,
+		// No crash here: a long threshold keeps a loaded machine's slow
+		// fsync or scheduling from making a live owner look stale.
+		Options: []idem.Option{idem.WithTakeoverAfter(20 * time.Second), idem.WithHeartbeat(2 * time.Second)},
+		NewStore: func(ns string) (idem.Store, error) {
+			dir = filepath.Join(os.TempDir(), "idem-filestore-"+ns)
+			return filestore.New(dir)
+		},
+	})
+	_ = os.RemoveAll(dir)
 }
 
 // childGuardHold: one g.Do whose fn prints its fencing token and then holds
