@@ -6,6 +6,11 @@
 //		storetest.Run(t, func(t *testing.T) idem.Store { return mystore.New(...) })
 //	}
 //
+// RunProcesses goes further: it re-runs the test binary as several OS
+// processes whose Guards share the store, and checks that every key ran
+// exactly once. Instrument wraps a store to count its operations and to
+// inject faults.
+//
 // newStore is called once per subtest; stores it returns may share a
 // backend, since every subtest uses fresh random keys. The suite sleeps for
 // short, fixed periods (a few hundred milliseconds) to let claims go stale
