@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -84,4 +85,27 @@ func WaitStopped(t testing.TB, pid int) {
 		time.Sleep(time.Millisecond)
 	}
 	t.Fatalf("process %d did not stop", pid)
+}
+
+// Clock is a settable clock for stores' WithClock options.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a Clock set to the current time.
+func NewClock() *Clock { return &Clock{now: time.Now()} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
 }

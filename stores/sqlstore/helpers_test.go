@@ -185,24 +185,9 @@ func newEnvOn(t testing.TB, d sqlstore.Dialect, db *sql.DB, rt *roundTrips, opts
 }
 
 // fakeClock is a settable clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type fakeClock = testenv.Clock
 
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Now()} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newFakeClock() *fakeClock { return testenv.NewClock() }
 
 func newGuard[T any](t testing.TB, s idem.Store, opts ...idem.Option) *idem.Guard[T] {
 	t.Helper()
