@@ -203,6 +203,9 @@ func (g *Guard[T]) decide(ctx context.Context, rec *Record, ph string) (v T, err
 		g.observe(ctx, Event{Kind: EventPayloadMismatch, StorageKey: rec.Key, Attempt: rec.Attempt})
 		return v, ErrPayloadMismatch, false
 	}
+	if err := rec.Validate(); err != nil { // a store that returned what it could not have stored
+		return v, &CorruptRecordError{Key: rec.Key, Err: err}, false
+	}
 	switch rec.Status {
 	case StatusCompleted:
 		if g.dup == Raise {

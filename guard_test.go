@@ -808,3 +808,27 @@ func TestHeartbeatLapseCancelsFn(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "stopped", got)
 }
+
+// badStore answers every claim with a record no store could have written.
+type badStore struct {
+	idem.Store
+	rec idem.Record
+}
+
+func (s badStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+	r := s.rec
+	r.Key = req.Key
+	return idem.ClaimResult{Outcome: idem.Existing, Record: &r}, nil
+}
+
+func TestInvalidRecordFromStore(t *testing.T) {
+	for name, rec := range map[string]idem.Record{
+		"failed without error": {Status: idem.StatusFailed, Nonce: "n", Attempt: 1, ExpiresAt: 1 << 62},
+		"unknown status":       {Status: "done", Nonce: "n", Attempt: 1, ExpiresAt: 1 << 62},
+		"no nonce":             {Status: idem.StatusCompleted, Attempt: 1, ExpiresAt: 1 << 62},
+	} {
+		g := newGuard[int](t, badStore{Store: memstore.New(), rec: rec})
+		_, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 1, nil })
+		assert.ErrorIs(t, err, idem.ErrCorruptRecord, name)
+	}
+}
