@@ -37,8 +37,12 @@ var (
 	ErrNotFound = errors.New("idem: record not found")
 	// ErrInvalidOption: an option given to New is invalid.
 	ErrInvalidOption = errors.New("idem: invalid option")
-	// ErrResultDecode: a stored result could not be decoded into T.
-	ErrResultDecode = errors.New("idem: stored result cannot be decoded")
+	// ErrPermanent marks a store failure that retrying cannot fix (a value
+	// the backend rejects, such as an item over its size limit). A store
+	// reports one as a *StoreError with Permanent set; the Guard then gives
+	// up on recording an outcome at once instead of retrying it for the
+	// takeover threshold.
+	ErrPermanent = errors.New("idem: permanent store failure")
 )
 
 // StoredError is a failure recorded under OnFailure(Lock): the message and a
@@ -158,10 +162,14 @@ func (e *LapseError) Is(target error) bool { return target == ErrLostOwnership }
 
 // StoreError wraps a failure of the store in operation Op.
 type StoreError struct {
-	Op  string // claim, heartbeat, complete, release, get
-	Err error
+	Op        string // claim, heartbeat, complete, release, get
+	Err       error
+	Permanent bool // retrying cannot help; matches ErrPermanent
 }
 
 func (e *StoreError) Error() string { return "idem: store " + e.Op + ": " + e.Err.Error() }
 
 func (e *StoreError) Unwrap() error { return e.Err }
+
+// Is makes a permanent StoreError match ErrPermanent.
+func (e *StoreError) Is(target error) bool { return e.Permanent && target == ErrPermanent }

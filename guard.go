@@ -441,7 +441,7 @@ func (g *Guard[T]) complete(ctx context.Context, sk, nonce string, attempt int64
 			return fmt.Errorf("idem: complete refused: %w", err)
 		}
 		wait := jitter(backoff)
-		if time.Now().Add(wait).After(deadline) {
+		if errors.Is(err, ErrPermanent) || time.Now().Add(wait).After(deadline) {
 			g.observe(ctx, Event{Kind: EventNotRecorded, StorageKey: sk, Attempt: attempt, Err: err})
 			return &NotRecordedError{Err: storeErr("complete", err)}
 		}

@@ -832,3 +832,23 @@ func TestInvalidRecordFromStore(t *testing.T) {
 		assert.ErrorIs(t, err, idem.ErrCorruptRecord, name)
 	}
 }
+
+// A completion the store can never accept is not retried for the whole
+// takeover threshold: the caller gets its result and ErrNotRecorded at once.
+func TestPermanentCompletionFailureNotRetried(t *testing.T) {
+	inst := storetest.Instrument(memstore.New())
+	inst.Before = func(ctx context.Context, op storetest.Op, key string) error {
+		if op == storetest.OpComplete {
+			return &idem.StoreError{Op: "complete", Err: errors.New("item too large"), Permanent: true}
+		}
+		return nil
+	}
+	g := newGuard[int](t, inst, idem.WithTakeoverAfter(time.Minute))
+	start := time.Now()
+	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 4, nil })
+	assert.Equal(t, 4, v)
+	assert.ErrorIs(t, err, idem.ErrNotRecorded)
+	assert.ErrorIs(t, err, idem.ErrPermanent)
+	assert.Equal(t, 1, inst.Count(storetest.OpComplete))
+	assert.Less(t, time.Since(start), 10*time.Second)
+}

@@ -224,7 +224,7 @@ func exitFor(err error) int {
 		return exitNoRecord
 	case errors.Is(err, idem.ErrInvalidKey), errors.Is(err, idem.ErrInvalidOption), errors.Is(err, idem.ErrInvalidPayload):
 		return exitUsage
-	case errors.Is(err, idem.ErrCorruptRecord), errors.Is(err, idem.ErrResultDecode),
+	case errors.Is(err, idem.ErrCorruptRecord),
 		errors.Is(err, idem.ErrResultUnavailable), errors.Is(err, idem.ErrPreviousFailure):
 		return exitSoftware
 	case errors.Is(err, idem.ErrLostOwnership):

@@ -150,7 +150,9 @@ func (st *Store) ttlAt(expiresAt int64) int64 {
 }
 
 func storeErr(op string, err error) error {
-	return &idem.StoreError{Op: op, Err: err}
+	var api smithy.APIError
+	permanent := errors.As(err, &api) && api.ErrorCode() == "ValidationException" // e.g. an item over 400 KB
+	return &idem.StoreError{Op: op, Err: err, Permanent: permanent}
 }
 
 // conditionFailed reports whether err is a refused condition, and returns

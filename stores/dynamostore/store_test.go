@@ -789,3 +789,16 @@ func TestBackendErrorsAreWrapped(t *testing.T) {
 		}
 	}
 }
+
+// A result over DynamoDB's item size limit is a permanent failure: the
+// Guard reports it at once instead of retrying.
+func TestOversizeResultIsPermanent(t *testing.T) {
+	e := newEnv(t)
+	key := storageKey()
+	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	err := e.store.Complete(context.Background(), key, "A", idem.Completion{
+		Status: idem.StatusCompleted, Result: make([]byte, 500<<10), TTL: time.Hour})
+	if !errors.Is(err, idem.ErrPermanent) {
+		t.Fatalf("oversize complete: %v, want ErrPermanent", err)
+	}
+}
