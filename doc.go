@@ -30,7 +30,7 @@
 // its cause (context.Cause), and Do returns an error matching
 // ErrLostOwnership. An owner that cannot refresh its claim at all (the
 // store unreachable from it) is stopped the same way once the claim has
-// gone unrefreshed for the takeover threshold minus one heartbeat interval,
+// gone unrefreshed for the takeover threshold minus half a heartbeat interval,
 // before another caller could take it over; its outcome is still recorded
 // if nobody did. The claim's attempt number reaches fn as
 // FencingToken(ctx), for downstream systems that reject tokens that go

@@ -145,7 +145,7 @@ func (e *NotRecordedError) Unwrap() error { return e.Err }
 func (e *NotRecordedError) Is(target error) bool { return target == ErrNotRecorded }
 
 // LapseError is the cause with which fn's context is cancelled when no
-// heartbeat has succeeded for the takeover threshold minus one heartbeat
+// heartbeat has succeeded for the takeover threshold minus half a heartbeat
 // interval: the claim may be taken over at any moment, so fn should stop.
 // It matches ErrLostOwnership. The outcome is still recorded if nobody did
 // take the claim over.

@@ -270,6 +270,7 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, fn func(c
 		}
 	}()
 	for {
+		sent := time.Now() // the store's HeartbeatAt of a claim is no earlier
 		res, err := g.store.Claim(ctx, ClaimRequest{
 			Key: sk, Nonce: newNonce(), PayloadHash: ph, LeaseTTL: g.lease, TakeoverAfter: g.takeover,
 		})
@@ -288,7 +289,7 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, fn func(c
 			g.observe(ctx, Event{Kind: kind, StorageKey: sk, Attempt: rec.Attempt})
 			f.running = true
 			close(f.decided)
-			v, err = g.run(ctx, sk, rec, f, fn)
+			v, err = g.run(ctx, sk, rec, sent, f, fn)
 			return v, err, false
 		}
 		v, err, wait := g.decide(ctx, rec, ph)
@@ -348,12 +349,12 @@ func jitter(d time.Duration) time.Duration {
 
 // run executes fn under the claim rec: heartbeats while it runs, then
 // records the outcome (or releases the claim) conditioned on the nonce.
-func (g *Guard[T]) run(ctx context.Context, sk string, rec *Record, f *flight, fn func(context.Context) (T, error)) (v T, err error) {
+func (g *Guard[T]) run(ctx context.Context, sk string, rec *Record, claimed time.Time, f *flight, fn func(context.Context) (T, error)) (v T, err error) {
 	nonce, attempt := rec.Nonce, rec.Attempt
 	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, fencingKey{}, attempt))
 	bg := context.WithoutCancel(ctx)
 	start := time.Now()
-	hb := g.heartbeat(bg, sk, nonce, attempt, cancel)
+	hb := g.heartbeat(bg, sk, nonce, attempt, claimed, cancel)
 
 	normalReturn, recovered := false, false
 	var panicValue any
@@ -509,14 +510,18 @@ func (b *beater) stop() bool {
 	return b.lost
 }
 
-func (g *Guard[T]) heartbeat(ctx context.Context, sk, nonce string, attempt int64, cancel context.CancelCauseFunc) *beater {
+func (g *Guard[T]) heartbeat(ctx context.Context, sk, nonce string, attempt int64, claimed time.Time, cancel context.CancelCauseFunc) *beater {
 	b := &beater{}
 	// If no heartbeat succeeds for this long, another caller may take the
 	// claim over before the next one could tell: stop fn first. A timer of
-	// its own, so a heartbeat that hangs does not delay it.
-	lapse := g.takeover - g.beat
-	b.lastOK = time.Now() // the claim was made then
-	b.lapse = time.AfterFunc(lapse, func() {
+	// its own, so a heartbeat that hangs does not delay it. It counts from
+	// when the last successful refresh was sent (the store's HeartbeatAt is
+	// no earlier), and leaves half an interval, not a whole one, so that
+	// the next heartbeat has time to succeed even when the interval is half
+	// the threshold.
+	lapse := g.takeover - g.beat/2
+	b.lastOK = claimed
+	b.lapse = time.AfterFunc(lapse-time.Since(claimed), func() {
 		b.mu.Lock()
 		since := time.Since(b.lastOK)
 		b.mu.Unlock()
@@ -533,6 +538,7 @@ func (g *Guard[T]) heartbeat(ctx context.Context, sk, nonce string, attempt int6
 		b.busy.Add(1)
 		b.mu.Unlock()
 		defer b.busy.Done()
+		sent := time.Now()
 		hctx, hcancel := context.WithTimeout(ctx, g.beat)
 		err := g.store.Heartbeat(hctx, sk, nonce, g.lease)
 		hcancel()
@@ -547,15 +553,15 @@ func (g *Guard[T]) heartbeat(ctx context.Context, sk, nonce string, attempt int6
 			g.observe(ctx, Event{Kind: EventHeartbeatError, StorageKey: sk, Attempt: attempt, Err: err})
 		default:
 			b.mu.Lock()
-			b.lastOK = time.Now()
+			b.lastOK = sent
 			if !b.stopped {
-				b.lapse.Reset(lapse)
+				b.lapse.Reset(lapse - time.Since(sent))
 			}
 			b.mu.Unlock()
 		}
 		b.mu.Lock()
 		if !b.stopped {
-			b.timer.Reset(g.beat)
+			b.timer.Reset(g.beat - time.Since(sent)) // one interval from send to send
 		}
 		b.mu.Unlock()
 	})

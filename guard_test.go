@@ -809,6 +809,26 @@ func TestHeartbeatLapseCancelsFn(t *testing.T) {
 	assert.Equal(t, "stopped", got)
 }
 
+// A healthy owner is never stopped by the lapse timer, even with the
+// heartbeat interval at its maximum, half the takeover threshold: the
+// heartbeat sent after one interval must get the chance to succeed.
+func TestNoLapseWhileHeartbeatsSucceed(t *testing.T) {
+	inst := storetest.Instrument(memstore.New())
+	g := newGuard[int](t, inst, idem.WithHeartbeat(50*time.Millisecond), idem.WithTakeoverAfter(100*time.Millisecond))
+	var cause error
+	_, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
+		select {
+		case <-ctx.Done():
+			cause = context.Cause(ctx)
+		case <-time.After(400 * time.Millisecond):
+		}
+		return 1, nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, cause, "fn's context was cancelled although every heartbeat succeeded")
+	assert.GreaterOrEqual(t, inst.Count(storetest.OpHeartbeat), 5)
+}
+
 // badStore answers every claim with a record no store could have written.
 type badStore struct {
 	idem.Store
