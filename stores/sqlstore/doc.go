@@ -118,8 +118,11 @@
 // # Errors
 //
 // Database errors are returned as *idem.StoreError wrapping the driver's
-// error (errors.As finds *pgconn.PgError or *mysql.MySQLError). A MySQL
-// deadlock inside a claim is retried. Option mistakes are *OptionError
+// error (errors.As finds *pgconn.PgError or *mysql.MySQLError). A value the
+// database refuses (SQLSTATE class 22: too long for its column, not valid
+// UTF-8, a NUL byte in PostgreSQL text) or a statement over MySQL's packet
+// limit is marked permanent (it matches idem.ErrPermanent), so a Guard does
+// not retry the completion. A MySQL deadlock inside a claim is retried. Option mistakes are *OptionError
 // matching idem.ErrInvalidOption, from New. Keys longer than 255 bytes are
 // an idem.ErrInvalidKey, nonces longer than 64 bytes and payload hashes
 // longer than 255 bytes are refused before any statement, so MySQL never

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,7 +130,25 @@ func (s *Store) exec(ctx context.Context, id stmtID, args ...any) (int64, error)
 
 func (s *Store) nowMs() int64 { return s.cfg.now().UnixMilli() }
 
-func storeErr(op string, err error) error { return &idem.StoreError{Op: op, Err: err} }
+func storeErr(op string, err error) error {
+	return &idem.StoreError{Op: op, Err: err, Permanent: permanent(err)}
+}
+
+// permanent reports a database error that sending the same values again
+// cannot fix: a data exception (SQLSTATE class 22: a value too long for its
+// column, text that is not valid UTF-8 or, on PostgreSQL, holds a NUL
+// byte, a number out of range), or a statement over MySQL's packet limit.
+func permanent(err error) bool {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return (me.SQLState[0] == '2' && me.SQLState[1] == '2') || me.Number == 1153 // ER_NET_PACKET_TOO_LARGE
+	}
+	if errors.Is(err, mysql.ErrPktTooLarge) {
+		return true
+	}
+	var se interface{ SQLState() string } // *pgconn.PgError, *pq.Error
+	return errors.As(err, &se) && strings.HasPrefix(se.SQLState(), "22")
+}
 
 // checkKey validates a storage key.
 func (s *Store) checkKey(key string) error {

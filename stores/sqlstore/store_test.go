@@ -324,3 +324,43 @@ func TestStoreErrorsWrapped(t *testing.T) {
 		assert.ErrorContains(t, err, "database is closed")
 	})
 }
+
+// A completion the database refuses for its values (an error type over
+// MySQL's TEXT column, a message that is not valid UTF-8, a NUL byte in
+// PostgreSQL text) is a permanent failure: sending it again cannot help,
+// so the Guard reports it at once instead of retrying. Transient failures
+// (a missing table, a closed pool) are not.
+func TestRefusedValuesArePermanent(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		e := newEnv(t, d)
+		ctx := ctxT(t)
+		failed := func(msg, typ string) idem.Completion {
+			return idem.Completion{Status: idem.StatusFailed, Error: &idem.StoredError{Message: msg, Type: typ}, TTL: time.Hour}
+		}
+		cases := map[string]idem.Completion{"invalid UTF-8": failed("bad \xff byte", "t")}
+		if d == sqlstore.MySQL {
+			cases["type too long"] = failed("m", strings.Repeat("x", 1<<16))
+		} else {
+			cases["NUL byte"] = failed("nul \x00 byte", "t")
+		}
+		for name, c := range cases {
+			key := storageKey()
+			req := claimReq(key)
+			_, err := e.store.Claim(ctx, req)
+			require.NoError(t, err)
+			err = e.store.Complete(ctx, key, req.Nonce, c)
+			var se *idem.StoreError
+			require.True(t, errors.As(err, &se), "%s: %v", name, err)
+			assert.ErrorIs(t, err, idem.ErrPermanent, name)
+			rec, err := e.store.Get(ctx, key)
+			require.NoError(t, err)
+			assert.Equal(t, idem.StatusInProgress, rec.Status, name)
+		}
+
+		s, err := sqlstore.New(e.db, d, sqlstore.WithTable("idem_missing_"+randHex(4)))
+		require.NoError(t, err)
+		err = s.Complete(ctx, storageKey(), "n", idem.Completion{Status: idem.StatusCompleted})
+		require.Error(t, err)
+		assert.NotErrorIs(t, err, idem.ErrPermanent, "missing table")
+	})
+}
