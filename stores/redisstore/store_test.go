@@ -350,3 +350,45 @@ func TestSameSlot(t *testing.T) {
 		assert.Equal(t, a, b)
 	}
 }
+
+// TestLaxNumbersAreCorruptForWrites: a field the decoder rejects ("1.0",
+// "1e3", "0x10", " 7") or an err_type without err_msg makes every script
+// report the record corrupt and leave it alone; no script takes over,
+// refreshes, completes or releases a record that then reads back as
+// corrupt.
+func TestLaxNumbersAreCorruptForWrites(t *testing.T) {
+	both(t, func(t *testing.T, c backend) {
+		ctx := ctxT(t)
+		s := newStore(t, c)
+		stale := func(key string) map[string]any {
+			// in_progress, live for a long time, heartbeat long ago: stale.
+			return map[string]any{"v": "1", "key": key, "status": "in_progress", "nonce": "n", "attempt": "1",
+				"started_at": "1", "heartbeat_at": "1", "completed_at": "0", "expires_at": "99999999999999"}
+		}
+		cases := map[string]func(key string) map[string]any{
+			"float completed_at": func(k string) map[string]any { m := stale(k); m["completed_at"] = "0.0"; return m },
+			"exponent started":   func(k string) map[string]any { m := stale(k); m["started_at"] = "1e3"; return m },
+			"hex attempt":        func(k string) map[string]any { m := stale(k); m["attempt"] = "0x10"; return m },
+			"spaced heartbeat":   func(k string) map[string]any { m := stale(k); m["heartbeat_at"] = " 1"; return m },
+			"err_type alone":     func(k string) map[string]any { m := stale(k); m["err_type"] = "x"; return m },
+		}
+		for name, mk := range cases {
+			t.Run(name, func(t *testing.T) {
+				key := storageKey()
+				require.NoError(t, c.HSet(ctx, s.Key(key), mk(key)).Err())
+				before, err := c.HGetAll(ctx, s.Key(key)).Result()
+				require.NoError(t, err)
+				_, err = s.Get(ctx, key)
+				assertCorrupt(t, err)
+				_, err = s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: "other", LeaseTTL: time.Minute, TakeoverAfter: time.Millisecond})
+				assertCorrupt(t, err)
+				assertCorrupt(t, s.Heartbeat(ctx, key, "n", time.Minute))
+				assertCorrupt(t, s.Release(ctx, key, "n"))
+				assertCorrupt(t, s.Complete(ctx, key, "n", idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+				after, err := c.HGetAll(ctx, s.Key(key)).Result()
+				require.NoError(t, err)
+				assert.Equal(t, before, after, "a script wrote to a corrupt record")
+			})
+		}
+	})
+}

@@ -8,9 +8,13 @@
 
 if redis.replicate_commands then redis.replicate_commands() end
 
--- num parses an integer field; nil when it is not one. (The Go decoder is
--- stricter about the textual form; this only guards the script's decisions.)
+-- num parses an integer field; nil when it is not one. It accepts no form
+-- the Go decoder rejects ('1.0', '1e3', '0x10', ' 7'), so a script never
+-- writes to a record that reads back as corrupt.
 local function num(s)
+  if type(s) ~= 'string' or not string.match(s, '^[-+]?%d+$') then
+    return nil
+  end
   local n = tonumber(s)
   if n == nil or n ~= math.floor(n) or n > 9007199254740991 or n < -9007199254740991 then
     return nil
@@ -48,6 +52,7 @@ local function load(k)
   if m.key == nil or m.key == '' or m.nonce == nil or m.nonce == ''
     or (m.status ~= 'in_progress' and m.status ~= 'completed' and m.status ~= 'failed')
     or (m.status == 'failed' and m.err_msg == nil)
+    or (m.err_type ~= nil and m.err_msg == nil)
     or num(m.started_at) == nil or num(m.completed_at) == nil then
     return flat, nil, 'missing or malformed fields'
   end
