@@ -247,6 +247,12 @@ func (t *DynamoTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease,
 		}
 		var ccf *types.ConditionalCheckFailedException
 		if errors.As(err, &ccf) {
+			// A PutItem has no idempotency token: if the first attempt's
+			// reply was lost, its retry finds the LOCK that attempt wrote.
+			// The token is ours (random), so the lease is ours.
+			if cur, derr := decodeLease(in.PK, ccf.Item); derr == nil && cur.Token == in.Token {
+				return cur, nil
+			}
 			return Lease{}, leaseHeld(in.PK, ccf.Item)
 		}
 		return Lease{}, writeErr("acquire", in.PK, err)
@@ -264,6 +270,12 @@ func (t *DynamoTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease,
 	})
 	if err == nil {
 		return lease, nil
+	}
+	var tce *types.TransactionCanceledException
+	if errors.As(err, &tce) && len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == reasonCondition {
+		if cur, derr := decodeLease(in.PK, tce.CancellationReasons[0].Item); derr == nil && cur.Token == in.Token {
+			return cur, nil // our own earlier attempt, as above
+		}
 	}
 	return Lease{}, t.txErr("acquire", in.PK, err, func(i int, item map[string]types.AttributeValue) error {
 		if i == 0 {

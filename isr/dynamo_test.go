@@ -89,3 +89,41 @@ func TestDynamoTableConformance(t *testing.T) {
 }
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
+
+// lostPutReply is a DynamoAPI whose PutItem requests reach the table but
+// whose first reply is lost, so the request is sent again (as the SDK's
+// retryer does after a timeout).
+type lostPutReply struct {
+	isr.DynamoAPI
+}
+
+func (l lostPutReply) PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if _, err := l.DynamoAPI.PutItem(ctx, in, optFns...); err != nil {
+		return nil, err
+	}
+	return l.DynamoAPI.PutItem(ctx, in, optFns...)
+}
+
+// An acquire whose reply was lost and whose retry then finds the LOCK item
+// it wrote itself (its own random token) holds the lease: it is not
+// "held by another worker".
+func TestDynamoAcquireRetriedAfterLostReply(t *testing.T) {
+	client, _ := dynamoClient(t)
+	tb := isr.NewDynamoTable(lostPutReply{client}, freshTable(t, client))
+	ctx := context.Background()
+	pk := isrtest.NewPK(t)
+	now := time.Now()
+	in := isr.AcquireInput{PK: pk, Token: "tok-1", Now: now, ExpiresAt: now.Unix() + 30, TTL: now.Unix() + 90}
+	l, err := tb.AcquireLease(ctx, in)
+	if err != nil {
+		t.Fatalf("AcquireLease after a lost reply: %v", err)
+	}
+	if l != (isr.Lease{PK: pk, Token: "tok-1", ExpiresAt: in.ExpiresAt, TTL: in.TTL}) {
+		t.Fatalf("lease = %+v", l)
+	}
+	// Another worker's token is still refused.
+	in.Token = "tok-2"
+	if _, err := tb.AcquireLease(ctx, in); !errors.Is(err, isr.ErrLeaseHeld) {
+		t.Fatalf("second worker: %v, want ErrLeaseHeld", err)
+	}
+}

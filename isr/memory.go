@@ -127,6 +127,9 @@ func (t *MemoryTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease,
 	}
 	defer t.mu.Unlock()
 	now := in.Now.Unix()
+	if cur, ok := t.lease[in.PK]; ok && cur.Token == in.Token && cur.ExpiresAt > now {
+		return cur, nil // a retried acquire: the lease is already ours
+	}
 	var errs []error
 	reasons := []string{reasonNone}
 	if cur, ok := t.lease[in.PK]; ok && cur.ExpiresAt > now {

@@ -163,7 +163,9 @@ type Table interface {
 
 	// AcquireLease puts LOCK if it is absent or expired (lease_expires_at <=
 	// Now). A held lease gives *LeaseHeldError (ErrLeaseHeld); see
-	// AcquireInput.IfMetaNotNewer for ErrMetaChanged.
+	// AcquireInput.IfMetaNotNewer for ErrMetaChanged. A held lease that
+	// already carries in.Token (the retry of an acquire whose reply was
+	// lost) is returned as stored, without error.
 	AcquireLease(ctx context.Context, in AcquireInput) (Lease, error)
 	// RefreshLease extends the lease if it carries the token and is held at
 	// Now; otherwise ErrLeaseLost.

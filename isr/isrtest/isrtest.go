@@ -176,6 +176,15 @@ func testAcquire(t *testing.T, tb isr.Table) {
 	if must(tb.GetLease(ctx, pk))(t).Token != "tok-a" {
 		t.Fatal("a refused acquire changed the lease")
 	}
+	// The same token again (an acquire retried after its reply was lost):
+	// the lease is the caller's, as stored, with or without the META guard.
+	zero := int64(0)
+	for _, guard := range []*int64{nil, &zero} {
+		again, err := tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "tok-a", Now: at(5), ExpiresAt: abs(35), TTL: abs(95), IfMetaNotNewer: guard})
+		if err != nil || again != l {
+			t.Fatalf("re-acquire with the holder's token (guard %v): %+v, %v; want %+v", guard != nil, again, err, l)
+		}
+	}
 	// lease_expires_at == now: not held any more.
 	l2 := acquire(t, tb, pk, "tok-b", 30, abs(60))
 	if must(tb.GetLease(ctx, pk))(t) != l2 {
