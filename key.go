@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"hash"
 	"strings"
 	"sync"
@@ -24,8 +25,8 @@ const MaxKeyLen = 4096
 // colon, and the hex SHA-256 of the args as canonical JSON (object keys
 // sorted at every depth, structs and maps with the same fields alike). The
 // same name and args give the same key in every run and process. A value
-// JSON cannot encode (func, chan, a cycle, NaN) gives an error matching
-// ErrInvalidKey, as does an empty name.
+// JSON cannot encode (func, chan, a cycle, NaN) or a string that is not
+// valid UTF-8 gives an error matching ErrInvalidKey, as does an empty name.
 func Key(name string, args ...any) (string, error) {
 	if name == "" {
 		return "", &KeyError{Reason: "empty name"}
@@ -46,11 +47,17 @@ func Key(name string, args ...any) (string, error) {
 
 // CanonicalJSON encodes v as JSON with object keys sorted at every depth and
 // numbers kept exactly as encoded, so equal values give equal bytes whatever
-// their Go types (a struct and a map with the same fields agree).
+// their Go types (a struct and a map with the same fields agree). A string
+// that is not valid UTF-8 is an error: JSON would replace its bad bytes with
+// U+FFFD and so make different values encode alike. (A MarshalJSON method
+// that writes the escape \ufffd is refused for the same reason.)
 func CanonicalJSON(v any) ([]byte, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
+	}
+	if !utf8.Valid(b) || hasReplacementEscape(b) {
+		return nil, errors.New("a string is not valid UTF-8")
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
@@ -59,6 +66,22 @@ func CanonicalJSON(v any) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(tree) // maps encode with sorted keys
+}
+
+// hasReplacementEscape reports whether the JSON text b holds the escape
+// \ufffd, which encoding/json writes for each invalid byte of a string (a
+// valid U+FFFD it writes as is).
+func hasReplacementEscape(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 >= len(b) {
+			continue
+		}
+		if b[i+1] == 'u' && i+6 <= len(b) && bytes.EqualFold(b[i+2:i+6], []byte("fffd")) {
+			return true
+		}
+		i++ // skip the escaped character, so \\ufffd is not taken for one
+	}
+	return false
 }
 
 // keyer derives storage keys and payload hashes for one Guard.

@@ -1,6 +1,7 @@
 package idem_test
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/memstore"
 )
 
 func TestKeyCanonical(t *testing.T) {
@@ -63,6 +65,33 @@ func TestKeyInvalid(t *testing.T) {
 	assert.ErrorIs(t, err, idem.ErrInvalidKey)
 	_, err = idem.Key("bad\xff")
 	assert.ErrorIs(t, err, idem.ErrInvalidKey)
+}
+
+// JSON turns every invalid UTF-8 byte into U+FFFD, so strings that differ
+// only there would canonicalise alike and two different calls would share a
+// key (or pass a payload check): they are refused instead.
+func TestKeyInvalidUTF8(t *testing.T) {
+	for name, arg := range map[string]any{
+		"string":  "\xff",
+		"map key": map[string]int{"a\xfe": 1},
+		"nested":  []any{map[string]any{"x": "ok\xc3"}},
+	} {
+		_, err := idem.Key("f", arg)
+		assert.ErrorIs(t, err, idem.ErrInvalidKey, name)
+	}
+	k1, err := idem.Key("f", "\ufffd")
+	require.NoError(t, err, "a valid U+FFFD is fine")
+	k2, err := idem.Key("f", `\ufffd`)
+	require.NoError(t, err, "so is a backslash followed by ufffd")
+	assert.NotEqual(t, k1, k2)
+
+	g, err := idem.New[int](memstore.New())
+	require.NoError(t, err)
+	fn := func(ctx context.Context) (int, error) { return 1, nil }
+	_, err = g.Do(context.Background(), "k", fn, idem.Payload("\xff"))
+	assert.ErrorIs(t, err, idem.ErrInvalidPayload)
+	_, err = g.Do(context.Background(), "k", fn, idem.Payload("\ufffd"))
+	require.NoError(t, err)
 }
 
 // FuzzKey checks that canonicalisation is deterministic and insensitive to
