@@ -476,11 +476,13 @@ func (t *DynamoTable) PublishPointer(ctx context.Context, in PublishPointerInput
 	if len(remove) > 0 {
 		expr += " REMOVE " + strings.Join(remove, ", ")
 	}
-	cond := "attribute_not_exists(#version)"
-	if in.ExpectedVersion != 0 {
-		cond = "#version = :ev"
-		vals[":ev"] = nAttr(in.ExpectedVersion)
+	// Version 0 is META without a version attribute (as decoded), or with
+	// an explicit 0 written by another service.
+	cond := "#version = :ev"
+	if in.ExpectedVersion == 0 {
+		cond = "attribute_not_exists(#version) OR #version = :ev"
 	}
+	vals[":ev"] = nAttr(in.ExpectedVersion)
 	if in.Monotonic {
 		cond = "(" + cond + ") AND (attribute_not_exists(#generated_at) OR #generated_at < :gen)"
 	}
@@ -517,7 +519,7 @@ func (t *DynamoTable) PublishPointer(ctx context.Context, in PublishPointerInput
 			return ErrVersionExists
 		case 2:
 			cur, derr := decodeMetaLoose(pk, old)
-			if derr == nil && cur.Version == in.ExpectedVersion {
+			if in.Monotonic && derr == nil && cur.Version == in.ExpectedVersion {
 				return ErrNotNewer
 			}
 			return ErrVersionConflict

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/idem-go/idem/internal/testenv"
@@ -125,5 +127,43 @@ func TestDynamoAcquireRetriedAfterLostReply(t *testing.T) {
 	in.Token = "tok-2"
 	if _, err := tb.AcquireLease(ctx, in); !errors.Is(err, isr.ErrLeaseHeld) {
 		t.Fatalf("second worker: %v, want ErrLeaseHeld", err)
+	}
+}
+
+// A META written by another service with an explicit "version": 0 is the
+// same as a META without version: a recipe-B publish expecting version 0
+// succeeds and writes version 1.
+func TestDynamoPointerPublishOverExplicitVersionZero(t *testing.T) {
+	client, _ := dynamoClient(t)
+	name := freshTable(t, client)
+	tb := isr.NewDynamoTable(client, name)
+	ctx := context.Background()
+	pk := isrtest.NewPK(t)
+	now := time.Now()
+	_, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(name), Item: map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: pk}, "sk": &types.AttributeValueMemberS{Value: isr.SKMeta},
+		"s3_key":             &types.AttributeValueMemberS{Value: "old"},
+		"generated_at":       &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Unix()-100, 10)},
+		"revalidate_seconds": &types.AttributeValueMemberN{Value: "10"},
+		"version":            &types.AttributeValueMemberN{Value: "0"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen, err := tb.GetMeta(ctx, pk)
+	if err != nil || seen.Version != 0 {
+		t.Fatalf("GetMeta = %+v, %v", seen, err)
+	}
+	l, err := tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "t", Now: now, ExpiresAt: now.Unix() + 30, TTL: now.Unix() + 90})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := isr.PublishPointerInput{Lease: l, Now: now, Version: isr.Version{ID: "v1", S3Key: "new", GeneratedAt: now.Unix()}, RevalidateSeconds: 10, ExpectedVersion: seen.Version}
+	m, err := tb.PublishPointer(ctx, in)
+	if err != nil {
+		t.Fatalf("PublishPointer over version 0: %v", err)
+	}
+	if m.Version != 1 {
+		t.Fatalf("META = %+v", m)
 	}
 }
