@@ -34,7 +34,10 @@
 //	                did not (the takeover rate is a query away)
 //	INDEX (expires_at), used by Purge
 //
-// MySQL tables use utf8mb4_bin, so keys and nonces compare byte for byte.
+// MySQL tables use utf8mb4_bin, so keys and nonces compare byte for byte,
+// except that the collation ignores trailing spaces; a key, nonce, payload
+// hash, tenant or scope with a trailing space, a NUL byte or invalid UTF-8
+// (which MySQL's INSERT IGNORE would silently cut short) is refused.
 // Decoding is strict: an unknown record_version or status, an empty nonce,
 // an attempt below 1, a failed row without a message is a
 // *idem.CorruptRecordError. A claim never overwrites such a row (the

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idem-go/idem"
 )
@@ -123,24 +124,49 @@ func WithTable(name string) Option {
 	}
 }
 
+// textProblem says why s cannot be kept in a key column and compared byte
+// for byte in both dialects ("" if it can): MySQL's INSERT IGNORE cuts text
+// that is not valid UTF-8 at the first bad byte (the error becomes a
+// warning), so a row would be written under another value; its PAD SPACE
+// collation compares "a" and "a " as equal; PostgreSQL text cannot hold a
+// NUL byte.
+func textProblem(s string) string {
+	switch {
+	case !utf8.ValidString(s):
+		return "not valid UTF-8"
+	case strings.HasSuffix(s, " "):
+		return "trailing space"
+	case strings.IndexByte(s, 0) >= 0:
+		return "NUL byte"
+	}
+	return ""
+}
+
 // WithTenant fixes the tenant column of every row this store reads and
 // writes (default ""), so several tenants can share one table. At most 64
-// bytes.
+// bytes of valid UTF-8, without a NUL byte or a trailing space.
 func WithTenant(tenant string) Option {
 	return func(c *config) {
 		if len(tenant) > MaxTenantLen {
 			c.fail("WithTenant", fmt.Sprintf("longer than %d bytes", MaxTenantLen))
+		}
+		if why := textProblem(tenant); why != "" {
+			c.fail("WithTenant", why)
 		}
 		c.tenant = tenant
 	}
 }
 
 // WithScope fixes the scope column of every row this store reads and writes
-// (default ""). At most 255 bytes.
+// (default ""). At most 255 bytes of valid UTF-8, without a NUL byte or a
+// trailing space.
 func WithScope(scope string) Option {
 	return func(c *config) {
 		if len(scope) > MaxScopeLen {
 			c.fail("WithScope", fmt.Sprintf("longer than %d bytes", MaxScopeLen))
+		}
+		if why := textProblem(scope); why != "" {
+			c.fail("WithScope", why)
 		}
 		c.scope = scope
 	}

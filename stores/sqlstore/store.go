@@ -161,6 +161,9 @@ func (s *Store) checkKey(key string) error {
 	case len(key) > MaxKeyLen:
 		return &idem.KeyError{Reason: fmt.Sprintf("storage key longer than %d bytes", MaxKeyLen)}
 	}
+	if why := textProblem(key); why != "" {
+		return &idem.KeyError{Reason: "storage key: " + why}
+	}
 	return nil
 }
 
@@ -170,6 +173,9 @@ func checkNonce(nonce string) error {
 		return errors.New("empty nonce")
 	case len(nonce) > MaxNonceLen:
 		return fmt.Errorf("nonce longer than %d bytes", MaxNonceLen)
+	}
+	if why := textProblem(nonce); why != "" {
+		return errors.New("nonce: " + why)
 	}
 	return nil
 }
@@ -197,6 +203,9 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 	}
 	if len(req.PayloadHash) > MaxPayloadLen {
 		return idem.ClaimResult{}, storeErr("claim", fmt.Errorf("payload hash longer than %d bytes", MaxPayloadLen))
+	}
+	if why := textProblem(req.PayloadHash); why != "" {
+		return idem.ClaimResult{}, storeErr("claim", errors.New("payload hash: "+why))
 	}
 	for range maxClaimRounds {
 		var (

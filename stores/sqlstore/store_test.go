@@ -39,6 +39,10 @@ func TestOptionsRejected(t *testing.T) {
 		"nil clock":         {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithClock(nil)}},
 		"first error kept":  {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithClock(nil), sqlstore.WithTable("ok")}},
 		"non-ascii letters": {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("tablé")}},
+		"tenant not UTF-8":  {db, sqlstore.MySQL, []sqlstore.Option{sqlstore.WithTenant("caf\xe9")}},
+		"tenant space":      {db, sqlstore.MySQL, []sqlstore.Option{sqlstore.WithTenant("acme ")}},
+		"scope NUL":         {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithScope("a\x00b")}},
+		"scope not UTF-8":   {db, sqlstore.MySQL, []sqlstore.Option{sqlstore.WithScope("\xff")}},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -87,6 +91,24 @@ func TestBadInput(t *testing.T) {
 		err = e.store.Complete(ctx, key, r.Nonce, idem.Completion{Status: idem.StatusFailed, TTL: time.Minute})
 		assert.Error(t, err, "a failure needs an error")
 		assert.ErrorIs(t, e.store.Heartbeat(ctx, key, "", time.Minute), idem.ErrLostOwnership)
+		// Text MySQL would cut short (invalid UTF-8) or compare loosely (a
+		// trailing space) is refused before any statement, and nothing is
+		// written.
+		for _, bad := range []string{"\xff", "x\xe9y", "x "} {
+			key := storageKey()
+			_, err = e.store.Claim(ctx, claimReq(key+bad))
+			assert.ErrorIs(t, err, idem.ErrInvalidKey, "key %q", bad)
+			r = claimReq(key)
+			r.Nonce += bad
+			_, err = e.store.Claim(ctx, r)
+			assert.Error(t, err, "nonce %q", bad)
+			r = claimReq(key)
+			r.PayloadHash = "ph" + bad
+			_, err = e.store.Claim(ctx, r)
+			assert.Error(t, err, "payload hash %q", bad)
+			_, err = e.store.Get(ctx, key)
+			assert.ErrorIs(t, err, idem.ErrNotFound, "%q", bad)
+		}
 		// Values that need quoting are parameters, never SQL.
 		odd := "idem:'; DROP TABLE x; --"
 		r = claimReq(odd)
