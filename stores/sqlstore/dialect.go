@@ -89,6 +89,8 @@ func buildQueries(d Dialect, table string) queries {
 		// claimPostgres for why that snapshot is checked).
 		claimable := `%[4]s.record_version = 1 AND %[4]s.attempt_count >= 1 AND %[4]s.claim_nonce <> ''
     AND %[4]s.status IN ('in_progress', 'completed', 'failed')
+    AND (%[4]s.status <> 'failed' OR %[4]s.error_message IS NOT NULL)
+    AND (%[4]s.error_type IS NULL OR %[4]s.error_message IS NOT NULL)
     AND (%[4]s.expires_at <= $6
       OR (%[4]s.status = 'in_progress' AND %[4]s.payload_hash = $5
           AND %[4]s.claim_nonce <> $4 AND %[4]s.heartbeat_at <= $8))`

@@ -248,6 +248,8 @@ func TestCorruptRows(t *testing.T) {
 			"error_type = 'x'",
 			"record_version = 9, expires_at = 0",
 			"status = 'unknown', expires_at = 0",
+			"status = 'failed', error_message = NULL, expires_at = 0",
+			"error_type = 'x', expires_at = 0",
 		} {
 			key := storageKey()
 			_, err := e.store.Claim(ctx, claimReq(key))
