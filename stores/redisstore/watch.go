@@ -141,9 +141,14 @@ func (h *hub) add(ch string, w *waiter) (<-chan struct{}, error) {
 	ready := sb.ready
 	h.mu.Unlock()
 	if isNew {
-		// A write error is not fatal: go-redis keeps ch in its set and
-		// resubscribes it when the receive loop reconnects.
-		_ = h.ps.Subscribe(h.s.ctx, ch)
+		// When the write fails, go-redis reconnects at once and
+		// resubscribes the channels it knew before this call, which do not
+		// include ch yet (it adds ch to its set only afterwards). So send
+		// it once more: on the new connection, or, if that fails too, ch is
+		// in the set by now and every later reconnect resubscribes it.
+		if err := h.ps.Subscribe(h.s.ctx, ch); err != nil {
+			_ = h.ps.Subscribe(h.s.ctx, ch)
+		}
 	}
 	return ready, nil
 }
