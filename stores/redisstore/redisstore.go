@@ -197,7 +197,8 @@ func WithWatchTimeout(d time.Duration) Option {
 }
 
 // WithHealthInterval sets how often an idle subscription connection is
-// pinged, so a silently dead connection is found and its watchers woken.
+// pinged, so a silently dead connection is found and its watchers woken: a
+// connection that does not answer a ping within the interval is replaced.
 // Default DefaultHealthInterval; it must be positive.
 func WithHealthInterval(d time.Duration) Option {
 	return func(s *Store) {

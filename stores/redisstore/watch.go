@@ -62,9 +62,7 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func(),
 // it (subscribed to ch) when needed.
 func (s *Store) hubFor(ch string) (*hub, error) {
 	id := ""
-	var subscriber interface {
-		Subscribe(ctx context.Context, channels ...string) *redis.PubSub
-	} = s.client
+	var subscriber subscriber = s.client
 	if r, ok := s.client.(shardRouter); ok {
 		shard, err := r.GetShardClientForKey(ch)
 		if err != nil {
@@ -82,11 +80,16 @@ func (s *Store) hubFor(ch string) (*hub, error) {
 	}
 	// An empty subscription does no I/O; add subscribes, and the receive
 	// loop connects and reads the confirmations.
-	h := &hub{s: s, subs: make(map[string]*sub), ps: subscriber.Subscribe(s.ctx)}
+	h := &hub{s: s, subscriber: subscriber, subs: make(map[string]*sub), ps: subscriber.Subscribe(s.ctx)}
 	s.hubs[id] = h
 	s.wg.Add(1)
 	go h.loop()
 	return h, nil
+}
+
+// subscriber opens subscriptions on the server (or servers) a hub listens to.
+type subscriber interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
 type waiter struct {
@@ -110,7 +113,11 @@ func newSub() *sub {
 // hub is one subscription connection multiplexing every watched channel
 // that lives on one server (or, for a Cluster, on all of them).
 type hub struct {
-	s  *Store
+	s          *Store
+	subscriber subscriber
+	// ps is replaced (by the receive loop, under opMu and mu) when its
+	// connection stops answering; the loop reads it without a lock, add
+	// and sweep under opMu, close under mu.
 	ps *redis.PubSub
 
 	// opMu orders changes of subs together with the SUBSCRIBE or
@@ -229,9 +236,39 @@ func (h *hub) sweep() {
 	}
 }
 
+// renew replaces the subscription connection, which did not answer a ping
+// within a health interval: go-redis reconnects only after an error, and a
+// black-holed connection gives none (writes succeed, reads time out). The
+// old connection's watchers are woken, as after any loss, and every channel
+// is subscribed again on a new connection.
+func (h *hub) renew() {
+	h.opMu.Lock()
+	defer h.opMu.Unlock()
+	h.lost()
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	chans := make([]string, 0, len(h.subs))
+	for ch := range h.subs {
+		chans = append(chans, ch)
+	}
+	old := h.ps
+	h.ps = h.subscriber.Subscribe(h.s.ctx) // no I/O without channels
+	h.mu.Unlock()
+	_ = old.Close()
+	if len(chans) > 0 {
+		// A failure leaves chans in the new subscription's set: the
+		// receive loop's reconnect subscribes them.
+		_ = h.ps.Subscribe(h.s.ctx, chans...)
+	}
+}
+
 func (h *hub) close() error {
 	h.mu.Lock()
 	h.closed = true
+	ps := h.ps
 	for _, sb := range h.subs {
 		for w := range sb.waiters {
 			w.fire()
@@ -239,7 +276,7 @@ func (h *hub) close() error {
 		clear(sb.waiters)
 	}
 	h.mu.Unlock()
-	return h.ps.Close()
+	return ps.Close()
 }
 
 func isTimeout(err error) bool {
@@ -253,6 +290,7 @@ func (h *hub) loop() {
 	ctx := h.s.ctx
 	backoff := 10 * time.Millisecond
 	lastSweep := time.Now()
+	pinged := false // a ping is unanswered: nothing was read since it was sent
 	for {
 		msg, err := h.ps.ReceiveTimeout(ctx, h.s.health)
 		if ctx.Err() != nil {
@@ -260,15 +298,25 @@ func (h *hub) loop() {
 		}
 		if err != nil {
 			if isTimeout(err) {
+				if pinged {
+					// No reply to the ping within a health interval: the
+					// connection is silently dead.
+					pinged = false
+					h.renew()
+					continue
+				}
 				// Idle: prove the connection is alive (the pong, or the
 				// failure, comes back through ReceiveTimeout).
 				if perr := h.ps.Ping(ctx); perr != nil {
 					h.lost()
+				} else {
+					pinged = true
 				}
 				h.sweep()
 				lastSweep = time.Now()
 				continue
 			}
+			pinged = false
 			h.lost()
 			select {
 			case <-ctx.Done():
@@ -279,6 +327,7 @@ func (h *hub) loop() {
 			continue
 		}
 		backoff = 10 * time.Millisecond
+		pinged = false
 		switch m := msg.(type) {
 		case *redis.Message:
 			h.deliver(m.Channel)
