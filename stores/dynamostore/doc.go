@@ -30,9 +30,11 @@
 //
 // Decoding is strict: a missing or wrongly typed attribute, an unknown
 // status or record_version is a *idem.CorruptRecordError, never a panic. A
-// corrupt item is never overwritten by a claim: the claim's condition
-// compares typed attributes, so it fails and the refused item is decoded;
-// an expired item whose attempt is not a number makes the server reject the
+// live corrupt item is never overwritten by a claim: the claim's condition
+// compares typed attributes (a takeover also checks the record_version and
+// the types of nonce, attempt and started_at), so it fails and the refused
+// item is decoded. An expired item is rewritten whatever it holds, except
+// that one whose attempt is not a number makes the server reject the
 // update, and the claim then reads the item to report it as corrupt.
 // Delete removes a corrupt item.
 //

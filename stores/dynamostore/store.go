@@ -194,8 +194,13 @@ func (st *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRe
 			UpdateExpression: aws.String("SET #st = :ip, #ph = :ph, #n = :n, " +
 				"#a = if_not_exists(#a, :zero) + :one, #sa = :now, #hb = :now, " +
 				"#ea = :exp, #ttl = :ttl, #v = :v REMOVE #res, #em, #et, #ca"),
+			// A takeover replaces a live item, so it also asks for the
+			// attributes it keeps or could misread to be of this encoding
+			// (version, nonce, attempt, start): a live item that is not is
+			// refused and reported as corrupt instead of overwritten.
 			ConditionExpression: aws.String("attribute_not_exists(#pk) OR #ea <= :now OR " +
-				"(#st = :ip AND #hb <= :stale AND #ph = :ph AND #n <> :n AND #ea <= :exp)"),
+				"(#st = :ip AND #hb <= :stale AND #ph = :ph AND #n <> :n AND #ea <= :exp AND #v = :v AND " +
+				"attribute_type(#n, :S) AND attribute_type(#a, :N) AND attribute_type(#sa, :N))"),
 			ExpressionAttributeNames: st.names("#pk", "#st", "#ph", "#n", "#a", "#sa", "#hb",
 				"#ea", "#ttl", "#v", "#res", "#em", "#et", "#ca"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
@@ -203,6 +208,7 @@ func (st *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRe
 				":n": attrS(req.Nonce), ":zero": attrN(0), ":one": attrN(1), ":now": attrN(now),
 				":exp": attrN(exp), ":ttl": attrN(st.ttlAt(exp)), ":v": attrN(encodingVersion),
 				":stale": attrN(now - req.TakeoverAfter.Milliseconds()),
+				":S":     attrS("S"), ":N": attrS("N"),
 			},
 			ReturnValues:                        types.ReturnValueAllOld,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,

@@ -567,6 +567,52 @@ func TestCorruptRecords(t *testing.T) {
 	}
 }
 
+// A live, stale in-progress item that this encoding cannot read (a later
+// record_version, a nonce or start time of the wrong type) is not taken
+// over: the claim reports it as corrupt and leaves it as it is.
+func TestTakeoverRefusesACorruptItem(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	cases := map[string]func(map[string]types.AttributeValue){
+		"future version": func(m map[string]types.AttributeValue) {
+			m["record_version"] = &types.AttributeValueMemberN{Value: "2"}
+		},
+		"missing started":   func(m map[string]types.AttributeValue) { delete(m, "started_at") },
+		"nonce as number":   func(m map[string]types.AttributeValue) { m["nonce"] = &types.AttributeValueMemberN{Value: "5"} },
+		"attempt as string": func(m map[string]types.AttributeValue) { m["attempt"] = &types.AttributeValueMemberS{Value: "1"} },
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			key := storageKey()
+			stale := strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10)
+			exp := strconv.FormatInt(time.Now().Add(30*time.Second).UnixMilli(), 10)
+			item := map[string]types.AttributeValue{
+				"pk":             &types.AttributeValueMemberS{Value: e.prefix + key},
+				"sk":             &types.AttributeValueMemberS{Value: "IDEM"},
+				"record_version": &types.AttributeValueMemberN{Value: "1"},
+				"status":         &types.AttributeValueMemberS{Value: "in_progress"},
+				"nonce":          &types.AttributeValueMemberS{Value: "A"},
+				"payload_hash":   &types.AttributeValueMemberS{Value: "ph"},
+				"attempt":        &types.AttributeValueMemberN{Value: "1"},
+				"started_at":     &types.AttributeValueMemberN{Value: stale},
+				"heartbeat_at":   &types.AttributeValueMemberN{Value: stale},
+				"expires_at":     &types.AttributeValueMemberN{Value: exp},
+			}
+			mutate(item)
+			if _, err := e.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(testTable), Item: item}); err != nil {
+				t.Fatal(err)
+			}
+			res, err := e.store.Claim(ctx, claimReq(key, "B"))
+			if !errors.Is(err, idem.ErrCorruptRecord) {
+				t.Fatalf("claim: %v, %v; want a corrupt record", res.Outcome, err)
+			}
+			if after, before := plain(t, rawItem(t, e, key)), plain(t, item); !reflect.DeepEqual(after, before) {
+				t.Errorf("corrupt item changed:\n%v\n%v", after, before)
+			}
+		})
+	}
+}
+
 func TestClaimOverwritesAnExpiredOddRecord(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
