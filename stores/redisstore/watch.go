@@ -152,8 +152,10 @@ func (h *hub) add(ch string, w *waiter) (<-chan struct{}, error) {
 		// resubscribes the channels it knew before this call, which do not
 		// include ch yet (it adds ch to its set only afterwards). So send
 		// it once more: on the new connection, or, if that fails too, ch is
-		// in the set by now and every later reconnect resubscribes it.
-		if err := h.ps.Subscribe(h.s.ctx, ch); err != nil {
+		// in the set by now and every later reconnect resubscribes it. A
+		// failed dial needs no retry: the next connection, whoever makes
+		// it, subscribes ch.
+		if err := h.ps.Subscribe(h.s.ctx, ch); err != nil && !isDial(err) {
 			_ = h.ps.Subscribe(h.s.ctx, ch)
 		}
 	}
@@ -277,6 +279,11 @@ func (h *hub) close() error {
 	}
 	h.mu.Unlock()
 	return ps.Close()
+}
+
+func isDial(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
 func isTimeout(err error) bool {
