@@ -101,16 +101,25 @@ func (s *Store) Close() error {
 }
 
 // stmt returns the prepared statement id, preparing it on first use. A
-// failed preparation is not cached.
+// failed preparation is not cached. The lock is not held while preparing,
+// so a preparation stuck on an unreachable database (until its caller's
+// deadline) does not hold up other calls past their own deadlines.
 func (s *Store) stmt(ctx context.Context, id stmtID) (*sql.Stmt, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if st := s.stmts[id]; st != nil {
+	st := s.stmts[id]
+	s.mu.Unlock()
+	if st != nil {
 		return st, nil
 	}
 	st, err := s.db.PrepareContext(ctx, s.q.text[id])
 	if err != nil {
 		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if prev := s.stmts[id]; prev != nil { // prepared concurrently: keep one
+		_ = st.Close()
+		return prev, nil
 	}
 	s.stmts[id] = st
 	return st, nil

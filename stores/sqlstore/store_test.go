@@ -1,13 +1,18 @@
 package sqlstore_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -386,5 +391,52 @@ func TestRefusedValuesArePermanent(t *testing.T) {
 		err = s.Complete(ctx, storageKey(), "n", idem.Completion{Status: idem.StatusCompleted})
 		require.Error(t, err)
 		assert.NotErrorIs(t, err, idem.ErrPermanent, "missing table")
+	})
+}
+
+// A statement being prepared on an unreachable database (here, every dial
+// hangs until its context ends) does not hold up other calls: each gives
+// up at its own deadline.
+func TestPrepareDoesNotHoldUpOtherCalls(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		var db *sql.DB
+		hang := func(ctx context.Context, _, _ string) (net.Conn, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		switch d {
+		case sqlstore.Postgres:
+			cfg, err := pgx.ParseConfig(dsn(t, d))
+			require.NoError(t, err)
+			cfg.DialFunc = hang
+			db = stdlib.OpenDB(*cfg)
+		default:
+			cfg, err := mysql.ParseDSN(dsn(t, d))
+			require.NoError(t, err)
+			cfg.DialFunc = hang
+			conn, err := mysql.NewConnector(cfg)
+			require.NoError(t, err)
+			db = sql.OpenDB(conn)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		s, err := sqlstore.New(db, d)
+		require.NoError(t, err)
+
+		slow, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = s.Get(slow, storageKey())
+		}()
+		time.Sleep(100 * time.Millisecond) // the Get is preparing
+		fast, cancelFast := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancelFast()
+		start := time.Now()
+		err = s.Heartbeat(fast, storageKey(), "n", time.Minute)
+		assert.Error(t, err)
+		assert.Less(t, time.Since(start), 2*time.Second, "heartbeat waited for another call's preparation")
+		cancel()
+		<-done
 	})
 }
