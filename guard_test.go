@@ -616,6 +616,8 @@ func TestOptionsValidated(t *testing.T) {
 		"heartbeat>=stale": {idem.WithHeartbeat(time.Second), idem.WithTakeoverAfter(time.Second)},
 		"heartbeat>half":   {idem.WithHeartbeat(600 * time.Millisecond), idem.WithTakeoverAfter(time.Second)},
 		"takeover":         {idem.WithTakeoverAfter(0)},
+		"takeover<1ms":     {idem.WithTakeoverAfter(900 * time.Microsecond)},
+		"ttl<1ms":          {idem.WithTTL(500 * time.Microsecond)},
 		"secret":           {idem.WithSecret(nil)},
 		"production":       {idem.RequireSecret()},
 		"dup":              {idem.OnDuplicate(idem.DuplicatePolicy(9))},
@@ -640,6 +642,27 @@ func TestOptionsValidated(t *testing.T) {
 	g, err := idem.New[int](s, idem.WithTakeoverAfter(90*time.Millisecond))
 	require.NoError(t, err, "the default heartbeat shrinks to fit a short threshold")
 	assert.NotNil(t, g)
+}
+
+// A takeover threshold under a millisecond would be zero in the record's
+// millisecond times: every live claim would be stale at once and a
+// duplicate would run fn beside the owner. New refuses it.
+func TestSubMillisecondThresholdRefused(t *testing.T) {
+	s := memstore.New()
+	opts := []idem.Option{idem.WithTakeoverAfter(900 * time.Microsecond), idem.WithHeartbeat(400 * time.Microsecond)}
+	a, err := idem.New[int](s, opts...)
+	if err != nil {
+		assert.ErrorIs(t, err, idem.ErrInvalidOption)
+		return
+	}
+	b := newGuard[int](t, s, opts...)
+	var runs atomic.Int32
+	_, _ = a.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
+		runs.Add(1)
+		_, _ = b.Do(context.Background(), "k", func(ctx context.Context) (int, error) { runs.Add(1); return 2, nil })
+		return 1, nil
+	})
+	assert.Equal(t, int32(1), runs.Load(), "a duplicate of a live call ran fn beside it")
 }
 
 func TestStorageKeys(t *testing.T) {

@@ -117,11 +117,12 @@ const (
 )
 
 // WithTTL sets how long a completed (or failed, under Lock) record is kept
-// and replayed. Default 24h.
+// and replayed. Default 24h; at least 1ms, since records keep times in
+// milliseconds.
 func WithTTL(d time.Duration) Option {
 	return func(c *config) {
-		if d <= 0 {
-			c.invalid("WithTTL", "ttl must be positive, got %v", d)
+		if d < time.Millisecond {
+			c.invalid("WithTTL", "ttl must be at least 1ms (records keep times in milliseconds), got %v", d)
 		}
 		c.ttl = d
 	}
@@ -162,13 +163,15 @@ func WithHeartbeat(d time.Duration) Option {
 }
 
 // WithTakeoverAfter sets the heartbeat age after which an in-progress claim
-// is stale and may be taken over by another caller. Default 30s. With
+// is stale and may be taken over by another caller. Default 30s; at least
+// 1ms, since records keep times in milliseconds (a shorter threshold would
+// count as zero and make every live claim stale at once). With
 // stores that use the caller's clock, hosts may disagree by up to this
 // threshold minus the heartbeat interval before a live claim looks stale.
 func WithTakeoverAfter(d time.Duration) Option {
 	return func(c *config) {
-		if d <= 0 {
-			c.invalid("WithTakeoverAfter", "threshold must be positive, got %v", d)
+		if d < time.Millisecond {
+			c.invalid("WithTakeoverAfter", "threshold must be at least 1ms (records keep times in milliseconds), got %v", d)
 		}
 		c.takeoverAfter = d
 	}
