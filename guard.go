@@ -40,6 +40,7 @@ type flight struct {
 	payloadHash string
 	running     bool          // the flight holds a claim and fn runs; set before decided closes
 	decided     chan struct{} // closed once the flight runs fn or has finished
+	waiting     chan struct{} // closed when the flight starts waiting on a live claim with its payload
 	done        chan struct{} // closed when the flight has finished
 	final       *Record       // set before done closes: the record that decides for followers, or nil
 }
@@ -144,7 +145,7 @@ func (g *Guard[T]) Do(ctx context.Context, key string, fn func(context.Context) 
 		g.mu.Lock()
 		f, ok := g.flights[sk]
 		if !ok {
-			f = &flight{payloadHash: ph, decided: make(chan struct{}), done: make(chan struct{})}
+			f = &flight{payloadHash: ph, decided: make(chan struct{}), waiting: make(chan struct{}), done: make(chan struct{})}
 			g.flights[sk] = f
 			g.mu.Unlock()
 			v, err, again := g.lead(ctx, sk, ph, f, fn)
@@ -166,6 +167,18 @@ func (g *Guard[T]) Do(ctx context.Context, key string, fn func(context.Context) 
 func (g *Guard[T]) follow(ctx context.Context, sk, ph string, f *flight) (v T, err error, again bool) {
 	select {
 	case <-f.decided:
+	case <-f.waiting:
+		// The flight waits on a live claim made with its payload: a caller
+		// with another payload is told so now, as the store would tell it.
+		if f.payloadHash != ph {
+			g.observe(ctx, Event{Kind: EventPayloadMismatch, StorageKey: sk})
+			return v, ErrPayloadMismatch, false
+		}
+		select {
+		case <-f.decided:
+		case <-ctx.Done():
+			return v, g.waitCancelled(ctx), false
+		}
 	case <-ctx.Done():
 		return v, g.waitCancelled(ctx), false
 	}
@@ -300,6 +313,7 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, fn func(c
 		// Wait for the live call to finish, then claim again.
 		if !waiting {
 			waiting, waitStart = true, time.Now()
+			close(f.waiting)
 			g.observe(ctx, Event{Kind: EventWait, StorageKey: sk, Attempt: rec.Attempt})
 		}
 		if g.watcher != nil && stopWatch == nil {

@@ -219,6 +219,50 @@ func TestSameProcessWaitFollowerBoundedByOwnContext(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
+// A same-process caller with another payload is told ErrPayloadMismatch at
+// once, as a caller in another process is, even while the call it would
+// coalesce with is waiting on a claim held elsewhere.
+func TestSameProcessMismatchNotHeldBehindWait(t *testing.T) {
+	s := memstore.New()
+	owner := newGuard[int](t, s)
+	var c idem.Counter
+	g := newGuard[int](t, s, idem.OnDuplicate(idem.Wait), idem.WithObserver(&c))
+	other := newGuard[int](t, s, idem.OnDuplicate(idem.Wait))
+	started, release := make(chan struct{}), make(chan struct{})
+	ownerDone := make(chan struct{})
+	go func() {
+		defer close(ownerDone)
+		_, _ = owner.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
+			close(started)
+			<-release
+			return 1, nil
+		}, idem.Payload("p1"))
+	}()
+	<-started
+	waiterDone := make(chan struct{})
+	go func() {
+		defer close(waiterDone)
+		v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 2, nil }, idem.Payload("p1"))
+		assert.NoError(t, err)
+		assert.Equal(t, 1, v)
+	}()
+	require.Eventually(t, func() bool { return c.Count(idem.EventWait) > 0 }, 5*time.Second, time.Millisecond)
+
+	fn := func(ctx context.Context) (int, error) { return 3, nil }
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := other.Do(ctx, "k", fn, idem.Payload("p2"))
+	assert.ErrorIs(t, err, idem.ErrPayloadMismatch, "another process")
+	start := time.Now()
+	_, err = g.Do(ctx, "k", fn, idem.Payload("p2"))
+	assert.ErrorIs(t, err, idem.ErrPayloadMismatch, "same process")
+	assert.Less(t, time.Since(start), time.Second)
+
+	close(release)
+	<-ownerDone
+	<-waiterDone
+}
+
 func TestReturnAndRaiseInProgress(t *testing.T) {
 	for _, sameProcess := range []bool{true, false} {
 		t.Run(fmt.Sprintf("sameProcess=%v", sameProcess), func(t *testing.T) {
