@@ -223,7 +223,6 @@ type Handler struct {
 	// busy holds, per pk, when this process may next try to regenerate a
 	// stale page whose lease it last found held elsewhere.
 	busy map[string]time.Time
-	bg   sync.WaitGroup
 
 	cache *bodyCache
 }
@@ -298,16 +297,23 @@ func NewHandler(coord *Coordinator, bodies body.Store, render PageFunc, opts ...
 func (h *Handler) Err() error { return h.err }
 
 // Wait blocks until every background regeneration started so far has
-// finished, or ctx is done.
+// finished, or ctx is done. It may be called while requests are still being
+// served; regenerations they start after the call are not waited for.
 func (h *Handler) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { h.bg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
+	h.mu.Lock()
+	pending := make([]*flight, 0, len(h.flights))
+	for _, f := range h.flights {
+		pending = append(pending, f)
 	}
+	h.mu.Unlock()
+	for _, f := range pending {
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return nil
 }
 
 // Cache states reported in the X-Isr-Cache header.
@@ -419,10 +425,8 @@ func (h *Handler) startFlight(pk, tenant, cacheKey string, seen Meta, hasSeen bo
 	}
 	f := &flight{done: make(chan struct{})}
 	h.flights[pk] = f
-	h.bg.Add(1)
 	h.mu.Unlock()
 	go func() {
-		defer h.bg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.renderTimeout)
 		defer cancel()
 		f.flightResult = h.regenerate(ctx, pk, tenant, cacheKey, seen, hasSeen)

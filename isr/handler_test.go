@@ -1040,3 +1040,46 @@ func ExampleHandler() {
 	// 200 MISS <h1>/hello</h1>
 	// 200 HIT <h1>/hello</h1>
 }
+
+// Wait may be called while requests keep starting regenerations (a
+// shutdown that waits before the server has drained, a health check): it
+// waits for the regenerations started so far and never panics.
+func TestHandlerWaitWhileServing(t *testing.T) {
+	f := newFixture(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	go func() { // the fixture's render reports every start
+		for {
+			select {
+			case <-f.pages.started:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if r := get(f.h, fmt.Sprintf("/w/%d/%d", g, i)); r.code != 200 {
+					t.Errorf("request: %+v", r)
+					return
+				}
+			}
+		}(g)
+	}
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if err := f.h.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+}
