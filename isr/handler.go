@@ -545,7 +545,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, meta Meta, obj *
 		etag = obj.ETag
 	}
 	hdr := w.Header()
-	if etagMatch(r.Header.Get("If-None-Match"), etag) {
+	if etagMatch(r.Header.Values("If-None-Match"), etag) {
 		hdr.Set("ETag", etag)
 		hdr.Set("Cache-Control", h.cacheControl(meta, state))
 		hdr.Set(HeaderCache, state)
@@ -621,17 +621,36 @@ func (h *Handler) fail(w http.ResponseWriter, code int, msg string, err error) {
 	http.Error(w, msg, code)
 }
 
-// etagMatch reports whether an If-None-Match header value matches etag,
-// with the weak comparison RFC 9110 prescribes for If-None-Match.
-func etagMatch(header, etag string) bool {
-	if header == "" || etag == "" {
+// etagMatch reports whether the If-None-Match header fields (a list, maybe
+// split over several fields) match etag, with the weak comparison RFC 9110
+// prescribes for If-None-Match. An entity tag is a quoted string that may
+// itself contain commas.
+func etagMatch(fields []string, etag string) bool {
+	if etag == "" {
 		return false
 	}
 	want := strings.TrimPrefix(etag, "W/")
-	for _, part := range strings.Split(header, ",") {
-		part = strings.TrimSpace(part)
-		if part == "*" || strings.TrimPrefix(part, "W/") == want {
-			return true
+	for _, v := range fields {
+		for {
+			v = strings.TrimLeft(v, " \t,")
+			if v == "" {
+				break
+			}
+			if v[0] == '*' {
+				return true
+			}
+			v = strings.TrimPrefix(v, "W/")
+			var tag string
+			if end := strings.IndexByte(v[min(1, len(v)):], '"'); v[0] == '"' && end >= 0 {
+				tag, v = v[:end+2], v[end+2:]
+			} else if i := strings.IndexByte(v, ','); i >= 0 { // not a quoted tag
+				tag, v = strings.TrimSpace(v[:i]), v[i:]
+			} else {
+				tag, v = strings.TrimSpace(v), ""
+			}
+			if tag == want {
+				return true
+			}
 		}
 	}
 	return false

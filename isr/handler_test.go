@@ -1083,3 +1083,53 @@ func TestHandlerWaitWhileServing(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// seedForeignPage publishes a page with the given ETag and generation time
+// straight through the Coordinator, as another service sharing the table
+// might.
+func seedForeignPage(t *testing.T, f *fixture, path, etag string, generatedAt time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	pk, err := isr.PK("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.bodies.Put(ctx, "seeded"+path, []byte("seeded"), "text/plain"); err != nil {
+		t.Fatal(err)
+	}
+	l, err := f.coord.TryAcquire(ctx, pk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.coord.Publish(ctx, l, isr.Page{S3Key: "seeded" + path, ETag: etag, RevalidateSeconds: 60, GeneratedAt: generatedAt}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// If-None-Match is a list that may be split over several header fields,
+// and an entity tag may contain a comma.
+func TestHandlerNotModifiedLists(t *testing.T) {
+	f := newFixture(t)
+	seedForeignPage(t, f, "/c", `"a,b"`, f.clock.Now())
+	for _, fields := range [][]string{
+		{`"a,b"`},
+		{`"x", W/"a,b"`},
+		{`"x"`, `"a,b"`},
+		{`"x"`, `*`},
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/c", nil)
+		for _, v := range fields {
+			req.Header.Add("If-None-Match", v)
+		}
+		w := httptest.NewRecorder()
+		f.h.ServeHTTP(w, req)
+		if w.Code != http.StatusNotModified {
+			t.Errorf("If-None-Match %q: %d, want 304", fields, w.Code)
+		}
+	}
+	for _, inm := range []string{`"a"`, `b"`, `"a,b`, `"a"`+", "+`b"`} {
+		if r := get(f.h, "/c", "If-None-Match", inm); r.code != http.StatusOK {
+			t.Errorf("If-None-Match %s: %d, want 200", inm, r.code)
+		}
+	}
+}
