@@ -601,7 +601,9 @@ func (h *Handler) fetch(ctx context.Context, meta Meta) (*body.Object, error) {
 func (h *Handler) cacheControl(meta Meta, state string) string {
 	maxAge := int64(0)
 	if state != CacheStale {
-		maxAge = max(meta.GeneratedAt+meta.RevalidateSeconds-h.coord.Now().Unix(), 0)
+		// Never more than the freshness window, even when generated_at is
+		// ahead of this clock (a writer's skew, or a corrupt item).
+		maxAge = min(max(meta.GeneratedAt+meta.RevalidateSeconds-h.coord.Now().Unix(), 0), max(meta.RevalidateSeconds, 0))
 	}
 	b := make([]byte, 0, 64)
 	b = append(b, "s-maxage="...)

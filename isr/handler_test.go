@@ -1133,3 +1133,14 @@ func TestHandlerNotModifiedLists(t *testing.T) {
 		}
 	}
 }
+
+// s-maxage never exceeds revalidate_seconds, even for a META generated
+// "in the future" by a writer whose clock is ahead.
+func TestHandlerSMaxAgeBoundedByRevalidate(t *testing.T) {
+	f := newFixture(t)
+	seedForeignPage(t, f, "/f", `"f"`, f.clock.Now().Add(time.Hour))
+	r := get(f.h, "/f")
+	if cc := r.hdr.Get("Cache-Control"); r.code != 200 || cc != "s-maxage=60, stale-while-revalidate=3600" {
+		t.Fatalf("%d, Cache-Control %q", r.code, cc)
+	}
+}
