@@ -643,7 +643,7 @@ func etagMatch(fields []string, etag string) bool {
 			}
 			v = strings.TrimPrefix(v, "W/")
 			var tag string
-			if end := strings.IndexByte(v[min(1, len(v)):], '"'); v[0] == '"' && end >= 0 {
+			if end := strings.IndexByte(v[min(1, len(v)):], '"'); v != "" && v[0] == '"' && end >= 0 {
 				tag, v = v[:end+2], v[end+2:]
 			} else if i := strings.IndexByte(v, ','); i >= 0 { // not a quoted tag
 				tag, v = strings.TrimSpace(v[:i]), v[i:]

@@ -1127,7 +1127,7 @@ func TestHandlerNotModifiedLists(t *testing.T) {
 			t.Errorf("If-None-Match %q: %d, want 304", fields, w.Code)
 		}
 	}
-	for _, inm := range []string{`"a"`, `b"`, `"a,b`, `"a"` + ", " + `b"`} {
+	for _, inm := range []string{`"a"`, `b"`, `"a,b`, `"a"` + ", " + `b"`, `W/`, `"x", W/`, `W/"`, `"`} {
 		if r := get(f.h, "/c", "If-None-Match", inm); r.code != http.StatusOK {
 			t.Errorf("If-None-Match %s: %d, want 200", inm, r.code)
 		}
