@@ -125,7 +125,7 @@ type PublishPointerInput struct {
 	// MetaTTL is written to META as ttl when > 0.
 	MetaTTL int64
 	// ExpectedVersion is META's version the caller regenerated from (0: META
-	// absent or without version). The update requires it and writes
+	// absent, without version, or with version 0). The update requires it and writes
 	// ExpectedVersion+1; a mismatch is ErrVersionConflict.
 	ExpectedVersion int64
 	// Request, when non-nil, completes the REQ# item in the same transaction.
