@@ -45,24 +45,23 @@ func WithClock(now func() time.Time) Option {
 // whole seconds, at least 1s). Regenerate refreshes a lease whose render runs
 // longer than a third of it.
 func WithLeaseDuration(d time.Duration) Option {
-	return func(c *config) {
-		if d < time.Second {
-			c.errs = append(c.errs, invalid("option WithLeaseDuration", "must be at least 1s"))
-			return
-		}
-		c.leaseDuration = d
-	}
+	return atLeastSecond("option WithLeaseDuration", d, func(c *config) { c.leaseDuration = d })
 }
 
 // WithTTLBuffer sets how far past lease_expires_at the LOCK ttl is set
 // (default 1h; at least 1s). TTL is garbage collection only.
 func WithTTLBuffer(d time.Duration) Option {
+	return atLeastSecond("option WithTTLBuffer", d, func(c *config) { c.ttlBuffer = d })
+}
+
+// atLeastSecond is an option that sets a duration of at least one second.
+func atLeastSecond(name string, d time.Duration, set func(*config)) Option {
 	return func(c *config) {
 		if d < time.Second {
-			c.errs = append(c.errs, invalid("option WithTTLBuffer", "must be at least 1s"))
+			c.errs = append(c.errs, invalid(name, "must be at least 1s"))
 			return
 		}
-		c.ttlBuffer = d
+		set(c)
 	}
 }
 
@@ -83,13 +82,7 @@ func WithMetaTTL(d time.Duration) Option {
 // least 1s). A REQ# item whose ttl has passed counts as absent, so a request
 // left STARTED by a crashed worker is retried after d at the latest.
 func WithRequestTTL(d time.Duration) Option {
-	return func(c *config) {
-		if d < time.Second {
-			c.errs = append(c.errs, invalid("option WithRequestTTL", "must be at least 1s"))
-			return
-		}
-		c.requestTTL = d
-	}
+	return atLeastSecond("option WithRequestTTL", d, func(c *config) { c.requestTTL = d })
 }
 
 // WithPointerSwap makes Publish and Regenerate use recipe B (VER#<id> item

@@ -1,5 +1,7 @@
 package isr
 
+import "time"
+
 // Cancellation reasons, as DynamoDB names them.
 const (
 	reasonNone      = "None"
@@ -25,36 +27,33 @@ func validateLease(l Lease) error {
 	return nil
 }
 
+// validateLeaseTimes checks the times of an acquire or refresh: a lease
+// that ends after now, with a ttl no earlier than its end.
+func validateLeaseTimes(now time.Time, expiresAt, ttl int64) error {
+	if now.IsZero() {
+		return invalid("now", "zero time")
+	}
+	if expiresAt <= now.Unix() {
+		return invalid("lease_expires_at", "not after now")
+	}
+	if ttl < expiresAt {
+		return invalid("ttl", "before lease_expires_at")
+	}
+	return nil
+}
+
 func validateAcquire(in AcquireInput) error {
 	if err := validateLease(Lease{PK: in.PK, Token: in.Token}); err != nil {
 		return err
 	}
-	if in.Now.IsZero() {
-		return invalid("now", "zero time")
-	}
-	if in.ExpiresAt <= in.Now.Unix() {
-		return invalid("lease_expires_at", "not after now")
-	}
-	if in.TTL < in.ExpiresAt {
-		return invalid("ttl", "before lease_expires_at")
-	}
-	return nil
+	return validateLeaseTimes(in.Now, in.ExpiresAt, in.TTL)
 }
 
 func validateRefresh(in RefreshInput) error {
 	if err := validateLease(in.Lease); err != nil {
 		return err
 	}
-	if in.Now.IsZero() {
-		return invalid("now", "zero time")
-	}
-	if in.ExpiresAt <= in.Now.Unix() {
-		return invalid("lease_expires_at", "not after now")
-	}
-	if in.TTL < in.ExpiresAt {
-		return invalid("ttl", "before lease_expires_at")
-	}
-	return nil
+	return validateLeaseTimes(in.Now, in.ExpiresAt, in.TTL)
 }
 
 func validateCompletion(rc *RequestCompletion) error {
