@@ -5,11 +5,9 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/benchkit"
-	"github.com/idem-go/idem/stores/filestore"
-	"github.com/idem-go/idem/stores/memstore"
 )
 
-// BenchmarkDo measures fresh calls and replays on the embedded stores,
+// BenchmarkDo measures fresh calls and replays on the memory store,
 // reporting store operations and heartbeats per call, next to the same
 // store operations made directly (raw-*).
 func BenchmarkDo(b *testing.B) {
@@ -17,14 +15,7 @@ func BenchmarkDo(b *testing.B) {
 		name string
 		new  func(b *testing.B) idem.Store
 	}{
-		{"memstore", func(b *testing.B) idem.Store { return memstore.New() }},
-		{"filestore", func(b *testing.B) idem.Store {
-			fs, err := filestore.New(b.TempDir())
-			if err != nil {
-				b.Fatal(err)
-			}
-			return fs
-		}},
+		{"memstore", func(b *testing.B) idem.Store { return newMem(b) }},
 	}
 	for _, s := range stores {
 		b.Run(s.name+"/fresh", func(b *testing.B) { benchkit.Fresh(b, s.new(b)) })

@@ -10,7 +10,7 @@
 // The coordination state lives in a Store: stores/memstore (one process),
 // stores/filestore (one host), stores/redisstore, stores/dynamostore and
 // stores/sqlstore (many machines). stores/storetest is the conformance
-// suite they all pass.
+// suite they all pass; package storekit holds what a store author needs.
 //
 // # How a call goes
 //
@@ -18,8 +18,9 @@
 // with WithSecret, over tenant, scope and key; the raw key is never stored)
 // and makes one atomic Claim. The claim either creates an in_progress record
 // with a fresh random nonce (attempt 1), takes over an in_progress record
-// whose heartbeat is older than the takeover threshold (new nonce,
-// attempt+1), or returns the existing record untouched. A fresh call costs
+// whose heartbeat is older than its owner's takeover threshold (stored
+// with the claim, so a caller configured with a shorter threshold never
+// takes over a live owner; new nonce, attempt+1), or returns the existing record untouched. A fresh call costs
 // two store round trips (claim, complete); a replay of a completed key costs
 // one; a call shorter than the heartbeat interval sends no heartbeat.
 //
@@ -50,22 +51,44 @@
 // is released and the next call runs fn again. Lock: the failure's message
 // and type (never a stack) are stored and replayed as a *StoredError
 // matching ErrPreviousFailure. A panic in fn releases the claim and is
-// re-raised; runtime.Goexit releases it too; neither is recorded.
+// re-raised; runtime.Goexit releases it too; neither is recorded. Under
+// Lock, an error matching context.Canceled or context.DeadlineExceeded
+// returned after fn's context was cancelled (the caller's context ended,
+// or the Guard stopped fn because its claim could not be refreshed) is the
+// call being given up, not the operation failing: the claim is released,
+// as under Unlock, so a retry runs fn again. (A context error of fn's own,
+// such as a downstream timeout while fn's context is live, is stored like
+// any other failure.)
 //
 // With Payload, the canonical hash of the call's inputs is stored with the
 // claim; a call with the same key and a different payload gets
-// ErrPayloadMismatch whatever the record's state (fail closed).
+// ErrPayloadMismatch whatever the record's state (fail closed). Payloads
+// are compared by their canonical JSON (map keys sorted), so two values
+// that encode to the same JSON are the same payload: 1 and 1.0, a nil map
+// and a nil slice (both null), []byte("abc") and the string "YWJj" (its
+// base64), a struct and the map with its JSON field names. Give payloads
+// types whose JSON tells apart what must not match.
 //
 // # A side effect that happened is not re-run
 //
-// If fn's result cannot be encoded, the record still completes, without a
-// result: the first caller gets its value, replays get
-// ErrResultUnavailable. If the completion cannot be written, it is retried
-// with backoff for as long as the claim can still be ours (the takeover
-// threshold); if it still fails, Do returns fn's result together with an
-// error matching ErrNotRecorded, so the caller knows the outcome was not
-// stored. WithSanitize shapes what is stored: the first caller gets fn's
-// full result, replays get only what the sanitizer kept.
+// If fn's result cannot be encoded (the codec fails, or it or the
+// sanitizer panics), or the store refuses it for good (StoreError with
+// Permanent set, such as an item over DynamoDB's 400 KB), the record still
+// completes, without a result: the first caller gets its value, replays
+// get ErrResultUnavailable. A failure stored under Lock is made storable
+// first (valid UTF-8 without NUL bytes, at most 4 KiB, with its type); if
+// the store refuses it anyway, it is stored with a 256-byte message.
+//
+// If the completion cannot be written, it is retried with backoff for as
+// long as the claim can still be ours (the takeover threshold). If it still
+// fails, the record is read back before answering, since a write may have
+// been applied with its reply lost: if it carries this call's outcome, Do
+// succeeds; if it shows the claim still in progress, or the store could
+// not be reached at all, Do returns fn's result together with an error
+// matching ErrNotRecorded; if a write may have been applied and the record
+// cannot be read, the error matches ErrOutcomeUnknown instead. WithSanitize
+// shapes what is stored: the first caller gets fn's full result, replays
+// get only what the sanitizer kept.
 //
 // # Callers in one process
 //

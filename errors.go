@@ -3,7 +3,9 @@ package idem
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Sentinel errors. Match them with errors.Is; several have a typed companion
@@ -22,7 +24,9 @@ var (
 	// stored failure is available as a *StoredError.
 	ErrPreviousFailure = errors.New("idem: previous run failed")
 	// ErrResultUnavailable: the key completed but its result could not be
-	// stored (it could not be encoded), so a replay has nothing to return.
+	// stored (it could not be encoded, its encoder panicked, or the store
+	// refused it for good, as when it is over the store's size limit), so
+	// a replay has nothing to return.
 	ErrResultUnavailable = errors.New("idem: stored result unavailable")
 	// ErrCorruptRecord: a stored record could not be decoded.
 	ErrCorruptRecord = errors.New("idem: corrupt record")
@@ -30,9 +34,19 @@ var (
 	ErrInvalidKey = errors.New("idem: invalid key")
 	// ErrInvalidPayload: the value given to Payload cannot be canonicalised.
 	ErrInvalidPayload = errors.New("idem: invalid payload")
-	// ErrNotRecorded: fn ran and returned, but its outcome could not be
-	// written to the store. The result is returned alongside this error.
+	// ErrNotRecorded: fn ran and returned, but its outcome is known not to
+	// be in the store: the store could not be reached, or the record read
+	// back still shows the claim in progress. The result is returned
+	// alongside this error. (A store that refuses an outcome for good is
+	// not this case: the record completes without the result, see
+	// ErrResultUnavailable.)
 	ErrNotRecorded = errors.New("idem: outcome not recorded")
+	// ErrOutcomeUnknown: fn ran and returned, but whether its outcome was
+	// recorded cannot be known: a completion may have reached the store
+	// (its reply was lost or came too late) and the record could not be
+	// read back to find out. The result is returned alongside this error.
+	// Unlike ErrNotRecorded, the key may well replay this outcome.
+	ErrOutcomeUnknown = errors.New("idem: outcome unknown")
 	// ErrNotFound: the store has no live record for the key.
 	ErrNotFound = errors.New("idem: record not found")
 	// ErrInvalidOption: an option given to New is invalid.
@@ -41,7 +55,9 @@ var (
 	// the backend rejects, such as an item over its size limit). A store
 	// reports one as a *StoreError with Permanent set; the Guard then gives
 	// up on recording an outcome at once instead of retrying it for the
-	// takeover threshold.
+	// takeover threshold. A refused completion is replaced by one without
+	// the result (or, for a stored failure, with a short message), so the
+	// key still ends and fn does not run again.
 	ErrPermanent = errors.New("idem: permanent store failure")
 )
 
@@ -143,6 +159,51 @@ func (e *NotRecordedError) Unwrap() error { return e.Err }
 
 // Is makes a NotRecordedError match ErrNotRecorded.
 func (e *NotRecordedError) Is(target error) bool { return target == ErrNotRecorded }
+
+// OutcomeUnknownError says that a completion may or may not have been
+// applied: Err is the last completion error, ReadErr why the record could
+// not be read back. It matches ErrOutcomeUnknown and unwraps to both.
+type OutcomeUnknownError struct{ Err, ReadErr error }
+
+func (e *OutcomeUnknownError) Error() string {
+	return fmt.Sprintf("idem: outcome unknown (it may or may not be recorded): %v; reading it back: %v", e.Err, e.ReadErr)
+}
+
+func (e *OutcomeUnknownError) Unwrap() []error { return []error{e.Err, e.ReadErr} }
+
+// Is makes an OutcomeUnknownError match ErrOutcomeUnknown.
+func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
+
+// Bounds of a stored failure message, in bytes: every store holds a
+// message this long. The short one is what is kept when a store refuses
+// the full one for good.
+const (
+	maxStoredMessage = 4096
+	minStoredMessage = 256
+	maxStoredType    = 256
+)
+
+// storableError returns a StoredError that every store can hold: message
+// and type as valid UTF-8 without NUL bytes (PostgreSQL text refuses both),
+// the message cut to at most max bytes and the type to maxStoredType, on
+// rune boundaries.
+func storableError(msg, typ string, max int) *StoredError {
+	return &StoredError{Message: storableString(msg, max), Type: storableString(typ, maxStoredType)}
+}
+
+func storableString(s string, max int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	if len(s) <= max {
+		return s
+	}
+	const more = "…"
+	cut := max - len(more)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + more
+}
 
 // LapseError is the cause with which fn's context is cancelled when no
 // heartbeat has succeeded for the takeover threshold minus half a heartbeat

@@ -16,7 +16,11 @@ type Invoice struct {
 }
 
 func Example() {
-	g, err := idem.New[Invoice](memstore.New(), idem.WithTTL(24*time.Hour))
+	store, err := memstore.New()
+	if err != nil {
+		panic(err)
+	}
+	g, err := idem.New[Invoice](store, idem.WithTTL(24*time.Hour))
 	if err != nil {
 		panic(err)
 	}
@@ -44,7 +48,8 @@ func ExampleKey() {
 }
 
 func ExampleWrap() {
-	g, _ := idem.New[string](memstore.New())
+	store, _ := memstore.New() // no options: cannot fail
+	g, _ := idem.New[string](store)
 	type Refund struct {
 		Order  string
 		Amount int
@@ -62,7 +67,8 @@ func ExampleWrap() {
 }
 
 func ExamplePayload() {
-	g, _ := idem.New[int](memstore.New())
+	store, _ := memstore.New() // no options: cannot fail
+	g, _ := idem.New[int](store)
 	ctx := context.Background()
 	one := func(ctx context.Context) (int, error) { return 1, nil }
 	_, _ = g.Do(ctx, "k", one, idem.Payload(map[string]int{"amount": 100}))
@@ -72,7 +78,8 @@ func ExamplePayload() {
 }
 
 func ExampleOnFailure() {
-	g, _ := idem.New[int](memstore.New(), idem.OnFailure(idem.Lock))
+	store, _ := memstore.New() // no options: cannot fail
+	g, _ := idem.New[int](store, idem.OnFailure(idem.Lock))
 	ctx := context.Background()
 	fail := func(ctx context.Context) (int, error) { return 0, errors.New("card declined") }
 	_, err := g.Do(ctx, "k", fail)
@@ -86,7 +93,8 @@ func ExampleOnFailure() {
 }
 
 func ExampleOnDuplicate() {
-	g, _ := idem.New[string](memstore.New(), idem.OnDuplicate(idem.Raise))
+	store, _ := memstore.New() // no options: cannot fail
+	g, _ := idem.New[string](store, idem.OnDuplicate(idem.Raise))
 	ctx := context.Background()
 	fn := func(ctx context.Context) (string, error) { return "done", nil }
 	_, _ = g.Do(ctx, "k", fn)
@@ -96,7 +104,8 @@ func ExampleOnDuplicate() {
 }
 
 func ExampleFencingToken() {
-	g, _ := idem.New[int64](memstore.New())
+	store, _ := memstore.New() // no options: cannot fail
+	g, _ := idem.New[int64](store)
 	tok, _ := g.Do(context.Background(), "k", func(ctx context.Context) (int64, error) {
 		t, _ := idem.FencingToken(ctx)
 		return t, nil // pass t to a system that rejects tokens going backwards
@@ -110,7 +119,8 @@ func ExampleWithSanitize() {
 		ID        string
 		CardToken string
 	}
-	g, _ := idem.New[Payment](memstore.New(),
+	store, _ := memstore.New() // no options: cannot fail
+	g, _ := idem.New[Payment](store,
 		idem.WithSanitize(func(p Payment) Payment { p.CardToken = ""; return p }))
 	ctx := context.Background()
 	pay := func(ctx context.Context) (Payment, error) { return Payment{"pay_1", "tok_visa"}, nil }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"reflect"
 	"sync"
 	"time"
@@ -25,10 +26,13 @@ type Guard[T any] struct {
 	fail     FailurePolicy
 	beat     time.Duration
 	takeover time.Duration
+	tenant   string // WithNamespace, handed to the store with each claim
+	scope    string
 	observer Observer
 	codec    Codec
 	sanitize func(T) T
 	errType  func(error) string
+	cache    *localCache // WithLocalCache, or nil
 
 	mu      sync.Mutex
 	flights map[string]*flight
@@ -72,7 +76,7 @@ func New[T any](store Store, opts ...Option) (*Guard[T], error) {
 	g := &Guard[T]{
 		store: store, keys: newKeyer(c.tenant, c.scope, c.secret),
 		ttl: c.ttl, lease: max(c.ttl, 2*c.takeoverAfter), dup: c.dup, fail: c.fail,
-		beat: c.heartbeat, takeover: c.takeoverAfter, observer: c.observer, codec: c.codec,
+		beat: c.heartbeat, takeover: c.takeoverAfter, tenant: c.tenant, scope: c.scope, observer: c.observer, codec: c.codec,
 		errType: c.errorType, flights: make(map[string]*flight),
 	}
 	if c.sanitize != nil {
@@ -96,6 +100,9 @@ func New[T any](store Store, opts ...Option) (*Guard[T], error) {
 	}
 	if w, ok := store.(Watcher); ok {
 		g.watcher = w
+	}
+	if c.cacheEntries > 0 {
+		g.cache = newLocalCache(c.cacheEntries, c.cacheMaxAge)
 	}
 	return g, nil
 }
@@ -141,10 +148,21 @@ func (g *Guard[T]) Do(ctx context.Context, key string, fn func(context.Context) 
 			return zero, err
 		}
 	}
+	if rec := g.cached(sk); rec != nil { // completed or failed: decide never waits
+		v, err, _ := g.decide(ctx, rec, ph)
+		return v, err
+	}
 	for {
 		g.mu.Lock()
 		f, ok := g.flights[sk]
 		if !ok {
+			// A flight that ended since the look above filled the cache
+			// before it left the map: look again rather than read the store.
+			if rec := g.cached(sk); rec != nil {
+				g.mu.Unlock()
+				v, err, _ := g.decide(ctx, rec, ph)
+				return v, err
+			}
 			f = &flight{payloadHash: ph, decided: make(chan struct{}), waiting: make(chan struct{}), done: make(chan struct{})}
 			g.flights[sk] = f
 			g.mu.Unlock()
@@ -165,6 +183,7 @@ func (g *Guard[T]) Do(ctx context.Context, key string, fn func(context.Context) 
 // follow makes a same-process duplicate share the flight f: it is told what
 // a caller in another process would be told, without a store round trip.
 func (g *Guard[T]) follow(ctx context.Context, sk, ph string, f *flight) (v T, err error, again bool) {
+	var waitStart time.Time // set when this caller waits on the flight's fn
 	select {
 	case <-f.decided:
 	case <-f.waiting:
@@ -191,9 +210,11 @@ func (g *Guard[T]) follow(ctx context.Context, sk, ph string, f *flight) (v T, e
 			return v, g.inProgress(ctx, sk, 0), false
 		}
 		g.observe(ctx, Event{Kind: EventWait, StorageKey: sk})
+		waitStart = time.Now()
 	}
 	select {
 	case <-f.done:
+		g.waitDone(ctx, sk, 0, !waitStart.IsZero(), waitStart)
 	case <-ctx.Done():
 		return v, g.waitCancelled(ctx), false
 	}
@@ -274,6 +295,7 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, fn func(c
 		changed   <-chan struct{}
 		stopWatch func()
 		waiting   bool
+		watchErr  bool // the store's Watch failed: this flight polls
 		waitStart time.Time
 		backoff   = pollMin
 	)
@@ -286,6 +308,7 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, fn func(c
 		sent := time.Now() // the store's HeartbeatAt of a claim is no earlier
 		res, err := g.store.Claim(ctx, ClaimRequest{
 			Key: sk, Nonce: newNonce(), PayloadHash: ph, LeaseTTL: g.lease, TakeoverAfter: g.takeover,
+			Tenant: g.tenant, Scope: g.scope,
 		})
 		if err != nil {
 			return v, storeErr("claim", err), false
@@ -299,6 +322,7 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, fn func(c
 			if res.Outcome == TookOver {
 				kind = EventTakeover
 			}
+			g.waitDone(ctx, sk, rec.Attempt, waiting, waitStart)
 			g.observe(ctx, Event{Kind: kind, StorageKey: sk, Attempt: rec.Attempt})
 			f.running = true
 			close(f.decided)
@@ -307,6 +331,10 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, fn func(c
 		}
 		v, err, wait := g.decide(ctx, rec, ph)
 		if !wait {
+			g.waitDone(ctx, sk, rec.Attempt, waiting, waitStart)
+			if g.cache != nil {
+				g.cache.put(rec, sent)
+			}
 			f.final = rec
 			return v, err, false
 		}
@@ -316,12 +344,17 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, fn func(c
 			close(f.waiting)
 			g.observe(ctx, Event{Kind: EventWait, StorageKey: sk, Attempt: rec.Attempt})
 		}
-		if g.watcher != nil && stopWatch == nil {
+		// A Watch that fails is not tried again by this flight: it polls
+		// with backoff until it ends, and the next flight of the key tries
+		// Watch afresh. Retrying on every poll would double the store
+		// traffic of a wait exactly when the store is in trouble.
+		if g.watcher != nil && stopWatch == nil && !watchErr {
 			ch, stop, werr := g.watcher.Watch(ctx, sk)
 			if werr == nil {
 				changed, stopWatch = ch, stop
 				continue // look again now that a change cannot be missed
 			}
+			watchErr = true
 		}
 		delay := jitter(backoff)
 		if changed != nil {
@@ -370,6 +403,14 @@ func (g *Guard[T]) run(ctx context.Context, sk string, rec *Record, claimed time
 	start := time.Now()
 	hb := g.heartbeat(bg, sk, nonce, attempt, claimed, cancel)
 
+	// fn can end in three ways, told apart as singleflight does. It
+	// returns: normalReturn is set. It panics: the deferred recover in the
+	// inner function catches it, so the claim is released here, in fn's
+	// goroutine, and the panic is raised again (recovered is set). It calls
+	// runtime.Goexit: no recover sees that, the goroutine unwinds through
+	// the outer defer with neither flag set, and the claim is released
+	// there. Either way nothing is recorded as a result, and the heartbeat
+	// is stopped before the release so that it cannot revive the claim.
 	normalReturn, recovered := false, false
 	var panicValue any
 	defer func() {
@@ -395,6 +436,7 @@ func (g *Guard[T]) run(ctx context.Context, sk string, rec *Record, claimed time
 		g.abandon(bg, sk, nonce, attempt, start, fmt.Errorf("fn panicked: %v", panicValue))
 		panic(panicValue)
 	}
+	interrupted := fctx.Err() != nil // before cancel(nil) ends fctx anyway
 	lost := hb.stop()
 	cancel(nil)
 	if lost {
@@ -403,66 +445,168 @@ func (g *Guard[T]) run(ctx context.Context, sk string, rec *Record, claimed time
 	}
 	if err != nil {
 		g.observe(ctx, Event{Kind: EventFailure, StorageKey: sk, Attempt: attempt, Duration: time.Since(start), Err: err})
-		if g.fail == Unlock {
-			rctx, rcancel := context.WithTimeout(bg, g.takeover)
-			rerr := g.store.Release(rctx, sk, nonce)
-			rcancel()
-			if rerr != nil {
-				return v, joinErr(err, g.ownershipOr("release", rerr, ctx, sk, attempt))
-			}
-			return v, err
-		}
-		c := Completion{Status: StatusFailed, Error: &StoredError{Message: err.Error(), Type: g.errType(err)}, TTL: g.ttl}
-		if cerr := g.complete(bg, sk, nonce, attempt, c, f, rec); cerr != nil {
-			return v, joinErr(err, cerr)
-		}
-		return v, err
+		return v, g.recordFailure(ctx, sk, nonce, attempt, err, interrupted, f, rec)
 	}
-	stored := v
-	if g.sanitize != nil {
-		stored = g.sanitize(v)
-	}
-	c := Completion{Status: StatusCompleted, TTL: g.ttl}
-	if b, merr := g.codec.Marshal(stored); merr != nil {
-		g.observe(ctx, Event{Kind: EventResultUnavailable, StorageKey: sk, Attempt: attempt, Err: merr})
-		c.Error = &StoredError{Message: "result could not be encoded: " + merr.Error(), Type: ResultUnavailableType}
-	} else {
-		c.Result = b
-	}
-	if cerr := g.complete(bg, sk, nonce, attempt, c, f, rec); cerr != nil {
-		return v, cerr
-	}
-	return v, nil
+	g.observe(ctx, Event{Kind: EventComplete, StorageKey: sk, Attempt: attempt, Duration: time.Since(start)})
+	return v, g.complete(bg, sk, nonce, attempt, g.success(ctx, sk, attempt, v), f, rec)
 }
 
-// complete stores the outcome, retrying with backoff while the claim can
-// still be ours (until a takeover could have happened). On success the
-// flight's followers are handed the completed record.
+// recordFailure ends a claim whose fn returned err: released under Unlock,
+// stored under Lock. interrupted says fn's context had been cancelled (by
+// its caller, or by the Guard when the claim could not be refreshed). It
+// returns what Do returns beside fn's value.
+func (g *Guard[T]) recordFailure(ctx context.Context, sk, nonce string, attempt int64, err error, interrupted bool, f *flight, rec *Record) error {
+	bg := context.WithoutCancel(ctx)
+	// A context error after fn's context was cancelled is the call being
+	// given up, not an outcome of the operation: storing it under Lock
+	// would refuse every retry for the record's TTL, so the claim is
+	// released instead, as under Unlock.
+	gaveUp := interrupted && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+	if g.fail == Unlock || gaveUp {
+		rctx, rcancel := context.WithTimeout(bg, g.takeover)
+		rerr := g.store.Release(rctx, sk, nonce)
+		rcancel()
+		if rerr != nil {
+			return joinErr(err, g.ownershipOr(ctx, "release", rerr, sk, attempt))
+		}
+		return err
+	}
+	c := Completion{Status: StatusFailed, Error: storableError(err.Error(), g.errType(err), maxStoredMessage), TTL: g.ttl}
+	return joinErr(err, g.complete(bg, sk, nonce, attempt, c, f, rec))
+}
+
+// success is the completion of a call whose fn returned v. A result that
+// cannot be encoded (the codec fails, or the codec or sanitizer panics)
+// completes the record without a result: fn's side effect happened, so the
+// key must not run again, and replays get ErrResultUnavailable.
+func (g *Guard[T]) success(ctx context.Context, sk string, attempt int64, v T) Completion {
+	c := Completion{Status: StatusCompleted, TTL: g.ttl}
+	b, err := g.encode(v)
+	if err != nil {
+		g.observe(ctx, Event{Kind: EventResultUnavailable, StorageKey: sk, Attempt: attempt, Err: err})
+		c.Error = storableError("result could not be encoded: "+err.Error(), ResultUnavailableType, maxStoredMessage)
+		return c
+	}
+	c.Result = b
+	return c
+}
+
+// encode applies the sanitizer and the codec to v, turning a panic in
+// either into an error.
+func (g *Guard[T]) encode(v T) (b []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			b, err = nil, fmt.Errorf("encoder panicked: %v", p)
+		}
+	}()
+	if g.sanitize != nil {
+		v = g.sanitize(v)
+	}
+	return g.codec.Marshal(v)
+}
+
+// complete stores the outcome, retrying transient failures with backoff
+// while the claim can still be ours (until a takeover could have happened).
+// A completion the store refuses for good is replaced once by one without
+// a result (see withoutResult), so the key still ends. When retries run
+// out, the record is read back before answering: the last reply may have
+// been lost after the write was applied. On success the flight's
+// followers are handed the completed record.
 func (g *Guard[T]) complete(ctx context.Context, sk, nonce string, attempt int64, c Completion, f *flight, rec *Record) error {
 	deadline := time.Now().Add(g.takeover)
 	backoff := 10 * time.Millisecond
+	maybeApplied := false // a failed attempt may have reached the store
 	for {
 		actx, cancel := context.WithDeadline(ctx, deadline)
 		err := g.store.Complete(actx, sk, nonce, c)
 		cancel()
 		if err == nil {
-			final := rec.Clone()
-			final.Status, final.Result, final.Error = c.Status, c.Result, c.Error
-			f.final = final
+			g.completed(f, rec, c)
 			return nil
 		}
 		if errors.Is(err, ErrLostOwnership) {
 			g.observe(ctx, Event{Kind: EventLostOwnership, StorageKey: sk, Attempt: attempt})
 			return fmt.Errorf("idem: complete refused: %w", err)
 		}
+		if errors.Is(err, ErrNotRecorded) {
+			// The store applied the write but cannot vouch that it will
+			// last (redisstore.WithReplicaAck: too few replicas hold it):
+			// retrying or reading back would not change that.
+			g.observe(ctx, Event{Kind: EventNotRecorded, StorageKey: sk, Attempt: attempt, Err: err})
+			return err
+		}
+		if errors.Is(err, ErrPermanent) {
+			// The store refused this value and would refuse it again: store
+			// the smaller outcome instead, once, without waiting.
+			if smaller, ok := withoutResult(c, err); ok {
+				if c.Status == StatusCompleted {
+					g.observe(ctx, Event{Kind: EventResultUnavailable, StorageKey: sk, Attempt: attempt, Err: err})
+				}
+				c = smaller
+				continue
+			}
+		} else {
+			maybeApplied = maybeApplied || !unsent(err)
+		}
 		wait := jitter(backoff)
 		if errors.Is(err, ErrPermanent) || time.Now().Add(wait).After(deadline) {
-			g.observe(ctx, Event{Kind: EventNotRecorded, StorageKey: sk, Attempt: attempt, Err: err})
-			return &NotRecordedError{Err: storeErr("complete", err)}
+			return g.notCompleted(ctx, sk, nonce, attempt, f, err, maybeApplied)
 		}
 		time.Sleep(wait)
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// completed hands the flight's followers the record as c left it.
+func (g *Guard[T]) completed(f *flight, rec *Record, c Completion) {
+	final := rec.Clone()
+	final.Status, final.Result, final.Error = c.Status, c.Result, c.Error
+	f.final = final
+}
+
+// notCompleted answers a completion whose last attempt failed with err. It
+// reads the record back first: if it carries this claim's outcome, the
+// outcome was recorded after all (a reply was lost). If the record shows
+// it was not, the answer is ErrNotRecorded; if the record cannot be read
+// and an attempt may have been applied, nobody can know, and the answer is
+// ErrOutcomeUnknown.
+func (g *Guard[T]) notCompleted(ctx context.Context, sk, nonce string, attempt int64, f *flight, err error, maybeApplied bool) error {
+	gctx, cancel := context.WithTimeout(ctx, max(g.beat, 250*time.Millisecond))
+	cur, gerr := g.store.Get(gctx, sk)
+	cancel()
+	switch {
+	case gerr == nil && cur.Nonce == nonce && cur.Status != StatusInProgress:
+		f.final = cur
+		return nil
+	case gerr == nil || errors.Is(gerr, ErrNotFound) || !maybeApplied:
+		g.observe(ctx, Event{Kind: EventNotRecorded, StorageKey: sk, Attempt: attempt, Err: err})
+		return &NotRecordedError{Err: storeErr("complete", err)}
+	default:
+		g.observe(ctx, Event{Kind: EventNotRecorded, StorageKey: sk, Attempt: attempt, Err: err})
+		return &OutcomeUnknownError{Err: storeErr("complete", err), ReadErr: gerr}
+	}
+}
+
+// withoutResult returns the completion to store when the store refused c
+// for good (refusal, its error): a success keeps its status without the
+// result, as an unencodable one does; a failure keeps its type with a
+// short message. ok is false when c is already that small.
+func withoutResult(c Completion, refusal error) (Completion, bool) {
+	if c.Status == StatusCompleted && c.Result != nil {
+		msg := "result refused by the store: " + refusal.Error()
+		return Completion{Status: StatusCompleted, Error: storableError(msg, ResultUnavailableType, minStoredMessage), TTL: c.TTL}, true
+	}
+	if c.Error != nil && len(c.Error.Message) > minStoredMessage {
+		return Completion{Status: c.Status, Error: storableError(c.Error.Message, c.Error.Type, minStoredMessage), TTL: c.TTL}, true
+	}
+	return c, false
+}
+
+// unsent reports whether err says a request never reached the store (the
+// connection could not be made), so it cannot have been applied.
+func unsent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // abandon releases a claim whose fn panicked or exited.
@@ -471,11 +615,11 @@ func (g *Guard[T]) abandon(ctx context.Context, sk, nonce string, attempt int64,
 	rctx, cancel := context.WithTimeout(ctx, g.takeover)
 	defer cancel()
 	if err := g.store.Release(rctx, sk, nonce); err != nil {
-		_ = g.ownershipOr("release", err, ctx, sk, attempt)
+		_ = g.ownershipOr(ctx, "release", err, sk, attempt)
 	}
 }
 
-func (g *Guard[T]) ownershipOr(op string, err error, ctx context.Context, sk string, attempt int64) error {
+func (g *Guard[T]) ownershipOr(ctx context.Context, op string, err error, sk string, attempt int64) error {
 	if errors.Is(err, ErrLostOwnership) {
 		g.observe(ctx, Event{Kind: EventLostOwnership, StorageKey: sk, Attempt: attempt})
 		return fmt.Errorf("idem: %s refused: %w", op, err)
@@ -539,6 +683,9 @@ func (g *Guard[T]) heartbeat(ctx context.Context, sk, nonce string, attempt int6
 		b.mu.Lock()
 		since := time.Since(b.lastOK)
 		b.mu.Unlock()
+		// Observed before the cancel, so an Observer knows the margin by
+		// the time fn sees its context end.
+		g.observe(ctx, Event{Kind: EventLapse, StorageKey: sk, Attempt: attempt, Duration: max(g.takeover-since, 0)})
 		cancel(&LapseError{Since: since.Round(time.Millisecond)})
 	})
 	b.mu.Lock()
@@ -566,12 +713,14 @@ func (g *Guard[T]) heartbeat(ctx context.Context, sk, nonce string, attempt int6
 		case err != nil:
 			g.observe(ctx, Event{Kind: EventHeartbeatError, StorageKey: sk, Attempt: attempt, Err: err})
 		default:
+			margin := lapse - time.Since(sent)
 			b.mu.Lock()
 			b.lastOK = sent
 			if !b.stopped {
-				b.lapse.Reset(lapse - time.Since(sent))
+				b.lapse.Reset(margin)
 			}
 			b.mu.Unlock()
+			g.observe(ctx, Event{Kind: EventRefresh, StorageKey: sk, Attempt: attempt, Duration: margin})
 		}
 		b.mu.Lock()
 		if !b.stopped {
@@ -584,7 +733,23 @@ func (g *Guard[T]) heartbeat(ctx context.Context, sk, nonce string, attempt int6
 
 func (g *Guard[T]) observe(ctx context.Context, e Event) {
 	if g.observer != nil {
+		e.Scope = g.scope
 		g.observer.Observe(ctx, e)
+	}
+}
+
+// cached returns the local cache's record for sk, or nil.
+func (g *Guard[T]) cached(sk string) *Record {
+	if g.cache == nil {
+		return nil
+	}
+	return g.cache.get(sk)
+}
+
+// waitDone reports the end of a wait that started at start, if waited.
+func (g *Guard[T]) waitDone(ctx context.Context, sk string, attempt int64, waited bool, start time.Time) {
+	if waited {
+		g.observe(ctx, Event{Kind: EventWaitDone, StorageKey: sk, Attempt: attempt, Duration: time.Since(start)})
 	}
 }
 

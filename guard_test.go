@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+	"github.com/idem-go/idem/internal/assert"
+	"github.com/idem-go/idem/internal/require"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/memstore"
@@ -32,7 +32,7 @@ func newGuard[T any](t *testing.T, s idem.Store, opts ...idem.Option) *idem.Guar
 }
 
 func TestFreshThenReplay(t *testing.T) {
-	s := storetest.Instrument(memstore.New())
+	s := storetest.Instrument(newMem(t))
 	g := newGuard[invoice](t, s)
 	ctx := context.Background()
 	var runs atomic.Int32
@@ -57,7 +57,7 @@ func TestFreshThenReplay(t *testing.T) {
 }
 
 func TestHeartbeatsWhileRunning(t *testing.T) {
-	s := storetest.Instrument(memstore.New())
+	s := storetest.Instrument(newMem(t))
 	g := newGuard[int](t, s, idem.WithHeartbeat(20*time.Millisecond), idem.WithTakeoverAfter(200*time.Millisecond))
 	_, err := g.Do(context.Background(), "slow", func(ctx context.Context) (int, error) {
 		time.Sleep(150 * time.Millisecond)
@@ -70,7 +70,7 @@ func TestHeartbeatsWhileRunning(t *testing.T) {
 func TestConcurrentGoroutinesRunOnce(t *testing.T) {
 	for _, policy := range []idem.DuplicatePolicy{idem.Return, idem.Raise, idem.Wait} {
 		t.Run(policy.String(), func(t *testing.T) {
-			s := storetest.Instrument(memstore.New())
+			s := storetest.Instrument(newMem(t))
 			g := newGuard[int](t, s, idem.OnDuplicate(policy))
 			for k := 0; k < 20; k++ {
 				key := fmt.Sprintf("key-%d", k)
@@ -116,7 +116,7 @@ func TestConcurrentGoroutinesRunOnce(t *testing.T) {
 func TestTwoGuardsWait(t *testing.T) {
 	for _, name := range []string{"push", "poll"} {
 		t.Run(name, func(t *testing.T) {
-			var s idem.Store = memstore.New()
+			var s idem.Store = newMem(t)
 			if name == "poll" {
 				s = noWatch{s}
 			}
@@ -158,7 +158,7 @@ func TestTwoGuardsWait(t *testing.T) {
 type noWatch struct{ idem.Store }
 
 func TestWaitThenRunAfterUnlockedFailure(t *testing.T) {
-	s := memstore.New()
+	s := newMem(t)
 	a := newGuard[string](t, s, idem.OnDuplicate(idem.Wait))
 	b := newGuard[string](t, s, idem.OnDuplicate(idem.Wait))
 	started, release := make(chan struct{}), make(chan struct{})
@@ -180,7 +180,7 @@ func TestWaitThenRunAfterUnlockedFailure(t *testing.T) {
 }
 
 func TestWaitBoundedByContext(t *testing.T) {
-	s := memstore.New()
+	s := newMem(t)
 	a := newGuard[int](t, s)
 	b := newGuard[int](t, s, idem.OnDuplicate(idem.Wait))
 	started, release := make(chan struct{}), make(chan struct{})
@@ -201,7 +201,7 @@ func TestWaitBoundedByContext(t *testing.T) {
 }
 
 func TestSameProcessWaitFollowerBoundedByOwnContext(t *testing.T) {
-	g := newGuard[int](t, memstore.New(), idem.OnDuplicate(idem.Wait))
+	g := newGuard[int](t, newMem(t), idem.OnDuplicate(idem.Wait))
 	started, release := make(chan struct{}), make(chan struct{})
 	defer close(release)
 	go func() {
@@ -223,7 +223,7 @@ func TestSameProcessWaitFollowerBoundedByOwnContext(t *testing.T) {
 // once, as a caller in another process is, even while the call it would
 // coalesce with is waiting on a claim held elsewhere.
 func TestSameProcessMismatchNotHeldBehindWait(t *testing.T) {
-	s := memstore.New()
+	s := newMem(t)
 	owner := newGuard[int](t, s)
 	var c idem.Counter
 	g := newGuard[int](t, s, idem.OnDuplicate(idem.Wait), idem.WithObserver(&c))
@@ -266,7 +266,7 @@ func TestSameProcessMismatchNotHeldBehindWait(t *testing.T) {
 func TestReturnAndRaiseInProgress(t *testing.T) {
 	for _, sameProcess := range []bool{true, false} {
 		t.Run(fmt.Sprintf("sameProcess=%v", sameProcess), func(t *testing.T) {
-			s := storetest.Instrument(memstore.New())
+			s := storetest.Instrument(newMem(t))
 			owner := newGuard[int](t, s)
 			ret, raise := owner, newGuard[int](t, s, idem.OnDuplicate(idem.Raise))
 			if !sameProcess {
@@ -311,7 +311,7 @@ func TestReturnAndRaiseInProgress(t *testing.T) {
 func TestFailurePolicies(t *testing.T) {
 	boom := &declineError{code: "card_declined"}
 	t.Run("unlock", func(t *testing.T) {
-		g := newGuard[int](t, memstore.New())
+		g := newGuard[int](t, newMem(t))
 		var runs int
 		fn := func(ctx context.Context) (int, error) {
 			runs++
@@ -328,7 +328,7 @@ func TestFailurePolicies(t *testing.T) {
 		assert.Equal(t, 2, runs)
 	})
 	t.Run("lock", func(t *testing.T) {
-		g := newGuard[int](t, memstore.New(), idem.OnFailure(idem.Lock))
+		g := newGuard[int](t, newMem(t), idem.OnFailure(idem.Lock))
 		var runs int
 		fn := func(ctx context.Context) (int, error) { runs++; return 0, boom }
 		_, err := g.Do(context.Background(), "k", fn)
@@ -340,7 +340,7 @@ func TestFailurePolicies(t *testing.T) {
 		assert.Equal(t, "declined: card_declined", se.Message)
 		assert.Equal(t, "*idem_test.declineError", se.Type)
 		assert.Equal(t, 1, runs)
-		raise := newGuard[int](t, memstore.New(), idem.OnFailure(idem.Lock), idem.OnDuplicate(idem.Raise))
+		raise := newGuard[int](t, newMem(t), idem.OnFailure(idem.Lock), idem.OnDuplicate(idem.Raise))
 		_, _ = raise.Do(context.Background(), "k", fn)
 		_, err = raise.Do(context.Background(), "k", fn)
 		assert.ErrorIs(t, err, idem.ErrDuplicate)
@@ -353,7 +353,7 @@ type declineError struct{ code string }
 func (e *declineError) Error() string { return "declined: " + e.code }
 
 func TestPayloadMismatch(t *testing.T) {
-	s := memstore.New()
+	s := newMem(t)
 	g := newGuard[int](t, s, idem.OnFailure(idem.Lock))
 	ctx := context.Background()
 	one := func(ctx context.Context) (int, error) { return 1, nil }
@@ -391,12 +391,14 @@ func TestPayloadMismatch(t *testing.T) {
 }
 
 func TestTakeoverOfCrashedClaim(t *testing.T) {
-	s := memstore.New()
+	s := newMem(t)
 	// A claim whose owner died: nobody heartbeats it.
 	g := newGuard[int](t, s, idem.WithTakeoverAfter(150*time.Millisecond), idem.WithHeartbeat(30*time.Millisecond), idem.OnDuplicate(idem.Wait))
 	sk, err := g.StorageKey("k")
 	require.NoError(t, err)
-	_, err = s.Claim(context.Background(), idem.ClaimRequest{Key: sk, Nonce: "dead-owner", LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
+	// The dead owner used the same threshold: staleness is judged by the
+	// owner's stored one.
+	_, err = s.Claim(context.Background(), idem.ClaimRequest{Key: sk, Nonce: "dead-owner", LeaseTTL: time.Hour, TakeoverAfter: 150 * time.Millisecond})
 	require.NoError(t, err)
 	var c idem.Counter
 	g = newGuard[int](t, s, idem.WithTakeoverAfter(150*time.Millisecond), idem.WithHeartbeat(30*time.Millisecond), idem.OnDuplicate(idem.Wait), idem.WithObserver(&c))
@@ -418,7 +420,7 @@ func TestTakeoverOfCrashedClaim(t *testing.T) {
 // wakes, its heartbeat notices, its fn's context is cancelled with
 // ErrLostOwnership, and its completion is refused.
 func TestStaleOwnerIsRefused(t *testing.T) {
-	mem := memstore.New()
+	mem := newMem(t)
 	paused := storetest.Instrument(mem)
 	var pause atomic.Bool
 	pause.Store(true)
@@ -471,7 +473,7 @@ func TestStaleOwnerIsRefused(t *testing.T) {
 // An owner whose completion comes after a takeover without any heartbeat
 // (a short call with a long pause) is refused at completion.
 func TestCompletionRefusedAfterTakeover(t *testing.T) {
-	s := memstore.New()
+	s := newMem(t)
 	opts := []idem.Option{idem.WithTakeoverAfter(100 * time.Millisecond), idem.WithHeartbeat(50 * time.Millisecond)}
 	b := newGuard[string](t, s, opts...)
 	inst := storetest.Instrument(s)
@@ -495,7 +497,7 @@ func TestCompletionRefusedAfterTakeover(t *testing.T) {
 }
 
 func TestPanicReleasesAndRepanics(t *testing.T) {
-	g := newGuard[int](t, memstore.New(), idem.OnDuplicate(idem.Wait))
+	g := newGuard[int](t, newMem(t), idem.OnDuplicate(idem.Wait))
 	func() {
 		defer func() {
 			r := recover()
@@ -513,7 +515,7 @@ func TestPanicReleasesAndRepanics(t *testing.T) {
 }
 
 func TestGoexitReleases(t *testing.T) {
-	g := newGuard[int](t, memstore.New(), idem.OnDuplicate(idem.Wait))
+	g := newGuard[int](t, newMem(t), idem.OnDuplicate(idem.Wait))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -529,7 +531,7 @@ func TestGoexitReleases(t *testing.T) {
 }
 
 func TestPanicWakesSameProcessWaiters(t *testing.T) {
-	g := newGuard[int](t, memstore.New(), idem.OnDuplicate(idem.Wait))
+	g := newGuard[int](t, newMem(t), idem.OnDuplicate(idem.Wait))
 	started := make(chan struct{})
 	go func() {
 		defer func() { _ = recover() }()
@@ -551,7 +553,7 @@ type unencodable struct {
 
 func TestResultUnavailable(t *testing.T) {
 	var c idem.Counter
-	g := newGuard[unencodable](t, memstore.New(), idem.WithObserver(&c))
+	g := newGuard[unencodable](t, newMem(t), idem.WithObserver(&c))
 	var runs int
 	fn := func(ctx context.Context) (unencodable, error) { runs++; return unencodable{C: make(chan int)}, nil }
 	v, err := g.Do(context.Background(), "k", fn)
@@ -564,7 +566,7 @@ func TestResultUnavailable(t *testing.T) {
 }
 
 func TestCompletionRetriedThenNotRecorded(t *testing.T) {
-	inst := storetest.Instrument(memstore.New())
+	inst := storetest.Instrument(newMem(t))
 	var fails atomic.Int32
 	fails.Store(2)
 	inst.Before = func(ctx context.Context, op storetest.Op, key string) error {
@@ -588,7 +590,7 @@ func TestCompletionRetriedThenNotRecorded(t *testing.T) {
 }
 
 func TestCompletionReplyLostCountsAsSuccess(t *testing.T) {
-	inst := storetest.Instrument(memstore.New())
+	inst := storetest.Instrument(newMem(t))
 	var lose atomic.Bool
 	lose.Store(true)
 	inst.After = func(ctx context.Context, op storetest.Op, key string, err error) error {
@@ -605,7 +607,7 @@ func TestCompletionReplyLostCountsAsSuccess(t *testing.T) {
 }
 
 func TestStoreErrorsAreWrapped(t *testing.T) {
-	inst := storetest.Instrument(memstore.New())
+	inst := storetest.Instrument(newMem(t))
 	down := errors.New("store down")
 	inst.Before = func(ctx context.Context, op storetest.Op, key string) error { return down }
 	g := newGuard[int](t, inst)
@@ -619,7 +621,7 @@ func TestStoreErrorsAreWrapped(t *testing.T) {
 }
 
 func TestSanitize(t *testing.T) {
-	s := memstore.New()
+	s := newMem(t)
 	strip := func(v invoice) invoice { v.Secret = ""; return v }
 	g := newGuard[invoice](t, s, idem.WithSanitize(strip), idem.OnDuplicate(idem.Wait))
 	started, release := make(chan struct{}), make(chan struct{})
@@ -653,7 +655,7 @@ func TestSanitize(t *testing.T) {
 }
 
 func TestOptionsValidated(t *testing.T) {
-	s := memstore.New()
+	s := newMem(t)
 	cases := map[string][]idem.Option{
 		"ttl":              {idem.WithTTL(0)},
 		"heartbeat":        {idem.WithHeartbeat(-1)},
@@ -692,7 +694,7 @@ func TestOptionsValidated(t *testing.T) {
 // millisecond times: every live claim would be stale at once and a
 // duplicate would run fn beside the owner. New refuses it.
 func TestSubMillisecondThresholdRefused(t *testing.T) {
-	s := memstore.New()
+	s := newMem(t)
 	opts := []idem.Option{idem.WithTakeoverAfter(900 * time.Microsecond), idem.WithHeartbeat(400 * time.Microsecond)}
 	a, err := idem.New[int](s, opts...)
 	if err != nil {
@@ -710,7 +712,7 @@ func TestSubMillisecondThresholdRefused(t *testing.T) {
 }
 
 func TestStorageKeys(t *testing.T) {
-	s := memstore.New()
+	s := newMem(t)
 	plain := newGuard[int](t, s)
 	k1, err := plain.StorageKey("order-1")
 	require.NoError(t, err)
@@ -761,7 +763,7 @@ func TestObserverSeesStorageKeyOnly(t *testing.T) {
 		events = append(events, e)
 		mu.Unlock()
 	})
-	g := newGuard[int](t, memstore.New(), idem.WithObserver(obs))
+	g := newGuard[int](t, newMem(t), idem.WithObserver(obs))
 	_, _ = g.Do(context.Background(), "customer-42", func(ctx context.Context) (int, error) { return 1, nil })
 	_, _ = g.Do(context.Background(), "customer-42", func(ctx context.Context) (int, error) { return 1, nil })
 	_, _ = g.Do(context.Background(), "customer-43", func(ctx context.Context) (int, error) { return 0, errors.New("no") })
@@ -771,7 +773,7 @@ func TestObserverSeesStorageKeyOnly(t *testing.T) {
 		assert.NotContains(t, e.StorageKey, "customer")
 		assert.Regexp(t, `^idem:[0-9a-f]{64}$`, e.StorageKey)
 	}
-	assert.Equal(t, []idem.EventKind{idem.EventClaim, idem.EventHit, idem.EventClaim, idem.EventFailure}, kinds)
+	assert.Equal(t, []idem.EventKind{idem.EventClaim, idem.EventComplete, idem.EventHit, idem.EventClaim, idem.EventFailure}, kinds)
 }
 
 func TestWrap(t *testing.T) {
@@ -779,7 +781,7 @@ func TestWrap(t *testing.T) {
 		User   int
 		Amount int
 	}
-	g := newGuard[string](t, memstore.New())
+	g := newGuard[string](t, newMem(t))
 	var runs int
 	create := idem.Wrap(g, "create_invoice", func(ctx context.Context, r req) (string, error) {
 		runs++
@@ -801,7 +803,7 @@ func TestWrap(t *testing.T) {
 }
 
 func TestCorruptStoredResult(t *testing.T) {
-	s := memstore.New()
+	s := newMem(t)
 	g := newGuard[string](t, s)
 	sk, _ := g.StorageKey("k")
 	_, err := s.Claim(context.Background(), idem.ClaimRequest{Key: sk, Nonce: "n", LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
@@ -814,7 +816,7 @@ func TestCorruptStoredResult(t *testing.T) {
 // Every goroutine has its own Guard, as if each were a process: only the
 // store's atomic claim stands between them.
 func TestConcurrentGuardsRunOnce(t *testing.T) {
-	s := memstore.New()
+	s := newMem(t)
 	guards := make([]*idem.Guard[int], 64)
 	for i := range guards {
 		guards[i] = newGuard[int](t, s, idem.OnDuplicate(idem.Wait))
@@ -848,7 +850,7 @@ func TestConcurrentGuardsRunOnce(t *testing.T) {
 // run on beside a new owner; if nobody took over, its outcome is still
 // recorded.
 func TestHeartbeatLapseCancelsFn(t *testing.T) {
-	inst := storetest.Instrument(memstore.New())
+	inst := storetest.Instrument(newMem(t))
 	inst.Before = func(ctx context.Context, op storetest.Op, key string) error {
 		if op == storetest.OpHeartbeat {
 			return errors.New("store unreachable")
@@ -880,7 +882,7 @@ func TestHeartbeatLapseCancelsFn(t *testing.T) {
 // heartbeat interval at its maximum, half the takeover threshold: the
 // heartbeat sent after one interval must get the chance to succeed.
 func TestNoLapseWhileHeartbeatsSucceed(t *testing.T) {
-	inst := storetest.Instrument(memstore.New())
+	inst := storetest.Instrument(newMem(t))
 	g := newGuard[int](t, inst, idem.WithHeartbeat(50*time.Millisecond), idem.WithTakeoverAfter(100*time.Millisecond))
 	var cause error
 	_, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
@@ -914,16 +916,18 @@ func TestInvalidRecordFromStore(t *testing.T) {
 		"unknown status":       {Status: "done", Nonce: "n", Attempt: 1, ExpiresAt: 1 << 62},
 		"no nonce":             {Status: idem.StatusCompleted, Attempt: 1, ExpiresAt: 1 << 62},
 	} {
-		g := newGuard[int](t, badStore{Store: memstore.New(), rec: rec})
+		g := newGuard[int](t, badStore{Store: newMem(t), rec: rec})
 		_, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 1, nil })
 		assert.ErrorIs(t, err, idem.ErrCorruptRecord, name)
 	}
 }
 
 // A completion the store can never accept is not retried for the whole
-// takeover threshold: the caller gets its result and ErrNotRecorded at once.
+// takeover threshold: the smaller completion without the result is tried
+// once, and when the store refuses that too, the caller gets its result and
+// ErrNotRecorded at once.
 func TestPermanentCompletionFailureNotRetried(t *testing.T) {
-	inst := storetest.Instrument(memstore.New())
+	inst := storetest.Instrument(newMem(t))
 	inst.Before = func(ctx context.Context, op storetest.Op, key string) error {
 		if op == storetest.OpComplete {
 			return &idem.StoreError{Op: "complete", Err: errors.New("item too large"), Permanent: true}
@@ -936,6 +940,16 @@ func TestPermanentCompletionFailureNotRetried(t *testing.T) {
 	assert.Equal(t, 4, v)
 	assert.ErrorIs(t, err, idem.ErrNotRecorded)
 	assert.ErrorIs(t, err, idem.ErrPermanent)
-	assert.Equal(t, 1, inst.Count(storetest.OpComplete))
+	assert.Equal(t, 2, inst.Count(storetest.OpComplete), "the outcome, then the outcome without its result")
 	assert.Less(t, time.Since(start), 10*time.Second)
+}
+
+// newMem returns an empty memory store.
+func newMem(tb testing.TB) *memstore.Store {
+	tb.Helper()
+	s, err := memstore.New()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
 }

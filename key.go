@@ -1,17 +1,16 @@
 package idem
 
 import (
-	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"hash"
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/idem-go/idem/internal/jcs"
 )
 
 // StorageKeyPrefix starts every storage key a Guard makes. The rest is the
@@ -45,43 +44,19 @@ func Key(name string, args ...any) (string, error) {
 	return name + ":" + hex.EncodeToString(sum[:]), nil
 }
 
-// CanonicalJSON encodes v as JSON with object keys sorted at every depth and
-// numbers kept exactly as encoded, so equal values give equal bytes whatever
-// their Go types (a struct and a map with the same fields agree). A string
-// that is not valid UTF-8 is an error: JSON would replace its bad bytes with
-// U+FFFD and so make different values encode alike. (A MarshalJSON method
-// that writes the escape \ufffd is refused for the same reason.)
+// CanonicalJSON encodes v as RFC 8785 JSON (the JSON Canonicalization
+// Scheme): encoding/json first (struct tags and MarshalJSON apply), then
+// object members sorted by UTF-16 code units at every depth, strings
+// escaped only where JSON requires it (no HTML escaping), and numbers as
+// ECMAScript writes them. Equal values give equal bytes whatever their Go
+// types (a struct and a map with the same fields agree), and a program in
+// another language following RFC 8785 writes the same bytes, so it derives
+// the same Key and payload hash. A string that is not valid UTF-8 is an
+// error (JSON would replace its bad bytes with U+FFFD and so make different
+// values encode alike), as is an integer no double holds exactly (two
+// identifiers past 2^53 would otherwise share a key).
 func CanonicalJSON(v any) ([]byte, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	if !utf8.Valid(b) || hasReplacementEscape(b) {
-		return nil, errors.New("a string is not valid UTF-8")
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var tree any
-	if err := dec.Decode(&tree); err != nil {
-		return nil, err
-	}
-	return json.Marshal(tree) // maps encode with sorted keys
-}
-
-// hasReplacementEscape reports whether the JSON text b holds the escape
-// \ufffd, which encoding/json writes for each invalid byte of a string (a
-// valid U+FFFD it writes as is).
-func hasReplacementEscape(b []byte) bool {
-	for i := 0; i < len(b); i++ {
-		if b[i] != '\\' || i+1 >= len(b) {
-			continue
-		}
-		if b[i+1] == 'u' && i+6 <= len(b) && bytes.EqualFold(b[i+2:i+6], []byte("fffd")) {
-			return true
-		}
-		i++ // skip the escaped character, so \\ufffd is not taken for one
-	}
-	return false
+	return jcs.Marshal(v)
 }
 
 // keyer derives storage keys and payload hashes for one Guard.

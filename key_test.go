@@ -6,11 +6,10 @@ import (
 	"math"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+	"github.com/idem-go/idem/internal/assert"
+	"github.com/idem-go/idem/internal/require"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/stores/memstore"
 )
 
 func TestKeyCanonical(t *testing.T) {
@@ -85,7 +84,7 @@ func TestKeyInvalidUTF8(t *testing.T) {
 	require.NoError(t, err, "so is a backslash followed by ufffd")
 	assert.NotEqual(t, k1, k2)
 
-	g, err := idem.New[int](memstore.New())
+	g, err := idem.New[int](newMem(t))
 	require.NoError(t, err)
 	fn := func(ctx context.Context) (int, error) { return 1, nil }
 	_, err = g.Do(context.Background(), "k", fn, idem.Payload("\xff"))
@@ -126,4 +125,19 @@ func FuzzKey(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, string(c1), string(c2), "canonical form is a fixed point")
 	})
+}
+
+// Key is RFC 8785 JSON: no HTML escaping, ECMAScript numbers, so another
+// language derives the same key. The expectation is Node's
+// sha256(JSON.stringify([{n:1e21,q:"a&b<c>",x:0.000001}])).
+func TestKeyRFC8785(t *testing.T) {
+	k, err := idem.Key("f", map[string]any{"q": "a&b<c>", "n": 1e21, "x": 0.000001})
+	require.NoError(t, err)
+	assert.Equal(t, "f:5594e58a4e1fac967770e24cf26b07f5bf97d599dc06ae8f194a5d9ae2a7ab2d", k)
+	b, err := idem.CanonicalJSON(map[string]any{"q": "a&b"})
+	require.NoError(t, err)
+	assert.Equal(t, `{"q":"a&b"}`, string(b))
+	// Two int64 identifiers past 2^53 would share a double: refused.
+	_, err = idem.Key("f", int64(9007199254740993))
+	assert.ErrorIs(t, err, idem.ErrInvalidKey)
 }

@@ -25,13 +25,18 @@ const (
 	EventNotRecorded                        // fn's outcome could not be stored
 	EventHeartbeatError                     // a heartbeat failed (not a loss of ownership)
 	EventResultUnavailable                  // a result could not be encoded, or a replay had none
+	EventComplete                           // fn returned without error; its result is about to be stored
+	EventWaitDone                           // a wait ended with the key decided (Duration: how long it lasted)
+	EventRefresh                            // a heartbeat refreshed the claim; Duration is the lapse margin
+	EventLapse                              // no heartbeat succeeded in time; fn's context is cancelled
 	numEventKinds
 )
 
 var eventNames = [...]string{
 	"claim", "takeover", "hit", "in_progress", "wait", "lost_ownership",
 	"failure", "previous_failure", "payload_mismatch", "not_recorded",
-	"heartbeat_error", "result_unavailable",
+	"heartbeat_error", "result_unavailable", "complete", "wait_done",
+	"refresh", "lapse",
 }
 
 func (k EventKind) String() string {
@@ -46,9 +51,16 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind       EventKind
 	StorageKey string
-	Attempt    int64         // claim number, when known
-	Duration   time.Duration // how long fn ran (failure, lost ownership) or the wait lasted
-	Err        error         // the error behind a failure, when there is one
+	Attempt    int64 // claim number, when known
+	// Duration is how long fn ran (complete, failure, lost ownership) or
+	// the wait lasted (wait_done, in_progress after a wait). For EventRefresh it is the lapse margin: how long fn may go
+	// on without another successful heartbeat before the Guard cancels its
+	// context with a *LapseError. For EventLapse it is what is left before
+	// another caller may take the claim over: a process that must stop
+	// something fn started (a child process) has that long.
+	Duration time.Duration
+	Err      error  // the error behind a failure, when there is one
+	Scope    string // the Guard's scope (WithNamespace), "" if none
 }
 
 // Observer receives events. Observe must be safe for concurrent use and
@@ -90,7 +102,7 @@ func LogObserver(l *slog.Logger) Observer {
 		switch e.Kind {
 		case EventTakeover, EventFailure, EventPreviousFailure, EventPayloadMismatch:
 			level = slog.LevelInfo
-		case EventLostOwnership, EventNotRecorded, EventHeartbeatError, EventResultUnavailable:
+		case EventLostOwnership, EventNotRecorded, EventHeartbeatError, EventResultUnavailable, EventLapse:
 			level = slog.LevelWarn
 		}
 		if !l.Enabled(ctx, level) {

@@ -44,7 +44,9 @@ const (
 	// Unlock (default): the claim is released and the next call runs fn.
 	Unlock FailurePolicy = iota
 	// Lock: the failure is stored; later calls get ErrPreviousFailure with
-	// the stored message until the record expires.
+	// the stored message until the record expires. A context error
+	// returned after fn's context was cancelled (its caller gave up) is
+	// not stored: the claim is released, as under Unlock.
 	Lock
 )
 
@@ -90,6 +92,8 @@ type config struct {
 	codec         Codec
 	sanitize      any
 	errorType     func(error) string
+	cacheEntries  int
+	cacheMaxAge   time.Duration
 	errs          []error
 }
 
@@ -163,7 +167,10 @@ func WithHeartbeat(d time.Duration) Option {
 }
 
 // WithTakeoverAfter sets the heartbeat age after which an in-progress claim
-// is stale and may be taken over by another caller. Default 30s; at least
+// is stale and may be taken over by another caller. The threshold is stored
+// with each claim this Guard makes, and staleness is judged by the owner's
+// stored threshold, so a Guard with a shorter one never takes over a live
+// claim of a Guard with a longer one. Default 30s; at least
 // 1ms, since records keep times in milliseconds (a shorter threshold would
 // count as zero and make every live claim stale at once). With
 // stores that use the caller's clock, hosts may disagree by up to this
@@ -260,6 +267,32 @@ func WithErrorType(name func(error) string) Option {
 	}
 }
 
+// WithLocalCache keeps up to entries recently read completed and failed
+// (OnFailure(Lock)) outcomes in process memory, so replaying them costs no
+// store round trip. An entry is served until the record's own expiry or
+// maxAge after it was read, whichever comes first; in-progress records are
+// never cached. Concurrent replays of a key not yet cached still share one
+// store read, and payload mismatches are still detected (the entry keeps
+// the payload hash). Observers see a hit as from the store.
+//
+// A record deleted or changed in another process (idem unlock -force) can
+// still be replayed from the cache for up to maxAge. Expiry is judged with
+// the local clock, bounded by the record's own lifetime (ExpiresAt -
+// CompletedAt): with a store on a server clock ahead of the local one by d,
+// an entry may be served up to d past its expiry, never past maxAge after
+// it was read. entries and maxAge must be positive.
+func WithLocalCache(entries int, maxAge time.Duration) Option {
+	return func(c *config) {
+		if entries < 1 {
+			c.invalid("WithLocalCache", "entries must be at least 1, got %d", entries)
+		}
+		if maxAge <= 0 {
+			c.invalid("WithLocalCache", "maxAge must be positive, got %v", maxAge)
+		}
+		c.cacheEntries, c.cacheMaxAge = entries, maxAge
+	}
+}
+
 // CallOption configures one call of Guard.Do.
 type CallOption func(*callConfig)
 
@@ -272,6 +305,12 @@ type callConfig struct {
 // replay. A later call with the same key and a different payload gets
 // ErrPayloadMismatch, whatever the state of the record. Calls that give no
 // payload match only records stored without one.
+//
+// Equality is canonical JSON equality: values that encode to the same JSON
+// (map keys sorted) are the same payload, whatever their Go types. So 1 and
+// 1.0 match, a nil map matches a nil slice (both null), and []byte("abc")
+// matches the string "YWJj" (its base64). A value JSON cannot encode is
+// ErrInvalidPayload.
 func Payload(v any) CallOption {
 	return func(c *callConfig) { c.payload, c.hasPayload = v, true }
 }

@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -37,6 +36,11 @@ type Record struct {
 	HeartbeatAt int64        // when the owner last proved it was alive
 	CompletedAt int64        // when the outcome was recorded (0 while in progress)
 	ExpiresAt   int64        // when the record stops counting
+	// TakeoverMs is the owner's takeover threshold in milliseconds, stored
+	// with the claim: staleness is judged by the threshold the owner
+	// heartbeats for, never by a caller's shorter one. 0 (a record from a
+	// store that does not keep it) falls back to the caller's threshold.
+	TakeoverMs int64
 }
 
 // ResultUnavailableType is the StoredError.Type of a completed record whose
@@ -47,9 +51,15 @@ const ResultUnavailableType = "idem.result_unavailable"
 func (r *Record) Live(now int64) bool { return r.ExpiresAt > now }
 
 // Stale reports whether r is an in-progress record whose heartbeat is at
-// least takeoverAfter old at now (Unix ms), so a new caller may take it over.
+// least its owner's takeover threshold old at now (Unix ms), so a new caller
+// may take it over. The threshold stored with the claim (TakeoverMs) wins;
+// takeoverAfter, the caller's, is used only for a record without one.
 func (r *Record) Stale(now int64, takeoverAfter time.Duration) bool {
-	return r.Status == StatusInProgress && now-r.HeartbeatAt >= takeoverAfter.Milliseconds()
+	threshold := r.TakeoverMs
+	if threshold <= 0 {
+		threshold = takeoverAfter.Milliseconds()
+	}
+	return r.Status == StatusInProgress && now-r.HeartbeatAt >= threshold
 }
 
 // Clone returns a deep copy of r.
@@ -81,64 +91,8 @@ func (r *Record) Validate() error {
 		return fmt.Errorf("attempt %d < 1", r.Attempt)
 	case r.Status == StatusFailed && r.Error == nil:
 		return errors.New("failed record without error")
+	case r.TakeoverMs < 0:
+		return fmt.Errorf("takeover threshold %d < 0", r.TakeoverMs)
 	}
 	return nil
-}
-
-// recordVersion is the version of the encoding written by EncodeRecord.
-const recordVersion = 1
-
-type recordJSON struct {
-	V           int          `json:"v"`
-	Key         string       `json:"key"`
-	Status      Status       `json:"status"`
-	Result      []byte       `json:"result,omitempty"`
-	Error       *StoredError `json:"error,omitempty"`
-	PayloadHash string       `json:"payload_hash,omitempty"`
-	Nonce       string       `json:"nonce"`
-	Attempt     int64        `json:"attempt"`
-	StartedAt   int64        `json:"started_at"`
-	HeartbeatAt int64        `json:"heartbeat_at"`
-	CompletedAt int64        `json:"completed_at,omitempty"`
-	ExpiresAt   int64        `json:"expires_at"`
-}
-
-// EncodeRecord encodes r in the versioned JSON form used by stores that keep
-// a record as one blob (the file store). DecodeRecord reads it back.
-func EncodeRecord(r *Record) ([]byte, error) {
-	if err := r.Validate(); err != nil {
-		return nil, fmt.Errorf("idem: encode record: %w", err)
-	}
-	return json.Marshal(recordJSON{
-		V: recordVersion, Key: r.Key, Status: r.Status, Result: r.Result, Error: r.Error,
-		PayloadHash: r.PayloadHash, Nonce: r.Nonce, Attempt: r.Attempt,
-		StartedAt: r.StartedAt, HeartbeatAt: r.HeartbeatAt, CompletedAt: r.CompletedAt,
-		ExpiresAt: r.ExpiresAt,
-	})
-}
-
-// DecodeRecord decodes what EncodeRecord wrote. Anything else (truncated,
-// unknown version, missing fields) is a *CorruptRecordError matching
-// ErrCorruptRecord; it never panics.
-func DecodeRecord(b []byte) (*Record, error) {
-	var j recordJSON
-	if err := json.Unmarshal(b, &j); err != nil {
-		return nil, &CorruptRecordError{Err: err}
-	}
-	if j.V != recordVersion {
-		return nil, &CorruptRecordError{Key: j.Key, Err: fmt.Errorf("unsupported record version %d", j.V)}
-	}
-	r := &Record{
-		Key: j.Key, Status: j.Status, Result: j.Result, Error: j.Error,
-		PayloadHash: j.PayloadHash, Nonce: j.Nonce, Attempt: j.Attempt,
-		StartedAt: j.StartedAt, HeartbeatAt: j.HeartbeatAt, CompletedAt: j.CompletedAt,
-		ExpiresAt: j.ExpiresAt,
-	}
-	if len(r.Result) == 0 {
-		r.Result = nil // "result":"" and no result are one state
-	}
-	if err := r.Validate(); err != nil {
-		return nil, &CorruptRecordError{Key: j.Key, Err: err}
-	}
-	return r, nil
 }

@@ -2,13 +2,17 @@ package idem
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
 // Store keeps records and makes each transition on them atomic. Every store
-// in this module (memstore, filestore, redisstore, dynamostore) implements
-// it, and stores/storetest checks any implementation against the contract
-// below.
+// of this project implements it (stores/memstore, stores/filestore,
+// stores/redisstore, stores/dynamostore, stores/sqlstore), and
+// stores/storetest checks any implementation against the contract below.
+// A third-party store is written with package storekit (the claim decision,
+// the record codec, the request checks, and a locked read-modify-write
+// adapter) and checked with stores/storetest.
 //
 // Keys passed to a Store are storage keys made by a Guard: a short prefix
 // and a hex digest, never caller input. A store decides expiry and staleness
@@ -21,9 +25,12 @@ type Store interface {
 	//     in_progress record with req.Nonce, Attempt = previous attempt + 1
 	//     (1 when there was none), StartedAt = HeartbeatAt = now,
 	//     ExpiresAt = now + req.LeaseTTL; outcome Claimed.
+	//     TakeoverMs = req.TakeoverAfter (the owner's threshold is stored).
 	//   - a live in_progress record with the same PayloadHash whose
-	//     heartbeat is at least req.TakeoverAfter old: replace its nonce with
-	//     req.Nonce, Attempt+1, StartedAt = HeartbeatAt = now; outcome TookOver.
+	//     heartbeat is at least its stored TakeoverMs old (req.TakeoverAfter
+	//     only when none is stored): replace its nonce with req.Nonce,
+	//     Attempt+1, StartedAt = HeartbeatAt = now, TakeoverMs =
+	//     req.TakeoverAfter; outcome TookOver.
 	//   - a live record that already carries req.Nonce (a retried claim
 	//     whose first try was applied): return it as Claimed.
 	//   - otherwise: return the live record untouched; outcome Existing.
@@ -39,7 +46,10 @@ type Store interface {
 	// Complete records the outcome if the record carries nonce: status,
 	// result and error from c, CompletedAt = now, ExpiresAt = now + c.TTL.
 	// Otherwise it changes nothing and returns ErrLostOwnership. A retried
-	// Complete that finds its own outcome already written succeeds.
+	// Complete that finds its own outcome already written succeeds. A store
+	// that applied the write but cannot vouch it will last (a replicated
+	// store short of acknowledgements) returns an error matching
+	// ErrNotRecorded, which the Guard reports as such without retrying.
 	Complete(ctx context.Context, key, nonce string, c Completion) error
 
 	// Release makes an in_progress record that carries nonce claimable at
@@ -71,6 +81,11 @@ type ClaimRequest struct {
 	PayloadHash   string        // canonical hash of the call's payload, "" if none
 	LeaseTTL      time.Duration // lifetime of the in_progress record
 	TakeoverAfter time.Duration // heartbeat age at which a claim is stale
+	// Tenant and Scope are the Guard's namespace (WithNamespace). Key
+	// already mixes them in; a store may keep them beside the record for
+	// operators (the SQL table's tenant and scope columns) but must not
+	// need them to find a record.
+	Tenant, Scope string
 }
 
 // ClaimOutcome says what Claim did.
@@ -83,15 +98,18 @@ const (
 	TookOver                     // a stale claim was taken over
 )
 
+// String returns "existing", "claimed" or "took_over", and
+// "ClaimOutcome(n)" for any other value.
 func (o ClaimOutcome) String() string {
 	switch o {
 	case Claimed:
 		return "claimed"
 	case TookOver:
 		return "took_over"
-	default:
+	case Existing:
 		return "existing"
 	}
+	return fmt.Sprintf("ClaimOutcome(%d)", int(o))
 }
 
 // ClaimResult is the output of Store.Claim: the record as it is after the
@@ -107,75 +125,4 @@ type Completion struct {
 	Result []byte        // encoded result, nil if none
 	Error  *StoredError  // failure, or why the result is unavailable
 	TTL    time.Duration // how long the completed record is kept
-}
-
-// DecideClaim applies the Claim rules to the current record (nil if none)
-// at now (Unix ms) and returns the result; when the outcome is Claimed or
-// TookOver the returned record is the one to write. Stores that hold a lock
-// around read-decide-write (memstore, filestore) share it, and so can
-// third-party stores.
-func DecideClaim(cur *Record, req ClaimRequest, now int64) ClaimResult {
-	lease := req.LeaseTTL.Milliseconds()
-	if cur == nil || !cur.Live(now) {
-		attempt := int64(1)
-		if cur != nil {
-			attempt = cur.Attempt + 1
-		}
-		return ClaimResult{Outcome: Claimed, Record: &Record{
-			Key: req.Key, Status: StatusInProgress, PayloadHash: req.PayloadHash,
-			Nonce: req.Nonce, Attempt: attempt, StartedAt: now, HeartbeatAt: now,
-			ExpiresAt: now + lease,
-		}}
-	}
-	if cur.Nonce == req.Nonce {
-		return ClaimResult{Outcome: Claimed, Record: cur}
-	}
-	if cur.PayloadHash == req.PayloadHash && cur.Stale(now, req.TakeoverAfter) {
-		next := cur.Clone()
-		next.Nonce = req.Nonce
-		next.Attempt = cur.Attempt + 1
-		next.StartedAt, next.HeartbeatAt = now, now
-		next.ExpiresAt = max(cur.ExpiresAt, now+lease)
-		return ClaimResult{Outcome: TookOver, Record: next}
-	}
-	return ClaimResult{Outcome: Existing, Record: cur}
-}
-
-// ApplyHeartbeat returns the record after a heartbeat at now, or
-// ErrLostOwnership.
-func ApplyHeartbeat(cur *Record, nonce string, leaseTTL time.Duration, now int64) (*Record, error) {
-	if cur == nil || cur.Status != StatusInProgress || cur.Nonce != nonce || !cur.Live(now) {
-		return nil, ErrLostOwnership
-	}
-	next := cur.Clone()
-	next.HeartbeatAt = now
-	next.ExpiresAt = max(cur.ExpiresAt, now+leaseTTL.Milliseconds())
-	return next, nil
-}
-
-// ApplyComplete returns the record after a completion at now, or
-// ErrLostOwnership.
-func ApplyComplete(cur *Record, nonce string, c Completion, now int64) (*Record, error) {
-	if cur == nil || cur.Nonce != nonce {
-		return nil, ErrLostOwnership
-	}
-	next := cur.Clone()
-	next.Status = c.Status
-	next.Result = c.Result
-	next.Error = c.Error
-	next.CompletedAt = now
-	next.HeartbeatAt = now
-	next.ExpiresAt = now + c.TTL.Milliseconds()
-	return next, nil
-}
-
-// ApplyRelease returns the record after a release at now, or
-// ErrLostOwnership.
-func ApplyRelease(cur *Record, nonce string, now int64) (*Record, error) {
-	if cur == nil || cur.Status != StatusInProgress || cur.Nonce != nonce {
-		return nil, ErrLostOwnership
-	}
-	next := cur.Clone()
-	next.ExpiresAt = now
-	return next, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/benchkit"
 	"github.com/idem-go/idem/stores/filestore"
 )
 
@@ -189,4 +190,14 @@ func TestGuardRoundTrips(t *testing.T) {
 	require.Equal(t, "v1", v)
 	require.EqualValues(t, 1, cs.ops.Load(), "replay")
 	require.Equal(t, 1, runs)
+}
+
+// BenchmarkCost measures guarded fresh calls and replays on the file
+// store next to the same store operations made directly (raw-*), reporting
+// store operations and heartbeats per call.
+func BenchmarkCost(b *testing.B) {
+	b.Run("fresh", func(b *testing.B) { benchkit.Fresh(b, benchStore(b)) })
+	b.Run("replay", func(b *testing.B) { benchkit.Replay(b, benchStore(b)) })
+	b.Run("raw-fresh", func(b *testing.B) { benchkit.RawFresh(b, benchStore(b)) })
+	b.Run("raw-replay", func(b *testing.B) { benchkit.RawReplay(b, benchStore(b)) })
 }

@@ -6,7 +6,7 @@
 // A store directory holds (on-disk layout version 1):
 //
 //	<dir>/                 0700, created if missing
-//	<dir>/<storage key>    one record per key, 0600, versioned JSON (idem.EncodeRecord)
+//	<dir>/<storage key>    one record per key, 0600, versioned JSON (storekit.EncodeRecord)
 //	<dir>/.locks/00 .. ff  256 lock files, 0600, never deleted
 //	<dir>/.tmp-<key>-<n>   a record being written (renamed over <key> when done)
 //
@@ -39,8 +39,8 @@
 //
 // Every transition (Claim, Heartbeat, Complete, Release, Delete, and each
 // record Purge removes) is read-decide-write under the key's lock, using
-// idem.DecideClaim, idem.ApplyHeartbeat, idem.ApplyComplete and
-// idem.ApplyRelease. The lock is one of 256 striped lock files in .locks,
+// storekit.DecideClaim, storekit.ApplyHeartbeat, storekit.ApplyComplete and
+// storekit.ApplyRelease. The lock is one of 256 striped lock files in .locks,
 // chosen by an FNV-1a hash of the key, taken with an exclusive flock(2)
 // (github.com/gofrs/flock), plus an in-process mutex per stripe, because
 // flock alone does not exclude goroutines that share a lock object. Lock
@@ -86,11 +86,11 @@
 // # Purge
 //
 // Records are never deleted by expiry on their own. Purge removes records
-// whose ExpiresAt is more than the purge grace (WithPurgeGrace, default 0)
-// in the past, each under its key's lock, so it is safe to run while other
+// whose ExpiresAt is more than the retention (WithRetention, default one
+// minute) in the past, each under its key's lock, so it is safe to run while other
 // processes use the directory. Purging an expired record forgets its attempt
 // counter: the next claim of that key starts again at attempt (fencing
-// token) 1. Give a grace longer than any downstream system remembers
+// token) 1. Give a retention longer than any downstream system remembers
 // fencing tokens if that matters. Purge leaves corrupt records in place,
 // since it cannot tell when they expire; Get reports them and Delete removes
 // them.

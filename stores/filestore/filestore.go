@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // ErrUnsafeDir is matched (errors.Is) by the error New returns for a
@@ -40,10 +41,10 @@ const tmpPrefix = ".tmp-"
 type Option func(*config)
 
 type config struct {
-	clock      func() time.Time
-	purgeGrace time.Duration
-	sync       bool
-	errs       []error
+	clock     func() time.Time
+	retention time.Duration
+	sync      bool
+	errs      []error
 }
 
 // WithClock sets the clock that decides expiry and staleness (default
@@ -58,17 +59,22 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// WithPurgeGrace makes Purge keep a record until it has been expired for at
-// least d (default 0: removed as soon as it has expired). A grace keeps the
-// attempt counter, and so the fencing token, of a recently expired or
-// released key monotonic for that long.
-func WithPurgeGrace(d time.Duration) Option {
+// DefaultRetention is how long a record is kept past its ExpiresAt before
+// Purge may remove it.
+const DefaultRetention = time.Minute
+
+// WithRetention sets how long past its ExpiresAt a record is kept before
+// Purge may remove it (default DefaultRetention; 0 removes it as soon as it
+// has expired). Retention keeps the attempt counter, and so the fencing
+// token, of a recently expired or released key monotonic for that long.
+// Every store of this module has this option with this meaning.
+func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
-			c.errs = append(c.errs, fmt.Errorf("%w: filestore.WithPurgeGrace(%v) is negative", idem.ErrInvalidOption, d))
+			c.errs = append(c.errs, fmt.Errorf("%w: filestore.WithRetention(%v) is negative", idem.ErrInvalidOption, d))
 			return
 		}
-		c.purgeGrace = d
+		c.retention = d
 	}
 }
 
@@ -98,7 +104,7 @@ var _ idem.Store = (*Store)(nil)
 // It refuses a directory that is group- or world-writable (*UnsafeDirError)
 // and reports invalid options as errors matching idem.ErrInvalidOption.
 func New(dir string, opts ...Option) (*Store, error) {
-	c := config{clock: time.Now, sync: true}
+	c := config{clock: time.Now, sync: true, retention: DefaultRetention}
 	for _, o := range opts {
 		if o == nil {
 			c.errs = append(c.errs, fmt.Errorf("%w: nil filestore option", idem.ErrInvalidOption))
@@ -130,7 +136,7 @@ func New(dir string, opts ...Option) (*Store, error) {
 	return &Store{
 		dir:     abs,
 		now:     c.clock,
-		grace:   c.purgeGrace,
+		grace:   c.retention,
 		sync:    c.sync,
 		stripes: newStripes(lockDir),
 		hub:     hubFor(canon),
@@ -181,7 +187,7 @@ func (s *Store) read(key string) (*idem.Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("filestore: read %s: %w", key, err)
 	}
-	r, err := idem.DecodeRecord(b)
+	r, err := storekit.DecodeRecord(b)
 	if err != nil {
 		var ce *idem.CorruptRecordError
 		if errors.As(err, &ce) {
@@ -198,7 +204,7 @@ func (s *Store) read(key string) (*idem.Record, error) {
 // write replaces the record of key with r: temporary file, fsync, rename,
 // fsync of the directory. The caller holds the key's lock.
 func (s *Store) write(key string, r *idem.Record) (err error) {
-	b, err := idem.EncodeRecord(r)
+	b, err := storekit.EncodeRecord(r)
 	if err != nil {
 		return fmt.Errorf("filestore: write %s: %w", key, err)
 	}
@@ -297,7 +303,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 		return idem.ClaimResult{}, err
 	}
 	if cur != nil {
-		if res := idem.DecideClaim(cur, req, s.nowMs()); res.Record == cur {
+		if res := storekit.DecideClaim(cur, req, s.nowMs()).Result(); res.Record == cur {
 			return res, nil // nothing to write
 		}
 	}
@@ -307,7 +313,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 		if err != nil {
 			return err
 		}
-		res = idem.DecideClaim(cur, req, s.nowMs())
+		res = storekit.DecideClaim(cur, req, s.nowMs()).Result()
 		if res.Record == cur {
 			return nil
 		}
@@ -332,7 +338,7 @@ func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.
 		if err != nil {
 			return err
 		}
-		next, err := idem.ApplyHeartbeat(cur, nonce, leaseTTL, s.nowMs())
+		next, err := storekit.ApplyHeartbeat(cur, nonce, leaseTTL, s.nowMs())
 		if err != nil {
 			return fmt.Errorf("filestore: heartbeat %s: %w", key, err)
 		}
@@ -350,7 +356,7 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completi
 		if err != nil {
 			return err
 		}
-		next, err := idem.ApplyComplete(cur, nonce, c, s.nowMs())
+		next, err := storekit.ApplyComplete(cur, nonce, c, s.nowMs())
 		if err != nil {
 			return fmt.Errorf("filestore: complete %s: %w", key, err)
 		}
@@ -373,7 +379,7 @@ func (s *Store) Release(ctx context.Context, key, nonce string) error {
 		if err != nil {
 			return err
 		}
-		next, err := idem.ApplyRelease(cur, nonce, s.nowMs())
+		next, err := storekit.ApplyRelease(cur, nonce, s.nowMs())
 		if err != nil {
 			return fmt.Errorf("filestore: release %s: %w", key, err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/filestore"
 )
 
@@ -65,6 +66,7 @@ func TestClaimFresh(t *testing.T) {
 	assert.Equal(t, &idem.Record{
 		Key: k, Status: idem.StatusInProgress, PayloadHash: "ph", Nonce: "n1", Attempt: 1,
 		StartedAt: now, HeartbeatAt: now, ExpiresAt: now + lease.Milliseconds(),
+		TakeoverMs: takeover.Milliseconds(), // the owner's threshold is kept with the claim
 	}, res.Record)
 
 	got, err := s.Get(ctx, k)
@@ -74,7 +76,7 @@ func TestClaimFresh(t *testing.T) {
 	// The file is named by the key and nothing else.
 	b, err := os.ReadFile(filepath.Join(s.Dir(), k))
 	require.NoError(t, err)
-	dec, err := idem.DecodeRecord(b)
+	dec, err := storekit.DecodeRecord(b)
 	require.NoError(t, err)
 	assert.Equal(t, res.Record, dec)
 }
@@ -282,9 +284,9 @@ func TestGetAndDelete(t *testing.T) {
 }
 
 func TestCorruptRecord(t *testing.T) {
-	valid, err := idem.EncodeRecord(&idem.Record{Key: key(11), Status: idem.StatusCompleted, Nonce: "n", Attempt: 1, ExpiresAt: 1 << 60})
+	valid, err := storekit.EncodeRecord(&idem.Record{Key: key(11), Status: idem.StatusCompleted, Nonce: "n", Attempt: 1, ExpiresAt: 1 << 60})
 	require.NoError(t, err)
-	other, err := idem.EncodeRecord(&idem.Record{Key: key(12), Status: idem.StatusCompleted, Nonce: "n", Attempt: 1, ExpiresAt: 1 << 60})
+	other, err := storekit.EncodeRecord(&idem.Record{Key: key(12), Status: idem.StatusCompleted, Nonce: "n", Attempt: 1, ExpiresAt: 1 << 60})
 	require.NoError(t, err)
 	cases := map[string][]byte{
 		"garbage":       []byte("not json at all"),
@@ -450,7 +452,7 @@ func TestOptions(t *testing.T) {
 	dir := t.TempDir()
 	for name, opts := range map[string][]filestore.Option{
 		"nil clock":      {filestore.WithClock(nil)},
-		"negative grace": {filestore.WithPurgeGrace(-time.Second)},
+		"negative grace": {filestore.WithRetention(-time.Second)},
 		"nil option":     {nil},
 	} {
 		_, err := filestore.New(dir, opts...)
@@ -518,7 +520,7 @@ func TestLockWaitHonoursContext(t *testing.T) {
 }
 
 func TestPurge(t *testing.T) {
-	s, clk := newStore(t)
+	s, clk := newStore(t, filestore.WithRetention(0))
 	ctx := context.Background()
 	done := idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}
 
@@ -562,7 +564,7 @@ func TestPurge(t *testing.T) {
 }
 
 func TestPurgeGrace(t *testing.T) {
-	s, clk := newStore(t, filestore.WithPurgeGrace(time.Hour))
+	s, clk := newStore(t, filestore.WithRetention(time.Hour))
 	ctx := context.Background()
 	_, err := s.Claim(ctx, req(key(1), "n"))
 	require.NoError(t, err)

@@ -1,30 +1,43 @@
 // Package memstore is an in-memory idem.Store: one mutex, a map, and a heap
-// of expiry times so expired records are swept and memory stays bounded by
+// of expiry times so expired records are purged and memory stays bounded by
 // the number of live records, not by the number of keys ever seen.
 //
 // It coordinates goroutines of one process only; use filestore, redisstore,
 // dynamostore or sqlstore to coordinate processes. It implements
 // idem.Watcher, so Guards in Wait mode are woken without polling.
+//
+// Its decisions are storekit's (memstore is a storekit.Backend under a
+// storekit.Locked store); it decides with the caller's clock, replaceable
+// with WithClock.
 package memstore
 
 import (
 	"container/heap"
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // Store is an in-memory idem.Store. The zero value is not usable; call New.
 type Store struct {
-	now     func() time.Time
-	grace   time.Duration
-	sweepN  int
+	kit *storekit.Locked
+	mem *memory
+}
+
+// memory is the storekit.Backend under a Store, and its watchers.
+type memory struct {
+	now       func() time.Time
+	retention time.Duration
+	sweepN    int // records purged at most per write, so a write stays cheap
+
 	mu      sync.Mutex
 	records map[string]*entry
 	expiry  expiryHeap
-	watch   map[string]chan struct{}
+	watch   map[string]map[*watcher]struct{}
 }
 
 type entry struct {
@@ -32,206 +45,230 @@ type entry struct {
 	index int // position in the expiry heap
 }
 
+type watcher struct{ ch chan struct{} }
+
 // Option configures a Store.
-type Option func(*Store)
+type Option func(*memory) error
 
-// WithClock sets the store's clock (default time.Now), for tests.
+// WithClock sets the store's clock (default time.Now), for tests and for
+// users with a trusted time source. A nil clock is an invalid option.
 func WithClock(now func() time.Time) Option {
-	return func(s *Store) {
-		if now != nil {
-			s.now = now
+	return func(m *memory) error {
+		if now == nil {
+			return fmt.Errorf("memstore: WithClock: nil clock: %w", idem.ErrInvalidOption)
 		}
+		m.now = now
+		return nil
 	}
 }
 
-// DefaultGrace is how long an expired record is kept before it is swept.
-const DefaultGrace = time.Minute
+// DefaultRetention is how long a record is kept past its ExpiresAt before
+// it is purged.
+const DefaultRetention = time.Minute
 
-// WithGrace keeps expired (and released) records for d before sweeping
-// them, so a key claimed again soon after keeps counting attempts up and
-// fencing tokens stay monotonic. Default one minute; 0 sweeps at once.
-func WithGrace(d time.Duration) Option {
-	return func(s *Store) {
-		if d >= 0 {
-			s.grace = d
+// WithRetention keeps records for d past their ExpiresAt (expired and
+// released ones alike) before purging them, so a key claimed again soon
+// after goes on counting attempts and fencing tokens stay monotonic.
+// Default one minute; 0 purges at once; negative is an invalid option.
+func WithRetention(d time.Duration) Option {
+	return func(m *memory) error {
+		if d < 0 {
+			return fmt.Errorf("memstore: WithRetention: negative retention %v: %w", d, idem.ErrInvalidOption)
 		}
+		m.retention = d
+		return nil
 	}
 }
 
-// New returns an empty Store.
-func New(opts ...Option) *Store {
-	s := &Store{
-		now: time.Now, sweepN: 16, grace: DefaultGrace,
+// New returns an empty Store, or an error matching idem.ErrInvalidOption if
+// an option is invalid.
+func New(opts ...Option) (*Store, error) {
+	m := &memory{
+		now: time.Now, sweepN: 16, retention: DefaultRetention,
 		records: make(map[string]*entry),
-		watch:   make(map[string]chan struct{}),
+		watch:   make(map[string]map[*watcher]struct{}),
 	}
 	for _, o := range opts {
-		if o != nil {
-			o(s)
+		if o == nil {
+			return nil, fmt.Errorf("memstore: New: nil option: %w", idem.ErrInvalidOption)
+		}
+		if err := o(m); err != nil {
+			return nil, err
 		}
 	}
-	return s
+	kit := storekit.NewLocked(m, storekit.LockedConfig{Name: "memstore", Now: m.now, Changed: m.notify})
+	return &Store{kit: kit, mem: m}, nil
 }
 
-var _ idem.Store = (*Store)(nil)
-var _ idem.Watcher = (*Store)(nil)
-
-func (s *Store) nowMs() int64 { return s.now().UnixMilli() }
+var (
+	_ idem.Store       = (*Store)(nil)
+	_ idem.Watcher     = (*Store)(nil)
+	_ storekit.Backend = (*memory)(nil)
+)
 
 // Claim implements idem.Store.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
-	if err := ctx.Err(); err != nil {
-		return idem.ClaimResult{}, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.nowMs()
-	s.sweepLocked(now)
-	var cur *idem.Record
-	if e := s.records[req.Key]; e != nil {
-		cur = e.rec
-	}
-	res := idem.DecideClaim(cur, req, now)
-	if res.Outcome != idem.Existing && res.Record != cur {
-		s.putLocked(res.Record)
-		if res.Outcome == idem.TookOver {
-			s.notifyLocked(req.Key)
-		}
-	}
-	return idem.ClaimResult{Outcome: res.Outcome, Record: res.Record.Clone()}, nil
+	return s.kit.Claim(ctx, req)
 }
 
 // Heartbeat implements idem.Store.
 func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
-	return s.update(ctx, key, false, func(cur *idem.Record, now int64) (*idem.Record, error) {
-		return idem.ApplyHeartbeat(cur, nonce, leaseTTL, now)
-	})
+	return s.kit.Heartbeat(ctx, key, nonce, leaseTTL)
 }
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
-	return s.update(ctx, key, true, func(cur *idem.Record, now int64) (*idem.Record, error) {
-		return idem.ApplyComplete(cur, nonce, c, now)
-	})
+	return s.kit.Complete(ctx, key, nonce, c)
 }
 
-// Release implements idem.Store.
+// Release implements idem.Store. The record is kept (for the retention
+// period) with ExpiresAt = now, so attempts go on counting.
 func (s *Store) Release(ctx context.Context, key, nonce string) error {
-	return s.update(ctx, key, true, func(cur *idem.Record, now int64) (*idem.Record, error) {
-		return idem.ApplyRelease(cur, nonce, now)
-	})
-}
-
-func (s *Store) update(ctx context.Context, key string, notify bool, apply func(*idem.Record, int64) (*idem.Record, error)) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var cur *idem.Record
-	if e := s.records[key]; e != nil {
-		cur = e.rec
-	}
-	next, err := apply(cur, s.nowMs())
-	if err != nil {
-		return err
-	}
-	s.putLocked(next)
-	if notify {
-		s.notifyLocked(key)
-	}
-	return nil
+	return s.kit.Release(ctx, key, nonce)
 }
 
 // Get implements idem.Store.
 func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.records[key]
-	if e == nil || !e.rec.Live(s.nowMs()) {
-		return nil, idem.ErrNotFound
-	}
-	return e.rec.Clone(), nil
+	return s.kit.Get(ctx, key)
 }
 
 // Delete implements idem.Store.
 func (s *Store) Delete(ctx context.Context, key string) error {
+	return s.kit.Delete(ctx, key)
+}
+
+// Watch implements idem.Watcher: the channel is closed by the next claim,
+// takeover, completion, release, delete or purge of key. stop ends the
+// watch and frees it; so does the end of ctx (the channel is then never
+// closed). A ctx that has already ended is an error.
+func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := storekit.ValidateKey(key); err != nil {
+		return nil, nil, err
+	}
 	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	m := s.mem
+	w := &watcher{ch: make(chan struct{})}
+	m.mu.Lock()
+	set := m.watch[key]
+	if set == nil {
+		set = make(map[*watcher]struct{})
+		m.watch[key] = set
+	}
+	set[w] = struct{}{}
+	m.mu.Unlock()
+	remove := func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if set := m.watch[key]; set != nil {
+			delete(set, w)
+			if len(set) == 0 {
+				delete(m.watch, key)
+			}
+		}
+	}
+	stopAfter := context.AfterFunc(ctx, remove)
+	var once sync.Once
+	return w.ch, func() {
+		once.Do(func() {
+			stopAfter()
+			remove()
+		})
+	}, nil
+}
+
+// Len returns the number of records held, live or awaiting the purge.
+func (s *Store) Len() int {
+	s.mem.mu.Lock()
+	defer s.mem.mu.Unlock()
+	return len(s.mem.records)
+}
+
+// Purge removes every record whose ExpiresAt plus the retention period has
+// passed and returns how many it removed. Writes purge a few records each,
+// so calling Purge is never required.
+func (s *Store) Purge(ctx context.Context) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m := s.mem
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.purgeLocked(m.now().UnixMilli(), len(m.records)), nil
+}
+
+// Load implements storekit.Backend.
+func (m *memory) Load(_ context.Context, key string) (*idem.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.records[key]; e != nil {
+		return e.rec.Clone(), nil
+	}
+	return nil, nil
+}
+
+// Update implements storekit.Backend. It purges a few expired records
+// first, which keeps memory bounded without a purge loop.
+func (m *memory) Update(_ context.Context, key string, fn func(*idem.Record) (*idem.Record, error)) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.purgeLocked(m.now().UnixMilli(), m.sweepN)
+	var cur *idem.Record
+	if e := m.records[key]; e != nil {
+		cur = e.rec.Clone()
+	}
+	next, err := fn(cur)
+	if err != nil || next == nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e := s.records[key]; e != nil {
-		heap.Remove(&s.expiry, e.index)
-		delete(s.records, key)
-		s.notifyLocked(key)
+	next = next.Clone()
+	if e := m.records[key]; e != nil {
+		e.rec = next
+		heap.Fix(&m.expiry, e.index)
+		return nil
+	}
+	e := &entry{rec: next}
+	m.records[key] = e
+	heap.Push(&m.expiry, e)
+	return nil
+}
+
+// Delete implements storekit.Backend.
+func (m *memory) Delete(_ context.Context, key string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.records[key]; e != nil {
+		heap.Remove(&m.expiry, e.index)
+		delete(m.records, key)
 	}
 	return nil
 }
 
-// Watch implements idem.Watcher: the channel is closed by the next
-// complete, release, takeover or delete of key.
-func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ch := s.watch[key]
-	if ch == nil {
-		ch = make(chan struct{})
-		s.watch[key] = ch
+// notify wakes the watchers of key.
+func (m *memory) notify(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.notifyLocked(key)
+}
+
+func (m *memory) notifyLocked(key string) {
+	for w := range m.watch[key] {
+		close(w.ch)
 	}
-	return ch, func() {}, nil
+	delete(m.watch, key)
 }
 
-// Len returns the number of records held, live or awaiting the sweep.
-func (s *Store) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.records)
-}
-
-// Sweep removes every record that expired (plus the grace period) and
-// returns how many it removed. Claims sweep a few records each, so calling
-// Sweep is never required.
-func (s *Store) Sweep() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.sweepUpTo(s.nowMs(), len(s.records))
-}
-
-func (s *Store) sweepLocked(now int64) { s.sweepUpTo(now, s.sweepN) }
-
-func (s *Store) sweepUpTo(now int64, n int) int {
+func (m *memory) purgeLocked(now int64, n int) int {
 	removed := 0
-	limit := now - s.grace.Milliseconds()
-	for removed < n && len(s.expiry) > 0 && s.expiry[0].rec.ExpiresAt <= limit {
-		e := heap.Pop(&s.expiry).(*entry)
-		delete(s.records, e.rec.Key)
-		s.notifyLocked(e.rec.Key)
+	limit := now - m.retention.Milliseconds()
+	for removed < n && len(m.expiry) > 0 && m.expiry[0].rec.ExpiresAt <= limit {
+		e := heap.Pop(&m.expiry).(*entry)
+		delete(m.records, e.rec.Key)
+		m.notifyLocked(e.rec.Key)
 		removed++
 	}
 	return removed
-}
-
-func (s *Store) putLocked(rec *idem.Record) {
-	rec = rec.Clone()
-	if e := s.records[rec.Key]; e != nil {
-		e.rec = rec
-		heap.Fix(&s.expiry, e.index)
-		return
-	}
-	e := &entry{rec: rec}
-	s.records[rec.Key] = e
-	heap.Push(&s.expiry, e)
-}
-
-func (s *Store) notifyLocked(key string) {
-	if ch := s.watch[key]; ch != nil {
-		close(ch)
-		delete(s.watch, key)
-	}
 }
 
 // expiryHeap orders entries by ExpiresAt, soonest first.

@@ -2,57 +2,173 @@ package memstore_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
-
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/storetest"
 )
 
+func newStore(t testing.TB, opts ...memstore.Option) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) idem.Store { return memstore.New() })
+	storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t) })
+}
+
+// TestConformanceClock runs the suite on a clock it advances: no sleeping.
+func TestConformanceClock(t *testing.T) {
+	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) idem.Store {
+		return newStore(t, memstore.WithClock(c.Now))
+	})
+}
+
+func TestOptions(t *testing.T) {
+	for name, o := range map[string]memstore.Option{
+		"nil option":         nil,
+		"nil clock":          memstore.WithClock(nil),
+		"negative retention": memstore.WithRetention(-time.Second),
+	} {
+		if _, err := memstore.New(o); !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("%s: got %v, want ErrInvalidOption", name, err)
+		}
+	}
 }
 
 // TestBoundedMemory writes many distinct short-lived keys and checks that
-// expired records are swept as claims go on, without calling Sweep.
+// expired records are purged as claims go on, without calling Purge.
 func TestBoundedMemory(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	clock := func() time.Time { return now }
-	s := memstore.New(memstore.WithClock(clock), memstore.WithGrace(0))
+	s := newStore(t, memstore.WithClock(clock), memstore.WithRetention(0))
 	ctx := context.Background()
 	const n = 200_000
 	peak := 0
 	for i := 0; i < n; i++ {
 		key, nonce := storetest.NewKey(), storetest.NewNonce()
-		_, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Second, TakeoverAfter: time.Second})
-		require.NoError(t, err)
-		require.NoError(t, s.Complete(ctx, key, nonce, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Second}))
+		if _, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Second, TakeoverAfter: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Complete(ctx, key, nonce, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Second}); err != nil {
+			t.Fatal(err)
+		}
 		now = now.Add(time.Millisecond) // 1000 live records at any time
 		peak = max(peak, s.Len())
 	}
-	assert.Less(t, peak, 3000, "live records are ~1000; expired ones must be swept")
+	if peak >= 3000 {
+		t.Errorf("peak %d records; live ones are ~1000, expired ones must be purged", peak)
+	}
 	now = now.Add(time.Hour)
-	s.Sweep()
-	assert.Equal(t, 0, s.Len())
+	if _, err := s.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.Len() != 0 {
+		t.Errorf("%d records left after Purge", s.Len())
+	}
 }
 
-func TestGraceKeepsAttempts(t *testing.T) {
+func TestRetentionKeepsAttempts(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	s := memstore.New(memstore.WithClock(func() time.Time { return now }))
+	s := newStore(t, memstore.WithClock(func() time.Time { return now }))
 	ctx := context.Background()
 	key := storetest.NewKey()
 	n1 := storetest.NewNonce()
-	_, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: n1, LeaseTTL: time.Second, TakeoverAfter: time.Second})
-	require.NoError(t, err)
-	require.NoError(t, s.Release(ctx, key, n1))
+	if _, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: n1, LeaseTTL: time.Second, TakeoverAfter: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, key, n1); err != nil {
+		t.Fatal(err)
+	}
 	now = now.Add(30 * time.Second)
 	res, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: storetest.NewNonce(), LeaseTTL: time.Second, TakeoverAfter: time.Second})
-	require.NoError(t, err)
-	assert.Equal(t, int64(2), res.Record.Attempt)
-	now = now.Add(2 * memstore.DefaultGrace)
-	assert.Equal(t, 1, s.Sweep())
+	if err != nil || res.Record.Attempt != 2 {
+		t.Fatalf("claim within the retention: %+v, %v", res.Record, err)
+	}
+	now = now.Add(2 * memstore.DefaultRetention)
+	if n, err := s.Purge(ctx); n != 1 || err != nil {
+		t.Fatalf("Purge: %d, %v", n, err)
+	}
+}
+
+// TestWatchStop: stop frees the watch, and a change after it does not
+// close the channel. The old stop function did nothing, so the watch
+// stayed registered until the next change.
+func TestWatchStop(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	key := storetest.NewKey()
+	ch, stop, err := s.Watch(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Watchers(key) != 1 {
+		t.Fatalf("%d watchers, want 1", s.Watchers(key))
+	}
+	stop()
+	stop() // a second stop is harmless
+	if s.Watchers(key) != 0 {
+		t.Fatalf("%d watchers after stop, want 0", s.Watchers(key))
+	}
+	if err := s.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+		t.Fatal("a stopped watch was woken")
+	default:
+	}
+}
+
+// TestWatchContext: the end of the watch's context frees it, and a context
+// that has already ended is refused. The old Watch ignored its context.
+func TestWatchContext(t *testing.T) {
+	s := newStore(t)
+	key := storetest.NewKey()
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, _, err := s.Watch(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Watchers(key) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the watch outlived its context")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, _, err := s.Watch(ctx, key); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Watch with an ended context: %v", err)
+	}
+}
+
+// TestWatchWakesEveryWatcher: two watches of one key both wake on a change.
+func TestWatchWakesEveryWatcher(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	key, nonce := storetest.NewKey(), storetest.NewNonce()
+	a, stopA, _ := s.Watch(ctx, key)
+	b, stopB, _ := s.Watch(ctx, key)
+	defer stopA()
+	defer stopB()
+	if _, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Second, TakeoverAfter: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []<-chan struct{}{a, b} {
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a watcher was not woken")
+		}
+	}
+	if s.Watchers(key) != 0 {
+		t.Fatalf("%d watchers left after the change", s.Watchers(key))
+	}
 }

@@ -23,7 +23,8 @@ const (
 
 // Instrumented wraps a Store, counting calls per operation and, for fault
 // injection, letting a hook fail or delay any call before (or after) it
-// reaches the store. It forwards Watch when the inner store is a Watcher.
+// reaches the store. It does not implement idem.Watcher, whatever it wraps:
+// AsStore returns it as a Watcher when the inner store is one.
 type Instrumented struct {
 	idem.Store
 	mu     sync.Mutex
@@ -123,16 +124,22 @@ func (s *Instrumented) Delete(ctx context.Context, key string) error {
 	return s.call(ctx, OpDelete, key, func() error { return s.Store.Delete(ctx, key) })
 }
 
-// Watch forwards to the inner store when it implements idem.Watcher.
-func (s *Instrumented) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+// AsStore returns s as the Guard should see it: s itself, or, when the inner
+// store implements idem.Watcher, s with Watch forwarded to it (watches are
+// not counted). A Guard then watches exactly when the inner store can.
+func (s *Instrumented) AsStore() idem.Store {
 	if w, ok := s.Store.(idem.Watcher); ok {
-		return w.Watch(ctx, key)
+		return &instrumentedWatcher{Instrumented: s, w: w}
 	}
-	return nil, nil, errNoWatch
+	return s
 }
 
-type noWatchError struct{}
+type instrumentedWatcher struct {
+	*Instrumented
+	w idem.Watcher
+}
 
-func (noWatchError) Error() string { return "storetest: inner store cannot watch" }
-
-var errNoWatch error = noWatchError{}
+// Watch implements idem.Watcher.
+func (s *instrumentedWatcher) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	return s.w.Watch(ctx, key)
+}

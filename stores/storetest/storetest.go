@@ -9,12 +9,23 @@
 // RunProcesses goes further: it re-runs the test binary as several OS
 // processes whose Guards share the store, and checks that every key ran
 // exactly once. Instrument wraps a store to count its operations and to
-// inject faults.
+// inject faults; hand a Guard its AsStore, which is an idem.Watcher exactly
+// when the wrapped store is one.
 //
 // newStore is called once per subtest; stores it returns may share a
-// backend, since every subtest uses fresh random keys. The suite sleeps for
+// backend, since every subtest uses fresh random keys. Run sleeps for
 // short, fixed periods (a few hundred milliseconds) to let claims go stale
-// and records expire; it takes a few seconds per store.
+// and records expire, and takes a few seconds per store. A store that takes
+// a clock runs RunWithClock instead: the suite then hands each subtest's
+// store a Clock and advances it, and sleeps not at all:
+//
+//	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) idem.Store {
+//		return mystore.New(mystore.WithClock(c.Now))
+//	}, storetest.WithCorrupter(corrupt))
+//
+// WithCorrupter hands the suite a way to damage a stored record, so that it
+// checks the record is reported as idem.ErrCorruptRecord and never
+// overwritten. The suite depends on the standard library only.
 package storetest
 
 import (
@@ -28,9 +39,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
 	"github.com/idem-go/idem"
 )
 
@@ -40,6 +48,24 @@ type Option func(*suite)
 type suite struct {
 	corrupt func(t *testing.T, s idem.Store, key string)
 	skew    time.Duration
+	clock   *Clock // nil: the store runs on real time and the suite sleeps
+}
+
+// sleep lets d pass: on the suite's clock when the store reads it, else
+// in real time.
+func (su *suite) sleep(d time.Duration) {
+	if su.clock != nil {
+		su.clock.Advance(d)
+		return
+	}
+	time.Sleep(d)
+}
+
+func (su *suite) now() time.Time {
+	if su.clock != nil {
+		return su.clock.Now()
+	}
+	return time.Now()
 }
 
 // WithCorrupter lets the suite check that a damaged record is reported as
@@ -79,44 +105,63 @@ func req(key, nonce, payload string) idem.ClaimRequest {
 	return idem.ClaimRequest{Key: key, Nonce: nonce, PayloadHash: payload, LeaseTTL: lease, TakeoverAfter: takeover}
 }
 
-// Run runs the conformance suite against stores made by newStore.
+// Run runs the conformance suite against stores made by newStore, on real
+// time: it sleeps to let claims go stale and records expire.
 func Run(t *testing.T, newStore func(t *testing.T) idem.Store, opts ...Option) {
+	run(t, func(t *testing.T, _ *Clock) idem.Store { return newStore(t) }, false, opts)
+}
+
+// RunWithClock runs the conformance suite against stores that read the
+// time from the Clock handed to newStore (a store's WithClock option takes
+// clock.Now). The suite advances the clock instead of sleeping, so it runs
+// in milliseconds and checks timestamps exactly. Each subtest gets a clock
+// of its own.
+func RunWithClock(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, opts ...Option) {
+	run(t, newStore, true, opts)
+}
+
+func run(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, withClock bool, opts []Option) {
 	su := &suite{skew: 2 * time.Second}
 	for _, o := range opts {
 		o(su)
 	}
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s idem.Store)
+		fn   func(su *suite, t *testing.T, s idem.Store)
 	}{
-		{"ClaimNew", su.claimNew},
-		{"ClaimExistingLive", su.claimExistingLive},
-		{"ClaimRetrySameNonce", su.claimRetrySameNonce},
-		{"TakeoverStale", su.takeoverStale},
-		{"NoTakeoverAfterHeartbeat", su.noTakeoverAfterHeartbeat},
-		{"NoTakeoverOnPayloadMismatch", su.noTakeoverOnPayloadMismatch},
-		{"NoTakeoverOfCompleted", su.noTakeoverOfCompleted},
-		{"NonceFencing", su.nonceFencing},
-		{"Heartbeat", su.heartbeat},
-		{"Complete", su.complete},
-		{"CompleteFailed", su.completeFailed},
-		{"CompleteRetrySameNonce", su.completeRetry},
-		{"BinaryResult", su.binaryResult},
-		{"Release", su.release},
-		{"Expiry", su.expiry},
-		{"GetMissing", su.getMissing},
-		{"Delete", su.delete},
-		{"ConcurrentClaimOneKey", su.concurrentClaim},
-		{"ConcurrentTakeover", su.concurrentTakeover},
-		{"ConcurrentManyKeys", su.concurrentManyKeys},
-		{"Watch", su.watch},
-		{"CorruptRecord", su.corruptRecord},
-		{"ContextCancelled", su.contextCancelled},
+		{"ClaimNew", (*suite).claimNew},
+		{"ClaimExistingLive", (*suite).claimExistingLive},
+		{"ClaimRetrySameNonce", (*suite).claimRetrySameNonce},
+		{"TakeoverStale", (*suite).takeoverStale},
+		{"NoTakeoverAfterHeartbeat", (*suite).noTakeoverAfterHeartbeat},
+		{"NoTakeoverOnPayloadMismatch", (*suite).noTakeoverOnPayloadMismatch},
+		{"NoTakeoverOfCompleted", (*suite).noTakeoverOfCompleted},
+		{"NonceFencing", (*suite).nonceFencing},
+		{"Heartbeat", (*suite).heartbeat},
+		{"Complete", (*suite).complete},
+		{"CompleteFailed", (*suite).completeFailed},
+		{"CompleteRetrySameNonce", (*suite).completeRetry},
+		{"BinaryResult", (*suite).binaryResult},
+		{"Release", (*suite).release},
+		{"Expiry", (*suite).expiry},
+		{"GetMissing", (*suite).getMissing},
+		{"Delete", (*suite).delete},
+		{"ConcurrentClaimOneKey", (*suite).concurrentClaim},
+		{"ConcurrentTakeover", (*suite).concurrentTakeover},
+		{"ConcurrentManyKeys", (*suite).concurrentManyKeys},
+		{"Watch", (*suite).watch},
+		{"CorruptRecord", (*suite).corruptRecord},
+		{"ContextCancelled", (*suite).contextCancelled},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.fn(t, newStore(t))
+			sub := *su
+			if withClock {
+				sub.clock = NewClock()
+				sub.skew = 0
+			}
+			tc.fn(&sub, t, newStore(t, sub.clock))
 		})
 	}
 }
@@ -129,67 +174,67 @@ func ctxT(t *testing.T) context.Context {
 
 func (su *suite) near(t *testing.T, ms int64, what string) {
 	t.Helper()
-	d := time.Since(time.UnixMilli(ms))
-	assert.Less(t, d.Abs(), su.skew, "%s is %v away from now", what, d)
+	d := su.now().Sub(time.UnixMilli(ms))
+	assertLess(t, d.Abs(), su.skew+time.Millisecond, "%s is %v away from now", what, d)
 }
 
 func mustClaim(t *testing.T, s idem.Store, r idem.ClaimRequest, want idem.ClaimOutcome) *idem.Record {
 	t.Helper()
 	res, err := s.Claim(ctxT(t), r)
-	require.NoError(t, err)
-	require.NotNil(t, res.Record)
-	require.Equal(t, want, res.Outcome, "claim outcome")
+	requireNoError(t, err)
+	requireNotNil(t, res.Record)
+	requireEqual(t, want, res.Outcome, "claim outcome")
 	return res.Record
 }
 
 func (su *suite) claimNew(t *testing.T, s idem.Store) {
 	key, nonce := NewKey(), NewNonce()
 	rec := mustClaim(t, s, req(key, nonce, "ph1"), idem.Claimed)
-	assert.Equal(t, key, rec.Key)
-	assert.Equal(t, idem.StatusInProgress, rec.Status)
-	assert.Equal(t, nonce, rec.Nonce)
-	assert.Equal(t, int64(1), rec.Attempt)
-	assert.Equal(t, "ph1", rec.PayloadHash)
+	assertEqual(t, key, rec.Key)
+	assertEqual(t, idem.StatusInProgress, rec.Status)
+	assertEqual(t, nonce, rec.Nonce)
+	assertEqual(t, int64(1), rec.Attempt)
+	assertEqual(t, "ph1", rec.PayloadHash)
 	su.near(t, rec.StartedAt, "started_at")
-	assert.Equal(t, rec.StartedAt, rec.HeartbeatAt)
-	assert.InDelta(t, rec.StartedAt+lease.Milliseconds(), rec.ExpiresAt, 5)
+	assertEqual(t, rec.StartedAt, rec.HeartbeatAt)
+	assertInDelta(t, rec.StartedAt+lease.Milliseconds(), rec.ExpiresAt, 5)
 	got, err := s.Get(ctxT(t), key)
-	require.NoError(t, err)
-	assert.Equal(t, rec.Nonce, got.Nonce)
-	assert.Equal(t, idem.StatusInProgress, got.Status)
-	assert.Equal(t, int64(1), got.Attempt)
+	requireNoError(t, err)
+	assertEqual(t, rec.Nonce, got.Nonce)
+	assertEqual(t, idem.StatusInProgress, got.Status)
+	assertEqual(t, int64(1), got.Attempt)
 }
 
 func (su *suite) claimExistingLive(t *testing.T, s idem.Store) {
 	key, n1 := NewKey(), NewNonce()
 	first := mustClaim(t, s, req(key, n1, ""), idem.Claimed)
 	rec := mustClaim(t, s, req(key, NewNonce(), ""), idem.Existing)
-	assert.Equal(t, n1, rec.Nonce, "existing record must be returned untouched")
-	assert.Equal(t, first.Attempt, rec.Attempt)
-	assert.Equal(t, first.HeartbeatAt, rec.HeartbeatAt)
-	assert.Equal(t, idem.StatusInProgress, rec.Status)
+	assertEqual(t, n1, rec.Nonce, "existing record must be returned untouched")
+	assertEqual(t, first.Attempt, rec.Attempt)
+	assertEqual(t, first.HeartbeatAt, rec.HeartbeatAt)
+	assertEqual(t, idem.StatusInProgress, rec.Status)
 }
 
 func (su *suite) claimRetrySameNonce(t *testing.T, s idem.Store) {
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
 	rec := mustClaim(t, s, req(key, n1, ""), idem.Claimed)
-	assert.Equal(t, n1, rec.Nonce)
-	assert.Equal(t, int64(1), rec.Attempt, "a retried claim must not count as a new attempt")
+	assertEqual(t, n1, rec.Nonce)
+	assertEqual(t, int64(1), rec.Attempt, "a retried claim must not count as a new attempt")
 }
 
 func (su *suite) takeoverStale(t *testing.T, s idem.Store) {
 	key, n1, n2 := NewKey(), NewNonce(), NewNonce()
 	mustClaim(t, s, req(key, n1, "p"), idem.Claimed)
-	time.Sleep(stale)
+	su.sleep(stale)
 	rec := mustClaim(t, s, req(key, n2, "p"), idem.TookOver)
-	assert.Equal(t, n2, rec.Nonce)
-	assert.Equal(t, int64(2), rec.Attempt)
-	assert.Equal(t, idem.StatusInProgress, rec.Status)
+	assertEqual(t, n2, rec.Nonce)
+	assertEqual(t, int64(2), rec.Attempt)
+	assertEqual(t, idem.StatusInProgress, rec.Status)
 	su.near(t, rec.HeartbeatAt, "heartbeat_at after takeover")
 	// The new claim is fresh: nobody takes it over at once.
 	rec = mustClaim(t, s, req(key, NewNonce(), "p"), idem.Existing)
-	assert.Equal(t, n2, rec.Nonce)
+	assertEqual(t, n2, rec.Nonce)
 }
 
 func (su *suite) noTakeoverAfterHeartbeat(t *testing.T, s idem.Store) {
@@ -197,114 +242,114 @@ func (su *suite) noTakeoverAfterHeartbeat(t *testing.T, s idem.Store) {
 	r := req(key, n1, "")
 	r.TakeoverAfter = 800 * time.Millisecond
 	mustClaim(t, s, r, idem.Claimed)
-	time.Sleep(500 * time.Millisecond)
-	require.NoError(t, s.Heartbeat(ctxT(t), key, n1, lease))
-	time.Sleep(500 * time.Millisecond) // 1s since the claim, 0.5s since the heartbeat
+	su.sleep(500 * time.Millisecond)
+	requireNoError(t, s.Heartbeat(ctxT(t), key, n1, lease))
+	su.sleep(500 * time.Millisecond) // 1s since the claim, 0.5s since the heartbeat
 	r2 := req(key, NewNonce(), "")
 	r2.TakeoverAfter = 800 * time.Millisecond
 	rec := mustClaim(t, s, r2, idem.Existing)
-	assert.Equal(t, n1, rec.Nonce)
+	assertEqual(t, n1, rec.Nonce)
 }
 
 func (su *suite) noTakeoverOnPayloadMismatch(t *testing.T, s idem.Store) {
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, "a"), idem.Claimed)
-	time.Sleep(stale)
+	su.sleep(stale)
 	rec := mustClaim(t, s, req(key, NewNonce(), "b"), idem.Existing)
-	assert.Equal(t, n1, rec.Nonce, "a stale claim must not be taken over by a different payload")
-	assert.Equal(t, "a", rec.PayloadHash)
+	assertEqual(t, n1, rec.Nonce, "a stale claim must not be taken over by a different payload")
+	assertEqual(t, "a", rec.PayloadHash)
 }
 
 func (su *suite) noTakeoverOfCompleted(t *testing.T, s idem.Store) {
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
-	require.NoError(t, s.Complete(ctxT(t), key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}))
-	time.Sleep(stale)
+	requireNoError(t, s.Complete(ctxT(t), key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}))
+	su.sleep(stale)
 	rec := mustClaim(t, s, req(key, NewNonce(), ""), idem.Existing)
-	assert.Equal(t, idem.StatusCompleted, rec.Status)
-	assert.Equal(t, []byte(`1`), rec.Result)
+	assertEqual(t, idem.StatusCompleted, rec.Status)
+	assertEqual(t, []byte(`1`), rec.Result)
 }
 
 func (su *suite) nonceFencing(t *testing.T, s idem.Store) {
 	key, n1, n2 := NewKey(), NewNonce(), NewNonce()
 	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
-	time.Sleep(stale)
+	su.sleep(stale)
 	mustClaim(t, s, req(key, n2, ""), idem.TookOver)
 	ctx := ctxT(t)
-	assert.ErrorIs(t, s.Heartbeat(ctx, key, n1, lease), idem.ErrLostOwnership)
-	assert.ErrorIs(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Minute}), idem.ErrLostOwnership)
-	assert.ErrorIs(t, s.Release(ctx, key, n1), idem.ErrLostOwnership)
+	assertErrorIs(t, s.Heartbeat(ctx, key, n1, lease), idem.ErrLostOwnership)
+	assertErrorIs(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Minute}), idem.ErrLostOwnership)
+	assertErrorIs(t, s.Release(ctx, key, n1), idem.ErrLostOwnership)
 	rec, err := s.Get(ctx, key)
-	require.NoError(t, err)
-	assert.Equal(t, n2, rec.Nonce, "refused writes must change nothing")
-	assert.Equal(t, idem.StatusInProgress, rec.Status)
-	require.NoError(t, s.Complete(ctx, key, n2, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"new"`), TTL: time.Minute}))
-	assert.ErrorIs(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Minute}), idem.ErrLostOwnership)
+	requireNoError(t, err)
+	assertEqual(t, n2, rec.Nonce, "refused writes must change nothing")
+	assertEqual(t, idem.StatusInProgress, rec.Status)
+	requireNoError(t, s.Complete(ctx, key, n2, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"new"`), TTL: time.Minute}))
+	assertErrorIs(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Minute}), idem.ErrLostOwnership)
 	rec, err = s.Get(ctx, key)
-	require.NoError(t, err)
-	assert.Equal(t, []byte(`"new"`), rec.Result)
+	requireNoError(t, err)
+	assertEqual(t, []byte(`"new"`), rec.Result)
 }
 
 func (su *suite) heartbeat(t *testing.T, s idem.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
 	first := mustClaim(t, s, req(key, n1, ""), idem.Claimed)
-	time.Sleep(50 * time.Millisecond)
-	require.NoError(t, s.Heartbeat(ctx, key, n1, time.Hour))
+	su.sleep(50 * time.Millisecond)
+	requireNoError(t, s.Heartbeat(ctx, key, n1, time.Hour))
 	rec, err := s.Get(ctx, key)
-	require.NoError(t, err)
-	assert.Greater(t, rec.HeartbeatAt, first.HeartbeatAt)
-	assert.Equal(t, first.StartedAt, rec.StartedAt)
-	assert.GreaterOrEqual(t, rec.ExpiresAt, rec.HeartbeatAt+time.Hour.Milliseconds()-5, "heartbeat extends the lease")
-	assert.Equal(t, int64(1), rec.Attempt)
-	assert.ErrorIs(t, s.Heartbeat(ctx, key, NewNonce(), lease), idem.ErrLostOwnership)
-	assert.ErrorIs(t, s.Heartbeat(ctx, NewKey(), n1, lease), idem.ErrLostOwnership, "heartbeat on a missing key")
-	require.NoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}))
-	assert.ErrorIs(t, s.Heartbeat(ctx, key, n1, lease), idem.ErrLostOwnership, "heartbeat on a completed record")
+	requireNoError(t, err)
+	assertGreater(t, rec.HeartbeatAt, first.HeartbeatAt)
+	assertEqual(t, first.StartedAt, rec.StartedAt)
+	assertGreaterOrEqual(t, rec.ExpiresAt, rec.HeartbeatAt+time.Hour.Milliseconds()-5, "heartbeat extends the lease")
+	assertEqual(t, int64(1), rec.Attempt)
+	assertErrorIs(t, s.Heartbeat(ctx, key, NewNonce(), lease), idem.ErrLostOwnership)
+	assertErrorIs(t, s.Heartbeat(ctx, NewKey(), n1, lease), idem.ErrLostOwnership, "heartbeat on a missing key")
+	requireNoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}))
+	assertErrorIs(t, s.Heartbeat(ctx, key, n1, lease), idem.ErrLostOwnership, "heartbeat on a completed record")
 }
 
 func (su *suite) complete(t *testing.T, s idem.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, "ph"), idem.Claimed)
-	require.NoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"id":7}`), TTL: time.Hour}))
+	requireNoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"id":7}`), TTL: time.Hour}))
 	rec, err := s.Get(ctx, key)
-	require.NoError(t, err)
-	assert.Equal(t, idem.StatusCompleted, rec.Status)
-	assert.Equal(t, []byte(`{"id":7}`), rec.Result)
-	assert.Nil(t, rec.Error)
-	assert.Equal(t, "ph", rec.PayloadHash)
-	assert.Equal(t, n1, rec.Nonce)
+	requireNoError(t, err)
+	assertEqual(t, idem.StatusCompleted, rec.Status)
+	assertEqual(t, []byte(`{"id":7}`), rec.Result)
+	assertNil(t, rec.Error)
+	assertEqual(t, "ph", rec.PayloadHash)
+	assertEqual(t, n1, rec.Nonce)
 	su.near(t, rec.CompletedAt, "completed_at")
-	assert.InDelta(t, rec.CompletedAt+time.Hour.Milliseconds(), rec.ExpiresAt, 5)
+	assertInDelta(t, rec.CompletedAt+time.Hour.Milliseconds(), rec.ExpiresAt, 5)
 	// A claim now replays the record in one step.
 	got := mustClaim(t, s, req(key, NewNonce(), "ph"), idem.Existing)
-	assert.Equal(t, []byte(`{"id":7}`), got.Result)
-	assert.Equal(t, idem.StatusCompleted, got.Status)
+	assertEqual(t, []byte(`{"id":7}`), got.Result)
+	assertEqual(t, idem.StatusCompleted, got.Status)
 	// Completed without a result (it could not be encoded).
 	k2, n2 := NewKey(), NewNonce()
 	mustClaim(t, s, req(k2, n2, ""), idem.Claimed)
-	require.NoError(t, s.Complete(ctx, k2, n2, idem.Completion{Status: idem.StatusCompleted,
+	requireNoError(t, s.Complete(ctx, k2, n2, idem.Completion{Status: idem.StatusCompleted,
 		Error: &idem.StoredError{Message: "cannot encode", Type: idem.ResultUnavailableType}, TTL: time.Hour}))
 	got = mustClaim(t, s, req(k2, NewNonce(), ""), idem.Existing)
-	assert.Equal(t, idem.StatusCompleted, got.Status)
-	assert.Empty(t, got.Result)
-	require.NotNil(t, got.Error)
-	assert.Equal(t, idem.ResultUnavailableType, got.Error.Type)
-	assert.ErrorIs(t, s.Complete(ctx, NewKey(), n1, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}), idem.ErrLostOwnership, "complete on a missing key")
+	assertEqual(t, idem.StatusCompleted, got.Status)
+	assertEmpty(t, got.Result)
+	requireNotNil(t, got.Error)
+	assertEqual(t, idem.ResultUnavailableType, got.Error.Type)
+	assertErrorIs(t, s.Complete(ctx, NewKey(), n1, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}), idem.ErrLostOwnership, "complete on a missing key")
 }
 
 func (su *suite) completeFailed(t *testing.T, s idem.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
-	require.NoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusFailed,
+	requireNoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusFailed,
 		Error: &idem.StoredError{Message: "card declined", Type: "*billing.DeclineError"}, TTL: time.Hour}))
 	rec := mustClaim(t, s, req(key, NewNonce(), ""), idem.Existing)
-	assert.Equal(t, idem.StatusFailed, rec.Status)
-	require.NotNil(t, rec.Error)
-	assert.Equal(t, "card declined", rec.Error.Message)
-	assert.Equal(t, "*billing.DeclineError", rec.Error.Type)
+	assertEqual(t, idem.StatusFailed, rec.Status)
+	requireNotNil(t, rec.Error)
+	assertEqual(t, "card declined", rec.Error.Message)
+	assertEqual(t, "*billing.DeclineError", rec.Error.Type)
 }
 
 func (su *suite) completeRetry(t *testing.T, s idem.Store) {
@@ -312,11 +357,11 @@ func (su *suite) completeRetry(t *testing.T, s idem.Store) {
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
 	c := idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"ok"`), TTL: time.Hour}
-	require.NoError(t, s.Complete(ctx, key, n1, c))
-	require.NoError(t, s.Complete(ctx, key, n1, c), "a retried complete that finds its own write succeeds")
+	requireNoError(t, s.Complete(ctx, key, n1, c))
+	requireNoError(t, s.Complete(ctx, key, n1, c), "a retried complete that finds its own write succeeds")
 	rec, err := s.Get(ctx, key)
-	require.NoError(t, err)
-	assert.Equal(t, []byte(`"ok"`), rec.Result)
+	requireNoError(t, err)
+	assertEqual(t, []byte(`"ok"`), rec.Result)
 }
 
 func (su *suite) binaryResult(t *testing.T, s idem.Store) {
@@ -327,79 +372,79 @@ func (su *suite) binaryResult(t *testing.T, s idem.Store) {
 	for i := 0; i < 512; i++ {
 		all = append(all, byte(i))
 	}
-	require.NoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: all, TTL: time.Hour}))
+	requireNoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: all, TTL: time.Hour}))
 	rec, err := s.Get(ctx, key)
-	require.NoError(t, err)
-	assert.True(t, bytes.Equal(all, rec.Result), "result bytes must round-trip exactly")
+	requireNoError(t, err)
+	assertTrue(t, bytes.Equal(all, rec.Result), "result bytes must round-trip exactly")
 }
 
 func (su *suite) release(t *testing.T, s idem.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
-	assert.ErrorIs(t, s.Release(ctx, key, NewNonce()), idem.ErrLostOwnership)
-	require.NoError(t, s.Release(ctx, key, n1))
+	assertErrorIs(t, s.Release(ctx, key, NewNonce()), idem.ErrLostOwnership)
+	requireNoError(t, s.Release(ctx, key, n1))
 	_, err := s.Get(ctx, key)
-	assert.ErrorIs(t, err, idem.ErrNotFound, "a released record is not live")
-	assert.ErrorIs(t, s.Heartbeat(ctx, key, n1, lease), idem.ErrLostOwnership, "a late heartbeat does not revive a released claim")
+	assertErrorIs(t, err, idem.ErrNotFound, "a released record is not live")
+	assertErrorIs(t, s.Heartbeat(ctx, key, n1, lease), idem.ErrLostOwnership, "a late heartbeat does not revive a released claim")
 	_, err = s.Get(ctx, key)
-	assert.ErrorIs(t, err, idem.ErrNotFound, "the refused heartbeat changed nothing")
+	assertErrorIs(t, err, idem.ErrNotFound, "the refused heartbeat changed nothing")
 	n2 := NewNonce()
 	rec := mustClaim(t, s, req(key, n2, ""), idem.Claimed)
-	assert.Equal(t, int64(2), rec.Attempt, "attempts stay monotonic across a release")
-	assert.Empty(t, rec.Result)
-	assert.Nil(t, rec.Error)
-	assert.ErrorIs(t, s.Release(ctx, key, n1), idem.ErrLostOwnership, "the old owner cannot release the new claim")
-	require.NoError(t, s.Complete(ctx, key, n2, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Hour}))
-	assert.ErrorIs(t, s.Release(ctx, key, n2), idem.ErrLostOwnership, "a completed record cannot be released")
+	assertEqual(t, int64(2), rec.Attempt, "attempts stay monotonic across a release")
+	assertEmpty(t, rec.Result)
+	assertNil(t, rec.Error)
+	assertErrorIs(t, s.Release(ctx, key, n1), idem.ErrLostOwnership, "the old owner cannot release the new claim")
+	requireNoError(t, s.Complete(ctx, key, n2, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Hour}))
+	assertErrorIs(t, s.Release(ctx, key, n2), idem.ErrLostOwnership, "a completed record cannot be released")
 }
 
 func (su *suite) expiry(t *testing.T, s idem.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, "a"), idem.Claimed)
-	require.NoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: 300 * time.Millisecond}))
+	requireNoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: 300 * time.Millisecond}))
 	_, err := s.Get(ctx, key)
-	require.NoError(t, err)
-	time.Sleep(450 * time.Millisecond)
+	requireNoError(t, err)
+	su.sleep(450 * time.Millisecond)
 	_, err = s.Get(ctx, key)
-	assert.ErrorIs(t, err, idem.ErrNotFound, "expiry is decided by the record's expires_at")
+	assertErrorIs(t, err, idem.ErrNotFound, "expiry is decided by the record's expires_at")
 	// An expired record is claimable even with another payload, and the
 	// attempt count goes on.
 	rec := mustClaim(t, s, req(key, NewNonce(), "b"), idem.Claimed)
-	assert.Equal(t, int64(2), rec.Attempt)
-	assert.Equal(t, "b", rec.PayloadHash)
-	assert.Equal(t, idem.StatusInProgress, rec.Status)
-	assert.Empty(t, rec.Result)
-	assert.Zero(t, rec.CompletedAt)
+	assertEqual(t, int64(2), rec.Attempt)
+	assertEqual(t, "b", rec.PayloadHash)
+	assertEqual(t, idem.StatusInProgress, rec.Status)
+	assertEmpty(t, rec.Result)
+	assertZero(t, rec.CompletedAt)
 	// An in-progress record whose lease ran out is claimable too.
 	k2 := NewKey()
 	r := req(k2, NewNonce(), "")
 	r.LeaseTTL, r.TakeoverAfter = 300*time.Millisecond, time.Hour
 	n3 := r.Nonce
 	mustClaim(t, s, r, idem.Claimed)
-	time.Sleep(450 * time.Millisecond)
-	assert.ErrorIs(t, s.Heartbeat(ctx, k2, n3, lease), idem.ErrLostOwnership, "an expired claim is not revived by a heartbeat")
+	su.sleep(450 * time.Millisecond)
+	assertErrorIs(t, s.Heartbeat(ctx, k2, n3, lease), idem.ErrLostOwnership, "an expired claim is not revived by a heartbeat")
 	r2 := req(k2, NewNonce(), "")
 	r2.TakeoverAfter = time.Hour
 	rec = mustClaim(t, s, r2, idem.Claimed)
-	assert.Equal(t, int64(2), rec.Attempt)
+	assertEqual(t, int64(2), rec.Attempt)
 }
 
 func (su *suite) getMissing(t *testing.T, s idem.Store) {
 	_, err := s.Get(ctxT(t), NewKey())
-	assert.ErrorIs(t, err, idem.ErrNotFound)
+	assertErrorIs(t, err, idem.ErrNotFound)
 }
 
 func (su *suite) delete(t *testing.T, s idem.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
-	require.NoError(t, s.Delete(ctx, key))
+	requireNoError(t, s.Delete(ctx, key))
 	_, err := s.Get(ctx, key)
-	assert.ErrorIs(t, err, idem.ErrNotFound)
-	require.NoError(t, s.Delete(ctx, key), "deleting a missing record is not an error")
-	assert.ErrorIs(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}), idem.ErrLostOwnership)
+	assertErrorIs(t, err, idem.ErrNotFound)
+	requireNoError(t, s.Delete(ctx, key), "deleting a missing record is not an error")
+	assertErrorIs(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}), idem.ErrLostOwnership)
 	mustClaim(t, s, req(key, NewNonce(), ""), idem.Claimed)
 }
 
@@ -420,7 +465,7 @@ func (su *suite) concurrentClaim(t *testing.T, s idem.Store) {
 			r := req(key, nonces[i], "")
 			r.TakeoverAfter = time.Minute
 			res, err := s.Claim(context.Background(), r)
-			if !assert.NoError(t, err) {
+			if !assertNoError(t, err) {
 				return
 			}
 			results[i] = res
@@ -431,7 +476,7 @@ func (su *suite) concurrentClaim(t *testing.T, s idem.Store) {
 	}
 	close(start)
 	wg.Wait()
-	require.Equal(t, int32(1), claimed.Load(), "exactly one of %d concurrent claims wins", n)
+	requireEqual(t, int32(1), claimed.Load(), "exactly one of %d concurrent claims wins", n)
 	var winner string
 	for i, r := range results {
 		if r.Outcome == idem.Claimed {
@@ -439,7 +484,7 @@ func (su *suite) concurrentClaim(t *testing.T, s idem.Store) {
 		}
 	}
 	for _, r := range results {
-		assert.Equal(t, winner, r.Record.Nonce, "every loser sees the winner's record")
+		assertEqual(t, winner, r.Record.Nonce, "every loser sees the winner's record")
 	}
 }
 
@@ -447,7 +492,7 @@ func (su *suite) concurrentTakeover(t *testing.T, s idem.Store) {
 	const n = 32
 	key := NewKey()
 	mustClaim(t, s, req(key, NewNonce(), ""), idem.Claimed)
-	time.Sleep(stale)
+	su.sleep(stale)
 	var took, other atomic.Int32
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -457,13 +502,13 @@ func (su *suite) concurrentTakeover(t *testing.T, s idem.Store) {
 			defer wg.Done()
 			<-start
 			res, err := s.Claim(context.Background(), req(key, NewNonce(), ""))
-			if !assert.NoError(t, err) {
+			if !assertNoError(t, err) {
 				return
 			}
 			switch res.Outcome {
 			case idem.TookOver:
 				took.Add(1)
-				assert.Equal(t, int64(2), res.Record.Attempt)
+				assertEqual(t, int64(2), res.Record.Attempt)
 			default:
 				other.Add(1)
 			}
@@ -471,7 +516,7 @@ func (su *suite) concurrentTakeover(t *testing.T, s idem.Store) {
 	}
 	close(start)
 	wg.Wait()
-	assert.Equal(t, int32(1), took.Load(), "exactly one of %d concurrent takeovers wins", n)
+	assertEqual(t, int32(1), took.Load(), "exactly one of %d concurrent takeovers wins", n)
 }
 
 func (su *suite) concurrentManyKeys(t *testing.T, s idem.Store) {
@@ -491,12 +536,12 @@ func (su *suite) concurrentManyKeys(t *testing.T, s idem.Store) {
 				r := req(k, nonce, "")
 				r.TakeoverAfter = time.Minute // no takeover however slow the store is under load
 				res, err := s.Claim(context.Background(), r)
-				if !assert.NoError(t, err) {
+				if !assertNoError(t, err) {
 					return
 				}
 				if res.Outcome == idem.Claimed {
 					wins[i].Add(1)
-					assert.NoError(t, s.Complete(context.Background(), k, nonce,
+					assertNoError(t, s.Complete(context.Background(), k, nonce,
 						idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}))
 				}
 			}
@@ -504,7 +549,7 @@ func (su *suite) concurrentManyKeys(t *testing.T, s idem.Store) {
 	}
 	wg.Wait()
 	for i := range wins {
-		assert.Equal(t, int32(1), wins[i].Load(), "key %d claimed once", i)
+		assertEqual(t, int32(1), wins[i].Load(), "key %d claimed once", i)
 	}
 }
 
@@ -518,16 +563,16 @@ func (su *suite) watch(t *testing.T, s idem.Store) {
 		key, n1 := NewKey(), NewNonce()
 		mustClaim(t, s, req(key, n1, ""), idem.Claimed)
 		ch, stop, err := w.Watch(ctx, key)
-		require.NoError(t, err)
+		requireNoError(t, err)
 		select {
 		case <-ch:
 			t.Fatalf("%s: watch fired before any change", op)
 		case <-time.After(20 * time.Millisecond):
 		}
 		if op == "complete" {
-			require.NoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}))
+			requireNoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}))
 		} else {
-			require.NoError(t, s.Release(ctx, key, n1))
+			requireNoError(t, s.Release(ctx, key, n1))
 		}
 		select {
 		case <-ch:
@@ -547,12 +592,12 @@ func (su *suite) corruptRecord(t *testing.T, s idem.Store) {
 	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
 	su.corrupt(t, s, key)
 	_, err := s.Get(ctx, key)
-	assert.ErrorIs(t, err, idem.ErrCorruptRecord)
+	assertErrorIs(t, err, idem.ErrCorruptRecord)
 	var ce *idem.CorruptRecordError
-	assert.True(t, errors.As(err, &ce), "Get returns a *idem.CorruptRecordError, got %T", err)
+	assertTrue(t, errors.As(err, &ce), "Get returns a *idem.CorruptRecordError, got %T", err)
 	_, err = s.Claim(ctx, req(key, NewNonce(), ""))
-	assert.ErrorIs(t, err, idem.ErrCorruptRecord, "a claim must not overwrite a corrupt record")
-	require.NoError(t, s.Delete(ctx, key), "a corrupt record can be deleted")
+	assertErrorIs(t, err, idem.ErrCorruptRecord, "a claim must not overwrite a corrupt record")
+	requireNoError(t, s.Delete(ctx, key), "a corrupt record can be deleted")
 	mustClaim(t, s, req(key, NewNonce(), ""), idem.Claimed)
 }
 
@@ -560,5 +605,5 @@ func (su *suite) contextCancelled(t *testing.T, s idem.Store) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := s.Claim(ctx, req(NewKey(), NewNonce(), ""))
-	assert.Error(t, err, "a claim with a cancelled context fails")
+	assertError(t, err, "a claim with a cancelled context fails")
 }

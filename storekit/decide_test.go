@@ -1,0 +1,140 @@
+package storekit_test
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+)
+
+func claimReq(nonce, payload string) idem.ClaimRequest {
+	return idem.ClaimRequest{Key: "idem:k", Nonce: nonce, PayloadHash: payload, LeaseTTL: 10 * time.Second, TakeoverAfter: time.Second}
+}
+
+func TestDecideClaim(t *testing.T) {
+	const now = 1_000_000
+	live := &idem.Record{Key: "idem:k", Status: idem.StatusInProgress, PayloadHash: "p", Nonce: "n1", Attempt: 3,
+		StartedAt: now - 100, HeartbeatAt: now - 100, ExpiresAt: now + 5000, TakeoverMs: 1000}
+	stale := live.Clone()
+	stale.HeartbeatAt = now - 1000
+	expired := live.Clone()
+	expired.ExpiresAt = now
+	done := live.Clone()
+	done.Status, done.HeartbeatAt = idem.StatusCompleted, now-5000
+	for _, tc := range []struct {
+		name    string
+		cur     *idem.Record
+		req     idem.ClaimRequest
+		out     idem.ClaimOutcome
+		write   bool
+		attempt int64
+		nonce   string
+	}{
+		{"none", nil, claimReq("n2", "p"), idem.Claimed, true, 1, "n2"},
+		{"expired", expired, claimReq("n2", "x"), idem.Claimed, true, 4, "n2"},
+		{"retry", live, claimReq("n1", "p"), idem.Claimed, false, 3, "n1"},
+		{"live", live, claimReq("n2", "p"), idem.Existing, false, 3, "n1"},
+		{"stale", stale, claimReq("n2", "p"), idem.TookOver, true, 4, "n2"},
+		{"stale other payload", stale, claimReq("n2", "q"), idem.Existing, false, 3, "n1"},
+		{"completed", done, claimReq("n2", "p"), idem.Existing, false, 3, "n1"},
+	} {
+		before := tc.cur.Clone()
+		d := storekit.DecideClaim(tc.cur, tc.req, now)
+		if d.Outcome != tc.out || d.Write != tc.write || d.Record.Attempt != tc.attempt || d.Record.Nonce != tc.nonce {
+			t.Errorf("%s: got %v write=%v attempt=%d nonce=%s", tc.name, d.Outcome, d.Write, d.Record.Attempt, d.Record.Nonce)
+		}
+		if !d.Write && d.Record != tc.cur {
+			t.Errorf("%s: nothing to write, but the record returned is not the current one", tc.name)
+		}
+		if d.Write && d.Record.TakeoverMs != tc.req.TakeoverAfter.Milliseconds() {
+			t.Errorf("%s: TakeoverMs %d not stored", tc.name, d.Record.TakeoverMs)
+		}
+		if tc.cur != nil && !reflect.DeepEqual(tc.cur, before) {
+			t.Errorf("%s: DecideClaim modified the current record", tc.name)
+		}
+		if r := d.Result(); r.Outcome != d.Outcome || r.Record != d.Record {
+			t.Errorf("%s: Result differs from the decision", tc.name)
+		}
+	}
+}
+
+func TestApply(t *testing.T) {
+	const now = 1_000_000
+	rec := &idem.Record{Key: "idem:k", Status: idem.StatusInProgress, Nonce: "n", Attempt: 1, ExpiresAt: now + 10}
+	if _, err := storekit.ApplyHeartbeat(rec, "", time.Second, now); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("heartbeat with an empty nonce: %v", err)
+	}
+	next, err := storekit.ApplyHeartbeat(rec, "n", time.Second, now)
+	if err != nil || next.HeartbeatAt != now || next.ExpiresAt != now+1000 || next == rec {
+		t.Errorf("heartbeat: %+v, %v", next, err)
+	}
+	expired := rec.Clone()
+	expired.ExpiresAt = now
+	if _, err := storekit.ApplyHeartbeat(expired, "n", time.Second, now); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("heartbeat of an expired claim: %v", err)
+	}
+	c := idem.Completion{Status: idem.StatusCompleted, Result: []byte("1"), TTL: time.Minute}
+	if _, err := storekit.ApplyComplete(rec, "other", c, now); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("complete by another nonce: %v", err)
+	}
+	for _, bad := range []idem.Completion{
+		{Status: idem.StatusInProgress, TTL: time.Minute},
+		{Status: idem.StatusFailed, TTL: time.Minute},
+		{Status: idem.StatusCompleted},
+	} {
+		if _, err := storekit.ApplyComplete(rec, "n", bad, now); !errors.Is(err, storekit.ErrInvalidRequest) {
+			t.Errorf("complete %+v: %v, want ErrInvalidRequest", bad, err)
+		}
+	}
+	done, err := storekit.ApplyComplete(rec, "n", c, now)
+	if err != nil || done.Status != idem.StatusCompleted || done.ExpiresAt != now+60_000 || done.CompletedAt != now {
+		t.Errorf("complete: %+v, %v", done, err)
+	}
+	if _, err := storekit.ApplyComplete(done, "n", c, now+1); err != nil {
+		t.Errorf("a retried complete: %v", err)
+	}
+	if _, err := storekit.ApplyRelease(done, "n", now); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("release of a completed record: %v", err)
+	}
+	rel, err := storekit.ApplyRelease(rec, "n", now)
+	if err != nil || rel.ExpiresAt != now || rel.Attempt != 1 {
+		t.Errorf("release: %+v, %v", rel, err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	good := claimReq("n", "")
+	if err := storekit.ValidateClaim(good); err != nil {
+		t.Fatal(err)
+	}
+	for name, mod := range map[string]func(*idem.ClaimRequest){
+		"nonce":    func(r *idem.ClaimRequest) { r.Nonce = "" },
+		"lease":    func(r *idem.ClaimRequest) { r.LeaseTTL = 0 },
+		"takeover": func(r *idem.ClaimRequest) { r.TakeoverAfter = time.Microsecond },
+	} {
+		r := good
+		mod(&r)
+		err := storekit.ValidateClaim(r)
+		var re *storekit.RequestError
+		if !errors.Is(err, storekit.ErrInvalidRequest) || !errors.As(err, &re) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	r := good
+	r.Key = ""
+	if err := storekit.ValidateClaim(r); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("empty key: %v", err)
+	}
+	if err := storekit.ValidateOwner("idem:k", ""); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("empty nonce: %v", err)
+	}
+	if _, err := storekit.Found(&idem.Record{ExpiresAt: 5}, 5); !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("expired record found: %v", err)
+	}
+	if _, err := storekit.Found(nil, 5); !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("missing record found: %v", err)
+	}
+}
