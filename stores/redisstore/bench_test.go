@@ -6,15 +6,15 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/internal/testenv"
-	"github.com/idem-go/idem/stores/redisstore/internal/bench"
+	"github.com/idem-go/idem/stores/redisstore/redisbench"
 )
 
-func benchSetup(b *testing.B) *bench.Setup {
+func benchSetup(b *testing.B) *redisbench.Setup {
 	b.Helper()
 	addr := testenv.RedisAddr(b)
-	gc, rc := bench.NewClient(addr), bench.NewClient(addr)
+	gc, rc := redisbench.NewClient(addr), redisbench.NewClient(addr)
 	b.Cleanup(func() { _ = gc.Close(); _ = rc.Close() })
-	s, err := bench.NewSetup(context.Background(), gc, rc)
+	s, err := redisbench.NewSetup(context.Background(), gc, rc)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -22,7 +22,7 @@ func benchSetup(b *testing.B) *bench.Setup {
 	return s
 }
 
-func report(b *testing.B, p bench.Pair) {
+func report(b *testing.B, p redisbench.Pair) {
 	b.ReportMetric(p.GuardOps, "guard-calls/s")
 	b.ReportMetric(p.RawOps, "raw-calls/s")
 	b.ReportMetric(p.Ratio(), "guard/raw")
@@ -34,7 +34,7 @@ func BenchmarkFresh(b *testing.B) {
 	s := benchSetup(b)
 	ctx := context.Background()
 	b.ResetTimer()
-	p, err := bench.Compare(ctx, "fresh", max(b.N, 256), 3, s.GuardFresh, s.RawFresh)
+	p, err := redisbench.Compare(ctx, "fresh", max(b.N, 256), 3, s.GuardFresh, s.RawFresh)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func BenchmarkReplay(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
-	p, err := bench.Compare(ctx, "replay", max(b.N, 256), 3, s.GuardReplay, s.RawReplay)
+	p, err := redisbench.Compare(ctx, "replay", max(b.N, 256), 3, s.GuardReplay, s.RawReplay)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -63,14 +63,14 @@ func BenchmarkWakeup(b *testing.B) {
 	addr := testenv.RedisAddr(b)
 	for _, mode := range []string{"push", "poll"} {
 		b.Run(mode, func(b *testing.B) {
-			owner, waiter := bench.NewClient(addr), bench.NewClient(addr)
+			owner, waiter := redisbench.NewClient(addr), redisbench.NewClient(addr)
 			defer owner.Close()
 			defer waiter.Close()
-			lat, err := bench.WakeLatency(context.Background(), owner, waiter, mode == "poll", b.N, 30*time.Second)
+			lat, err := redisbench.WakeLatency(context.Background(), owner, waiter, mode == "poll", b.N, 30*time.Second)
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.ReportMetric(float64(bench.Median(lat).Microseconds()), "wake-µs(median)")
+			b.ReportMetric(float64(redisbench.Median(lat).Microseconds()), "wake-µs(median)")
 		})
 	}
 }

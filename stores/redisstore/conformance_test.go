@@ -7,6 +7,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/stores/storetest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -14,7 +15,10 @@ import (
 func corrupter(c backend) storetest.Option {
 	return storetest.WithCorrupter(func(t *testing.T, s idem.Store, key string) {
 		rs := s.(*redisstore.Store)
-		require.NoError(t, c.HSet(context.Background(), rs.Key(key), "attempt", "not-a-number").Err())
+		ctx := context.Background()
+		v, err := c.Get(ctx, rs.Key(key)).Result()
+		require.NoError(t, err)
+		require.NoError(t, c.Set(ctx, rs.Key(key), v[:56]+"not-a-number!"+v[69:], redis.KeepTTL).Err())
 	})
 }
 

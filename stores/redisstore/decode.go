@@ -1,100 +1,260 @@
 package redisstore
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/idem-go/idem"
 )
 
-// recordVersion is the value of the v field this package writes and reads.
-const recordVersion = "1"
+// The record encoding (version 1): one string value per key, a fixed-width
+// ASCII header that the scripts check with string.sub and one anchored
+// pattern, then the variable parts. See lua/common.lua for the offsets.
+const (
+	magic     = "R1" // 'R' and the encoding version
+	headerLen = 122
 
-// decode turns the field list of a record hash (HGETALL order: field, value,
-// field, value...) into a Record. Anything missing, garbled or of an unknown
-// version is an *idem.CorruptRecordError.
-func decode(key string, v any) (*idem.Record, error) {
+	offStatus    = 2
+	offFlags     = 3
+	offExpires   = 4
+	offHeartbeat = 17
+	offStarted   = 30
+	offCompleted = 43
+	offAttempt   = 56
+	offTakeover  = 69
+	offNonceLen  = 82
+	offHashLen   = 87
+	offKeyLen    = 92
+	offResultLen = 97
+	offMsgLen    = 107
+	offTypeLen   = 117
+
+	numWidth   = 13 // times, attempt, takeover
+	smallWidth = 5  // nonce, payload hash, key, error type lengths
+	bigWidth   = 10 // result and error message lengths
+
+	flagResult = 1
+	flagError  = 2
+
+	maxSmall = 99999
+	maxBig   = 9999999999
+	maxNum   = 9999999999999
+)
+
+var statusChar = map[idem.Status]byte{
+	idem.StatusInProgress: 'P',
+	idem.StatusCompleted:  'C',
+	idem.StatusFailed:     'F',
+}
+
+func charStatus(c byte) (idem.Status, bool) {
+	switch c {
+	case 'P':
+		return idem.StatusInProgress, true
+	case 'C':
+		return idem.StatusCompleted, true
+	case 'F':
+		return idem.StatusFailed, true
+	}
+	return "", false
+}
+
+// pad appends n as zero-padded decimal of width w; n must fit.
+func pad(b []byte, n int64, w int) []byte {
+	var tmp [20]byte
+	s := strconv.AppendInt(tmp[:0], n, 10)
+	for i := len(s); i < w; i++ {
+		b = append(b, '0')
+	}
+	return append(b, s...)
+}
+
+// digits parses s, which must be ASCII digits only.
+func digits(s string) (int64, bool) {
+	if s == "" {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// encode returns the value of r in encoding version 1. The stores' scripts
+// write records themselves; encode serves tests and tools.
+func encode(r *idem.Record) (string, error) {
+	if err := r.Validate(); err != nil {
+		return "", err
+	}
+	var flags byte
+	if r.Result != nil {
+		flags |= flagResult
+	}
+	var msg, typ string
+	if r.Error != nil {
+		flags |= flagError
+		msg, typ = r.Error.Message, r.Error.Type
+	}
+	for _, n := range []int64{r.ExpiresAt, r.HeartbeatAt, r.StartedAt, r.CompletedAt, r.Attempt, r.TakeoverMs} {
+		if n < 0 || n > maxNum {
+			return "", fmt.Errorf("number %d out of range", n)
+		}
+	}
+	if len(r.Nonce) > maxSmall || len(r.PayloadHash) > maxSmall || len(r.Key) > maxSmall ||
+		len(typ) > maxSmall || int64(len(r.Result)) > maxBig || int64(len(msg)) > maxBig {
+		return "", errors.New("field too long")
+	}
+	b := make([]byte, 0, headerLen+len(r.Nonce)+len(r.PayloadHash)+len(r.Key)+len(r.Result)+len(msg)+len(typ))
+	b = append(b, magic...)
+	b = append(b, statusChar[r.Status], '0'+flags)
+	for _, n := range []int64{r.ExpiresAt, r.HeartbeatAt, r.StartedAt, r.CompletedAt, r.Attempt, r.TakeoverMs} {
+		b = pad(b, n, numWidth)
+	}
+	b = pad(b, int64(len(r.Nonce)), smallWidth)
+	b = pad(b, int64(len(r.PayloadHash)), smallWidth)
+	b = pad(b, int64(len(r.Key)), smallWidth)
+	b = pad(b, int64(len(r.Result)), bigWidth)
+	b = pad(b, int64(len(msg)), bigWidth)
+	b = pad(b, int64(len(typ)), smallWidth)
+	b = append(b, r.Nonce...)
+	b = append(b, r.PayloadHash...)
+	b = append(b, r.Key...)
+	b = append(b, r.Result...)
+	b = append(b, msg...)
+	b = append(b, typ...)
+	return string(b), nil
+}
+
+// decode turns a stored value into a Record. Anything that is not a valid
+// version-1 record for key is an *idem.CorruptRecordError. It applies the
+// same rules as check() in lua/common.lua, plus the key and Record.Validate.
+func decode(key, v string) (*idem.Record, error) {
 	corrupt := func(format string, args ...any) error {
 		return &idem.CorruptRecordError{Key: key, Err: fmt.Errorf(format, args...)}
 	}
-	flat, ok := v.([]any)
+	if len(v) < 2 || v[:2] != magic {
+		return nil, corrupt("unsupported record encoding")
+	}
+	if len(v) < headerLen {
+		return nil, corrupt("record of %d bytes is shorter than its header", len(v))
+	}
+	status, ok := charStatus(v[offStatus])
 	if !ok {
-		return nil, corrupt("record is a %T, not a field list", v)
+		return nil, corrupt("unknown status %q", v[offStatus])
 	}
-	if len(flat)%2 != 0 {
-		return nil, corrupt("odd field list length %d", len(flat))
+	f := v[offFlags]
+	if f < '0' || f > '3' {
+		return nil, corrupt("bad flags %q", f)
 	}
-	m := make(map[string]string, len(flat)/2)
-	for i := 0; i < len(flat); i += 2 {
-		f, ok1 := flat[i].(string)
-		val, ok2 := flat[i+1].(string)
-		if !ok1 || !ok2 {
-			return nil, corrupt("field %d is not a string", i/2)
-		}
-		m[f] = val
-	}
-	if ver, ok := m["v"]; !ok || ver != recordVersion {
-		return nil, corrupt("unsupported record version %q", m["v"])
-	}
-	str := func(name string) (string, error) {
-		s, ok := m[name]
+	flags := f - '0'
+	field := func(off, w int) (int64, error) {
+		n, ok := digits(v[off : off+w])
 		if !ok {
-			return "", corrupt("missing field %s", name)
-		}
-		return s, nil
-	}
-	num := func(name string) (int64, error) {
-		s, err := str(name)
-		if err != nil {
-			return 0, err
-		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, corrupt("field %s: %v", name, err)
+			return 0, corrupt("malformed header field at offset %d", off)
 		}
 		return n, nil
 	}
-	r := &idem.Record{}
-	var err error
-	if r.Key, err = str("key"); err != nil {
-		return nil, err
-	}
-	if r.Key != key {
-		return nil, corrupt("record holds key %q", r.Key)
-	}
-	var status string
-	if status, err = str("status"); err != nil {
-		return nil, err
-	}
-	r.Status = idem.Status(status)
-	if r.Nonce, err = str("nonce"); err != nil {
-		return nil, err
-	}
-	r.PayloadHash = m["payload_hash"]
-	for _, f := range []struct {
-		name string
-		dst  *int64
-	}{
-		{"attempt", &r.Attempt},
-		{"started_at", &r.StartedAt},
-		{"heartbeat_at", &r.HeartbeatAt},
-		{"completed_at", &r.CompletedAt},
-		{"expires_at", &r.ExpiresAt},
-	} {
-		if *f.dst, err = num(f.name); err != nil {
+	var nums [6]int64
+	for i, off := range []int{offExpires, offHeartbeat, offStarted, offCompleted, offAttempt, offTakeover} {
+		n, err := field(off, numWidth)
+		if err != nil {
 			return nil, err
 		}
+		nums[i] = n
 	}
-	if res, ok := m["result"]; ok {
-		r.Result = []byte(res)
+	var lens [6]int64
+	for i, fw := range [][2]int{{offNonceLen, smallWidth}, {offHashLen, smallWidth}, {offKeyLen, smallWidth},
+		{offResultLen, bigWidth}, {offMsgLen, bigWidth}, {offTypeLen, smallWidth}} {
+		n, err := field(fw[0], fw[1])
+		if err != nil {
+			return nil, err
+		}
+		lens[i] = n
 	}
-	if msg, ok := m["err_msg"]; ok {
-		r.Error = &idem.StoredError{Message: msg, Type: m["err_type"]}
-	} else if _, ok := m["err_type"]; ok {
-		return nil, corrupt("err_type without err_msg")
+	total := int64(headerLen)
+	for _, n := range lens {
+		total += n
+	}
+	if total != int64(len(v)) {
+		return nil, corrupt("record of %d bytes, header says %d", len(v), total)
+	}
+	if flags&flagResult == 0 && lens[3] > 0 || flags&flagError == 0 && (lens[4] > 0 || lens[5] > 0) {
+		return nil, corrupt("lengths contradict flags")
+	}
+	var parts [6]string
+	at := int64(headerLen)
+	for i, n := range lens {
+		parts[i] = v[at : at+n]
+		at += n
+	}
+	if parts[2] != key {
+		return nil, corrupt("record holds key %q", parts[2])
+	}
+	r := &idem.Record{
+		Key: parts[2], Status: status, PayloadHash: parts[1], Nonce: parts[0],
+		ExpiresAt: nums[0], HeartbeatAt: nums[1], StartedAt: nums[2], CompletedAt: nums[3],
+		Attempt: nums[4], TakeoverMs: nums[5],
+	}
+	if flags&flagResult != 0 {
+		r.Result = []byte(parts[3])
+	}
+	if flags&flagError != 0 {
+		r.Error = &idem.StoredError{Message: parts[4], Type: parts[5]}
 	}
 	if err := r.Validate(); err != nil {
 		return nil, &idem.CorruptRecordError{Key: key, Err: err}
 	}
 	return r, nil
+}
+
+// claimTail is the part of a new claim's value from the takeover threshold
+// on: takeover ms, the six lengths, nonce, payload hash and key. The claim
+// script puts the status, times and attempt in front of it.
+func claimTail(req idem.ClaimRequest) (string, error) {
+	tk := req.TakeoverAfter.Milliseconds()
+	if tk < 0 || tk > maxNum {
+		return "", fmt.Errorf("takeover threshold %v out of range", req.TakeoverAfter)
+	}
+	if len(req.Nonce) > maxSmall || len(req.PayloadHash) > maxSmall || len(req.Key) > maxSmall {
+		return "", errors.New("nonce, payload hash or key longer than 99999 bytes")
+	}
+	b := make([]byte, 0, headerLen-offTakeover+len(req.Nonce)+len(req.PayloadHash)+len(req.Key))
+	b = pad(b, tk, numWidth)
+	b = pad(b, int64(len(req.Nonce)), smallWidth)
+	b = pad(b, int64(len(req.PayloadHash)), smallWidth)
+	b = pad(b, int64(len(req.Key)), smallWidth)
+	b = append(b, "0000000000000000000000000"...)
+	b = append(b, req.Nonce...)
+	b = append(b, req.PayloadHash...)
+	b = append(b, req.Key...)
+	return string(b), nil
+}
+
+// outcome returns the status-and-flags, lengths and body arguments of the
+// complete script.
+func outcome(c idem.Completion) (sf, lens, body string, err error) {
+	var flags byte
+	var msg, typ string
+	if c.Result != nil {
+		flags |= flagResult
+	}
+	if c.Error != nil {
+		flags |= flagError
+		msg, typ = c.Error.Message, c.Error.Type
+	}
+	if int64(len(c.Result)) > maxBig || int64(len(msg)) > maxBig || len(typ) > maxSmall {
+		return "", "", "", errors.New("result or error too long for the record encoding")
+	}
+	sf = string([]byte{statusChar[c.Status], '0' + flags})
+	l := make([]byte, 0, 2*bigWidth+smallWidth)
+	l = pad(l, int64(len(c.Result)), bigWidth)
+	l = pad(l, int64(len(msg)), bigWidth)
+	l = pad(l, int64(len(typ)), smallWidth)
+	return sf, string(l), string(c.Result) + msg + typ, nil
 }

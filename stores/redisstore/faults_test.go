@@ -189,7 +189,7 @@ func TestFaultLatency(t *testing.T) {
 	for range 2 {
 		c := redis.NewClient(&redis.Options{Addr: fp.addr(), ReadTimeout: 5 * time.Second})
 		t.Cleanup(func() { _ = c.Close() })
-		s := redisstore.New(c, pfx)
+		s := mustNew(t, c, pfx)
 		t.Cleanup(func() { _ = s.Close() })
 		g, err := idem.New[string](s, idem.OnDuplicate(idem.Wait),
 			idem.WithHeartbeat(100*time.Millisecond), idem.WithTakeoverAfter(3*time.Second))
@@ -257,7 +257,7 @@ func TestFaultRedisRestart(t *testing.T) {
 	for range 2 {
 		c := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: 2, DialTimeout: 200 * time.Millisecond})
 		t.Cleanup(func() { _ = c.Close() })
-		s := redisstore.New(c, pfx, redisstore.WithWatchTimeout(500*time.Millisecond))
+		s := mustNew(t, c, pfx, redisstore.WithWatchTimeout(500*time.Millisecond))
 		t.Cleanup(func() { _ = s.Close() })
 		g, err := idem.New[int](s, idem.OnDuplicate(idem.Wait),
 			idem.WithHeartbeat(200*time.Millisecond), idem.WithTakeoverAfter(4*time.Second))
@@ -280,7 +280,8 @@ func TestFaultRedisRestart(t *testing.T) {
 		srv.stop()
 		// During the outage a store call fails with a wrapped error.
 		oc := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-		_, err := redisstore.New(oc).Get(ctx, "idem:outage")
+		os, _ := redisstore.New(oc)
+		_, err := os.Get(ctx, "idem:outage")
 		_ = oc.Close()
 		outageErr = err
 		time.Sleep(1500 * time.Millisecond) // well past go-redis's own retries

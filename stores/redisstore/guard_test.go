@@ -121,8 +121,8 @@ func TestWaitWokenByPublish(t *testing.T) {
 		prefix := redisstore.WithPrefix(prefix())
 		ca, _ := counted(t, kind)
 		cb, hb := counted(t, kind)
-		sa := redisstore.New(ca, prefix)
-		sb := redisstore.New(cb, prefix)
+		sa := mustNew(t, ca, prefix)
+		sb := mustNew(t, cb, prefix)
 		t.Cleanup(func() { _ = sa.Close(); _ = sb.Close() })
 		require.NoError(t, sa.LoadScripts(ctx))
 		// Takeover 1 minute: the waiter's safety poll is 2.5-5s.

@@ -49,8 +49,18 @@ func cluster(t testing.TB) *redis.ClusterClient {
 // newStore returns a store with a fresh prefix, closed at the end of t.
 func newStore(t testing.TB, c redisstore.Client, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
-	s := redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(prefix())}, opts...)...)
+	s := mustNew(t, c, append([]redisstore.Option{redisstore.WithPrefix(prefix())}, opts...)...)
 	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// mustNew is redisstore.New that fails t on an error.
+func mustNew(t testing.TB, c redisstore.Client, opts ...redisstore.Option) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return s
 }
 

@@ -1,34 +1,61 @@
 // Package redisstore is an idem.Store on Redis (github.com/redis/go-redis/v9):
-// standalone, Ring or Cluster.
+// standalone, Sentinel (redis.NewFailoverClient), Ring or Cluster.
 //
 // # Layout
 //
-// A record is one Redis hash at <prefix>{<storage key>}. Its fields are v
-// (encoding version, "1"), key, status, nonce, attempt, started_at,
-// heartbeat_at, completed_at, expires_at (Unix milliseconds, decimal),
-// payload_hash, and, only when present, result, err_msg and err_type. The
-// hash tag makes every key of one operation (the record and its change
-// channel <prefix>{<storage key>}:changed) hash to the same Cluster slot and
-// Ring shard.
+// A record is one Redis string at <prefix>{<storage key>}: a fixed-width
+// ASCII header of 122 bytes, then the variable parts. The header is "R1"
+// (the encoding version), a status byte (P in_progress, C completed, F
+// failed), a flags byte (has result, has error), expires_at, heartbeat_at,
+// started_at, completed_at, attempt and the owner's takeover threshold as
+// 13-digit zero-padded decimals (times in Unix ms), and the lengths of the
+// nonce, payload hash, key, result, error message and error type; the
+// variable parts follow in that order. lua/common.lua lists the offsets. A
+// script reads the few header fields it needs with string.sub and checks the
+// whole header with one anchored pattern before it writes; the Go client
+// decodes the rest. A later encoding changes the version byte, so it can
+// read this one. The hash tag makes every key of one operation (the record
+// and its change channel <prefix>{<storage key>}:changed) hash to the same
+// Cluster slot and Ring shard.
 //
-// # Atomicity and time
+// # Atomicity, round trips and time
 //
 // Every Store method is one embedded Lua script (lua/*.lua, go:embed), run
 // with EVALSHA and falling back to EVAL when the server does not have it
-// cached: one round trip, one key. The scripts implement the rules of
-// idem.DecideClaim, idem.ApplyHeartbeat, idem.ApplyComplete and
-// idem.ApplyRelease natively. Now is the Redis server's clock
+// cached: one round trip, one key. A fresh call is a claim and a complete
+// (2 round trips); a replay is one claim whose reply is the stored value,
+// one bulk string, returned untouched by the script. The scripts implement
+// the rules of storekit.DecideClaim, storekit.ApplyHeartbeat,
+// storekit.ApplyComplete and storekit.ApplyRelease natively. Now is the Redis server's clock
 // (redis.call('TIME')), so clients with skewed clocks agree on expiry and
-// staleness; the only clock that matters for the takeover threshold is the
-// server's.
+// staleness. Staleness is judged by the takeover threshold stored with the
+// claim (the caller's only for a record that has none).
 //
-// Liveness is decided by the record's own expires_at field, compared inside
-// the scripts. The native expiry (PEXPIREAT) is garbage collection only: it
-// is set to expires_at plus a safety buffer (WithExpiryBuffer, default one
-// minute), so a record stays readable, and keeps its attempt number, for the
-// buffer after it stops counting. Release keeps the record with
-// expires_at = now, so the fencing token (Attempt) stays monotonic across a
-// release for as long as the record exists (at least the buffer).
+// Liveness is decided by the record's own expires_at, compared inside the
+// scripts. The native expiry (SET ... PXAT) is garbage collection only: it
+// is expires_at plus the retention (WithRetention, default one minute), so
+// a record stays readable, and keeps its attempt number, for the retention
+// after it stops counting. Release keeps the record with expires_at = now,
+// so the fencing token (Attempt) stays monotonic across a release for as
+// long as the record exists.
+//
+// # Replicated Redis
+//
+// Redis replicates asynchronously: a claim acknowledged by a master that
+// dies before its replica received it is lost on failover, and a second
+// caller would run fn again. WithReplicaAck(n, timeout) sends a WAIT n
+// timeout in the same pipeline (the same connection, one round trip) as the
+// claim and the complete script. On a Cluster the pipeline goes to the
+// key's master, so the WAIT counts the replicas of the node that took the
+// write. A claim that fewer than n replicas acknowledged in time is released
+// and Claim returns a *ReplicaAckError matching ErrNotReplicated, so the
+// Guard fails the call without running fn. A completion that fewer than n
+// replicas acknowledged returns an *idem.NotRecordedError wrapping a
+// *ReplicaAckError, so the Guard returns the result together with that
+// error (matching idem.ErrNotRecorded) at once. WAIT makes a write survive the
+// failover of a master to an acknowledging replica; it does not make Redis
+// strongly consistent (a replica that lost the race can still be promoted
+// when more than n replicas exist and fewer acknowledged).
 //
 // # Retries
 //
@@ -62,11 +89,11 @@
 // # Errors
 //
 // Redis failures are returned wrapped (errors.Is finds the go-redis error).
-// A record that does not decode (missing or garbled field, wrong type at the
-// key, unknown version) is an *idem.CorruptRecordError, never a panic. A
-// nonce mismatch is idem.ErrLostOwnership. An invalid option is an
-// *OptionError matching idem.ErrInvalidOption, returned by Validate and by
-// every method.
+// A record that does not decode (malformed header, lengths that do not add
+// up, another key, wrong type at the key, unknown version) is an
+// *idem.CorruptRecordError, never a panic, and no script overwrites it. A
+// nonce mismatch is idem.ErrLostOwnership. New reports an invalid option as
+// an error matching idem.ErrInvalidOption.
 package redisstore
 
 import (
@@ -83,11 +110,17 @@ import (
 )
 
 // Client is what the store needs from go-redis: running scripts and
-// subscribing. *redis.Client, *redis.Ring and *redis.ClusterClient satisfy
-// it.
+// subscribing. *redis.Client (also from redis.NewFailoverClient),
+// *redis.Ring and *redis.ClusterClient satisfy it.
 type Client interface {
 	redis.Scripter
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// pipeliner is what WithReplicaAck needs from a standalone or Sentinel
+// client: a pipeline on one connection.
+type pipeliner interface {
+	Pipeline() redis.Pipeliner
 }
 
 var (
@@ -122,64 +155,78 @@ var (
 	scriptDelete    = redis.NewScript(srcCommon + srcDelete)
 )
 
-// Reply codes of the scripts.
-const (
-	codeExisting = 0
-	codeLost     = 0
-	codeNotFound = 0
-	codeOK       = 1
-	codeTookOver = 2
-	codeCorrupt  = 3
-)
-
 // Defaults.
 const (
-	DefaultExpiryBuffer   = time.Minute
+	DefaultRetention      = time.Minute
 	DefaultWatchTimeout   = 5 * time.Second
 	DefaultHealthInterval = 15 * time.Second
 )
 
-// OptionError is an invalid option. It matches idem.ErrInvalidOption.
-type OptionError struct {
-	Option string // option name, e.g. "WithExpiryBuffer"
-	Reason string
+// ErrNotReplicated is matched by a *ReplicaAckError: a write the master
+// applied was not acknowledged by the replicas WithReplicaAck asks for in
+// time.
+var ErrNotReplicated = errors.New("redisstore: write not acknowledged by enough replicas")
+
+// ReplicaAckError says how many replicas acknowledged a write (Got) when
+// WithReplicaAck asked for Want. It matches ErrNotReplicated. A claim
+// returns it after releasing the claim; a completion returns it inside a
+// permanent *idem.StoreError, so the Guard reports idem.ErrNotRecorded.
+type ReplicaAckError struct {
+	Op        string // "claim" or "complete"
+	Key       string // storage key
+	Want, Got int64
+	Err       error // the WAIT failure, if WAIT itself failed
 }
 
-func (e *OptionError) Error() string {
-	return "redisstore: invalid option " + e.Option + ": " + e.Reason
+func (e *ReplicaAckError) Error() string {
+	s := fmt.Sprintf("redisstore: %s %s: %d of %d replicas acknowledged the write", e.Op, e.Key, e.Got, e.Want)
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
 }
 
-// Is makes an OptionError match idem.ErrInvalidOption.
-func (e *OptionError) Is(target error) bool { return target == idem.ErrInvalidOption }
+// Is makes a ReplicaAckError match ErrNotReplicated.
+func (e *ReplicaAckError) Is(target error) bool { return target == ErrNotReplicated }
 
-// Option configures a Store.
-type Option func(*Store)
+// Unwrap returns the WAIT failure, if any.
+func (e *ReplicaAckError) Unwrap() error { return e.Err }
+
+// Option configures a Store. An invalid option makes New fail with an error
+// matching idem.ErrInvalidOption.
+type Option func(*Store) error
+
+func invalid(opt, format string, args ...any) error {
+	return fmt.Errorf("redisstore: %s: %s: %w", opt, fmt.Sprintf(format, args...), idem.ErrInvalidOption)
+}
 
 // WithPrefix puts prefix in front of every Redis key and channel of the
 // store (default none: keys are {<storage key>}). It must not contain '{'
 // or '}', which would move the hash tag.
 func WithPrefix(prefix string) Option {
-	return func(s *Store) {
+	return func(s *Store) error {
 		for _, c := range prefix {
 			if c == '{' || c == '}' {
-				s.setErr(&OptionError{"WithPrefix", "prefix must not contain '{' or '}'"})
-				return
+				return invalid("WithPrefix", "prefix %q contains '{' or '}'", prefix)
 			}
 		}
 		s.prefix = prefix
+		return nil
 	}
 }
 
-// WithExpiryBuffer sets how long after a record stops counting Redis keeps
-// it (native expiry = expires_at + buffer). Default DefaultExpiryBuffer.
-// It must not be negative.
-func WithExpiryBuffer(d time.Duration) Option {
-	return func(s *Store) {
+// WithRetention sets how long past its expires_at a record is kept before
+// Redis deletes it (native expiry = expires_at + d). Default
+// DefaultRetention; it must not be negative. While a record is retained its
+// attempt number, and so the fencing token, keeps counting up.
+func WithRetention(d time.Duration) Option {
+	return func(s *Store) error {
 		if d < 0 {
-			s.setErr(&OptionError{"WithExpiryBuffer", "negative duration " + d.String()})
-			return
+			return invalid("WithRetention", "negative duration %v", d)
 		}
-		s.buffer = d
+		s.retention = d
+		s.retentionArg = ms(d)
+		return nil
 	}
 }
 
@@ -187,12 +234,12 @@ func WithExpiryBuffer(d time.Duration) Option {
 // new subscription before it gives up with an error (the Guard then polls).
 // Default DefaultWatchTimeout; it must be positive.
 func WithWatchTimeout(d time.Duration) Option {
-	return func(s *Store) {
+	return func(s *Store) error {
 		if d <= 0 {
-			s.setErr(&OptionError{"WithWatchTimeout", "must be positive, got " + d.String()})
-			return
+			return invalid("WithWatchTimeout", "must be positive, got %v", d)
 		}
 		s.watchTimeout = d
+		return nil
 	}
 }
 
@@ -201,12 +248,32 @@ func WithWatchTimeout(d time.Duration) Option {
 // connection that does not answer a ping within the interval is replaced.
 // Default DefaultHealthInterval; it must be positive.
 func WithHealthInterval(d time.Duration) Option {
-	return func(s *Store) {
+	return func(s *Store) error {
 		if d <= 0 {
-			s.setErr(&OptionError{"WithHealthInterval", "must be positive, got " + d.String()})
-			return
+			return invalid("WithHealthInterval", "must be positive, got %v", d)
 		}
 		s.health = d
+		return nil
+	}
+}
+
+// WithReplicaAck makes claim and complete wait until n replicas of the
+// key's master hold the write (Redis WAIT n timeout, pipelined with the
+// script on the same connection: no extra round trip, the call takes at
+// most timeout longer). n must be at least 1 and timeout positive (WAIT's
+// timeout is in milliseconds, so at least 1ms); a Ring is refused (its
+// pipeline cannot pin WAIT to the key's shard). See the package doc for
+// what happens when the replicas do not acknowledge.
+func WithReplicaAck(n int, timeout time.Duration) Option {
+	return func(s *Store) error {
+		if n < 1 {
+			return invalid("WithReplicaAck", "replica count %d < 1", n)
+		}
+		if timeout < time.Millisecond {
+			return invalid("WithReplicaAck", "timeout %v under 1ms", timeout)
+		}
+		s.ackN, s.ackTimeout = int64(n), timeout
+		return nil
 	}
 }
 
@@ -216,10 +283,12 @@ func WithHealthInterval(d time.Duration) Option {
 type Store struct {
 	client       Client
 	prefix       string
-	buffer       time.Duration
+	retention    time.Duration
+	retentionArg string
 	watchTimeout time.Duration
 	health       time.Duration
-	err          error
+	ackN         int64
+	ackTimeout   time.Duration
 
 	mu     sync.Mutex
 	hubs   map[string]*hub
@@ -229,41 +298,42 @@ type Store struct {
 	wg     sync.WaitGroup
 }
 
-// New returns a store on client. It does no I/O; a nil client or an invalid
-// option is reported by Validate and by every method.
-func New(client Client, opts ...Option) *Store {
-	ctx, cancel := context.WithCancel(context.Background())
+// New returns a store on client. It does no I/O. A nil client or an invalid
+// option is an error matching idem.ErrInvalidOption.
+func New(client Client, opts ...Option) (*Store, error) {
 	s := &Store{
 		client:       client,
-		buffer:       DefaultExpiryBuffer,
+		retention:    DefaultRetention,
+		retentionArg: ms(DefaultRetention),
 		watchTimeout: DefaultWatchTimeout,
 		health:       DefaultHealthInterval,
 		hubs:         make(map[string]*hub),
-		ctx:          ctx,
-		cancel:       cancel,
 	}
 	if client == nil {
-		s.setErr(&OptionError{"client", "nil client"})
+		return nil, invalid("New", "nil client")
 	}
 	for _, o := range opts {
 		if o == nil {
-			s.setErr(&OptionError{"Option", "nil option"})
-			continue
+			return nil, invalid("New", "nil option")
 		}
-		o(s)
+		if err := o(s); err != nil {
+			return nil, err
+		}
 	}
-	return s
-}
-
-func (s *Store) setErr(err error) {
-	if s.err == nil {
-		s.err = err
+	if s.ackN > 0 {
+		switch client.(type) {
+		case *redis.ClusterClient:
+		case *redis.Ring:
+			return nil, invalid("WithReplicaAck", "not supported on a Ring")
+		default:
+			if _, ok := client.(pipeliner); !ok {
+				return nil, invalid("WithReplicaAck", "client %T has no Pipeline method", client)
+			}
+		}
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
 }
-
-// Validate reports an invalid option or a nil client given to New, as an
-// *OptionError matching idem.ErrInvalidOption.
-func (s *Store) Validate() error { return s.err }
 
 // Close stops the store's subscriptions and wakes every watcher. Store
 // operations keep working; Watch fails after Close.
@@ -295,10 +365,7 @@ func (s *Store) Key(storageKey string) string { return s.prefix + "{" + storageK
 // storageKey on.
 func (s *Store) Channel(storageKey string) string { return s.Key(storageKey) + ":changed" }
 
-func (s *Store) check(op, key string) error {
-	if s.err != nil {
-		return fmt.Errorf("redisstore: %s: %w", op, s.err)
-	}
+func checkKey(op, key string) error {
 	if key == "" {
 		return fmt.Errorf("redisstore: %s: %w", op, &idem.KeyError{Reason: "empty storage key"})
 	}
@@ -307,138 +374,236 @@ func (s *Store) check(op, key string) error {
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
-func (s *Store) run(ctx context.Context, op string, sc *redis.Script, key string, args ...any) ([]any, error) {
-	keys := []string{s.Key(key)}
-	args = append([]any{s.Channel(key)}, args...)
-	v, err := sc.Run(ctx, s.client, keys, args...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("redisstore: %s %s: %w", op, key, err)
+// run runs sc on key's record; with ack set and WithReplicaAck configured it
+// pipelines a WAIT behind the script and returns the number of replicas
+// that acknowledged (-1 when not asked).
+func (s *Store) run(ctx context.Context, op string, sc *redis.Script, key string, ack bool, args ...any) (any, int64, error) {
+	rk := s.Key(key)
+	if ack && s.ackN > 0 {
+		return s.runAck(ctx, op, sc, key, rk, args)
 	}
-	reply, ok := v.([]any)
-	if !ok || len(reply) < 2 {
-		return nil, fmt.Errorf("redisstore: %s %s: unexpected script reply %T", op, key, v)
+	v, err := sc.Run(ctx, s.client, []string{rk}, args...).Result()
+	if err != nil && err != redis.Nil {
+		return nil, -1, fmt.Errorf("redisstore: %s %s: %w", op, key, err)
 	}
-	code, ok := reply[0].(int64)
-	if !ok {
-		return nil, fmt.Errorf("redisstore: %s %s: unexpected script reply code %T", op, key, reply[0])
+	return v, -1, nil
+}
+
+// runAck sends EVALSHA + WAIT as one pipeline on the connection of the
+// key's master (on a Cluster, the node that owns the slot; a go-redis
+// ClusterClient pipeline would send the keyless WAIT to a random node).
+func (s *Store) runAck(ctx context.Context, op string, sc *redis.Script, key, rk string, args []any) (any, int64, error) {
+	var p pipeliner
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, rk)
+		if err != nil {
+			return nil, -1, fmt.Errorf("redisstore: %s %s: master for key: %w", op, key, err)
+		}
+		p = node
+	default:
+		p = s.client.(pipeliner)
 	}
-	if code == codeCorrupt {
-		why, _ := reply[1].(string)
-		return nil, &idem.CorruptRecordError{Key: key, Err: errors.New(why)}
+	for try := 0; ; try++ {
+		pipe := p.Pipeline()
+		var ev *redis.Cmd
+		if try == 0 {
+			ev = pipe.EvalSha(ctx, sc.Hash(), []string{rk}, args...)
+		} else {
+			ev = pipe.Eval(ctx, srcOf(sc), []string{rk}, args...)
+		}
+		w := pipe.Do(ctx, "WAIT", s.ackN, s.ackTimeout.Milliseconds())
+		_, _ = pipe.Exec(ctx)
+		v, err := ev.Result()
+		if err != nil && err != redis.Nil {
+			if try == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				continue
+			}
+			return nil, -1, fmt.Errorf("redisstore: %s %s: %w", op, key, err)
+		}
+		got, werr := w.Int64()
+		if werr != nil {
+			return v, 0, &ReplicaAckError{Op: op, Key: key, Want: s.ackN, Err: werr}
+		}
+		return v, got, nil
 	}
-	return reply, nil
+}
+
+func srcOf(sc *redis.Script) string {
+	switch sc {
+	case scriptClaim:
+		return srcCommon + srcClaim
+	case scriptHeartbeat:
+		return srcCommon + srcHeartbeat
+	case scriptComplete:
+		return srcCommon + srcComplete
+	case scriptRelease:
+		return srcCommon + srcRelease
+	case scriptGet:
+		return srcCommon + srcGet
+	default:
+		return srcCommon + srcDelete
+	}
+}
+
+func corruptReply(key, v string) error {
+	return &idem.CorruptRecordError{Key: key, Err: errors.New(v[1:])}
 }
 
 // Claim implements idem.Store.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
-	if err := s.check("claim", req.Key); err != nil {
+	if err := checkKey("claim", req.Key); err != nil {
 		return idem.ClaimResult{}, err
 	}
 	if req.Nonce == "" {
 		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: empty nonce", req.Key)
 	}
-	reply, err := s.run(ctx, "claim", scriptClaim, req.Key,
-		req.Key, req.Nonce, req.PayloadHash, ms(req.LeaseTTL), ms(req.TakeoverAfter), ms(s.buffer))
+	if req.LeaseTTL < time.Millisecond || req.TakeoverAfter < 0 {
+		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: lease %v or takeover threshold %v out of range", req.Key, req.LeaseTTL, req.TakeoverAfter)
+	}
+	tail, err := claimTail(req)
 	if err != nil {
+		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: %w", req.Key, err)
+	}
+	v, acked, err := s.run(ctx, "claim", scriptClaim, req.Key, true,
+		tail, ms(req.LeaseTTL), s.retentionArg)
+	var ackErr *ReplicaAckError
+	if err != nil && !errors.As(err, &ackErr) {
 		return idem.ClaimResult{}, err
+	}
+	str, ok := v.(string)
+	if !ok || str == "" {
+		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: unexpected script reply %T", req.Key, v)
 	}
 	var out idem.ClaimOutcome
-	switch reply[0].(int64) {
-	case codeExisting:
+	switch str[0] {
+	case 'R':
 		out = idem.Existing
-	case codeOK:
-		out = idem.Claimed
-	case codeTookOver:
-		out = idem.TookOver
+	case 'C':
+		out, str = idem.Claimed, str[1:]
+	case 'T':
+		out, str = idem.TookOver, str[1:]
+	case 'X':
+		return idem.ClaimResult{}, corruptReply(req.Key, str)
 	default:
-		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: unexpected script reply code %v", req.Key, reply[0])
+		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: unexpected script reply %q", req.Key, str[:1])
 	}
-	if len(reply) < 3 {
-		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: script reply without record", req.Key)
-	}
-	rec, err := decode(req.Key, reply[2])
+	rec, err := decode(req.Key, str)
 	if err != nil {
 		return idem.ClaimResult{}, err
+	}
+	if out != idem.Existing && s.ackN > 0 && (ackErr != nil || acked < s.ackN) {
+		if ackErr == nil {
+			ackErr = &ReplicaAckError{Op: "claim", Key: req.Key, Want: s.ackN, Got: acked}
+		}
+		// The claim may not survive a failover: give it up, so nobody
+		// waits for it and fn does not run on a claim that may vanish.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ackTimeout+time.Second)
+		defer cancel()
+		if rerr := s.Release(rctx, req.Key, req.Nonce); rerr != nil && !errors.Is(rerr, idem.ErrLostOwnership) {
+			return idem.ClaimResult{}, errors.Join(ackErr, rerr)
+		}
+		return idem.ClaimResult{}, ackErr
 	}
 	return idem.ClaimResult{Outcome: out, Record: rec}, nil
 }
 
-func (s *Store) write(ctx context.Context, op string, sc *redis.Script, key, nonce string, args ...any) error {
-	if err := s.check(op, key); err != nil {
+func (s *Store) write(ctx context.Context, op string, sc *redis.Script, key string, ack bool, args ...any) error {
+	v, acked, err := s.run(ctx, op, sc, key, ack, args...)
+	var ackErr *ReplicaAckError
+	if err != nil && !errors.As(err, &ackErr) {
 		return err
 	}
-	reply, err := s.run(ctx, op, sc, key, append([]any{nonce}, args...)...)
-	if err != nil {
-		return err
-	}
-	switch reply[0].(int64) {
-	case codeOK:
-		return nil
-	case codeLost:
-		return fmt.Errorf("redisstore: %s %s: %w", op, key, idem.ErrLostOwnership)
+	switch r := v.(type) {
+	case int64:
+		if r == 0 {
+			return fmt.Errorf("redisstore: %s %s: %w", op, key, idem.ErrLostOwnership)
+		}
+		if r != 1 {
+			return fmt.Errorf("redisstore: %s %s: unexpected script reply %d", op, key, r)
+		}
+	case string:
+		if r != "" && r[0] == 'X' {
+			return corruptReply(key, r)
+		}
+		return fmt.Errorf("redisstore: %s %s: unexpected script reply %q", op, key, r)
 	default:
-		return fmt.Errorf("redisstore: %s %s: unexpected script reply code %v", op, key, reply[0])
+		return fmt.Errorf("redisstore: %s %s: unexpected script reply %T", op, key, v)
 	}
+	if ack && s.ackN > 0 && (ackErr != nil || acked < s.ackN) {
+		if ackErr == nil {
+			ackErr = &ReplicaAckError{Op: op, Key: key, Want: s.ackN, Got: acked}
+		}
+		// The write was applied on the master but may not survive its
+		// failover: the outcome is reported as not recorded, at once (a
+		// retry would not make the replicas catch up sooner).
+		return &idem.NotRecordedError{Err: &idem.StoreError{Op: op, Err: ackErr}}
+	}
+	return nil
 }
 
 // Heartbeat implements idem.Store.
 func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
-	return s.write(ctx, "heartbeat", scriptHeartbeat, key, nonce, ms(leaseTTL), ms(s.buffer))
+	if err := checkKey("heartbeat", key); err != nil {
+		return err
+	}
+	return s.write(ctx, "heartbeat", scriptHeartbeat, key, false, s.Channel(key), nonce, ms(leaseTTL), s.retentionArg, key)
 }
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+	if err := checkKey("complete", key); err != nil {
+		return err
+	}
 	if c.Status != idem.StatusCompleted && c.Status != idem.StatusFailed {
 		return fmt.Errorf("redisstore: complete %s: invalid completion status %q", key, c.Status)
 	}
 	if c.Status == idem.StatusFailed && c.Error == nil {
 		return fmt.Errorf("redisstore: complete %s: failed completion without error", key)
 	}
-	hasResult, hasErr := "0", "0"
-	var errMsg, errType string
-	if c.Result != nil {
-		hasResult = "1"
+	sf, lens, body, err := outcome(c)
+	if err != nil {
+		return &idem.StoreError{Op: "complete", Err: fmt.Errorf("redisstore: complete %s: %w", key, err), Permanent: true}
 	}
-	if c.Error != nil {
-		hasErr, errMsg, errType = "1", c.Error.Message, c.Error.Type
-	}
-	return s.write(ctx, "complete", scriptComplete, key, nonce, string(c.Status), ms(c.TTL), ms(s.buffer),
-		hasResult, c.Result, hasErr, errMsg, errType)
+	return s.write(ctx, "complete", scriptComplete, key, true, s.Channel(key), nonce, ms(c.TTL), s.retentionArg, sf, lens, body, key)
 }
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, key, nonce string) error {
-	return s.write(ctx, "release", scriptRelease, key, nonce, ms(s.buffer))
+	if err := checkKey("release", key); err != nil {
+		return err
+	}
+	return s.write(ctx, "release", scriptRelease, key, false, s.Channel(key), nonce, s.retentionArg, key)
 }
 
 // Get implements idem.Store.
 func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
-	if err := s.check("get", key); err != nil {
+	if err := checkKey("get", key); err != nil {
 		return nil, err
 	}
-	reply, err := s.run(ctx, "get", scriptGet, key)
+	v, _, err := s.run(ctx, "get", scriptGet, key, false, s.Channel(key))
 	if err != nil {
 		return nil, err
 	}
-	switch reply[0].(int64) {
-	case codeNotFound:
+	if v == nil {
 		return nil, fmt.Errorf("redisstore: get %s: %w", key, idem.ErrNotFound)
-	case codeOK:
-		if len(reply) < 3 {
-			return nil, fmt.Errorf("redisstore: get %s: script reply without record", key)
-		}
-		return decode(key, reply[2])
-	default:
-		return nil, fmt.Errorf("redisstore: get %s: unexpected script reply code %v", key, reply[0])
 	}
+	str, ok := v.(string)
+	if !ok || str == "" {
+		return nil, fmt.Errorf("redisstore: get %s: unexpected script reply %T", key, v)
+	}
+	if str[0] == 'X' {
+		return nil, corruptReply(key, str)
+	}
+	return decode(key, str)
 }
 
 // Delete implements idem.Store.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := s.check("delete", key); err != nil {
+	if err := checkKey("delete", key); err != nil {
 		return err
 	}
-	_, err := s.run(ctx, "delete", scriptDelete, key)
+	_, _, err := s.run(ctx, "delete", scriptDelete, key, false, s.Channel(key))
 	return err
 }
 
@@ -448,9 +613,6 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // optional: without it the first call of each script falls back to EVAL
 // once per server.
 func (s *Store) LoadScripts(ctx context.Context) error {
-	if s.err != nil {
-		return fmt.Errorf("redisstore: load scripts: %w", s.err)
-	}
 	for _, sc := range []*redis.Script{scriptClaim, scriptHeartbeat, scriptComplete, scriptRelease, scriptGet, scriptDelete} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("redisstore: load scripts: %w", err)

@@ -92,7 +92,7 @@ func TestLifecycle(t *testing.T) {
 		// Native expiry = expires_at + buffer.
 		pexp, err := c.PExpireTime(ctx, s.Key(key)).Result()
 		require.NoError(t, err)
-		assert.EqualValues(t, got.ExpiresAt+redisstore.DefaultExpiryBuffer.Milliseconds(), pexp.Milliseconds())
+		assert.EqualValues(t, got.ExpiresAt+redisstore.DefaultRetention.Milliseconds(), pexp.Milliseconds())
 
 		require.NoError(t, s.Delete(ctx, key))
 		require.NoError(t, s.Delete(ctx, key))
@@ -216,7 +216,7 @@ func TestExpiryByRecordField(t *testing.T) {
 		assert.EqualValues(t, 2, res.Record.Attempt)
 
 		// A zero buffer still never sets an expiry in the past.
-		s0 := newStore(t, c, redisstore.WithExpiryBuffer(0))
+		s0 := newStore(t, c, redisstore.WithRetention(0))
 		k0 := storageKey()
 		_, err = s0.Claim(ctx, idem.ClaimRequest{Key: k0, Nonce: "z", LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
 		require.NoError(t, err)
@@ -224,40 +224,63 @@ func TestExpiryByRecordField(t *testing.T) {
 	})
 }
 
+// rawRecord is a valid record: in_progress, live for a long time, heartbeat
+// long ago with a 1ms takeover threshold (so stale), nonce "n".
+func rawRecord(t *testing.T, key string) string {
+	t.Helper()
+	v, err := redisstore.Encode(&idem.Record{Key: key, Status: idem.StatusInProgress, Nonce: "n", Attempt: 1,
+		StartedAt: 1, HeartbeatAt: 1, ExpiresAt: 9999999999999, TakeoverMs: 1})
+	require.NoError(t, err)
+	return v
+}
+
+func splice(v string, off int, s string) string { return v[:off] + s + v[off+len(s):] }
+
+// TestCorruptRecords: a record that does not decode is ErrCorruptRecord for
+// every operation, and no script writes to it (it is byte for byte the same
+// afterwards), even when it looks stale and carries the caller's nonce.
 func TestCorruptRecords(t *testing.T) {
 	both(t, func(t *testing.T, c backend) {
 		ctx := ctxT(t)
 		s := newStore(t, c)
-		good := func(key string) map[string]any {
-			return map[string]any{"v": "1", "key": key, "status": "in_progress", "nonce": "n", "attempt": "1",
-				"started_at": "1", "heartbeat_at": "1", "completed_at": "0", "expires_at": "99999999999999"}
-		}
-		cases := map[string]func(key string) map[string]any{
-			"missing nonce":   func(k string) map[string]any { m := good(k); delete(m, "nonce"); return m },
-			"garbled attempt": func(k string) map[string]any { m := good(k); m["attempt"] = "x1"; return m },
-			"garbled expiry":  func(k string) map[string]any { m := good(k); m["expires_at"] = "soon"; return m },
-			"garbled started": func(k string) map[string]any { m := good(k); m["started_at"] = "1.5"; return m },
-			"missing done_at": func(k string) map[string]any { m := good(k); delete(m, "completed_at"); return m },
-			"version 2":       func(k string) map[string]any { m := good(k); m["v"] = "2"; return m },
-			"unknown status":  func(k string) map[string]any { m := good(k); m["status"] = "weird"; return m },
-			"attempt zero":    func(k string) map[string]any { m := good(k); m["attempt"] = "0"; return m },
-			"other key":       func(k string) map[string]any { m := good(k); m["key"] = "idem:other"; return m },
-			"failed no error": func(k string) map[string]any { m := good(k); m["status"] = "failed"; return m },
-			"huge number":     func(k string) map[string]any { m := good(k); m["heartbeat_at"] = "123456789012345678901234"; return m },
+		cases := map[string]func(key string) string{
+			"version 2":         func(k string) string { return splice(rawRecord(t, k), 0, "R2") },
+			"unknown status":    func(k string) string { return splice(rawRecord(t, k), 2, "Z") },
+			"bad flags":         func(k string) string { return splice(rawRecord(t, k), 3, "9") },
+			"garbled attempt":   func(k string) string { return splice(rawRecord(t, k), 56, "00000000000x1") },
+			"spaced heartbeat":  func(k string) string { return splice(rawRecord(t, k), 17, "            1") },
+			"exponent started":  func(k string) string { return splice(rawRecord(t, k), 30, "0000000001e03") },
+			"signed completed":  func(k string) string { return splice(rawRecord(t, k), 43, "+000000000000") },
+			"attempt zero":      func(k string) string { return splice(rawRecord(t, k), 56, "0000000000000") },
+			"failed no error":   func(k string) string { return splice(rawRecord(t, k), 2, "F") },
+			"trailing byte":     func(k string) string { return rawRecord(t, k) + "x" },
+			"truncated":         func(k string) string { v := rawRecord(t, k); return v[:len(v)-1] },
+			"result no flag":    func(k string) string { return splice(rawRecord(t, k)+"r", 97, "0000000001") },
+			"error type no err": func(k string) string { return splice(rawRecord(t, k)+"e", 117, "00001") },
+			"other key":         func(k string) string { return rawRecord(t, "idem:other"+k[len("idem:other"):]) },
+			"short":             func(k string) string { return "R1P0" },
+			"not a record":      func(k string) string { return "not a record" },
 		}
 		for name, mk := range cases {
 			t.Run(name, func(t *testing.T) {
 				key := storageKey()
-				require.NoError(t, c.HSet(ctx, s.Key(key), mk(key)).Err())
+				before := mk(key)
+				require.NoError(t, c.Set(ctx, s.Key(key), before, 0).Err())
 				_, err := s.Get(ctx, key)
 				assertCorrupt(t, err)
-				_, err = s.Claim(ctx, claimReq(key, "other"))
+				_, err = s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: "other", LeaseTTL: time.Minute, TakeoverAfter: time.Millisecond})
 				assertCorrupt(t, err)
+				assertCorrupt(t, s.Heartbeat(ctx, key, "n", time.Minute))
+				assertCorrupt(t, s.Release(ctx, key, "n"))
+				assertCorrupt(t, s.Complete(ctx, key, "n", idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+				after, err := c.Get(ctx, s.Key(key)).Result()
+				require.NoError(t, err)
+				assert.Equal(t, before, after, "a script wrote to a corrupt record")
 			})
 		}
 		t.Run("wrong type", func(t *testing.T) {
 			key := storageKey()
-			require.NoError(t, c.Set(ctx, s.Key(key), "not a hash", 0).Err())
+			require.NoError(t, c.HSet(ctx, s.Key(key), "v", "1").Err())
 			_, err := s.Get(ctx, key)
 			assertCorrupt(t, err)
 			_, err = s.Claim(ctx, claimReq(key, "n"))
@@ -284,54 +307,52 @@ func assertCorrupt(t *testing.T, err error) {
 
 func TestOptionsAndInput(t *testing.T) {
 	ctx := context.Background()
-	for name, s := range map[string]*redisstore.Store{
-		"nil client":      redisstore.New(nil),
-		"negative buffer": redisstore.New(redis.NewClient(&redis.Options{}), redisstore.WithExpiryBuffer(-time.Second)),
-		"brace prefix":    redisstore.New(redis.NewClient(&redis.Options{}), redisstore.WithPrefix("a{b")),
-		"watch timeout":   redisstore.New(redis.NewClient(&redis.Options{}), redisstore.WithWatchTimeout(0)),
-		"health":          redisstore.New(redis.NewClient(&redis.Options{}), redisstore.WithHealthInterval(-1)),
-		"nil option":      redisstore.New(redis.NewClient(&redis.Options{}), nil),
+	c := redis.NewClient(&redis.Options{})
+	defer c.Close()
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	for name, f := range map[string]func() (*redisstore.Store, error){
+		"nil client":         func() (*redisstore.Store, error) { return redisstore.New(nil) },
+		"negative retention": func() (*redisstore.Store, error) { return redisstore.New(c, redisstore.WithRetention(-time.Second)) },
+		"brace prefix":       func() (*redisstore.Store, error) { return redisstore.New(c, redisstore.WithPrefix("a{b")) },
+		"watch timeout":      func() (*redisstore.Store, error) { return redisstore.New(c, redisstore.WithWatchTimeout(0)) },
+		"health":             func() (*redisstore.Store, error) { return redisstore.New(c, redisstore.WithHealthInterval(-1)) },
+		"nil option":         func() (*redisstore.Store, error) { return redisstore.New(c, nil) },
+		"ack zero replicas":  func() (*redisstore.Store, error) { return redisstore.New(c, redisstore.WithReplicaAck(0, time.Second)) },
+		"ack zero timeout":   func() (*redisstore.Store, error) { return redisstore.New(c, redisstore.WithReplicaAck(1, 0)) },
+		"ack on a ring": func() (*redisstore.Store, error) {
+			return redisstore.New(ring, redisstore.WithReplicaAck(1, time.Second))
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			var oe *redisstore.OptionError
-			require.ErrorAs(t, s.Validate(), &oe)
-			assert.ErrorIs(t, s.Validate(), idem.ErrInvalidOption)
-			_, err := s.Claim(ctx, claimReq("idem:x", "n"))
+			s, err := f()
+			assert.Nil(t, s)
 			assert.ErrorIs(t, err, idem.ErrInvalidOption)
-			_, err = s.Get(ctx, "idem:x")
-			assert.ErrorIs(t, err, idem.ErrInvalidOption)
-			assert.ErrorIs(t, s.Heartbeat(ctx, "idem:x", "n", time.Second), idem.ErrInvalidOption)
-			assert.ErrorIs(t, s.Complete(ctx, "idem:x", "n", idem.Completion{Status: idem.StatusCompleted}), idem.ErrInvalidOption)
-			assert.ErrorIs(t, s.Release(ctx, "idem:x", "n"), idem.ErrInvalidOption)
-			assert.ErrorIs(t, s.Delete(ctx, "idem:x"), idem.ErrInvalidOption)
-			_, _, err = s.Watch(ctx, "idem:x")
-			assert.ErrorIs(t, err, idem.ErrInvalidOption)
-			assert.NoError(t, s.Close())
+			assert.Contains(t, err.Error(), "redisstore: ")
 		})
 	}
-	s := redisstore.New(redis.NewClient(&redis.Options{}))
-	assert.NoError(t, s.Validate())
+	s := mustNew(t, c, redisstore.WithRetention(0), redisstore.WithReplicaAck(1, time.Millisecond))
 	_, err := s.Claim(ctx, claimReq("", "n"))
 	assert.ErrorIs(t, err, idem.ErrInvalidKey)
 	_, err = s.Get(ctx, "")
 	assert.ErrorIs(t, err, idem.ErrInvalidKey)
 	_, err = s.Claim(ctx, claimReq("idem:x", ""))
 	assert.Error(t, err)
-	assert.Equal(t, "p:{idem:k}", redisstore.New(nil, redisstore.WithPrefix("p:")).Key("idem:k"))
+	assert.Equal(t, "p:{idem:k}", mustNew(t, c, redisstore.WithPrefix("p:")).Key("idem:k"))
 }
 
 func TestRedisErrorsAreWrapped(t *testing.T) {
 	// Nothing listens on this port.
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
-	s := redisstore.New(c)
+	s := mustNew(t, c)
 	defer s.Close()
 	ctx := context.Background()
 	_, err := s.Claim(ctx, claimReq("idem:x", "n"))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "redisstore: claim")
 	assert.NotErrorIs(t, err, idem.ErrLostOwnership)
-	_, _, err = redisstore.New(c, redisstore.WithWatchTimeout(200*time.Millisecond)).Watch(ctx, "idem:x")
+	_, _, err = mustNew(t, c, redisstore.WithWatchTimeout(200*time.Millisecond)).Watch(ctx, "idem:x")
 	assert.Error(t, err)
 }
 
@@ -349,46 +370,4 @@ func TestSameSlot(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, a, b)
 	}
-}
-
-// TestLaxNumbersAreCorruptForWrites: a field the decoder rejects ("1.0",
-// "1e3", "0x10", " 7") or an err_type without err_msg makes every script
-// report the record corrupt and leave it alone; no script takes over,
-// refreshes, completes or releases a record that then reads back as
-// corrupt.
-func TestLaxNumbersAreCorruptForWrites(t *testing.T) {
-	both(t, func(t *testing.T, c backend) {
-		ctx := ctxT(t)
-		s := newStore(t, c)
-		stale := func(key string) map[string]any {
-			// in_progress, live for a long time, heartbeat long ago: stale.
-			return map[string]any{"v": "1", "key": key, "status": "in_progress", "nonce": "n", "attempt": "1",
-				"started_at": "1", "heartbeat_at": "1", "completed_at": "0", "expires_at": "99999999999999"}
-		}
-		cases := map[string]func(key string) map[string]any{
-			"float completed_at": func(k string) map[string]any { m := stale(k); m["completed_at"] = "0.0"; return m },
-			"exponent started":   func(k string) map[string]any { m := stale(k); m["started_at"] = "1e3"; return m },
-			"hex attempt":        func(k string) map[string]any { m := stale(k); m["attempt"] = "0x10"; return m },
-			"spaced heartbeat":   func(k string) map[string]any { m := stale(k); m["heartbeat_at"] = " 1"; return m },
-			"err_type alone":     func(k string) map[string]any { m := stale(k); m["err_type"] = "x"; return m },
-		}
-		for name, mk := range cases {
-			t.Run(name, func(t *testing.T) {
-				key := storageKey()
-				require.NoError(t, c.HSet(ctx, s.Key(key), mk(key)).Err())
-				before, err := c.HGetAll(ctx, s.Key(key)).Result()
-				require.NoError(t, err)
-				_, err = s.Get(ctx, key)
-				assertCorrupt(t, err)
-				_, err = s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: "other", LeaseTTL: time.Minute, TakeoverAfter: time.Millisecond})
-				assertCorrupt(t, err)
-				assertCorrupt(t, s.Heartbeat(ctx, key, "n", time.Minute))
-				assertCorrupt(t, s.Release(ctx, key, "n"))
-				assertCorrupt(t, s.Complete(ctx, key, "n", idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
-				after, err := c.HGetAll(ctx, s.Key(key)).Result()
-				require.NoError(t, err)
-				assert.Equal(t, before, after, "a script wrote to a corrupt record")
-			})
-		}
-	})
 }

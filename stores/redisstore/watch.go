@@ -26,7 +26,7 @@ type shardRouter interface {
 // broke (changes may have been missed), or the store was closed. stop ends
 // the watch; it is safe to call more than once.
 func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if err := s.check("watch", key); err != nil {
+	if err := checkKey("watch", key); err != nil {
 		return nil, nil, err
 	}
 	ch := s.Channel(key)

@@ -95,7 +95,7 @@ func TestWatchSilentlyDeadConnection(t *testing.T) {
 		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
 	t.Cleanup(func() { _ = c.Close() })
 	pfx := redisstore.WithPrefix(prefix())
-	s := redisstore.New(c, pfx, redisstore.WithHealthInterval(100*time.Millisecond),
+	s := mustNew(t, c, pfx, redisstore.WithHealthInterval(100*time.Millisecond),
 		redisstore.WithWatchTimeout(300*time.Millisecond))
 	t.Cleanup(func() { _ = s.Close() })
 	direct := newStore(t, up, pfx)

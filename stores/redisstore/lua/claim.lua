@@ -1,46 +1,44 @@
--- claim: KEYS[1] record; ARGV: channel, storage key, nonce, payload hash,
--- lease ms, takeover ms, buffer ms.
--- Reply: {code, detail, fields}; code 0 existing, 1 claimed, 2 took over,
--- 3 corrupt (detail says why, fields are the raw hash).
+-- claim: KEYS[1] record; ARGV: tail, lease ms, retention ms. The tail is the
+-- new record from offset 70 on: takeover ms, the six lengths, nonce,
+-- payload hash, key. The change channel is KEYS[1]..':changed'.
+-- Reply, one bulk string: the stored record untouched (existing), 'C'..record
+-- (claimed), 'T'..record (took over) or 'X'..why (corrupt).
 local k = KEYS[1]
-local channel, skey, nonce, phash = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local lease, takeover, buffer = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local v, why = get(k)
+if v == nil then return 'X' .. why end
 local now = now_ms()
-local flat, cur, why = load(k)
-if why then
-  return {CORRUPT, why, flat}
+local tail = ARGV[1]
+if v then
+  if string.sub(v, 1, 2) ~= 'R1' then return 'Xunsupported record version' end
+  local exp = num(v, 5, 17)
+  if exp ~= nil and exp > now and string.byte(v, 3) ~= 80 then
+    return v
+  end
+  local tnl, tpl = num(tail, 14, 18), num(tail, 19, 23)
+  local nl, pl = check(v, string.sub(tail, 54 + tnl + tpl))
+  if nl == nil then return 'X' .. pl end
+  local attempt = num(v, 57, 69) + 1
+  if exp > now then
+    if string.sub(v, 123, 122 + nl) == string.sub(tail, 54, 53 + tnl) then return 'C' .. v end
+    local tk = num(v, 70, 82)
+    if tk == 0 then tk = num(tail, 1, 13) end
+    if now - num(v, 18, 30) < tk
+      or string.sub(v, 123 + nl, 122 + nl + pl) ~= string.sub(tail, 54 + tnl, 53 + tnl + tpl) then
+      return v
+    end
+    local e = now + tonumber(ARGV[2])
+    if exp > e then e = exp end
+    local nv = 'R1P0' .. fmt(e) .. fmt(now) .. fmt(now) .. fmt(0) .. fmt(attempt) .. tail
+    redis.call('SET', k, nv, 'PXAT', string.format('%.0f', e + tonumber(ARGV[3])))
+    redis.call('PUBLISH', k .. ':changed', 't')
+    return 'T' .. nv
+  end
+  local e = now + tonumber(ARGV[2])
+  local nv = 'R1P0' .. fmt(e) .. fmt(now) .. fmt(now) .. fmt(0) .. fmt(attempt) .. tail
+  redis.call('SET', k, nv, 'PXAT', string.format('%.0f', e + tonumber(ARGV[3])))
+  return 'C' .. nv
 end
-if cur ~= nil and cur.key ~= skey then
-  return {CORRUPT, 'record holds another key', flat}
-end
-
-if cur == nil or cur.expires_at <= now then
-  local attempt = 1
-  if cur ~= nil then attempt = cur.attempt + 1 end
-  local exp = now + lease
-  local rec = {'v', '1', 'key', skey, 'status', 'in_progress',
-    'payload_hash', phash, 'nonce', nonce, 'attempt', fmt(attempt),
-    'started_at', fmt(now), 'heartbeat_at', fmt(now), 'completed_at', '0',
-    'expires_at', fmt(exp)}
-  if cur ~= nil then redis.call('DEL', k) end
-  redis.call('HSET', k, unpack(rec))
-  expire(k, exp, now, buffer)
-  return {1, '', rec}
-end
-
-if cur.nonce == nonce then
-  return {1, '', flat}
-end
-
-if cur.status == 'in_progress' and (cur.payload_hash or '') == phash
-  and now - cur.heartbeat_at >= takeover then
-  local exp = cur.expires_at
-  if now + lease > exp then exp = now + lease end
-  redis.call('HSET', k, 'nonce', nonce, 'attempt', fmt(cur.attempt + 1),
-    'started_at', fmt(now), 'heartbeat_at', fmt(now), 'expires_at', fmt(exp))
-  expire(k, exp, now, buffer)
-  redis.call('PUBLISH', channel, 'took_over')
-  return {2, '', redis.call('HGETALL', k)}
-end
-
-return {0, '', flat}
+local e = now + tonumber(ARGV[2])
+local nv = 'R1P0' .. fmt(e) .. fmt(now) .. fmt(now) .. fmt(0) .. fmt(1) .. tail
+redis.call('SET', k, nv, 'PXAT', string.format('%.0f', e + tonumber(ARGV[3])))
+return 'C' .. nv

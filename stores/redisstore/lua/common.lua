@@ -1,78 +1,65 @@
 -- Shared prelude, prepended to every script of redisstore.
 --
--- A record is one hash. Fields: v (encoding version), key, status, nonce,
--- attempt, started_at, heartbeat_at, completed_at, expires_at (Unix ms),
--- payload_hash, and, only when present, result, err_msg, err_type.
--- Every script touches exactly one key, KEYS[1], and publishes on a channel
--- (ARGV[1]) that shares its hash tag.
+-- A record is one string value: a fixed-width ASCII header of 122 bytes
+-- followed by the variable parts. 1-based offsets:
+--   1-2    'R1'  magic and encoding version
+--   3      status: P in_progress, C completed, F failed
+--   4      flags '0'-'3': +1 has result, +2 has error
+--   5-17   expires_at      18-30  heartbeat_at   31-43  started_at
+--   44-56  completed_at    57-69  attempt        70-82  takeover_ms
+--   83-87  nonce length    88-92  payload hash length   93-97 key length
+--   98-107 result length   108-117 error message length 118-122 error type length
+--   123-   nonce, payload hash, key, result, error message, error type
+-- Numbers are zero-padded decimal (times in Unix ms). Every script touches
+-- exactly one key, KEYS[1], and publishes on a channel (ARGV[1]) that shares
+-- its hash tag. A script writes only to a record that passes check(), the
+-- same rules the Go decoder applies, so it never overwrites a record that
+-- does not decode.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
--- num parses an integer field; nil when it is not one. It accepts no form
--- the Go decoder rejects ('1.0', '1e3', '0x10', ' 7'), so a script never
--- writes to a record that reads back as corrupt.
-local function num(s)
-  if type(s) ~= 'string' or not string.match(s, '^[-+]?%d+$') then
-    return nil
-  end
-  local n = tonumber(s)
-  if n == nil or n ~= math.floor(n) or n > 9007199254740991 or n < -9007199254740991 then
-    return nil
-  end
-  return n
-end
-
-local function fmt(n)
-  return string.format('%.0f', n)
-end
+local PAT = '^R1[PCF][0-3]' .. string.rep('%d', 118)
 
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- load returns the raw field list and a map of the record at KEYS[1]:
--- (nil, nil, nil) when there is none, (flat, nil, why) when it cannot be
--- understood, (flat, map, nil) otherwise.
-local function load(k)
-  local flat = redis.pcall('HGETALL', k)
-  if type(flat) == 'table' and flat.err then
-    return {}, nil, 'record key does not hold a hash: ' .. flat.err
-  end
-  if #flat == 0 then
-    return nil, nil, nil
-  end
-  local m = {}
-  for i = 1, #flat, 2 do
-    m[flat[i]] = flat[i + 1]
-  end
-  if m.v ~= '1' then
-    return flat, nil, 'unsupported record version'
-  end
-  if m.key == nil or m.key == '' or m.nonce == nil or m.nonce == ''
-    or (m.status ~= 'in_progress' and m.status ~= 'completed' and m.status ~= 'failed')
-    or (m.status == 'failed' and m.err_msg == nil)
-    or (m.err_type ~= nil and m.err_msg == nil)
-    or num(m.started_at) == nil or num(m.completed_at) == nil then
-    return flat, nil, 'missing or malformed fields'
-  end
-  m.attempt = num(m.attempt)
-  m.heartbeat_at = num(m.heartbeat_at)
-  m.expires_at = num(m.expires_at)
-  if m.attempt == nil or m.attempt < 1 or m.heartbeat_at == nil or m.expires_at == nil then
-    return flat, nil, 'missing or malformed fields'
-  end
-  return flat, m, nil
+local function num(v, a, b)
+  return tonumber(string.sub(v, a, b))
 end
 
--- expire sets the native expiry: the record's own expiry plus the buffer,
--- never in the past, so an expired or released record stays readable (and
--- keeps its attempt number) for the buffer.
-local function expire(k, expires_at, now, buffer)
-  local at = expires_at
-  if at < now then at = now end
-  redis.call('PEXPIREAT', k, fmt(at + buffer))
+local function fmt(n)
+  return string.format('%013.0f', n)
 end
 
--- Reply codes shared by the scripts.
-local CORRUPT = 3
+-- check returns the nonce, payload hash and key lengths of a valid record
+-- for key, or nil and why it is not one.
+local function check(v, key)
+  if not string.find(v, PAT) then
+    return nil, 'malformed record header'
+  end
+  local nl, pl, kl = num(v, 83, 87), num(v, 88, 92), num(v, 93, 97)
+  local rl, ml, tl = num(v, 98, 107), num(v, 108, 117), num(v, 118, 122)
+  if 122 + nl + pl + kl + rl + ml + tl ~= #v then
+    return nil, 'record length does not match its header'
+  end
+  local flags = string.byte(v, 4) - 48
+  if nl == 0 or kl == 0 or num(v, 57, 69) < 1
+    or (flags % 2 == 0 and rl > 0) or (flags < 2 and (ml > 0 or tl > 0))
+    or (flags < 2 and string.byte(v, 3) == 70) then
+    return nil, 'inconsistent record fields'
+  end
+  if string.sub(v, 123 + nl + pl, 122 + nl + pl + kl) ~= key then
+    return nil, 'record holds another key'
+  end
+  return nl, pl, kl
+end
+
+-- get reads KEYS[1]: the value, false when there is none, or nil and why
+-- the key holds something else.
+local function get(k)
+  local v = redis.pcall('GET', k)
+  if type(v) == 'table' then
+    return nil, 'record key does not hold a string: ' .. tostring(v.err)
+  end
+  return v
+end

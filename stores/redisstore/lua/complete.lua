@@ -1,34 +1,18 @@
--- complete: KEYS[1] record; ARGV: channel, nonce, status, ttl ms, buffer ms,
--- has result ('1'/'0'), result, has error ('1'/'0'), error message,
--- error type.
--- Reply: {code, detail}; 1 done, 0 not the owner, 3 corrupt.
+-- complete: KEYS[1] record; ARGV: channel, nonce, ttl ms, retention ms,
+-- status and flags (2 bytes), outcome lengths (25 bytes), outcome (result,
+-- error message, error type), key.
+-- Reply: 1 done, 0 not the owner, 'X'..why corrupt.
 local k = KEYS[1]
-local channel, nonce, status = ARGV[1], ARGV[2], ARGV[3]
-local ttl, buffer = tonumber(ARGV[4]), tonumber(ARGV[5])
+local v, why = get(k)
+if v == nil then return 'X' .. why end
+if not v then return 0 end
+local nl, pl, kl = check(v, ARGV[8])
+if nl == nil then return 'X' .. pl end
+if string.sub(v, 123, 122 + nl) ~= ARGV[2] then return 0 end
 local now = now_ms()
-local flat, cur, why = load(k)
-if why then
-  return {CORRUPT, why}
-end
-if cur == nil or cur.nonce ~= nonce then
-  return {0, ''}
-end
-local exp = now + ttl
-local set = {'status', status, 'completed_at', fmt(now), 'heartbeat_at', fmt(now), 'expires_at', fmt(exp)}
-local del = {}
-if ARGV[6] == '1' then
-  set[#set + 1] = 'result'; set[#set + 1] = ARGV[7]
-else
-  del[#del + 1] = 'result'
-end
-if ARGV[8] == '1' then
-  set[#set + 1] = 'err_msg'; set[#set + 1] = ARGV[9]
-  set[#set + 1] = 'err_type'; set[#set + 1] = ARGV[10]
-else
-  del[#del + 1] = 'err_msg'; del[#del + 1] = 'err_type'
-end
-redis.call('HSET', k, unpack(set))
-if #del > 0 then redis.call('HDEL', k, unpack(del)) end
-expire(k, exp, now, buffer)
-redis.call('PUBLISH', channel, status)
-return {1, ''}
+local e = now + tonumber(ARGV[3])
+local nv = 'R1' .. ARGV[5] .. fmt(e) .. fmt(now) .. string.sub(v, 31, 43) .. fmt(now)
+  .. string.sub(v, 57, 97) .. ARGV[6] .. string.sub(v, 123, 122 + nl + pl + kl) .. ARGV[7]
+redis.call('SET', k, nv, 'PXAT', string.format('%.0f', e + tonumber(ARGV[4])))
+redis.call('PUBLISH', ARGV[1], 'c')
+return 1

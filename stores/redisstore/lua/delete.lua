@@ -1,7 +1,6 @@
 -- delete: KEYS[1] record; ARGV: channel.
--- Reply: {code, detail}; 1 (deleting a missing record is not an error).
-local k = KEYS[1]
-if redis.call('DEL', k) == 1 then
-  redis.call('PUBLISH', ARGV[1], 'deleted')
+-- Reply: 1 (deleting a missing record is not an error).
+if redis.call('DEL', KEYS[1]) == 1 then
+  redis.call('PUBLISH', ARGV[1], 'd')
 end
-return {1, ''}
+return 1

@@ -1,13 +1,11 @@
 -- get: KEYS[1] record; ARGV: channel.
--- Reply: {code, detail, fields}; 1 live record, 0 none (or expired),
--- 3 corrupt.
-local k = KEYS[1]
-local now = now_ms()
-local flat, cur, why = load(k)
-if why then
-  return {CORRUPT, why, flat}
-end
-if cur == nil or cur.expires_at <= now then
-  return {0, ''}
-end
-return {1, '', flat}
+-- Reply: the stored record untouched when live (or when its expiry does not
+-- parse: the client's decoder reports it), nil when none or expired,
+-- 'X'..why when the key holds something else.
+local v, why = get(KEYS[1])
+if v == nil then return 'X' .. why end
+if not v then return false end
+if string.sub(v, 1, 2) ~= 'R1' then return 'Xunsupported record version' end
+local exp = num(v, 5, 17)
+if exp ~= nil and exp <= now_ms() then return false end
+return v

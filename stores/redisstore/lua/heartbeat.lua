@@ -1,17 +1,18 @@
--- heartbeat: KEYS[1] record; ARGV: channel, nonce, lease ms, buffer ms.
--- Reply: {code, detail}; 1 done, 0 not the owner, 3 corrupt.
+-- heartbeat: KEYS[1] record; ARGV: channel, nonce, lease ms, retention ms, key.
+-- Reply: 1 done, 0 not the owner, 'X'..why corrupt.
 local k = KEYS[1]
-local nonce, lease, buffer = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local v, why = get(k)
+if v == nil then return 'X' .. why end
+if not v then return 0 end
+local nl, pl = check(v, ARGV[5])
+if nl == nil then return 'X' .. pl end
 local now = now_ms()
-local flat, cur, why = load(k)
-if why then
-  return {CORRUPT, why}
+local exp = num(v, 5, 17)
+if string.byte(v, 3) ~= 80 or exp <= now or string.sub(v, 123, 122 + nl) ~= ARGV[2] then
+  return 0
 end
-if cur == nil or cur.status ~= 'in_progress' or cur.nonce ~= nonce or cur.expires_at <= now then
-  return {0, ''}
-end
-local exp = cur.expires_at
-if now + lease > exp then exp = now + lease end
-redis.call('HSET', k, 'heartbeat_at', fmt(now), 'expires_at', fmt(exp))
-expire(k, exp, now, buffer)
-return {1, ''}
+local e = now + tonumber(ARGV[3])
+if exp > e then e = exp end
+redis.call('SET', k, string.sub(v, 1, 4) .. fmt(e) .. fmt(now) .. string.sub(v, 31),
+  'PXAT', string.format('%.0f', e + tonumber(ARGV[4])))
+return 1

@@ -1,18 +1,18 @@
--- release: KEYS[1] record; ARGV: channel, nonce, buffer ms.
+-- release: KEYS[1] record; ARGV: channel, nonce, retention ms, key.
 -- The record is kept with expires_at = now so the next claim continues its
 -- attempt number.
--- Reply: {code, detail}; 1 done, 0 not the owner, 3 corrupt.
+-- Reply: 1 done, 0 not the owner, 'X'..why corrupt.
 local k = KEYS[1]
-local channel, nonce, buffer = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local v, why = get(k)
+if v == nil then return 'X' .. why end
+if not v then return 0 end
+local nl, pl = check(v, ARGV[4])
+if nl == nil then return 'X' .. pl end
+if string.byte(v, 3) ~= 80 or string.sub(v, 123, 122 + nl) ~= ARGV[2] then
+  return 0
+end
 local now = now_ms()
-local flat, cur, why = load(k)
-if why then
-  return {CORRUPT, why}
-end
-if cur == nil or cur.status ~= 'in_progress' or cur.nonce ~= nonce then
-  return {0, ''}
-end
-redis.call('HSET', k, 'expires_at', fmt(now))
-expire(k, now, now, buffer)
-redis.call('PUBLISH', channel, 'released')
-return {1, ''}
+redis.call('SET', k, string.sub(v, 1, 4) .. fmt(now) .. string.sub(v, 18),
+  'PXAT', string.format('%.0f', now + tonumber(ARGV[3])))
+redis.call('PUBLISH', ARGV[1], 'r')
+return 1

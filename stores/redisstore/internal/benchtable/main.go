@@ -13,7 +13,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/idem-go/idem/stores/redisstore/internal/bench"
+	"github.com/idem-go/idem/stores/redisstore/redisbench"
 )
 
 func main() {
@@ -38,10 +38,10 @@ func envOr(name, def string) string {
 
 func run(addr string, calls, rounds, samples int, takeover time.Duration) error {
 	ctx := context.Background()
-	gc, rc := bench.NewClient(addr), bench.NewClient(addr)
+	gc, rc := redisbench.NewClient(addr), redisbench.NewClient(addr)
 	defer gc.Close()
 	defer rc.Close()
-	s, err := bench.NewSetup(ctx, gc, rc)
+	s, err := redisbench.NewSetup(ctx, gc, rc)
 	if err != nil {
 		return err
 	}
@@ -49,23 +49,35 @@ func run(addr string, calls, rounds, samples int, takeover time.Duration) error 
 	if err := s.PrepareReplays(ctx); err != nil {
 		return err
 	}
-	fresh, err := bench.Compare(ctx, "fresh (claim+complete vs SET NX PX + SET)", calls, rounds, s.GuardFresh, s.RawFresh)
+	fresh, err := redisbench.Compare(ctx, "fresh (claim+complete vs SET NX PX + SET)", calls, rounds, s.GuardFresh, s.RawFresh)
 	if err != nil {
 		return err
 	}
-	replay, err := bench.Compare(ctx, "replay (claim vs GET)", calls, rounds, s.GuardReplay, s.RawReplay)
+	replay, err := redisbench.Compare(ctx, "replay (claim vs GET)", calls, rounds, s.GuardReplay, s.RawReplay)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("redisstore on %s, %d goroutines, %d calls x %d rounds per variant\n\n", addr, bench.Workers, calls, rounds)
+	evalget, err := redisbench.Compare(ctx, "prototype: EVALSHA GET vs GET", calls, rounds, s.EvalGetReplay, s.RawReplay)
+	if err != nil {
+		return err
+	}
+	evalgettime, err := redisbench.Compare(ctx, "prototype: EVALSHA GET+TIME, 8 args vs GET", calls, rounds, s.EvalGetTimeArgs, s.RawReplay)
+	if err != nil {
+		return err
+	}
+	storeReplay, err := redisbench.Compare(ctx, "Store.Claim replay (no Guard) vs GET", calls, rounds, s.StoreReplay, s.RawReplay)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("redisstore on %s, %d goroutines, %d calls x %d rounds per variant\n\n", addr, redisbench.Workers, calls, rounds)
 	fmt.Printf("%-44s %14s %14s %8s\n", "workload", "guard calls/s", "raw calls/s", "ratio")
-	for _, p := range []bench.Pair{fresh, replay} {
+	for _, p := range []redisbench.Pair{fresh, replay, evalget, evalgettime, storeReplay} {
 		fmt.Printf("%-44s %14.0f %14.0f %8.2f\n", p.Name, p.GuardOps, p.RawOps, p.Ratio())
 	}
 	fmt.Printf("\nwait wake-up latency after the owner finishes (takeover %v, %d samples):\n", takeover, samples)
 	for _, poll := range []bool{false, true} {
-		owner, waiter := bench.NewClient(addr), bench.NewClient(addr)
-		lat, err := bench.WakeLatency(ctx, owner, waiter, poll, samples, takeover)
+		owner, waiter := redisbench.NewClient(addr), redisbench.NewClient(addr)
+		lat, err := redisbench.WakeLatency(ctx, owner, waiter, poll, samples, takeover)
 		_ = owner.Close()
 		_ = waiter.Close()
 		if err != nil {
@@ -75,7 +87,7 @@ func run(addr string, calls, rounds, samples int, takeover time.Duration) error 
 		if poll {
 			mode = "poll (no Watcher)"
 		}
-		fmt.Printf("%-20s median %10v  max %10v\n", mode, bench.Median(lat).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond))
+		fmt.Printf("%-20s median %10v  max %10v\n", mode, redisbench.Median(lat).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond))
 	}
 	return nil
 }

@@ -1,8 +1,8 @@
-// Package bench measures the Redis store under a Guard against raw go-redis
+// Package redisbench measures the Redis store under a Guard against raw go-redis
 // doing the same commands, and the wait wake-up latency with push against a
 // poll. It backs the benchmarks of package redisstore and the benchtable
 // program.
-package bench
+package redisbench
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,12 @@ func RandPrefix() string {
 // NewClient returns a client for addr with a pool large enough for Workers.
 func NewClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: Workers, MinIdleConns: Workers})
+}
+
+// NewClusterClient returns a Cluster client for addrs with pools large
+// enough for Workers.
+func NewClusterClient(addrs []string) *redis.ClusterClient {
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: Workers, MinIdleConns: Workers})
 }
 
 // parallel runs op(i) for i in [0, n) on Workers goroutines and returns the
@@ -89,15 +96,18 @@ func (p Pair) Ratio() float64 { return p.GuardOps / p.RawOps }
 type Setup struct {
 	Guard  *idem.Guard[Invoice]
 	Store  *redisstore.Store
-	Raw    *redis.Client
+	Raw    redis.UniversalClient
 	prefix string
 }
 
 // NewSetup builds a Guard over a redisstore on gc and uses rc for raw
 // commands. gc and rc should be separate clients of the same server.
-func NewSetup(ctx context.Context, gc, rc *redis.Client) (*Setup, error) {
+func NewSetup(ctx context.Context, gc, rc redis.UniversalClient) (*Setup, error) {
 	pfx := RandPrefix()
-	s := redisstore.New(gc, redisstore.WithPrefix(pfx))
+	s, err := redisstore.New(gc, redisstore.WithPrefix(pfx))
+	if err != nil {
+		return nil, err
+	}
 	if err := s.LoadScripts(ctx); err != nil {
 		return nil, err
 	}
@@ -105,7 +115,7 @@ func NewSetup(ctx context.Context, gc, rc *redis.Client) (*Setup, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range []*redis.Client{gc, rc} {
+	for _, c := range []redis.UniversalClient{gc, rc} {
 		if err := c.Ping(ctx).Err(); err != nil {
 			return nil, err
 		}
@@ -176,24 +186,26 @@ func (s *Setup) RawReplay(ctx context.Context, n int) (time.Duration, error) {
 }
 
 // Compare measures guard and raw with n calls each per round, alternating
-// for rounds rounds so both see the same machine load.
+// for rounds rounds so both see the same machine load, and reports the
+// median round of each.
 func Compare(ctx context.Context, name string, n, rounds int,
 	guard, raw func(context.Context, int) (time.Duration, error)) (Pair, error) {
-	var gt, rt time.Duration
+	var gs, rs []float64
 	for range rounds {
 		d, err := raw(ctx, n)
 		if err != nil {
 			return Pair{}, fmt.Errorf("%s raw: %w", name, err)
 		}
-		rt += d
+		rs = append(rs, float64(n)/d.Seconds())
 		d, err = guard(ctx, n)
 		if err != nil {
 			return Pair{}, fmt.Errorf("%s guard: %w", name, err)
 		}
-		gt += d
+		gs = append(gs, float64(n)/d.Seconds())
 	}
-	total := float64(n * rounds)
-	return Pair{Name: name, GuardOps: total / gt.Seconds(), RawOps: total / rt.Seconds()}, nil
+	slices.Sort(gs)
+	slices.Sort(rs)
+	return Pair{Name: name, GuardOps: gs[len(gs)/2], RawOps: rs[len(rs)/2]}, nil
 }
 
 // noWatch hides the store's Watcher, so a Guard over it polls.
@@ -207,8 +219,14 @@ type noWatch struct{ idem.Store }
 // poll interval.
 func WakeLatency(ctx context.Context, owner, waiter *redis.Client, poll bool, samples int, takeover time.Duration) ([]time.Duration, error) {
 	pfx := RandPrefix()
-	sa := redisstore.New(owner, redisstore.WithPrefix(pfx))
-	sb := redisstore.New(waiter, redisstore.WithPrefix(pfx))
+	sa, err := redisstore.New(owner, redisstore.WithPrefix(pfx))
+	if err != nil {
+		return nil, err
+	}
+	sb, err := redisstore.New(waiter, redisstore.WithPrefix(pfx))
+	if err != nil {
+		return nil, err
+	}
 	defer sa.Close()
 	defer sb.Close()
 	var storeB idem.Store = sb
@@ -266,4 +284,59 @@ func Median(d []time.Duration) time.Duration {
 		return 0
 	}
 	return d[len(d)/2]
+}
+
+var evalGet = redis.NewScript("return redis.call('GET', KEYS[1])")
+
+// EvalGetReplay runs n EVALSHAs of a script that only GETs an existing key:
+// the floor of any one-script replay.
+func (s *Setup) EvalGetReplay(ctx context.Context, n int) (time.Duration, error) {
+	return parallel(n, func(i int) error {
+		return evalGet.Run(ctx, s.Raw, []string{s.prefix + "rawreplay-" + strconv.Itoa(i%replayKeys)}).Err()
+	})
+}
+
+// StoreReplay runs n Store.Claim calls on completed keys, without a Guard.
+func (s *Setup) StoreReplay(ctx context.Context, n int) (time.Duration, error) {
+	keys := make([]string, replayKeys)
+	for i := range keys {
+		k, err := s.Guard.StorageKey("replay-" + strconv.Itoa(i))
+		if err != nil {
+			return 0, err
+		}
+		keys[i] = k
+	}
+	return parallel(n, func(i int) error {
+		_, err := s.Store.Claim(ctx, idem.ClaimRequest{Key: keys[i%replayKeys], Nonce: "bench-nonce-" + strconv.Itoa(i),
+			LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second})
+		return err
+	})
+}
+
+var evalGetTime = redis.NewScript("local v = redis.call('GET', KEYS[1]); local t = redis.call('TIME'); return v")
+
+// EvalGetTimeArgs runs n EVALSHAs of a script that GETs an existing key and
+// reads TIME, sent with as many arguments as a claim: where the replay cost
+// beyond a bare GET goes.
+func (s *Setup) EvalGetTimeArgs(ctx context.Context, n int) (time.Duration, error) {
+	tail := strings.Repeat("0", 53+20+64+70)
+	return parallel(n, func(i int) error {
+		return evalGetTime.Run(ctx, s.Raw, []string{s.prefix + "rawreplay-" + strconv.Itoa(i%replayKeys)},
+			"chan", "60000", "30000", "60000", "nonce-0123456789abcdef", "", tail, "idem:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef").Err()
+	})
+}
+
+// StoreFresh runs n Store.Claim + Store.Complete pairs on new keys, without
+// a Guard: the store's share of a fresh call.
+func (s *Setup) StoreFresh(ctx context.Context, n int) (time.Duration, error) {
+	r := strconv.FormatInt(round.Add(1), 10)
+	res := []byte(value)
+	return parallel(n, func(i int) error {
+		k := "idem:storefresh-" + s.prefix + r + "-" + strconv.Itoa(i)
+		nonce := "nonce-" + r + "-" + strconv.Itoa(i)
+		if _, err := s.Store.Claim(ctx, idem.ClaimRequest{Key: k, Nonce: nonce, LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second}); err != nil {
+			return err
+		}
+		return s.Store.Complete(ctx, k, nonce, idem.Completion{Status: idem.StatusCompleted, Result: res, TTL: 10 * time.Minute})
+	})
 }

@@ -1,0 +1,75 @@
+package redisstore_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem"
+	"github.com/redis/go-redis/v9"
+)
+
+// commandStats returns the calls per command since the last CONFIG
+// RESETSTAT, commands run inside scripts included, and the microseconds
+// per call of each.
+func commandStats(t *testing.T, c *redis.Client) (map[string]int, map[string]float64) {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	calls, usec := map[string]int{}, map[string]float64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		name = strings.TrimPrefix(name, "cmdstat_")
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				calls[name], _ = strconv.Atoi(v)
+			case "usec_per_call":
+				usec[name], _ = strconv.ParseFloat(v, 64)
+			}
+		}
+	}
+	delete(calls, "config|resetstat")
+	delete(calls, "info")
+	return calls, usec
+}
+
+// TestCommandsInsideScripts counts, on a private server, the Redis commands
+// each guarded call runs, those inside the scripts included: a fresh call is
+// two EVALSHAs (claim: GET, TIME, SET; complete: GET, TIME, SET, PUBLISH),
+// a replay one EVALSHA running GET and TIME only.
+func TestCommandsInsideScripts(t *testing.T) {
+	srv := startRedis(t, 7221)
+	ctx := ctxT(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	t.Cleanup(func() { _ = c.Close() })
+	s := newStore(t, c)
+	require.NoError(t, s.LoadScripts(ctx))
+	g, err := idem.New[string](s, idem.WithHeartbeat(time.Minute), idem.WithTakeoverAfter(3*time.Minute))
+	require.NoError(t, err)
+	fn := func(context.Context) (string, error) { return "v", nil }
+
+	require.NoError(t, c.ConfigResetStat(ctx).Err())
+	_, err = g.Do(ctx, "k", fn)
+	require.NoError(t, err)
+	fresh, usec := commandStats(t, c)
+	t.Logf("fresh call: %v (usec per call %v)", fresh, usec)
+	assert.Equal(t, map[string]int{"evalsha": 2, "get": 2, "time": 2, "set": 2, "publish": 1}, fresh)
+
+	require.NoError(t, c.ConfigResetStat(ctx).Err())
+	v, err := g.Do(ctx, "k", fn)
+	require.NoError(t, err)
+	assert.Equal(t, "v", v)
+	replay, usec := commandStats(t, c)
+	t.Logf("replay: %v (usec per call %v)", replay, usec)
+	assert.Equal(t, map[string]int{"evalsha": 1, "get": 1, "time": 1}, replay)
+}

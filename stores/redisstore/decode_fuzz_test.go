@@ -1,0 +1,47 @@
+package redisstore
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/idem-go/idem"
+)
+
+// FuzzDecode: decode never panics; what it accepts is a valid record that
+// encodes back to the same bytes, and what it refuses is ErrCorruptRecord.
+func FuzzDecode(f *testing.F) {
+	const key = "idem:k"
+	for _, r := range []*idem.Record{
+		{Key: key, Status: idem.StatusInProgress, Nonce: "n", Attempt: 1, StartedAt: 1, HeartbeatAt: 1, ExpiresAt: 2, TakeoverMs: 30000, PayloadHash: "ph"},
+		{Key: key, Status: idem.StatusCompleted, Nonce: "n", Attempt: 3, Result: []byte(`{"a":1}`), CompletedAt: 5, ExpiresAt: 9},
+		{Key: key, Status: idem.StatusFailed, Nonce: "n", Attempt: 2, Error: &idem.StoredError{Message: "boom", Type: "T"}},
+		{Key: key, Status: idem.StatusCompleted, Nonce: "n", Attempt: 1, Result: []byte{}},
+	} {
+		v, err := encode(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(v)
+	}
+	f.Add("R1")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, v string) {
+		r, err := decode(key, v)
+		if err != nil {
+			if !errors.Is(err, idem.ErrCorruptRecord) {
+				t.Fatalf("error %v does not match ErrCorruptRecord", err)
+			}
+			return
+		}
+		if err := r.Validate(); err != nil {
+			t.Fatalf("decoded an invalid record: %v", err)
+		}
+		back, err := encode(r)
+		if err != nil {
+			t.Fatalf("decoded record does not encode: %v", err)
+		}
+		if back != v {
+			t.Fatalf("round trip changed the record:\n%q\n%q", v, back)
+		}
+	})
+}

@@ -1,0 +1,4 @@
+package redisstore
+
+// Encode exposes the record encoder to the tests.
+var Encode = encode

@@ -1,0 +1,234 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// replicated is a master with one replica that replicates through a proxy,
+// so the test can hold the replication stream (the replica lags) and then
+// kill the master and promote the replica.
+type replicated struct {
+	master, replica *server
+	proxy           *faultProxy
+}
+
+func startReplicated(t *testing.T, masterPort, replicaPort int) *replicated {
+	t.Helper()
+	m := startRedis(t, masterPort, "--repl-diskless-sync-delay", "0")
+	p := newFaultProxy(t, m.addr)
+	host, port, _ := strings.Cut(p.addr(), ":")
+	r := startRedis(t, replicaPort, "--replicaof", host, port)
+	rc := redis.NewClient(&redis.Options{Addr: m.addr})
+	defer rc.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// WAIT 1 returns 1 once the replica is connected and acknowledges.
+		require.NoError(t, rc.Set(context.Background(), "sync", "1", 0).Err())
+		n, err := rc.Do(context.Background(), "WAIT", 1, 100).Int64()
+		if err == nil && n >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica on %s never synced: %v %d", r.addr, err, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return &replicated{master: m, replica: r, proxy: p}
+}
+
+// lag holds every byte the master sends the replica from now on.
+func (r *replicated) lag() {
+	r.proxy.add("hold", "timeout", "downstream", map[string]any{"timeout": 0})
+}
+
+// failover kills the master and promotes the replica.
+func (r *replicated) failover(t *testing.T) {
+	t.Helper()
+	r.master.stop()
+	c := redis.NewClient(&redis.Options{Addr: r.replica.addr})
+	defer c.Close()
+	require.NoError(t, c.Do(context.Background(), "REPLICAOF", "NO", "ONE").Err())
+}
+
+// runs records the fencing tokens fn ran with, per key.
+type runs struct {
+	mu sync.Mutex
+	m  map[string][]int64
+}
+
+func (r *runs) fn(key string, block <-chan struct{}) func(ctx context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		tok, _ := idem.FencingToken(ctx)
+		r.mu.Lock()
+		if r.m == nil {
+			r.m = map[string][]int64{}
+		}
+		r.m[key] = append(r.m[key], tok)
+		r.mu.Unlock()
+		if block != nil {
+			<-block
+		}
+		return "done " + key, nil
+	}
+}
+
+func (r *runs) of(key string) []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]int64(nil), r.m[key]...)
+}
+
+// deployment is how a failover test reaches a replicated Redis: the client
+// of the first Guard (before the failover), the failover itself, and the
+// client of the second Guard (after it).
+type deployment struct {
+	rs       *replicated
+	before   func(t *testing.T) redisstore.Client
+	failover func(t *testing.T)
+	after    func(t *testing.T) redisstore.Client
+}
+
+func direct(t *testing.T, masterPort, replicaPort int) deployment {
+	rs := startReplicated(t, masterPort, replicaPort)
+	return deployment{rs: rs,
+		before: func(t *testing.T) redisstore.Client {
+			c := redis.NewClient(&redis.Options{Addr: rs.master.addr, MaxRetries: -1})
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		},
+		failover: rs.failover,
+		after: func(t *testing.T) redisstore.Client {
+			c := redis.NewClient(&redis.Options{Addr: rs.replica.addr})
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		},
+	}
+}
+
+// failoverScenario: key "synced" completes and the replica catches up; then
+// the replica lags, key "lagging" is claimed on the master (its fn blocks),
+// the master dies and the replica is promoted, and a second Guard on the
+// new master calls both keys. It returns the tokens fn ran with and the
+// error of the first call of "lagging".
+func failoverScenario(t *testing.T, d deployment, opts ...redisstore.Option) (*runs, error) {
+	t.Helper()
+	ctx := ctxT(t)
+	pfx := redisstore.WithPrefix(prefix())
+	gopts := []idem.Option{idem.WithHeartbeat(time.Hour), idem.WithTakeoverAfter(2 * time.Hour), idem.WithTTL(time.Hour)}
+
+	ga, err := idem.New[string](mustNew(t, d.before(t), append([]redisstore.Option{pfx}, opts...)...), gopts...)
+	require.NoError(t, err)
+	var r runs
+	v, err := ga.Do(ctx, "synced", r.fn("synced", nil))
+	require.NoError(t, err)
+	require.Equal(t, "done synced", v)
+	// Let the replica catch up on "synced" in both variants.
+	mc := redis.NewClient(&redis.Options{Addr: d.rs.master.addr})
+	n, err := mc.Do(ctx, "WAIT", 1, 5000).Int64()
+	_ = mc.Close()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+
+	d.rs.lag()
+	block := make(chan struct{})
+	defer close(block)
+	firstErr := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		fn := r.fn("lagging", block)
+		_, err := ga.Do(ctx, "lagging", func(ctx context.Context) (string, error) {
+			close(started)
+			return fn(ctx)
+		})
+		firstErr <- err
+	}()
+	var lagErr error
+	select {
+	case <-started: // the claim was acknowledged: fn runs on the master
+	case lagErr = <-firstErr: // the claim was refused
+	case <-time.After(10 * time.Second):
+		t.Fatal("first call neither ran nor failed")
+	}
+	d.failover(t)
+
+	// The promoted replica has no replica of its own: the second Guard
+	// does not ask for acknowledgements.
+	gb, err := idem.New[string](mustNew(t, d.after(t), pfx), gopts...)
+	require.NoError(t, err)
+	v, err = gb.Do(ctx, "synced", r.fn("synced", nil))
+	require.NoError(t, err, "the synced key must replay from the promoted replica")
+	assert.Equal(t, "done synced", v)
+	v, err = gb.Do(ctx, "lagging", r.fn("lagging", nil))
+	require.NoError(t, err)
+	assert.Equal(t, "done lagging", v)
+	return &r, lagErr
+}
+
+func assertUnsafeDuplicates(t *testing.T, r *runs, lagErr error) {
+	t.Helper()
+	require.NoError(t, lagErr)
+	assert.Equal(t, []int64{1}, r.of("synced"))
+	assert.Equal(t, []int64{1, 1}, r.of("lagging"), "without replica acks the lost claim runs fn again with the same token")
+}
+
+func assertAckedOnce(t *testing.T, r *runs, lagErr error) {
+	t.Helper()
+	require.Error(t, lagErr)
+	assert.ErrorIs(t, lagErr, redisstore.ErrNotReplicated)
+	var ae *redisstore.ReplicaAckError
+	require.True(t, errors.As(lagErr, &ae), "%T: %v", lagErr, lagErr)
+	assert.EqualValues(t, 1, ae.Want)
+	assert.EqualValues(t, 0, ae.Got)
+	assert.Equal(t, []int64{1}, r.of("synced"))
+	assert.Equal(t, []int64{1}, r.of("lagging"), "zero duplicates")
+}
+
+// TestFailoverWithoutReplicaAckDuplicates shows the hole WithReplicaAck
+// closes: a claim acknowledged by a master whose replica lags is lost when
+// the replica is promoted, and the function runs twice, both times with
+// fencing token 1.
+func TestFailoverWithoutReplicaAckDuplicates(t *testing.T) {
+	r, lagErr := failoverScenario(t, direct(t, 7211, 7212))
+	assertUnsafeDuplicates(t, r, lagErr)
+}
+
+// TestFailoverWithReplicaAck: with WithReplicaAck(1, ...) the claim the
+// lagging replica did not acknowledge fails without running fn, and after
+// the failover the key runs exactly once; the synced key replays.
+func TestFailoverWithReplicaAck(t *testing.T) {
+	r, lagErr := failoverScenario(t, direct(t, 7213, 7214), redisstore.WithReplicaAck(1, 200*time.Millisecond))
+	assertAckedOnce(t, r, lagErr)
+}
+
+// TestReplicaAckCompletion: a completion the replica does not acknowledge
+// returns the result with an error matching idem.ErrNotRecorded at once.
+func TestReplicaAckCompletion(t *testing.T) {
+	ctx := ctxT(t)
+	rs := startReplicated(t, 7215, 7216)
+	mc := redis.NewClient(&redis.Options{Addr: rs.master.addr})
+	t.Cleanup(func() { _ = mc.Close() })
+	s := mustNew(t, mc, redisstore.WithPrefix(prefix()), redisstore.WithReplicaAck(1, 200*time.Millisecond))
+	g, err := idem.New[string](s, idem.WithTakeoverAfter(time.Minute))
+	require.NoError(t, err)
+	start := time.Now()
+	v, err := g.Do(ctx, "k", func(context.Context) (string, error) {
+		rs.lag()
+		return "v", nil
+	})
+	assert.Equal(t, "v", v)
+	assert.ErrorIs(t, err, idem.ErrNotRecorded)
+	assert.ErrorIs(t, err, redisstore.ErrNotReplicated)
+	assert.Less(t, time.Since(start), 30*time.Second, "reported at once, not retried for the takeover threshold")
+}
