@@ -49,6 +49,11 @@ func decodeItem(key string, item map[string]types.AttributeValue) (*idem.Record,
 			return nil, err
 		}
 	}
+	if _, ok := item[attrTakeoverMs]; ok {
+		if r.TakeoverMs, err = numAttr(item, attrTakeoverMs); err != nil {
+			return nil, err
+		}
+	}
 	if _, ok := item[attrCompletedAt]; ok {
 		if r.CompletedAt, err = numAttr(item, attrCompletedAt); err != nil {
 			return nil, err

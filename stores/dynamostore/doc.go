@@ -21,6 +21,13 @@
 //	payload_hash   S   payload hash given at claim time ("" if none)
 //	started_at     N
 //	heartbeat_at   N
+//	takeover_ms    N   the owner's takeover threshold, set at claim and
+//	                   takeover; staleness is judged by it
+//	stale_at       N   heartbeat_at + takeover_ms, rewritten by every
+//	                   heartbeat, so the claim's condition can compare it
+//	                   with now (expressions have no arithmetic); an item
+//	                   without takeover_ms is judged by the caller's
+//	                   threshold against heartbeat_at
 //	completed_at   N   only once completed or failed
 //	expires_at     N   the record counts while expires_at > now
 //	result         B   encoded result, when there is one
@@ -65,7 +72,7 @@
 //
 // Two rare cases take a second request: a takeover (or heartbeat) that finds
 // an expiry later than the one it would write keeps the later expiry, as
-// idem.DecideClaim does, with a follow-up UpdateItem conditioned on the exact
+// storekit.DecideClaim does, with a follow-up UpdateItem conditioned on the exact
 // nonce, heartbeat and expiry it saw (a compare-and-swap; a concurrent change
 // makes it start over).
 //
@@ -85,7 +92,7 @@
 // caller's clock (":now" in every request), never by DynamoDB's TTL deletion:
 // DynamoDB Local never deletes expired items, and DynamoDB deletes them up to
 // days late. The ttl attribute is garbage collection only and carries a
-// safety buffer (WithTTLBuffer, default one hour) so an item is never
+// retention (WithRetention, default one minute) so an item is never
 // deleted while it still counts.
 //
 // Clock skew between callers shifts the decisions: a caller whose clock is

@@ -31,7 +31,10 @@ func Example() {
 	}
 
 	// Records live next to other items of the single table, under sk = "IDEM".
-	store := dynamostore.New(client, "app")
+	store, err := dynamostore.New(client, "app")
+	if err != nil {
+		log.Fatal(err)
+	}
 	g, err := idem.New[Invoice](store, idem.WithNamespace("tenant-1", "invoices.create"))
 	if err != nil {
 		log.Fatal(err)

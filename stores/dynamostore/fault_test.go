@@ -81,7 +81,7 @@ func newFaultEnv(t *testing.T, retries int, keepAlive bool, opts ...dynamostore.
 			},
 		},
 	})
-	f.store = dynamostore.New(f.client, testTable, append([]dynamostore.Option{dynamostore.WithKeyPrefix(f.prefix)}, opts...)...)
+	f.store = mustNew(t, f.client, testTable, append([]dynamostore.Option{dynamostore.WithKeyPrefix(f.prefix)}, opts...)...)
 	return f
 }
 
@@ -164,7 +164,7 @@ func TestConnectionCutMidRequest(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFaultEnv(t, 3, tc.keepAlive)
 			direct := newEnv(t) // same table, no proxy: sees what was applied
-			direct.prefix, direct.store = f.prefix, dynamostore.New(direct.client, testTable, dynamostore.WithKeyPrefix(f.prefix))
+			direct.prefix, direct.store = f.prefix, mustNew(t, direct.client, testTable, dynamostore.WithKeyPrefix(f.prefix))
 			ctx := context.Background()
 			key := storageKey()
 

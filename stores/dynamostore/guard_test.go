@@ -90,7 +90,7 @@ func TestGuardTakeoverOfACrashedOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An owner that claimed and died without heartbeating.
-	mustClaim(t, e.store, idem.ClaimRequest{Key: sk, Nonce: "crashed", LeaseTTL: time.Hour, TakeoverAfter: time.Hour}, idem.Claimed)
+	mustClaim(t, e.store, idem.ClaimRequest{Key: sk, Nonce: "crashed", LeaseTTL: time.Hour, TakeoverAfter: 300 * time.Millisecond}, idem.Claimed)
 	if _, err := g.Do(ctx, "job-7", func(context.Context) (int64, error) { return 0, nil }); !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("while the claim is fresh: %v", err)
 	}

@@ -131,7 +131,7 @@ func newEnv(t testing.TB, opts ...dynamostore.Option) *env {
 	e := &env{endpoint: testenv.DynamoDBEndpoint(t), log: &requestLog{}, prefix: "t" + randHex(6) + "#"}
 	e.client = newClient(clientConfig{endpoint: e.endpoint, log: e.log})
 	ensureTable(t, e.client)
-	e.store = dynamostore.New(e.client, testTable, append([]dynamostore.Option{dynamostore.WithKeyPrefix(e.prefix)}, opts...)...)
+	e.store = mustNew(t, e.client, testTable, append([]dynamostore.Option{dynamostore.WithKeyPrefix(e.prefix)}, opts...)...)
 	if err := e.store.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -143,3 +143,13 @@ func newEnv(t testing.TB, opts ...dynamostore.Option) *env {
 type fakeClock = testenv.Clock
 
 func newFakeClock() *fakeClock { return testenv.NewClock() }
+
+// mustNew returns a store, failing the test on an option error.
+func mustNew(t testing.TB, c dynamostore.Client, table string, opts ...dynamostore.Option) *dynamostore.Store {
+	t.Helper()
+	s, err := dynamostore.New(c, table, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -19,7 +19,7 @@ func TestMultiProcessExactlyOnce(t *testing.T) {
 		NewStore: func(prefix string) (idem.Store, error) {
 			client := newClient(clientConfig{endpoint: endpoint})
 			ensureTable(t, client)
-			s := dynamostore.New(client, testTable, dynamostore.WithKeyPrefix(prefix))
+			s := mustNew(t, client, testTable, dynamostore.WithKeyPrefix(prefix))
 			return s, s.Validate()
 		},
 	})

@@ -12,7 +12,7 @@ const (
 	DefaultPartitionKey  = "pk"
 	DefaultSortKey       = "sk"
 	DefaultSortKeyValue  = "IDEM"
-	DefaultTTLBuffer     = time.Hour
+	DefaultRetention     = time.Minute
 	maxPartitionKeyBytes = 2048
 )
 
@@ -25,7 +25,7 @@ type config struct {
 	pk, sk    string
 	skValue   string
 	prefix    string
-	ttlBuffer time.Duration
+	retention time.Duration
 	now       func() time.Time
 	err       error
 }
@@ -33,7 +33,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		pk: DefaultPartitionKey, sk: DefaultSortKey, skValue: DefaultSortKeyValue,
-		ttlBuffer: DefaultTTLBuffer, now: time.Now,
+		retention: DefaultRetention, now: time.Now,
 	}
 }
 
@@ -98,15 +98,16 @@ func WithKeyPrefix(prefix string) Option {
 	}
 }
 
-// WithTTLBuffer sets how long after a record stops counting its ttl
-// attribute lets DynamoDB delete it (default one hour). It must not be
+// WithRetention sets how long past its expiry an item is kept before
+// DynamoDB's TTL may delete it (default one minute; the ttl attribute is
+// expires_at plus the retention, in epoch seconds). It must not be
 // negative.
-func WithTTLBuffer(d time.Duration) Option {
+func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
-			c.fail("WithTTLBuffer", "negative buffer")
+			c.fail("WithRetention", "negative retention")
 		}
-		c.ttlBuffer = d
+		c.retention = d
 	}
 }
 

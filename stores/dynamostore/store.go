@@ -13,11 +13,16 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
-// Client is the part of the DynamoDB API the store uses. *dynamodb.Client
-// implements it; tests wrap it for fault injection.
+// Client is the part of the DynamoDB API the store and CreateTable use.
+// *dynamodb.Client implements it; tests wrap it for fault injection.
 type Client interface {
+	CreateTable(ctx context.Context, in *dynamodb.CreateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
+	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
+	DescribeTimeToLive(ctx context.Context, in *dynamodb.DescribeTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTimeToLiveOutput, error)
+	UpdateTimeToLive(ctx context.Context, in *dynamodb.UpdateTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error)
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
@@ -34,10 +39,10 @@ type Store struct {
 
 var _ idem.Store = (*Store)(nil)
 
-// New returns a store over table. It does no I/O; an invalid option or an
-// empty table name or nil client is reported by Validate and by every
-// operation, as an *OptionError matching idem.ErrInvalidOption.
-func New(client Client, table string, opts ...Option) *Store {
+// New returns a store over table. It does no I/O. An invalid option, an
+// empty table name or a nil client is an *OptionError matching
+// idem.ErrInvalidOption.
+func New(client Client, table string, opts ...Option) (*Store, error) {
 	s := &Store{client: client, table: table, cfg: defaultConfig()}
 	for _, o := range opts {
 		if o == nil {
@@ -54,15 +59,23 @@ func New(client Client, table string, opts ...Option) *Store {
 	case table == "":
 		s.err = &OptionError{Option: "table", Reason: "empty table name"}
 	}
-	return s
+	if s.err != nil {
+		return nil, s.err
+	}
+	return s, nil
 }
 
-// Validate reports an invalid configuration (nil client, empty table name,
-// invalid option) without doing any I/O.
-func (s *Store) Validate() error { return s.err }
+// Validate reports an invalid configuration without doing any I/O: a store
+// returned by New is valid; a nil or zero Store is not.
+func (st *Store) Validate() error {
+	if st == nil || st.client == nil {
+		return &OptionError{Option: "store", Reason: "nil store (use dynamostore.New)"}
+	}
+	return st.err
+}
 
 // Table returns the table name.
-func (s *Store) Table() string { return s.table }
+func (st *Store) Table() string { return st.table }
 
 // Record attribute names.
 const (
@@ -79,6 +92,8 @@ const (
 	attrErrMessage  = "error_message"
 	attrErrType     = "error_type"
 	attrTTL         = "ttl"
+	attrTakeoverMs  = "takeover_ms" // the owner's takeover threshold
+	attrStaleAt     = "stale_at"    // heartbeat_at + takeover_ms
 
 	encodingVersion = 1
 )
@@ -88,6 +103,7 @@ var recordAttrs = map[string]bool{
 	attrPayloadHash: true, attrStartedAt: true, attrHeartbeatAt: true,
 	attrCompletedAt: true, attrExpiresAt: true, attrResult: true,
 	attrErrMessage: true, attrErrType: true, attrTTL: true,
+	attrTakeoverMs: true, attrStaleAt: true,
 }
 
 // Expression attribute name placeholders; every request names the
@@ -97,13 +113,14 @@ var placeholder = map[string]string{
 	"#ph": attrPayloadHash, "#sa": attrStartedAt, "#hb": attrHeartbeatAt,
 	"#ca": attrCompletedAt, "#ea": attrExpiresAt, "#res": attrResult,
 	"#em": attrErrMessage, "#et": attrErrType, "#ttl": attrTTL,
+	"#tm": attrTakeoverMs, "#sta": attrStaleAt,
 }
 
-func (s *Store) names(ph ...string) map[string]string {
+func (st *Store) names(ph ...string) map[string]string {
 	m := make(map[string]string, len(ph))
 	for _, p := range ph {
 		if p == "#pk" {
-			m[p] = s.cfg.pk
+			m[p] = st.cfg.pk
 			continue
 		}
 		m[p] = placeholder[p]
@@ -146,7 +163,7 @@ func (st *Store) ttlAt(expiresAt int64) int64 {
 	if expiresAt%1000 > 0 {
 		sec++
 	}
-	return sec + int64(st.cfg.ttlBuffer/time.Second)
+	return sec + int64(st.cfg.retention/time.Second)
 }
 
 func storeErr(op string, err error) error {
@@ -193,21 +210,26 @@ func (st *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRe
 			Key:       key,
 			UpdateExpression: aws.String("SET #st = :ip, #ph = :ph, #n = :n, " +
 				"#a = if_not_exists(#a, :zero) + :one, #sa = :now, #hb = :now, " +
-				"#ea = :exp, #ttl = :ttl, #v = :v REMOVE #res, #em, #et, #ca"),
+				"#ea = :exp, #ttl = :ttl, #v = :v, #tm = :tm, #sta = :sta REMOVE #res, #em, #et, #ca"),
 			// A takeover replaces a live item, so it also asks for the
 			// attributes it keeps or could misread to be of this encoding
 			// (version, nonce, attempt, start): a live item that is not is
 			// refused and reported as corrupt instead of overwritten.
+			// Staleness is judged by the owner's stored threshold
+			// (stale_at = heartbeat_at + takeover_ms; expressions have no
+			// arithmetic), or by the caller's for an item without one.
 			ConditionExpression: aws.String("attribute_not_exists(#pk) OR #ea <= :now OR " +
-				"(#st = :ip AND #hb <= :stale AND #ph = :ph AND #n <> :n AND #ea <= :exp AND #v = :v AND " +
+				"(#st = :ip AND ((attribute_exists(#tm) AND #sta <= :now) OR (attribute_not_exists(#tm) AND #hb <= :stale)) AND #ph = :ph AND #n <> :n AND #ea <= :exp AND #v = :v AND " +
 				"attribute_type(#n, :S) AND attribute_type(#a, :N) AND attribute_type(#sa, :N))"),
 			ExpressionAttributeNames: st.names("#pk", "#st", "#ph", "#n", "#a", "#sa", "#hb",
-				"#ea", "#ttl", "#v", "#res", "#em", "#et", "#ca"),
+				"#ea", "#ttl", "#v", "#res", "#em", "#et", "#ca", "#tm", "#sta"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
 				":ip": statusValue(idem.StatusInProgress), ":ph": attrS(req.PayloadHash),
 				":n": attrS(req.Nonce), ":zero": attrN(0), ":one": attrN(1), ":now": attrN(now),
 				":exp": attrN(exp), ":ttl": attrN(st.ttlAt(exp)), ":v": attrN(encodingVersion),
 				":stale": attrN(now - req.TakeoverAfter.Milliseconds()),
+				":tm":    attrN(req.TakeoverAfter.Milliseconds()),
+				":sta":   attrN(now + req.TakeoverAfter.Milliseconds()),
 				":S":     attrS("S"), ":N": attrS("N"),
 			},
 			ReturnValues:                        types.ReturnValueAllOld,
@@ -236,7 +258,7 @@ func (st *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRe
 		if err != nil {
 			return idem.ClaimResult{}, err
 		}
-		res := idem.DecideClaim(cur, req, now)
+		res := storekit.DecideClaim(cur, req, now).Result()
 		switch {
 		case res.Outcome == idem.Existing:
 			return res, nil
@@ -283,6 +305,7 @@ func (st *Store) claimed(req idem.ClaimRequest, old map[string]types.AttributeVa
 	rec := &idem.Record{
 		Key: req.Key, Status: idem.StatusInProgress, PayloadHash: req.PayloadHash,
 		Nonce: req.Nonce, Attempt: 1, StartedAt: now, HeartbeatAt: now, ExpiresAt: exp,
+		TakeoverMs: req.TakeoverAfter.Milliseconds(),
 	}
 	if len(old) == 0 {
 		return idem.ClaimResult{Outcome: idem.Claimed, Record: rec}, nil
@@ -317,10 +340,11 @@ func (st *Store) takeOverKeepingExpiry(ctx context.Context, key map[string]types
 	out, err := st.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                aws.String(st.table),
 		Key:                      key,
-		UpdateExpression:         aws.String("SET #n = :n, #a = #a + :one, #sa = :now, #hb = :now"),
+		UpdateExpression:         aws.String("SET #n = :n, #a = #a + :one, #sa = :now, #hb = :now, #tm = :tm, #sta = :sta"),
 		ConditionExpression:      aws.String("#n = :old AND #st = :ip AND #hb = :oldhb AND #ea = :oldea AND #ph = :ph"),
-		ExpressionAttributeNames: st.names("#n", "#a", "#sa", "#hb", "#st", "#ea", "#ph"),
+		ExpressionAttributeNames: st.names("#n", "#a", "#sa", "#hb", "#st", "#ea", "#ph", "#tm", "#sta"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":tm": attrN(req.TakeoverAfter.Milliseconds()), ":sta": attrN(now + req.TakeoverAfter.Milliseconds()),
 			":n": attrS(req.Nonce), ":one": attrN(1), ":now": attrN(now), ":old": attrS(cur.Nonce),
 			":ip": statusValue(idem.StatusInProgress), ":oldhb": attrN(cur.HeartbeatAt),
 			":oldea": attrN(cur.ExpiresAt), ":ph": attrS(req.PayloadHash),
@@ -347,12 +371,12 @@ func (st *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time
 	_, err = st.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                st.tableName(),
 		Key:                      k,
-		UpdateExpression:         aws.String("SET #hb = :now, #ea = :exp, #ttl = :ttl"),
+		UpdateExpression:         aws.String("SET #hb = :now, #sta = :now + if_not_exists(#tm, :zero), #ea = :exp, #ttl = :ttl"),
 		ConditionExpression:      aws.String("#n = :n AND #st = :ip AND #ea > :now AND #ea <= :exp"),
-		ExpressionAttributeNames: st.names("#hb", "#ea", "#ttl", "#n", "#st"),
+		ExpressionAttributeNames: st.names("#hb", "#ea", "#ttl", "#n", "#st", "#sta", "#tm"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":now": attrN(now), ":exp": attrN(exp), ":ttl": attrN(st.ttlAt(exp)), ":n": attrS(nonce),
-			":ip": statusValue(idem.StatusInProgress),
+			":ip": statusValue(idem.StatusInProgress), ":zero": attrN(0),
 		},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -371,11 +395,11 @@ func (st *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time
 	_, err = st.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                st.tableName(),
 		Key:                      k,
-		UpdateExpression:         aws.String("SET #hb = :now"),
+		UpdateExpression:         aws.String("SET #hb = :now, #sta = :now + if_not_exists(#tm, :zero)"),
 		ConditionExpression:      aws.String("#n = :n AND #st = :ip AND #ea > :now"),
-		ExpressionAttributeNames: st.names("#hb", "#n", "#st", "#ea"),
+		ExpressionAttributeNames: st.names("#hb", "#n", "#st", "#ea", "#sta", "#tm"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":now": attrN(now), ":n": attrS(nonce), ":ip": statusValue(idem.StatusInProgress),
+			":now": attrN(now), ":n": attrS(nonce), ":ip": statusValue(idem.StatusInProgress), ":zero": attrN(0),
 		},
 	})
 	return st.ownershipErr("heartbeat", err)

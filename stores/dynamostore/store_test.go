@@ -128,8 +128,8 @@ func TestClaimFreshAndReplayAreOneRequest(t *testing.T) {
 		t.Fatalf("expires_at %d, completed_at %d", ex.ExpiresAt, ex.CompletedAt)
 	}
 	item := rawItem(t, e, key)
-	if ttl, exp := numOf(t, item, "ttl"), numOf(t, item, "expires_at"); ttl < exp/1000+3600 || ttl > exp/1000+3601 {
-		t.Fatalf("ttl %d for expires_at %d: want expires_at/1000 + 1h buffer", ttl, exp)
+	if ttl, exp := numOf(t, item, "ttl"), numOf(t, item, "expires_at"); ttl < exp/1000+60 || ttl > exp/1000+61 {
+		t.Fatalf("ttl %d for expires_at %d: want expires_at/1000 + the default 1 minute retention", ttl, exp)
 	}
 }
 
@@ -675,7 +675,7 @@ func TestSharesTableWithOtherItems(t *testing.T) {
 	}
 
 	// A custom sort key value keeps two stores on one partition apart.
-	other := dynamostore.New(e.client, testTable, dynamostore.WithKeyPrefix(e.prefix), dynamostore.WithSortKeyValue("IDEM#2"))
+	other := mustNew(t, e.client, testTable, dynamostore.WithKeyPrefix(e.prefix), dynamostore.WithSortKeyValue("IDEM#2"))
 	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
 	mustClaim(t, other, claimReq(key, "B"), idem.Claimed)
 }
@@ -709,7 +709,7 @@ func TestCustomKeySchemas(t *testing.T) {
 			if err := dynamostore.CreateTable(ctx, c, table); !errors.Is(err, dynamostore.ErrTableMismatch) {
 				t.Fatalf("create with another schema: %v", err)
 			}
-			s := dynamostore.New(c, table, tc.opts...)
+			s := mustNew(t, c, table, tc.opts...)
 			key := storageKey()
 			mustClaim(t, s, claimReq(key, "A"), idem.Claimed)
 			mustClaim(t, s, claimReq(key, "B"), idem.Existing)
@@ -723,57 +723,59 @@ func TestCustomKeySchemas(t *testing.T) {
 				t.Fatal(err)
 			}
 			// A store with the default schema cannot use this table.
-			if _, err := dynamostore.New(c, table).Claim(ctx, claimReq(key, "A")); err == nil {
+			if _, err := mustNew(t, c, table).Claim(ctx, claimReq(key, "A")); err == nil {
 				t.Fatal("claim with the wrong key schema succeeded")
 			}
 		})
 	}
 }
 
-func TestInvalidConfigurationSurfacesOnFirstUse(t *testing.T) {
+func TestInvalidConfiguration(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
-	cases := map[string]*dynamostore.Store{
-		"nil client":       dynamostore.New(nil, testTable),
-		"empty table":      dynamostore.New(e.client, ""),
-		"nil option":       dynamostore.New(e.client, testTable, nil),
-		"empty pk":         dynamostore.New(e.client, testTable, dynamostore.WithKeyAttributes("", "sk")),
-		"same pk and sk":   dynamostore.New(e.client, testTable, dynamostore.WithKeyAttributes("k", "k")),
-		"pk is attribute":  dynamostore.New(e.client, testTable, dynamostore.WithKeyAttributes("status", "sk")),
-		"sk is attribute":  dynamostore.New(e.client, testTable, dynamostore.WithKeyAttributes("pk", "ttl")),
-		"empty sk value":   dynamostore.New(e.client, testTable, dynamostore.WithSortKeyValue("")),
-		"negative buffer":  dynamostore.New(e.client, testTable, dynamostore.WithTTLBuffer(-time.Second)),
-		"nil clock":        dynamostore.New(e.client, testTable, dynamostore.WithClock(nil)),
-		"prefix too long":  dynamostore.New(e.client, testTable, dynamostore.WithKeyPrefix(string(make([]byte, 2048)))),
-		"first of several": dynamostore.New(e.client, testTable, dynamostore.WithTTLBuffer(-1), dynamostore.WithClock(time.Now)),
+	cases := map[string]func() (*dynamostore.Store, error){
+		"nil client":  func() (*dynamostore.Store, error) { return dynamostore.New(nil, testTable) },
+		"empty table": func() (*dynamostore.Store, error) { return dynamostore.New(e.client, "") },
+		"nil option":  func() (*dynamostore.Store, error) { return dynamostore.New(e.client, testTable, nil) },
+		"empty pk": func() (*dynamostore.Store, error) {
+			return dynamostore.New(e.client, testTable, dynamostore.WithKeyAttributes("", "sk"))
+		},
+		"same pk and sk": func() (*dynamostore.Store, error) {
+			return dynamostore.New(e.client, testTable, dynamostore.WithKeyAttributes("k", "k"))
+		},
+		"pk is attribute": func() (*dynamostore.Store, error) {
+			return dynamostore.New(e.client, testTable, dynamostore.WithKeyAttributes("status", "sk"))
+		},
+		"sk is attribute": func() (*dynamostore.Store, error) {
+			return dynamostore.New(e.client, testTable, dynamostore.WithKeyAttributes("pk", "ttl"))
+		},
+		"empty sk value": func() (*dynamostore.Store, error) {
+			return dynamostore.New(e.client, testTable, dynamostore.WithSortKeyValue(""))
+		},
+		"negative retention": func() (*dynamostore.Store, error) {
+			return dynamostore.New(e.client, testTable, dynamostore.WithRetention(-time.Second))
+		},
+		"nil clock": func() (*dynamostore.Store, error) {
+			return dynamostore.New(e.client, testTable, dynamostore.WithClock(nil))
+		},
+		"prefix too long": func() (*dynamostore.Store, error) {
+			return dynamostore.New(e.client, testTable, dynamostore.WithKeyPrefix(string(make([]byte, 2048))))
+		},
+		"first of several": func() (*dynamostore.Store, error) {
+			return dynamostore.New(e.client, testTable, dynamostore.WithRetention(-1), dynamostore.WithClock(time.Now))
+		},
 	}
-	for name, s := range cases {
+	for name, mk := range cases {
 		t.Run(name, func(t *testing.T) {
+			s, err := mk()
 			var oe *dynamostore.OptionError
-			if err := s.Validate(); !errors.Is(err, idem.ErrInvalidOption) || !errors.As(err, &oe) {
-				t.Fatalf("validate: %v", err)
-			}
-			key := storageKey()
-			errs := []error{
-				func() error { _, err := s.Claim(ctx, claimReq(key, "A")); return err }(),
-				s.Heartbeat(ctx, key, "A", time.Minute),
-				s.Complete(ctx, key, "A", idem.Completion{Status: idem.StatusCompleted}),
-				s.Release(ctx, key, "A"),
-				func() error { _, err := s.Get(ctx, key); return err }(),
-				s.Delete(ctx, key),
-			}
-			for i, err := range errs {
-				if !errors.Is(err, idem.ErrInvalidOption) {
-					t.Errorf("operation %d: %v", i, err)
-				}
+			if s != nil || !errors.Is(err, idem.ErrInvalidOption) || !errors.As(err, &oe) {
+				t.Fatalf("New = %v, %v", s, err)
 			}
 		})
 	}
-	if got := e.log.take(); len(got) != 0 {
-		t.Fatalf("an invalid store sent requests: %v", got)
-	}
-	if err := dynamostore.CreateTable(ctx, e.client, testTable, dynamostore.WithKeyAttributes("", "")); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Fatalf("create table with invalid option: %v", err)
+	var zero *dynamostore.Store
+	if err := zero.Validate(); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Fatalf("nil store: %v", err)
 	}
 }
 
@@ -798,7 +800,7 @@ func TestInvalidRequests(t *testing.T) {
 func TestBackendErrorsAreWrapped(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	missing := dynamostore.New(e.client, "idem_no_such_table_"+randHex(4))
+	missing := mustNew(t, e.client, "idem_no_such_table_"+randHex(4))
 	_, err := missing.Claim(ctx, claimReq(storageKey(), "A"))
 	var se *idem.StoreError
 	var rnf *types.ResourceNotFoundException
@@ -816,7 +818,7 @@ func TestBackendErrorsAreWrapped(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	dead := dynamostore.New(newClient(clientConfig{endpoint: "http://" + addr, maxRetries: 1}), testTable)
+	dead := mustNew(t, newClient(clientConfig{endpoint: "http://" + addr, maxRetries: 1}), testTable)
 	for op, err := range map[string]error{
 		"claim":     func() error { _, err := dead.Claim(ctx, claimReq(storageKey(), "A")); return err }(),
 		"heartbeat": dead.Heartbeat(ctx, storageKey(), "A", time.Minute),
@@ -846,5 +848,42 @@ func TestOversizeResultIsPermanent(t *testing.T) {
 		Status: idem.StatusCompleted, Result: make([]byte, 500<<10), TTL: time.Hour})
 	if !errors.Is(err, idem.ErrPermanent) {
 		t.Fatalf("oversize complete: %v, want ErrPermanent", err)
+	}
+}
+
+// TestStoredTakeover: a claim keeps its owner's takeover threshold, and a
+// later caller with a shorter one cannot take it over before the stored
+// threshold has passed, also after a heartbeat.
+func TestStoredTakeover(t *testing.T) {
+	clock := newFakeClock()
+	e := newEnv(t, dynamostore.WithClock(clock.Now))
+	ctx := context.Background()
+	key := storageKey()
+	owner := claimReq(key, "A")
+	owner.TakeoverAfter = time.Hour
+	owner.LeaseTTL = 3 * time.Hour
+	rec := mustClaim(t, e.store, owner, idem.Claimed)
+	if rec.TakeoverMs != time.Hour.Milliseconds() {
+		t.Fatalf("claimed record TakeoverMs = %d", rec.TakeoverMs)
+	}
+	got, err := e.store.Get(ctx, key)
+	if err != nil || got.TakeoverMs != time.Hour.Milliseconds() {
+		t.Fatalf("Get = %+v, %v", got, err)
+	}
+	other := claimReq(key, "B")
+	other.TakeoverAfter = time.Second
+	other.LeaseTTL = 5 * time.Hour // a later expiry: the single conditional request decides
+	clock.Advance(time.Minute)
+	mustClaim(t, e.store, other, idem.Existing)
+	clock.Advance(50 * time.Minute)
+	if err := e.store.Heartbeat(ctx, key, "A", 3*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(50 * time.Minute) // 100 min after the claim, 50 after the heartbeat
+	mustClaim(t, e.store, other, idem.Existing)
+	clock.Advance(11 * time.Minute)
+	rec = mustClaim(t, e.store, other, idem.TookOver)
+	if rec.TakeoverMs != time.Second.Milliseconds() {
+		t.Fatalf("took over with TakeoverMs = %d, want the new owner's", rec.TakeoverMs)
 	}
 }

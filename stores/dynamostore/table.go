@@ -12,15 +12,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// TableClient is the part of the DynamoDB API CreateTable uses.
-// *dynamodb.Client implements it.
-type TableClient interface {
-	CreateTable(ctx context.Context, in *dynamodb.CreateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
-	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
-	DescribeTimeToLive(ctx context.Context, in *dynamodb.DescribeTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTimeToLiveOutput, error)
-	UpdateTimeToLive(ctx context.Context, in *dynamodb.UpdateTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error)
-}
-
 // ErrTableMismatch is returned by CreateTable when the table exists with a
 // key schema or TTL attribute other than the one the store needs.
 var ErrTableMismatch = errors.New("dynamostore: existing table does not match")
@@ -32,7 +23,7 @@ var ErrTableMismatch = errors.New("dynamostore: existing table does not match")
 // schema is fine (its TTL is enabled if it was not), one with another
 // schema is ErrTableMismatch. Options other than WithKeyAttributes are
 // ignored.
-func CreateTable(ctx context.Context, client TableClient, table string, opts ...Option) error {
+func CreateTable(ctx context.Context, client Client, table string, opts ...Option) error {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		if o != nil {
@@ -79,7 +70,7 @@ func CreateTable(ctx context.Context, client TableClient, table string, opts ...
 	return enableTTL(ctx, client, table)
 }
 
-func waitActive(ctx context.Context, client TableClient, table string) (*types.TableDescription, error) {
+func waitActive(ctx context.Context, client Client, table string) (*types.TableDescription, error) {
 	delay := 100 * time.Millisecond
 	for {
 		out, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
@@ -125,7 +116,7 @@ func checkSchema(desc *types.TableDescription, cfg config) error {
 	return nil
 }
 
-func enableTTL(ctx context.Context, client TableClient, table string) error {
+func enableTTL(ctx context.Context, client Client, table string) error {
 	out, err := client.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(table)})
 	if err != nil {
 		return fmt.Errorf("dynamostore: describe ttl of %s: %w", table, err)

@@ -26,12 +26,13 @@ type rawRecord struct {
 	completedAt int64
 	expiresAt   int64
 	takenOverAt int64
+	takeoverMs  int64
 }
 
 // dest returns scan destinations in the order of cols.
 func (r *rawRecord) dest() []any {
 	return []any{&r.version, &r.nonce, &r.status, &r.attempt, &r.payloadHash, &r.result,
-		&r.errMessage, &r.errType, &r.startedAt, &r.heartbeatAt, &r.completedAt, &r.expiresAt, &r.takenOverAt}
+		&r.errMessage, &r.errType, &r.startedAt, &r.heartbeatAt, &r.completedAt, &r.expiresAt, &r.takenOverAt, &r.takeoverMs}
 }
 
 // record checks the row strictly: an unknown record_version or status, an
@@ -48,7 +49,7 @@ func (r *rawRecord) record(key string) (*idem.Record, error) {
 	rec := &idem.Record{
 		Key: key, Status: idem.Status(r.status), PayloadHash: r.payloadHash, Nonce: r.nonce,
 		Attempt: r.attempt, StartedAt: r.startedAt, HeartbeatAt: r.heartbeatAt,
-		CompletedAt: r.completedAt, ExpiresAt: r.expiresAt,
+		CompletedAt: r.completedAt, ExpiresAt: r.expiresAt, TakeoverMs: r.takeoverMs,
 	}
 	if len(r.result) > 0 {
 		rec.Result = r.result

@@ -14,11 +14,13 @@
 // One row per key, in a table shaped like the common idempotency_keys
 // table (name "idempotency_keys" unless WithTable says otherwise):
 //
-//	tenant, scope   fixed by WithTenant / WithScope (default ''), so
-//	                tenants and scopes can share a table
+//	tenant, scope   the Guard's namespace (idem.WithNamespace), written
+//	                from each claim request; informational: tenants and
+//	                scopes share a table because the storage key already
+//	                hashes them in
 //	key_hash        the storage key ("idem:" + 64 hex digits); never the
-//	                caller's raw key
-//	                PRIMARY KEY (tenant, scope, key_hash)
+//	                caller's raw key; PRIMARY KEY (key_hash), so every
+//	                call after the claim finds its row by it alone
 //	record_version  encoding version, 1
 //	claim_nonce     ownership token of the current claim
 //	status          in_progress | completed | failed
@@ -32,6 +34,10 @@
 //	                progress; the row counts while expires_at > now
 //	taken_over_at   when the current claim took over a stale one, 0 if it
 //	                did not (the takeover rate is a query away)
+//	takeover_ms     the owner's takeover threshold, written at claim and
+//	                takeover; a claim is stale when its heartbeat is at
+//	                least this old (the caller's threshold counts only
+//	                for a row with 0)
 //	INDEX (expires_at), used by Purge
 //
 // MySQL tables use utf8mb4_bin, so keys and nonces compare byte for byte,
@@ -46,7 +52,7 @@
 // # Statements and round trips
 //
 // Statements are prepared once per connection (on first use) and then cost
-// one round trip each. Claim applies the rules of idem.DecideClaim
+// one round trip each. Claim applies the rules of storekit.DecideClaim
 // natively:
 //
 // PostgreSQL. Claim is one statement: a CTE reads the row; when there is
@@ -112,16 +118,18 @@
 //
 // Rows are never deleted by expiry; an expired row is ignored by every
 // operation and overwritten by the next claim of its key, which continues
-// its attempt numbers. Purge deletes the rows of the store's tenant and
-// scope whose expires_at is older than now minus the purge grace
-// (WithPurgeGrace, default one hour), with one DELETE on the expires_at
+// its attempt numbers. Purge deletes the rows, of every tenant and scope,
+// whose expires_at is older than now minus the retention (WithRetention,
+// default one minute), with one DELETE on the expires_at
 // index; after that, a new claim of a purged key starts again at attempt 1.
 // Run it from a periodic job.
 //
 // # Errors
 //
 // Database errors are returned as *idem.StoreError wrapping the driver's
-// error (errors.As finds *pgconn.PgError or *mysql.MySQLError). A value the
+// error (errors.As finds *pgconn.PgError or *mysql.MySQLError; the store itself
+// imports neither driver, so a PostgreSQL program does not link the MySQL
+// driver). A value the
 // database refuses (SQLSTATE class 22: too long for its column, not valid
 // UTF-8, a NUL byte in PostgreSQL text) or a statement over MySQL's packet
 // limit is marked permanent (it matches idem.ErrPermanent), so a Guard does

@@ -148,6 +148,7 @@ func TestGuardTakeoverFencing(t *testing.T) {
 		sk, err := g.StorageKey(key)
 		require.NoError(t, err)
 		dead := claimReq(sk)
+		dead.TakeoverAfter = 300 * time.Millisecond // its stored threshold decides
 		_, err = e.store.Claim(ctx, dead)
 		require.NoError(t, err)
 		time.Sleep(450 * time.Millisecond)

@@ -36,8 +36,8 @@ func (d Dialect) String() string {
 
 // Defaults of the options.
 const (
-	DefaultTable      = "idempotency_keys"
-	DefaultPurgeGrace = time.Hour
+	DefaultTable     = "idempotency_keys"
+	DefaultRetention = time.Minute
 )
 
 // Column limits, the same in both dialects (MySQL's VARCHAR sizes; the
@@ -56,16 +56,14 @@ const (
 type Option func(*config)
 
 type config struct {
-	table  string
-	tenant string
-	scope  string
-	grace  time.Duration
-	now    func() time.Time
-	err    error
+	table     string
+	retention time.Duration
+	now       func() time.Time
+	err       error
 }
 
 func defaultConfig() config {
-	return config{table: DefaultTable, grace: DefaultPurgeGrace, now: time.Now}
+	return config{table: DefaultTable, retention: DefaultRetention, now: time.Now}
 }
 
 // OptionError says which option was invalid and why. It matches
@@ -142,46 +140,16 @@ func textProblem(s string) string {
 	return ""
 }
 
-// WithTenant fixes the tenant column of every row this store reads and
-// writes (default ""), so several tenants can share one table. At most 64
-// bytes of valid UTF-8, without a NUL byte or a trailing space.
-func WithTenant(tenant string) Option {
-	return func(c *config) {
-		if len(tenant) > MaxTenantLen {
-			c.fail("WithTenant", fmt.Sprintf("longer than %d bytes", MaxTenantLen))
-		}
-		if why := textProblem(tenant); why != "" {
-			c.fail("WithTenant", why)
-		}
-		c.tenant = tenant
-	}
-}
-
-// WithScope fixes the scope column of every row this store reads and writes
-// (default ""). At most 255 bytes of valid UTF-8, without a NUL byte or a
-// trailing space.
-func WithScope(scope string) Option {
-	return func(c *config) {
-		if len(scope) > MaxScopeLen {
-			c.fail("WithScope", fmt.Sprintf("longer than %d bytes", MaxScopeLen))
-		}
-		if why := textProblem(scope); why != "" {
-			c.fail("WithScope", why)
-		}
-		c.scope = scope
-	}
-}
-
-// WithPurgeGrace sets how long after a row stops counting Purge leaves it
-// in place (default one hour). While the row is there a new claim on its
-// key continues its attempt numbers (the fencing token) instead of starting
-// again at 1. It must not be negative.
-func WithPurgeGrace(d time.Duration) Option {
+// WithRetention sets how long past its expiry a row is kept before Purge
+// may delete it (default one minute). While the row is there a new claim
+// on its key continues its attempt numbers (the fencing token) instead of
+// starting again at 1. It must not be negative.
+func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
-			c.fail("WithPurgeGrace", "negative grace")
+			c.fail("WithRetention", "negative retention")
 		}
-		c.grace = d
+		c.retention = d
 	}
 }
 

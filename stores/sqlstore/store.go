@@ -5,14 +5,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // Store is an idem.Store kept in one SQL table. It is safe for concurrent
@@ -27,6 +27,8 @@ type Store struct {
 	stmts [numStmts]*sql.Stmt
 
 	resent atomic.Int64 // claim statements sent again after a race (tests read it)
+
+	maxPacket atomic.Int64 // MySQL's @@max_allowed_packet, once read (0: not yet)
 }
 
 var _ idem.Store = (*Store)(nil)
@@ -130,11 +132,65 @@ func (s *Store) exec(ctx context.Context, id stmtID, args ...any) (int64, error)
 	if err != nil {
 		return 0, err
 	}
-	res, err := st.ExecContext(ctx, args...)
-	if err != nil {
-		return 0, err
+	var n int64
+	err = retryTransient(ctx, func() error {
+		res, err := st.ExecContext(ctx, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// Backoff bounds between sends of a statement the database refused for a
+// transient reason.
+const (
+	retryMin = 2 * time.Millisecond
+	retryMax = 100 * time.Millisecond
+)
+
+// retryTransient runs f again while it fails with a transient error
+// (transient), sleeping a jittered, capped, doubling backoff between tries,
+// until it succeeds, fails otherwise, or ctx ends (then the last error is
+// returned).
+func retryTransient(ctx context.Context, f func() error) error {
+	backoff := retryMin
+	for {
+		err := f()
+		if err == nil || !transient(err) {
+			return err
+		}
+		d := backoff/2 + rand.N(backoff/2+1)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+			return err
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, retryMax)
 	}
-	return res.RowsAffected()
+}
+
+// transient reports an error after which the database rolled the
+// statement back and sending it again can succeed: a MySQL/MariaDB
+// deadlock (1213) or lock wait timeout (1205), a serialization failure
+// (SQLSTATE 40001) or a PostgreSQL deadlock (40P01).
+func transient(err error) bool {
+	if n, state, ok := mysqlServerError(err); ok {
+		return n == 1213 || n == 1205 || state == "40001"
+	}
+	var se interface{ SQLState() string }
+	if errors.As(err, &se) {
+		c := se.SQLState()
+		return c == "40001" || c == "40P01"
+	}
+	return false
 }
 
 func (s *Store) nowMs() int64 { return s.cfg.now().UnixMilli() }
@@ -148,11 +204,10 @@ func storeErr(op string, err error) error {
 // column, text that is not valid UTF-8 or, on PostgreSQL, holds a NUL
 // byte, a number out of range), or a statement over MySQL's packet limit.
 func permanent(err error) bool {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return (me.SQLState[0] == '2' && me.SQLState[1] == '2') || me.Number == 1153 // ER_NET_PACKET_TOO_LARGE
+	if n, state, ok := mysqlServerError(err); ok {
+		return strings.HasPrefix(state, "22") || n == 1153 // ER_NET_PACKET_TOO_LARGE
 	}
-	if errors.Is(err, mysql.ErrPktTooLarge) {
+	if mysqlPacketTooLarge(err) {
 		return true
 	}
 	var se interface{ SQLState() string } // *pgconn.PgError, *pq.Error
@@ -189,8 +244,9 @@ func checkNonce(nonce string) error {
 	return nil
 }
 
-// keyArgs are the three key columns of a row.
-func (s *Store) keyArgs(key string) []any { return []any{s.cfg.tenant, s.cfg.scope, key} }
+// keyArgs are the arguments that find a row: its storage key, which is
+// unique across tenants and scopes (the Guard hashes them into it).
+func (s *Store) keyArgs(key string) []any { return []any{key} }
 
 // maxClaimRounds bounds how often Claim starts over after a concurrent
 // change made its view of the row out of date; every round means another
@@ -215,6 +271,18 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 	}
 	if why := textProblem(req.PayloadHash); why != "" {
 		return idem.ClaimResult{}, storeErr("claim", errors.New("payload hash: "+why))
+	}
+	if len(req.Tenant) > MaxTenantLen {
+		return idem.ClaimResult{}, storeErr("claim", fmt.Errorf("tenant longer than %d bytes", MaxTenantLen))
+	}
+	if len(req.Scope) > MaxScopeLen {
+		return idem.ClaimResult{}, storeErr("claim", fmt.Errorf("scope longer than %d bytes", MaxScopeLen))
+	}
+	if why := textProblem(req.Tenant); why != "" {
+		return idem.ClaimResult{}, storeErr("claim", errors.New("tenant: "+why))
+	}
+	if why := textProblem(req.Scope); why != "" {
+		return idem.ClaimResult{}, storeErr("claim", errors.New("scope: "+why))
 	}
 	for range maxClaimRounds {
 		var (
@@ -250,7 +318,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 // when the statement started. So when the conditional update does nothing,
 // the row the second branch returns may be older than the one the conflict
 // check saw: absent (inserted concurrently), or a version that would have
-// been claimable. Both are detected (no row; or idem.DecideClaim on the
+// been claimable. Both are detected (no row; or storekit.DecideClaim on the
 // returned row says it is claimable) and the statement is sent again; a
 // row that is live and not claimable was the row's true state at the
 // snapshot, a moment inside this call, so returning it as Existing is
@@ -261,8 +329,11 @@ func (s *Store) claimPostgres(ctx context.Context, req idem.ClaimRequest) (idem.
 	if err != nil {
 		return idem.ClaimResult{}, false, storeErr("claim", err)
 	}
-	rows, err := st.QueryContext(ctx, s.cfg.tenant, s.cfg.scope, req.Key, req.Nonce, req.PayloadHash,
-		now, now+req.LeaseTTL.Milliseconds(), now-req.TakeoverAfter.Milliseconds())
+	rows, err := st.QueryContext(ctx, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
+		now, now+req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds())
+	if err != nil && transient(err) && ctx.Err() == nil {
+		return idem.ClaimResult{}, false, nil // rolled back: Claim sends it again
+	}
 	if err != nil {
 		return idem.ClaimResult{}, false, storeErr("claim", err)
 	}
@@ -291,7 +362,7 @@ func (s *Store) claimPostgres(ctx context.Context, req idem.ClaimRequest) (idem.
 		}
 		return idem.ClaimResult{Outcome: idem.Claimed, Record: rec}, true, nil
 	}
-	res := idem.DecideClaim(rec, req, now)
+	res := storekit.DecideClaim(rec, req, now).Result()
 	if res.Outcome == idem.Existing || res.Record == rec { // untouched, or ours already
 		return res, true, nil
 	}
@@ -299,15 +370,15 @@ func (s *Store) claimPostgres(ctx context.Context, req idem.ClaimRequest) (idem.
 }
 
 // claimMySQL: INSERT IGNORE of a fresh claim; if the key exists, read the
-// row, decide with idem.DecideClaim, and when it is claimable write the
+// row, decide with storekit.DecideClaim, and when it is claimable write the
 // decision with an UPDATE conditioned on the row being exactly as read
 // (nonce, attempt, status, heartbeat, expiry: a compare-and-swap). done is
 // false when the row changed between the statements.
 func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, bool, error) {
 	now := s.nowMs()
-	fresh := idem.DecideClaim(nil, req, now)
-	n, err := s.exec(ctx, stClaim, s.cfg.tenant, s.cfg.scope, req.Key, req.Nonce, req.PayloadHash,
-		now, now, fresh.Record.ExpiresAt)
+	fresh := storekit.DecideClaim(nil, req, now).Result()
+	n, err := s.exec(ctx, stClaim, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
+		now, now, fresh.Record.ExpiresAt, fresh.Record.TakeoverMs)
 	if err != nil {
 		if retryable(err) {
 			return idem.ClaimResult{}, false, nil
@@ -324,7 +395,7 @@ func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 	if err != nil {
 		return idem.ClaimResult{}, false, err
 	}
-	res := idem.DecideClaim(cur, req, now)
+	res := storekit.DecideClaim(cur, req, now).Result()
 	if res.Outcome == idem.Existing || res.Record == cur {
 		return res, true, nil
 	}
@@ -338,7 +409,8 @@ func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 		msg, typ = next.Error.Message, next.Error.Type
 	}
 	args := []any{next.Nonce, next.Attempt, next.PayloadHash, next.Result, msg, typ,
-		next.StartedAt, next.HeartbeatAt, next.CompletedAt, next.ExpiresAt, takenOver}
+		next.StartedAt, next.HeartbeatAt, next.CompletedAt, next.ExpiresAt, takenOver, next.TakeoverMs,
+		req.Tenant, req.Scope}
 	args = append(args, s.keyArgs(req.Key)...)
 	args = append(args, cur.Nonce, cur.Attempt, string(cur.Status), cur.HeartbeatAt, cur.ExpiresAt)
 	n, err = s.exec(ctx, stCAS, args...)
@@ -357,8 +429,8 @@ func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 // retryable reports a MySQL deadlock, after which InnoDB has rolled the
 // statement back and it can be sent again.
 func retryable(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1213
+	n, _, ok := mysqlServerError(err)
+	return ok && n == 1213
 }
 
 var errNoRow = errors.New("sqlstore: no row")
@@ -371,7 +443,7 @@ func (s *Store) read(ctx context.Context, op, key string) (*idem.Record, error) 
 		return nil, storeErr(op, err)
 	}
 	var raw rawRecord
-	err = st.QueryRowContext(ctx, s.keyArgs(key)...).Scan(raw.dest()...)
+	err = retryTransient(ctx, func() error { return st.QueryRowContext(ctx, s.keyArgs(key)...).Scan(raw.dest()...) })
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errNoRow
 	}
@@ -418,6 +490,9 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completi
 	if result != nil && len(result) == 0 {
 		result = nil
 	}
+	if err := s.checkPacket(ctx, len(result)+len(key)+len(nonce)+statementSlack(c)); err != nil {
+		return err
+	}
 	var args []any
 	if s.dialect == Postgres {
 		args = append(s.keyArgs(key), nonce, string(c.Status), result, msg, typ, now, now+c.TTL.Milliseconds())
@@ -426,6 +501,41 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completi
 			s.keyArgs(key)...), nonce)
 	}
 	return s.owned(ctx, "complete", stComplete, key, nonce, false, args)
+}
+
+// statementSlack is a bound on what a completion statement adds to its
+// result: the message, the type and the statement text.
+func statementSlack(c idem.Completion) int {
+	n := 4096
+	if c.Error != nil {
+		n += len(c.Error.Message) + len(c.Error.Type)
+	}
+	return n
+}
+
+// checkPacket refuses, as a permanent StoreError, a MySQL statement of
+// about size bytes that is over the server's max_allowed_packet. The server
+// answers such a statement by closing the connection, which looks like any
+// connection reset and would be retried for the whole takeover window;
+// refused here, the Guard records the outcome without its result at once.
+// The limit is read once per store (SELECT @@max_allowed_packet); while it
+// cannot be read, nothing is refused here.
+func (s *Store) checkPacket(ctx context.Context, size int) error {
+	if s.dialect != MySQL {
+		return nil
+	}
+	limit := s.maxPacket.Load()
+	if limit == 0 {
+		if err := s.db.QueryRowContext(ctx, "SELECT @@max_allowed_packet").Scan(&limit); err != nil || limit <= 0 {
+			return nil
+		}
+		s.maxPacket.Store(limit)
+	}
+	if int64(size) <= limit {
+		return nil
+	}
+	return &idem.StoreError{Op: "complete", Permanent: true,
+		Err: fmt.Errorf("sqlstore: statement of about %d bytes is over the server's max_allowed_packet (%d)", size, limit)}
 }
 
 // Release implements idem.Store: one UPDATE setting expires_at = now,
@@ -503,18 +613,18 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// Purge deletes the rows of this store's tenant and scope that stopped
-// counting more than the purge grace ago (WithPurgeGrace), with one DELETE
+// Purge deletes the rows of the table that expired more than the retention
+// ago (WithRetention), whatever their tenant and scope, with one DELETE
 // using the expires_at index, and returns how many it deleted. Run it from
 // a periodic job; rows that have expired but are not yet purged are
 // ignored by every operation.
-func (s *Store) Purge(ctx context.Context) (int64, error) {
+func (s *Store) Purge(ctx context.Context) (int, error) {
 	if err := s.Validate(); err != nil {
 		return 0, err
 	}
-	n, err := s.exec(ctx, stPurge, s.cfg.tenant, s.cfg.scope, s.nowMs()-s.cfg.grace.Milliseconds())
+	n, err := s.exec(ctx, stPurge, s.nowMs()-s.cfg.retention.Milliseconds())
 	if err != nil {
 		return 0, storeErr("purge", err)
 	}
-	return n, nil
+	return int(n), nil
 }

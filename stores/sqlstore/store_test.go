@@ -27,27 +27,21 @@ func TestOptionsRejected(t *testing.T) {
 		dialect sqlstore.Dialect
 		opts    []sqlstore.Option
 	}{
-		"nil db":            {nil, sqlstore.Postgres, nil},
-		"zero dialect":      {db, 0, nil},
-		"unknown dialect":   {db, 7, nil},
-		"nil option":        {db, sqlstore.MySQL, []sqlstore.Option{nil}},
-		"empty table":       {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("")}},
-		"injection":         {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("t; DROP TABLE users")}},
-		"quote":             {db, sqlstore.MySQL, []sqlstore.Option{sqlstore.WithTable("t`x")}},
-		"leading digit":     {db, sqlstore.MySQL, []sqlstore.Option{sqlstore.WithTable("1t")}},
-		"two dots":          {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("a.b.c")}},
-		"empty schema":      {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable(".t")}},
-		"long table":        {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable(strings.Repeat("t", 49))}},
-		"long tenant":       {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTenant(strings.Repeat("t", 65))}},
-		"long scope":        {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithScope(strings.Repeat("s", 256))}},
-		"negative grace":    {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithPurgeGrace(-time.Second)}},
-		"nil clock":         {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithClock(nil)}},
-		"first error kept":  {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithClock(nil), sqlstore.WithTable("ok")}},
-		"non-ascii letters": {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("tablé")}},
-		"tenant not UTF-8":  {db, sqlstore.MySQL, []sqlstore.Option{sqlstore.WithTenant("caf\xe9")}},
-		"tenant space":      {db, sqlstore.MySQL, []sqlstore.Option{sqlstore.WithTenant("acme ")}},
-		"scope NUL":         {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithScope("a\x00b")}},
-		"scope not UTF-8":   {db, sqlstore.MySQL, []sqlstore.Option{sqlstore.WithScope("\xff")}},
+		"nil db":             {nil, sqlstore.Postgres, nil},
+		"zero dialect":       {db, 0, nil},
+		"unknown dialect":    {db, 7, nil},
+		"nil option":         {db, sqlstore.MySQL, []sqlstore.Option{nil}},
+		"empty table":        {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("")}},
+		"injection":          {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("t; DROP TABLE users")}},
+		"quote":              {db, sqlstore.MySQL, []sqlstore.Option{sqlstore.WithTable("t`x")}},
+		"leading digit":      {db, sqlstore.MySQL, []sqlstore.Option{sqlstore.WithTable("1t")}},
+		"two dots":           {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("a.b.c")}},
+		"empty schema":       {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable(".t")}},
+		"long table":         {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable(strings.Repeat("t", 49))}},
+		"negative retention": {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithRetention(-time.Second)}},
+		"nil clock":          {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithClock(nil)}},
+		"first error kept":   {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithClock(nil), sqlstore.WithTable("ok")}},
+		"non-ascii letters":  {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("tablé")}},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -59,8 +53,7 @@ func TestOptionsRejected(t *testing.T) {
 			assert.True(t, errors.As(err, &oe), "%T", err)
 		})
 	}
-	s, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithTable("idem.keys_v2"), sqlstore.WithTenant("t"),
-		sqlstore.WithScope("s"), sqlstore.WithPurgeGrace(0))
+	s, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithTable("idem.keys_v2"), sqlstore.WithRetention(0))
 	require.NoError(t, err)
 	assert.NoError(t, s.Validate())
 	assert.Equal(t, "idem.keys_v2", s.Table())
@@ -131,7 +124,7 @@ func TestBadInput(t *testing.T) {
 func TestAttemptsContinue(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
 		clock := newFakeClock()
-		e := newEnv(t, d, sqlstore.WithClock(clock.Now), sqlstore.WithPurgeGrace(time.Hour))
+		e := newEnv(t, d, sqlstore.WithClock(clock.Now), sqlstore.WithRetention(time.Hour))
 		s, ctx, key := e.store, ctxT(t), storageKey()
 		claim := func(want idem.ClaimOutcome, attempt int64) idem.ClaimRequest {
 			t.Helper()
@@ -167,13 +160,13 @@ func TestAttemptsContinue(t *testing.T) {
 		clock.Advance(leaseTTL + 30*time.Minute)
 		n, err := s.Purge(ctx)
 		require.NoError(t, err)
-		assert.Equal(t, int64(0), n)
+		assert.Equal(t, 0, n)
 		claim(idem.Claimed, 5)
 		// ...and deletes them after it.
 		clock.Advance(leaseTTL + 2*time.Hour)
 		n, err = s.Purge(ctx)
 		require.NoError(t, err)
-		assert.Equal(t, int64(1), n)
+		assert.Equal(t, 1, n)
 		claim(idem.Claimed, 1)
 	})
 }
@@ -202,38 +195,65 @@ func TestOwnershipSameMillisecond(t *testing.T) {
 	})
 }
 
-// TestTenantScope: stores with different tenants or scopes share a table
-// without seeing each other's rows.
+// TestTenantScope: a claim writes the request's tenant and scope into the
+// row's columns, and every other call finds the row by its storage key
+// alone.
 func TestTenantScope(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
-		base := newEnv(t, d)
-		ctx, key := ctxT(t), storageKey()
-		var stores []*sqlstore.Store
-		for _, o := range [][]sqlstore.Option{
-			nil,
-			{sqlstore.WithTenant("a")},
-			{sqlstore.WithTenant("b")},
-			{sqlstore.WithTenant("a"), sqlstore.WithScope("invoices")},
-		} {
-			s, err := sqlstore.New(base.db, d, append([]sqlstore.Option{sqlstore.WithTable(base.table)}, o...)...)
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = s.Close() })
-			stores = append(stores, s)
-		}
-		for i, s := range stores {
-			res, err := s.Claim(ctx, claimReq(key))
-			require.NoError(t, err)
-			assert.Equal(t, idem.Claimed, res.Outcome, "store %d", i)
-		}
-		require.NoError(t, stores[1].Delete(ctx, key))
-		for i, s := range stores {
-			_, err := s.Get(ctx, key)
-			if i == 1 {
-				assert.ErrorIs(t, err, idem.ErrNotFound)
-			} else {
-				assert.NoError(t, err, "store %d", i)
-			}
-		}
+		e := newEnv(t, d)
+		s, ctx, key := e.store, ctxT(t), storageKey()
+		r := claimReq(key)
+		r.Tenant, r.Scope = "acme", "invoices"
+		res, err := s.Claim(ctx, r)
+		require.NoError(t, err)
+		assert.Equal(t, idem.Claimed, res.Outcome)
+		var tenant, scope string
+		require.NoError(t, e.db.QueryRowContext(ctx, "SELECT tenant, scope FROM "+e.table+" WHERE key_hash = "+
+			map[sqlstore.Dialect]string{sqlstore.Postgres: "$1", sqlstore.MySQL: "?"}[d], key).Scan(&tenant, &scope))
+		assert.Equal(t, "acme", tenant)
+		assert.Equal(t, "invoices", scope)
+		require.NoError(t, s.Heartbeat(ctx, key, r.Nonce, time.Minute))
+		_, err = s.Get(ctx, key)
+		require.NoError(t, err)
+		require.NoError(t, s.Delete(ctx, key))
+		_, err = s.Get(ctx, key)
+		assert.ErrorIs(t, err, idem.ErrNotFound)
+		bad := claimReq(storageKey())
+		bad.Tenant = "acme "
+		_, err = s.Claim(ctx, bad)
+		assert.Error(t, err, "a tenant MySQL would compare inexactly")
+	})
+}
+
+// TestStoredTakeover: a claim keeps its owner's takeover threshold, and a
+// later caller with a shorter one cannot take the claim over before the
+// stored threshold has passed.
+func TestStoredTakeover(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		clock := newFakeClock()
+		e := newEnv(t, d, sqlstore.WithClock(clock.Now))
+		s, ctx, key := e.store, ctxT(t), storageKey()
+		owner := claimReq(key)
+		owner.TakeoverAfter = time.Hour
+		owner.LeaseTTL = 2 * time.Hour
+		res, err := s.Claim(ctx, owner)
+		require.NoError(t, err)
+		require.Equal(t, idem.Claimed, res.Outcome)
+		assert.Equal(t, time.Hour.Milliseconds(), res.Record.TakeoverMs)
+		got, err := s.Get(ctx, key)
+		require.NoError(t, err)
+		assert.Equal(t, time.Hour.Milliseconds(), got.TakeoverMs)
+		clock.Advance(time.Minute)
+		other := claimReq(key)
+		other.TakeoverAfter = time.Second
+		res, err = s.Claim(ctx, other)
+		require.NoError(t, err)
+		assert.Equal(t, idem.Existing, res.Outcome, "judged by the owner's stored threshold")
+		clock.Advance(time.Hour)
+		res, err = s.Claim(ctx, other)
+		require.NoError(t, err)
+		assert.Equal(t, idem.TookOver, res.Outcome)
+		assert.Equal(t, time.Second.Milliseconds(), res.Record.TakeoverMs, "the new owner's threshold")
 	})
 }
 

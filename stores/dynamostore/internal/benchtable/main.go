@@ -84,7 +84,10 @@ func run(endpoint, region, table string, n int) error {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	prefix := "bench" + hex.EncodeToString(b) + "#"
-	store := dynamostore.New(client, table, dynamostore.WithKeyPrefix(prefix))
+	store, err := dynamostore.New(client, table, dynamostore.WithKeyPrefix(prefix))
+	if err != nil {
+		return err
+	}
 	g, err := idem.New[int](store)
 	if err != nil {
 		return err

