@@ -241,3 +241,12 @@ func TestRegenerateFromCostsTwoRequests(t *testing.T) {
 		t.Fatalf("stale read: rendered=%v outcome=%v meta=%+v", rendered, res.Outcome, res.Meta)
 	}
 }
+
+// RequestHash agrees with JavaScript: the expectation is Node's
+// sha256(JSON.stringify(["acme", "/q?a=1&b=<x>", "\u2028\"\\"])) (no HTML
+// escaping, as RFC 8785).
+func TestRequestHashMatchesJavaScript(t *testing.T) {
+	if got := isr.RequestHash("acme", "/q?a=1&b=<x>", "\u2028\"\\"); got != "18ead0c44b45ce5932046751b4b6a6f7fcda7216813dab2047f804e8c0f40102" {
+		t.Fatalf("RequestHash = %s", got)
+	}
+}

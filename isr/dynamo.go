@@ -160,7 +160,52 @@ func (t *DynamoTable) GetMeta(ctx context.Context, pk string) (Meta, error) {
 	if err != nil {
 		return Meta{}, err
 	}
+	if _, ok := item[attrCurrentSK]; ok {
+		if item, err = t.followPointer(ctx, pk, item); err != nil {
+			return Meta{}, err
+		}
+	}
 	return decodeMeta(pk, item)
+}
+
+// followPointer serves recipe B: META's current_sk names the VER# row that
+// is current, and that row's s3_key, generated_at and etag (and
+// revalidate_seconds when META has none) are the page's. META's own copies
+// may be missing (a writer that sets only the pointer, as the recipe's
+// sketch does) or left over from an older recipe-A META the pointer was
+// swapped over, so the pointer decides, at the cost of one more read.
+func (t *DynamoTable) followPointer(ctx context.Context, pk string, meta map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
+	cur, err := getS(pk, SKMeta, meta, attrCurrentSK, true)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(cur, VersionSKPrefix) || len(cur) == len(VersionSKPrefix) {
+		return nil, &CorruptItemError{PK: pk, SK: SKMeta, Attr: attrCurrentSK, Reason: "not a VER# sort key: " + strconv.Quote(cur)}
+	}
+	ver, err := t.get(ctx, pk, cur)
+	if errors.Is(err, ErrNotFound) {
+		return nil, &CorruptItemError{PK: pk, SK: SKMeta, Attr: attrCurrentSK, Reason: "points to a missing row " + strconv.Quote(cur)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	merged := make(map[string]types.AttributeValue, len(meta)+2)
+	for k, v := range meta {
+		merged[k] = v
+	}
+	for _, a := range []string{attrS3Key, attrGeneratedAt, attrETag} {
+		if v, ok := ver[a]; ok {
+			merged[a] = v
+		} else {
+			delete(merged, a)
+		}
+	}
+	if _, ok := merged[attrRevalidate]; !ok {
+		if v, ok := ver[attrRevalidate]; ok {
+			merged[attrRevalidate] = v
+		}
+	}
+	return merged, nil
 }
 
 // GetLease implements Table.
@@ -286,11 +331,14 @@ func (t *DynamoTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease,
 }
 
 func leaseHeld(pk string, old map[string]types.AttributeValue) error {
-	e := &LeaseHeldError{PK: pk}
-	if l, err := decodeLease(pk, old); err == nil {
-		e.ExpiresAt = l.ExpiresAt
+	l, err := decodeLease(pk, old)
+	if err != nil && len(old) > 0 {
+		// A LOCK the condition refused but that cannot be read (say a
+		// lease_expires_at of another type) is corrupt, never "held
+		// until 0".
+		return err
 	}
-	return e
+	return &LeaseHeldError{PK: pk, ExpiresAt: l.ExpiresAt}
 }
 
 // RefreshLease implements Table.
@@ -720,6 +768,16 @@ func parseN(pk, sk, attr, s string) (int64, error) {
 	return i, nil
 }
 
+// ttl reads the ttl attribute, garbage collection only: one of another
+// type or unreadable is taken as absent, never an error.
+func (d *decoder) ttl() int64 {
+	v, err := getN(d.pk, d.sk, d.item, attrTTL, false)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
 type decoder struct {
 	pk, sk string
 	item   map[string]types.AttributeValue
@@ -752,7 +810,7 @@ func decodeMeta(pk string, item map[string]types.AttributeValue) (Meta, error) {
 		GeneratedAt:       d.n(attrGeneratedAt, true),
 		RevalidateSeconds: d.n(attrRevalidate, true),
 		ETag:              d.s(attrETag, false),
-		TTL:               d.n(attrTTL, false),
+		TTL:               d.ttl(),
 		CurrentSK:         d.s(attrCurrentSK, false),
 		Version:           d.n(attrVersion, false),
 	}
@@ -773,7 +831,7 @@ func decodeLease(pk string, item map[string]types.AttributeValue) (Lease, error)
 		PK:        pk,
 		Token:     d.s(attrLeaseToken, true),
 		ExpiresAt: d.n(attrLeaseExp, true),
-		TTL:       d.n(attrTTL, false),
+		TTL:       d.ttl(),
 	}
 	return l, d.err
 }
@@ -786,7 +844,7 @@ func decodeRequest(pk, k string, item map[string]types.AttributeValue) (Request,
 		Hash:        d.s(attrRequestHash, true),
 		Status:      RequestStatus(d.s(attrStatus, true)),
 		ResultS3Key: d.s(attrResultS3Key, false),
-		TTL:         d.n(attrTTL, false),
+		TTL:         d.ttl(),
 	}
 	if d.err == nil {
 		switch r.Status {
@@ -806,7 +864,7 @@ func decodeVersion(pk, id string, item map[string]types.AttributeValue) (Version
 		S3Key:       d.s(attrS3Key, true),
 		GeneratedAt: d.n(attrGeneratedAt, true),
 		ETag:        d.s(attrETag, false),
-		TTL:         d.n(attrTTL, false),
+		TTL:         d.ttl(),
 	}
 	return v, d.err
 }

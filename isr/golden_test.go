@@ -249,6 +249,23 @@ func TestDynamoGoldenItems(t *testing.T) {
 			if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: item}); err != nil {
 				t.Fatal(err)
 			}
+			if name == "meta_pointer" {
+				// Recipe B: META's current_sk is followed to its VER# row,
+				// so the pointed row is written under the same pk.
+				vb, err := os.ReadFile(filepath.Join("testdata", "version.json"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var vj ddbJSON
+				if err := json.Unmarshal(vb, &vj); err != nil {
+					t.Fatal(err)
+				}
+				vitem := fromJSON(t, vj)
+				vitem["pk"] = &types.AttributeValueMemberS{Value: rpk}
+				if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: vitem}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			sk := j["sk"]["S"]
 			switch {
 			case sk == isr.SKMeta:

@@ -3,11 +3,12 @@ package isr
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/idem-go/idem/internal/jcs"
 )
 
 // Sort keys and prefixes of the items package isr reads and writes. They are
@@ -107,12 +108,19 @@ func VersionedKey(cacheKey, deployID, policyVersion string) (string, error) {
 
 // RequestHash returns a deterministic hash of the inputs that matter for a
 // regeneration (tenant, cache key, policy knobs): the lowercase hex SHA-256
-// of the JSON array of the given strings. Order matters.
+// of the RFC 8785 JSON array of the given strings (JavaScript's
+// JSON.stringify writes the same bytes: no HTML escaping). Order matters.
+// Invalid UTF-8 in an input is hashed as JSON has always written it, each
+// bad byte as U+FFFD.
 func RequestHash(inputs ...string) string {
-	if inputs == nil {
-		inputs = []string{}
+	b := []byte{'['}
+	for i, s := range inputs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jcs.AppendString(b, strings.Map(func(r rune) rune { return r }, s)) // each bad byte becomes U+FFFD
 	}
-	b, _ := json.Marshal(inputs) // a []string always encodes
+	b = append(b, ']')
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
