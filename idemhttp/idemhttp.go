@@ -1,0 +1,305 @@
+package idemhttp
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/textproto"
+	"sort"
+	"strings"
+
+	"github.com/idem-go/idem"
+)
+
+// ReplayedHeader is set to "true" on every replayed response.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// Middleware guards HTTP handlers with the Idempotency-Key header. It is
+// safe for concurrent use; one Middleware may wrap many handlers (they then
+// share one key space per principal: wrap each operation with its own
+// Middleware, or give each a namespace with WithGuard(idem.WithNamespace),
+// if the same key may be sent to two of them).
+type Middleware struct {
+	cfg   config
+	guard *idem.Guard[response]
+}
+
+// response is what is recorded for a replay.
+type response struct {
+	Status int         `json:"status"`
+	Header http.Header `json:"header,omitempty"`
+	Body   []byte      `json:"body,omitempty"`
+	// Omitted is set when the body was over the record limit: the first
+	// caller got it, replays get ProblemResponseNotRecorded.
+	Omitted bool `json:"omitted,omitempty"`
+}
+
+// errNotRecorded makes the Guard release the claim of a response the
+// middleware does not record (a status WithRecordStatus refuses, a hijacked
+// connection), so the next request with the key runs the handler again.
+var errNotRecorded = errors.New("idemhttp: response not recorded")
+
+// New returns a Middleware whose records live in store. It fails with an
+// error matching idem.ErrInvalidOption when an option (its own or one given
+// to WithGuard) is invalid, or store is nil.
+func New(store idem.Store, opts ...Option) (*Middleware, error) {
+	c := config{
+		methods:         map[string]bool{http.MethodPost: true, http.MethodPatch: true},
+		recordStatus:    func(status int) bool { return status < 500 },
+		maxBody:         DefaultMaxBody,
+		maxRecordedBody: DefaultMaxRecordedBody,
+		headerName:      DefaultHeaderName,
+	}
+	for _, o := range opts {
+		if o == nil {
+			c.invalid("New", "nil option")
+			continue
+		}
+		o(&c)
+	}
+	g, err := idem.New[response](store, c.guardOpts...)
+	if err != nil {
+		c.errs = append(c.errs, err)
+	}
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	return &Middleware{cfg: c, guard: g}, nil
+}
+
+// Handler returns next guarded by m. It panics if next is nil, as
+// http.Handle does.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	if next == nil {
+		panic("idemhttp: Handler: nil handler")
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if !m.cfg.methods[r.Method] {
+		next.ServeHTTP(w, r)
+		return
+	}
+	key, err := ParseKey(r.Header.Values(m.cfg.headerName))
+	switch {
+	case errors.Is(err, errNoKey):
+		if !m.cfg.required {
+			next.ServeHTTP(w, r)
+			return
+		}
+		writeProblem(w, problem{Type: ProblemKeyMissing, Title: "Idempotency key missing", Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("This operation requires the %s request header.", m.cfg.headerName)}, 0)
+		return
+	case err != nil:
+		writeProblem(w, problem{Type: ProblemKeyInvalid, Title: "Invalid idempotency key", Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("The %s header is invalid: %s.", m.cfg.headerName, err.(*KeyError).Reason)}, 0)
+		return
+	}
+	principal := ""
+	if m.cfg.principal != nil {
+		if principal, err = m.cfg.principal(r); err != nil {
+			writeProblem(w, problem{Type: ProblemUnauthorized, Title: "Caller not identified", Status: http.StatusUnauthorized,
+				Detail: "The request does not say who is asking, so its idempotency key cannot be scoped."}, 0)
+			return
+		}
+	}
+	body, ok := m.readBody(w, r)
+	if !ok {
+		return
+	}
+	fp := m.fingerprint(r, body)
+	// The principal is hashed to a fixed length, so no principal/key pair
+	// can be spelled like another.
+	ph := sha256.Sum256([]byte(principal))
+	scoped := hex.EncodeToString(ph[:]) + ":" + key
+
+	ran := false
+	v, err := m.guard.Do(r.Context(), scoped, func(ctx context.Context) (response, error) {
+		ran = true
+		return m.run(ctx, w, r, body, next)
+	}, idem.Payload(fp))
+	if ran {
+		return // the first caller was served by the handler itself
+	}
+	if err == nil {
+		m.replay(w, v)
+		return
+	}
+	var se *idem.StoreError
+	switch {
+	case errors.Is(err, idem.ErrPayloadMismatch):
+		writeProblem(w, problem{Type: ProblemKeyReused, Title: "Idempotency key reused", Status: http.StatusUnprocessableEntity,
+			Detail: "This idempotency key was already used with a different request."}, 0)
+	case errors.Is(err, idem.ErrInProgress):
+		writeProblem(w, problem{Type: ProblemInProgress, Title: "Request in progress", Status: http.StatusConflict,
+			Detail: "A request with this idempotency key is being processed; retry later."}, 1)
+	case errors.Is(err, idem.ErrDuplicate):
+		writeProblem(w, problem{Type: ProblemAlreadyProcessed, Title: "Request already processed", Status: http.StatusConflict,
+			Detail: "A request with this idempotency key was already processed."}, 0)
+	case errors.Is(err, idem.ErrPreviousFailure):
+		writeProblem(w, problem{Type: ProblemInternal, Title: "Previous request failed", Status: http.StatusInternalServerError,
+			Detail: "A request with this idempotency key failed, and its failure is kept."}, 0)
+	case errors.As(err, &se):
+		writeProblem(w, problem{Type: ProblemStoreUnavailable, Title: "Idempotency store unavailable", Status: http.StatusServiceUnavailable,
+			Detail: "The request was not processed; retry later."}, 1)
+	default:
+		writeProblem(w, problem{Type: ProblemInternal, Title: "Idempotency record unavailable", Status: http.StatusInternalServerError,
+			Detail: "The record of this idempotency key cannot be read."}, 0)
+	}
+}
+
+// readBody reads the whole request body, up to the limit, and hands the
+// request a copy. ok is false when a problem has been written instead.
+func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []byte, ok bool) {
+	tooLarge := func() {
+		writeProblem(w, problem{Type: ProblemBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
+			Detail: fmt.Sprintf("The request body is over %d bytes.", m.cfg.maxBody)}, 0)
+	}
+	if r.ContentLength > m.cfg.maxBody {
+		tooLarge()
+		return nil, false
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, true
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, m.cfg.maxBody+1))
+	if err != nil {
+		writeProblem(w, problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest,
+			Detail: "The request body could not be read."}, 0)
+		return nil, false
+	}
+	if int64(len(body)) > m.cfg.maxBody {
+		tooLarge()
+		return nil, false
+	}
+	return body, true
+}
+
+// fingerprint is the hash a replay must match: method, escaped path, raw
+// query, the SHA-256 of the body, and the fingerprinted headers, each
+// length-prefixed.
+func (m *Middleware) fingerprint(r *http.Request, body []byte) string {
+	h := sha256.New()
+	field := func(s string) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	field("idemhttp/fingerprint/v1")
+	field(r.Method)
+	field(r.URL.EscapedPath())
+	field(r.URL.RawQuery)
+	bs := sha256.Sum256(body)
+	field(string(bs[:]))
+	for _, name := range m.cfg.fpHeaders {
+		field(name)
+		vals := r.Header.Values(name)
+		field(fmt.Sprint(len(vals)))
+		for _, v := range vals {
+			field(v)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// run serves a first request: the handler writes to the client through a
+// recorder, and what it wrote becomes the record.
+func (m *Middleware) run(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next http.Handler) (response, error) {
+	rec := &recorder{w: w, max: m.cfg.maxRecordedBody}
+	r2 := r.WithContext(ctx)
+	if body != nil {
+		r2.Body = io.NopCloser(bytes.NewReader(body))
+		r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	next.ServeHTTP(rec, r2)
+	if rec.hijacked {
+		return response{}, errNotRecorded
+	}
+	status, header := rec.status, rec.header
+	if !rec.wrote {
+		if ctx.Err() != nil {
+			// The handler gave up on a request whose client left (or whose
+			// claim lapsed): an empty 200 is not its answer to replay.
+			return response{}, errNotRecorded
+		}
+		// net/http sends a 200 with the headers as they are now.
+		status, header = http.StatusOK, w.Header().Clone()
+	}
+	if !m.cfg.recordStatus(status) {
+		return response{}, errNotRecorded
+	}
+	resp := response{Status: status, Header: m.recordable(header)}
+	if rec.tooLarge {
+		resp.Omitted = true
+	} else if rec.body.Len() > 0 {
+		resp.Body = rec.body.Bytes()
+	}
+	return resp, nil
+}
+
+// hopByHop are the response headers that describe one connection, not the
+// response (RFC 9110 section 7.6.1), and are never recorded.
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// recordable returns the headers to record: all but hop-by-hop ones (and
+// those named in Connection), the middleware's own, and Set-Cookie unless
+// WithReplaySetCookie.
+func (m *Middleware) recordable(h http.Header) http.Header {
+	out := h.Clone()
+	for _, c := range h.Values("Connection") {
+		for _, name := range strings.Split(c, ",") {
+			if name = textproto.TrimString(name); name != "" {
+				out.Del(name)
+			}
+		}
+	}
+	for _, name := range hopByHop {
+		out.Del(name)
+	}
+	out.Del(ReplayedHeader)
+	if !m.cfg.replayCookies {
+		out.Del("Set-Cookie")
+	}
+	for k := range out {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			delete(out, k)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// replay writes a recorded response.
+func (m *Middleware) replay(w http.ResponseWriter, v response) {
+	h := w.Header()
+	if v.Omitted {
+		h.Set(ReplayedHeader, "true")
+		writeProblem(w, problem{Type: ProblemResponseNotRecorded, Title: "Response not recorded", Status: http.StatusConflict,
+			Detail:         fmt.Sprintf("The request with this idempotency key was processed, but its response was over %d bytes and was not kept.", m.cfg.maxRecordedBody),
+			OriginalStatus: v.Status}, 0)
+		return
+	}
+	keys := make([]string, 0, len(v.Header))
+	for k := range v.Header {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		h[k] = append([]string(nil), v.Header[k]...)
+	}
+	h.Set(ReplayedHeader, "true")
+	w.WriteHeader(v.Status)
+	if len(v.Body) > 0 {
+		_, _ = w.Write(v.Body)
+	}
+}

@@ -1,0 +1,190 @@
+package idemhttp
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/idem-go/idem"
+)
+
+// Defaults used when an option is not given.
+const (
+	// DefaultHeaderName is the request header that carries the key.
+	DefaultHeaderName = "Idempotency-Key"
+	// DefaultMaxBody is the largest request body read (1 MiB).
+	DefaultMaxBody = 1 << 20
+	// DefaultMaxRecordedBody is the largest response body recorded for
+	// replays (256 KiB, so that the record fits every store, DynamoDB's
+	// 400 KB items included).
+	DefaultMaxRecordedBody = 256 << 10
+	// MaxKeyLen is the longest key accepted, in bytes (the unquoted value).
+	MaxKeyLen = 255
+)
+
+// Option configures a Middleware. Options are checked by New, which returns
+// an error matching idem.ErrInvalidOption for any that does not make sense.
+type Option func(*config)
+
+type config struct {
+	principal       func(*http.Request) (string, error)
+	required        bool
+	methods         map[string]bool
+	fpHeaders       []string
+	recordStatus    func(int) bool
+	maxBody         int64
+	maxRecordedBody int64
+	headerName      string
+	replayCookies   bool
+	guardOpts       []idem.Option
+	errs            []error
+}
+
+func (c *config) invalid(option, format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("idemhttp: %s: %s: %w", option, fmt.Sprintf(format, args...), idem.ErrInvalidOption))
+}
+
+// WithPrincipal sets the function that names who is asking (an API key, a
+// user or account id). Keys are scoped by it: the same Idempotency-Key sent
+// by two principals names two independent operations, so one client can
+// never replay another's response. A function that returns an error makes
+// the request a 401 problem, with the handler not run. Without this option
+// every caller shares one key space; use it whenever the API has more than
+// one client.
+func WithPrincipal(principal func(*http.Request) (string, error)) Option {
+	return func(c *config) {
+		if principal == nil {
+			c.invalid("WithPrincipal", "function is nil")
+		}
+		c.principal = principal
+	}
+}
+
+// WithRequired makes the key mandatory for the guarded methods: a request
+// without one is a 400 problem, with the handler not run. By default a
+// request without a key passes through unguarded.
+func WithRequired() Option {
+	return func(c *config) { c.required = true }
+}
+
+// WithMethods sets the methods that are guarded (default POST and PATCH).
+// Requests with other methods pass through untouched. Names are
+// case-sensitive, as HTTP methods are.
+func WithMethods(methods ...string) Option {
+	return func(c *config) {
+		if len(methods) == 0 {
+			c.invalid("WithMethods", "no methods")
+			return
+		}
+		c.methods = make(map[string]bool, len(methods))
+		for _, m := range methods {
+			if !isToken(m) {
+				c.invalid("WithMethods", "%q is not a method name", m)
+			}
+			c.methods[m] = true
+		}
+	}
+}
+
+// WithFingerprintHeaders adds the named request headers to the request
+// fingerprint: a replay whose values for them differ is a 422 problem, as a
+// different body is. Names are case-insensitive.
+func WithFingerprintHeaders(names ...string) Option {
+	return func(c *config) {
+		for _, n := range names {
+			if !isToken(n) {
+				c.invalid("WithFingerprintHeaders", "%q is not a header name", n)
+				continue
+			}
+			c.fpHeaders = append(c.fpHeaders, http.CanonicalHeaderKey(n))
+		}
+	}
+}
+
+// WithRecordStatus sets which response statuses are recorded and replayed.
+// The default records every status below 500: a 5xx is not recorded, its
+// claim is released, and the client's retry runs the handler again. A
+// status that is not recorded always releases the claim.
+func WithRecordStatus(record func(status int) bool) Option {
+	return func(c *config) {
+		if record == nil {
+			c.invalid("WithRecordStatus", "function is nil")
+		}
+		c.recordStatus = record
+	}
+}
+
+// WithMaxBody sets the largest request body read, in bytes (default
+// DefaultMaxBody). A longer body is a 413 problem, with the handler not
+// run.
+func WithMaxBody(n int64) Option {
+	return func(c *config) {
+		if n <= 0 {
+			c.invalid("WithMaxBody", "limit must be positive, got %d", n)
+		}
+		c.maxBody = n
+	}
+}
+
+// WithMaxRecordedBody sets the largest response body recorded for replays,
+// in bytes (default DefaultMaxRecordedBody). A longer response is still
+// served in full to the first caller; its replays get a 409 problem of
+// type ProblemResponseNotRecorded, never a truncated body.
+func WithMaxRecordedBody(n int64) Option {
+	return func(c *config) {
+		if n <= 0 {
+			c.invalid("WithMaxRecordedBody", "limit must be positive, got %d", n)
+		}
+		c.maxRecordedBody = n
+	}
+}
+
+// WithHeaderName sets the request header that carries the key (default
+// "Idempotency-Key").
+func WithHeaderName(name string) Option {
+	return func(c *config) {
+		if !isToken(name) {
+			c.invalid("WithHeaderName", "%q is not a header name", name)
+		}
+		c.headerName = http.CanonicalHeaderKey(name)
+	}
+}
+
+// WithReplaySetCookie records Set-Cookie response headers and replays
+// them. By default they are dropped from the record (a session cookie is
+// meant for one response, and a record outlives it).
+func WithReplaySetCookie() Option {
+	return func(c *config) { c.replayCookies = true }
+}
+
+// WithGuard passes options to the idem Guard underneath: TTL, takeover
+// threshold, heartbeat, secret, namespace, observer, and the duplicate
+// policy (idem.OnDuplicate(idem.Wait) makes a request that finds its key in
+// progress wait for the first one's response, bounded by its own context,
+// instead of getting a 409). Leave the failure policy at its default
+// (idem.Unlock): the middleware uses it to release the claim of a response
+// it does not record.
+func WithGuard(opts ...idem.Option) Option {
+	return func(c *config) { c.guardOpts = append(c.guardOpts, opts...) }
+}
+
+// isToken reports whether s is a non-empty RFC 9110 token.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isTchar(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isTchar(b byte) bool {
+	switch {
+	case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0
+}

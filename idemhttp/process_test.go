@@ -1,0 +1,372 @@
+package idemhttp_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/filestore"
+	"github.com/idem-go/idem/stores/redisstore"
+)
+
+// Environment of a server child (the test binary re-executed).
+const (
+	childEnv   = "IDEMHTTP_TEST_SERVER"  // "file:<dir>" or "redis:<addr>"
+	nsEnv      = "IDEMHTTP_TEST_NS"      // Guard namespace (tenant)
+	effectsEnv = "IDEMHTTP_TEST_EFFECTS" // side-effect log, appended to by every child
+)
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		if err := serveChild(spec); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// serveChild runs one server process: the middleware over the shared store,
+// in front of a handler whose side effect is a line appended to a shared
+// file. It prints its address and serves until its stdin closes.
+func serveChild(spec string) error {
+	var store idem.Store
+	switch kind, arg, _ := strings.Cut(spec, ":"); kind {
+	case "file":
+		s, err := filestore.New(arg)
+		if err != nil {
+			return err
+		}
+		store = s
+	case "redis":
+		s, err := redisstore.New(redis.NewClient(&redis.Options{Addr: arg, PoolSize: 32}))
+		if err != nil {
+			return err
+		}
+		store = s
+	default:
+		return fmt.Errorf("unknown store %q", spec)
+	}
+	effects, err := os.OpenFile(os.Getenv(effectsEnv), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	m, err := idemhttp.New(store,
+		idemhttp.WithRequired(),
+		idemhttp.WithPrincipal(func(r *http.Request) (string, error) {
+			if c := r.Header.Get("X-Client"); c != "" {
+				return c, nil
+			}
+			return "", errors.New("no client")
+		}),
+		idemhttp.WithGuard(idem.OnDuplicate(idem.Wait), idem.WithNamespace(os.Getenv(nsEnv), "payments.create")),
+	)
+	if err != nil {
+		return err
+	}
+	var n atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		key := r.Header.Get("Idempotency-Key")
+		tok, _ := idem.FencingToken(r.Context())
+		resp := fmt.Sprintf(`{"payment":"pay_%d_%d","token":%d,"request":%q}`, os.Getpid(), n.Add(1), tok, body)
+		// The side effect: one line per run, one write(2) with O_APPEND.
+		if _, err := effects.Write([]byte(key + "\t" + resp + "\n")); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond) // widen the window for concurrent retries
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, resp)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("ADDR %s\n", ln.Addr())
+	go func() { io.Copy(io.Discard, os.Stdin); ln.Close() }()
+	err = (&http.Server{Handler: m.Handler(h)}).Serve(ln)
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// dropProxy forwards TCP connections to the backends in turn and, with
+// probability p for each chunk a backend answers, drops the client's
+// connection instead of forwarding the chunk: the server has answered, the
+// client never hears it and retries.
+type dropProxy struct {
+	ln       net.Listener
+	backends []string
+	p        float64
+	next     atomic.Int64
+	drops    atomic.Int64
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	conns    map[net.Conn]bool
+}
+
+func startProxy(t *testing.T, backends []string, p float64) *dropProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := &dropProxy{ln: ln, backends: backends, p: p, conns: map[net.Conn]bool{}}
+	px.wg.Add(1)
+	go px.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		px.mu.Lock()
+		for c := range px.conns {
+			c.Close()
+		}
+		px.mu.Unlock()
+		px.wg.Wait()
+	})
+	return px
+}
+
+func (px *dropProxy) accept() {
+	defer px.wg.Done()
+	for {
+		c, err := px.ln.Accept()
+		if err != nil {
+			return
+		}
+		px.wg.Add(1)
+		go func() {
+			defer px.wg.Done()
+			px.pipe(c)
+		}()
+	}
+}
+
+// track registers c to be closed when the proxy stops.
+func (px *dropProxy) track(c net.Conn) {
+	px.mu.Lock()
+	px.conns[c] = true
+	px.mu.Unlock()
+}
+
+func (px *dropProxy) untrack(c net.Conn) {
+	px.mu.Lock()
+	delete(px.conns, c)
+	px.mu.Unlock()
+	c.Close()
+}
+
+func (px *dropProxy) pipe(client net.Conn) {
+	px.track(client)
+	defer px.untrack(client)
+	backend, err := net.Dial("tcp", px.backends[int(px.next.Add(1))%len(px.backends)])
+	if err != nil {
+		return
+	}
+	px.track(backend)
+	defer px.untrack(backend)
+	go func() {
+		io.Copy(backend, client)
+		backend.Close()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := backend.Read(buf)
+		if n > 0 {
+			if rand.Float64() < px.p {
+				px.drops.Add(1)
+				if tc, ok := client.(*net.TCPConn); ok {
+					tc.SetLinger(0) // a reset, as a dying middlebox sends
+				}
+				return
+			}
+			if _, werr := client.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// TestRetryingClientAcrossProcesses: a real retrying client
+// (hashicorp/go-retryablehttp) sends POSTs with Idempotency-Key through a
+// proxy that drops a third of the answers after the server sent them, to 4
+// server processes sharing one store; two clients send each key at once.
+// Every key's side effect happens exactly once and every client gets that
+// run's response body.
+func TestRetryingClientAcrossProcesses(t *testing.T) {
+	t.Run("file", func(t *testing.T) {
+		runRetryingClients(t, "file:"+t.TempDir()+"/store")
+	})
+	t.Run("redis", func(t *testing.T) {
+		addr := testenv.RedisAddr(t)
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+		if err := c.Ping(context.Background()).Err(); err != nil {
+			testenv.Missing(t, "redis at "+addr+": "+err.Error())
+		}
+		runRetryingClients(t, "redis:"+addr)
+	})
+}
+
+func runRetryingClients(t *testing.T, spec string) {
+	const (
+		processes = 4
+		keys      = 300
+		perKey    = 2
+		parallel  = 16 // keys in flight at once
+	)
+	effects := t.TempDir() + "/effects.log"
+	ns := fmt.Sprintf("idemhttp-test-%d-%d", os.Getpid(), rand.Uint64())
+	var addrs []string
+	for i := 0; i < processes; i++ {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childEnv+"="+spec, nsEnv+"="+ns, effectsEnv+"="+effects)
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			stdin.Close()
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("server %d: %v", cmd.Process.Pid, err)
+				}
+			case <-time.After(10 * time.Second):
+				cmd.Process.Kill()
+				<-done
+				t.Errorf("server %d did not stop", cmd.Process.Pid)
+			}
+		})
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		addr, ok := strings.CutPrefix(strings.TrimSpace(line), "ADDR ")
+		if err != nil || !ok {
+			t.Fatalf("server %d: %q %v", i, line, err)
+		}
+		addrs = append(addrs, addr)
+	}
+	px := startProxy(t, addrs, 0.33)
+
+	client := retryablehttp.NewClient()
+	client.Logger = nil
+	client.RetryMax = 30
+	client.RetryWaitMin = 2 * time.Millisecond
+	client.RetryWaitMax = 50 * time.Millisecond
+	client.HTTPClient.Timeout = 20 * time.Second
+	client.HTTPClient.Transport.(*http.Transport).MaxIdleConnsPerHost = parallel * perKey
+
+	type result struct {
+		status   int
+		body     string
+		replayed bool
+		err      error
+	}
+	results := make([][]result, keys)
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for k := 0; k < keys; k++ {
+		results[k] = make([]result, perKey)
+		sem <- struct{}{}
+		var kw sync.WaitGroup
+		for c := 0; c < perKey; c++ {
+			wg.Add(1)
+			kw.Add(1)
+			go func() {
+				defer wg.Done()
+				defer kw.Done()
+				req, err := retryablehttp.NewRequest("POST", "http://"+px.ln.Addr().String()+"/payments",
+					[]byte(fmt.Sprintf(`{"amount":%d,"currency":"EUR"}`, 100+k)))
+				if err != nil {
+					results[k][c].err = err
+					return
+				}
+				req.Header.Set("Idempotency-Key", fmt.Sprintf(`"key-%d"`, k))
+				req.Header.Set("X-Client", "client-1")
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := client.Do(req)
+				if err != nil {
+					results[k][c].err = err
+					return
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				results[k][c] = result{status: resp.StatusCode, body: string(b), replayed: resp.Header.Get(idemhttp.ReplayedHeader) == "true", err: err}
+			}()
+		}
+		go func() { kw.Wait(); <-sem }()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	client.HTTPClient.CloseIdleConnections()
+
+	data, err := os.ReadFile(effects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+		key, body, ok := strings.Cut(line, "\t")
+		if !ok {
+			t.Fatalf("bad effect line %q", line)
+		}
+		runs[key] = append(runs[key], body)
+	}
+	replays := 0
+	for k := 0; k < keys; k++ {
+		key := fmt.Sprintf(`"key-%d"`, k)
+		if len(runs[key]) != 1 {
+			t.Errorf("%s: the side effect ran %d times, want once", key, len(runs[key]))
+			continue
+		}
+		for c, r := range results[k] {
+			if r.err != nil || r.status != http.StatusCreated || r.body != runs[key][0] {
+				t.Errorf("%s client %d: %d %q %v; want 201 %q", key, c, r.status, r.body, r.err, runs[key][0])
+			}
+			if r.replayed {
+				replays++
+			}
+		}
+	}
+	if len(runs) != keys {
+		t.Errorf("%d keys ran, want %d", len(runs), keys)
+	}
+	t.Logf("%s: %d keys x %d clients via %d processes in %v: %d side effects, %d answers dropped by the proxy, %d replayed responses",
+		strings.SplitN(spec, ":", 2)[0], keys, perKey, processes, elapsed.Round(time.Millisecond), len(strings.Split(strings.TrimSpace(string(data)), "\n")), px.drops.Load(), replays)
+	if px.drops.Load() == 0 {
+		t.Error("the proxy dropped nothing: the test proved nothing about retries")
+	}
+}
