@@ -4,12 +4,24 @@
 // made directly. A fresh call must cost 2 store operations, a replay 1, and
 // a call shorter than the heartbeat interval no heartbeat.
 //
+// With a Redis address (-redis, default $IDEM_REDIS_ADDR) and a Cluster
+// (-redis-cluster, default $IDEM_REDIS_CLUSTER) it also prints, for each, in
+// one run (64 goroutines, alternating rounds, median round): raw fresh (SET
+// NX PX + SET), raw GET, idem fresh (claim + complete), idem replay, and the
+// ratios, with prototype rows that locate the replay cost (an EVALSHA of a
+// bare GET; one of GET + TIME sent with as many arguments as a claim; the
+// store's claim, and claim + complete, without a Guard).
+//
 //	go run ./cmd/idem-bench
+//	go run ./cmd/idem-bench -redis 127.0.0.1:6379 -redis-cluster 127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
 package main
 
 import (
+	"context"
+	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"text/tabwriter"
 
@@ -17,10 +29,17 @@ import (
 	"github.com/idem-go/idem/internal/benchkit"
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/memstore"
+	"github.com/idem-go/idem/stores/redisstore/redisbench"
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
 	testing.Init()
+	redisAddr := flag.String("redis", os.Getenv("IDEM_REDIS_ADDR"), "Redis address for the Redis table (empty: skip)")
+	clusterAddrs := flag.String("redis-cluster", os.Getenv("IDEM_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses (empty: skip)")
+	calls := flag.Int("redis-calls", 10000, "calls per variant per round in the Redis table")
+	rounds := flag.Int("redis-rounds", 5, "alternating rounds in the Redis table (the median round is reported)")
+	flag.Parse()
 	dir, err := os.MkdirTemp("", "idem-bench-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -32,10 +51,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	mem, err := memstore.New()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	stores := []struct {
 		name  string
 		store idem.Store
-	}{{"memstore", memstore.New()}, {"filestore", fs}}
+	}{{"memstore", mem}, {"filestore", fs}}
 
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "store\tcall\tns/call\tallocs/call\tstore ops/call\theartbeats/call\traw ns/call\tthroughput vs raw\t")
@@ -65,4 +89,75 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Println("fresh = 2 store operations, replay = 1, no heartbeat for short calls")
+
+	if *redisAddr != "" {
+		gc, rc := redisbench.NewClient(*redisAddr), redisbench.NewClient(*redisAddr)
+		err := redisTable("Redis "+*redisAddr, gc, rc, *calls, *rounds)
+		_ = gc.Close()
+		_ = rc.Close()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "redis:", err)
+			os.Exit(1)
+		}
+	}
+	if *clusterAddrs != "" {
+		addrs := strings.Split(*clusterAddrs, ",")
+		gc, rc := redisbench.NewClusterClient(addrs), redisbench.NewClusterClient(addrs)
+		err := redisTable("Redis Cluster "+*clusterAddrs, gc, rc, *calls, *rounds)
+		_ = gc.Close()
+		_ = rc.Close()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "redis cluster:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// redisTable prints raw fresh, raw GET, idem fresh and idem replay on one
+// Redis deployment, measured in one run with alternating rounds.
+func redisTable(name string, gc, rc redis.UniversalClient, calls, rounds int) error {
+	ctx := context.Background()
+	s, err := redisbench.NewSetup(ctx, gc, rc)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := s.PrepareReplays(ctx); err != nil {
+		return err
+	}
+	fresh, err := redisbench.Compare(ctx, "fresh", calls, rounds, s.GuardFresh, s.RawFresh)
+	if err != nil {
+		return err
+	}
+	replay, err := redisbench.Compare(ctx, "replay", calls, rounds, s.GuardReplay, s.RawReplay)
+	if err != nil {
+		return err
+	}
+	evalGet, err := redisbench.Compare(ctx, "evalget", calls, rounds, s.EvalGetReplay, s.RawReplay)
+	if err != nil {
+		return err
+	}
+	evalGetTime, err := redisbench.Compare(ctx, "evalgettime", calls, rounds, s.EvalGetTimeArgs, s.RawReplay)
+	if err != nil {
+		return err
+	}
+	storeReplay, err := redisbench.Compare(ctx, "storereplay", calls, rounds, s.StoreReplay, s.RawReplay)
+	if err != nil {
+		return err
+	}
+	storeFresh, err := redisbench.Compare(ctx, "storefresh", calls, rounds, s.StoreFresh, s.RawFresh)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\n%s: %d goroutines, %d calls per variant per round, %d alternating rounds, median round\n",
+		name, redisbench.Workers, calls, rounds)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "workload\traw calls/s\tidem calls/s\tidem/raw\ttarget\t")
+	fmt.Fprintf(w, "fresh: SET NX PX + SET vs claim + complete\t%.0f\t%.0f\t%.2f\t>= 0.70\t\n", fresh.RawOps, fresh.GuardOps, fresh.Ratio())
+	fmt.Fprintf(w, "replay: GET vs claim\t%.0f\t%.0f\t%.2f\t>= 0.85\t\n", replay.RawOps, replay.GuardOps, replay.Ratio())
+	fmt.Fprintf(w, "prototype: GET vs EVALSHA of a bare GET\t%.0f\t%.0f\t%.2f\t\t\n", evalGet.RawOps, evalGet.GuardOps, evalGet.Ratio())
+	fmt.Fprintf(w, "prototype: GET vs EVALSHA GET+TIME, claim's args\t%.0f\t%.0f\t%.2f\t\t\n", evalGetTime.RawOps, evalGetTime.GuardOps, evalGetTime.Ratio())
+	fmt.Fprintf(w, "prototype: GET vs Store.Claim (no Guard)\t%.0f\t%.0f\t%.2f\t\t\n", storeReplay.RawOps, storeReplay.GuardOps, storeReplay.Ratio())
+	fmt.Fprintf(w, "prototype: SET NX PX + SET vs Store.Claim + Complete (no Guard)\t%.0f\t%.0f\t%.2f\t\t\n", storeFresh.RawOps, storeFresh.GuardOps, storeFresh.Ratio())
+	return w.Flush()
 }

@@ -226,7 +226,7 @@ func (c *cli) purgeCmd(ctx context.Context, args []string) int {
 	defer st.Close()
 	switch st.kind {
 	case kindFile:
-		fst, err := filestore.New(st.desc, filestore.WithPurgeGrace(*grace))
+		fst, err := filestore.New(st.desc, filestore.WithRetention(*grace))
 		if err != nil {
 			c.errorf("%v", err)
 			return exitConfig
@@ -238,7 +238,12 @@ func (c *cli) purgeCmd(ctx context.Context, args []string) int {
 		}
 		fmt.Fprintf(c.stdout, "purged %d expired records from %s\n", n, st.desc)
 	case kindMem:
-		fmt.Fprintf(c.stdout, "swept %d expired records from %s\n", st.mem.Sweep(), st.desc)
+		n, err := st.mem.Purge(ctx)
+		if err != nil {
+			c.errorf("%v", err)
+			return exitFor(err)
+		}
+		fmt.Fprintf(c.stdout, "purged %d expired records from %s\n", n, st.desc)
 	case kindRedis:
 		fmt.Fprintln(c.stdout, "nothing to purge: Redis deletes expired records itself (PEXPIREAT at expiry plus a safety buffer)")
 	case kindDynamoDB:

@@ -275,7 +275,7 @@ func TestPurge(t *testing.T) {
 	}
 
 	for _, c := range []struct{ store, has string }{
-		{"mem:" + t.Name(), "swept 0"},
+		{"mem:" + t.Name(), "purged 0"},
 		{"redis://127.0.0.1:1/0", "Redis deletes expired records itself"},
 		{"redis-cluster://127.0.0.1:1", "Redis deletes expired records itself"},
 	} {
@@ -326,7 +326,7 @@ func TestKey(t *testing.T) {
 		{[]string{"invoice"}, "invoice", args{}},
 		{[]string{"-s", "report", "2024-05-01", "42"}, "report", args{"2024-05-01", "42"}},
 		{[]string{"m", `{"b":1,"a":[true,null]}`}, "m", args{map[string]any{"a": []any{true, nil}, "b": 1}}},
-		{[]string{"big", "12345678901234567890"}, "big", args{json.Number("12345678901234567890")}},
+		{[]string{"big", "9007199254740992"}, "big", args{json.Number("9007199254740992")}},
 	} {
 		want, err := idem.Key(c.name, c.args...)
 		if err != nil {
@@ -337,7 +337,10 @@ func TestKey(t *testing.T) {
 			t.Errorf("key %q: %v; want %s", c.argv, iv, want)
 		}
 	}
-	for _, argv := range [][]string{{"key"}, {"key", "n", "bare"}, {"key", "n", "1 2"}, {"key", ""}, {"key", "n", "{"}} {
+	for _, argv := range [][]string{{"key"}, {"key", "n", "bare"}, {"key", "n", "1 2"}, {"key", ""}, {"key", "n", "{"},
+		// A whole number no double holds exactly has no canonical (RFC 8785)
+		// form: another language could not derive the same key.
+		{"key", "big", "12345678901234567890"}} {
 		if iv := invoke(context.Background(), env{}, argv...); iv.code != exitUsage {
 			t.Errorf("%q: %v; want exit %d", argv, iv, exitUsage)
 		}

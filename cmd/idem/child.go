@@ -88,10 +88,10 @@ type execSpec struct {
 	maxOutput int
 	timeout   time.Duration // 0: none
 	killGrace time.Duration
-	// leaseGrace replaces killGrace, if shorter, when the command is
-	// stopped because its claim could not be refreshed: SIGKILL must come
-	// before the claim can look stale elsewhere.
-	leaseGrace time.Duration
+	// lapseGrace, when set, bounds killGrace when the command is stopped
+	// because its claim could not be refreshed: SIGKILL must come before
+	// the claim can look stale elsewhere.
+	lapseGrace func() time.Duration
 }
 
 // execute runs the command until it exits. When ctx ends (ownership lost,
@@ -150,8 +150,8 @@ func execute(ctx context.Context, s execSpec) (outcome, error) {
 			}
 		}
 		grace := s.killGrace
-		if s.leaseGrace > 0 && leaseLapsed(context.Cause(runCtx)) {
-			grace = min(grace, s.leaseGrace)
+		if s.lapseGrace != nil && leaseLapsed(context.Cause(runCtx)) {
+			grace = min(grace, s.lapseGrace())
 		}
 		signal(false)
 		timer := time.NewTimer(grace)

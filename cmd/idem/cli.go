@@ -229,7 +229,7 @@ func exitFor(err error) int {
 		return exitSoftware
 	case errors.Is(err, idem.ErrLostOwnership):
 		return exitLost
-	case errors.Is(err, idem.ErrNotRecorded):
+	case errors.Is(err, idem.ErrNotRecorded), errors.Is(err, idem.ErrOutcomeUnknown):
 		return exitNotRecorded
 	case errors.Is(err, idem.ErrInProgress):
 		return exitInProgress

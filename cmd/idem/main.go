@@ -79,14 +79,14 @@
 // business.
 //
 // If heartbeats fail instead (the store cannot be reached from this host),
-// idem stops COMMAND the same way once -takeover-after minus -heartbeat has
-// passed since the start of the last claim or heartbeat that succeeded, tries
-// to release the claim, and exits 76: from then on another host could find
-// the claim stale and take it over, and the two runs must not overlap. The
-// store applied that refresh no earlier than its start, so the claim cannot
-// look stale anywhere before COMMAND is told to stop. The SIGKILL then comes
-// after -kill-grace or half a heartbeat interval, whichever is shorter, so
-// that COMMAND is gone before the claim can be taken over (given clock skew
+// the Guard cancels the run once no refresh has succeeded for -takeover-after
+// minus half a -heartbeat (counted from the start of the last claim or
+// heartbeat that succeeded, which the store applied no earlier), and tells
+// idem how long is left before another host could find the claim stale.
+// idem then stops COMMAND the same way, tries to release the claim, and
+// exits 76: the two runs must not overlap. The SIGKILL comes after
+// -kill-grace or half of what was left, whichever is shorter, so that
+// COMMAND is gone before the claim can be taken over (given clock skew
 // between hosts below the other half).
 //
 // # Keys, namespaces, secrets and payloads

@@ -32,116 +32,129 @@ Examples:
 // errWaitTimeout ends a wait for a duplicate run under -wait-timeout.
 var errWaitTimeout = errors.New("-wait-timeout passed while another run holds the key")
 
-func (c *cli) runCmd(ctx context.Context, args []string) int {
+// runConfig is what "idem run" was asked to do: its flags, checked.
+type runConfig struct {
+	key        keyFlags
+	args       []string // COMMAND and its arguments
+	guardOpts  []idem.Option
+	logger     idem.Observer // -v, or nil
+	lock       bool          // -on-failure lock
+	payload    string
+	hasPayload bool
+	timeout    time.Duration
+	waitFor    time.Duration
+	killGrace  time.Duration
+	inProgExit int
+	quiet      bool
+	silent     bool
+	maxOut     sizeFlag
+}
+
+// parseRun reads the flags of "idem run". done is true when the command
+// must exit at once with code (a usage error, -h).
+func (c *cli) parseRun(args []string) (cfg *runConfig, code int, done bool) {
 	fs := c.newFlagSet("run", "idem run [flags] -key KEY [--] COMMAND [ARG...]", runAbout)
+	cfg = &runConfig{}
 	var (
-		k          keyFlags
-		onDup      = fs.String("on-duplicate", "return", "`policy` for a duplicate: return (exit 75 while KEY is in progress, else replay), raise (75, or 79 instead of a replay), or wait")
-		onFail     = fs.String("on-failure", "unlock", "`policy` after a non-zero exit: unlock (the next run runs again) or lock (record the failure and replay it)")
-		ttl        = fs.Duration("ttl", idem.DefaultTTL, "how long the outcome is kept and replayed")
-		takeover   = fs.Duration("takeover-after", idem.DefaultTakeoverAfter, "a claim whose heartbeat is this old is stale and taken over")
-		heartbeat  = fs.Duration("heartbeat", 0, "how often a run refreshes its claim (default 5s, or a third of -takeover-after)")
-		payload    = fs.String("payload", "", "the `inputs` of the run: a later run of KEY with another payload exits 65")
-		timeout    = fs.Duration("timeout", 0, "stop COMMAND after this long (0: no limit)")
-		waitFor    = fs.Duration("wait-timeout", 0, "with -on-duplicate wait, give up (exit 75) after this long (0: no limit)")
-		killGrace  = fs.Duration("kill-grace", 10*time.Second, "time between SIGTERM and SIGKILL when COMMAND is stopped")
-		inProgExit = fs.Int("in-progress-exit", exitInProgress, "exit `status` when another run holds KEY")
-		quiet      = fs.Bool("q", false, "do not report a run in progress on standard error")
-		silent     = fs.Bool("silent-replay", false, "do not print the recorded output on a replay (still exit with its status)")
-		verbose    = fs.Bool("v", false, "log claims, replays, waits and takeovers on standard error")
-		maxOut     sizeFlag
+		onDup     = fs.String("on-duplicate", "return", "`policy` for a duplicate: return (exit 75 while KEY is in progress, else replay), raise (75, or 79 instead of a replay), or wait")
+		onFail    = fs.String("on-failure", "unlock", "`policy` after a non-zero exit: unlock (the next run runs again) or lock (record the failure and replay it)")
+		ttl       = fs.Duration("ttl", idem.DefaultTTL, "how long the outcome is kept and replayed")
+		takeover  = fs.Duration("takeover-after", idem.DefaultTakeoverAfter, "a claim whose heartbeat is this old is stale and taken over")
+		heartbeat = fs.Duration("heartbeat", 0, "how often a run refreshes its claim (default 5s, or a third of -takeover-after)")
+		verbose   = fs.Bool("v", false, "log claims, replays, waits and takeovers on standard error")
 	)
-	c.addKeyFlags(fs, &k)
-	fs.Var(&maxOut, "max-output", "record at most `size` bytes of standard output, e.g. 64KiB; 0 records none (default 1MiB; 256KiB on DynamoDB)")
-	var hasPayload bool
+	fs.StringVar(&cfg.payload, "payload", "", "the `inputs` of the run: a later run of KEY with another payload exits 65")
+	fs.DurationVar(&cfg.timeout, "timeout", 0, "stop COMMAND after this long (0: no limit)")
+	fs.DurationVar(&cfg.waitFor, "wait-timeout", 0, "with -on-duplicate wait, give up (exit 75) after this long (0: no limit)")
+	fs.DurationVar(&cfg.killGrace, "kill-grace", 10*time.Second, "time between SIGTERM and SIGKILL when COMMAND is stopped")
+	fs.IntVar(&cfg.inProgExit, "in-progress-exit", exitInProgress, "exit `status` when another run holds KEY")
+	fs.BoolVar(&cfg.quiet, "q", false, "do not report a run in progress on standard error")
+	fs.BoolVar(&cfg.silent, "silent-replay", false, "do not print the recorded output on a replay (still exit with its status)")
+	c.addKeyFlags(fs, &cfg.key)
+	fs.Var(&cfg.maxOut, "max-output", "record at most `size` bytes of standard output, e.g. 64KiB; 0 records none (default 1MiB; 256KiB on DynamoDB)")
 	if code, done := parse(fs, args); done {
-		return code
+		return nil, code, true
 	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "payload" {
-			hasPayload = true
+			cfg.hasPayload = true
 		}
 	})
-	cmdArgs := fs.Args()
-	if len(cmdArgs) == 0 || cmdArgs[0] == "" {
+	cfg.args = fs.Args()
+	if len(cfg.args) == 0 || cfg.args[0] == "" {
 		c.errorf("run: no COMMAND given")
 		fs.Usage()
-		return exitUsage
+		return nil, exitUsage, true
 	}
-
-	var opts []idem.Option
 	switch *onDup {
 	case "return":
-		opts = append(opts, idem.OnDuplicate(idem.Return))
+		cfg.guardOpts = append(cfg.guardOpts, idem.OnDuplicate(idem.Return))
 	case "raise":
-		opts = append(opts, idem.OnDuplicate(idem.Raise))
+		cfg.guardOpts = append(cfg.guardOpts, idem.OnDuplicate(idem.Raise))
 	case "wait":
-		opts = append(opts, idem.OnDuplicate(idem.Wait))
+		cfg.guardOpts = append(cfg.guardOpts, idem.OnDuplicate(idem.Wait))
 	default:
 		c.errorf("-on-duplicate: want return, raise or wait, got %q", *onDup)
-		return exitUsage
+		return nil, exitUsage, true
 	}
-	lock := false
 	switch *onFail {
 	case "unlock":
 	case "lock":
-		lock = true
+		cfg.lock = true
 	default:
 		c.errorf("-on-failure: want unlock or lock, got %q", *onFail)
-		return exitUsage
+		return nil, exitUsage, true
 	}
 	switch {
-	case *timeout < 0:
+	case cfg.timeout < 0:
 		c.errorf("-timeout must not be negative")
-		return exitUsage
-	case *waitFor < 0:
+		return nil, exitUsage, true
+	case cfg.waitFor < 0:
 		c.errorf("-wait-timeout must not be negative")
-		return exitUsage
-	case *killGrace <= 0:
+		return nil, exitUsage, true
+	case cfg.killGrace <= 0:
 		c.errorf("-kill-grace must be positive")
-		return exitUsage
-	case *inProgExit < 0 || *inProgExit > 255:
+		return nil, exitUsage, true
+	case cfg.inProgExit < 0 || cfg.inProgExit > 255:
 		c.errorf("-in-progress-exit must be 0..255")
-		return exitUsage
+		return nil, exitUsage, true
 	case *heartbeat < 0:
 		c.errorf("-heartbeat must be positive")
-		return exitUsage
+		return nil, exitUsage, true
 	}
 	// The Guard always unlocks: a failure to be kept under -on-failure lock
 	// is returned to it as a result, so a command that never started is
 	// released whatever the policy.
-	opts = append(opts, idem.WithTTL(*ttl), idem.WithTakeoverAfter(*takeover), idem.OnFailure(idem.Unlock))
+	cfg.guardOpts = append(cfg.guardOpts, idem.WithTTL(*ttl), idem.WithTakeoverAfter(*takeover), idem.OnFailure(idem.Unlock))
 	if *heartbeat > 0 {
-		opts = append(opts, idem.WithHeartbeat(*heartbeat))
+		cfg.guardOpts = append(cfg.guardOpts, idem.WithHeartbeat(*heartbeat))
 	}
 	if *verbose {
-		opts = append(opts, idem.WithLogger(slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+		cfg.logger = idem.LogObserver(slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	}
-	if _, code := c.guardOptions(&k); code != 0 {
+	if _, code := c.guardOptions(&cfg.key); code != 0 {
+		return nil, code, true
+	}
+	return cfg, 0, false
+}
+
+func (c *cli) runCmd(ctx context.Context, args []string) int {
+	cfg, code, done := c.parseRun(args)
+	if done {
 		return code
 	}
-
-	st, err := openStore(ctx, k.store)
+	st, err := openStore(ctx, cfg.key.store)
 	if err != nil {
 		c.errorf("%v", err)
 		return storeOpenExit(err)
 	}
 	defer st.Close()
-	inner := st.Store
-	if testWrapStore != nil {
-		inner = testWrapStore(inner)
-	}
-	guarded, lease := wrapLease(inner)
-	g, sk, code := c.storageKey(guarded, &k, opts...)
-	if code != 0 {
-		return code
-	}
 	limit := int64(defaultMaxOutput)
 	if st.kind == kindDynamoDB {
 		limit = dynamoMaxOutput
 	}
-	if maxOut.set {
-		limit = maxOut.n
+	if cfg.maxOut.set {
+		limit = cfg.maxOut.n
 		if st.kind == kindDynamoDB && limit > dynamoMaxOutput {
 			c.errorf("warning: -max-output %d is over %d; a DynamoDB item holds at most %d KB, and an outcome that does not fit is not recorded", limit, dynamoMaxOutput, dynamoItemLimitKB)
 		}
@@ -150,7 +163,43 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 		c.errorf("-max-output must be at most 1GiB")
 		return exitUsage
 	}
+	inner := st.Store
+	if testWrapStore != nil {
+		inner = testWrapStore(inner)
+	}
+	// The lease watch and -v's logger share the Guard's one Observer.
+	lw := &leaseWatch{}
+	opts := append(cfg.guardOpts[:len(cfg.guardOpts):len(cfg.guardOpts)], idem.WithObserver(observers(cfg.logger, lw)))
+	g, sk, code := c.storageKey(inner, &cfg.key, opts...)
+	if code != 0 {
+		return code
+	}
+	r := &runner{cli: c, cfg: cfg, g: g, sk: sk, limit: int(limit), lease: lw}
+	return c.runExit(ctx, cfg, r.run(ctx), lw)
+}
 
+// runner runs COMMAND under a Guard's claim.
+type runner struct {
+	cli   *cli
+	cfg   *runConfig
+	g     *idem.Guard[outcome]
+	sk    string
+	limit int
+	lease *leaseWatch
+}
+
+// runResult is what came of a run, for runExit.
+type runResult struct {
+	v           outcome // the replayed outcome, when err is nil and ran is nil
+	err         error   // from the Guard
+	ran         *outcome
+	startFailed *startError
+	lapse       *idem.LapseError // set when the Guard stopped COMMAND: its claim went unrefreshed
+	waitExpired bool             // -wait-timeout passed while another run held the key
+}
+
+func (r *runner) run(ctx context.Context) runResult {
+	var res runResult
 	// The wait deadline bounds the wait for a duplicate only: it is disarmed
 	// as soon as this run gets the claim.
 	doCtx := ctx
@@ -159,10 +208,10 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 		waitExpired bool
 		started     bool
 	)
-	if *waitFor > 0 {
+	if r.cfg.waitFor > 0 {
 		wctx, cancel := context.WithCancelCause(ctx)
 		defer cancel(nil)
-		timer := time.AfterFunc(*waitFor, func() {
+		timer := time.AfterFunc(r.cfg.waitFor, func() {
 			waitMu.Lock()
 			defer waitMu.Unlock()
 			if !started {
@@ -173,18 +222,10 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 		defer timer.Stop()
 		doCtx = wctx
 	}
-
 	var callOpts []idem.CallOption
-	if hasPayload {
-		callOpts = append(callOpts, idem.Payload(*payload))
+	if r.cfg.hasPayload {
+		callOpts = append(callOpts, idem.Payload(r.cfg.payload))
 	}
-	beat := *heartbeat
-	if beat == 0 {
-		beat = min(idem.DefaultHeartbeat, *takeover/3)
-	}
-	var ran *outcome
-	var startFailed *startError
-	var leaseExpired bool
 	fn := func(fctx context.Context) (outcome, error) {
 		waitMu.Lock()
 		started = true
@@ -194,63 +235,66 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 			return outcome{}, errWaitTimeout
 		}
 		token, _ := idem.FencingToken(fctx)
-		// Stop the command one heartbeat before the claim could look stale
-		// elsewhere, if no refresh has succeeded since.
-		lctx, stopWatch := watchLease(fctx, lease, *takeover-beat)
-		res, err := execute(lctx, execSpec{
-			args:       cmdArgs,
-			env:        childEnv(c.environ(), token, sk),
+		c := r.cli
+		out, err := execute(fctx, execSpec{
+			args:       r.cfg.args,
+			env:        childEnv(c.environ(), token, r.sk),
 			stdin:      c.stdin,
 			stdout:     c.stdout,
 			stderr:     c.stderr,
-			maxOutput:  int(limit),
-			timeout:    *timeout,
-			killGrace:  *killGrace,
-			leaseGrace: beat / 2,
+			maxOutput:  r.limit,
+			timeout:    r.cfg.timeout,
+			killGrace:  r.cfg.killGrace,
+			lapseGrace: r.lease.killGrace,
 		})
-		stopWatch()
-		if (errors.Is(context.Cause(lctx), errLeaseExpired) && fctx.Err() == nil) || isLapse(context.Cause(fctx)) {
-			leaseExpired = true
-			ran = &res
-			return res, errLeaseExpired // release, never record: the command was cut short
+		if errors.As(context.Cause(fctx), &res.lapse) {
+			res.ran = &out
+			return out, errLeaseExpired // release, never record: the command was cut short
 		}
 		if err != nil {
-			errors.As(err, &startFailed)
-			return res, err
+			errors.As(err, &res.startFailed)
+			return out, err
 		}
-		ran = &res
-		if res.Exit != 0 && !lock {
-			return res, &exitError{code: res.Exit}
+		res.ran = &out
+		if out.Exit != 0 && !r.cfg.lock {
+			return out, &exitError{code: out.Exit}
 		}
-		return res, nil
+		return out, nil
 	}
-	v, err := g.Do(doCtx, k.key, fn, callOpts...)
+	res.v, res.err = r.g.Do(doCtx, r.cfg.key.key, fn, callOpts...)
+	res.waitExpired = errors.Is(res.err, errWaitTimeout) || errors.Is(context.Cause(doCtx), errWaitTimeout)
+	return res
+}
 
-	if leaseExpired {
-		c.errorf("the claim could not be refreshed for %v (heartbeat: %v); the command was stopped (exit %d) so that a run taking the key over cannot overlap it", *takeover-beat, lease.heartbeatErr(), ran.Exit)
+// runExit maps what came of a run to idem's exit status, reporting on
+// standard error what the status alone does not say.
+func (c *cli) runExit(ctx context.Context, cfg *runConfig, res runResult, lw *leaseWatch) int {
+	err := res.err
+	if res.lapse != nil {
+		c.errorf("the claim could not be refreshed for %v (heartbeat: %v); the command was stopped (exit %d) so that a run taking the key over cannot overlap it", res.lapse.Since, lw.heartbeatErr(), res.ran.Exit)
 		if rest := withoutErr(err, errLeaseExpired); rest != nil {
 			c.errorf("releasing the claim: %v", rest)
 		}
 		return exitLost
 	}
-	if ran != nil { // this run ran COMMAND; its output is already out
-		return c.afterRun(*ran, err)
+	if res.ran != nil { // this run ran COMMAND; its output is already out
+		return c.afterRun(*res.ran, err)
 	}
-	if startFailed != nil {
-		c.errorf("%v", startFailed)
-		if code := startFailed.code; code == exitNotFound || code == exitCannotExec {
+	if res.startFailed != nil {
+		c.errorf("%v", res.startFailed)
+		if code := res.startFailed.code; code == exitNotFound || code == exitCannotExec {
 			return code
 		}
 		return exitSoftware
 	}
 	if err == nil {
-		return c.replay(v, *silent)
+		return c.replay(res.v, cfg.silent)
 	}
-	if errors.Is(err, errWaitTimeout) || errors.Is(context.Cause(doCtx), errWaitTimeout) {
-		if !*quiet {
-			c.errorf("another run still holds the key after -wait-timeout %v", *waitFor)
+	if res.waitExpired {
+		if !cfg.quiet {
+			c.errorf("another run still holds the key after -wait-timeout %v", cfg.waitFor)
 		}
-		return *inProgExit
+		return cfg.inProgExit
 	}
 	switch {
 	case errors.Is(err, idem.ErrPayloadMismatch):
@@ -261,10 +305,10 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 			c.errorf("interrupted while waiting for another run")
 			return exitInProgress
 		}
-		if !*quiet {
+		if !cfg.quiet {
 			c.errorf("another run holds the key (in progress); not running")
 		}
-		return *inProgExit
+		return cfg.inProgExit
 	case errors.Is(err, idem.ErrDuplicate):
 		c.errorf("the key already ran (-on-duplicate raise); not running")
 		return exitDuplicate
@@ -289,6 +333,9 @@ func (c *cli) afterRun(res outcome, err error) int {
 		return exitLost
 	case errors.Is(err, idem.ErrNotRecorded):
 		c.errorf("the command ran (exit %d) but its outcome was not recorded: %v", res.Exit, err)
+		return exitNotRecorded
+	case errors.Is(err, idem.ErrOutcomeUnknown):
+		c.errorf("the command ran (exit %d); whether its outcome was recorded is unknown (the store did not answer): %v", res.Exit, err)
 		return exitNotRecorded
 	case errors.As(err, &ee):
 		if rest := withoutErr(err, ee); rest != nil {

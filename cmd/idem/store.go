@@ -99,7 +99,10 @@ func openStore(ctx context.Context, spec string) (*openedStore, error) {
 		defer memStores.Unlock()
 		s, ok := memStores.m[name]
 		if !ok {
-			s = memstore.New()
+			var err error
+			if s, err = memstore.New(); err != nil {
+				return nil, &StoreConfigError{spec, err.Error()}
+			}
 			memStores.m[name] = s
 		}
 		return &openedStore{Store: s, kind: kindMem, desc: "mem:" + name, mem: s}, nil
@@ -181,8 +184,8 @@ func openRedis(spec string, cluster bool) (*openedStore, error) {
 		}
 		client = redis.NewClient(o)
 	}
-	s := redisstore.New(client, opts...)
-	if err := s.Validate(); err != nil {
+	s, err := redisstore.New(client, opts...)
+	if err != nil {
 		_ = client.Close()
 		return nil, &StoreConfigError{redact(spec), err.Error()}
 	}
@@ -247,8 +250,8 @@ func openDynamo(ctx context.Context, spec string) (*openedStore, error) {
 			o.BaseEndpoint = aws.String(endpoint)
 		}
 	})
-	s := dynamostore.New(client, table, opts...)
-	if err := s.Validate(); err != nil {
+	s, err := dynamostore.New(client, table, opts...)
+	if err != nil {
 		return nil, &StoreConfigError{redact(spec), err.Error()}
 	}
 	switch q.Get("create") {

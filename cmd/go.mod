@@ -1,0 +1,43 @@
+module github.com/idem-go/idem/cmd
+
+go 1.26.0
+
+require (
+	github.com/aws/aws-sdk-go-v2 v1.47.7
+	github.com/aws/aws-sdk-go-v2/config v1.33.15
+	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1
+	github.com/idem-go/idem v0.0.0-00010101000000-000000000000
+	github.com/idem-go/idem/stores/dynamostore v0.0.0-00010101000000-000000000000
+	github.com/idem-go/idem/stores/filestore v0.0.0-00010101000000-000000000000
+	github.com/idem-go/idem/stores/redisstore v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
+)
+
+require (
+	github.com/aws/aws-sdk-go-v2/credentials v1.20.15 // indirect
+	github.com/aws/aws-sdk-go-v2/feature/ec2/imds v1.20.7 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.10 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.10 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/v4a v1.5.10 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/accept-encoding v1.13.24 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/endpoint-discovery v1.13.10 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/presigned-url v1.14.10 // indirect
+	github.com/aws/aws-sdk-go-v2/service/signin v1.12.3 // indirect
+	github.com/aws/aws-sdk-go-v2/service/sso v1.39.3 // indirect
+	github.com/aws/aws-sdk-go-v2/service/ssooidc v1.44.3 // indirect
+	github.com/aws/aws-sdk-go-v2/service/sts v1.51.8 // indirect
+	github.com/aws/smithy-go v1.28.8 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/gofrs/flock v0.13.1 // indirect
+	github.com/prometheus/common v0.73.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)
+
+replace github.com/idem-go/idem => ..
+
+replace github.com/idem-go/idem/stores/filestore => ../stores/filestore
+
+replace github.com/idem-go/idem/stores/redisstore => ../stores/redisstore
+
+replace github.com/idem-go/idem/stores/dynamostore => ../stores/dynamostore
