@@ -16,6 +16,8 @@ CACHE=${IDEM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/idem}
 RUN=${IDEM_RUN_DIR:-/tmp/idem-backends}
 mkdir -p "$CACHE" "$RUN"
 log() { echo "backends: $*" >&2; }
+# Any step that fails stops the script with one line naming it.
+trap 'log "FAILED (line $LINENO): $BASH_COMMAND"' ERR
 
 apt_updated=0
 need_pkg() { # need_pkg command package
@@ -37,6 +39,7 @@ wait_port() { # wait_port host port seconds
 # --- Redis (standalone) -------------------------------------------------
 need_pkg redis-server redis-server
 need_pkg redis-cli redis-tools
+"$(dirname "$0")/redis-replicas.sh" >&2 # redis-sentinel for the failover tests
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   log "starting redis on 6379"
   mkdir -p /var/lib/redis /var/log/redis
