@@ -134,6 +134,7 @@ func run(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, wit
 		{"ClaimRetrySameNonce", (*suite).claimRetrySameNonce},
 		{"TakeoverStale", (*suite).takeoverStale},
 		{"NoTakeoverAfterHeartbeat", (*suite).noTakeoverAfterHeartbeat},
+		{"OwnersThresholdDecides", (*suite).ownersThresholdDecides},
 		{"NoTakeoverOnPayloadMismatch", (*suite).noTakeoverOnPayloadMismatch},
 		{"NoTakeoverOfCompleted", (*suite).noTakeoverOfCompleted},
 		{"NonceFencing", (*suite).nonceFencing},
@@ -249,6 +250,29 @@ func (su *suite) noTakeoverAfterHeartbeat(t *testing.T, s idem.Store) {
 	r2.TakeoverAfter = 800 * time.Millisecond
 	rec := mustClaim(t, s, r2, idem.Existing)
 	assertEqual(t, n1, rec.Nonce)
+}
+
+// ownersThresholdDecides: the takeover threshold is stored with the claim,
+// and staleness is judged by it, not by the claiming caller's. A caller with
+// a shorter threshold (a Guard configured with 300ms) must not take over a
+// live claim whose owner heartbeats for 1s; past the owner's own threshold
+// anyone may.
+func (su *suite) ownersThresholdDecides(t *testing.T, s idem.Store) {
+	key, owner := NewKey(), NewNonce()
+	long := req(key, owner, "p")
+	long.TakeoverAfter = time.Second
+	rec := mustClaim(t, s, long, idem.Claimed)
+	assertEqual(t, int64(1000), rec.TakeoverMs, "the owner's threshold is stored with the claim")
+	su.sleep(stale) // stale by the caller's 300ms, live by the owner's 1s
+	rec = mustClaim(t, s, req(key, NewNonce(), "p"), idem.Existing)
+	assertEqual(t, owner, rec.Nonce, "a shorter threshold took over a live claim")
+	assertEqual(t, int64(1000), rec.TakeoverMs)
+	su.sleep(time.Second - stale + 150*time.Millisecond) // past the owner's threshold
+	n2 := NewNonce()
+	rec = mustClaim(t, s, req(key, n2, "p"), idem.TookOver)
+	assertEqual(t, n2, rec.Nonce)
+	assertEqual(t, int64(2), rec.Attempt)
+	assertEqual(t, takeover.Milliseconds(), rec.TakeoverMs, "the new owner's threshold replaces the old one")
 }
 
 func (su *suite) noTakeoverOnPayloadMismatch(t *testing.T, s idem.Store) {
