@@ -35,7 +35,7 @@
 //	409 ProblemInProgress           the first request with the key still runs
 //	409 ProblemAlreadyProcessed     the key was used, policy idem.Raise
 //	409 ProblemResponseNotRecorded  processed, but the response was too large to keep
-//	413 ProblemBodyTooLarge         request body over WithMaxBody
+//	413 ProblemBodyTooLarge         request body over WithMaxBody (or an outer http.MaxBytesReader)
 //	422 ProblemKeyReused            same key, another request (fingerprint mismatch)
 //	500 ProblemInternal             the record cannot be read
 //	503 ProblemStoreUnavailable     the store failed; the handler did not run
@@ -57,7 +57,7 @@
 // A key names one request: its method, its path (escaped form), its query
 // string (the raw query, byte for byte: a different query is a different
 // request), the SHA-256 of its body, and the values of the headers named
-// with WithFingerprintHeaders. Their hash is the Guard's payload, so a
+// with WithFingerprintHeaders ("Host" is the request's host, r.Host). Their hash is the Guard's payload, so a
 // request that reuses a key with anything else different gets a 422,
 // whatever the state of the first one. The body is read once, up to
 // WithMaxBody (413 beyond it, before anything is claimed), and the handler

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/memstore"
 )
 
 // ReplayedHeader is set to "true" on every replayed response.
@@ -66,11 +67,34 @@ func New(store idem.Store, opts ...Option) (*Middleware, error) {
 	g, err := idem.New[response](store, c.guardOpts...)
 	if err != nil {
 		c.errs = append(c.errs, err)
+	} else if locksFailures(c.guardOpts) {
+		c.invalid("WithGuard", "idem.OnFailure(idem.Lock) is not supported: the middleware releases the claim of every response it does not record (a 5xx, a hijacked connection, a client gone before the answer), and under Lock that release would be stored as a failure replayed as a 500 for the whole TTL")
 	}
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
 	}
 	return &Middleware{cfg: c, guard: g}, nil
+}
+
+// locksFailures reports whether the Guard options make a failed call final
+// (idem.OnFailure(idem.Lock)). An idem.Option cannot be inspected, so it
+// asks a Guard built with them on a private memory store, its observer
+// replaced so that the user's observer and logger see nothing of it: a
+// failure followed by a second call is a stored failure only under Lock.
+func locksFailures(opts []idem.Option) bool {
+	s, err := memstore.New()
+	if err != nil {
+		return false
+	}
+	quiet := idem.WithObserver(idem.ObserverFunc(func(context.Context, idem.Event) {}))
+	g, err := idem.New[response](s, append(opts[:len(opts):len(opts)], quiet)...)
+	if err != nil {
+		return false // New has reported it
+	}
+	ctx := context.Background()
+	_, _ = g.Do(ctx, "idemhttp/probe", func(context.Context) (response, error) { return response{}, errNotRecorded })
+	_, err = g.Do(ctx, "idemhttp/probe", func(context.Context) (response, error) { return response{}, nil })
+	return errors.Is(err, idem.ErrPreviousFailure)
 }
 
 // Handler returns next guarded by m. It panics if next is nil, as
@@ -170,6 +194,14 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []by
 		return nil, true
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, m.cfg.maxBody+1))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		// A limit set before the middleware (http.MaxBytesReader) is
+		// lower than ours: the body is too large all the same.
+		writeProblem(w, problem{Type: ProblemBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
+			Detail: fmt.Sprintf("The request body is over %d bytes.", mbe.Limit)}, 0)
+		return nil, false
+	}
 	if err != nil {
 		writeProblem(w, problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest,
 			Detail: "The request body could not be read."}, 0)
@@ -183,8 +215,8 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []by
 }
 
 // fingerprint is the hash a replay must match: method, escaped path, raw
-// query, the SHA-256 of the body, and the fingerprinted headers, each
-// length-prefixed.
+// query, the SHA-256 of the body, and the fingerprinted headers (Host read
+// from r.Host, where net/http puts it), each length-prefixed.
 func (m *Middleware) fingerprint(r *http.Request, body []byte) string {
 	h := sha256.New()
 	field := func(s string) {
@@ -202,6 +234,13 @@ func (m *Middleware) fingerprint(r *http.Request, body []byte) string {
 	for _, name := range m.cfg.fpHeaders {
 		field(name)
 		vals := r.Header.Values(name)
+		if name == "Host" {
+			// net/http moves a server request's Host header to r.Host.
+			vals = nil
+			if r.Host != "" {
+				vals = []string{r.Host}
+			}
+		}
 		field(fmt.Sprint(len(vals)))
 		for _, v := range vals {
 			field(v)

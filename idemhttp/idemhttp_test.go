@@ -511,19 +511,25 @@ func TestGuardOptionsPassThrough(t *testing.T) {
 // TestInvalidOptions: every option checks its argument in New.
 func TestInvalidOptions(t *testing.T) {
 	tests := map[string]idemhttp.Option{
-		"nil option":               nil,
-		"WithPrincipal(nil)":       idemhttp.WithPrincipal(nil),
-		"WithMethods()":            idemhttp.WithMethods(),
-		"WithMethods(bad)":         idemhttp.WithMethods("PO ST"),
-		"WithFingerprintHeaders":   idemhttp.WithFingerprintHeaders("bad name"),
-		"WithRecordStatus(nil)":    idemhttp.WithRecordStatus(nil),
-		"WithMaxBody(0)":           idemhttp.WithMaxBody(0),
-		"WithMaxBody(-1)":          idemhttp.WithMaxBody(-1),
-		"WithMaxRecordedBody(0)":   idemhttp.WithMaxRecordedBody(0),
-		"WithHeaderName(empty)":    idemhttp.WithHeaderName(""),
-		"WithHeaderName(bad)":      idemhttp.WithHeaderName("Idempotency Key"),
-		"WithGuard(WithTTL(0))":    idemhttp.WithGuard(idem.WithTTL(0)),
-		"WithGuard(RequireSecret)": idemhttp.WithGuard(idem.RequireSecret()),
+		"nil option":                                nil,
+		"WithPrincipal(nil)":                        idemhttp.WithPrincipal(nil),
+		"WithMethods()":                             idemhttp.WithMethods(),
+		"WithMethods(bad)":                          idemhttp.WithMethods("PO ST"),
+		"WithFingerprintHeaders":                    idemhttp.WithFingerprintHeaders("bad name"),
+		"WithRecordStatus(nil)":                     idemhttp.WithRecordStatus(nil),
+		"WithMaxBody(0)":                            idemhttp.WithMaxBody(0),
+		"WithMaxBody(-1)":                           idemhttp.WithMaxBody(-1),
+		"WithMaxRecordedBody(0)":                    idemhttp.WithMaxRecordedBody(0),
+		"WithHeaderName(empty)":                     idemhttp.WithHeaderName(""),
+		"WithHeaderName(bad)":                       idemhttp.WithHeaderName("Idempotency Key"),
+		"WithGuard(WithTTL(0))":                     idemhttp.WithGuard(idem.WithTTL(0)),
+		"WithGuard(RequireSecret)":                  idemhttp.WithGuard(idem.RequireSecret()),
+		"WithMethods(post)":                         idemhttp.WithMethods("POST", "post"),
+		"WithMethods(Patch)":                        idemhttp.WithMethods("Patch"),
+		"WithFingerprintHeaders(Transfer-Encoding)": idemhttp.WithFingerprintHeaders("transfer-encoding"),
+		"WithGuard(OnFailure(Lock))":                idemhttp.WithGuard(idem.OnFailure(idem.Lock)),
+		"WithGuard(OnFailure(Lock)) among others": idemhttp.WithGuard(idem.WithNamespace("t", "s"),
+			idem.OnFailure(idem.Lock), idem.OnDuplicate(idem.Wait)),
 	}
 	for name, opt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -536,9 +542,66 @@ func TestInvalidOptions(t *testing.T) {
 	if _, err := idemhttp.New(nil); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("nil store: %v", err)
 	}
+	// Valid, and New tells the Guard's failure policy without the user's
+	// observer seeing anything.
+	var events atomic.Int32
+	obs := idem.ObserverFunc(func(context.Context, idem.Event) { events.Add(1) })
 	if _, err := idemhttp.New(mustMem(), idemhttp.WithRequired(), idemhttp.WithReplaySetCookie(),
-		idemhttp.WithFingerprintHeaders("X-A", "x-b"), idemhttp.WithMethods("POST", "PUT")); err != nil {
+		idemhttp.WithFingerprintHeaders("X-A", "x-b", "host"), idemhttp.WithMethods("POST", "PUT", "PURGE", "post-it"),
+		idemhttp.WithGuard(idem.OnFailure(idem.Lock), idem.OnFailure(idem.Unlock), idem.WithObserver(obs))); err != nil {
 		t.Fatalf("valid options: %v", err)
+	}
+	if n := events.Load(); n != 0 {
+		t.Fatalf("New sent %d events to the user's observer", n)
+	}
+}
+
+// TestFingerprintHost: WithFingerprintHeaders("Host") fingerprints the
+// request's host, which net/http keeps in r.Host, not in r.Header.
+func TestFingerprintHost(t *testing.T) {
+	h := &counter{}
+	srv := newMW(t, nil, idemhttp.WithFingerprintHeaders("host")).Handler(h)
+	send := func(host string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "http://"+host+"/payments", strings.NewReader("x"))
+		r.Header.Set("Idempotency-Key", "k")
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, r)
+		return w
+	}
+	if w := send("a.example"); w.Code != http.StatusCreated {
+		t.Fatalf("first: %d %s", w.Code, w.Body)
+	}
+	if w := send("a.example"); w.Header().Get(idemhttp.ReplayedHeader) != "true" {
+		t.Fatalf("same host: %d %v", w.Code, w.Header())
+	}
+	w := send("b.example")
+	if w.Code != http.StatusUnprocessableEntity || problemOf(t, w).Type != idemhttp.ProblemKeyReused {
+		t.Fatalf("another host: %d %s, want 422", w.Code, w.Body)
+	}
+	if h.runs.Load() != 1 {
+		t.Fatalf("runs = %d", h.runs.Load())
+	}
+}
+
+// TestOuterMaxBytesReader: a body cut short by an http.MaxBytesReader set
+// before the middleware is a 413, as one over WithMaxBody is, with the
+// handler not run.
+func TestOuterMaxBytesReader(t *testing.T) {
+	h := &counter{}
+	inner := newMW(t, nil).Handler(h)
+	srv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, 4)
+		inner.ServeHTTP(w, r)
+	})
+	w := do(srv, req{key: "k", body: "12345"})
+	if w.Code != http.StatusRequestEntityTooLarge || problemOf(t, w).Type != idemhttp.ProblemBodyTooLarge {
+		t.Fatalf("%d %s, want 413", w.Code, w.Body)
+	}
+	if w := do(srv, req{key: "k", body: "1234"}); w.Code != http.StatusCreated {
+		t.Fatalf("at the limit: %d %s", w.Code, w.Body)
+	}
+	if h.runs.Load() != 1 {
+		t.Fatalf("runs = %d, want 1", h.runs.Load())
 	}
 }
 

@@ -69,7 +69,8 @@ func WithRequired() Option {
 
 // WithMethods sets the methods that are guarded (default POST and PATCH).
 // Requests with other methods pass through untouched. Names are
-// case-sensitive, as HTTP methods are.
+// case-sensitive, as HTTP methods are, so another spelling of a standard
+// method ("post") is refused.
 func WithMethods(methods ...string) Option {
 	return func(c *config) {
 		if len(methods) == 0 {
@@ -80,6 +81,9 @@ func WithMethods(methods ...string) Option {
 		for _, m := range methods {
 			if !isToken(m) {
 				c.invalid("WithMethods", "%q is not a method name", m)
+			} else if u := strings.ToUpper(m); u != m && standardMethods[u] {
+				// "post" would guard nothing: clients send "POST".
+				c.invalid("WithMethods", "%q is not %q: method names are case-sensitive", m, u)
 			}
 			c.methods[m] = true
 		}
@@ -88,12 +92,20 @@ func WithMethods(methods ...string) Option {
 
 // WithFingerprintHeaders adds the named request headers to the request
 // fingerprint: a replay whose values for them differ is a 422 problem, as a
-// different body is. Names are case-insensitive.
+// different body is. Names are case-insensitive. "Host" is the request's
+// host (http.Request.Host, where net/http moves the header to);
+// "Transfer-Encoding", which net/http removes, is refused.
 func WithFingerprintHeaders(names ...string) Option {
 	return func(c *config) {
 		for _, n := range names {
 			if !isToken(n) {
 				c.invalid("WithFingerprintHeaders", "%q is not a header name", n)
+				continue
+			}
+			if strings.EqualFold(n, "Transfer-Encoding") {
+				// net/http takes it out of a server request's headers (it
+				// describes the message framing, not the request).
+				c.invalid("WithFingerprintHeaders", "%q never reaches a handler's request headers", n)
 				continue
 			}
 			c.fpHeaders = append(c.fpHeaders, http.CanonicalHeaderKey(n))
@@ -161,11 +173,18 @@ func WithReplaySetCookie() Option {
 // threshold, heartbeat, secret, namespace, observer, and the duplicate
 // policy (idem.OnDuplicate(idem.Wait) makes a request that finds its key in
 // progress wait for the first one's response, bounded by its own context,
-// instead of getting a 409). Leave the failure policy at its default
+// instead of getting a 409). The failure policy must stay at its default
 // (idem.Unlock): the middleware uses it to release the claim of a response
-// it does not record.
+// it does not record, so New refuses idem.OnFailure(idem.Lock) (to replay
+// 5xx responses instead, use WithRecordStatus).
 func WithGuard(opts ...idem.Option) Option {
 	return func(c *config) { c.guardOpts = append(c.guardOpts, opts...) }
+}
+
+// standardMethods are the methods of RFC 9110 and RFC 5789 (PATCH).
+var standardMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true, http.MethodPatch: true,
+	http.MethodDelete: true, http.MethodConnect: true, http.MethodOptions: true, http.MethodTrace: true,
 }
 
 // isToken reports whether s is a non-empty RFC 9110 token.

@@ -18,7 +18,8 @@ const (
 	ProblemKeyInvalid = problemBase + "ProblemKeyInvalid"
 	// ProblemUnauthorized (401): the principal function refused the request.
 	ProblemUnauthorized = problemBase + "ProblemUnauthorized"
-	// ProblemBodyTooLarge (413): the request body is over WithMaxBody.
+	// ProblemBodyTooLarge (413): the request body is over WithMaxBody, or
+	// over an http.MaxBytesReader set before the middleware.
 	ProblemBodyTooLarge = problemBase + "ProblemBodyTooLarge"
 	// ProblemInProgress (409): a request with the same key is being
 	// processed; retry later (Retry-After says when).
@@ -37,8 +38,9 @@ const (
 	// ProblemStoreUnavailable (503): the idempotency store failed before
 	// the handler ran; the request was not processed and may be retried.
 	ProblemStoreUnavailable = problemBase + "ProblemStoreUnavailable"
-	// ProblemInternal (500): the stored record could not be read, or a
-	// previous request with the key failed under idem.OnFailure(idem.Lock).
+	// ProblemInternal (500): the stored record could not be read, or it
+	// holds a stored failure (written by a Guard with idem.OnFailure(idem.Lock)
+	// on the same store and namespace; New refuses that policy itself).
 	ProblemInternal = problemBase + "ProblemInternal"
 )
 
