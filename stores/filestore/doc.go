@@ -38,16 +38,18 @@
 // # Atomicity
 //
 // Every transition (Claim, Heartbeat, Complete, Release, Delete, and each
-// record Purge removes) is read-decide-write under the key's lock, using
-// storekit.DecideClaim, storekit.ApplyHeartbeat, storekit.ApplyComplete and
-// storekit.ApplyRelease. The lock is one of 256 striped lock files in .locks,
-// chosen by an FNV-1a hash of the key, taken with an exclusive flock(2)
-// (github.com/gofrs/flock), plus an in-process mutex per stripe, because
-// flock alone does not exclude goroutines that share a lock object. Lock
-// files are never deleted: removing a lock file while another process waits
-// on it would let two processes hold "the" lock at once. The stripe count and
-// hash are part of the on-disk layout; every process sharing a directory
-// must run a version of this package with the same layout.
+// record Purge removes) is read-decide-write under the key's lock: the
+// store is a storekit.Backend (load, locked update, delete of one file)
+// under a storekit.Locked store, which makes every decision with
+// storekit.DecideClaim and the storekit.Apply functions, as memstore does.
+// The lock is one of 256 striped lock files in .locks, chosen by an FNV-1a
+// hash of the key, taken with an exclusive flock(2) (github.com/gofrs/flock),
+// plus an in-process mutex per stripe, because flock alone does not exclude
+// goroutines that share a lock object. Lock files are never deleted:
+// removing a lock file while another process waits on it would let two
+// processes hold "the" lock at once. The stripe count and hash are part of
+// the on-disk layout; every process sharing a directory must run a version
+// of this package with the same layout.
 //
 // A lock is held for one read and one write of a small file. The kernel
 // drops the locks of a process that dies, so a crash (even SIGKILL) never

@@ -96,6 +96,7 @@ type Store struct {
 	sync    bool
 	stripes []*stripe
 	hub     *hub
+	kit     *storekit.Locked // the decisions, over files{s}
 }
 
 var _ idem.Store = (*Store)(nil)
@@ -133,14 +134,16 @@ func New(dir string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("filestore: %w", err)
 	}
-	return &Store{
+	s := &Store{
 		dir:     abs,
 		now:     c.clock,
 		grace:   c.retention,
 		sync:    c.sync,
 		stripes: newStripes(lockDir),
 		hub:     hubFor(canon),
-	}, nil
+	}
+	s.kit = storekit.NewLocked(files{s}, storekit.LockedConfig{Name: "filestore", Now: c.clock, Changed: s.hub.notify})
+	return s, nil
 }
 
 // ensureDir creates dir with mode 0700 if it is missing, and checks that an
@@ -281,143 +284,91 @@ func (s *Store) locked(ctx context.Context, key string, fn func() error) error {
 	return err
 }
 
-func begin(ctx context.Context, key string) error {
-	if err := ValidateKey(key); err != nil {
-		return err
-	}
-	return ctx.Err()
+// files is the storekit.Backend under a Store: one file per record, read
+// without a lock (records are replaced whole by rename, so a read sees the
+// previous or the next one), written under the key's stripe lock.
+type files struct{ s *Store }
+
+var _ storekit.Backend = files{}
+
+// Load implements storekit.Backend.
+func (f files) Load(_ context.Context, key string) (*idem.Record, error) {
+	return f.s.read(key)
+}
+
+// Update implements storekit.Backend: read, decide and write under the
+// key's lock. A corrupt record is reported without calling fn.
+func (f files) Update(ctx context.Context, key string, fn func(cur *idem.Record) (*idem.Record, error)) error {
+	return f.s.locked(ctx, key, func() error {
+		cur, err := f.s.read(key)
+		if err != nil {
+			return err
+		}
+		next, err := fn(cur)
+		if err != nil || next == nil {
+			return err
+		}
+		return f.s.write(key, next)
+	})
+}
+
+// Delete implements storekit.Backend. It removes the record whatever its
+// state, corrupt records included.
+func (f files) Delete(ctx context.Context, key string) error {
+	return f.s.locked(ctx, key, func() error { return f.s.remove(key) })
 }
 
 // Claim implements idem.Store. A live record that the claim must leave
 // untouched is answered from an unlocked read; anything that writes decides
 // again under the key's lock. A corrupt record is reported, never replaced.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
-	if err := begin(ctx, req.Key); err != nil {
+	if err := ValidateKey(req.Key); err != nil {
 		return idem.ClaimResult{}, err
 	}
-	if req.Nonce == "" {
-		return idem.ClaimResult{}, fmt.Errorf("filestore: claim %s: empty nonce", req.Key)
-	}
-	cur, err := s.read(req.Key)
-	if err != nil {
-		return idem.ClaimResult{}, err
-	}
-	if cur != nil {
-		if res := storekit.DecideClaim(cur, req, s.nowMs()).Result(); res.Record == cur {
-			return res, nil // nothing to write
-		}
-	}
-	var res idem.ClaimResult
-	err = s.locked(ctx, req.Key, func() error {
-		cur, err := s.read(req.Key)
-		if err != nil {
-			return err
-		}
-		res = storekit.DecideClaim(cur, req, s.nowMs()).Result()
-		if res.Record == cur {
-			return nil
-		}
-		return s.write(req.Key, res.Record)
-	})
-	if err != nil {
-		return idem.ClaimResult{}, err
-	}
-	if res.Outcome != idem.Existing {
-		s.hub.notify(req.Key)
-	}
-	return res, nil
+	return s.kit.Claim(ctx, req)
 }
 
 // Heartbeat implements idem.Store.
 func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
-	if err := begin(ctx, key); err != nil {
+	if err := ValidateKey(key); err != nil {
 		return err
 	}
-	return s.locked(ctx, key, func() error {
-		cur, err := s.read(key)
-		if err != nil {
-			return err
-		}
-		next, err := storekit.ApplyHeartbeat(cur, nonce, leaseTTL, s.nowMs())
-		if err != nil {
-			return fmt.Errorf("filestore: heartbeat %s: %w", key, err)
-		}
-		return s.write(key, next)
-	})
+	return s.kit.Heartbeat(ctx, key, nonce, leaseTTL)
 }
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
-	if err := begin(ctx, key); err != nil {
+	if err := ValidateKey(key); err != nil {
 		return err
 	}
-	err := s.locked(ctx, key, func() error {
-		cur, err := s.read(key)
-		if err != nil {
-			return err
-		}
-		next, err := storekit.ApplyComplete(cur, nonce, c, s.nowMs())
-		if err != nil {
-			return fmt.Errorf("filestore: complete %s: %w", key, err)
-		}
-		return s.write(key, next)
-	})
-	if err == nil {
-		s.hub.notify(key)
-	}
-	return err
+	return s.kit.Complete(ctx, key, nonce, c)
 }
 
 // Release implements idem.Store: the record is kept with ExpiresAt = now, so
 // the next claim continues its attempt counter.
 func (s *Store) Release(ctx context.Context, key, nonce string) error {
-	if err := begin(ctx, key); err != nil {
+	if err := ValidateKey(key); err != nil {
 		return err
 	}
-	err := s.locked(ctx, key, func() error {
-		cur, err := s.read(key)
-		if err != nil {
-			return err
-		}
-		next, err := storekit.ApplyRelease(cur, nonce, s.nowMs())
-		if err != nil {
-			return fmt.Errorf("filestore: release %s: %w", key, err)
-		}
-		return s.write(key, next)
-	})
-	if err == nil {
-		s.hub.notify(key)
-	}
-	return err
+	return s.kit.Release(ctx, key, nonce)
 }
 
 // Get implements idem.Store. It takes no lock: records are replaced whole by
 // rename, so it reads either the previous or the next record.
 func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
-	if err := begin(ctx, key); err != nil {
+	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
-	r, err := s.read(key)
-	if err != nil {
-		return nil, err
-	}
-	if r == nil || !r.Live(s.nowMs()) {
-		return nil, fmt.Errorf("filestore: get %s: %w", key, idem.ErrNotFound)
-	}
-	return r, nil
+	return s.kit.Get(ctx, key)
 }
 
 // Delete implements idem.Store. It removes the record whatever its state,
 // corrupt records included.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := begin(ctx, key); err != nil {
+	if err := ValidateKey(key); err != nil {
 		return err
 	}
-	err := s.locked(ctx, key, func() error { return s.remove(key) })
-	if err == nil {
-		s.hub.notify(key)
-	}
-	return err
+	return s.kit.Delete(ctx, key)
 }
 
 // Purge removes the records that expired more than the purge grace ago, and
