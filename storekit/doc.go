@@ -36,9 +36,10 @@
 //	}
 //
 // storetest depends on the standard library only. Give it a corrupter
-// (storetest.WithCorrupter) so it checks that a damaged record is reported,
-// and a settable clock (storetest.WithClock) if your store takes a clock, so
-// that it checks staleness and expiry without sleeping. Then run
+// (storetest.WithCorrupter) so it checks that a damaged record is reported.
+// If your store takes a clock, run storetest.RunWithClock instead of Run:
+// it hands each subtest's store a storetest.Clock and advances it, so
+// staleness and expiry are checked exactly and without sleeping. Then run
 // storetest.RunProcesses if your store coordinates processes.
 //
 // Times are Unix milliseconds from the store's clock: the caller's clock
