@@ -189,6 +189,13 @@ func (t *DynamoTable) followPointer(ctx context.Context, pk string, meta map[str
 	if err != nil {
 		return nil, err
 	}
+	return mergePointer(meta, ver), nil
+}
+
+// mergePointer is META as served under recipe B: the VER# row's s3_key,
+// generated_at and etag replace META's (absent in the row means absent),
+// and its revalidate_seconds fills in when META has none.
+func mergePointer(meta, ver map[string]types.AttributeValue) map[string]types.AttributeValue {
 	merged := make(map[string]types.AttributeValue, len(meta)+2)
 	for k, v := range meta {
 		merged[k] = v
@@ -205,7 +212,7 @@ func (t *DynamoTable) followPointer(ctx context.Context, pk string, meta map[str
 			merged[attrRevalidate] = v
 		}
 	}
-	return merged, nil
+	return merged
 }
 
 // GetLease implements Table.
@@ -754,6 +761,9 @@ func getN(pk, sk string, item map[string]types.AttributeValue, attr string, requ
 }
 
 func parseN(pk, sk, attr, s string) (int64, error) {
+	if !validN(s) {
+		return 0, &CorruptItemError{PK: pk, SK: sk, Attr: attr, Reason: "bad number " + strconv.Quote(s)}
+	}
 	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
 		return i, nil
 	}

@@ -1,0 +1,556 @@
+package isr
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem"
+)
+
+// RedisClient is what RedisTable needs from go-redis: running scripts and
+// reading a hash. *redis.Client (also from redis.NewFailoverClient),
+// *redis.ClusterClient and *redis.Ring satisfy it.
+type RedisClient interface {
+	redis.Scripter
+	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
+}
+
+var (
+	_ RedisClient = (*redis.Client)(nil)
+	_ RedisClient = (*redis.ClusterClient)(nil)
+	_ RedisClient = (*redis.Ring)(nil)
+	_ Table       = (*RedisTable)(nil)
+)
+
+var (
+	//go:embed lua/common.lua
+	luaCommon string
+	//go:embed lua/acquire.lua
+	luaAcquire string
+	//go:embed lua/refresh.lua
+	luaRefresh string
+	//go:embed lua/release.lua
+	luaRelease string
+	//go:embed lua/publish.lua
+	luaPublish string
+	//go:embed lua/publish_pointer.lua
+	luaPublishPointer string
+	//go:embed lua/begin.lua
+	luaBegin string
+	//go:embed lua/fail.lua
+	luaFail string
+	//go:embed lua/abandon.lua
+	luaAbandon string
+
+	scriptAcquire        = redis.NewScript(luaCommon + luaAcquire)
+	scriptRefresh        = redis.NewScript(luaCommon + luaRefresh)
+	scriptRelease        = redis.NewScript(luaCommon + luaRelease)
+	scriptPublish        = redis.NewScript(luaCommon + luaPublish)
+	scriptPublishPointer = redis.NewScript(luaCommon + luaPublishPointer)
+	scriptBegin          = redis.NewScript(luaCommon + luaBegin)
+	scriptFail           = redis.NewScript(luaCommon + luaFail)
+	scriptAbandon        = redis.NewScript(luaCommon + luaAbandon)
+)
+
+// DefaultRedisPrefix is the key prefix of a RedisTable without
+// WithRedisPrefix.
+const DefaultRedisPrefix = "isr:"
+
+// RedisOption configures a RedisTable; NewRedisTable reports a bad one as
+// an error matching ErrInvalidInput and idem.ErrInvalidOption.
+type RedisOption func(*RedisTable) error
+
+// WithRedisPrefix sets the prefix of every key (default "isr:"), so several
+// tables can share one Redis. It may not contain '{' or '}', which would
+// change the hash tag.
+func WithRedisPrefix(prefix string) RedisOption {
+	return func(t *RedisTable) error {
+		if strings.ContainsAny(prefix, "{}") {
+			return optionErr("option WithRedisPrefix", "contains '{' or '}'")
+		}
+		t.prefix = prefix
+		return nil
+	}
+}
+
+// optionErr is a rejected constructor option: it matches ErrInvalidInput
+// (as every isr input error) and idem.ErrInvalidOption (as every option
+// error of the module).
+func optionErr(what, reason string) error {
+	return fmt.Errorf("%w (%w)", invalid(what, reason), idem.ErrInvalidOption)
+}
+
+// RedisTable is a Table on Redis (standalone, Sentinel, Cluster or Ring).
+//
+// An item is one hash at <prefix>{<pk>}:<sk> whose fields are the DynamoDB
+// item's attribute names, pk and sk included, with the same values:
+// strings as they are, numbers in the decimal text DynamoDB accepts. So
+// META of a cache key is, with the default prefix,
+//
+//	isr:{CACHE#<sha256 hex>}:META  pk CACHE#… sk META s3_key … generated_at 1700000000 revalidate_seconds 60 etag "…"
+//
+// and a tool reads one schema on DynamoDB and Redis. The {pk} hash tag puts
+// every item of a cache key in one Cluster slot (and Ring shard).
+//
+// Every write is one embedded Lua script (EVALSHA, falling back to EVAL):
+// acquire, refresh, release, recipe A (condition on LOCK, put META, delete
+// LOCK, complete REQ#) and recipe B (condition on LOCK, put VER# if absent,
+// update META with the optimistic version, delete LOCK, complete REQ#) each
+// run atomically, with the same conditions and the same refusals
+// (*TxError with DynamoDB's cancellation reasons) as DynamoTable. Reads are
+// HGETALL; a META with current_sk is followed to its VER# row, as on
+// DynamoDB.
+//
+// Time: the Table interface passes the caller's Now to every method, and
+// expiry is decided with it against the items' own numbers, never by the
+// Redis server's clock (the conformance suite runs at fixed instants), so
+// the workers' clocks must agree as on DynamoDB. Numbers are compared as
+// the Go side reads them (floored to whole seconds), so the value a worker
+// read is the value a script conditions on. The ttl attribute is garbage
+// collection for the deployment; no key gets a native expiry and no
+// decision reads ttl except a REQ# item's, as on DynamoDB.
+type RedisTable struct {
+	client RedisClient
+	prefix string
+}
+
+// NewRedisTable returns a RedisTable on client. It does no I/O.
+func NewRedisTable(client RedisClient, opts ...RedisOption) (*RedisTable, error) {
+	if client == nil {
+		return nil, optionErr("redis client", "nil")
+	}
+	t := &RedisTable{client: client, prefix: DefaultRedisPrefix}
+	for _, o := range opts {
+		if o == nil {
+			return nil, optionErr("redis option", "nil")
+		}
+		if err := o(t); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// Key returns the Redis key of the item (pk, sk).
+func (t *RedisTable) Key(pk, sk string) string { return t.prefix + "{" + pk + "}:" + sk }
+
+func (t *RedisTable) get(ctx context.Context, pk, sk string) (map[string]types.AttributeValue, error) {
+	h, err := t.client.HGetAll(ctx, t.Key(pk, sk)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("isr: get %s/%s: %w", pk, sk, err)
+	}
+	if len(h) == 0 {
+		return nil, ErrNotFound
+	}
+	return attrsFromStrings(h), nil
+}
+
+// GetMeta implements Table.
+func (t *RedisTable) GetMeta(ctx context.Context, pk string) (Meta, error) {
+	if err := checkPK(pk); err != nil {
+		return Meta{}, err
+	}
+	item, err := t.get(ctx, pk, SKMeta)
+	if err != nil {
+		return Meta{}, err
+	}
+	cur, ok, err := pointerSK(pk, item)
+	if err != nil {
+		return Meta{}, err
+	}
+	if ok {
+		// VER# rows are written once and never changed, so reading the
+		// row after META is as good as reading both at once.
+		ver, err := t.get(ctx, pk, cur)
+		if errors.Is(err, ErrNotFound) {
+			return Meta{}, missingPointer(pk, cur)
+		}
+		if err != nil {
+			return Meta{}, err
+		}
+		item = mergePointer(item, ver)
+	}
+	return decodeMeta(pk, item)
+}
+
+// GetLease implements Table.
+func (t *RedisTable) GetLease(ctx context.Context, pk string) (Lease, error) {
+	if err := checkPK(pk); err != nil {
+		return Lease{}, err
+	}
+	item, err := t.get(ctx, pk, SKLock)
+	if err != nil {
+		return Lease{}, err
+	}
+	return decodeLease(pk, item)
+}
+
+// GetRequest implements Table.
+func (t *RedisTable) GetRequest(ctx context.Context, pk, k string) (Request, error) {
+	if err := checkPK(pk); err != nil {
+		return Request{}, err
+	}
+	if err := checkPart("idempotency key", k, false); err != nil {
+		return Request{}, err
+	}
+	item, err := t.get(ctx, pk, RequestSKPrefix+k)
+	if err != nil {
+		return Request{}, err
+	}
+	return decodeRequest(pk, k, item)
+}
+
+// GetVersion implements Table.
+func (t *RedisTable) GetVersion(ctx context.Context, pk, id string) (Version, error) {
+	if err := checkPK(pk); err != nil {
+		return Version{}, err
+	}
+	if err := checkPart("version id", id, false); err != nil {
+		return Version{}, err
+	}
+	item, err := t.get(ctx, pk, VersionSKPrefix+id)
+	if err != nil {
+		return Version{}, err
+	}
+	return decodeVersion(pk, id, item)
+}
+
+// reply is a script's answer: a status word and its details.
+type reply []any
+
+func (t *RedisTable) run(ctx context.Context, op, pk string, s *redis.Script, keys []string, args ...any) (reply, error) {
+	v, err := s.Run(ctx, t.client, keys, args...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("isr: %s on %s: %w", op, pk, err)
+	}
+	r, ok := v.([]any)
+	if !ok || len(r) == 0 {
+		return nil, fmt.Errorf("isr: %s on %s: unexpected script reply %v", op, pk, v)
+	}
+	if _, ok := r[0].(string); !ok {
+		return nil, fmt.Errorf("isr: %s on %s: unexpected script reply %v", op, pk, v)
+	}
+	return r, nil
+}
+
+func (r reply) status() string { return r[0].(string) }
+
+func (r reply) str(i int) string {
+	if i < len(r) {
+		if s, ok := r[i].(string); ok {
+			return s
+		}
+	}
+	return ""
+}
+
+func (r reply) flag(i int) bool {
+	if i < len(r) {
+		if n, ok := r[i].(int64); ok {
+			return n != 0
+		}
+	}
+	return false
+}
+
+// item decodes a flat HGETALL list at index i.
+func (r reply) item(i int) map[string]types.AttributeValue {
+	h := map[string]string{}
+	if i < len(r) {
+		if flat, ok := r[i].([]any); ok {
+			for j := 0; j+1 < len(flat); j += 2 {
+				k, _ := flat[j].(string)
+				v, _ := flat[j+1].(string)
+				h[k] = v
+			}
+		}
+	}
+	return attrsFromStrings(h)
+}
+
+// reasons reads the per-item cancellation reasons at index i.
+func (r reply) reasons(i int) []string {
+	var out []string
+	if i < len(r) {
+		if list, ok := r[i].([]any); ok {
+			for _, x := range list {
+				s, _ := x.(string)
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// corrupt turns a CORRUPT reply (sk, attribute, reason) into its error.
+func (r reply) corrupt(pk string) error {
+	return &CorruptItemError{PK: pk, SK: r.str(1), Attr: r.str(2), Reason: r.str(3)}
+}
+
+func unexpected(op, pk string, r reply) error {
+	return fmt.Errorf("isr: %s on %s: unexpected script reply %v", op, pk, []any(r))
+}
+
+func i64(v int64) string { return strconv.FormatInt(v, 10) }
+
+// optN is a number argument that is absent when 0.
+func optN(v int64) string {
+	if v == 0 {
+		return ""
+	}
+	return i64(v)
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// AcquireLease implements Table.
+func (t *RedisTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, error) {
+	if err := validateAcquire(in); err != nil {
+		return Lease{}, err
+	}
+	seen := ""
+	if in.IfMetaNotNewer != nil {
+		seen = i64(*in.IfMetaNotNewer)
+	}
+	r, err := t.run(ctx, "acquire", in.PK, scriptAcquire, []string{t.Key(in.PK, SKLock), t.Key(in.PK, SKMeta)},
+		in.PK, in.Token, i64(in.Now.Unix()), i64(in.ExpiresAt), i64(in.TTL), seen)
+	if err != nil {
+		return Lease{}, err
+	}
+	switch r.status() {
+	case "OK":
+		return Lease{PK: in.PK, Token: in.Token, ExpiresAt: in.ExpiresAt, TTL: in.TTL}, nil
+	case "MINE":
+		return decodeLease(in.PK, r.item(1))
+	case "CORRUPT":
+		return Lease{}, r.corrupt(in.PK)
+	case "REFUSED":
+		held, changed := r.flag(1), r.flag(2)
+		var heldErr error
+		if held {
+			heldErr = leaseHeld(in.PK, r.item(3))
+		}
+		if in.IfMetaNotNewer == nil {
+			if heldErr == nil {
+				return Lease{}, unexpected("acquire", in.PK, r)
+			}
+			return Lease{}, heldErr
+		}
+		te := &TxError{Op: "acquire", PK: in.PK, Reasons: []string{reasonNone, reasonNone}}
+		if held {
+			te.Reasons[0] = reasonCondition
+			te.Errors = append(te.Errors, heldErr)
+		}
+		if changed {
+			te.Reasons[1] = reasonCondition
+			te.Errors = append(te.Errors, ErrMetaChanged)
+		}
+		return Lease{}, te
+	}
+	return Lease{}, unexpected("acquire", in.PK, r)
+}
+
+// RefreshLease implements Table.
+func (t *RedisTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease, error) {
+	if err := validateRefresh(in); err != nil {
+		return Lease{}, err
+	}
+	pk := in.Lease.PK
+	r, err := t.run(ctx, "refresh", pk, scriptRefresh, []string{t.Key(pk, SKLock)},
+		in.Lease.Token, i64(in.Now.Unix()), i64(in.ExpiresAt), i64(in.TTL))
+	if err != nil {
+		return Lease{}, err
+	}
+	switch r.status() {
+	case "OK":
+		return decodeLease(pk, r.item(1))
+	case "LOST":
+		return Lease{}, leaseLost("refresh", pk)
+	}
+	return Lease{}, unexpected("refresh", pk, r)
+}
+
+// ReleaseLease implements Table.
+func (t *RedisTable) ReleaseLease(ctx context.Context, lease Lease) error {
+	if err := validateLease(lease); err != nil {
+		return err
+	}
+	r, err := t.run(ctx, "release", lease.PK, scriptRelease, []string{t.Key(lease.PK, SKLock)}, lease.Token)
+	if err != nil {
+		return err
+	}
+	switch r.status() {
+	case "OK":
+		return nil
+	case "LOST":
+		return leaseLost("release", lease.PK)
+	}
+	return unexpected("release", lease.PK, r)
+}
+
+// refused maps a REFUSED publish reply to a *TxError: reasons[i] is the
+// cancellation reason of transaction item i, mapped by sentinel(i).
+func refused(op, pk string, reasons []string, sentinel func(int) error) error {
+	te := &TxError{Op: op, PK: pk, Reasons: reasons}
+	for i, code := range reasons {
+		if code == reasonCondition {
+			te.Errors = append(te.Errors, sentinel(i))
+		}
+	}
+	return te
+}
+
+// Publish implements Table (recipe A). Items, in order: LOCK, META, REQ#.
+func (t *RedisTable) Publish(ctx context.Context, in PublishInput) error {
+	if err := validatePublish(in); err != nil {
+		return err
+	}
+	pk := in.Lease.PK
+	keys := []string{t.Key(pk, SKLock), t.Key(pk, SKMeta)}
+	hash := ""
+	if in.Request != nil {
+		keys = append(keys, t.Key(pk, RequestSKPrefix+in.Request.Key))
+		hash = in.Request.Hash
+	}
+	m := in.Meta
+	r, err := t.run(ctx, "publish", pk, scriptPublish, keys,
+		pk, in.Lease.Token, i64(in.Now.Unix()), m.S3Key, i64(m.GeneratedAt), i64(m.RevalidateSeconds),
+		m.ETag, optN(m.TTL), boolArg(in.Monotonic), hash)
+	if err != nil {
+		return err
+	}
+	switch r.status() {
+	case "OK":
+		return nil
+	case "REFUSED":
+		return refused("publish", pk, r.reasons(1), func(i int) error {
+			switch i {
+			case 0:
+				return ErrLeaseLost
+			case 1:
+				return ErrNotNewer
+			default:
+				return ErrRequestState
+			}
+		})
+	}
+	return unexpected("publish", pk, r)
+}
+
+// PublishPointer implements Table (recipe B). Items, in order: LOCK, VER#,
+// META, REQ#.
+func (t *RedisTable) PublishPointer(ctx context.Context, in PublishPointerInput) (Meta, error) {
+	if err := validatePointer(in); err != nil {
+		return Meta{}, err
+	}
+	pk := in.Lease.PK
+	m := pointerMeta(pk, in)
+	v := in.Version
+	keys := []string{t.Key(pk, SKLock), t.Key(pk, m.CurrentSK), t.Key(pk, SKMeta)}
+	hash := ""
+	if in.Request != nil {
+		keys = append(keys, t.Key(pk, RequestSKPrefix+in.Request.Key))
+		hash = in.Request.Hash
+	}
+	r, err := t.run(ctx, "publish-pointer", pk, scriptPublishPointer, keys,
+		pk, in.Lease.Token, i64(in.Now.Unix()), m.CurrentSK, v.S3Key, i64(v.GeneratedAt), v.ETag, optN(v.TTL),
+		i64(in.RevalidateSeconds), optN(in.MetaTTL), i64(in.ExpectedVersion), i64(m.Version),
+		boolArg(in.Monotonic), hash)
+	if err != nil {
+		return Meta{}, err
+	}
+	switch r.status() {
+	case "OK":
+		return m, nil
+	case "REFUSED":
+		why := r.str(2)
+		return Meta{}, refused("publish-pointer", pk, r.reasons(1), func(i int) error {
+			switch i {
+			case 0:
+				return ErrLeaseLost
+			case 1:
+				return ErrVersionExists
+			case 2:
+				if why == "newer" {
+					return ErrNotNewer
+				}
+				return ErrVersionConflict
+			default:
+				return ErrRequestState
+			}
+		})
+	}
+	return Meta{}, unexpected("publish-pointer", pk, r)
+}
+
+// BeginRequest implements Table.
+func (t *RedisTable) BeginRequest(ctx context.Context, in BeginRequestInput) (Request, bool, error) {
+	if err := validateBegin(in); err != nil {
+		return Request{}, false, err
+	}
+	sk := RequestSKPrefix + in.Key
+	r, err := t.run(ctx, "begin-request", in.PK, scriptBegin, []string{t.Key(in.PK, sk)},
+		in.PK, sk, in.Hash, i64(in.Now.Unix()), i64(in.TTL), boolArg(in.RetryFailed))
+	if err != nil {
+		return Request{}, false, err
+	}
+	switch r.status() {
+	case "OK":
+		return Request{PK: in.PK, Key: in.Key, Hash: in.Hash, Status: RequestStarted, TTL: in.TTL}, true, nil
+	case "EXISTS":
+		return existingRequest(in, r.item(1))
+	}
+	return Request{}, false, unexpected("begin-request", in.PK, r)
+}
+
+// existingRequest is BeginRequest's answer when a live REQ# item stopped
+// it: the item, or a mismatch when it carries another request_hash.
+func existingRequest(in BeginRequestInput, item map[string]types.AttributeValue) (Request, bool, error) {
+	cur, err := decodeRequest(in.PK, in.Key, item)
+	if err != nil {
+		return Request{}, false, err
+	}
+	if cur.Hash != in.Hash {
+		return Request{}, false, &RequestError{PK: in.PK, Request: cur, Err: ErrRequestMismatch}
+	}
+	return cur, false, nil
+}
+
+// FailRequest implements Table.
+func (t *RedisTable) FailRequest(ctx context.Context, pk, k, hash string) error {
+	return t.requestOp(ctx, "fail-request", scriptFail, pk, k, hash)
+}
+
+// AbandonRequest implements Table.
+func (t *RedisTable) AbandonRequest(ctx context.Context, pk, k, hash string) error {
+	return t.requestOp(ctx, "abandon-request", scriptAbandon, pk, k, hash)
+}
+
+func (t *RedisTable) requestOp(ctx context.Context, op string, s *redis.Script, pk, k, hash string) error {
+	if err := validateRequestRef(pk, k, hash); err != nil {
+		return err
+	}
+	r, err := t.run(ctx, op, pk, s, []string{t.Key(pk, RequestSKPrefix+k)}, hash)
+	if err != nil {
+		return err
+	}
+	switch r.status() {
+	case "OK":
+		return nil
+	case "STATE":
+		return requestState(op, pk)
+	}
+	return unexpected(op, pk, r)
+}

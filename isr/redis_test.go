@@ -1,0 +1,78 @@
+package isr_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/isr"
+	"github.com/idem-go/idem/isr/isrtest"
+)
+
+func redisClient(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func redisCluster(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// redisPrefix returns a fresh key prefix and deletes its keys when the
+// test ends.
+func redisPrefix(t testing.TB, c redis.UniversalClient) string {
+	t.Helper()
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	prefix := "isrtest:" + hex.EncodeToString(b[:]) + ":"
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		del := func(ctx context.Context, c redis.UniversalClient) error {
+			iter := c.Scan(ctx, 0, prefix+"*", 20000).Iterator()
+			for iter.Next(ctx) {
+				c.Del(ctx, iter.Val())
+			}
+			return iter.Err()
+		}
+		if cc, ok := c.(*redis.ClusterClient); ok {
+			_ = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return del(ctx, n) })
+			return
+		}
+		_ = del(ctx, c)
+	})
+	return prefix
+}
+
+func newRedisTable(t testing.TB, c redis.UniversalClient) *isr.RedisTable {
+	t.Helper()
+	tb, err := isr.NewRedisTable(c, isr.WithRedisPrefix(redisPrefix(t, c)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb
+}
+
+// The suite's tables share one prefix (and one clean-up scan); each
+// subtest works on fresh random partition keys.
+func TestRedisTableConformance(t *testing.T) {
+	tb := newRedisTable(t, redisClient(t))
+	isrtest.Run(t, func(t *testing.T) isr.Table { return tb })
+}
+
+func TestRedisClusterTableConformance(t *testing.T) {
+	tb := newRedisTable(t, redisCluster(t))
+	isrtest.Run(t, func(t *testing.T) isr.Table { return tb })
+}
