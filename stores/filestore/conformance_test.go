@@ -28,11 +28,11 @@ func TestConformance(t *testing.T) {
 	}, storetest.WithCorrupter(corruptFile))
 }
 
+// TestConformanceLocalWatch runs the suite on a clock it advances, so it
+// checks staleness and expiry exactly and sleeps not at all.
 func TestConformanceLocalWatch(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) idem.Store {
-		// Durability is covered above; without fsync this run adds less
-		// disk load to the suite's tight (300ms) takeover timing.
-		s, err := filestore.New(filepath.Join(t.TempDir(), "store"), filestore.WithoutSync())
+	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) idem.Store {
+		s, err := filestore.New(filepath.Join(t.TempDir(), "store"), filestore.WithoutSync(), filestore.WithClock(c.Now))
 		require.NoError(t, err)
 		return s.LocalWatch()
 	}, storetest.WithCorrupter(corruptFile))
