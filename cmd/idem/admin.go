@@ -81,12 +81,8 @@ func (c *cli) inspectCmd(ctx context.Context, args []string) int {
 	c.addKeyFlags(fs, &k)
 	takeover := fs.Duration("takeover-after", idem.DefaultTakeoverAfter, "threshold for the \"stale\" field of an in-progress record")
 	stdout := fs.Bool("stdout", false, "print the recorded standard output instead of the record")
-	if code, done := parse(fs, args); done {
+	if code, done := c.parseNoArgs(fs, args); done {
 		return code
-	}
-	if fs.NArg() > 0 {
-		c.errorf("inspect: unexpected arguments %q", fs.Args())
-		return exitUsage
 	}
 	st, sk, rec, code := c.lookup(ctx, &k)
 	if code != 0 {
@@ -158,12 +154,8 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) int {
 	var k keyFlags
 	c.addKeyFlags(fs, &k)
 	force := fs.Bool("force", false, "delete the record whatever its state")
-	if code, done := parse(fs, args); done {
+	if code, done := c.parseNoArgs(fs, args); done {
 		return code
-	}
-	if fs.NArg() > 0 {
-		c.errorf("unlock: unexpected arguments %q", fs.Args())
-		return exitUsage
 	}
 	st, sk, rec, code := c.lookup(ctx, &k)
 	if code != 0 {
@@ -207,12 +199,8 @@ func (c *cli) purgeCmd(ctx context.Context, args []string) int {
 	var spec string
 	c.addStoreFlag(fs, &spec)
 	grace := fs.Duration("grace", 0, "keep records until they have been expired this long (purging forgets a key's attempt counter)")
-	if code, done := parse(fs, args); done {
+	if code, done := c.parseNoArgs(fs, args); done {
 		return code
-	}
-	if fs.NArg() > 0 {
-		c.errorf("purge: unexpected arguments %q", fs.Args())
-		return exitUsage
 	}
 	if *grace < 0 {
 		c.errorf("-grace must not be negative")

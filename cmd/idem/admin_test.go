@@ -359,3 +359,18 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminExtraArguments: inspect, unlock and purge take flags only; a
+// word left over is a usage error that names the subcommand.
+func TestAdminExtraArguments(t *testing.T) {
+	for _, args := range [][]string{
+		{"inspect", "-store", "mem:", "-key", "k", "extra"},
+		{"unlock", "-store", "mem:", "-key", "k", "extra"},
+		{"purge", "-store", "mem:", "extra"},
+	} {
+		iv := invoke(context.Background(), env{}, args...)
+		if iv.code != exitUsage || !strings.Contains(iv.stderr, "idem "+args[0]+": unexpected arguments [\"extra\"]") {
+			t.Errorf("%s: %v", args[0], iv)
+		}
+	}
+}

@@ -148,6 +148,19 @@ func parse(fs *flag.FlagSet, args []string) (code int, done bool) {
 	return 0, false
 }
 
+// parseNoArgs is parse for a subcommand that takes flags only: arguments
+// left over are a usage error.
+func (c *cli) parseNoArgs(fs *flag.FlagSet, args []string) (code int, done bool) {
+	if code, done := parse(fs, args); done {
+		return code, true
+	}
+	if fs.NArg() > 0 {
+		c.errorf("%s: unexpected arguments %q", fs.Name(), fs.Args())
+		return exitUsage, true
+	}
+	return 0, false
+}
+
 // keyFlags are the flags every subcommand that names a key shares.
 type keyFlags struct {
 	store         string

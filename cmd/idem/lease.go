@@ -14,16 +14,13 @@ import (
 // never recorded, since the command was cut short.
 var errLeaseExpired = errors.New("the claim could not be refreshed in time")
 
-// isLapse reports whether cause is the Guard's notice that the claim went
-// unrefreshed too long (an *idem.LapseError).
-func isLapse(cause error) bool {
+// leaseLapsed reports whether cause is the Guard's notice that the claim
+// went unrefreshed too long (an *idem.LapseError): the command is stopped
+// because its claim could not be refreshed.
+func leaseLapsed(cause error) bool {
 	var le *idem.LapseError
 	return errors.As(cause, &le)
 }
-
-// leaseLapsed reports whether a command was stopped because its claim could
-// not be refreshed.
-func leaseLapsed(cause error) bool { return isLapse(cause) }
 
 // leaseWatch observes the Guard's heartbeats for one run: the error of the
 // last heartbeat that failed, for the message, and, once the claim lapses,
