@@ -60,7 +60,7 @@ func (c *cli) parseRun(args []string) (cfg *runConfig, code int, done bool) {
 		onFail    = fs.String("on-failure", "unlock", "`policy` after a non-zero exit: unlock (the next run runs again) or lock (record the failure and replay it)")
 		ttl       = fs.Duration("ttl", idem.DefaultTTL, "how long the outcome is kept and replayed")
 		takeover  = fs.Duration("takeover-after", idem.DefaultTakeoverAfter, "a claim whose heartbeat is this old is stale and taken over")
-		heartbeat = fs.Duration("heartbeat", 0, "how often a run refreshes its claim (default 5s, or a third of -takeover-after)")
+		heartbeat = fs.Duration("heartbeat", 0, "how often a run refreshes its claim (default "+idem.DefaultHeartbeat.String()+", or a third of -takeover-after if shorter)")
 		verbose   = fs.Bool("v", false, "log claims, replays, waits and takeovers on standard error")
 	)
 	fs.StringVar(&cfg.payload, "payload", "", "the `inputs` of the run: a later run of KEY with another payload exits 65")
