@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
@@ -75,4 +77,23 @@ func TestRedisTableConformance(t *testing.T) {
 func TestRedisClusterTableConformance(t *testing.T) {
 	tb := newRedisTable(t, redisCluster(t))
 	isrtest.Run(t, func(t *testing.T) isr.Table { return tb })
+}
+
+func TestNewRedisTableOptions(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer c.Close()
+	for i, f := range []func() (*isr.RedisTable, error){
+		func() (*isr.RedisTable, error) { return isr.NewRedisTable(nil) },
+		func() (*isr.RedisTable, error) { return isr.NewRedisTable(c, nil) },
+		func() (*isr.RedisTable, error) { return isr.NewRedisTable(c, isr.WithRedisPrefix("a{b}:")) },
+	} {
+		tb, err := f()
+		if tb != nil || !errors.Is(err, isr.ErrInvalidInput) || !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("case %d: %v, %v", i, tb, err)
+		}
+	}
+	tb, err := isr.NewRedisTable(c, isr.WithRedisPrefix("site1:"))
+	if err != nil || tb.Key("CACHE#ab", isr.SKMeta) != "site1:{CACHE#ab}:META" {
+		t.Fatalf("NewRedisTable: %v, %v", tb, err)
+	}
 }

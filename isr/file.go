@@ -1,0 +1,773 @@
+package isr
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/gofrs/flock"
+)
+
+// FileOption configures a FileTable; NewFileTable reports a bad one as an
+// error matching ErrInvalidInput and idem.ErrInvalidOption.
+type FileOption func(*FileTable) error
+
+// WithoutFileSync skips the fsync of each written item and of its
+// directory: faster, but a machine crash can lose or tear recent writes.
+// For tests and throwaway caches only.
+func WithoutFileSync() FileOption {
+	return func(t *FileTable) error { t.sync = false; return nil }
+}
+
+// fileStripes is the number of lock files; part of the on-disk layout.
+const fileStripes = 256
+
+const (
+	fileLockDir = ".locks"
+	fileTmp     = ".tmp-"
+)
+
+// FileTable is a Table in a directory on one host, shared by any number of
+// processes on that host (not over a network file system).
+//
+// Every item is one JSON file holding the DynamoDB item's attribute names
+// and value types, pk and sk included: strings as JSON strings, numbers as
+// JSON numbers (read in DynamoDB's decimal form). The items of a cache key
+// live in <dir>/<sha256 hex of pk>/: META.json, LOCK.json,
+// REQ#<sha256 hex of the idempotency key>.json and
+// VER#<sha256 hex of the version id>.json (Path names them).
+//
+// A write takes the cache key's lock (one of 256 lock files in
+// <dir>/.locks, by a hash of pk, with gofrs/flock, and an in-process
+// semaphore beside it), reads the items it conditions on, and writes each
+// changed item to a temporary file that is fsynced and renamed over the
+// item, then fsyncs the directory; deletes are fsynced the same way. So
+// every operation, the transaction recipes included, is atomic with
+// respect to every other, and a reader (which takes no lock) sees each item
+// whole, old or new. A crash between the renames of one recipe can leave it
+// half applied (for example META published and LOCK not yet deleted); the
+// lease then simply expires.
+//
+// Conditions and refusals are DynamoTable's. Expiry is decided with the
+// caller's Now against the items' numbers, floored to whole seconds as the
+// Go side reads them; ttl decides nothing but a REQ# item's liveness, as on
+// DynamoDB, and nothing is ever deleted for its ttl.
+type FileTable struct {
+	dir     string
+	sync    bool
+	stripes [fileStripes]fileStripe
+}
+
+type fileStripe struct {
+	sem chan struct{} // capacity 1: held while a goroutine owns the stripe
+	fl  *flock.Flock
+}
+
+var _ Table = (*FileTable)(nil)
+
+// NewFileTable returns a FileTable in dir, creating the directory if
+// needed.
+func NewFileTable(dir string, opts ...FileOption) (*FileTable, error) {
+	if strings.TrimSpace(dir) == "" {
+		return nil, optionErr("file table directory", "empty")
+	}
+	t := &FileTable{dir: dir, sync: true}
+	for _, o := range opts {
+		if o == nil {
+			return nil, optionErr("file table option", "nil")
+		}
+		if err := o(t); err != nil {
+			return nil, err
+		}
+	}
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return nil, optionErr("file table directory", fmt.Sprintf("%s is not a directory", dir))
+	}
+	locks := filepath.Join(dir, fileLockDir)
+	if err := os.MkdirAll(locks, 0o700); err != nil {
+		return nil, fmt.Errorf("isr: file table: %w", err)
+	}
+	for i := range t.stripes {
+		t.stripes[i] = fileStripe{
+			sem: make(chan struct{}, 1),
+			fl:  flock.New(filepath.Join(locks, fmt.Sprintf("%02x", i)), flock.SetPermissions(0o600)),
+		}
+	}
+	return t, nil
+}
+
+// Dir returns the table's directory.
+func (t *FileTable) Dir() string { return t.dir }
+
+func sumHex(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+func (t *FileTable) pkDir(pk string) string { return filepath.Join(t.dir, sumHex(pk)) }
+
+// Path returns the file of the item (pk, sk).
+func (t *FileTable) Path(pk, sk string) string {
+	name := sk
+	for _, p := range []string{RequestSKPrefix, VersionSKPrefix} {
+		if rest, ok := strings.CutPrefix(sk, p); ok {
+			name = p + sumHex(rest)
+		}
+	}
+	return filepath.Join(t.pkDir(pk), name+".json")
+}
+
+// lock takes pk's stripe: the semaphore (honouring ctx), then the file
+// lock, polled while another process holds it.
+func (t *FileTable) lock(ctx context.Context, pk string) (func(), error) {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(pk))
+	st := &t.stripes[h.Sum32()%fileStripes]
+	select {
+	case st.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	ok, err := st.fl.TryLock()
+	if err == nil && !ok {
+		ok, err = st.fl.TryLockContext(ctx, 200*time.Microsecond)
+	}
+	if err != nil || !ok {
+		<-st.sem
+		if err == nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("isr: file table lock: %w", err)
+	}
+	return func() {
+		_ = st.fl.Unlock()
+		<-st.sem
+	}, nil
+}
+
+// fileItem is an item as stored: attribute name to a JSON string,
+// json.Number or any other JSON value (which no attribute may hold).
+type fileItem map[string]any
+
+// read returns the item (pk, sk), or nil when it does not exist.
+func (t *FileTable) read(pk, sk string) (fileItem, error) {
+	b, err := os.ReadFile(t.Path(pk, sk))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("isr: read %s/%s: %w", pk, sk, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var it fileItem
+	if err := dec.Decode(&it); err != nil || it == nil {
+		return nil, &CorruptItemError{PK: pk, SK: sk, Attr: "", Reason: "not a JSON object"}
+	}
+	return it, nil
+}
+
+// attrs is the DynamoDB item a file item stands for.
+func (it fileItem) attrs() map[string]types.AttributeValue {
+	item := make(map[string]types.AttributeValue, len(it))
+	for k, v := range it {
+		switch v := v.(type) {
+		case string:
+			item[k] = &types.AttributeValueMemberS{Value: v}
+		case json.Number:
+			item[k] = &types.AttributeValueMemberN{Value: string(v)}
+		case bool:
+			item[k] = &types.AttributeValueMemberBOOL{Value: v}
+		default:
+			item[k] = &types.AttributeValueMemberNULL{Value: true}
+		}
+	}
+	return item
+}
+
+// num reads a number attribute floored to whole units, as the decoders
+// do; ok is false when it is absent or not a number.
+func (it fileItem) num(attr string) (int64, bool) {
+	v, isNum := it[attr].(json.Number)
+	if !isNum {
+		return 0, false
+	}
+	n, err := parseN("", "", attr, string(v))
+	return n, err == nil
+}
+
+func (it fileItem) str(attr string) (string, bool) {
+	s, ok := it[attr].(string)
+	return s, ok
+}
+
+func jn(v int64) json.Number { return json.Number(i64(v)) }
+
+// get reads an item for a Get method: its attributes, or ErrNotFound.
+func (t *FileTable) get(pk, sk string) (map[string]types.AttributeValue, error) {
+	it, err := t.read(pk, sk)
+	if err != nil {
+		return nil, err
+	}
+	if it == nil {
+		return nil, ErrNotFound
+	}
+	return it.attrs(), nil
+}
+
+// write replaces the item (pk, sk): a temporary file in the same
+// directory, fsynced, renamed over the item, and the directory fsynced.
+func (t *FileTable) write(pk, sk string, it fileItem) error {
+	it["pk"], it["sk"] = pk, sk
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(it); err != nil {
+		return fmt.Errorf("isr: encode %s/%s: %w", pk, sk, err)
+	}
+	dir := t.pkDir(pk)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("isr: write %s/%s: %w", pk, sk, err)
+		}
+		if err := t.syncDir(t.dir); err != nil {
+			return err
+		}
+	}
+	f, err := os.CreateTemp(dir, fileTmp+"*")
+	if err != nil {
+		return fmt.Errorf("isr: write %s/%s: %w", pk, sk, err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(buf.Bytes())
+	if err == nil && t.sync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, t.Path(pk, sk))
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("isr: write %s/%s: %w", pk, sk, err)
+	}
+	return t.syncDir(dir)
+}
+
+// remove deletes the item (pk, sk) if it exists.
+func (t *FileTable) remove(pk, sk string) error {
+	err := os.Remove(t.Path(pk, sk))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("isr: delete %s/%s: %w", pk, sk, err)
+	}
+	return t.syncDir(t.pkDir(pk))
+}
+
+func (t *FileTable) syncDir(dir string) error {
+	if !t.sync {
+		return nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("isr: sync %s: %w", dir, err)
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("isr: sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// GetMeta implements Table.
+func (t *FileTable) GetMeta(ctx context.Context, pk string) (Meta, error) {
+	if err := checkPK(pk); err != nil {
+		return Meta{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Meta{}, err
+	}
+	item, err := t.get(pk, SKMeta)
+	if err != nil {
+		return Meta{}, err
+	}
+	cur, ok, err := pointerSK(pk, item)
+	if err != nil {
+		return Meta{}, err
+	}
+	if ok {
+		// VER# items are written once and never changed.
+		ver, err := t.get(pk, cur)
+		if errors.Is(err, ErrNotFound) {
+			return Meta{}, missingPointer(pk, cur)
+		}
+		if err != nil {
+			return Meta{}, err
+		}
+		item = mergePointer(item, ver)
+	}
+	return decodeMeta(pk, item)
+}
+
+// GetLease implements Table.
+func (t *FileTable) GetLease(ctx context.Context, pk string) (Lease, error) {
+	if err := checkPK(pk); err != nil {
+		return Lease{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Lease{}, err
+	}
+	item, err := t.get(pk, SKLock)
+	if err != nil {
+		return Lease{}, err
+	}
+	return decodeLease(pk, item)
+}
+
+// GetRequest implements Table.
+func (t *FileTable) GetRequest(ctx context.Context, pk, k string) (Request, error) {
+	if err := checkPK(pk); err != nil {
+		return Request{}, err
+	}
+	if err := checkPart("idempotency key", k, false); err != nil {
+		return Request{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Request{}, err
+	}
+	item, err := t.get(pk, RequestSKPrefix+k)
+	if err != nil {
+		return Request{}, err
+	}
+	return decodeRequest(pk, k, item)
+}
+
+// GetVersion implements Table.
+func (t *FileTable) GetVersion(ctx context.Context, pk, id string) (Version, error) {
+	if err := checkPK(pk); err != nil {
+		return Version{}, err
+	}
+	if err := checkPart("version id", id, false); err != nil {
+		return Version{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Version{}, err
+	}
+	item, err := t.get(pk, VersionSKPrefix+id)
+	if err != nil {
+		return Version{}, err
+	}
+	return decodeVersion(pk, id, item)
+}
+
+// leaseOK is the condition on LOCK of both recipes and of a refresh: it
+// carries token and lease_expires_at > now.
+func (t *FileTable) leaseOK(pk, token string, now int64) (bool, error) {
+	lock, err := t.read(pk, SKLock)
+	if err != nil || lock == nil {
+		return false, err
+	}
+	tok, _ := lock.str(attrLeaseToken)
+	exp, ok := lock.num(attrLeaseExp)
+	return tok == token && ok && exp > now, nil
+}
+
+// requestOK is the condition on a REQ# item that is completed, failed or
+// abandoned: STARTED with the caller's request_hash.
+func (t *FileTable) requestOK(pk string, rc *RequestCompletion) (fileItem, bool, error) {
+	r, err := t.read(pk, RequestSKPrefix+rc.Key)
+	if err != nil || r == nil {
+		return nil, false, err
+	}
+	st, _ := r.str(attrStatus)
+	h, _ := r.str(attrRequestHash)
+	return r, st == string(RequestStarted) && h == rc.Hash, nil
+}
+
+// AcquireLease implements Table.
+func (t *FileTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, error) {
+	if err := validateAcquire(in); err != nil {
+		return Lease{}, err
+	}
+	unlock, err := t.lock(ctx, in.PK)
+	if err != nil {
+		return Lease{}, err
+	}
+	defer unlock()
+	now := in.Now.Unix()
+	lock, err := t.read(in.PK, SKLock)
+	if err != nil {
+		return Lease{}, err
+	}
+	var heldErr error
+	if lock != nil {
+		if _, err := getN(in.PK, SKLock, lock.attrs(), attrLeaseExp, true); err != nil {
+			return Lease{}, err
+		}
+		if exp, _ := lock.num(attrLeaseExp); exp > now {
+			if tok, _ := lock.str(attrLeaseToken); tok == in.Token {
+				return decodeLease(in.PK, lock.attrs()) // a retried acquire: already ours
+			}
+			heldErr = leaseHeld(in.PK, lock.attrs())
+		}
+	}
+	changed := false
+	if in.IfMetaNotNewer != nil {
+		gen, found, err := t.seenGeneratedAt(in.PK)
+		if err != nil {
+			return Lease{}, err
+		}
+		changed = found && gen > *in.IfMetaNotNewer
+	}
+	if heldErr != nil || changed {
+		if in.IfMetaNotNewer == nil {
+			return Lease{}, heldErr
+		}
+		te := &TxError{Op: "acquire", PK: in.PK, Reasons: []string{reasonNone, reasonNone}}
+		if heldErr != nil {
+			te.Reasons[0] = reasonCondition
+			te.Errors = append(te.Errors, heldErr)
+		}
+		if changed {
+			te.Reasons[1] = reasonCondition
+			te.Errors = append(te.Errors, ErrMetaChanged)
+		}
+		return Lease{}, te
+	}
+	err = t.write(in.PK, SKLock, fileItem{attrLeaseToken: in.Token, attrLeaseExp: jn(in.ExpiresAt), attrTTL: jn(in.TTL)})
+	if err != nil {
+		return Lease{}, err
+	}
+	return Lease{PK: in.PK, Token: in.Token, ExpiresAt: in.ExpiresAt, TTL: in.TTL}, nil
+}
+
+// seenGeneratedAt is the generated_at a reader of META sees: the pointed
+// VER# row's under recipe B, META's own otherwise.
+func (t *FileTable) seenGeneratedAt(pk string) (int64, bool, error) {
+	meta, err := t.read(pk, SKMeta)
+	if err != nil || meta == nil {
+		return 0, false, err
+	}
+	attrs := meta.attrs()
+	cur, ok, err := pointerSK(pk, attrs)
+	if err != nil {
+		return 0, false, err
+	}
+	sk := SKMeta
+	if ok {
+		ver, err := t.read(pk, cur)
+		if err != nil {
+			return 0, false, err
+		}
+		if ver == nil {
+			return 0, false, missingPointer(pk, cur)
+		}
+		attrs, sk = ver.attrs(), cur
+	}
+	gen, err := getN(pk, sk, attrs, attrGeneratedAt, true)
+	return gen, true, err
+}
+
+// RefreshLease implements Table.
+func (t *FileTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease, error) {
+	if err := validateRefresh(in); err != nil {
+		return Lease{}, err
+	}
+	pk := in.Lease.PK
+	unlock, err := t.lock(ctx, pk)
+	if err != nil {
+		return Lease{}, err
+	}
+	defer unlock()
+	ok, err := t.leaseOK(pk, in.Lease.Token, in.Now.Unix())
+	if err != nil {
+		return Lease{}, err
+	}
+	if !ok {
+		return Lease{}, leaseLost("refresh", pk)
+	}
+	lock, err := t.read(pk, SKLock)
+	if err != nil {
+		return Lease{}, err
+	}
+	lock[attrLeaseExp], lock[attrTTL] = jn(in.ExpiresAt), jn(in.TTL)
+	if err := t.write(pk, SKLock, lock); err != nil {
+		return Lease{}, err
+	}
+	return decodeLease(pk, lock.attrs())
+}
+
+// ReleaseLease implements Table.
+func (t *FileTable) ReleaseLease(ctx context.Context, lease Lease) error {
+	if err := validateLease(lease); err != nil {
+		return err
+	}
+	unlock, err := t.lock(ctx, lease.PK)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	lock, err := t.read(lease.PK, SKLock)
+	if err != nil {
+		return err
+	}
+	if tok, _ := lock.str(attrLeaseToken); lock == nil || tok != lease.Token {
+		return leaseLost("release", lease.PK)
+	}
+	return t.remove(lease.PK, SKLock)
+}
+
+// complete sets a REQ# item to COMPLETED with result_s3_key.
+func (t *FileTable) complete(pk string, rc *RequestCompletion, req fileItem, s3Key string) error {
+	if rc == nil {
+		return nil
+	}
+	req[attrStatus], req[attrResultS3Key] = string(RequestCompleted), s3Key
+	return t.write(pk, RequestSKPrefix+rc.Key, req)
+}
+
+// Publish implements Table (recipe A). Items, in order: LOCK, META, REQ#.
+func (t *FileTable) Publish(ctx context.Context, in PublishInput) error {
+	if err := validatePublish(in); err != nil {
+		return err
+	}
+	pk := in.Lease.PK
+	unlock, err := t.lock(ctx, pk)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	reasons := []string{reasonNone, reasonNone}
+	var errs []error
+	ok, err := t.leaseOK(pk, in.Lease.Token, in.Now.Unix())
+	if err != nil {
+		return err
+	}
+	if !ok {
+		reasons[0] = reasonCondition
+		errs = append(errs, ErrLeaseLost)
+	}
+	if in.Monotonic {
+		meta, err := t.read(pk, SKMeta)
+		if err != nil {
+			return err
+		}
+		if _, has := meta[attrGeneratedAt]; has {
+			if g, ok := meta.num(attrGeneratedAt); !ok || !(g < in.Meta.GeneratedAt) {
+				reasons[1] = reasonCondition
+				errs = append(errs, ErrNotNewer)
+			}
+		}
+	}
+	var req fileItem
+	if in.Request != nil {
+		reasons = append(reasons, reasonNone)
+		var ok bool
+		if req, ok, err = t.requestOK(pk, in.Request); err != nil {
+			return err
+		} else if !ok {
+			reasons[2] = reasonCondition
+			errs = append(errs, ErrRequestState)
+		}
+	}
+	if len(errs) > 0 {
+		return &TxError{Op: "publish", PK: pk, Reasons: reasons, Errors: errs}
+	}
+	m := in.Meta
+	meta := fileItem{attrS3Key: m.S3Key, attrGeneratedAt: jn(m.GeneratedAt), attrRevalidate: jn(m.RevalidateSeconds)}
+	if m.ETag != "" {
+		meta[attrETag] = m.ETag
+	}
+	if m.TTL > 0 {
+		meta[attrTTL] = jn(m.TTL)
+	}
+	if err := t.write(pk, SKMeta, meta); err != nil {
+		return err
+	}
+	if err := t.remove(pk, SKLock); err != nil {
+		return err
+	}
+	return t.complete(pk, in.Request, req, m.S3Key)
+}
+
+// PublishPointer implements Table (recipe B). Items, in order: LOCK, VER#,
+// META, REQ#.
+func (t *FileTable) PublishPointer(ctx context.Context, in PublishPointerInput) (Meta, error) {
+	if err := validatePointer(in); err != nil {
+		return Meta{}, err
+	}
+	pk := in.Lease.PK
+	unlock, err := t.lock(ctx, pk)
+	if err != nil {
+		return Meta{}, err
+	}
+	defer unlock()
+	m := pointerMeta(pk, in)
+	reasons := []string{reasonNone, reasonNone, reasonNone}
+	var errs []error
+	ok, err := t.leaseOK(pk, in.Lease.Token, in.Now.Unix())
+	if err != nil {
+		return Meta{}, err
+	}
+	if !ok {
+		reasons[0] = reasonCondition
+		errs = append(errs, ErrLeaseLost)
+	}
+	if ver, err := t.read(pk, m.CurrentSK); err != nil {
+		return Meta{}, err
+	} else if ver != nil {
+		reasons[1] = reasonCondition
+		errs = append(errs, ErrVersionExists)
+	}
+	meta, err := t.read(pk, SKMeta)
+	if err != nil {
+		return Meta{}, err
+	}
+	version, vok := int64(0), true
+	if _, has := meta[attrVersion]; has {
+		version, vok = meta.num(attrVersion)
+	}
+	if !vok || version != in.ExpectedVersion {
+		reasons[2] = reasonCondition
+		errs = append(errs, ErrVersionConflict)
+	} else if _, has := meta[attrGeneratedAt]; in.Monotonic && has {
+		if g, ok := meta.num(attrGeneratedAt); !ok || !(g < in.Version.GeneratedAt) {
+			reasons[2] = reasonCondition
+			errs = append(errs, ErrNotNewer)
+		}
+	}
+	var req fileItem
+	if in.Request != nil {
+		reasons = append(reasons, reasonNone)
+		var ok bool
+		if req, ok, err = t.requestOK(pk, in.Request); err != nil {
+			return Meta{}, err
+		} else if !ok {
+			reasons[3] = reasonCondition
+			errs = append(errs, ErrRequestState)
+		}
+	}
+	if len(errs) > 0 {
+		return Meta{}, &TxError{Op: "publish-pointer", PK: pk, Reasons: reasons, Errors: errs}
+	}
+	v := in.Version
+	ver := fileItem{attrS3Key: v.S3Key, attrGeneratedAt: jn(v.GeneratedAt)}
+	if v.ETag != "" {
+		ver[attrETag] = v.ETag
+	}
+	if v.TTL > 0 {
+		ver[attrTTL] = jn(v.TTL)
+	}
+	if err := t.write(pk, m.CurrentSK, ver); err != nil {
+		return Meta{}, err
+	}
+	// META is updated, not replaced: attributes of other writers stay.
+	if meta == nil {
+		meta = fileItem{}
+	}
+	meta[attrS3Key], meta[attrGeneratedAt], meta[attrRevalidate] = m.S3Key, jn(m.GeneratedAt), jn(m.RevalidateSeconds)
+	meta[attrCurrentSK], meta[attrVersion] = m.CurrentSK, jn(m.Version)
+	delete(meta, attrETag)
+	delete(meta, attrTTL)
+	if m.ETag != "" {
+		meta[attrETag] = m.ETag
+	}
+	if m.TTL > 0 {
+		meta[attrTTL] = jn(m.TTL)
+	}
+	if err := t.write(pk, SKMeta, meta); err != nil {
+		return Meta{}, err
+	}
+	if err := t.remove(pk, SKLock); err != nil {
+		return Meta{}, err
+	}
+	if err := t.complete(pk, in.Request, req, v.S3Key); err != nil {
+		return Meta{}, err
+	}
+	return m, nil
+}
+
+// BeginRequest implements Table.
+func (t *FileTable) BeginRequest(ctx context.Context, in BeginRequestInput) (Request, bool, error) {
+	if err := validateBegin(in); err != nil {
+		return Request{}, false, err
+	}
+	unlock, err := t.lock(ctx, in.PK)
+	if err != nil {
+		return Request{}, false, err
+	}
+	defer unlock()
+	sk := RequestSKPrefix + in.Key
+	cur, err := t.read(in.PK, sk)
+	if err != nil {
+		return Request{}, false, err
+	}
+	live := cur != nil
+	if ttl, ok := cur.num(attrTTL); live && ok && ttl <= in.Now.Unix() {
+		live = false // past its ttl: counts as absent
+	}
+	if live {
+		st, _ := cur.str(attrStatus)
+		h, _ := cur.str(attrRequestHash)
+		if !(in.RetryFailed && st == string(RequestFailed) && h == in.Hash) {
+			return existingRequest(in, cur.attrs())
+		}
+	}
+	err = t.write(in.PK, sk, fileItem{attrRequestHash: in.Hash, attrStatus: string(RequestStarted), attrTTL: jn(in.TTL)})
+	if err != nil {
+		return Request{}, false, err
+	}
+	return Request{PK: in.PK, Key: in.Key, Hash: in.Hash, Status: RequestStarted, TTL: in.TTL}, true, nil
+}
+
+// FailRequest implements Table.
+func (t *FileTable) FailRequest(ctx context.Context, pk, k, hash string) error {
+	return t.requestOp(ctx, "fail-request", pk, k, hash, func(req fileItem) error {
+		req[attrStatus] = string(RequestFailed)
+		return t.write(pk, RequestSKPrefix+k, req)
+	})
+}
+
+// AbandonRequest implements Table.
+func (t *FileTable) AbandonRequest(ctx context.Context, pk, k, hash string) error {
+	return t.requestOp(ctx, "abandon-request", pk, k, hash, func(fileItem) error {
+		return t.remove(pk, RequestSKPrefix+k)
+	})
+}
+
+func (t *FileTable) requestOp(ctx context.Context, op, pk, k, hash string, apply func(fileItem) error) error {
+	if err := validateRequestRef(pk, k, hash); err != nil {
+		return err
+	}
+	unlock, err := t.lock(ctx, pk)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	req, ok, err := t.requestOK(pk, &RequestCompletion{Key: k, Hash: hash})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return requestState(op, pk)
+	}
+	return apply(req)
+}

@@ -1,0 +1,265 @@
+package isr_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem/isr"
+	"github.com/idem-go/idem/isr/isrtest"
+)
+
+// rawN is a number attribute as another service writes it: DynamoDB's
+// decimal text.
+type rawN string
+
+// rawTable is a Table together with direct access to its stored items, in
+// the DynamoDB attribute names: values are strings or rawN.
+type rawTable struct {
+	tb  isr.Table
+	put func(t *testing.T, pk, sk string, item map[string]any)
+	raw func(t *testing.T, pk, sk string) map[string]any
+}
+
+var numberAttrs = map[string]bool{"generated_at": true, "revalidate_seconds": true, "ttl": true, "version": true, "lease_expires_at": true}
+
+func redisRaw(t *testing.T, c redis.UniversalClient) rawTable {
+	tb := newRedisTable(t, c)
+	return rawTable{
+		tb: tb,
+		put: func(t *testing.T, pk, sk string, item map[string]any) {
+			var args []any
+			for k, v := range item {
+				if n, ok := v.(rawN); ok {
+					v = string(n)
+				}
+				args = append(args, k, v)
+			}
+			if err := c.HSet(context.Background(), tb.Key(pk, sk), args...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		raw: func(t *testing.T, pk, sk string) map[string]any {
+			h, err := c.HGetAll(context.Background(), tb.Key(pk, sk)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := map[string]any{}
+			for k, v := range h {
+				if numberAttrs[k] {
+					out[k] = rawN(v)
+				} else {
+					out[k] = v
+				}
+			}
+			return out
+		},
+	}
+}
+
+func fileRaw(t *testing.T) rawTable {
+	tb := newFileTable(t, t.TempDir())
+	return rawTable{
+		tb: tb,
+		put: func(t *testing.T, pk, sk string, item map[string]any) {
+			j := map[string]any{}
+			for k, v := range item {
+				if n, ok := v.(rawN); ok && json.Valid([]byte(n)) {
+					j[k] = json.Number(n)
+				} else if ok {
+					j[k] = string(n) // JSON has no such number: another type
+				} else {
+					j[k] = v
+				}
+			}
+			b, err := json.Marshal(j)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := tb.Path(pk, sk)
+			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		},
+		raw: func(t *testing.T, pk, sk string) map[string]any {
+			b, err := os.ReadFile(tb.Path(pk, sk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := json.NewDecoder(bytes.NewReader(b))
+			d.UseNumber()
+			var j map[string]any
+			if err := d.Decode(&j); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range j {
+				if n, ok := v.(json.Number); ok {
+					j[k] = rawN(n)
+				}
+			}
+			return j
+		},
+	}
+}
+
+func TestRedisForeignItems(t *testing.T)        { testForeignItems(t, redisRaw(t, redisClient(t))) }
+func TestRedisClusterForeignItems(t *testing.T) { testForeignItems(t, redisRaw(t, redisCluster(t))) }
+func TestFileForeignItems(t *testing.T)         { testForeignItems(t, fileRaw(t)) }
+
+// testForeignItems: items written the way other services write them (the
+// seeds' recipes, numbers with fractions or exponents, wrong types) are
+// read as on DynamoDB, and the items isr writes carry exactly the schema's
+// attribute names and value types.
+func testForeignItems(t *testing.T, r rawTable) {
+	ctx := context.Background()
+	tb := r.tb
+	now := time.Now()
+	unix := now.Unix()
+	sn := func(v int64) rawN { return rawN(strconv.FormatInt(v, 10)) }
+
+	t.Run("pointer-only META follows current_sk", func(t *testing.T) {
+		pk := isrtest.NewPK(t)
+		r.put(t, pk, "VER#v7", map[string]any{"pk": pk, "sk": "VER#v7", "s3_key": "pages/v7", "generated_at": sn(unix), "etag": `"e7"`, "revalidate_seconds": rawN("60")})
+		r.put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "current_sk": "VER#v7"})
+		m, err := tb.GetMeta(ctx, pk)
+		if err != nil || m.S3Key != "pages/v7" || m.ETag != `"e7"` || m.GeneratedAt != unix || m.RevalidateSeconds != 60 || m.CurrentSK != "VER#v7" {
+			t.Fatalf("GetMeta = %+v, %v", m, err)
+		}
+	})
+	t.Run("pointer swapped over a recipe-A META serves the pointed version", func(t *testing.T) {
+		pk := isrtest.NewPK(t)
+		r.put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "s3_key": "pages/old", "generated_at": rawN("1000"), "etag": `"old"`, "revalidate_seconds": rawN("60"), "current_sk": "VER#v2"})
+		r.put(t, pk, "VER#v2", map[string]any{"pk": pk, "sk": "VER#v2", "s3_key": "pages/v2", "generated_at": sn(unix)})
+		m, err := tb.GetMeta(ctx, pk)
+		if err != nil || m.S3Key != "pages/v2" || m.ETag != "" || m.GeneratedAt != unix || m.RevalidateSeconds != 60 {
+			t.Fatalf("GetMeta = %+v, %v", m, err)
+		}
+		// The acquire guard conditions on the generated_at the reader saw
+		// (the VER# row's), so the fresh-looking old META does not block it.
+		c := isr.NewCoordinator(tb, isr.WithClock(func() time.Time { return now.Add(2 * time.Minute) }))
+		res, err := c.Regenerate(ctx, pk, nil, func(context.Context, isr.Lease) (isr.Page, error) {
+			return isr.Page{S3Key: "pages/v3", RevalidateSeconds: 60}, nil
+		})
+		if err != nil || res.Outcome != isr.OutcomeRegenerated {
+			t.Fatalf("Regenerate = %+v, %v", res, err)
+		}
+	})
+	t.Run("pointer to a missing row is corrupt", func(t *testing.T) {
+		pk := isrtest.NewPK(t)
+		r.put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "current_sk": "VER#gone"})
+		if _, err := tb.GetMeta(ctx, pk); !errors.Is(err, isr.ErrCorruptItem) {
+			t.Fatalf("GetMeta = %v, want ErrCorruptItem", err)
+		}
+		seen := int64(0)
+		_, err := tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "t", Now: now, ExpiresAt: unix + 30, TTL: unix + 90, IfMetaNotNewer: &seen})
+		if !errors.Is(err, isr.ErrCorruptItem) {
+			t.Fatalf("guarded AcquireLease = %v, want ErrCorruptItem", err)
+		}
+	})
+	t.Run("lease_expires_at that is not a number is corrupt, never held until 0", func(t *testing.T) {
+		for _, bad := range []any{"soon", rawN("0x10"), rawN("1e"), rawN("")} {
+			pk := isrtest.NewPK(t)
+			r.put(t, pk, "LOCK", map[string]any{"pk": pk, "sk": "LOCK", "lease_token": "x", "lease_expires_at": bad, "ttl": rawN("1")})
+			_, err := tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "t", Now: now, ExpiresAt: unix + 30, TTL: unix + 90})
+			if !errors.Is(err, isr.ErrCorruptItem) || errors.Is(err, isr.ErrLeaseHeld) {
+				t.Fatalf("%q: AcquireLease = %v, want ErrCorruptItem", bad, err)
+			}
+			if _, err := tb.GetLease(ctx, pk); !errors.Is(err, isr.ErrCorruptItem) {
+				t.Fatalf("%q: GetLease = %v, want ErrCorruptItem", bad, err)
+			}
+		}
+	})
+	t.Run("fractional lease_expires_at: GetLease and acquire agree", func(t *testing.T) {
+		for _, c := range []struct {
+			exp  string
+			held bool
+		}{{strconv.FormatInt(unix, 10) + ".5", false}, {strconv.FormatInt(unix+1, 10) + ".5", true}, {"1.7e9", false}} {
+			pk := isrtest.NewPK(t)
+			r.put(t, pk, "LOCK", map[string]any{"pk": pk, "sk": "LOCK", "lease_token": "x", "lease_expires_at": rawN(c.exp)})
+			l, err := tb.GetLease(ctx, pk)
+			if err != nil || l.Held(now) != c.held {
+				t.Fatalf("%s: GetLease = %+v, %v; held want %v", c.exp, l, err, c.held)
+			}
+			_, err = tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "t", Now: now, ExpiresAt: unix + 30, TTL: unix + 90})
+			if c.held != errors.Is(err, isr.ErrLeaseHeld) || (!c.held && err != nil) {
+				t.Fatalf("%s: AcquireLease = %v, held want %v", c.exp, err, c.held)
+			}
+		}
+	})
+	t.Run("a stale META with a fractional generated_at is regenerated", func(t *testing.T) {
+		pk := isrtest.NewPK(t)
+		r.put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "s3_key": "old", "generated_at": rawN(strconv.FormatInt(unix-100, 10) + ".7"), "revalidate_seconds": rawN("60")})
+		c := isr.NewCoordinator(tb, isr.WithClock(func() time.Time { return now }))
+		res, err := c.Regenerate(ctx, pk, nil, func(context.Context, isr.Lease) (isr.Page, error) {
+			return isr.Page{S3Key: "new", RevalidateSeconds: 60}, nil
+		})
+		if err != nil || res.Outcome != isr.OutcomeRegenerated {
+			t.Fatalf("Regenerate = %+v, %v", res, err)
+		}
+		if m, err := tb.GetMeta(ctx, pk); err != nil || m.S3Key != "new" {
+			t.Fatalf("GetMeta = %+v, %v", m, err)
+		}
+	})
+	t.Run("ttl of another type decides nothing", func(t *testing.T) {
+		pk := isrtest.NewPK(t)
+		r.put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "s3_key": "p", "generated_at": sn(unix), "revalidate_seconds": rawN("60"), "ttl": "soon"})
+		if m, err := tb.GetMeta(ctx, pk); err != nil || m.S3Key != "p" || m.TTL != 0 {
+			t.Fatalf("GetMeta = %+v, %v", m, err)
+		}
+	})
+	t.Run("items isr writes have the schema's names and types", func(t *testing.T) {
+		pk := isrtest.NewPK(t)
+		_, _, err := tb.BeginRequest(ctx, isr.BeginRequestInput{PK: pk, Key: "q", Hash: "h", Now: now, TTL: unix + 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "tok", Now: now, ExpiresAt: unix + 30, TTL: unix + 90})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]any{"pk": pk, "sk": "LOCK", "lease_token": "tok", "lease_expires_at": sn(unix + 30), "ttl": sn(unix + 90)}
+		if got := r.raw(t, pk, "LOCK"); !reflect.DeepEqual(got, want) {
+			t.Fatalf("LOCK = %v, want %v", got, want)
+		}
+		err = tb.Publish(ctx, isr.PublishInput{Lease: l, Now: now, Meta: isr.Meta{S3Key: "a&<b>", GeneratedAt: unix, RevalidateSeconds: 60, ETag: `"e"`}, Request: &isr.RequestCompletion{Key: "q", Hash: "h"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = map[string]any{"pk": pk, "sk": "META", "s3_key": "a&<b>", "generated_at": sn(unix), "revalidate_seconds": rawN("60"), "etag": `"e"`}
+		if got := r.raw(t, pk, "META"); !reflect.DeepEqual(got, want) {
+			t.Fatalf("META = %v, want %v", got, want)
+		}
+		want = map[string]any{"pk": pk, "sk": "REQ#q", "request_hash": "h", "status": "COMPLETED", "result_s3_key": "a&<b>", "ttl": sn(unix + 100)}
+		if got := r.raw(t, pk, "REQ#q"); !reflect.DeepEqual(got, want) {
+			t.Fatalf("REQ# = %v, want %v", got, want)
+		}
+		l, err = tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "tok2", Now: now, ExpiresAt: unix + 30, TTL: unix + 90})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tb.PublishPointer(ctx, isr.PublishPointerInput{Lease: l, Now: now, Version: isr.Version{ID: "v1", S3Key: "b", GeneratedAt: unix + 1, ETag: `"v"`}, RevalidateSeconds: 30, MetaTTL: unix + 999})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = map[string]any{"pk": pk, "sk": "VER#v1", "s3_key": "b", "generated_at": sn(unix + 1), "etag": `"v"`}
+		if got := r.raw(t, pk, "VER#v1"); !reflect.DeepEqual(got, want) {
+			t.Fatalf("VER# = %v, want %v", got, want)
+		}
+		want = map[string]any{"pk": pk, "sk": "META", "s3_key": "b", "generated_at": sn(unix + 1), "revalidate_seconds": rawN("30"), "etag": `"v"`, "ttl": sn(unix + 999), "current_sk": "VER#v1", "version": rawN("1")}
+		if got := r.raw(t, pk, "META"); !reflect.DeepEqual(got, want) {
+			t.Fatalf("META = %v, want %v", got, want)
+		}
+	})
+}
