@@ -1,6 +1,8 @@
 package sqlstore
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 )
@@ -46,12 +48,43 @@ func quote(d Dialect, table string) (qtable, index string) {
 	return strings.Join(quoted, "."), q + index + q
 }
 
+// Server clock expressions: the database's time in Unix milliseconds.
+// PostgreSQL's clock_timestamp() is the time it is evaluated (each
+// statement evaluates it once, in a materialized CTE or an InitPlan, so
+// every column the statement writes gets the same value); MySQL's
+// UTC_TIMESTAMP(6) is NOW(6) in UTC, the time the statement started,
+// constant within the statement and free of the session time zone (the
+// UNIX_TIMESTAMP(NOW(6)) spelling is ambiguous in the hour a daylight
+// saving change repeats).
+const (
+	pgNow    = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
+	mysqlNow = `(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)`
+)
+
+// maxChannelLen is PostgreSQL's limit on a channel name (NAMEDATALEN - 1).
+const maxChannelLen = 63
+
+// notifyChannel returns the PostgreSQL channel a table's changes are
+// notified on: the table name as given (with its schema, if any) when it
+// fits, otherwise its first 46 bytes and 16 hex digits of its SHA-256.
+func notifyChannel(table string) string {
+	if len(table) <= maxChannelLen {
+		return table
+	}
+	sum := sha256.Sum256([]byte(table))
+	return table[:46] + "_" + hex.EncodeToString(sum[:8])
+}
+
 func buildQueries(d Dialect, table string) queries {
 	t, idx := quote(d, table)
 	var q queries
 	switch d {
 	case Postgres:
 		where := "key_hash = $1"
+		// The channel is letters, digits, underscores and dots (WithTable),
+		// so it is a plain string literal.
+		notify := `SELECT pg_notify('` + notifyChannel(table) + `', key_hash) FROM u`
+		clk := `WITH clk AS MATERIALIZED (SELECT ` + pgNow + ` AS ms)`
 		q.create = []string{
 			`CREATE TABLE IF NOT EXISTS ` + t + ` (
   tenant         TEXT     NOT NULL DEFAULT '',
@@ -75,10 +108,10 @@ func buildQueries(d Dialect, table string) queries {
 )`,
 			`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + t + ` (expires_at)`,
 		}
-		// $1 tenant, $2 scope, $3 key, $4 nonce, $5 payload hash, $6 now,
-		// $7 now + lease, $8 the caller's takeover threshold in ms (stored
-		// with the claim; a row is stale by its own stored threshold, or by
-		// $8 when it has none).
+		// $1 tenant, $2 scope, $3 key, $4 nonce, $5 payload hash, $6 lease
+		// in ms, $7 the caller's takeover threshold in ms (stored with the
+		// claim; a row is stale by its own stored threshold, or by $7 when
+		// it has none). clk.ms is the server's now, read once.
 		//
 		// cur is the row in the statement's snapshot. When it is live and
 		// not claimable (the replay of a completed key, a live claim) the
@@ -88,23 +121,25 @@ func buildQueries(d Dialect, table string) queries {
 		// to the newest committed version of the row: it has expired, or
 		// it is an in-progress claim with the same payload hash, another
 		// nonce and a stale heartbeat (and in both cases it is decodable).
-		// When nothing is written, the last branch returns cur (see
-		// claimPostgres for why that snapshot is checked).
-		claimable := `%[4]s.record_version = 1 AND %[4]s.attempt_count >= 1 AND %[4]s.claim_nonce <> ''
-    AND %[4]s.status IN ('in_progress', 'completed', 'failed')
-    AND (%[4]s.status <> 'failed' OR %[4]s.error_message IS NOT NULL)
-    AND (%[4]s.error_type IS NULL OR %[4]s.error_message IS NOT NULL)
-    AND (%[4]s.expires_at <= $6
-      OR (%[4]s.status = 'in_progress' AND %[4]s.payload_hash = $5
-          AND %[4]s.claim_nonce <> $4
-          AND $6 - %[4]s.heartbeat_at >= CASE WHEN %[4]s.takeover_ms > 0 THEN %[4]s.takeover_ms ELSE $8 END))`
-		q.text[stClaim] = fmt.Sprintf(`WITH cur AS (
+		// Inside the conflict update EXCLUDED.started_at is clk.ms. When
+		// nothing is written, the last branch returns cur (see
+		// claimPostgres for why that snapshot is checked). Every row
+		// returned carries clk.ms, so the store checks it by the same clock.
+		claimable := `%[1]s.record_version = 1 AND %[1]s.attempt_count >= 1 AND %[1]s.claim_nonce <> ''
+    AND %[1]s.status IN ('in_progress', 'completed', 'failed')
+    AND (%[1]s.status <> 'failed' OR %[1]s.error_message IS NOT NULL)
+    AND (%[1]s.error_type IS NULL OR %[1]s.error_message IS NOT NULL)
+    AND (%[1]s.expires_at <= %[2]s
+      OR (%[1]s.status = 'in_progress' AND %[1]s.payload_hash = $5
+          AND %[1]s.claim_nonce <> $4
+          AND %[2]s - %[1]s.heartbeat_at >= CASE WHEN %[1]s.takeover_ms > 0 THEN %[1]s.takeover_ms ELSE $7 END))`
+		q.text[stClaim] = fmt.Sprintf(clk+`, cur AS (
   SELECT %[2]s FROM %[1]s WHERE key_hash = $3
 ), w AS (
   INSERT INTO %[1]s AS r (tenant, scope, key_hash, record_version, claim_nonce, status, attempt_count,
     payload_hash, result, error_message, error_type, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms)
-  SELECT $1, $2, $3, 1, $4, 'in_progress', 1, $5, NULL, NULL, NULL, $6, $6, 0, $7, 0, $8
-  WHERE NOT EXISTS (SELECT 1 FROM cur) OR EXISTS (SELECT 1 FROM cur WHERE `+fmt.Sprintf(claimable, "", "", "", "cur")+`)
+  SELECT $1, $2, $3, 1, $4, 'in_progress', 1, $5, NULL, NULL, NULL, clk.ms, clk.ms, 0, clk.ms + $6, 0, $7 FROM clk
+  WHERE NOT EXISTS (SELECT 1 FROM cur) OR EXISTS (SELECT 1 FROM cur, clk WHERE `+fmt.Sprintf(claimable, "cur", "clk.ms")+`)
   ON CONFLICT (key_hash) DO UPDATE SET
     tenant        = EXCLUDED.tenant,
     scope         = EXCLUDED.scope,
@@ -112,36 +147,44 @@ func buildQueries(d Dialect, table string) queries {
     status        = 'in_progress',
     attempt_count = r.attempt_count + 1,
     payload_hash  = EXCLUDED.payload_hash,
-    result        = CASE WHEN r.expires_at <= $6 THEN NULL ELSE r.result END,
-    error_message = CASE WHEN r.expires_at <= $6 THEN NULL ELSE r.error_message END,
-    error_type    = CASE WHEN r.expires_at <= $6 THEN NULL ELSE r.error_type END,
-    started_at    = $6,
-    heartbeat_at  = $6,
-    completed_at  = CASE WHEN r.expires_at <= $6 THEN 0 ELSE r.completed_at END,
-    expires_at    = CASE WHEN r.expires_at <= $6 THEN $7 ELSE GREATEST(r.expires_at, $7) END,
-    taken_over_at = CASE WHEN r.expires_at <= $6 THEN 0 ELSE $6 END,
-    takeover_ms   = $8
-  WHERE `+fmt.Sprintf(claimable, "", "", "", "r")+`
+    result        = CASE WHEN r.expires_at <= EXCLUDED.started_at THEN NULL ELSE r.result END,
+    error_message = CASE WHEN r.expires_at <= EXCLUDED.started_at THEN NULL ELSE r.error_message END,
+    error_type    = CASE WHEN r.expires_at <= EXCLUDED.started_at THEN NULL ELSE r.error_type END,
+    started_at    = EXCLUDED.started_at,
+    heartbeat_at  = EXCLUDED.started_at,
+    completed_at  = CASE WHEN r.expires_at <= EXCLUDED.started_at THEN 0 ELSE r.completed_at END,
+    expires_at    = CASE WHEN r.expires_at <= EXCLUDED.started_at THEN EXCLUDED.expires_at
+                         ELSE GREATEST(r.expires_at, EXCLUDED.expires_at) END,
+    taken_over_at = CASE WHEN r.expires_at <= EXCLUDED.started_at THEN 0 ELSE EXCLUDED.started_at END,
+    takeover_ms   = EXCLUDED.takeover_ms
+  WHERE `+fmt.Sprintf(claimable, "r", "EXCLUDED.started_at")+`
   RETURNING r.record_version, r.claim_nonce, r.status, r.attempt_count, r.payload_hash, r.result,
     r.error_message, r.error_type, r.started_at, r.heartbeat_at, r.completed_at, r.expires_at, r.taken_over_at, r.takeover_ms
 )
-SELECT 'w'::text, * FROM w
+SELECT 'w'::text, clk.ms, w.* FROM w, clk
 UNION ALL
-SELECT 'e'::text, * FROM cur WHERE NOT EXISTS (SELECT 1 FROM w)`, t, cols)
-		q.text[stGet] = `SELECT ` + cols + ` FROM ` + t + ` WHERE ` + where
-		// $1 key, $2 nonce, $3 now, $4 now + lease
-		q.text[stHeartbeat] = `UPDATE ` + t + ` SET heartbeat_at = $3, expires_at = GREATEST(expires_at, $4) WHERE ` +
-			where + ` AND claim_nonce = $2 AND status = 'in_progress' AND expires_at > $3`
-		// $1 key, $2 nonce, $3 status, $4 result, $5 error message, $6 error type, $7 now, $8 now + ttl
-		q.text[stComplete] = `UPDATE ` + t + ` SET status = $3, result = $4, error_message = $5, error_type = $6, ` +
-			`completed_at = $7, heartbeat_at = $7, expires_at = $8 WHERE ` + where + ` AND claim_nonce = $2`
-		// $1 key, $2 nonce, $3 now
-		q.text[stRelease] = `UPDATE ` + t + ` SET expires_at = $3 WHERE ` + where +
-			` AND claim_nonce = $2 AND status = 'in_progress'`
-		q.text[stDelete] = `DELETE FROM ` + t + ` WHERE ` + where
-		q.text[stPurge] = `DELETE FROM ` + t + ` WHERE expires_at < $1`
+SELECT 'e'::text, clk.ms, cur.* FROM cur, clk WHERE NOT EXISTS (SELECT 1 FROM w)`, t, cols)
+		// The server's now rides along (an InitPlan, evaluated once).
+		q.text[stGet] = `SELECT ` + cols + `, (SELECT ` + pgNow + `) FROM ` + t + ` WHERE ` + where
+		// $1 key, $2 nonce, $3 lease in ms
+		q.text[stHeartbeat] = clk + ` UPDATE ` + t + ` SET heartbeat_at = clk.ms, expires_at = GREATEST(expires_at, clk.ms + $3) ` +
+			`FROM clk WHERE ` + where + ` AND claim_nonce = $2 AND status = 'in_progress' AND expires_at > clk.ms`
+		// $1 key, $2 nonce, $3 status, $4 result, $5 error message, $6 error
+		// type, $7 ttl in ms. The notification is sent when the statement
+		// commits, only if it changed the row; affected rows are the rows
+		// of the final SELECT.
+		q.text[stComplete] = clk + `, u AS (UPDATE ` + t + ` SET status = $3, result = $4, error_message = $5, error_type = $6, ` +
+			`completed_at = clk.ms, heartbeat_at = clk.ms, expires_at = clk.ms + $7 FROM clk WHERE ` + where +
+			` AND claim_nonce = $2 RETURNING key_hash) ` + notify
+		// $1 key, $2 nonce
+		q.text[stRelease] = clk + `, u AS (UPDATE ` + t + ` SET expires_at = clk.ms FROM clk WHERE ` + where +
+			` AND claim_nonce = $2 AND status = 'in_progress' RETURNING key_hash) ` + notify
+		q.text[stDelete] = `WITH u AS (DELETE FROM ` + t + ` WHERE ` + where + ` RETURNING key_hash) ` + notify
+		// $1 retention in ms
+		q.text[stPurge] = `DELETE FROM ` + t + ` WHERE expires_at < (SELECT ` + pgNow + `) - $1`
 	case MySQL:
 		where := "key_hash = ?"
+		n := mysqlNow
 		q.create = []string{
 			`CREATE TABLE IF NOT EXISTS ` + t + ` (
   tenant         VARCHAR(64)  NOT NULL DEFAULT '',
@@ -165,30 +208,37 @@ SELECT 'e'::text, * FROM cur WHERE NOT EXISTS (SELECT 1 FROM w)`, t, cols)
   KEY ` + idx + ` (expires_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 		}
-		// tenant, scope, key, nonce, payload hash, now, now, now + lease, takeover ms
+		// tenant, scope, key, nonce, payload hash, lease ms, takeover ms.
+		// LAST_INSERT_ID(expr) hands the server's now back in the OK
+		// packet (Result.LastInsertId; the table has no AUTO_INCREMENT
+		// column), so the claim learns the times it wrote without another
+		// round trip.
 		q.text[stClaim] = `INSERT IGNORE INTO ` + t + ` (tenant, scope, key_hash, record_version, claim_nonce, status, ` +
 			`attempt_count, payload_hash, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms) ` +
-			`VALUES (?, ?, ?, 1, ?, 'in_progress', 1, ?, ?, ?, 0, ?, 0, ?)`
-		// new: nonce, attempt, payload hash, result, error message,
-		// error type, started_at, heartbeat_at, completed_at, expires_at,
-		// taken_over_at, takeover_ms, tenant, scope; then key; then the row as read:
-		// nonce, attempt, status, heartbeat_at, expires_at.
+			`VALUES (?, ?, ?, 1, ?, 'in_progress', 1, ?, LAST_INSERT_ID(` + n + `), ` + n + `, 0, ` + n + ` + ?, 0, ?)`
+		// new: nonce, attempt, payload hash, result, error message, error
+		// type, completed_at, the expiry floor, lease ms, whether it is a
+		// takeover, takeover_ms, tenant, scope; then key; then the row as
+		// read: nonce, attempt, status, heartbeat_at, expires_at. The times
+		// are the server's now at the UPDATE, handed back by LAST_INSERT_ID.
 		q.text[stCAS] = `UPDATE ` + t + ` SET claim_nonce = ?, status = 'in_progress', attempt_count = ?, ` +
-			`payload_hash = ?, result = ?, error_message = ?, error_type = ?, started_at = ?, heartbeat_at = ?, ` +
-			`completed_at = ?, expires_at = ?, taken_over_at = ?, takeover_ms = ?, tenant = ?, scope = ? WHERE ` + where +
+			`payload_hash = ?, result = ?, error_message = ?, error_type = ?, started_at = LAST_INSERT_ID(` + n + `), ` +
+			`heartbeat_at = ` + n + `, completed_at = ?, expires_at = GREATEST(?, ` + n + ` + ?), ` +
+			`taken_over_at = CASE WHEN ? THEN ` + n + ` ELSE 0 END, takeover_ms = ?, tenant = ?, scope = ? WHERE ` + where +
 			` AND claim_nonce = ? AND attempt_count = ? AND status = ? AND heartbeat_at = ? AND expires_at = ? AND record_version = 1`
-		q.text[stGet] = `SELECT ` + cols + ` FROM ` + t + ` WHERE ` + where
-		// now, now + lease, key..., nonce, now
-		q.text[stHeartbeat] = `UPDATE ` + t + ` SET heartbeat_at = ?, expires_at = GREATEST(expires_at, ?) WHERE ` +
-			where + ` AND claim_nonce = ? AND status = 'in_progress' AND expires_at > ?`
-		// status, result, error message, error type, now, now, now + ttl, key..., nonce
+		q.text[stGet] = `SELECT ` + cols + `, ` + n + ` FROM ` + t + ` WHERE ` + where
+		// lease ms, key, nonce
+		q.text[stHeartbeat] = `UPDATE ` + t + ` SET heartbeat_at = ` + n + `, expires_at = GREATEST(expires_at, ` + n + ` + ?) WHERE ` +
+			where + ` AND claim_nonce = ? AND status = 'in_progress' AND expires_at > ` + n
+		// status, result, error message, error type, ttl ms, key, nonce
 		q.text[stComplete] = `UPDATE ` + t + ` SET status = ?, result = ?, error_message = ?, error_type = ?, ` +
-			`completed_at = ?, heartbeat_at = ?, expires_at = ? WHERE ` + where + ` AND claim_nonce = ?`
-		// now, key..., nonce
-		q.text[stRelease] = `UPDATE ` + t + ` SET expires_at = ? WHERE ` + where +
+			`completed_at = ` + n + `, heartbeat_at = ` + n + `, expires_at = ` + n + ` + ? WHERE ` + where + ` AND claim_nonce = ?`
+		// key, nonce
+		q.text[stRelease] = `UPDATE ` + t + ` SET expires_at = ` + n + ` WHERE ` + where +
 			` AND claim_nonce = ? AND status = 'in_progress'`
 		q.text[stDelete] = `DELETE FROM ` + t + ` WHERE ` + where
-		q.text[stPurge] = `DELETE FROM ` + t + ` WHERE expires_at < ?`
+		// retention ms
+		q.text[stPurge] = `DELETE FROM ` + t + ` WHERE expires_at < ` + n + ` - ?`
 	}
 	return q
 }

@@ -7,7 +7,9 @@
 //	g, err := idem.New[Invoice](store)
 //
 // For MySQL or MariaDB use github.com/go-sql-driver/mysql and
-// sqlstore.MySQL.
+// sqlstore.MySQL. On PostgreSQL through pgx, store.Listen() returns a
+// WatchingStore whose waiters are woken by LISTEN/NOTIFY (see Push
+// wake-ups).
 //
 // # Table
 //
@@ -30,8 +32,9 @@
 //	error_message   stored failure, NULL if none
 //	error_type      its type name
 //	started_at, heartbeat_at, completed_at, expires_at
-//	                BIGINT Unix milliseconds; completed_at is 0 while in
-//	                progress; the row counts while expires_at > now
+//	                BIGINT Unix milliseconds by the database's clock;
+//	                completed_at is 0 while in progress; the row counts
+//	                while expires_at > the database's now
 //	taken_over_at   when the current claim took over a stale one, 0 if it
 //	                did not (the takeover rate is a query away)
 //	takeover_ms     the owner's takeover threshold, written at claim and
@@ -78,10 +81,15 @@
 //
 // MySQL/MariaDB. The dialect has no RETURNING, so Claim is an INSERT IGNORE
 // of a fresh claim (one round trip when the key is new) and, when the key
-// exists, a SELECT of the row; when the row is claimable, an UPDATE writes
-// the DecideClaim outcome conditioned on the row being exactly as read
-// (claim_nonce, attempt_count, status, heartbeat_at, expires_at: a
-// compare-and-swap; a lost race starts over). MySQL counts an UPDATE that
+// exists, a SELECT of the row and the server's now; when the row is
+// claimable at that now, an UPDATE writes the DecideClaim outcome
+// conditioned on the row being exactly as read (claim_nonce,
+// attempt_count, status, heartbeat_at, expires_at: a compare-and-swap; a
+// lost race starts over), with the server's now at the UPDATE as its
+// times. The INSERT and the UPDATE hand that now back in the OK packet
+// (LAST_INSERT_ID(expr), read as Result.LastInsertId; the table has no
+// AUTO_INCREMENT column), so the returned record holds the written times
+// without another round trip. MySQL counts an UPDATE that
 // writes the values a row already has as zero affected rows, so a zero from
 // Heartbeat, Complete or Release is checked with a SELECT before it
 // becomes idem.ErrLostOwnership (a retried complete succeeds).
@@ -104,15 +112,56 @@
 //
 // # Time
 //
-// Expiry and staleness are decided with the caller's clock (WithClock,
-// default time.Now), passed into every statement as a parameter; the
-// database's clock is never used. Clock skew between callers shifts
-// decisions: a caller whose clock is ahead by s sees a heartbeat s older
-// than it is and takes a claim over s early, so takeover stays safe while
-// skew + heartbeat interval + statement latency stays below the takeover
-// threshold (with a 5s heartbeat and 30s takeover, about 20s of skew). A
-// released row (expires_at = the releaser's now) looks live to a caller
-// whose clock is behind until its clock catches up.
+// Freshness, staleness and expiry are decided with the database's clock,
+// inside the statements that act on them: PostgreSQL's clock_timestamp(),
+// read once per statement (a materialized CTE, or an InitPlan in Get and
+// Purge), and MySQL's UTC_TIMESTAMP(6), which is NOW(6) in UTC: constant
+// within a statement and free of the session time zone. Times in the row
+// stay BIGINT Unix milliseconds. The caller's clock is never read, so
+// application hosts whose clocks disagree still agree on every decision
+// (TestSkewedProcessClocks: two Guards 2x the takeover threshold apart
+// take over nothing live, and a release by the one ahead frees the key at
+// once for the one behind). No round trip is added: the claim statement
+// returns the database's now with the row it read (PostgreSQL) or hands it
+// back in the OK packet (MySQL), Get returns it beside the row, and
+// Heartbeat, Complete, Release and Purge compute with it in place.
+//
+// There is no WithClock: with nothing read from the caller's clock it
+// would have no meaning. Tests move a row through time by shifting its
+// stored times (or, on MySQL, by freezing a session's clock with SET
+// timestamp). The Guard's own timing (heartbeat interval, the lease it
+// grants fn) still runs on the process's monotonic clock, which no wall
+// clock skew affects.
+//
+// # Push wake-ups
+//
+// On PostgreSQL, Complete, Release and Delete notify in the same statement:
+// a CTE does the write and the final SELECT calls pg_notify(channel, key)
+// for the row it changed, so the notification is sent when that statement
+// commits, and only if it changed a row (no extra round trip; TestRoundTrips
+// still counts 2 for a fresh call and 1 for a replay). The channel is the
+// table name (Store.Channel). Claims, takeovers and heartbeats do not
+// notify.
+//
+// Store.Listen returns a WatchingStore, an idem.Watcher. Its store keeps
+// one listening connection, taken from its *sql.DB on the first Watch and
+// kept until Close, which sends LISTEN once and multiplexes every watched
+// key of the process over it; a notification wakes the waiters of its key.
+// Watch returns once the LISTEN is in place, so nothing committed after it
+// returns is missed. When the connection fails (or does not answer a ping
+// after 15s of silence) every waiter is woken, since notifications may
+// have been lost, and the connection is re-established with a backoff of
+// 10ms doubling to 1s; a Watch meanwhile waits up to 5s for it and then
+// fails, and the Guard polls. The Guard keeps its bounded safety poll
+// (a quarter of the takeover threshold, at most 5s), which is what finds a
+// crashed owner: nothing notifies about it. The connection needs pgx
+// (github.com/jackc/pgx/v5/stdlib), reached through database/sql's Raw and
+// reflection so that this package links no driver. MySQL has no
+// LISTEN; its waiters poll.
+//
+// Every notifying commit takes PostgreSQL's notification queue lock, so
+// completions on one server are serialized at commit for a moment;
+// BenchmarkNotifyCost measures it.
 //
 // # Purge
 //

@@ -1,8 +1,31 @@
 package sqlstore
 
+import "time"
+
 // Resent returns how often s sent a claim again because a concurrent write
 // made its answer out of date.
 func Resent(s *Store) int64 { return s.resent.Load() }
 
 // Transient exposes the transient-error classification to tests.
 var Transient = transient
+
+// WithProcessClock is accepted and ignored: the store reads no process
+// clock (the database's clock decides freshness, staleness and expiry).
+// TestSkewedProcessClocks hands it skewed clocks so that the same test,
+// run against the earlier caller-clock store (where it was WithClock),
+// shows the takeover this version prevents.
+func WithProcessClock(func() time.Time) Option { return func(*config) {} }
+
+// ListenerPID returns the backend process of s's listening connection, 0
+// while there is none.
+func ListenerPID(s *Store) uint32 {
+	s.lmu.Lock()
+	l := s.lis
+	s.lmu.Unlock()
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pid
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -184,10 +185,37 @@ func newEnvOn(t testing.TB, d sqlstore.Dialect, db *sql.DB, rt *roundTrips, opts
 	return e
 }
 
-// fakeClock is a settable clock.
-type fakeClock = testenv.Clock
+// age moves the times of key's row d into the past, which is what d
+// passing on the database's clock does to it.
+func age(t testing.TB, e *env, key string, d time.Duration) {
+	t.Helper()
+	ms := d.Milliseconds()
+	corrupt(t, e, key, fmt.Sprintf("started_at = started_at - %[1]d, heartbeat_at = heartbeat_at - %[1]d, "+
+		"completed_at = CASE WHEN completed_at > 0 THEN completed_at - %[1]d ELSE 0 END, expires_at = expires_at - %[1]d, "+
+		"taken_over_at = CASE WHEN taken_over_at > 0 THEN taken_over_at - %[1]d ELSE 0 END", ms))
+}
 
-func newFakeClock() *fakeClock { return testenv.NewClock() }
+// newFrozenMySQLEnv returns a MySQL store on a fresh table over a pool of
+// its own whose sessions have their clock frozen (SET timestamp, which
+// fixes NOW() and UTC_TIMESTAMP()).
+func newFrozenMySQLEnv(t testing.TB) *env {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsn(t, sqlstore.MySQL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["timestamp"] = fmt.Sprintf("%d.%06d", time.Now().Unix(), time.Now().Nanosecond()/1000)
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	t.Cleanup(func() { _ = db.Close() })
+	return newEnvOn(t, sqlstore.MySQL, db, nil)
+}
 
 func newGuard[T any](t testing.TB, s idem.Store, opts ...idem.Option) *idem.Guard[T] {
 	t.Helper()

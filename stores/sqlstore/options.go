@@ -58,12 +58,11 @@ type Option func(*config)
 type config struct {
 	table     string
 	retention time.Duration
-	now       func() time.Time
 	err       error
 }
 
 func defaultConfig() config {
-	return config{table: DefaultTable, retention: DefaultRetention, now: time.Now}
+	return config{table: DefaultTable, retention: DefaultRetention}
 }
 
 // OptionError says which option was invalid and why. It matches
@@ -150,16 +149,5 @@ func WithRetention(d time.Duration) Option {
 			c.fail("WithRetention", "negative retention")
 		}
 		c.retention = d
-	}
-}
-
-// WithClock sets the clock the store decides expiry and staleness with
-// (default time.Now). Tests use it to move time.
-func WithClock(now func() time.Time) Option {
-	return func(c *config) {
-		if now == nil {
-			c.fail("WithClock", "nil clock")
-		}
-		c.now = now
 	}
 }

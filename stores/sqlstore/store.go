@@ -29,6 +29,9 @@ type Store struct {
 	resent atomic.Int64 // claim statements sent again after a race (tests read it)
 
 	maxPacket atomic.Int64 // MySQL's @@max_allowed_packet, once read (0: not yet)
+
+	lmu sync.Mutex
+	lis *listener // the listening connection of Listen, started by the first Watch
 }
 
 var _ idem.Store = (*Store)(nil)
@@ -86,10 +89,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the store's prepared statements. It does not close the
-// *sql.DB, which belongs to the caller. The store prepares them again if it
-// is used after Close.
+// Close closes the store's prepared statements and its listening
+// connection (see Listen), waking every watcher. It does not close the
+// *sql.DB, which belongs to the caller. The store prepares the statements
+// again, and listens again, if it is used after Close.
 func (s *Store) Close() error {
+	s.stopListener()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
@@ -128,20 +133,25 @@ func (s *Store) stmt(ctx context.Context, id stmtID) (*sql.Stmt, error) {
 }
 
 func (s *Store) exec(ctx context.Context, id stmtID, args ...any) (int64, error) {
-	st, err := s.stmt(ctx, id)
+	res, err := s.execResult(ctx, id, args...)
 	if err != nil {
 		return 0, err
 	}
-	var n int64
+	return res.RowsAffected()
+}
+
+// execResult runs statement id, sending it again after a transient error.
+func (s *Store) execResult(ctx context.Context, id stmtID, args ...any) (sql.Result, error) {
+	st, err := s.stmt(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var res sql.Result
 	err = retryTransient(ctx, func() error {
-		res, err := st.ExecContext(ctx, args...)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
+		res, err = st.ExecContext(ctx, args...)
 		return err
 	})
-	return n, err
+	return res, err
 }
 
 // Backoff bounds between sends of a statement the database refused for a
@@ -192,8 +202,6 @@ func transient(err error) bool {
 	}
 	return false
 }
-
-func (s *Store) nowMs() int64 { return s.cfg.now().UnixMilli() }
 
 func storeErr(op string, err error) error {
 	return &idem.StoreError{Op: op, Err: err, Permanent: permanent(err)}
@@ -324,13 +332,12 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 // snapshot, a moment inside this call, so returning it as Existing is
 // correct.
 func (s *Store) claimPostgres(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, bool, error) {
-	now := s.nowMs()
 	st, err := s.stmt(ctx, stClaim)
 	if err != nil {
 		return idem.ClaimResult{}, false, storeErr("claim", err)
 	}
 	rows, err := st.QueryContext(ctx, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
-		now, now+req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds())
+		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds())
 	if err != nil && transient(err) && ctx.Err() == nil {
 		return idem.ClaimResult{}, false, nil // rolled back: Claim sends it again
 	}
@@ -345,8 +352,9 @@ func (s *Store) claimPostgres(ctx context.Context, req idem.ClaimRequest) (idem.
 		return idem.ClaimResult{}, false, nil // inserted concurrently, after our snapshot
 	}
 	var src string
+	var now int64 // the server's clock when the statement ran
 	var raw rawRecord
-	if err := rows.Scan(append([]any{&src}, raw.dest()...)...); err != nil {
+	if err := rows.Scan(append([]any{&src, &now}, raw.dest()...)...); err != nil {
 		return idem.ClaimResult{}, false, storeErr("claim", err)
 	}
 	if err := rows.Close(); err != nil {
@@ -375,10 +383,15 @@ func (s *Store) claimPostgres(ctx context.Context, req idem.ClaimRequest) (idem.
 // (nonce, attempt, status, heartbeat, expiry: a compare-and-swap). done is
 // false when the row changed between the statements.
 func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, bool, error) {
-	now := s.nowMs()
-	fresh := storekit.DecideClaim(nil, req, now).Result()
-	n, err := s.exec(ctx, stClaim, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
-		now, now, fresh.Record.ExpiresAt, fresh.Record.TakeoverMs)
+	ins, err := s.execResult(ctx, stClaim, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
+		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds())
+	var n, now int64
+	if err == nil {
+		n, err = ins.RowsAffected()
+	}
+	if err == nil {
+		now, err = ins.LastInsertId() // the server's now (LAST_INSERT_ID(expr))
+	}
 	if err != nil {
 		if retryable(err) {
 			return idem.ClaimResult{}, false, nil
@@ -386,9 +399,9 @@ func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 		return idem.ClaimResult{}, false, storeErr("claim", err)
 	}
 	if n == 1 {
-		return fresh, true, nil
+		return storekit.DecideClaim(nil, req, now).Result(), true, nil
 	}
-	cur, err := s.read(ctx, "claim", req.Key)
+	cur, now, err := s.read(ctx, "claim", req.Key) // now: the server's, at the read
 	if errors.Is(err, errNoRow) {
 		return idem.ClaimResult{}, false, nil // deleted since the insert
 	}
@@ -399,21 +412,32 @@ func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 	if res.Outcome == idem.Existing || res.Record == cur {
 		return res, true, nil
 	}
+	// The decision was taken at the read's now; the written times are the
+	// server's now when the UPDATE runs (handed back by LAST_INSERT_ID), so
+	// that the claim's heartbeat is no older than its write.
 	next := res.Record
-	var takenOver int64
-	if res.Outcome == idem.TookOver {
-		takenOver = now
+	tookOver := res.Outcome == idem.TookOver
+	var floor int64 // the expiry a takeover never shortens
+	if tookOver {
+		floor = cur.ExpiresAt
 	}
 	var msg, typ any
 	if next.Error != nil {
 		msg, typ = next.Error.Message, next.Error.Type
 	}
+	lease := req.LeaseTTL.Milliseconds()
 	args := []any{next.Nonce, next.Attempt, next.PayloadHash, next.Result, msg, typ,
-		next.StartedAt, next.HeartbeatAt, next.CompletedAt, next.ExpiresAt, takenOver, next.TakeoverMs,
-		req.Tenant, req.Scope}
+		next.CompletedAt, floor, lease, tookOver, next.TakeoverMs, req.Tenant, req.Scope}
 	args = append(args, s.keyArgs(req.Key)...)
 	args = append(args, cur.Nonce, cur.Attempt, string(cur.Status), cur.HeartbeatAt, cur.ExpiresAt)
-	n, err = s.exec(ctx, stCAS, args...)
+	upd, err := s.execResult(ctx, stCAS, args...)
+	if err == nil {
+		n, err = upd.RowsAffected()
+	}
+	var wrote int64
+	if err == nil && n == 1 {
+		wrote, err = upd.LastInsertId()
+	}
 	if err != nil {
 		if retryable(err) {
 			return idem.ClaimResult{}, false, nil
@@ -423,6 +447,8 @@ func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 	if n != 1 {
 		return idem.ClaimResult{}, false, nil // changed since the read
 	}
+	next.StartedAt, next.HeartbeatAt = wrote, wrote
+	next.ExpiresAt = max(floor, wrote+lease)
 	return res, true, nil
 }
 
@@ -435,22 +461,26 @@ func retryable(err error) bool {
 
 var errNoRow = errors.New("sqlstore: no row")
 
-// read returns the decoded row for key, whether or not it is live, or
-// errNoRow.
-func (s *Store) read(ctx context.Context, op, key string) (*idem.Record, error) {
+// read returns the decoded row for key, whether or not it is live, and
+// the server's clock (Unix ms) when it was read; or errNoRow.
+func (s *Store) read(ctx context.Context, op, key string) (*idem.Record, int64, error) {
 	st, err := s.stmt(ctx, stGet)
 	if err != nil {
-		return nil, storeErr(op, err)
+		return nil, 0, storeErr(op, err)
 	}
 	var raw rawRecord
-	err = retryTransient(ctx, func() error { return st.QueryRowContext(ctx, s.keyArgs(key)...).Scan(raw.dest()...) })
+	var now int64
+	err = retryTransient(ctx, func() error {
+		return st.QueryRowContext(ctx, s.keyArgs(key)...).Scan(append(raw.dest(), &now)...)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errNoRow
+		return nil, 0, errNoRow
 	}
 	if err != nil {
-		return nil, storeErr(op, err)
+		return nil, 0, storeErr(op, err)
 	}
-	return raw.record(key)
+	rec, err := raw.record(key)
+	return rec, now, err
 }
 
 // Heartbeat implements idem.Store: one UPDATE conditioned on the nonce and
@@ -459,13 +489,11 @@ func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.
 	if err := s.checkKey(key); err != nil {
 		return err
 	}
-	now := s.nowMs()
-	exp := now + leaseTTL.Milliseconds()
 	var args []any
 	if s.dialect == Postgres {
-		args = append(s.keyArgs(key), nonce, now, exp)
+		args = append(s.keyArgs(key), nonce, leaseTTL.Milliseconds())
 	} else {
-		args = append(append([]any{now, exp}, s.keyArgs(key)...), nonce, now)
+		args = append(append([]any{leaseTTL.Milliseconds()}, s.keyArgs(key)...), nonce)
 	}
 	return s.owned(ctx, "heartbeat", stHeartbeat, key, nonce, true, args)
 }
@@ -481,7 +509,6 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completi
 	if c.Status == idem.StatusFailed && c.Error == nil {
 		return storeErr("complete", errors.New("failed completion without error"))
 	}
-	now := s.nowMs()
 	var msg, typ any
 	if c.Error != nil {
 		msg, typ = c.Error.Message, c.Error.Type
@@ -495,9 +522,9 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completi
 	}
 	var args []any
 	if s.dialect == Postgres {
-		args = append(s.keyArgs(key), nonce, string(c.Status), result, msg, typ, now, now+c.TTL.Milliseconds())
+		args = append(s.keyArgs(key), nonce, string(c.Status), result, msg, typ, c.TTL.Milliseconds())
 	} else {
-		args = append(append([]any{string(c.Status), result, msg, typ, now, now, now + c.TTL.Milliseconds()},
+		args = append(append([]any{string(c.Status), result, msg, typ, c.TTL.Milliseconds()},
 			s.keyArgs(key)...), nonce)
 	}
 	return s.owned(ctx, "complete", stComplete, key, nonce, false, args)
@@ -545,14 +572,7 @@ func (s *Store) Release(ctx context.Context, key, nonce string) error {
 	if err := s.checkKey(key); err != nil {
 		return err
 	}
-	now := s.nowMs()
-	var args []any
-	if s.dialect == Postgres {
-		args = append(s.keyArgs(key), nonce, now)
-	} else {
-		args = append(append([]any{now}, s.keyArgs(key)...), nonce)
-	}
-	return s.owned(ctx, "release", stRelease, key, nonce, true, args)
+	return s.owned(ctx, "release", stRelease, key, nonce, true, append(s.keyArgs(key), nonce))
 }
 
 // owned runs an UPDATE conditioned on the nonce and maps zero rows to
@@ -571,12 +591,12 @@ func (s *Store) owned(ctx context.Context, op string, id stmtID, key, nonce stri
 		return nil
 	}
 	if s.dialect == MySQL {
-		cur, err := s.read(ctx, op, key)
+		cur, now, err := s.read(ctx, op, key)
 		if err != nil && !errors.Is(err, errNoRow) {
 			return err
 		}
 		if cur != nil && cur.Nonce == nonce && (!inProgress || cur.Status == idem.StatusInProgress) &&
-			(id != stHeartbeat || cur.Live(s.nowMs())) {
+			(id != stHeartbeat || cur.Live(now)) {
 			return nil
 		}
 	}
@@ -589,14 +609,14 @@ func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
 	if err := s.checkKey(key); err != nil {
 		return nil, err
 	}
-	rec, err := s.read(ctx, "get", key)
+	rec, now, err := s.read(ctx, "get", key)
 	if errors.Is(err, errNoRow) {
 		return nil, idem.ErrNotFound
 	}
 	if err != nil {
 		return nil, err
 	}
-	if !rec.Live(s.nowMs()) {
+	if !rec.Live(now) {
 		return nil, idem.ErrNotFound
 	}
 	return rec, nil
@@ -622,7 +642,7 @@ func (s *Store) Purge(ctx context.Context) (int, error) {
 	if err := s.Validate(); err != nil {
 		return 0, err
 	}
-	n, err := s.exec(ctx, stPurge, s.nowMs()-s.cfg.retention.Milliseconds())
+	n, err := s.exec(ctx, stPurge, s.cfg.retention.Milliseconds())
 	if err != nil {
 		return 0, storeErr("purge", err)
 	}

@@ -39,8 +39,7 @@ func TestOptionsRejected(t *testing.T) {
 		"empty schema":       {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable(".t")}},
 		"long table":         {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable(strings.Repeat("t", 49))}},
 		"negative retention": {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithRetention(-time.Second)}},
-		"nil clock":          {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithClock(nil)}},
-		"first error kept":   {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithClock(nil), sqlstore.WithTable("ok")}},
+		"first error kept":   {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithRetention(-1), sqlstore.WithTable("ok")}},
 		"non-ascii letters":  {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("tablé")}},
 	}
 	for name, c := range cases {
@@ -120,11 +119,11 @@ func TestBadInput(t *testing.T) {
 }
 
 // TestAttemptsContinue checks the fencing token across release, expiry
-// and purge.
+// and purge. Time passes by moving the row's times into the past (the
+// store decides with the database's clock).
 func TestAttemptsContinue(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
-		clock := newFakeClock()
-		e := newEnv(t, d, sqlstore.WithClock(clock.Now), sqlstore.WithRetention(time.Hour))
+		e := newEnv(t, d, sqlstore.WithRetention(time.Hour))
 		s, ctx, key := e.store, ctxT(t), storageKey()
 		claim := func(want idem.ClaimOutcome, attempt int64) idem.ClaimRequest {
 			t.Helper()
@@ -144,26 +143,26 @@ func TestAttemptsContinue(t *testing.T) {
 			Status: idem.StatusFailed, Error: &idem.StoredError{Message: "boom", Type: "x"}, TTL: time.Minute,
 		}))
 		claim(idem.Existing, 2)
-		clock.Advance(time.Minute)
+		age(t, e, key, time.Minute)
 		r = claim(idem.Claimed, 3)
 		got, err := s.Get(ctx, key)
 		require.NoError(t, err)
 		assert.Nil(t, got.Error, "a re-claim clears the old failure")
 		assert.Zero(t, got.CompletedAt)
 		// Stale takeover: attempt + 1.
-		clock.Advance(time.Minute)
+		age(t, e, key, time.Minute)
 		claim(idem.TookOver, 4)
 
 		// Purge keeps rows within the grace, so attempts continue...
 		r = claim(idem.Existing, 4)
 		_ = r
-		clock.Advance(leaseTTL + 30*time.Minute)
+		age(t, e, key, leaseTTL+30*time.Minute)
 		n, err := s.Purge(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, 0, n)
 		claim(idem.Claimed, 5)
 		// ...and deletes them after it.
-		clock.Advance(leaseTTL + 2*time.Hour)
+		age(t, e, key, leaseTTL+2*time.Hour)
 		n, err = s.Purge(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, 1, n)
@@ -173,11 +172,15 @@ func TestAttemptsContinue(t *testing.T) {
 
 // TestOwnershipSameMillisecond: two heartbeats, or a complete retried, in
 // one millisecond write the values the row already has (MySQL then reports
-// zero affected rows); they still succeed, and a stranger still fails.
+// zero affected rows); they still succeed, and a stranger still fails. On
+// MySQL the session's clock is frozen (SET timestamp), so every statement
+// runs in the same millisecond.
 func TestOwnershipSameMillisecond(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
-		clock := newFakeClock()
-		e := newEnv(t, d, sqlstore.WithClock(clock.Now))
+		e := newEnv(t, d)
+		if d == sqlstore.MySQL {
+			e = newFrozenMySQLEnv(t)
+		}
 		s, ctx, key := e.store, ctxT(t), storageKey()
 		r := claimReq(key)
 		_, err := s.Claim(ctx, r)
@@ -230,8 +233,7 @@ func TestTenantScope(t *testing.T) {
 // stored threshold has passed.
 func TestStoredTakeover(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
-		clock := newFakeClock()
-		e := newEnv(t, d, sqlstore.WithClock(clock.Now))
+		e := newEnv(t, d)
 		s, ctx, key := e.store, ctxT(t), storageKey()
 		owner := claimReq(key)
 		owner.TakeoverAfter = time.Hour
@@ -243,13 +245,13 @@ func TestStoredTakeover(t *testing.T) {
 		got, err := s.Get(ctx, key)
 		require.NoError(t, err)
 		assert.Equal(t, time.Hour.Milliseconds(), got.TakeoverMs)
-		clock.Advance(time.Minute)
+		age(t, e, key, time.Minute)
 		other := claimReq(key)
 		other.TakeoverAfter = time.Second
 		res, err = s.Claim(ctx, other)
 		require.NoError(t, err)
 		assert.Equal(t, idem.Existing, res.Outcome, "judged by the owner's stored threshold")
-		clock.Advance(time.Hour)
+		age(t, e, key, time.Hour)
 		res, err = s.Claim(ctx, other)
 		require.NoError(t, err)
 		assert.Equal(t, idem.TookOver, res.Outcome)

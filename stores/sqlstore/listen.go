@@ -1,0 +1,399 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/idem-go/idem"
+)
+
+// WatchingStore is a Store that also implements idem.Watcher, with
+// PostgreSQL LISTEN/NOTIFY. Make one with Store.Listen and hand it to
+// idem.New; everything else is the Store's.
+type WatchingStore struct {
+	*Store
+}
+
+var _ idem.Watcher = (*WatchingStore)(nil)
+
+// Timing of the listening connection.
+const (
+	// listenHealth is how long the listening connection may be silent
+	// before it is pinged (a connection that died without a word, behind a
+	// dropped route, is found this way).
+	listenHealth = 15 * time.Second
+	// watchTimeout bounds how long Watch waits for the LISTEN to be in
+	// place (after a drop, while the connection is re-established).
+	watchTimeout = 5 * time.Second
+	// Backoff between attempts to re-establish the listening connection.
+	listenRetryMin = 10 * time.Millisecond
+	listenRetryMax = time.Second
+)
+
+const pgxStdlibPkg = "github.com/jackc/pgx/v5/stdlib"
+
+// Listen returns s as a WatchingStore, whose Watch wakes waiters when the
+// record for a key is completed, released or deleted through any store on
+// the same table, in any process. It needs PostgreSQL through pgx's
+// database/sql driver (github.com/jackc/pgx/v5/stdlib, by sql.Open("pgx",
+// ...) or stdlib.OpenDB); otherwise it returns an *OptionError matching
+// idem.ErrInvalidOption. It does no I/O: the first Watch takes one
+// connection from the store's *sql.DB for good (it counts against
+// SetMaxOpenConns) and sends LISTEN on it. Every WatchingStore of s shares
+// that one connection. Close releases it.
+func (s *Store) Listen() (*WatchingStore, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	if s.dialect != Postgres {
+		return nil, &OptionError{Option: "Listen", Reason: "LISTEN/NOTIFY needs PostgreSQL"}
+	}
+	if !pgxDriver(s.db.Driver()) {
+		return nil, &OptionError{Option: "Listen",
+			Reason: fmt.Sprintf("driver %T is not pgx's database/sql driver (%s)", s.db.Driver(), pgxStdlibPkg)}
+	}
+	return &WatchingStore{Store: s}, nil
+}
+
+// pgxDriver reports whether d is pgx's database/sql driver, recognised by
+// its package so that the store does not link pgx.
+func pgxDriver(d driver.Driver) bool {
+	t := reflect.TypeOf(d)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t != nil && t.PkgPath() == pgxStdlibPkg
+}
+
+// Channel returns the PostgreSQL channel the store's Complete, Release and
+// Delete notify on, with the storage key as the payload: the table name,
+// or, when that is longer than 63 bytes, a shortened name with a hash.
+func (s *Store) Channel() string { return notifyChannel(s.cfg.table) }
+
+// Watch implements idem.Watcher. The returned channel is closed when the
+// record for key may have changed after Watch returned: a complete,
+// release or delete of key was committed, the listening connection was
+// lost (notifications may have been missed; it is re-established), or the
+// store was closed. Claims, takeovers and heartbeats do not notify, and
+// neither does a crashed owner: the Guard's safety poll finds a stale claim.
+// Watch returns once the LISTEN is in place, so no notification committed
+// after it returns is missed; it fails if the listening connection cannot
+// be established within 5s (the Guard then polls). stop ends the watch; it
+// is safe to call more than once.
+func (w *WatchingStore) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := w.checkKey(key); err != nil {
+		return nil, nil, err
+	}
+	l := w.listener()
+	wt := &waiter{c: make(chan struct{})}
+	ready, err := l.add(key, wt)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlstore: watch %s: %w", key, err)
+	}
+	stop := func() { l.remove(key, wt) }
+	timer := time.NewTimer(watchTimeout)
+	defer timer.Stop()
+	select {
+	case <-ready:
+		return wt.c, stop, nil
+	case <-wt.c:
+		select {
+		case <-ready: // in place, then lost: a spurious wake is safe
+			return wt.c, stop, nil
+		default:
+		}
+		stop()
+		if err := l.failure(); err != nil {
+			return nil, nil, fmt.Errorf("sqlstore: watch %s: %w", key, err)
+		}
+		return nil, nil, fmt.Errorf("sqlstore: watch %s: listening connection lost", key)
+	case <-ctx.Done():
+		stop()
+		return nil, nil, fmt.Errorf("sqlstore: watch %s: %w", key, context.Cause(ctx))
+	case <-timer.C:
+		stop()
+		return nil, nil, fmt.Errorf("sqlstore: watch %s: LISTEN not in place within %v", key, watchTimeout)
+	}
+}
+
+// listener returns the store's listener, starting it on first use (and
+// again after Close).
+func (s *Store) listener() *listener {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	if s.lis == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.lis = &listener{s: s, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+			waiters: make(map[string]map[*waiter]struct{}), ready: make(chan struct{})}
+		go s.lis.run()
+	}
+	return s.lis
+}
+
+// stopListener ends the listening connection, if any, and wakes its
+// waiters.
+func (s *Store) stopListener() {
+	s.lmu.Lock()
+	l := s.lis
+	s.lis = nil
+	s.lmu.Unlock()
+	if l != nil {
+		l.close()
+	}
+}
+
+type waiter struct {
+	c    chan struct{}
+	once sync.Once
+}
+
+func (w *waiter) fire() { w.once.Do(func() { close(w.c) }) }
+
+// errListenClosed is what a Watch racing with Close gets.
+var errListenClosed = errors.New("sqlstore: store closed")
+
+// listener is a store's one listening connection, multiplexing every
+// watched key of the table over one LISTEN.
+type listener struct {
+	s      *Store
+	ctx    context.Context // ends at close
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run returns
+
+	mu       sync.Mutex
+	waiters  map[string]map[*waiter]struct{}
+	ready    chan struct{} // closed while a LISTEN is in place
+	isReady  bool
+	pid      uint32 // backend process of the listening connection, 0 while none
+	sessions int    // listening connections established so far
+	err      error  // permanent failure (the connection is not pgx's)
+	closed   bool
+}
+
+// add registers w for key and returns the channel that is closed once a
+// LISTEN is in place.
+func (l *listener) add(key string, w *waiter) (<-chan struct{}, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.err != nil:
+		return nil, l.err
+	case l.closed:
+		return nil, errListenClosed
+	}
+	m := l.waiters[key]
+	if m == nil {
+		m = make(map[*waiter]struct{})
+		l.waiters[key] = m
+	}
+	m[w] = struct{}{}
+	return l.ready, nil
+}
+
+func (l *listener) remove(key string, w *waiter) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if m := l.waiters[key]; m != nil {
+		delete(m, w)
+		if len(m) == 0 {
+			delete(l.waiters, key)
+		}
+	}
+}
+
+func (l *listener) failure() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// deliver wakes the waiters of key after a notification.
+func (l *listener) deliver(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for w := range l.waiters[key] {
+		w.fire()
+	}
+	delete(l.waiters, key)
+}
+
+// listening marks the LISTEN in place on the connection of backend pid.
+func (l *listener) listening(pid uint32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pid = pid
+	l.sessions++
+	if !l.isReady {
+		l.isReady = true
+		close(l.ready)
+	}
+}
+
+// lost wakes every waiter (notifications may have been missed) and marks
+// the LISTEN not in place; err, if not nil, is permanent.
+func (l *listener) lost(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.waiters {
+		for w := range m {
+			w.fire()
+		}
+	}
+	clear(l.waiters)
+	l.pid = 0
+	if err != nil && l.err == nil {
+		l.err = err
+	}
+	if l.isReady {
+		l.isReady = false
+		l.ready = make(chan struct{})
+	}
+}
+
+func (l *listener) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.cancel()
+	<-l.done
+	l.lost(nil)
+}
+
+// run keeps a listening connection until close, re-establishing it with
+// a capped backoff after every loss.
+func (l *listener) run() {
+	defer close(l.done)
+	backoff := listenRetryMin
+	for {
+		established, err := l.session()
+		var perm error
+		if errors.Is(err, errNotPgx) {
+			perm = err
+		}
+		l.lost(perm)
+		if perm != nil || l.ctx.Err() != nil {
+			return
+		}
+		if established {
+			backoff = listenRetryMin
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-l.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, listenRetryMax)
+	}
+}
+
+// session takes a connection from the pool, sends LISTEN on it and
+// delivers its notifications until it fails or the listener is closed.
+// The connection is never given back to the pool (it holds the LISTEN):
+// it is closed.
+func (l *listener) session() (established bool, err error) {
+	conn, err := l.s.db.Conn(l.ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // discard, not pool
+		_ = conn.Close()
+	}()
+	var pid uint32
+	if err := conn.QueryRowContext(l.ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		return false, err
+	}
+	if _, err := conn.ExecContext(l.ctx, `LISTEN "`+notifyChannel(l.s.cfg.table)+`"`); err != nil {
+		return false, err
+	}
+	l.listening(pid)
+	for {
+		if err := conn.Raw(l.receive); err != nil {
+			return true, err
+		}
+		// Silent for listenHealth: make sure the connection still answers.
+		ctx, cancel := context.WithTimeout(l.ctx, listenHealth)
+		err := conn.PingContext(ctx)
+		cancel()
+		if err != nil {
+			return true, err
+		}
+	}
+}
+
+// receive delivers notifications read from the pgx connection dc until it
+// fails (an error) or has been silent for listenHealth (nil).
+func (l *listener) receive(dc any) error {
+	wait, err := notificationWaiter(dc)
+	if err != nil {
+		return err
+	}
+	for {
+		ctx, cancel := context.WithTimeout(l.ctx, listenHealth)
+		key, err := wait(ctx)
+		idle := ctx.Err() != nil && l.ctx.Err() == nil
+		cancel()
+		if err != nil {
+			if idle && errors.Is(err, context.DeadlineExceeded) {
+				return nil
+			}
+			return err
+		}
+		l.deliver(key)
+	}
+}
+
+// errNotPgx is the permanent failure of a listener whose connections do
+// not look like pgx's.
+var errNotPgx = errors.New("sqlstore: the driver connection is not a pgx v5 connection")
+
+// notificationWaiter returns a function that waits for the next
+// notification on the database/sql driver connection dc of pgx's stdlib
+// and returns its payload: dc.Conn().WaitForNotification(ctx).Payload. The
+// calls go through reflection, so that the store does not link pgx; the
+// method shapes are checked first.
+func notificationWaiter(dc any) (func(context.Context) (string, error), error) {
+	v := reflect.ValueOf(dc)
+	if !v.IsValid() {
+		return nil, errNotPgx
+	}
+	m := v.MethodByName("Conn")
+	if !m.IsValid() || m.Type().NumIn() != 0 || m.Type().NumOut() != 1 {
+		return nil, errNotPgx
+	}
+	c := m.Call(nil)[0]
+	if c.Kind() == reflect.Pointer && c.IsNil() {
+		return nil, errNotPgx
+	}
+	w := c.MethodByName("WaitForNotification")
+	if !w.IsValid() {
+		return nil, errNotPgx
+	}
+	wt := w.Type()
+	if wt.NumIn() != 1 || wt.In(0) != reflect.TypeFor[context.Context]() ||
+		wt.NumOut() != 2 || wt.Out(1) != reflect.TypeFor[error]() ||
+		wt.Out(0).Kind() != reflect.Pointer || wt.Out(0).Elem().Kind() != reflect.Struct {
+		return nil, errNotPgx
+	}
+	f, ok := wt.Out(0).Elem().FieldByName("Payload")
+	if !ok || f.Type.Kind() != reflect.String {
+		return nil, errNotPgx
+	}
+	return func(ctx context.Context) (string, error) {
+		out := w.Call([]reflect.Value{reflect.ValueOf(ctx)})
+		if e, _ := out[1].Interface().(error); e != nil {
+			return "", e
+		}
+		if out[0].IsNil() {
+			return "", nil
+		}
+		return out[0].Elem().FieldByIndex(f.Index).String(), nil
+	}, nil
+}

@@ -1,0 +1,209 @@
+package sqlstore_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/sqlstore"
+	"github.com/idem-go/idem/stores/storetest"
+)
+
+// liveness bounds a wait for something that must happen; it is not a
+// timing claim.
+const liveness = 10 * time.Second
+
+func listen(t testing.TB, s *sqlstore.Store) *sqlstore.WatchingStore {
+	t.Helper()
+	ws, err := s.Listen()
+	require.NoError(t, err)
+	return ws
+}
+
+func woken(t testing.TB, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(liveness):
+		t.Fatalf("%s: watcher not woken", what)
+	}
+}
+
+// TestListenRefused: Listen needs PostgreSQL through pgx.
+func TestListenRefused(t *testing.T) {
+	e := newEnv(t, sqlstore.MySQL)
+	_, err := e.store.Listen()
+	assert.ErrorIs(t, err, idem.ErrInvalidOption)
+}
+
+// TestConformanceListen runs the conformance suite, its Watch checks
+// included, on WatchingStores.
+func TestConformanceListen(t *testing.T) {
+	var envs sync.Map
+	storetest.Run(t, func(t *testing.T) idem.Store {
+		e := newEnv(t, sqlstore.Postgres)
+		ws := listen(t, e.store)
+		envs.Store(idem.Store(ws), e)
+		return ws
+	}, storetest.WithCorrupter(func(t *testing.T, s idem.Store, key string) {
+		v, _ := envs.Load(s)
+		corrupt(t, v.(*env), key, "status = 'garbled'")
+	}))
+}
+
+// TestWatchWokenByOtherStores: a waiter on one store is woken by a
+// complete, release or delete through another store on the table (another
+// process, as far as the database can tell), and not by a heartbeat or a
+// write to another key.
+func TestWatchWokenByOtherStores(t *testing.T) {
+	e := newEnv(t, sqlstore.Postgres)
+	ws := listen(t, e.store)
+	other, err := sqlstore.New(e.db, sqlstore.Postgres, sqlstore.WithTable(e.table))
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	for _, op := range []string{"complete", "release", "delete"} {
+		r := claimReq(storageKey())
+		_, err := other.Claim(ctx, r)
+		require.NoError(t, err)
+		ch, stop, err := ws.Watch(ctx, r.Key)
+		require.NoError(t, err)
+		require.NoError(t, other.Heartbeat(ctx, r.Key, r.Nonce, time.Minute))
+		r2 := claimReq(storageKey())
+		_, err = other.Claim(ctx, r2)
+		require.NoError(t, err)
+		require.NoError(t, other.Complete(ctx, r2.Key, r2.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+		switch op {
+		case "complete":
+			require.NoError(t, other.Complete(ctx, r.Key, r.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+		case "release":
+			require.NoError(t, other.Release(ctx, r.Key, r.Nonce))
+		case "delete":
+			require.NoError(t, other.Delete(ctx, r.Key))
+		}
+		woken(t, ch, op)
+		stop()
+	}
+	// The heartbeat and the other key's completion did not wake it.
+	r := claimReq(storageKey())
+	_, err = other.Claim(ctx, r)
+	require.NoError(t, err)
+	ch, stop, err := ws.Watch(ctx, r.Key)
+	require.NoError(t, err)
+	defer stop()
+	require.NoError(t, other.Heartbeat(ctx, r.Key, r.Nonce, time.Minute))
+	r2 := claimReq(storageKey())
+	_, err = other.Claim(ctx, r2)
+	require.NoError(t, err)
+	require.NoError(t, other.Complete(ctx, r2.Key, r2.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+	// Notifications arrive on the one connection in commit order: once a
+	// marker key's completion, committed after both, has woken its
+	// watcher, a wake from either would have been delivered already.
+	marker := claimReq(storageKey())
+	_, err = other.Claim(ctx, marker)
+	require.NoError(t, err)
+	mch, mstop, err := ws.Watch(ctx, marker.Key)
+	require.NoError(t, err)
+	defer mstop()
+	require.NoError(t, other.Complete(ctx, marker.Key, marker.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+	woken(t, mch, "marker")
+	select {
+	case <-ch:
+		t.Fatal("woken by a heartbeat or another key's completion")
+	default:
+	}
+}
+
+// TestWaitWokenByPush: a Guard waiting on a key whose owner runs in
+// another Guard (its own store, as in another process) returns as soon as
+// the owner completes, well before its safety poll (with a 40s takeover
+// threshold the poll sleeps 2.5-5s): its context allows 2s, so a waiter
+// that only polled would fail.
+func TestWaitWokenByPush(t *testing.T) {
+	e := newEnv(t, sqlstore.Postgres)
+	owner, err := sqlstore.New(e.db, sqlstore.Postgres, sqlstore.WithTable(e.table))
+	require.NoError(t, err)
+	opts := []idem.Option{idem.WithTakeoverAfter(40 * time.Second), idem.WithHeartbeat(10 * time.Second)}
+	gOwner := newGuard[string](t, owner, opts...)
+	waiting := make(chan struct{})
+	var once sync.Once
+	gWaiter := newGuard[string](t, listen(t, e.store), append(opts, idem.OnDuplicate(idem.Wait),
+		idem.WithObserver(idem.ObserverFunc(func(_ context.Context, ev idem.Event) {
+			if ev.Kind == idem.EventWait {
+				once.Do(func() { close(waiting) })
+			}
+		})))...)
+	ctx := ctxT(t)
+	for i := range 3 {
+		key := "push-" + randHex(4)
+		started, release := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := gOwner.Do(ctx, key, func(context.Context) (string, error) {
+				close(started)
+				<-release
+				return "v", nil
+			})
+			done <- err
+		}()
+		<-started
+		got := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			v, err := gWaiter.Do(wctx, key, func(context.Context) (string, error) { return "ran", nil })
+			if err == nil && v != "v" {
+				err = assert.AnError
+			}
+			got <- err
+		}()
+		if i == 0 {
+			<-waiting
+		}
+		time.Sleep(100 * time.Millisecond) // let the waiter settle into its wait
+		close(release)
+		require.NoError(t, <-done)
+		require.NoError(t, <-got, "waiter %d woken by the completion", i)
+	}
+}
+
+// TestListenReconnects: when the listening connection is killed
+// (pg_terminate_backend) its waiters are woken, a new one is established,
+// and completions wake waiters again.
+func TestListenReconnects(t *testing.T) {
+	e := newEnv(t, sqlstore.Postgres)
+	ws := listen(t, e.store)
+	other, err := sqlstore.New(e.db, sqlstore.Postgres, sqlstore.WithTable(e.table))
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	for round := range 2 {
+		r := claimReq(storageKey())
+		_, err := other.Claim(ctx, r)
+		require.NoError(t, err)
+		ch, stop, err := ws.Watch(ctx, r.Key)
+		require.NoError(t, err)
+		pid := sqlstore.ListenerPID(e.store)
+		require.NotZero(t, pid)
+		var killed bool
+		require.NoError(t, e.db.QueryRowContext(ctx, "SELECT pg_terminate_backend($1)", int64(pid)).Scan(&killed))
+		require.True(t, killed)
+		woken(t, ch, "connection killed")
+		stop()
+
+		// Watch waits for the new LISTEN; a completion wakes it.
+		ch, stop, err = ws.Watch(ctx, r.Key)
+		require.NoError(t, err, "round %d: watch after the kill", round)
+		next := sqlstore.ListenerPID(e.store)
+		assert.NotZero(t, next)
+		assert.NotEqual(t, pid, next, "a new listening connection")
+		require.NoError(t, other.Complete(ctx, r.Key, r.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+		woken(t, ch, "completion after reconnect")
+		stop()
+	}
+	require.NoError(t, e.store.Close())
+	assert.Zero(t, sqlstore.ListenerPID(e.store), "Close ends the listening connection")
+}
