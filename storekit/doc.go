@@ -25,6 +25,9 @@
 //     row lock) implements Backend, three methods, and NewLocked turns it
 //     into a complete idem.Store: stores/memstore and stores/filestore are
 //     built so.
+//   - The wake-ups. Watchers keeps a store's watches of its keys in this
+//     process: Watch is idem.Watcher's method, Notify (the Changed hook of
+//     NewLocked) wakes a key's waiters after a change.
 //
 // # Writing a store
 //

@@ -95,8 +95,8 @@ type Store struct {
 	grace   time.Duration
 	sync    bool
 	stripes []*stripe
-	hub     *hub
-	kit     *storekit.Locked // the decisions, over files{s}
+	hub     *storekit.Watchers // shared by the Stores of this directory in this process
+	kit     *storekit.Locked   // the decisions, over files{s}
 }
 
 var _ idem.Store = (*Store)(nil)
@@ -142,7 +142,7 @@ func New(dir string, opts ...Option) (*Store, error) {
 		stripes: newStripes(lockDir),
 		hub:     hubFor(canon),
 	}
-	s.kit = storekit.NewLocked(files{s}, storekit.LockedConfig{Name: "filestore", Now: c.clock, Changed: s.hub.notify})
+	s.kit = storekit.NewLocked(files{s}, storekit.LockedConfig{Name: "filestore", Now: c.clock, Changed: s.hub.Notify})
 	return s, nil
 }
 
@@ -438,7 +438,7 @@ func (s *Store) purgeRecord(ctx context.Context, key string) (bool, error) {
 		return nil
 	})
 	if removed {
-		s.hub.notify(key)
+		s.hub.Notify(key)
 	}
 	return removed, err
 }

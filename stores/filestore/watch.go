@@ -5,60 +5,21 @@ import (
 	"sync"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
-// hub fans out change notifications to the watchers of one directory in this
-// process. Stores opened on the same directory share a hub.
-type hub struct {
-	mu   sync.Mutex
-	subs map[string]map[chan struct{}]struct{}
-}
+// hubs holds the watches of each directory in this process
+// (canonical directory -> *storekit.Watchers): Stores opened on the same
+// directory share them, so a change made through one wakes the waiters of
+// another.
+var hubs sync.Map
 
-var hubs sync.Map // canonical directory -> *hub
-
-func hubFor(dir string) *hub {
+func hubFor(dir string) *storekit.Watchers {
 	if h, ok := hubs.Load(dir); ok {
-		return h.(*hub)
+		return h.(*storekit.Watchers)
 	}
-	h, _ := hubs.LoadOrStore(dir, &hub{subs: make(map[string]map[chan struct{}]struct{})})
-	return h.(*hub)
-}
-
-func (h *hub) watch(key string) (chan struct{}, func()) {
-	ch := make(chan struct{})
-	h.mu.Lock()
-	m := h.subs[key]
-	if m == nil {
-		m = make(map[chan struct{}]struct{})
-		h.subs[key] = m
-	}
-	m[ch] = struct{}{}
-	h.mu.Unlock()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			if m := h.subs[key]; m != nil {
-				delete(m, ch)
-				if len(m) == 0 {
-					delete(h.subs, key)
-				}
-			}
-		})
-	}
-	return ch, stop
-}
-
-// notify closes and forgets every watcher of key.
-func (h *hub) notify(key string) {
-	h.mu.Lock()
-	m := h.subs[key]
-	delete(h.subs, key)
-	h.mu.Unlock()
-	for ch := range m {
-		close(ch)
-	}
+	h, _ := hubs.LoadOrStore(dir, &storekit.Watchers{})
+	return h.(*storekit.Watchers)
 }
 
 // WatchingStore is a Store that also implements idem.Watcher, with
@@ -87,10 +48,5 @@ func (w *WatchingStore) Watch(ctx context.Context, key string) (changed <-chan s
 	if err := ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
-	}
-	ch, cancel := w.hub.watch(key)
-	unhook := context.AfterFunc(ctx, cancel)
-	return ch, func() { unhook(); cancel() }, nil
+	return w.hub.Watch(ctx, key)
 }

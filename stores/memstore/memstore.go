@@ -37,15 +37,13 @@ type memory struct {
 	mu      sync.Mutex
 	records map[string]*entry
 	expiry  expiryHeap
-	watch   map[string]map[*watcher]struct{}
+	watch   storekit.Watchers
 }
 
 type entry struct {
 	rec   *idem.Record
 	index int // position in the expiry heap
 }
-
-type watcher struct{ ch chan struct{} }
 
 // Option configures a Store.
 type Option func(*memory) error
@@ -86,7 +84,6 @@ func New(opts ...Option) (*Store, error) {
 	m := &memory{
 		now: time.Now, sweepN: 16, retention: DefaultRetention,
 		records: make(map[string]*entry),
-		watch:   make(map[string]map[*watcher]struct{}),
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -96,7 +93,7 @@ func New(opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
-	kit := storekit.NewLocked(m, storekit.LockedConfig{Name: "memstore", Now: m.now, Changed: m.notify})
+	kit := storekit.NewLocked(m, storekit.LockedConfig{Name: "memstore", Now: m.now, Changed: m.watch.Notify})
 	return &Store{kit: kit, mem: m}, nil
 }
 
@@ -145,37 +142,7 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func(),
 	if err := storekit.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
-	}
-	m := s.mem
-	w := &watcher{ch: make(chan struct{})}
-	m.mu.Lock()
-	set := m.watch[key]
-	if set == nil {
-		set = make(map[*watcher]struct{})
-		m.watch[key] = set
-	}
-	set[w] = struct{}{}
-	m.mu.Unlock()
-	remove := func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if set := m.watch[key]; set != nil {
-			delete(set, w)
-			if len(set) == 0 {
-				delete(m.watch, key)
-			}
-		}
-	}
-	stopAfter := context.AfterFunc(ctx, remove)
-	var once sync.Once
-	return w.ch, func() {
-		once.Do(func() {
-			stopAfter()
-			remove()
-		})
-	}, nil
+	return s.mem.watch.Watch(ctx, key)
 }
 
 // Len returns the number of records held, live or awaiting the purge.
@@ -245,27 +212,13 @@ func (m *memory) Delete(_ context.Context, key string) error {
 	return nil
 }
 
-// notify wakes the watchers of key.
-func (m *memory) notify(key string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.notifyLocked(key)
-}
-
-func (m *memory) notifyLocked(key string) {
-	for w := range m.watch[key] {
-		close(w.ch)
-	}
-	delete(m.watch, key)
-}
-
 func (m *memory) purgeLocked(now int64, n int) int {
 	removed := 0
 	limit := now - m.retention.Milliseconds()
 	for removed < n && len(m.expiry) > 0 && m.expiry[0].rec.ExpiresAt <= limit {
 		e := heap.Pop(&m.expiry).(*entry)
 		delete(m.records, e.rec.Key)
-		m.notifyLocked(e.rec.Key)
+		m.watch.Notify(e.rec.Key)
 		removed++
 	}
 	return removed
