@@ -90,13 +90,13 @@ func WithoutSync() Option {
 // processes on one host sharing the directory. See the package doc for the
 // layout and guarantees.
 type Store struct {
-	dir     string
-	now     func() time.Time
-	grace   time.Duration
-	sync    bool
-	stripes []*stripe
-	hub     *storekit.Watchers // shared by the Stores of this directory in this process
-	kit     *storekit.Locked   // the decisions, over files{s}
+	dir       string
+	now       func() time.Time
+	retention time.Duration // WithRetention
+	sync      bool
+	stripes   []*stripe
+	hub       *storekit.Watchers // shared by the Stores of this directory in this process
+	kit       *storekit.Locked   // the decisions, over files{s}
 }
 
 var _ idem.Store = (*Store)(nil)
@@ -135,12 +135,12 @@ func New(dir string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("filestore: %w", err)
 	}
 	s := &Store{
-		dir:     abs,
-		now:     c.clock,
-		grace:   c.retention,
-		sync:    c.sync,
-		stripes: newStripes(lockDir),
-		hub:     hubFor(canon),
+		dir:       abs,
+		now:       c.clock,
+		retention: c.retention,
+		sync:      c.sync,
+		stripes:   newStripes(lockDir),
+		hub:       hubFor(canon),
 	}
 	s.kit = storekit.NewLocked(files{s}, storekit.LockedConfig{Name: "filestore", Now: c.clock, Changed: s.hub.Notify})
 	return s, nil
@@ -371,7 +371,8 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return s.kit.Delete(ctx, key)
 }
 
-// Purge removes the records that expired more than the purge grace ago, and
+// Purge removes the records that expired more than the retention period
+// (WithRetention) ago, and
 // temporary files left behind by a crashed write, and returns how many
 // records it removed. Each removal happens under the key's lock after
 // reading the record again, so Purge is safe while other goroutines and
@@ -416,7 +417,7 @@ func (s *Store) Purge(ctx context.Context) (int, error) {
 }
 
 func (s *Store) expired(r *idem.Record) bool {
-	return r.ExpiresAt+s.grace.Milliseconds() <= s.nowMs()
+	return r.ExpiresAt+s.retention.Milliseconds() <= s.nowMs()
 }
 
 func (s *Store) purgeRecord(ctx context.Context, key string) (bool, error) {
