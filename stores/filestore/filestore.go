@@ -372,9 +372,8 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 }
 
 // Purge removes the records that expired more than the retention period
-// (WithRetention) ago, and
-// temporary files left behind by a crashed write, and returns how many
-// records it removed. Each removal happens under the key's lock after
+// (WithRetention) ago, and temporary files left behind by a crashed write,
+// and returns how many records it removed. Each removal happens under the key's lock after
 // reading the record again, so Purge is safe while other goroutines and
 // processes use the store. Corrupt records are left in place. Failures on
 // single files do not stop the sweep; they are returned joined, with the
