@@ -14,6 +14,7 @@ import (
 	"github.com/idem-go/idem/internal/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/storetest"
 )
 
@@ -38,7 +39,8 @@ func (s *refusing) Complete(ctx context.Context, key, nonce string, c idem.Compl
 // replays get ErrResultUnavailable. (Before, the claim was left in progress
 // with ErrNotRecorded and the next caller ran fn again after the threshold.)
 func TestRefusedResultCompletesWithoutResult(t *testing.T) {
-	s := &refusing{Store: mustMem(), refuse: func(c idem.Completion) bool { return len(c.Result) > 1000 }}
+	clk := storetest.NewClock() // the store's time: past the threshold without sleeping
+	s := &refusing{Store: mustMem(memstore.WithClock(clk.Now)), refuse: func(c idem.Completion) bool { return len(c.Result) > 1000 }}
 	g := newGuard[string](t, s, idem.WithTakeoverAfter(100*time.Millisecond), idem.WithHeartbeat(20*time.Millisecond), idem.OnDuplicate(idem.Wait))
 	var runs atomic.Int32
 	big := strings.Repeat("x", 5000)
@@ -47,7 +49,7 @@ func TestRefusedResultCompletesWithoutResult(t *testing.T) {
 	require.NoError(t, err, "the record completed, without its result")
 	assert.Equal(t, big, v)
 	for range 2 { // past the threshold: a left-over claim would be taken over
-		time.Sleep(150 * time.Millisecond)
+		clk.Advance(150 * time.Millisecond)
 		_, err = g.Do(context.Background(), "k", fn)
 		assert.ErrorIs(t, err, idem.ErrResultUnavailable)
 	}
@@ -58,7 +60,8 @@ func TestRefusedResultCompletesWithoutResult(t *testing.T) {
 // A stored failure the store refuses for good is stored again with a short
 // message and its type, so replays still get ErrPreviousFailure.
 func TestRefusedFailureStoredShort(t *testing.T) {
-	s := &refusing{Store: mustMem(), refuse: func(c idem.Completion) bool { return c.Error != nil && len(c.Error.Message) > 300 }}
+	clk := storetest.NewClock()
+	s := &refusing{Store: mustMem(memstore.WithClock(clk.Now)), refuse: func(c idem.Completion) bool { return c.Error != nil && len(c.Error.Message) > 300 }}
 	g := newGuard[int](t, s, idem.OnFailure(idem.Lock), idem.WithTakeoverAfter(100*time.Millisecond), idem.WithHeartbeat(20*time.Millisecond))
 	var runs atomic.Int32
 	long := errors.New("declined: " + strings.Repeat("é", 1000))
@@ -66,7 +69,7 @@ func TestRefusedFailureStoredShort(t *testing.T) {
 	_, err := g.Do(context.Background(), "k", fn)
 	require.ErrorIs(t, err, long)
 	assert.NotErrorIs(t, err, idem.ErrNotRecorded)
-	time.Sleep(150 * time.Millisecond)
+	clk.Advance(150 * time.Millisecond)
 	_, err = g.Do(context.Background(), "k", fn)
 	var se *idem.StoredError
 	require.ErrorAs(t, err, &se)
