@@ -2,6 +2,7 @@ package sqlstore_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,4 +207,53 @@ func TestListenReconnects(t *testing.T) {
 	}
 	require.NoError(t, e.store.Close())
 	assert.Zero(t, sqlstore.ListenerPID(e.store), "Close ends the listening connection")
+}
+
+// TestListenLongTableName: a schema-qualified table name longer than a
+// PostgreSQL channel name may be gets a shortened channel, and waiters are
+// still woken.
+func TestListenLongTableName(t *testing.T) {
+	db := sharedDB(t, sqlstore.Postgres)
+	ctx := ctxT(t)
+	schema := "idem_s_" + randHex(6)
+	_, err := db.ExecContext(ctx, "CREATE SCHEMA "+schema)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = db.Exec("DROP SCHEMA " + schema + " CASCADE") })
+	table := schema + "." + strings.Repeat("k", 48)
+	s, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithTable(table))
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	t.Cleanup(func() { _ = s.Close() })
+	assert.LessOrEqual(t, len(s.Channel()), 63)
+	assert.NotEqual(t, table, s.Channel())
+	ws := listen(t, s)
+	r := claimReq(storageKey())
+	_, err = s.Claim(ctx, r)
+	require.NoError(t, err)
+	ch, stop, err := ws.Watch(ctx, r.Key)
+	require.NoError(t, err)
+	defer stop()
+	require.NoError(t, s.Complete(ctx, r.Key, r.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+	woken(t, ch, "completion")
+}
+
+// TestCloseWakesWatchers: Close ends the listening connection and wakes
+// its waiters; a Watch after Close listens again.
+func TestCloseWakesWatchers(t *testing.T) {
+	e := newEnv(t, sqlstore.Postgres)
+	ws := listen(t, e.store)
+	ctx := ctxT(t)
+	ch, stop, err := ws.Watch(ctx, storageKey())
+	require.NoError(t, err)
+	defer stop()
+	require.NoError(t, e.store.Close())
+	woken(t, ch, "Close")
+	r := claimReq(storageKey())
+	_, err = e.store.Claim(ctx, r)
+	require.NoError(t, err)
+	ch, stop2, err := ws.Watch(ctx, r.Key)
+	require.NoError(t, err)
+	defer stop2()
+	require.NoError(t, e.store.Complete(ctx, r.Key, r.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+	woken(t, ch, "completion after Close")
 }
