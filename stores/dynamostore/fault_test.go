@@ -188,7 +188,7 @@ func TestConnectionCutMidRequest(t *testing.T) {
 			if !tc.want(cuts[0].err) {
 				t.Fatalf("the cut attempt failed with %v", cuts[0].err)
 			}
-			wantOps(t, f.env, "UpdateItem", "UpdateItem")
+			wantOps(t, f.env, "PutItem", "PutItem")
 
 			f.cutNext(1, kind)
 			mustClaim(t, f.store, claimReq(key, "B"), idem.Existing)

@@ -34,18 +34,18 @@ func TestGuardRoundTrips(t *testing.T) {
 	if err != nil || v != 42 {
 		t.Fatalf("fresh: %v, %v", v, err)
 	}
-	wantOps(t, e, "UpdateItem", "UpdateItem") // claim, complete
+	wantOps(t, e, "PutItem", "UpdateItem") // claim, complete
 	for range 3 {
 		v, err = g.Do(ctx, "order-1", fn, idem.Payload("p"))
 		if err != nil || v != 42 {
 			t.Fatalf("replay: %v, %v", v, err)
 		}
-		wantOps(t, e, "UpdateItem") // the refused claim carries the record
+		wantOps(t, e, "PutItem") // the refused claim carries the record
 	}
 	if _, err := g.Do(ctx, "order-1", fn, idem.Payload("other")); !errors.Is(err, idem.ErrPayloadMismatch) {
 		t.Fatalf("other payload: %v", err)
 	}
-	wantOps(t, e, "UpdateItem")
+	wantOps(t, e, "PutItem")
 	if runs != 1 {
 		t.Fatalf("fn ran %d times", runs)
 	}
@@ -56,20 +56,22 @@ func TestGuardRoundTrips(t *testing.T) {
 	if _, err := locked.Do(ctx, "order-2", func(context.Context) (int, error) { return 0, boom }); !errors.Is(err, boom) {
 		t.Fatalf("failing call: %v", err)
 	}
-	wantOps(t, e, "UpdateItem", "UpdateItem")
+	wantOps(t, e, "PutItem", "UpdateItem")
 	_, err = locked.Do(ctx, "order-2", fn)
 	var se *idem.StoredError
 	if !errors.Is(err, idem.ErrPreviousFailure) || !errors.As(err, &se) || se.Message != "card declined" {
 		t.Fatalf("replayed failure: %v", err)
 	}
-	wantOps(t, e, "UpdateItem")
+	wantOps(t, e, "PutItem")
 
 	// A failure under Unlock releases (claim, release); the retry runs
-	// again under the next fencing token.
+	// again under the next fencing token. The store remembers the keys it
+	// released, so the retry's claim goes straight to the update that
+	// re-claims the released record.
 	if _, err := g.Do(ctx, "order-3", func(context.Context) (int, error) { return 0, boom }); !errors.Is(err, boom) {
 		t.Fatalf("failing call: %v", err)
 	}
-	wantOps(t, e, "UpdateItem", "UpdateItem")
+	wantOps(t, e, "PutItem", "UpdateItem")
 	time.Sleep(2 * time.Millisecond) // the release set expires_at to its own now
 	v, err = g.Do(ctx, "order-3", func(ctx context.Context) (int, error) {
 		tok, _ := idem.FencingToken(ctx)
@@ -103,10 +105,11 @@ func TestGuardTakeoverOfACrashedOwner(t *testing.T) {
 	if err != nil || v != 2 {
 		t.Fatalf("takeover: token %d, %v", v, err)
 	}
-	// The takeover costs what a fresh call costs (the guard's lease is
-	// longer than the crashed claim's, so the expiry is not kept), and fn
-	// is far shorter than the heartbeat interval.
-	wantOps(t, e, "UpdateItem", "UpdateItem")
+	// The takeover is the claim's second path: the PutItem refused with
+	// the stale record, then the update that takes it over (the guard's
+	// lease is longer than the crashed claim's, so the expiry is not kept);
+	// fn is far shorter than the heartbeat interval.
+	wantOps(t, e, "PutItem", "UpdateItem", "UpdateItem")
 	err = e.store.Complete(ctx, sk, "crashed", idem.Completion{Status: idem.StatusCompleted, Result: []byte("1"), TTL: time.Hour})
 	if !errors.Is(err, idem.ErrLostOwnership) {
 		t.Fatalf("crashed owner's late complete: %v", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -23,6 +24,7 @@ type Client interface {
 	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
 	DescribeTimeToLive(ctx context.Context, in *dynamodb.DescribeTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTimeToLiveOutput, error)
 	UpdateTimeToLive(ctx context.Context, in *dynamodb.UpdateTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error)
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
@@ -35,6 +37,44 @@ type Store struct {
 	table  string
 	cfg    config
 	err    error
+
+	// Expression attribute names of the requests that name the partition
+	// key, built once: requests only read them.
+	pkName, reclaimNames map[string]string
+
+	released releasedKeys
+}
+
+// releasedKeys remembers, boundedly, the keys this store released: their
+// records stay (expired), so the next claim of one, typically the retry
+// after a failure under idem.Unlock, goes straight to the update rather
+// than to a PutItem that would be refused. It is a hint only: either
+// request is correct for any state of the item.
+type releasedKeys struct {
+	mu   sync.Mutex
+	keys map[string]struct{}
+}
+
+const maxReleasedKeys = 4096
+
+func (r *releasedKeys) add(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.keys == nil || len(r.keys) >= maxReleasedKeys {
+		r.keys = make(map[string]struct{})
+	}
+	r.keys[key] = struct{}{}
+}
+
+// take reports whether key was released, and forgets it.
+func (r *releasedKeys) take(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.keys[key]
+	if ok {
+		delete(r.keys, key)
+	}
+	return ok
 }
 
 var _ idem.Store = (*Store)(nil)
@@ -62,6 +102,9 @@ func New(client Client, table string, opts ...Option) (*Store, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
+	s.pkName = map[string]string{"#pk": s.cfg.pk}
+	s.reclaimNames = s.names("#pk", "#st", "#ph", "#n", "#a", "#sa", "#hb",
+		"#ea", "#ttl", "#v", "#res", "#em", "#et", "#ca", "#tm", "#sta")
 	return s, nil
 }
 
@@ -114,6 +157,56 @@ var placeholder = map[string]string{
 	"#ca": attrCompletedAt, "#ea": attrExpiresAt, "#res": attrResult,
 	"#em": attrErrMessage, "#et": attrErrType, "#ttl": attrTTL,
 	"#tm": attrTakeoverMs, "#sta": attrStaleAt,
+}
+
+// The expressions, and the names and values every request of a kind shares.
+// The SDK only reads them, so they are built once.
+var (
+	exprAbsent  = "attribute_not_exists(#pk)"
+	exprReclaim = "SET #st = :ip, #ph = :ph, #n = :n, " +
+		"#a = if_not_exists(#a, :zero) + :one, #sa = :now, #hb = :now, " +
+		"#ea = :exp, #ttl = :ttl, #v = :v, #tm = :tm, #sta = :sta REMOVE #res, #em, #et, #ca"
+	exprReclaimCond = "attribute_not_exists(#pk) OR #ea <= :now OR " +
+		"(#st = :ip AND ((attribute_exists(#tm) AND #sta <= :now) OR (attribute_not_exists(#tm) AND #hb <= :stale)) AND #ph = :ph AND #n <> :n AND #ea <= :exp AND #v = :v AND " +
+		"attribute_type(#n, :S) AND attribute_type(#a, :N) AND attribute_type(#sa, :N))"
+
+	// Complete: one update expression for each combination of result and
+	// stored error; every one uses all of completeNames.
+	exprCompleteCond = "#n = :n"
+	exprComplete     = [2][2]string{ // [has result][has error]
+		{completeSet + " REMOVE #res, #em, #et", completeSet + ", #em = :em, #et = :et REMOVE #res"},
+		{completeSet + ", #res = :res REMOVE #em, #et", completeSet + ", #res = :res, #em = :em, #et = :et"},
+	}
+	completeNames = placeholders("#st", "#ca", "#hb", "#ea", "#ttl", "#n", "#res", "#em", "#et")
+
+	exprHeartbeat       = "SET #hb = :now, #sta = :now + if_not_exists(#tm, :zero), #ea = :exp, #ttl = :ttl"
+	exprHeartbeatCond   = "#n = :n AND #st = :ip AND #ea > :now AND #ea <= :exp"
+	heartbeatNames      = placeholders("#hb", "#ea", "#ttl", "#n", "#st", "#sta", "#tm")
+	exprHeartbeatOnly   = "SET #hb = :now, #sta = :now + if_not_exists(#tm, :zero)"
+	exprHeartbeatLive   = "#n = :n AND #st = :ip AND #ea > :now"
+	heartbeatOnlyNames  = placeholders("#hb", "#n", "#st", "#ea", "#sta", "#tm")
+	exprRelease         = "SET #ea = :now, #ttl = :ttl"
+	exprReleaseCond     = "#n = :n AND #st = :ip"
+	releaseNames        = placeholders("#ea", "#ttl", "#n", "#st")
+	exprTakeover        = "SET #n = :n, #a = #a + :one, #sa = :now, #hb = :now, #tm = :tm, #sta = :sta"
+	exprTakeoverCond    = "#n = :old AND #st = :ip AND #hb = :oldhb AND #ea = :oldea AND #ph = :ph"
+	takeoverNames       = placeholders("#n", "#a", "#sa", "#hb", "#st", "#ea", "#ph", "#tm", "#sta")
+	inProgressValue     = statusValue(idem.StatusInProgress)
+	versionValue        = attrN(encodingVersion)
+	zeroValue, oneValue = attrN(0), attrN(1)
+	typeSValue          = attrS("S")
+	typeNValue          = attrS("N")
+)
+
+const completeSet = "SET #st = :st, #ca = :now, #hb = :now, #ea = :exp, #ttl = :ttl"
+
+// placeholders returns the expression attribute names of record attributes.
+func placeholders(ph ...string) map[string]string {
+	m := make(map[string]string, len(ph))
+	for _, p := range ph {
+		m[p] = placeholder[p]
+	}
+	return m
 }
 
 func (st *Store) names(ph ...string) map[string]string {
@@ -192,8 +285,12 @@ const maxClaimRounds = 8
 // losing races on a key it tries to take over.
 var ErrContention = errors.New("dynamostore: claim kept losing to concurrent writes")
 
-// Claim implements idem.Store: one conditional UpdateItem (see the package
-// documentation).
+// Claim implements idem.Store (see the package documentation): one
+// conditional PutItem that creates the record when the key has none, and
+// whose refusal carries the existing record (ALL_OLD), so a fresh claim and
+// a duplicate are one request each. Only an expired, released or stale
+// record (or one it cannot read) takes the second path: a conditional
+// UpdateItem that keeps the attempt number monotonic.
 func (st *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
 	key, err := st.begin("claim", req.Key)
 	if err != nil {
@@ -202,15 +299,104 @@ func (st *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRe
 	if req.Nonce == "" {
 		return idem.ClaimResult{}, storeErr("claim", errors.New("empty nonce"))
 	}
+	if st.released.take(req.Key) {
+		return st.claimExisting(ctx, key, req, nil)
+	}
+	now := st.nowMs()
+	exp := now + req.LeaseTTL.Milliseconds()
+	_, err = st.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           &st.table,
+		Item:                                st.claimItem(key, req, now, exp),
+		ConditionExpression:                 &exprAbsent,
+		ExpressionAttributeNames:            st.pkName,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		return idem.ClaimResult{Outcome: idem.Claimed, Record: &idem.Record{
+			Key: req.Key, Status: idem.StatusInProgress, PayloadHash: req.PayloadHash,
+			Nonce: req.Nonce, Attempt: 1, StartedAt: now, HeartbeatAt: now, ExpiresAt: exp,
+			TakeoverMs: req.TakeoverAfter.Milliseconds(),
+		}}, nil
+	}
+	old, refused := conditionFailed(err)
+	if !refused {
+		return idem.ClaimResult{}, storeErr("claim", err)
+	}
+	if old == nil {
+		// The condition refuses only an existing item, so a refusal
+		// without it means the endpoint ignored ALL_OLD.
+		return idem.ClaimResult{}, errNoOldItem()
+	}
+	cur, err := st.decode(req.Key, old)
+	if err != nil {
+		// Unreadable: the update's condition decides whether it may be
+		// overwritten (expired) or is reported (live).
+		return st.claimExisting(ctx, key, req, nil)
+	}
+	res := storekit.DecideClaim(cur, req, now).Result()
+	switch {
+	case res.Outcome == idem.Existing:
+		return res, nil
+	case res.Outcome == idem.Claimed && cur.Live(now) && cur.Nonce == req.Nonce:
+		// A retried claim whose first try was applied.
+		return res, nil
+	}
+	return st.claimExisting(ctx, key, req, cur)
+}
+
+// errNoOldItem is the error of a refused claim that did not carry the
+// existing item.
+func errNoOldItem() error {
+	return storeErr("claim", errors.New("conditional check failed without the existing item (ReturnValuesOnConditionCheckFailure unsupported?)"))
+}
+
+// claimItem is the item of a first claim.
+func (st *Store) claimItem(key map[string]types.AttributeValue, req idem.ClaimRequest, now, exp int64) map[string]types.AttributeValue {
+	item := make(map[string]types.AttributeValue, len(key)+11)
+	for k, v := range key {
+		item[k] = v
+	}
+	nowN := attrN(now)
+	tm := req.TakeoverAfter.Milliseconds()
+	item[attrVersion] = versionValue
+	item[attrStatus] = inProgressValue
+	item[attrNonce] = attrS(req.Nonce)
+	item[attrAttempt] = oneValue
+	item[attrPayloadHash] = attrS(req.PayloadHash)
+	item[attrStartedAt] = nowN
+	item[attrHeartbeatAt] = nowN
+	item[attrExpiresAt] = attrN(exp)
+	item[attrTTL] = attrN(st.ttlAt(exp))
+	item[attrTakeoverMs] = attrN(tm)
+	item[attrStaleAt] = attrN(now + tm)
+	return item
+}
+
+// claimExisting claims a key that has a record: cur as the refused PutItem
+// returned it, or nil if it could not be decoded. It is one conditional
+// UpdateItem, or, for a stale claim whose expiry is later than ours, a
+// compare-and-swap that keeps that expiry; a concurrent change makes it
+// decide again.
+func (st *Store) claimExisting(ctx context.Context, key map[string]types.AttributeValue, req idem.ClaimRequest, cur *idem.Record) (idem.ClaimResult, error) {
 	for range maxClaimRounds {
 		now := st.nowMs()
 		exp := now + req.LeaseTTL.Milliseconds()
+		if cur != nil && cur.Live(now) && cur.ExpiresAt > exp &&
+			storekit.DecideClaim(cur, req, now).Outcome == idem.TookOver {
+			// Stale, but its expiry is later than ours: keep it.
+			rec, err := st.takeOverKeepingExpiry(ctx, key, cur, req, now)
+			if err != nil {
+				return idem.ClaimResult{}, err
+			}
+			if rec != nil {
+				return idem.ClaimResult{Outcome: idem.TookOver, Record: rec}, nil
+			}
+		}
+		cur = nil
 		out, err := st.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: aws.String(st.table),
-			Key:       key,
-			UpdateExpression: aws.String("SET #st = :ip, #ph = :ph, #n = :n, " +
-				"#a = if_not_exists(#a, :zero) + :one, #sa = :now, #hb = :now, " +
-				"#ea = :exp, #ttl = :ttl, #v = :v, #tm = :tm, #sta = :sta REMOVE #res, #em, #et, #ca"),
+			TableName:        &st.table,
+			Key:              key,
+			UpdateExpression: &exprReclaim,
 			// A takeover replaces a live item, so it also asks for the
 			// attributes it keeps or could misread to be of this encoding
 			// (version, nonce, attempt, start): a live item that is not is
@@ -218,19 +404,16 @@ func (st *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRe
 			// Staleness is judged by the owner's stored threshold
 			// (stale_at = heartbeat_at + takeover_ms; expressions have no
 			// arithmetic), or by the caller's for an item without one.
-			ConditionExpression: aws.String("attribute_not_exists(#pk) OR #ea <= :now OR " +
-				"(#st = :ip AND ((attribute_exists(#tm) AND #sta <= :now) OR (attribute_not_exists(#tm) AND #hb <= :stale)) AND #ph = :ph AND #n <> :n AND #ea <= :exp AND #v = :v AND " +
-				"attribute_type(#n, :S) AND attribute_type(#a, :N) AND attribute_type(#sa, :N))"),
-			ExpressionAttributeNames: st.names("#pk", "#st", "#ph", "#n", "#a", "#sa", "#hb",
-				"#ea", "#ttl", "#v", "#res", "#em", "#et", "#ca", "#tm", "#sta"),
+			ConditionExpression:      &exprReclaimCond,
+			ExpressionAttributeNames: st.reclaimNames,
 			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":ip": statusValue(idem.StatusInProgress), ":ph": attrS(req.PayloadHash),
-				":n": attrS(req.Nonce), ":zero": attrN(0), ":one": attrN(1), ":now": attrN(now),
-				":exp": attrN(exp), ":ttl": attrN(st.ttlAt(exp)), ":v": attrN(encodingVersion),
+				":ip": inProgressValue, ":ph": attrS(req.PayloadHash),
+				":n": attrS(req.Nonce), ":zero": zeroValue, ":one": oneValue, ":now": attrN(now),
+				":exp": attrN(exp), ":ttl": attrN(st.ttlAt(exp)), ":v": versionValue,
 				":stale": attrN(now - req.TakeoverAfter.Milliseconds()),
 				":tm":    attrN(req.TakeoverAfter.Milliseconds()),
 				":sta":   attrN(now + req.TakeoverAfter.Milliseconds()),
-				":S":     attrS("S"), ":N": attrS("N"),
+				":S":     typeSValue, ":N": typeNValue,
 			},
 			ReturnValues:                        types.ReturnValueAllOld,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
@@ -250,12 +433,9 @@ func (st *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRe
 			return idem.ClaimResult{}, storeErr("claim", err)
 		}
 		if old == nil {
-			// The condition refuses only an existing item, so a refusal
-			// without it means the endpoint ignored ALL_OLD.
-			return idem.ClaimResult{}, storeErr("claim", errors.New("conditional check failed without the existing item (ReturnValuesOnConditionCheckFailure unsupported?)"))
+			return idem.ClaimResult{}, errNoOldItem()
 		}
-		cur, err := st.decode(req.Key, old)
-		if err != nil {
+		if cur, err = st.decode(req.Key, old); err != nil {
 			return idem.ClaimResult{}, err
 		}
 		res := storekit.DecideClaim(cur, req, now).Result()
@@ -265,18 +445,10 @@ func (st *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRe
 		case res.Outcome == idem.Claimed && cur.Live(now) && cur.Nonce == req.Nonce:
 			// A retried claim whose first try was applied.
 			return res, nil
-		case res.Outcome == idem.TookOver:
-			// Stale, but its expiry is later than ours: keep it.
-			rec, err := st.takeOverKeepingExpiry(ctx, key, cur, req, now)
-			if err != nil {
-				return idem.ClaimResult{}, err
-			}
-			if rec != nil {
-				return idem.ClaimResult{Outcome: idem.TookOver, Record: rec}, nil
-			}
 		}
-		// The record changed between the condition and our decision, or the
-		// compare-and-swap lost: decide again.
+		// A stale claim with a later expiry (taken over at the top of the
+		// next round), or the record changed between the condition and our
+		// decision: decide again.
 	}
 	return idem.ClaimResult{}, storeErr("claim", ErrContention)
 }
@@ -338,15 +510,15 @@ func (st *Store) claimed(req idem.ClaimRequest, old map[string]types.AttributeVa
 // nonce, heartbeat and expiry seen; it returns nil, nil when it lost.
 func (st *Store) takeOverKeepingExpiry(ctx context.Context, key map[string]types.AttributeValue, cur *idem.Record, req idem.ClaimRequest, now int64) (*idem.Record, error) {
 	out, err := st.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                aws.String(st.table),
+		TableName:                &st.table,
 		Key:                      key,
-		UpdateExpression:         aws.String("SET #n = :n, #a = #a + :one, #sa = :now, #hb = :now, #tm = :tm, #sta = :sta"),
-		ConditionExpression:      aws.String("#n = :old AND #st = :ip AND #hb = :oldhb AND #ea = :oldea AND #ph = :ph"),
-		ExpressionAttributeNames: st.names("#n", "#a", "#sa", "#hb", "#st", "#ea", "#ph", "#tm", "#sta"),
+		UpdateExpression:         &exprTakeover,
+		ConditionExpression:      &exprTakeoverCond,
+		ExpressionAttributeNames: takeoverNames,
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":tm": attrN(req.TakeoverAfter.Milliseconds()), ":sta": attrN(now + req.TakeoverAfter.Milliseconds()),
-			":n": attrS(req.Nonce), ":one": attrN(1), ":now": attrN(now), ":old": attrS(cur.Nonce),
-			":ip": statusValue(idem.StatusInProgress), ":oldhb": attrN(cur.HeartbeatAt),
+			":n": attrS(req.Nonce), ":one": oneValue, ":now": attrN(now), ":old": attrS(cur.Nonce),
+			":ip": inProgressValue, ":oldhb": attrN(cur.HeartbeatAt),
 			":oldea": attrN(cur.ExpiresAt), ":ph": attrS(req.PayloadHash),
 		},
 		ReturnValues: types.ReturnValueAllNew,
@@ -368,15 +540,16 @@ func (st *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time
 	}
 	now := st.nowMs()
 	exp := now + leaseTTL.Milliseconds()
+	nowN, n := attrN(now), attrS(nonce)
 	_, err = st.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                st.tableName(),
+		TableName:                &st.table,
 		Key:                      k,
-		UpdateExpression:         aws.String("SET #hb = :now, #sta = :now + if_not_exists(#tm, :zero), #ea = :exp, #ttl = :ttl"),
-		ConditionExpression:      aws.String("#n = :n AND #st = :ip AND #ea > :now AND #ea <= :exp"),
-		ExpressionAttributeNames: st.names("#hb", "#ea", "#ttl", "#n", "#st", "#sta", "#tm"),
+		UpdateExpression:         &exprHeartbeat,
+		ConditionExpression:      &exprHeartbeatCond,
+		ExpressionAttributeNames: heartbeatNames,
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":now": attrN(now), ":exp": attrN(exp), ":ttl": attrN(st.ttlAt(exp)), ":n": attrS(nonce),
-			":ip": statusValue(idem.StatusInProgress), ":zero": attrN(0),
+			":now": nowN, ":exp": attrN(exp), ":ttl": attrN(st.ttlAt(exp)), ":n": n,
+			":ip": inProgressValue, ":zero": zeroValue,
 		},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -393,13 +566,13 @@ func (st *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time
 	// Still ours, with an expiry later than now + leaseTTL: keep it and
 	// refresh the heartbeat only.
 	_, err = st.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                st.tableName(),
+		TableName:                &st.table,
 		Key:                      k,
-		UpdateExpression:         aws.String("SET #hb = :now, #sta = :now + if_not_exists(#tm, :zero)"),
-		ConditionExpression:      aws.String("#n = :n AND #st = :ip AND #ea > :now"),
-		ExpressionAttributeNames: st.names("#hb", "#n", "#st", "#ea", "#sta", "#tm"),
+		UpdateExpression:         &exprHeartbeatOnly,
+		ConditionExpression:      &exprHeartbeatLive,
+		ExpressionAttributeNames: heartbeatOnlyNames,
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":now": attrN(now), ":n": attrS(nonce), ":ip": statusValue(idem.StatusInProgress), ":zero": attrN(0),
+			":now": nowN, ":n": n, ":ip": inProgressValue, ":zero": zeroValue,
 		},
 	})
 	return st.ownershipErr("heartbeat", err)
@@ -419,34 +592,24 @@ func (st *Store) Complete(ctx context.Context, key, nonce string, c idem.Complet
 	}
 	now := st.nowMs()
 	exp := now + c.TTL.Milliseconds()
-	set := "SET #st = :st, #ca = :now, #hb = :now, #ea = :exp, #ttl = :ttl"
-	remove := ""
-	ph := []string{"#st", "#ca", "#hb", "#ea", "#ttl", "#n", "#res"}
-	vals := map[string]types.AttributeValue{
-		":st": statusValue(c.Status), ":now": attrN(now), ":exp": attrN(exp),
-		":ttl": attrN(st.ttlAt(exp)), ":n": attrS(nonce),
-	}
+	vals := make(map[string]types.AttributeValue, 8)
+	vals[":st"], vals[":now"], vals[":exp"] = statusValue(c.Status), attrN(now), attrN(exp)
+	vals[":ttl"], vals[":n"] = attrN(st.ttlAt(exp)), attrS(nonce)
+	hasResult, hasError := 0, 0
 	if c.Result != nil {
-		set += ", #res = :res"
+		hasResult = 1
 		vals[":res"] = attrB(c.Result)
-	} else {
-		remove = " REMOVE #res"
 	}
-	ph = append(ph, "#em", "#et")
 	if c.Error != nil {
-		set += ", #em = :em, #et = :et"
+		hasError = 1
 		vals[":em"], vals[":et"] = attrS(c.Error.Message), attrS(c.Error.Type)
-	} else if remove == "" {
-		remove = " REMOVE #em, #et"
-	} else {
-		remove += ", #em, #et"
 	}
 	_, err = st.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 st.tableName(),
+		TableName:                 &st.table,
 		Key:                       k,
-		UpdateExpression:          aws.String(set + remove),
-		ConditionExpression:       aws.String("#n = :n"),
-		ExpressionAttributeNames:  st.names(ph...),
+		UpdateExpression:          &exprComplete[hasResult][hasError],
+		ConditionExpression:       &exprCompleteCond,
+		ExpressionAttributeNames:  completeNames,
 		ExpressionAttributeValues: vals,
 	})
 	return st.ownershipErr("complete", err)
@@ -461,16 +624,18 @@ func (st *Store) Release(ctx context.Context, key, nonce string) error {
 	}
 	now := st.nowMs()
 	_, err = st.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                st.tableName(),
+		TableName:                &st.table,
 		Key:                      k,
-		UpdateExpression:         aws.String("SET #ea = :now, #ttl = :ttl"),
-		ConditionExpression:      aws.String("#n = :n AND #st = :ip"),
-		ExpressionAttributeNames: st.names("#ea", "#ttl", "#n", "#st"),
+		UpdateExpression:         &exprRelease,
+		ConditionExpression:      &exprReleaseCond,
+		ExpressionAttributeNames: releaseNames,
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":now": attrN(now), ":ttl": attrN(st.ttlAt(now)), ":n": attrS(nonce),
-			":ip": statusValue(idem.StatusInProgress),
+			":now": attrN(now), ":ttl": attrN(st.ttlAt(now)), ":n": attrS(nonce), ":ip": inProgressValue,
 		},
 	})
+	if err == nil {
+		st.released.add(key)
+	}
 	return st.ownershipErr("release", err)
 }
 

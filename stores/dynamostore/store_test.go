@@ -90,7 +90,7 @@ func TestClaimFreshAndReplayAreOneRequest(t *testing.T) {
 	key := storageKey()
 	before := time.Now().UnixMilli()
 	rec := mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
-	wantOps(t, e, "UpdateItem")
+	wantOps(t, e, "PutItem")
 	if rec.Key != key || rec.Status != idem.StatusInProgress || rec.Nonce != "A" || rec.Attempt != 1 ||
 		rec.PayloadHash != "ph" || rec.StartedAt < before || rec.HeartbeatAt != rec.StartedAt ||
 		rec.ExpiresAt != rec.StartedAt+time.Minute.Milliseconds() || rec.CompletedAt != 0 {
@@ -107,7 +107,7 @@ func TestClaimFreshAndReplayAreOneRequest(t *testing.T) {
 
 	// In progress: another claim gets the record from the refused condition.
 	ex := mustClaim(t, e.store, claimReq(key, "B"), idem.Existing)
-	wantOps(t, e, "UpdateItem")
+	wantOps(t, e, "PutItem")
 	if fmt.Sprint(ex) != fmt.Sprint(rec) {
 		t.Fatalf("existing %+v, want %+v", ex, rec)
 	}
@@ -119,7 +119,7 @@ func TestClaimFreshAndReplayAreOneRequest(t *testing.T) {
 
 	// Completed: a replay is one request and carries the result.
 	ex = mustClaim(t, e.store, claimReq(key, "C"), idem.Existing)
-	wantOps(t, e, "UpdateItem")
+	wantOps(t, e, "PutItem")
 	if ex.Status != idem.StatusCompleted || string(ex.Result) != `{"id":1}` || ex.Nonce != "A" ||
 		ex.Attempt != 1 || ex.CompletedAt == 0 || ex.Error != nil {
 		t.Fatalf("replayed record %+v", ex)
@@ -159,7 +159,7 @@ func TestTakeoverIncrementsAttemptAndFencesOldOwner(t *testing.T) {
 	e.log.take()
 
 	rec := mustClaim(t, e.store, claimReq(key, "B"), idem.TookOver)
-	wantOps(t, e, "UpdateItem")
+	wantOps(t, e, "PutItem", "UpdateItem") // refused with the stale record, then taken over
 	now := clock.Now().UnixMilli()
 	if rec.Nonce != "B" || rec.Attempt != 2 || rec.StartedAt != now || rec.HeartbeatAt != now ||
 		rec.ExpiresAt != now+time.Minute.Milliseconds() || rec.Status != idem.StatusInProgress {
@@ -200,7 +200,7 @@ func TestTakeoverKeepsALaterExpiry(t *testing.T) {
 	clock.Advance(11 * time.Second)
 	e.log.take()
 	rec := mustClaim(t, e.store, claimReq(key, "B"), idem.TookOver)
-	wantOps(t, e, "UpdateItem", "UpdateItem")
+	wantOps(t, e, "PutItem", "UpdateItem") // refused with the stale record, then the compare-and-swap
 	if rec.ExpiresAt != first.ExpiresAt || rec.Attempt != 2 || rec.Nonce != "B" || rec.HeartbeatAt != clock.Now().UnixMilli() {
 		t.Fatalf("took over %+v, first %+v", rec, first)
 	}
@@ -227,7 +227,7 @@ func TestReclaimAfterExpiryIncrementsAttempt(t *testing.T) {
 	}
 	e.log.take()
 	rec = mustClaim(t, e.store, claimReq(key, "B"), idem.Claimed)
-	wantOps(t, e, "UpdateItem")
+	wantOps(t, e, "PutItem", "UpdateItem") // refused with the expired record, then re-claimed
 	if rec.Attempt != 2 || rec.Result != nil || rec.Error != nil || rec.CompletedAt != 0 {
 		t.Fatalf("re-claimed %+v", rec)
 	}

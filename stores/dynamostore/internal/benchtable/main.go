@@ -1,9 +1,31 @@
 // Command benchtable measures the DynamoDB store and a Guard over it against
-// the raw DynamoDB requests they stand for, interleaved in one run against
-// one table, and prints the per-call latency, requests per call and ratios.
+// the raw DynamoDB requests they stand for, in one run against one table,
+// and prints throughput, latency, requests per call, the ratio to the raw
+// requests and the capacity units consumed per call.
 //
-//	go run ./stores/dynamostore/internal/benchtable -endpoint http://127.0.0.1:8765 -n 500
-//	go run ./stores/dynamostore/internal/benchtable -table idem-bench -region eu-west-1   # real DynamoDB
+//	IDEM_DYNAMODB_ENDPOINT=http://127.0.0.1:8765 go run ./stores/dynamostore/internal/benchtable
+//	go run ./stores/dynamostore/internal/benchtable -endpoint http://127.0.0.1:8765 -c 32 -n 2000
+//	go run ./stores/dynamostore/internal/benchtable -endpoint "" -table idem-bench -region eu-west-1   # real DynamoDB
+//
+// Every variant runs n calls spread over c goroutines, once per round; the
+// rounds rotate the order of the variants so that none always runs on a
+// warmer or a busier server. The ratio is the variant's throughput over the
+// raw requests' (1.0 = as fast as raw; higher is faster).
+//
+// Raw fresh is the conditional PutItem (attribute_not_exists) a hand-written
+// client would send to claim, plus the nonce-conditioned UpdateItem that
+// records the outcome; raw replay is that PutItem refused, returning the
+// item through ReturnValuesOnConditionCheckFailure=ALL_OLD. With -proto the
+// table also has the requests of the earlier claim (one UpdateItem with a
+// 16-name condition and update expression) sent raw, for comparison.
+//
+// Capacity: after the timed rounds every variant runs a few more calls with
+// ReturnConsumedCapacity=TOTAL on each request, and the table prints the
+// write (WCU) and read (RCU) units reported per call. A request refused by
+// its condition reports nothing (DynamoDB returns no ConsumedCapacity with a
+// ConditionalCheckFailedException, though it charges the write: one WCU per
+// KB of the larger of the old and new item); those requests are counted in
+// the "refused" column, with that charge estimated from the item sizes.
 //
 // With -endpoint it uses static dummy credentials (DynamoDB Local);
 // without, the default AWS credential chain. The table is created if
@@ -19,12 +41,18 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"net/http"
 	"os"
+	"runtime/pprof"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -36,47 +64,168 @@ import (
 )
 
 func main() {
-	endpoint := flag.String("endpoint", "", "DynamoDB endpoint URL (e.g. DynamoDB Local); empty = AWS")
+	endpoint := flag.String("endpoint", os.Getenv("IDEM_DYNAMODB_ENDPOINT"), "DynamoDB endpoint URL (e.g. DynamoDB Local); empty = AWS")
 	region := flag.String("region", "us-east-1", "AWS region")
 	table := flag.String("table", "idem_bench", "table name")
-	n := flag.Int("n", 200, "iterations per variant")
+	n := flag.Int("n", 200, "calls per variant per round")
+	c := flag.Int("c", 32, "concurrent callers")
+	rounds := flag.Int("rounds", 15, "measured rounds (short, interleaved: the load of a shared machine changes by the second)")
+	proto := flag.Bool("proto", false, "also measure the earlier claim request (UpdateItem) sent raw")
+	serverPID := flag.Int("server-pid", 0, "process id of the DynamoDB server (e.g. DynamoDB Local's java) whose CPU time per call to print (Linux)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the client process to this file")
 	flag.Parse()
-	if err := run(*endpoint, *region, *table, *n); err != nil {
-		log.Fatal(err)
+	if *n < 1 || *c < 1 || *rounds < 1 {
+		log.Fatal("benchtable: -n, -c and -rounds must be positive")
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if err := run(*endpoint, *region, *table, *n, *c, *rounds, *proto, *serverPID); err != nil {
+		log.Print(err)
+		pprof.StopCPUProfile()
+		os.Exit(1)
 	}
 }
 
 type variant struct {
 	name string
 	fn   func(ctx context.Context, i int) error
-	d    time.Duration
+	d    time.Duration // wall time of the measured rounds
 	reqs int64
+	// CPU time of this process and of the server during the measured rounds
+	clientCPU, serverCPU time.Duration
+	// capacity pass
+	calls, unreported int
+	wcu, rcu          float64
+	refusedWCU        float64
 }
 
-func run(endpoint, region, table string, n int) error {
-	ctx := context.Background()
-	var requests atomic.Int64
-	count := func(o *dynamodb.Options) {
-		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
-			return s.Finalize.Add(middleware.FinalizeMiddlewareFunc("countRequests",
-				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-					requests.Add(1)
-					return next.HandleFinalize(ctx, in)
-				}), middleware.After)
-		})
+// meter counts requests and, while capture is set, asks every request for
+// its consumed capacity and adds it up.
+type meter struct {
+	requests   atomic.Int64
+	capture    atomic.Bool
+	mu         sync.Mutex
+	wcu, rcu   float64
+	unreported int
+	refusedWCU float64 // estimated charge of the refused writes
+}
+
+func (m *meter) option(o *dynamodb.Options) {
+	o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+		if err := s.Finalize.Add(middleware.FinalizeMiddlewareFunc("benchCountRequests",
+			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+				m.requests.Add(1)
+				return next.HandleFinalize(ctx, in)
+			}), middleware.After); err != nil {
+			return err
+		}
+		return s.Initialize.Add(middleware.InitializeMiddlewareFunc("benchConsumedCapacity",
+			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				if !m.capture.Load() {
+					return next.HandleInitialize(ctx, in)
+				}
+				switch p := in.Parameters.(type) {
+				case *dynamodb.PutItemInput:
+					p.ReturnConsumedCapacity = types.ReturnConsumedCapacityTotal
+				case *dynamodb.UpdateItemInput:
+					p.ReturnConsumedCapacity = types.ReturnConsumedCapacityTotal
+				case *dynamodb.GetItemInput:
+					p.ReturnConsumedCapacity = types.ReturnConsumedCapacityTotal
+				case *dynamodb.DeleteItemInput:
+					p.ReturnConsumedCapacity = types.ReturnConsumedCapacityTotal
+				}
+				out, md, err := next.HandleInitialize(ctx, in)
+				var cc *types.ConsumedCapacity
+				switch r := out.Result.(type) {
+				case *dynamodb.PutItemOutput:
+					cc = r.ConsumedCapacity
+				case *dynamodb.UpdateItemOutput:
+					cc = r.ConsumedCapacity
+				case *dynamodb.GetItemOutput:
+					cc = r.ConsumedCapacity
+				case *dynamodb.DeleteItemOutput:
+					cc = r.ConsumedCapacity
+				}
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				switch {
+				case cc == nil:
+					m.unreported++
+					var ccf *types.ConditionalCheckFailedException
+					if errors.As(err, &ccf) {
+						size := itemSize(ccf.Item)
+						if p, ok := in.Parameters.(*dynamodb.PutItemInput); ok {
+							size = max(size, itemSize(p.Item))
+						}
+						m.refusedWCU += float64((size + 1023) / 1024)
+					}
+				case cc.WriteCapacityUnits != nil || cc.ReadCapacityUnits != nil:
+					m.wcu += aws.ToFloat64(cc.WriteCapacityUnits)
+					m.rcu += aws.ToFloat64(cc.ReadCapacityUnits)
+				default: // only the total: a write for writes, a read for GetItem
+					if _, read := in.Parameters.(*dynamodb.GetItemInput); read {
+						m.rcu += aws.ToFloat64(cc.CapacityUnits)
+					} else {
+						m.wcu += aws.ToFloat64(cc.CapacityUnits)
+					}
+				}
+				return out, md, err
+			}), middleware.Before)
+	})
+}
+
+func (m *meter) take() (wcu, rcu float64, unreported int, refusedWCU float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	wcu, rcu, unreported, refusedWCU = m.wcu, m.rcu, m.unreported, m.refusedWCU
+	m.wcu, m.rcu, m.unreported, m.refusedWCU = 0, 0, 0, 0
+	return
+}
+
+// itemSize is an item's size as DynamoDB bills it: attribute names plus
+// values (strings and binaries by length, numbers about one byte per two
+// digits plus one).
+func itemSize(item map[string]types.AttributeValue) int {
+	size := 0
+	for name, v := range item {
+		size += len(name)
+		switch v := v.(type) {
+		case *types.AttributeValueMemberS:
+			size += len(v.Value)
+		case *types.AttributeValueMemberB:
+			size += len(v.Value)
+		case *types.AttributeValueMemberN:
+			size += (len(v.Value)+1)/2 + 1
+		default:
+			size += 1
+		}
 	}
+	return size
+}
+
+func run(endpoint, region, table string, n, c, rounds int, proto bool, serverPID int) error {
+	ctx := context.Background()
+	m := &meter{}
 	var client *dynamodb.Client
 	if endpoint != "" {
 		client = dynamodb.New(dynamodb.Options{
 			Region: region, BaseEndpoint: aws.String(endpoint),
 			Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""),
-		}, count)
+		}, m.option, pool(c))
 	} else {
 		cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(region))
 		if err != nil {
 			return err
 		}
-		client = dynamodb.NewFromConfig(cfg, count)
+		client = dynamodb.NewFromConfig(cfg, m.option, pool(c))
 	}
 	if err := dynamostore.CreateTable(ctx, client, table); err != nil {
 		return err
@@ -94,91 +243,262 @@ func run(endpoint, region, table string, n int) error {
 	}
 	raw := rawClient{client: client, table: table}
 
-	// Keys that replays hit.
-	if err := raw.put(ctx, prefix+"raw-replay"); err != nil {
-		return err
-	}
-	if err := raw.complete(ctx, prefix+"raw-replay"); err != nil {
-		return err
-	}
-	if _, err := store.Claim(ctx, idem.ClaimRequest{Key: "idem:store-replay", Nonce: "n", LeaseTTL: time.Minute}); err != nil {
-		return err
-	}
-	if err := store.Complete(ctx, "idem:store-replay", "n", idem.Completion{Status: idem.StatusCompleted, Result: []byte("42"), TTL: time.Hour}); err != nil {
-		return err
-	}
 	fn := func(context.Context) (int, error) { return 42, nil }
-	if _, err := g.Do(ctx, "guard-replay", fn); err != nil {
-		return err
+	refused := func(err error) error {
+		var ccf *types.ConditionalCheckFailedException
+		if errors.As(err, &ccf) && len(ccf.Item) > 0 {
+			return nil
+		}
+		return fmt.Errorf("want a refused condition with the item, got %v", err)
+	}
+	// Replays go to keys completed beforehand, a different one on every
+	// concurrent call (callers of one key in one process would share a
+	// claim, and a hot item is not what a replay usually hits).
+	keys := min(n, 1000)
+	rk := func(i int) string { return "replay-" + strconv.Itoa(i%keys) }
+	for _, prep := range []*variant{
+		{name: "prepare raw", fn: func(ctx context.Context, i int) error {
+			if err := raw.put(ctx, prefix+"raw-"+rk(i), "n"); err != nil {
+				return err
+			}
+			return raw.complete(ctx, prefix+"raw-"+rk(i))
+		}},
+		{name: "prepare store", fn: func(ctx context.Context, i int) error {
+			k := "idem:store-" + rk(i)
+			if _, err := store.Claim(ctx, idem.ClaimRequest{Key: k, Nonce: "n", LeaseTTL: time.Minute}); err != nil {
+				return err
+			}
+			return store.Complete(ctx, k, "n", idem.Completion{Status: idem.StatusCompleted, Result: []byte("42"), TTL: time.Hour})
+		}},
+		{name: "prepare guard", fn: func(ctx context.Context, i int) error {
+			_, err := g.Do(ctx, "guard-"+rk(i), fn)
+			return err
+		}},
+		{name: "prepare proto", fn: func(ctx context.Context, i int) error {
+			if !proto {
+				return nil
+			}
+			if err := raw.updateClaim(ctx, prefix+"proto-"+rk(i), "n"); err != nil {
+				return err
+			}
+			return raw.complete(ctx, prefix+"proto-"+rk(i))
+		}},
+	} {
+		if err := burst(ctx, prep, keys, c); err != nil {
+			return err
+		}
 	}
 
+	// Fresh calls go to new keys: the round's offset plus the call's index.
+	var offset int
+	id := func(i int) string { return "fresh-" + strconv.Itoa(offset+i) }
 	fresh := []*variant{
 		{name: "raw PutItem+UpdateItem", fn: func(ctx context.Context, i int) error {
-			pk := prefix + "raw-" + strconv.Itoa(i)
-			if err := raw.put(ctx, pk); err != nil {
+			pk := prefix + "raw-" + id(i)
+			if err := raw.put(ctx, pk, "n"); err != nil {
 				return err
 			}
 			return raw.complete(ctx, pk)
 		}},
 		{name: "store Claim+Complete", fn: func(ctx context.Context, i int) error {
-			k := "idem:store-" + strconv.Itoa(i)
+			k := "idem:store-" + id(i)
 			if _, err := store.Claim(ctx, idem.ClaimRequest{Key: k, Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second}); err != nil {
 				return err
 			}
 			return store.Complete(ctx, k, "n", idem.Completion{Status: idem.StatusCompleted, Result: []byte("42"), TTL: time.Hour})
 		}},
 		{name: "guard Do (fresh)", fn: func(ctx context.Context, i int) error {
-			_, err := g.Do(ctx, "guard-"+strconv.Itoa(i), fn)
+			_, err := g.Do(ctx, "guard-"+id(i), fn)
 			return err
 		}},
 	}
 	replay := []*variant{
-		{name: "raw failed PutItem", fn: func(ctx context.Context, _ int) error {
-			err := raw.put(ctx, prefix+"raw-replay")
-			var ccf *types.ConditionalCheckFailedException
-			if errors.As(err, &ccf) {
-				return nil
-			}
-			return fmt.Errorf("want a refused condition, got %v", err)
+		{name: "raw refused PutItem", fn: func(ctx context.Context, i int) error {
+			return refused(raw.put(ctx, prefix+"raw-"+rk(i), "m"))
 		}},
-		{name: "store Claim (existing)", fn: func(ctx context.Context, _ int) error {
-			_, err := store.Claim(ctx, idem.ClaimRequest{Key: "idem:store-replay", Nonce: "m", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second})
+		{name: "store Claim (existing)", fn: func(ctx context.Context, i int) error {
+			res, err := store.Claim(ctx, idem.ClaimRequest{Key: "idem:store-" + rk(i), Nonce: "m", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second})
+			if err == nil && res.Outcome != idem.Existing {
+				return fmt.Errorf("outcome %v", res.Outcome)
+			}
 			return err
 		}},
-		{name: "guard Do (replay)", fn: func(ctx context.Context, _ int) error {
-			_, err := g.Do(ctx, "guard-replay", fn)
+		{name: "guard Do (replay)", fn: func(ctx context.Context, i int) error {
+			v, err := g.Do(ctx, "guard-"+rk(i), fn)
+			if err == nil && v != 42 {
+				return fmt.Errorf("replayed %d", v)
+			}
 			return err
 		}},
 	}
-	warm := min(n/10+1, 50)
+	if proto {
+		fresh = append(fresh, &variant{name: "proto UpdateItem+UpdateItem", fn: func(ctx context.Context, i int) error {
+			pk := prefix + "proto-" + id(i)
+			if err := raw.updateClaim(ctx, pk, "n"); err != nil {
+				return err
+			}
+			return raw.complete(ctx, pk)
+		}})
+		replay = append(replay, &variant{name: "proto refused UpdateItem", fn: func(ctx context.Context, i int) error {
+			return refused(raw.updateClaim(ctx, prefix+"proto-"+rk(i), "m"))
+		}})
+	}
+
+	fmt.Printf("DynamoDB %s, table %s, %d callers, %d rounds x %d calls per variant\n\n",
+		or(endpoint, "(AWS, region "+region+")"), table, c, rounds, n)
 	for _, set := range [][]*variant{fresh, replay} {
-		for i := range warm { // not measured: warms the connections and the server
-			for _, v := range set {
-				if err := v.fn(ctx, -1-i); err != nil {
-					return fmt.Errorf("%s: %w", v.name, err)
-				}
+		// One unmeasured round warms the connections, the server and the JIT.
+		for _, v := range set {
+			offset += n
+			if err := burst(ctx, v, min(n, 200), c); err != nil {
+				return err
 			}
 		}
-		for i := range n {
-			for _, v := range set {
-				before := requests.Load()
+		for r := range rounds {
+			for j := range set {
+				v := set[(j+r)%len(set)]
+				offset += n
+				before := m.requests.Load()
+				cl0, sv0 := selfCPU(), procCPU(serverPID)
 				start := time.Now()
+				if err := burst(ctx, v, n, c); err != nil {
+					return err
+				}
+				v.d += time.Since(start)
+				v.clientCPU += selfCPU() - cl0
+				v.serverCPU += procCPU(serverPID) - sv0
+				v.reqs += m.requests.Load() - before
+			}
+		}
+		// Capacity pass.
+		m.capture.Store(true)
+		for _, v := range set {
+			offset += n
+			m.take()
+			const calls = 20
+			for i := range calls {
 				if err := v.fn(ctx, i); err != nil {
 					return fmt.Errorf("%s: %w", v.name, err)
 				}
-				v.d += time.Since(start)
-				v.reqs += requests.Load() - before
 			}
+			w, rd, un, est := m.take()
+			v.calls, v.wcu, v.rcu, v.unreported, v.refusedWCU = calls, w, rd, un, est
 		}
-		base := set[0].d
+		m.capture.Store(false)
+	}
+
+	calls := float64(n * rounds)
+	for si, set := range [][]*variant{fresh, replay} {
+		if si == 0 {
+			fmt.Printf("%-28s %8s %9s %8s %6s %11s %11s %8s %8s %s\n", "fresh", "calls/s", "latency", "req/call", "x raw",
+				"client-CPU", "server-CPU", "WCU/call", "RCU/call", "refused/call (est. WCU)")
+		} else {
+			fmt.Printf("%-28s\n", "replay")
+		}
+		base := calls / set[0].d.Seconds()
 		for _, v := range set {
-			fmt.Fprintf(os.Stdout, "%-26s %10v/call  %.2f requests/call  x%.3f of %s\n",
-				v.name, (v.d / time.Duration(n)).Round(time.Microsecond), float64(v.reqs)/float64(n),
-				float64(v.d)/float64(base), set[0].name)
+			tput := calls / v.d.Seconds()
+			lat := time.Duration(float64(v.d) * float64(c) / calls)
+			server := "-"
+			if serverPID != 0 {
+				server = perCall(v.serverCPU, calls)
+			}
+			fmt.Printf("%-28s %8.0f %9v %8.2f %6.3f %11s %11s %8.2f %8.2f %.2f (%.2f)\n", v.name, tput, lat.Round(10*time.Microsecond),
+				float64(v.reqs)/calls, tput/base, perCall(v.clientCPU, calls), server,
+				v.wcu/float64(v.calls), v.rcu/float64(v.calls), float64(v.unreported)/float64(v.calls),
+				v.refusedWCU/float64(v.calls))
 		}
 		fmt.Println()
 	}
+	fmt.Println("CPU columns: CPU time per call of this process and of the server process (-server-pid).")
+	fmt.Println("x raw: throughput over the first row's (>= 1 is as fast as raw). WCU/RCU: ConsumedCapacity (TOTAL) per call.")
+	fmt.Println("Refused: requests refused by their condition, for which DynamoDB returns no ConsumedCapacity; it charges")
+	fmt.Println("them 1 WCU per KB of the larger of the old and new item (the estimate in parentheses).")
 	return nil
+}
+
+// burst runs n calls of v over c goroutines.
+func burst(ctx context.Context, v *variant, n, c int) error {
+	var next atomic.Int64
+	var first error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range min(c, n) {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				if err := v.fn(ctx, int(i)); err != nil {
+					once.Do(func() { first = fmt.Errorf("%s: %w", v.name, err) })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+func perCall(d time.Duration, calls float64) string {
+	return fmt.Sprintf("%.0fus", float64(d.Microseconds())/calls)
+}
+
+// selfCPU is the CPU time (user + system) this process has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procCPU is the CPU time (user + system) process pid has used, read from
+// /proc (Linux; 0 elsewhere or for pid 0).
+func procCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name (which is in parentheses and may
+	// hold spaces): state is field 3, utime 14, stime 15, in clock ticks.
+	rest := string(b[strings.LastIndexByte(string(b), ')')+2:])
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * (time.Second / clockTicks)
+}
+
+// clockTicks is USER_HZ, 100 on every Linux platform Go supports.
+const clockTicks = 100
+
+// pool gives the HTTP client enough idle connections for c callers, so the
+// benchmark does not measure connection setup.
+func pool(c int) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.HTTPClient = awshttpClient(c)
+	}
+}
+
+func awshttpClient(c int) *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConns = 2 * c
+		t.MaxIdleConnsPerHost = 2 * c
+	})
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 type rawClient struct {
@@ -193,13 +513,13 @@ func str(v string) types.AttributeValue { return &types.AttributeValueMemberS{Va
 
 // put is the claim a hand-written client would send: a conditional PutItem
 // of an in-progress record.
-func (r rawClient) put(ctx context.Context, pk string) error {
+func (r rawClient) put(ctx context.Context, pk, nonce string) error {
 	now := time.Now().UnixMilli()
 	_, err := r.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: aws.String(r.table),
 		Item: map[string]types.AttributeValue{
 			"pk": str(pk), "sk": str("IDEM"), "record_version": num(1), "status": str("in_progress"),
-			"nonce": str("n"), "payload_hash": str(""), "attempt": num(1), "started_at": num(now),
+			"nonce": str(nonce), "payload_hash": str(""), "attempt": num(1), "started_at": num(now),
 			"heartbeat_at": num(now), "expires_at": num(now + 60_000), "ttl": num(now/1000 + 3660),
 		},
 		ConditionExpression:                 aws.String("attribute_not_exists(pk)"),
@@ -221,6 +541,39 @@ func (r rawClient) complete(ctx context.Context, pk string) error {
 			":st": str("completed"), ":res": &types.AttributeValueMemberB{Value: []byte("42")},
 			":now": num(now), ":exp": num(now + 3_600_000), ":ttl": num(now/1000 + 7200), ":n": str("n"),
 		},
+	})
+	return err
+}
+
+// updateClaim is the claim request the store sent before its claim became
+// a PutItem: one UpdateItem whose condition admits absent, expired and
+// stale records, with ALL_OLD both ways.
+func (r rawClient) updateClaim(ctx context.Context, pk, nonce string) error {
+	now := time.Now().UnixMilli()
+	exp := now + 60_000
+	_, err := r.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(r.table),
+		Key:       map[string]types.AttributeValue{"pk": str(pk), "sk": str("IDEM")},
+		UpdateExpression: aws.String("SET #st = :ip, #ph = :ph, #n = :n, " +
+			"#a = if_not_exists(#a, :zero) + :one, #sa = :now, #hb = :now, " +
+			"#ea = :exp, #ttl = :ttl, #v = :v, #tm = :tm, #sta = :sta REMOVE #res, #em, #et, #ca"),
+		ConditionExpression: aws.String("attribute_not_exists(#pk) OR #ea <= :now OR " +
+			"(#st = :ip AND ((attribute_exists(#tm) AND #sta <= :now) OR (attribute_not_exists(#tm) AND #hb <= :stale)) AND #ph = :ph AND #n <> :n AND #ea <= :exp AND #v = :v AND " +
+			"attribute_type(#n, :S) AND attribute_type(#a, :N) AND attribute_type(#sa, :N))"),
+		ExpressionAttributeNames: map[string]string{
+			"#pk": "pk", "#st": "status", "#ph": "payload_hash", "#n": "nonce", "#a": "attempt",
+			"#sa": "started_at", "#hb": "heartbeat_at", "#ea": "expires_at", "#ttl": "ttl",
+			"#v": "record_version", "#res": "result", "#em": "error_message", "#et": "error_type",
+			"#ca": "completed_at", "#tm": "takeover_ms", "#sta": "stale_at",
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":ip": str("in_progress"), ":ph": str(""), ":n": str(nonce), ":zero": num(0), ":one": num(1),
+			":now": num(now), ":exp": num(exp), ":ttl": num(exp/1000 + 60), ":v": num(1),
+			":stale": num(now - 30_000), ":tm": num(30_000), ":sta": num(now + 30_000),
+			":S": str("S"), ":N": str("N"),
+		},
+		ReturnValues:                        types.ReturnValueAllOld,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	return err
 }
