@@ -230,7 +230,9 @@ func TestTenantScope(t *testing.T) {
 
 // TestStoredTakeover: a claim keeps its owner's takeover threshold, and a
 // later caller with a shorter one cannot take the claim over before the
-// stored threshold has passed.
+// stored threshold has passed. A claim and a takeover return the record
+// exactly as written, times included (on MySQL they come back through
+// LAST_INSERT_ID).
 func TestStoredTakeover(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
 		e := newEnv(t, d)
@@ -245,6 +247,7 @@ func TestStoredTakeover(t *testing.T) {
 		got, err := s.Get(ctx, key)
 		require.NoError(t, err)
 		assert.Equal(t, time.Hour.Milliseconds(), got.TakeoverMs)
+		assert.Equal(t, got, res.Record, "the claim returns the times it wrote (the database's)")
 		age(t, e, key, time.Minute)
 		other := claimReq(key)
 		other.TakeoverAfter = time.Second
@@ -256,6 +259,9 @@ func TestStoredTakeover(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, idem.TookOver, res.Outcome)
 		assert.Equal(t, time.Second.Milliseconds(), res.Record.TakeoverMs, "the new owner's threshold")
+		got, err = s.Get(ctx, key)
+		require.NoError(t, err)
+		assert.Equal(t, got, res.Record, "the takeover returns the times it wrote (the database's)")
 	})
 }
 
