@@ -1,4 +1,4 @@
-package jcs
+package jcs_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idem-go/idem/internal/jcs"
 	"github.com/idem-go/idem/internal/testenv"
 )
 
@@ -48,12 +49,12 @@ var rfcNumbers = []struct {
 func TestRFCNumbers(t *testing.T) {
 	for _, c := range rfcNumbers {
 		f := math.Float64frombits(c.bits)
-		if got := string(AppendFloat(nil, f)); got != c.want {
+		if got := string(jcs.AppendFloat(nil, f)); got != c.want {
 			t.Errorf("%#x: got %s, want %s", c.bits, got, c.want)
 		}
-		b, err := Marshal(f)
+		b, err := jcs.Marshal(f)
 		if err != nil || string(b) != c.want {
-			t.Errorf("Marshal(%#x) = %s, %v; want %s", c.bits, b, err, c.want)
+			t.Errorf("jcs.Marshal(%#x) = %s, %v; want %s", c.bits, b, err, c.want)
 		}
 	}
 }
@@ -78,9 +79,9 @@ func TestRFCExamples(t *testing.T) {
 		{`{"q":"a&b<c>d\u2028"}`, "{\"q\":\"a&b<c>d\u2028\"}"},
 	}
 	for _, c := range cases {
-		got, err := Transform([]byte(c.in))
+		got, err := jcs.Transform([]byte(c.in))
 		if err != nil || string(got) != c.want {
-			t.Errorf("Transform(%s)\n got %s, %v\nwant %s", c.in, got, err, c.want)
+			t.Errorf("jcs.Transform(%s)\n got %s, %v\nwant %s", c.in, got, err, c.want)
 		}
 	}
 }
@@ -92,15 +93,15 @@ func TestRefused(t *testing.T) {
 		json.Number("1e400"),
 	}
 	for _, v := range bad {
-		if _, err := Marshal(v); err == nil {
-			t.Errorf("Marshal(%#v) succeeded", v)
+		if _, err := jcs.Marshal(v); err == nil {
+			t.Errorf("jcs.Marshal(%#v) succeeded", v)
 		}
 	}
-	if _, err := Transform([]byte(`1 2`)); !errors.Is(err, ErrInvalid) {
+	if _, err := jcs.Transform([]byte(`1 2`)); !errors.Is(err, jcs.ErrInvalid) {
 		t.Errorf("trailing text: %v", err)
 	}
 	// Integers past 2^53 that a double holds exactly are fine.
-	if b, err := Marshal(uint64(1) << 60); err != nil || string(b) != "1152921504606847000" {
+	if b, err := jcs.Marshal(uint64(1) << 60); err != nil || string(b) != "1152921504606847000" {
 		t.Errorf("2^60: %s %v", b, err)
 	}
 }
@@ -157,7 +158,7 @@ func randomString(r *rand.Rand) string {
 	return sb.String()
 }
 
-// TestMatchesNode compares Transform with the RFC's JavaScript algorithm run
+// TestMatchesNode compares jcs.Transform with the RFC's JavaScript algorithm run
 // by Node on the same texts.
 func TestMatchesNode(t *testing.T) {
 	node, err := exec.LookPath("node")
@@ -191,9 +192,9 @@ func TestMatchesNode(t *testing.T) {
 		t.Fatalf("node wrote %d lines for %d texts", len(lines), len(texts))
 	}
 	for i, s := range texts {
-		got, err := Transform([]byte(s))
+		got, err := jcs.Transform([]byte(s))
 		if err != nil {
-			t.Errorf("Transform(%s): %v", s, err)
+			t.Errorf("jcs.Transform(%s): %v", s, err)
 			continue
 		}
 		if string(got) != lines[i] {
@@ -202,18 +203,18 @@ func TestMatchesNode(t *testing.T) {
 	}
 }
 
-// FuzzTransform: Transform never panics, is idempotent, and its output is
+// FuzzTransform: jcs.Transform never panics, is idempotent, and its output is
 // valid JSON equal in value to its input.
 func FuzzTransform(f *testing.F) {
 	f.Add([]byte(`{"b":[1,2.5e10,"x&y"],"a":null}`))
 	f.Add([]byte(`[1e-7,123456789012345680000,-0]`))
 	f.Add([]byte(`{"\ud83d\ude00":1,"\ufb33":2}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		out, err := Transform(b)
+		out, err := jcs.Transform(b)
 		if err != nil {
 			return
 		}
-		again, err := Transform(out)
+		again, err := jcs.Transform(out)
 		if err != nil || !bytes.Equal(again, out) {
 			t.Fatalf("not idempotent: %s -> %s -> %s (%v)", b, out, again, err)
 		}

@@ -10,9 +10,10 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/stores/storetest"
 )
 
 // Required reports whether missing backends fail the run instead of skipping.
@@ -87,25 +88,9 @@ func WaitStopped(t testing.TB, pid int) {
 	t.Fatalf("process %d did not stop", pid)
 }
 
-// Clock is a settable clock for stores' WithClock options.
-type Clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// Clock is a settable clock for stores' WithClock options: the one the
+// conformance suite hands stores.
+type Clock = storetest.Clock
 
-// NewClock returns a Clock set to the current time.
-func NewClock() *Clock { return &Clock{now: time.Now()} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+// NewClock returns a Clock set to the current time, to the millisecond.
+func NewClock() *Clock { return storetest.NewClock() }
