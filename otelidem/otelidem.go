@@ -19,7 +19,9 @@
 // Each event is also added to the span in the caller's context, if that span
 // is recording, as an event named "idem.<kind>" with the attributes
 // idem.event, idem.attempt, idem.scope, idem.store and, for events that
-// carry one, idem.duration (seconds). WithoutSpanEvents turns that off.
+// carry one, idem.duration (seconds: how long fn ran or the wait lasted;
+// for refresh and lapse events the lapse margin, as idem.Event documents).
+// WithoutSpanEvents turns that off.
 //
 // Attributes never carry the caller's key, the payload or an error message
 // (which may quote either), nor the storage key; the claim's attempt number

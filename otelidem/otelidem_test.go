@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/otelidem"
+	"github.com/idem-go/idem/stores/memstore"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -203,5 +205,133 @@ func TestNewObserverInvalidOptions(t *testing.T) {
 	}
 	if _, err := otelidem.NewObserver(); err != nil { // the global provider
 		t.Fatal(err)
+	}
+}
+
+// TestObserverTakeoverAndLostOwnership: a stale claim taken over shows as a
+// takeover (attempt 2 on its span event) for the new owner, and as
+// lost_ownership, with how long fn ran, for the old one, whose next
+// heartbeat is refused. The store's clock is fake, so the claim goes stale
+// when the test moves it.
+func TestObserverTakeoverAndLostOwnership(t *testing.T) {
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	obs, err := otelidem.NewObserver(otelidem.WithMeterProvider(mp), otelidem.WithStoreName("memory"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	store := mustMem(memstore.WithClock(clock))
+	const takeover = time.Minute
+	opts := []idem.Option{idem.WithObserver(obs), idem.WithNamespace("tenant-1", "invoices.create"),
+		idem.WithTakeoverAfter(takeover), idem.WithHeartbeat(10 * time.Millisecond)} // heartbeats in real time
+	oldOwner, err := idem.New[int](store, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newOwner, err := idem.New[int](store, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		sctx, span := tp.Tracer("test").Start(ctx, "old")
+		_, err := oldOwner.Do(sctx, rawKey, func(ctx context.Context) (int, error) {
+			close(started)
+			<-ctx.Done() // cancelled when a heartbeat finds the claim lost
+			return 1, nil
+		}, idem.Payload(rawPayload))
+		span.End()
+		done <- err
+	}()
+	<-started
+	// A live claim turns a duplicate away.
+	if _, err := newOwner.Do(ctx, rawKey, func(context.Context) (int, error) { return 2, nil }, idem.Payload(rawPayload)); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("duplicate of a live claim: %v", err)
+	}
+	// Move the clock past the threshold. The old owner keeps heartbeating
+	// with the moved clock, so a heartbeat landing between the move and the
+	// claim makes the claim live again: move and try again.
+	sctx, span := tp.Tracer("test").Start(ctx, "new")
+	turnedAway := 1
+	for {
+		advance(takeover + time.Second)
+		v, err := newOwner.Do(sctx, rawKey, func(context.Context) (int, error) { return 2, nil }, idem.Payload(rawPayload))
+		if errors.Is(err, idem.ErrInProgress) && turnedAway < 100 {
+			turnedAway++
+			continue
+		}
+		if err != nil || v != 2 {
+			t.Fatalf("takeover: %v, %v", v, err)
+		}
+		break
+	}
+	span.End()
+	if err := <-done; !errors.Is(err, idem.ErrLostOwnership) {
+		t.Fatalf("old owner: %v, want ErrLostOwnership", err)
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int64{}
+	fnCount := map[string]uint64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch m.Name {
+			case otelidem.MetricEvents:
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					checkAttrs(t, dp.Attributes)
+					ev, _ := dp.Attributes.Value(otelidem.AttrEvent)
+					counts[ev.AsString()] += dp.Value
+				}
+			case otelidem.MetricFnDuration:
+				for _, dp := range m.Data.(metricdata.Histogram[float64]).DataPoints {
+					checkAttrs(t, dp.Attributes)
+					ev, _ := dp.Attributes.Value(otelidem.AttrEvent)
+					fnCount[ev.AsString()] += dp.Count
+					if ev.AsString() == "lost_ownership" && dp.Sum <= 0 {
+						t.Errorf("lost_ownership fn duration sum %v", dp.Sum)
+					}
+				}
+			}
+		}
+	}
+	want := map[string]int64{"claim": 1, "in_progress": int64(turnedAway), "takeover": 1, "complete": 1, "lost_ownership": 1}
+	for k, n := range want {
+		if counts[k] != n {
+			t.Errorf("idem.events{idem.event=%q} = %d, want %d (all: %v)", k, counts[k], n, counts)
+		}
+	}
+	if fnCount["lost_ownership"] != 1 || fnCount["complete"] != 1 {
+		t.Errorf("fn duration counts %v, want one complete and one lost_ownership", fnCount)
+	}
+
+	// Span events: the old owner's span saw attempt 1 throughout, the new
+	// owner's the takeover under attempt 2.
+	attempts := map[string]map[string]int64{} // span -> event -> attempt
+	for _, s := range spans.GetSpans() {
+		attempts[s.Name] = map[string]int64{}
+		for _, ev := range s.Events {
+			set := attribute.NewSet(ev.Attributes...)
+			checkAttrs(t, set)
+			a, _ := set.Value(otelidem.AttrAttempt)
+			attempts[s.Name][ev.Name] = a.AsInt64()
+		}
+	}
+	if a := attempts["new"]; a["idem.takeover"] != 2 || a["idem.complete"] != 2 {
+		t.Errorf("new owner's span events %v, want takeover and complete under attempt 2", a)
+	}
+	if a := attempts["old"]; a["idem.claim"] != 1 || a["idem.lost_ownership"] != 1 {
+		t.Errorf("old owner's span events %v, want claim and lost_ownership under attempt 1", a)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -48,6 +49,16 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("idem_events_total missing or not a counter (families: %v)", names(families))
 	}
 	got := map[string]float64{}
+	// No series of any family names a caller's key.
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, p := range m.GetLabel() {
+				if strings.Contains(p.GetValue(), "order-") {
+					t.Errorf("%s label %s=%q carries a caller's key", name, p.GetName(), p.GetValue())
+				}
+			}
+		}
+	}
 	for _, m := range events.GetMetric() {
 		l := labels(m)
 		if l["idem_store"] != "memory" || l["idem_scope"] != "orders.ship" {
