@@ -148,11 +148,13 @@
 // kept until Close, which sends LISTEN once and multiplexes every watched
 // key of the process over it; a notification wakes the waiters of its key.
 // Watch returns once the LISTEN is in place, so nothing committed after it
-// returns is missed. When the connection fails (or does not answer a ping
-// after 15s of silence) every waiter is woken, since notifications may
-// have been lost, and the connection is re-established with a backoff of
-// 10ms doubling to 1s; a Watch meanwhile waits up to 5s for it and then
-// fails, and the Guard polls. The Guard keeps its bounded safety poll
+// returns is missed. When the connection fails, or does not answer a ping
+// after 15s of silence (TestListenSilentDrop black-holes it), every waiter
+// is woken, since notifications may have been lost, and the connection is
+// re-established with a backoff of 10ms doubling to 1s (setting one up is
+// bounded by the same 15s, so a dead pooled connection is given up); a
+// Watch meanwhile waits up to 5s for it and then fails, and the Guard
+// polls. The Guard keeps its bounded safety poll
 // (a quarter of the takeover threshold, at most 5s), which is what finds a
 // crashed owner: nothing notifies about it. The connection needs pgx
 // (github.com/jackc/pgx/v5/stdlib), reached through database/sql's Raw and

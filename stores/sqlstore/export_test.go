@@ -29,3 +29,11 @@ func ListenerPID(s *Store) uint32 {
 	defer l.mu.Unlock()
 	return l.pid
 }
+
+// SetListenHealth shortens the listening connection's health interval for
+// listeners started afterwards; restore puts it back.
+func SetListenHealth(d time.Duration) (restore func()) {
+	old := listenHealth
+	listenHealth = d
+	return func() { listenHealth = old }
+}

@@ -21,12 +21,14 @@ type WatchingStore struct {
 
 var _ idem.Watcher = (*WatchingStore)(nil)
 
+// listenHealth is how long the listening connection may be silent before
+// it is pinged, and how long the ping may take: a connection that died
+// without a word, behind a dropped route, is found this way. A variable
+// so that tests can shorten it.
+var listenHealth = 15 * time.Second
+
 // Timing of the listening connection.
 const (
-	// listenHealth is how long the listening connection may be silent
-	// before it is pinged (a connection that died without a word, behind a
-	// dropped route, is found this way).
-	listenHealth = 15 * time.Second
 	// watchTimeout bounds how long Watch waits for the LISTEN to be in
 	// place (after a drop, while the connection is re-established).
 	watchTimeout = 5 * time.Second
@@ -275,7 +277,12 @@ func (l *listener) run() {
 		if errors.Is(err, errNotPgx) {
 			perm = err
 		}
-		l.lost(perm)
+		// Waiters registered while no LISTEN was in place are still
+		// waiting in Watch for one: a failed attempt to set one up has
+		// made them miss nothing, so only a lost session wakes them.
+		if established || perm != nil {
+			l.lost(perm)
+		}
 		if perm != nil || l.ctx.Err() != nil {
 			return
 		}
@@ -298,7 +305,10 @@ func (l *listener) run() {
 // The connection is never given back to the pool (it holds the LISTEN):
 // it is closed.
 func (l *listener) session() (established bool, err error) {
-	conn, err := l.s.db.Conn(l.ctx)
+	// Setting up is bounded too: a pooled connection may be dead already.
+	setup, cancel := context.WithTimeout(l.ctx, listenHealth)
+	defer cancel()
+	conn, err := l.s.db.Conn(setup)
 	if err != nil {
 		return false, err
 	}
@@ -307,12 +317,13 @@ func (l *listener) session() (established bool, err error) {
 		_ = conn.Close()
 	}()
 	var pid uint32
-	if err := conn.QueryRowContext(l.ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+	if err := conn.QueryRowContext(setup, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 		return false, err
 	}
-	if _, err := conn.ExecContext(l.ctx, `LISTEN "`+notifyChannel(l.s.cfg.table)+`"`); err != nil {
+	if _, err := conn.ExecContext(setup, `LISTEN "`+notifyChannel(l.s.cfg.table)+`"`); err != nil {
 		return false, err
 	}
+	cancel()
 	l.listening(pid)
 	for {
 		if err := conn.Raw(l.receive); err != nil {

@@ -2,10 +2,15 @@ package sqlstore_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -256,4 +261,103 @@ func TestCloseWakesWatchers(t *testing.T) {
 	defer stop2()
 	require.NoError(t, e.store.Complete(ctx, r.Key, r.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
 	woken(t, ch, "completion after Close")
+}
+
+// holeDialer dials connections that can be black-holed: from then on
+// their writes are dropped and nothing is read from them (reads still end
+// at their deadline), as behind a route that silently died.
+type holeDialer struct {
+	mu    sync.Mutex
+	conns []*holeConn
+}
+
+type holeConn struct {
+	net.Conn
+	holed atomic.Bool
+}
+
+func (c *holeConn) Write(b []byte) (int, error) {
+	if c.holed.Load() {
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *holeConn) Read(b []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(b)
+		if !c.holed.Load() || err != nil {
+			return n, err
+		}
+	}
+}
+
+func (h *holeDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	hc := &holeConn{Conn: c}
+	h.mu.Lock()
+	h.conns = append(h.conns, hc)
+	h.mu.Unlock()
+	return hc, nil
+}
+
+// holeAll black-holes every connection dialed so far.
+func (h *holeDialer) holeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.conns {
+		c.holed.Store(true)
+	}
+}
+
+// TestListenSilentDrop: when the listening connection silently stops
+// carrying anything (no error, no close), the health ping finds it within
+// two health intervals: its waiters are woken, a new connection is
+// established (an idle pooled connection that is dead as well is given up
+// after one interval), and completions wake waiters again.
+func TestListenSilentDrop(t *testing.T) {
+	t.Cleanup(sqlstore.SetListenHealth(200 * time.Millisecond))
+	cfg, err := pgx.ParseConfig(dsn(t, sqlstore.Postgres))
+	require.NoError(t, err)
+	hd := &holeDialer{}
+	cfg.DialFunc = hd.dial
+	db := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { _ = db.Close() })
+	e := newEnvOn(t, sqlstore.Postgres, db, nil)
+	ws := listen(t, e.store)
+	other := newEnv(t, sqlstore.Postgres) // the completions' own pool
+	completer, err := sqlstore.New(other.db, sqlstore.Postgres, sqlstore.WithTable(e.table))
+	require.NoError(t, err)
+	ctx := ctxT(t)
+
+	r := claimReq(storageKey())
+	_, err = completer.Claim(ctx, r)
+	require.NoError(t, err)
+	ch, stop, err := ws.Watch(ctx, r.Key)
+	require.NoError(t, err)
+	pid := sqlstore.ListenerPID(e.store)
+	// Leave two idle connections in the pool, to be black-holed too: the
+	// listener's next connection may be one of them.
+	c1, err := db.Conn(ctx)
+	require.NoError(t, err)
+	c2, err := db.Conn(ctx)
+	require.NoError(t, err)
+	require.NoError(t, c1.PingContext(ctx))
+	require.NoError(t, c2.PingContext(ctx))
+	require.NoError(t, c1.Close())
+	require.NoError(t, c2.Close())
+	hd.holeAll()
+	woken(t, ch, "silent drop")
+	stop()
+
+	ch, stop, err = ws.Watch(ctx, r.Key)
+	require.NoError(t, err, "watch on a new connection")
+	defer stop()
+	assert.NotEqual(t, pid, sqlstore.ListenerPID(e.store), "a new listening connection")
+	require.NoError(t, completer.Complete(ctx, r.Key, r.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+	woken(t, ch, "completion after reconnect")
 }
