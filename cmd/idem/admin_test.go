@@ -374,3 +374,39 @@ func TestAdminExtraArguments(t *testing.T) {
 		}
 	}
 }
+
+// TestInterruptedRunNotLocked: under -on-failure lock, a run whose idem is
+// interrupted (SIGINT, SIGTERM, SIGHUP: here its context ends) stops its
+// command and releases the claim; the interruption is not recorded as the
+// key's failure, so the next run runs the command. A -timeout is the run's
+// own limit and is recorded like any failure.
+func TestInterruptedRunNotLocked(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			e := env{"COUNTER": filepath.Join(dir, "counter"), "DIR": dir, "IDEM_STORE": storeSpec(t, kind)}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			first := background(ctx, e, append([]string{"run", "-on-failure", "lock", "-key", "k"}, holding(dir)...)...)
+			waitForFile(t, filepath.Join(dir, "started"))
+			cancel()
+			iv := <-first
+			if iv.code != 128+15 || !strings.Contains(iv.stderr, "not recorded") {
+				t.Fatalf("interrupted run: %v", iv)
+			}
+			iv = invoke(context.Background(), e, "run", "-on-failure", "lock", "-key", "k", "--", "sh", "-c", `echo "$IDEM_FENCING_TOKEN"`)
+			if iv.code != 0 || iv.stdout != "2\n" {
+				t.Fatalf("run after the interrupted one: %v (the interruption was recorded as the key's failure)", iv)
+			}
+
+			iv = invoke(context.Background(), e, "run", "-on-failure", "lock", "-timeout", "50ms", "-key", "t", "--", "sleep", "60")
+			if iv.code != 128+15 {
+				t.Fatalf("timed-out run: %v", iv)
+			}
+			iv = invoke(context.Background(), e, "run", "-on-failure", "lock", "-key", "t", "--", "true")
+			if iv.code != 128+15 {
+				t.Fatalf("a -timeout failure is recorded under lock: %v", iv)
+			}
+		})
+	}
+}

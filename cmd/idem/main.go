@@ -46,9 +46,12 @@
 // executable) is never recorded: the claim is released whatever the policy.
 //
 // A command killed by a signal has exit status 128 + the signal number, as in
-// the shell. That includes a command stopped because of -timeout, or because
-// idem itself received SIGINT, SIGTERM or SIGHUP: the failure policy decides
-// whether such a run is recorded.
+// the shell. A command stopped because of -timeout has failed, and the
+// failure policy decides whether it is recorded. One stopped because idem
+// itself received SIGINT, SIGTERM or SIGHUP has not: the run was given up,
+// so its claim is released and nothing is recorded, whatever -on-failure
+// says, and the next run of the key runs COMMAND again. (A command that
+// exits 0 before the signal stops it has succeeded and is recorded.)
 //
 // # Ownership, heartbeats and takeover
 //

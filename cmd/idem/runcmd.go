@@ -32,6 +32,13 @@ Examples:
 // errWaitTimeout ends a wait for a duplicate run under -wait-timeout.
 var errWaitTimeout = errors.New("-wait-timeout passed while another run holds the key")
 
+// errInterrupted is what the guarded function returns when idem itself was
+// interrupted (SIGINT, SIGTERM, SIGHUP) and the command did not succeed:
+// the run was given up, not failed, so the claim is released and nothing
+// is recorded, whatever -on-failure says (as the Guard does for a caller's
+// cancellation under OnFailure(Lock)).
+var errInterrupted = errors.New("idem was interrupted while the command ran")
+
 // runConfig is what "idem run" was asked to do: its flags, checked.
 type runConfig struct {
 	key        keyFlags
@@ -256,6 +263,9 @@ func (r *runner) run(ctx context.Context) runResult {
 			return out, err
 		}
 		res.ran = &out
+		if out.Exit != 0 && ctx.Err() != nil {
+			return out, errInterrupted // release, never record: the run was given up
+		}
 		if out.Exit != 0 && !r.cfg.lock {
 			return out, &exitError{code: out.Exit}
 		}
@@ -327,6 +337,12 @@ func (c *cli) afterRun(res outcome, err error) int {
 	var ee *exitError
 	switch {
 	case err == nil:
+		return res.Exit
+	case errors.Is(err, errInterrupted):
+		c.errorf("interrupted: the command was stopped (exit %d); its claim was released and the outcome not recorded", res.Exit)
+		if rest := withoutErr(err, errInterrupted); rest != nil {
+			c.errorf("releasing the claim: %v", rest)
+		}
 		return res.Exit
 	case errors.Is(err, idem.ErrLostOwnership):
 		c.errorf("lost the claim while the command ran (another run took it over, or it was deleted); the command was stopped (exit %d)", res.Exit)
