@@ -19,6 +19,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/filestore"
+	"github.com/idem-go/idem/stores/storetest"
 )
 
 // fakeClock is a clock tests move by hand.
@@ -788,4 +789,31 @@ func TestWatch(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	var _ idem.Watcher = s
 	require.False(t, errors.Is(err, idem.ErrInvalidKey))
+}
+
+// TestInvalidRequests: calls no Guard makes are refused with storekit's
+// typed errors, as by every store on storekit.Locked, and change nothing.
+// (Before, a claim with a zero takeover threshold was written, and one
+// without a nonce got an untyped error.)
+func TestInvalidRequests(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	key := storetest.NewKey()
+	for name, r := range map[string]idem.ClaimRequest{
+		"no nonce":           {Key: key, LeaseTTL: lease, TakeoverAfter: takeover},
+		"zero threshold":     {Key: key, Nonce: "n", LeaseTTL: lease},
+		"sub-ms lease":       {Key: key, Nonce: "n", LeaseTTL: time.Microsecond, TakeoverAfter: takeover},
+		"negative threshold": {Key: key, Nonce: "n", LeaseTTL: lease, TakeoverAfter: -time.Second},
+	} {
+		_, err := s.Claim(ctx, r)
+		require.ErrorIs(t, err, storekit.ErrInvalidRequest, name)
+	}
+	_, err := s.Get(ctx, key)
+	require.ErrorIs(t, err, idem.ErrNotFound, "a refused claim wrote nothing")
+	_, err = s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: "n", LeaseTTL: lease, TakeoverAfter: takeover})
+	require.NoError(t, err)
+	require.ErrorIs(t, s.Complete(ctx, key, "n", idem.Completion{Status: "done", TTL: time.Hour}), storekit.ErrInvalidRequest)
+	require.ErrorIs(t, s.Complete(ctx, key, "n", idem.Completion{Status: idem.StatusFailed, TTL: time.Hour}), storekit.ErrInvalidRequest)
+	require.ErrorIs(t, s.Heartbeat(ctx, key, "", lease), idem.ErrLostOwnership)
+	require.ErrorIs(t, s.Release(ctx, key, ""), idem.ErrLostOwnership)
 }
