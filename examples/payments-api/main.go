@@ -51,8 +51,8 @@ func main() {
 
 type config struct {
 	addr, dir string
-	delay     time.Duration   // how long a charge takes
-	gate      <-chan struct{} // if set, a charge also waits for it (tests)
+	delay     time.Duration    // how long a charge takes
+	gate      func(key string) // if set, a charge calls it with its Idempotency-Key first (tests hold charges there)
 	ready     func(addr string)
 }
 
@@ -105,7 +105,7 @@ func (a *api) createPayment(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if a.cfg.gate != nil {
-		<-a.cfg.gate
+		a.cfg.gate(r.Header.Get("Idempotency-Key"))
 	}
 	n := a.charges.Add(1)
 	tok, _ := idem.FencingToken(r.Context())

@@ -20,7 +20,7 @@ func TestWalkThrough(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		errc <- run(ctx, config{addr: "127.0.0.1:0", dir: t.TempDir(), delay: time.Millisecond, gate: gate,
+		errc <- run(ctx, config{addr: "127.0.0.1:0", dir: t.TempDir(), delay: time.Millisecond, gate: func(string) { <-gate },
 			ready: func(a string) { addrc <- a }})
 	}()
 	var base string
