@@ -90,18 +90,21 @@
 //
 // Expressions and the attribute-name maps are built once per Store; a
 // request only allocates its values. Measured with the benchtable command
-// (stores/dynamostore/internal/benchtable) against DynamoDB Local, 32
-// concurrent callers: the server's CPU time per request, not the client's,
-// decides the rate, and it grows with the expressions. The earlier claim,
-// one UpdateItem with a 16-name condition and update expression on every
-// call, cost the server about 1.7x a conditional PutItem when refused
-// (replays ran at 0.5-0.7 of the raw request rate); the PutItem claim costs
-// what the raw PutItem costs, and a replay runs at the raw rate within the
-// noise of the measurement. A fresh call consumes 2 WCU (1 + 1, items under
-// 1 KB) as the raw PutItem + UpdateItem do; a replay is a write refused by
-// its condition, which DynamoDB charges as a write (1 WCU per KB of the
-// item) without reporting it in ConsumedCapacity, exactly like the raw
-// refused PutItem it matches.
+// (go run ./stores/dynamostore/internal/benchtable -proto -server-pid PID)
+// against DynamoDB Local with 32 and 64 concurrent callers, the server's CPU
+// time per request, not the client's, decides the rate, and it grows with
+// the expressions: a replay (refused claim) costs the server 0.56-0.72 ms,
+// as the raw refused PutItem does, where the earlier claim (one UpdateItem
+// with a 16-name condition and update expression on every call) cost
+// 0.92-1.03 ms and ran replays at 0.65 of the raw rate; a fresh call costs
+// 1.6-1.7 ms, as raw PutItem + UpdateItem do (earlier: 2.1-2.3 ms). The
+// throughput ratios to the raw requests were 0.81-0.95 for replays and
+// 0.86-1.09 for fresh calls, on a shared machine whose load moves them by
+// about 0.1 from run to run. A fresh call consumes 2 WCU (1 + 1, items
+// under 1 KB), as the raw requests do; a replay is a write refused by its
+// condition, which DynamoDB charges as a write (1 WCU per KB of the item)
+// without reporting it in ConsumedCapacity, exactly like the raw refused
+// PutItem it matches.
 //
 // # Retries
 //
