@@ -52,7 +52,7 @@ var errNotRecorded = errors.New("idemhttp: response not recorded")
 func New(store idem.Store, opts ...Option) (*Middleware, error) {
 	c := config{
 		methods:         map[string]bool{http.MethodPost: true, http.MethodPatch: true},
-		recordStatus:    func(status int) bool { return status < 500 },
+		recordStatus:    DefaultRecordStatus,
 		maxBody:         DefaultMaxBody,
 		maxRecordedBody: DefaultMaxRecordedBody,
 		headerName:      DefaultHeaderName,
@@ -275,11 +275,17 @@ func (m *Middleware) run(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if !m.cfg.recordStatus(status) {
 		return response{}, errNotRecorded
 	}
-	resp := response{Status: status, Header: m.recordable(header)}
+	resp := response{Status: status}
+	if !rec.wrote && headerSize(header) > m.cfg.maxRecordedBody {
+		rec.tooLarge = true // an empty 200 whose headers alone are over the limit
+	}
 	if rec.tooLarge {
-		resp.Omitted = true
-	} else if rec.body.Len() > 0 {
-		resp.Body = rec.body.Bytes()
+		resp.Omitted = true // and neither headers nor body: the replay is a problem document
+	} else {
+		resp.Header = m.recordable(header)
+		if rec.body.Len() > 0 {
+			resp.Body = rec.body.Bytes()
+		}
 	}
 	return resp, nil
 }

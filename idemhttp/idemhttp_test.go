@@ -381,6 +381,82 @@ func TestResponseOverRecordLimit(t *testing.T) {
 	}
 }
 
+// TestHeadersCountTowardsRecordLimit: the record limit bounds headers and
+// body together, so a response with large headers is not recorded whole
+// (a record the store refuses would leave the key claimed), and an omitted
+// response keeps neither its headers nor its body.
+func TestHeadersCountTowardsRecordLimit(t *testing.T) {
+	bigHeader := strings.Repeat("h", 600)
+	for _, tc := range []struct {
+		name     string
+		body     string
+		write    bool
+		recorded bool
+	}{
+		{name: "headers and body over", body: strings.Repeat("b", 500), write: true},
+		{name: "headers and body under", body: strings.Repeat("b", 300), write: true, recorded: true},
+		{name: "headers alone over, nothing written", body: "", write: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("X-Big", bigHeader)
+				if tc.write {
+					w.WriteHeader(http.StatusCreated)
+					io.WriteString(w, tc.body)
+				}
+			})
+			limit := int64(1000)
+			if !tc.write {
+				limit = 500
+			}
+			srv := newMW(t, nil, idemhttp.WithMaxRecordedBody(limit)).Handler(h)
+			first := do(srv, req{key: "k"})
+			if first.Body.String() != tc.body || first.Header().Get("X-Big") != bigHeader {
+				t.Fatalf("first caller: %d, %d bytes", first.Code, first.Body.Len())
+			}
+			w := do(srv, req{key: "k"})
+			if tc.recorded {
+				if w.Code != first.Code || w.Body.String() != tc.body || w.Header().Get("X-Big") != bigHeader {
+					t.Fatalf("replay: %d %v", w.Code, w.Header())
+				}
+				return
+			}
+			p := problemOf(t, w)
+			if w.Code != http.StatusConflict || p.Type != idemhttp.ProblemResponseNotRecorded || p.OriginalStatus != first.Code {
+				t.Fatalf("replay: %d %+v", w.Code, p)
+			}
+			if w.Header().Get("X-Big") != "" {
+				t.Fatal("the replay of an omitted response carries its headers")
+			}
+		})
+	}
+}
+
+// TestRetryLaterStatusesNotRecorded: by default 408, 425 and 429 (which ask
+// the client to send the same request again) are not recorded, so the
+// retry runs the handler; other 4xx are.
+func TestRetryLaterStatusesNotRecorded(t *testing.T) {
+	for _, status := range []int{http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests, http.StatusInternalServerError} {
+		h := &counter{status: status}
+		srv := newMW(t, nil).Handler(h)
+		do(srv, req{key: "k"})
+		if w := do(srv, req{key: "k"}); w.Code != status || w.Header().Get(idemhttp.ReplayedHeader) != "" || h.runs.Load() != 2 {
+			t.Fatalf("%d: replayed=%q, runs %d; want not recorded", status, w.Header().Get(idemhttp.ReplayedHeader), h.runs.Load())
+		}
+	}
+	for _, status := range []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity} {
+		h := &counter{status: status}
+		srv := newMW(t, nil).Handler(h)
+		do(srv, req{key: "k"})
+		if w := do(srv, req{key: "k"}); w.Code != status || w.Header().Get(idemhttp.ReplayedHeader) != "true" || h.runs.Load() != 1 {
+			t.Fatalf("%d: replayed=%q, runs %d; want recorded", status, w.Header().Get(idemhttp.ReplayedHeader), h.runs.Load())
+		}
+	}
+	if idemhttp.DefaultRecordStatus(http.StatusTooManyRequests) || !idemhttp.DefaultRecordStatus(http.StatusCreated) {
+		t.Fatal("DefaultRecordStatus")
+	}
+}
+
 // TestPrincipalScoping: one client can never replay another's response.
 func TestPrincipalScoping(t *testing.T) {
 	h := &counter{}

@@ -14,13 +14,25 @@ const (
 	DefaultHeaderName = "Idempotency-Key"
 	// DefaultMaxBody is the largest request body read (1 MiB).
 	DefaultMaxBody = 1 << 20
-	// DefaultMaxRecordedBody is the largest response body recorded for
-	// replays (256 KiB, so that the record fits every store, DynamoDB's
-	// 400 KB items included).
+	// DefaultMaxRecordedBody is the largest response (body and headers)
+	// recorded for replays (256 KiB, so that the record fits every store,
+	// DynamoDB's 400 KB items included).
 	DefaultMaxRecordedBody = 256 << 10
 	// MaxKeyLen is the longest key accepted, in bytes (the unquoted value).
 	MaxKeyLen = 255
 )
+
+// DefaultRecordStatus is the default of WithRecordStatus: every status below
+// 500 is recorded but 408 Request Timeout, 425 Too Early and 429 Too Many
+// Requests, which tell the client to retry the same request (recorded, they
+// would be replayed to that retry for the whole TTL).
+func DefaultRecordStatus(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status < 500
+}
 
 // Option configures a Middleware. Options are checked by New, which returns
 // an error matching idem.ErrInvalidOption for any that does not make sense.
@@ -114,9 +126,11 @@ func WithFingerprintHeaders(names ...string) Option {
 }
 
 // WithRecordStatus sets which response statuses are recorded and replayed.
-// The default records every status below 500: a 5xx is not recorded, its
-// claim is released, and the client's retry runs the handler again. A
-// status that is not recorded always releases the claim.
+// The default, DefaultRecordStatus, records every status below 500 but 408,
+// 425 and 429: a 5xx is not recorded, nor is an answer that asks the client
+// to send the same request again later; its claim is released, and the
+// client's retry runs the handler again. A status that is not recorded
+// always releases the claim.
 func WithRecordStatus(record func(status int) bool) Option {
 	return func(c *config) {
 		if record == nil {
@@ -138,10 +152,13 @@ func WithMaxBody(n int64) Option {
 	}
 }
 
-// WithMaxRecordedBody sets the largest response body recorded for replays,
-// in bytes (default DefaultMaxRecordedBody). A longer response is still
-// served in full to the first caller; its replays get a 409 problem of
-// type ProblemResponseNotRecorded, never a truncated body.
+// WithMaxRecordedBody sets the largest response recorded for replays, in
+// bytes: its body and the headers it was sent with, counted as on the wire
+// (default DefaultMaxRecordedBody). A larger response is still served in
+// full to the first caller; its replays get a 409 problem of type
+// ProblemResponseNotRecorded, never a truncated body. The limit keeps every
+// record within what the store accepts: a record the store refuses leaves
+// the key claimed until the Guard's takeover threshold.
 func WithMaxRecordedBody(n int64) Option {
 	return func(c *config) {
 		if n <= 0 {

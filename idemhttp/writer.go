@@ -10,10 +10,10 @@ import (
 // recorder is the ResponseWriter the handler gets on a first request: every
 // call goes straight through to the client's writer (so streaming works as
 // without the middleware) and the status, headers and body are copied for
-// the record, the body up to max bytes.
+// the record, headers and body up to max bytes together.
 type recorder struct {
 	w        http.ResponseWriter
-	max      int64
+	max      int64 // the record limit; less the headers' size once they are sent
 	status   int
 	header   http.Header // the headers as sent with the status line
 	wrote    bool
@@ -38,6 +38,10 @@ func (r *recorder) WriteHeader(code int) {
 	}
 	r.wrote, r.status = true, code
 	r.header = r.w.Header().Clone()
+	r.max -= headerSize(r.header)
+	if r.max < 0 {
+		r.tooLarge = true
+	}
 	r.w.WriteHeader(code)
 }
 
@@ -77,3 +81,15 @@ func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // Unwrap lets http.ResponseController reach the client's writer for
 // deadlines and full duplex.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.w }
+
+// headerSize is the size of h as sent on the wire ("Name: value\r\n" per
+// value).
+func headerSize(h http.Header) int64 {
+	var n int64
+	for k, vs := range h {
+		for _, v := range vs {
+			n += int64(len(k) + len(v) + 4)
+		}
+	}
+	return n
+}
