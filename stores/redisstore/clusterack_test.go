@@ -36,6 +36,10 @@ func (w waitRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 				if s, ok := c.Args()[3].(string); ok {
 					key = s
 				}
+			case "set":
+				if s, ok := c.Args()[1].(string); ok {
+					key = s
+				}
 			case "wait":
 				wait = true
 			}

@@ -4,15 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/idem-go/idem"
 )
 
-// The record encoding (version 1): one string value per key, a fixed-width
+// The record encoding (version 2): one string value per key, a fixed-width
 // ASCII header that the scripts check with string.sub and one anchored
 // pattern, then the variable parts. See lua/common.lua for the offsets.
 const (
-	magic     = "R1" // 'R' and the encoding version
+	magic     = "R2" // 'R' and the encoding version
 	headerLen = 122
 
 	offStatus    = 2
@@ -34,8 +35,9 @@ const (
 	smallWidth = 5  // nonce, payload hash, key, error type lengths
 	bigWidth   = 10 // result and error message lengths
 
-	flagResult = 1
-	flagError  = 2
+	flagResult   = 1
+	flagError    = 2
+	flagRelative = 4 // a fresh claim's times, relative to the key's expiry
 
 	maxSmall = 99999
 	maxBig   = 9999999999
@@ -132,9 +134,12 @@ func encode(r *idem.Record) (string, error) {
 }
 
 // decode turns a stored value into a Record. Anything that is not a valid
-// version-1 record for key is an *idem.CorruptRecordError. It applies the
-// same rules as check() in lua/common.lua, plus the key and Record.Validate.
-func decode(key, v string) (*idem.Record, error) {
+// version-2 record for key is an *idem.CorruptRecordError. It applies the
+// same rules as get() and check() in lua/common.lua, plus the key and
+// Record.Validate. pexpire is the key's absolute expiry (PEXPIRETIME, read
+// with the value), which a fresh claim's relative times are counted from;
+// a value with relative times and no expiry (pexpire < 0) is corrupt.
+func decode(key, v string, pexpire int64) (*idem.Record, error) {
 	corrupt := func(format string, args ...any) error {
 		return &idem.CorruptRecordError{Key: key, Err: fmt.Errorf(format, args...)}
 	}
@@ -149,7 +154,7 @@ func decode(key, v string) (*idem.Record, error) {
 		return nil, corrupt("unknown status %q", v[offStatus])
 	}
 	f := v[offFlags]
-	if f < '0' || f > '3' {
+	if f < '0' || f > '7' {
 		return nil, corrupt("bad flags %q", f)
 	}
 	flags := f - '0'
@@ -196,6 +201,15 @@ func decode(key, v string) (*idem.Record, error) {
 	if parts[2] != key {
 		return nil, corrupt("record holds key %q", parts[2])
 	}
+	if flags&flagRelative != 0 {
+		// A claim written by SET NX: expires_at holds the lease and
+		// completed_at the retention; the key expires at expiry + retention.
+		if status != idem.StatusInProgress || nums[1] != 0 || nums[2] != 0 || pexpire < 0 {
+			return nil, corrupt("relative times on a record that is not a fresh claim")
+		}
+		exp := pexpire - nums[3]
+		nums[0], nums[1], nums[2], nums[3] = exp, exp-nums[0], exp-nums[0], 0
+	}
 	r := &idem.Record{
 		Key: parts[2], Status: status, PayloadHash: parts[1], Nonce: parts[0],
 		ExpiresAt: nums[0], HeartbeatAt: nums[1], StartedAt: nums[2], CompletedAt: nums[3],
@@ -234,6 +248,27 @@ func claimTail(req idem.ClaimRequest) (string, error) {
 	b = append(b, req.PayloadHash...)
 	b = append(b, req.Key...)
 	return string(b), nil
+}
+
+// claimValue is a fresh claim written with SET NX PX (lease + retention):
+// status in progress, attempt 1, and times relative to the key's expiry,
+// which the server sets from its own clock.
+func claimValue(req idem.ClaimRequest, retention time.Duration) (string, error) {
+	tail, err := claimTail(req)
+	if err != nil {
+		return "", err
+	}
+	if l, r := req.LeaseTTL.Milliseconds(), retention.Milliseconds(); l > maxNum || r > maxNum {
+		return "", fmt.Errorf("lease %v or retention %v out of range", req.LeaseTTL, retention)
+	}
+	b := make([]byte, 0, headerLen+len(tail))
+	b = append(b, magic...)
+	b = append(b, 'P', '0'+flagRelative)
+	b = pad(b, req.LeaseTTL.Milliseconds(), numWidth)
+	b = append(b, "00000000000000000000000000"...) // heartbeat_at, started_at
+	b = pad(b, retention.Milliseconds(), numWidth)
+	b = pad(b, 1, numWidth)
+	return string(append(b, tail...)), nil
 }
 
 // outcome returns the status-and-flags, lengths and body arguments of the

@@ -3,12 +3,15 @@ package redisstore
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/idem-go/idem"
 )
 
 // FuzzDecode: decode never panics; what it accepts is a valid record that
-// encodes back to the same bytes, and what it refuses is ErrCorruptRecord.
+// encodes back to the same bytes (a fresh claim's relative times are made
+// absolute from the key's expiry, so those are only checked for validity),
+// and what it refuses is ErrCorruptRecord.
 func FuzzDecode(f *testing.F) {
 	const key = "idem:k"
 	for _, r := range []*idem.Record{
@@ -21,12 +24,18 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(v)
+		f.Add(v, int64(-1))
 	}
-	f.Add("R1")
-	f.Add("")
-	f.Fuzz(func(t *testing.T, v string) {
-		r, err := decode(key, v)
+	fresh, err := claimValue(idem.ClaimRequest{Key: key, Nonce: "n", PayloadHash: "ph", LeaseTTL: time.Minute, TakeoverAfter: time.Second}, time.Minute)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(fresh, int64(1795385591000))
+	f.Add(fresh, int64(-1))
+	f.Add("R2", int64(0))
+	f.Add("", int64(0))
+	f.Fuzz(func(t *testing.T, v string, pexpire int64) {
+		r, err := decode(key, v, pexpire)
 		if err != nil {
 			if !errors.Is(err, idem.ErrCorruptRecord) {
 				t.Fatalf("error %v does not match ErrCorruptRecord", err)
@@ -35,6 +44,9 @@ func FuzzDecode(f *testing.F) {
 		}
 		if err := r.Validate(); err != nil {
 			t.Fatalf("decoded an invalid record: %v", err)
+		}
+		if v[offFlags]-'0'&flagRelative != 0 {
+			return
 		}
 		back, err := encode(r)
 		if err != nil {

@@ -114,6 +114,7 @@ import (
 // *redis.Ring and *redis.ClusterClient satisfy it.
 type Client interface {
 	redis.Scripter
+	TxPipeline() redis.Pipeliner
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
@@ -393,16 +394,9 @@ func (s *Store) run(ctx context.Context, op string, sc *redis.Script, key string
 // key's master (on a Cluster, the node that owns the slot; a go-redis
 // ClusterClient pipeline would send the keyless WAIT to a random node).
 func (s *Store) runAck(ctx context.Context, op string, sc *redis.Script, key, rk string, args []any) (any, int64, error) {
-	var p pipeliner
-	switch c := s.client.(type) {
-	case *redis.ClusterClient:
-		node, err := c.MasterForKey(ctx, rk)
-		if err != nil {
-			return nil, -1, fmt.Errorf("redisstore: %s %s: master for key: %w", op, key, err)
-		}
-		p = node
-	default:
-		p = s.client.(pipeliner)
+	p, err := s.ackPipeliner(ctx, rk)
+	if err != nil {
+		return nil, -1, fmt.Errorf("redisstore: %s %s: %w", op, key, err)
 	}
 	for try := 0; ; try++ {
 		pipe := p.Pipeline()
@@ -461,6 +455,37 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 	if req.LeaseTTL < time.Millisecond || req.TakeoverAfter < 0 {
 		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: lease %v or takeover threshold %v out of range", req.Key, req.LeaseTTL, req.TakeoverAfter)
 	}
+	value, err := claimValue(req, s.retention)
+	if err != nil {
+		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: %w", req.Key, err)
+	}
+	n, err := s.setNX(ctx, req.Key, value, req.LeaseTTL)
+	if err != nil {
+		return idem.ClaimResult{}, err
+	}
+	if n.claimed {
+		// Our value, with the times the server gave it.
+		exp := n.pexpire - s.retention.Milliseconds()
+		rec := &idem.Record{
+			Key: req.Key, Status: idem.StatusInProgress, Nonce: req.Nonce, PayloadHash: req.PayloadHash,
+			ExpiresAt: exp, HeartbeatAt: exp - req.LeaseTTL.Milliseconds(), StartedAt: exp - req.LeaseTTL.Milliseconds(),
+			Attempt: 1, TakeoverMs: req.TakeoverAfter.Milliseconds(),
+		}
+		if err := s.acked(ctx, req, n.acked, n.ackErr); err != nil {
+			return idem.ClaimResult{}, err
+		}
+		return idem.ClaimResult{Outcome: idem.Claimed, Record: rec}, nil
+	}
+	if n.old != "" && n.pttl >= 0 {
+		// The record the key holds, and the server's clock in the same
+		// transaction (now = PEXPIRETIME - PTTL), answer the claim when it
+		// writes nothing: a live record that is not this caller's to take.
+		// A takeover, an expired record, a retried claim of this nonce and
+		// a value that does not decode are for the claim script.
+		if rec, err := decode(req.Key, n.old, n.pexpire); err == nil && keep(rec, req, n.pexpire-n.pttl) {
+			return idem.ClaimResult{Outcome: idem.Existing, Record: rec}, nil
+		}
+	}
 	tail, err := claimTail(req)
 	if err != nil {
 		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: %w", req.Key, err)
@@ -488,24 +513,169 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 	default:
 		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: unexpected script reply %q", req.Key, str[:1])
 	}
-	rec, err := decode(req.Key, str)
+	rec, err := decode(req.Key, str, -1)
 	if err != nil {
 		return idem.ClaimResult{}, err
 	}
-	if out != idem.Existing && s.ackN > 0 && (ackErr != nil || acked < s.ackN) {
-		if ackErr == nil {
-			ackErr = &ReplicaAckError{Op: "claim", Key: req.Key, Want: s.ackN, Got: acked}
+	if out != idem.Existing {
+		if err := s.acked(ctx, req, acked, ackErr); err != nil {
+			return idem.ClaimResult{}, err
 		}
-		// The claim may not survive a failover: give it up, so nobody
-		// waits for it and fn does not run on a claim that may vanish.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ackTimeout+time.Second)
-		defer cancel()
-		if rerr := s.Release(rctx, req.Key, req.Nonce); rerr != nil && !errors.Is(rerr, idem.ErrLostOwnership) {
-			return idem.ClaimResult{}, errors.Join(ackErr, rerr)
-		}
-		return idem.ClaimResult{}, ackErr
 	}
 	return idem.ClaimResult{Outcome: out, Record: rec}, nil
+}
+
+// acked checks that a claim this call made is held by the replicas
+// WithReplicaAck asks for. One that is not may not survive a failover: it
+// is released, so nobody waits for it and fn does not run on a claim that
+// may vanish.
+func (s *Store) acked(ctx context.Context, req idem.ClaimRequest, acked int64, ackErr *ReplicaAckError) error {
+	if s.ackN == 0 || (ackErr == nil && acked >= s.ackN) {
+		return nil
+	}
+	if ackErr == nil {
+		ackErr = &ReplicaAckError{Op: "claim", Key: req.Key, Want: s.ackN, Got: acked}
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ackTimeout+time.Second)
+	defer cancel()
+	if rerr := s.Release(rctx, req.Key, req.Nonce); rerr != nil && !errors.Is(rerr, idem.ErrLostOwnership) {
+		return errors.Join(ackErr, rerr)
+	}
+	return ackErr
+}
+
+// keep reports whether the claim script would return rec untouched to req
+// at server time now (lua/claim.lua decides the same way): it is live, and
+// either finished, or a claim of another nonce that is not stale by its
+// owner's threshold, or one made with another payload.
+func keep(rec *idem.Record, req idem.ClaimRequest, now int64) bool {
+	if rec.ExpiresAt <= now {
+		return false
+	}
+	if rec.Status != idem.StatusInProgress {
+		return true
+	}
+	if rec.Nonce == req.Nonce {
+		return false
+	}
+	tk := rec.TakeoverMs
+	if tk == 0 {
+		tk = req.TakeoverAfter.Milliseconds()
+	}
+	return now-rec.HeartbeatAt < tk || rec.PayloadHash != req.PayloadHash
+}
+
+// nx is what a SET NX GET transaction found.
+type nx struct {
+	claimed bool   // the key was absent: value is stored
+	old     string // the value the key held, when not claimed
+	pexpire int64  // the key's PEXPIRETIME after the SET
+	pttl    int64  // its PTTL, in the same transaction
+	acked   int64  // replicas that acknowledged (WithReplicaAck)
+	ackErr  *ReplicaAckError
+}
+
+// setNX stores value under key's record unless the key exists, in one
+// round trip: MULTI, SET NX GET PX (lease + retention), PEXPIRETIME, PTTL,
+// EXEC (and WAIT, with WithReplicaAck). No script runs, so a replay costs
+// the server about what a GET does. A reply that is not a string value
+// (a key of another type) is left to the claim script, which reports it.
+func (s *Store) setNX(ctx context.Context, key, value string, lease time.Duration) (nx, error) {
+	rk := s.Key(key)
+	px := lease.Milliseconds() + s.retention.Milliseconds()
+	var (
+		p      redis.Pipeliner
+		manual bool // MULTI and EXEC sent by hand, so WAIT can follow EXEC
+	)
+	if s.ackN > 0 {
+		pl, err := s.ackPipeliner(ctx, rk)
+		if err != nil {
+			return nx{}, fmt.Errorf("redisstore: claim %s: %w", key, err)
+		}
+		p, manual = pl.Pipeline(), true
+		p.Do(ctx, "multi")
+	} else {
+		p = s.client.TxPipeline()
+	}
+	set := p.Do(ctx, "set", rk, value, "nx", "get", "px", px)
+	pe := p.Do(ctx, "pexpiretime", rk)
+	pt := p.Do(ctx, "pttl", rk)
+	var ex, w *redis.Cmd
+	if manual {
+		ex = p.Do(ctx, "exec")
+		w = p.Do(ctx, "wait", s.ackN, s.ackTimeout.Milliseconds())
+	}
+	_, _ = p.Exec(ctx)
+	var n nx
+	var setV any
+	var setErr error
+	if manual {
+		vals, err := ex.Slice()
+		if err != nil {
+			return nx{}, fmt.Errorf("redisstore: claim %s: %w", key, err)
+		}
+		if len(vals) != 3 {
+			return nx{}, fmt.Errorf("redisstore: claim %s: EXEC returned %d replies", key, len(vals))
+		}
+		setV = vals[0]
+		if e, ok := setV.(error); ok {
+			setErr, setV = e, nil
+		}
+		var ok1, ok2 bool
+		n.pexpire, ok1 = vals[1].(int64)
+		n.pttl, ok2 = vals[2].(int64)
+		if !ok1 || !ok2 {
+			return nx{}, fmt.Errorf("redisstore: claim %s: unexpected EXEC reply %v", key, vals)
+		}
+		if got, werr := w.Int64(); werr != nil {
+			n.ackErr = &ReplicaAckError{Op: "claim", Key: key, Want: s.ackN, Err: werr}
+		} else {
+			n.acked = got
+		}
+	} else {
+		setV, setErr = set.Result()
+		var err error
+		if n.pexpire, err = pe.Int64(); err == nil {
+			n.pttl, err = pt.Int64()
+		}
+		if err != nil && setErr == nil {
+			return nx{}, fmt.Errorf("redisstore: claim %s: %w", key, err)
+		}
+	}
+	switch {
+	case setErr == redis.Nil || (setErr == nil && setV == nil):
+		n.claimed = true
+		if n.pexpire < 0 {
+			return nx{}, fmt.Errorf("redisstore: claim %s: claimed key has no expiry (%d)", key, n.pexpire)
+		}
+	case setErr != nil:
+		var rerr redis.Error
+		if !errors.As(setErr, &rerr) {
+			return nx{}, fmt.Errorf("redisstore: claim %s: %w", key, setErr)
+		}
+		// Not a string (WRONGTYPE): the script reports what the key holds.
+	default:
+		str, ok := setV.(string)
+		if !ok {
+			return nx{}, fmt.Errorf("redisstore: claim %s: unexpected SET reply %T", key, setV)
+		}
+		n.old = str
+	}
+	return n, nil
+}
+
+// ackPipeliner is the connection a write that WithReplicaAck waits for is
+// sent on: the key's master on a Cluster (a ClusterClient pipeline would
+// send the keyless WAIT to a random node), the client otherwise.
+func (s *Store) ackPipeliner(ctx context.Context, rk string) (pipeliner, error) {
+	if c, ok := s.client.(*redis.ClusterClient); ok {
+		node, err := c.MasterForKey(ctx, rk)
+		if err != nil {
+			return nil, fmt.Errorf("master for key: %w", err)
+		}
+		return node, nil
+	}
+	return s.client.(pipeliner), nil
 }
 
 func (s *Store) write(ctx context.Context, op string, sc *redis.Script, key string, ack bool, args ...any) error {
@@ -595,7 +765,7 @@ func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
 	if str[0] == 'X' {
 		return nil, corruptReply(key, str)
 	}
-	return decode(key, str)
+	return decode(key, str, -1)
 }
 
 // Delete implements idem.Store.

@@ -244,7 +244,8 @@ func TestCorruptRecords(t *testing.T) {
 		ctx := ctxT(t)
 		s := newStore(t, c)
 		cases := map[string]func(key string) string{
-			"version 2":         func(k string) string { return splice(rawRecord(t, k), 0, "R2") },
+			"version 3":         func(k string) string { return splice(rawRecord(t, k), 0, "R3") },
+			"version 1":         func(k string) string { return splice(rawRecord(t, k), 0, "R1") },
 			"unknown status":    func(k string) string { return splice(rawRecord(t, k), 2, "Z") },
 			"bad flags":         func(k string) string { return splice(rawRecord(t, k), 3, "9") },
 			"garbled attempt":   func(k string) string { return splice(rawRecord(t, k), 56, "00000000000x1") },
@@ -258,8 +259,14 @@ func TestCorruptRecords(t *testing.T) {
 			"result no flag":    func(k string) string { return splice(rawRecord(t, k)+"r", 97, "0000000001") },
 			"error type no err": func(k string) string { return splice(rawRecord(t, k)+"e", 117, "00001") },
 			"other key":         func(k string) string { return rawRecord(t, "idem:other"+k[len("idem:other"):]) },
-			"short":             func(k string) string { return "R1P0" },
-			"not a record":      func(k string) string { return "not a record" },
+			"short":             func(k string) string { return "R2P0" },
+			"relative no expiry": func(k string) string {
+				v, err := redisstore.ClaimValue(idem.ClaimRequest{Key: k, Nonce: "n", LeaseTTL: time.Minute}, time.Minute)
+				require.NoError(t, err)
+				return v
+			},
+			"relative with times": func(k string) string { return splice(rawRecord(t, k), 3, "4") },
+			"not a record":        func(k string) string { return "not a record" },
 		}
 		for name, mk := range cases {
 			t.Run(name, func(t *testing.T) {

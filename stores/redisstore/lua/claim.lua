@@ -9,7 +9,7 @@ if v == nil then return 'X' .. why end
 local now = now_ms()
 local tail = ARGV[1]
 if v then
-  if string.sub(v, 1, 2) ~= 'R1' then return 'Xunsupported record version' end
+  if string.sub(v, 1, 2) ~= 'R2' then return 'Xunsupported record version' end
   local exp = num(v, 5, 17)
   if exp ~= nil and exp > now and string.byte(v, 3) ~= 80 then
     return v
@@ -28,17 +28,17 @@ if v then
     end
     local e = now + tonumber(ARGV[2])
     if exp > e then e = exp end
-    local nv = 'R1P0' .. fmt(e) .. fmt(now) .. fmt(now) .. fmt(0) .. fmt(attempt) .. tail
+    local nv = 'R2P0' .. fmt(e) .. fmt(now) .. fmt(now) .. fmt(0) .. fmt(attempt) .. tail
     redis.call('SET', k, nv, 'PXAT', string.format('%.0f', e + tonumber(ARGV[3])))
     redis.call('PUBLISH', k .. ':changed', 't')
     return 'T' .. nv
   end
   local e = now + tonumber(ARGV[2])
-  local nv = 'R1P0' .. fmt(e) .. fmt(now) .. fmt(now) .. fmt(0) .. fmt(attempt) .. tail
+  local nv = 'R2P0' .. fmt(e) .. fmt(now) .. fmt(now) .. fmt(0) .. fmt(attempt) .. tail
   redis.call('SET', k, nv, 'PXAT', string.format('%.0f', e + tonumber(ARGV[3])))
   return 'C' .. nv
 end
 local e = now + tonumber(ARGV[2])
-local nv = 'R1P0' .. fmt(e) .. fmt(now) .. fmt(now) .. fmt(0) .. fmt(1) .. tail
+local nv = 'R2P0' .. fmt(e) .. fmt(now) .. fmt(now) .. fmt(0) .. fmt(1) .. tail
 redis.call('SET', k, nv, 'PXAT', string.format('%.0f', e + tonumber(ARGV[3])))
 return 'C' .. nv

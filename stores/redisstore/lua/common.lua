@@ -2,9 +2,13 @@
 --
 -- A record is one string value: a fixed-width ASCII header of 122 bytes
 -- followed by the variable parts. 1-based offsets:
---   1-2    'R1'  magic and encoding version
+--   1-2    'R2'  magic and encoding version
 --   3      status: P in_progress, C completed, F failed
---   4      flags '0'-'3': +1 has result, +2 has error
+--   4      flags '0'-'7': +1 has result, +2 has error, +4 relative times
+--          (a fresh claim written by SET NX PX from the client: expires_at
+--          holds the lease, completed_at the retention, heartbeat_at and
+--          started_at 0; the key's PEXPIRETIME, set by the server's clock,
+--          is expiry + retention. get() makes such a record absolute.)
 --   5-17   expires_at      18-30  heartbeat_at   31-43  started_at
 --   44-56  completed_at    57-69  attempt        70-82  takeover_ms
 --   83-87  nonce length    88-92  payload hash length   93-97 key length
@@ -16,7 +20,7 @@
 -- same rules the Go decoder applies, so it never overwrites a record that
 -- does not decode.
 
-local PAT = '^R1[PCF][0-3]' .. string.rep('%d', 118)
+local PAT = '^R2[PCF][0-7]' .. string.rep('%d', 118)
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -43,6 +47,9 @@ local function check(v, key)
     return nil, 'record length does not match its header'
   end
   local flags = string.byte(v, 4) - 48
+  if flags >= 4 then
+    return nil, 'relative times on a record that is not a fresh claim'
+  end
   if nl == 0 or kl == 0 or num(v, 57, 69) < 1
     or (flags % 2 == 0 and rl > 0) or (flags < 2 and (ml > 0 or tl > 0))
     or (flags < 2 and string.byte(v, 3) == 70) then
@@ -55,11 +62,23 @@ local function check(v, key)
 end
 
 -- get reads KEYS[1]: the value, false when there is none, or nil and why
--- the key holds something else.
+-- the key holds something else. A fresh claim's relative times are made
+-- absolute from the key's expiry (one that cannot be is left for check()
+-- to refuse).
 local function get(k)
   local v = redis.pcall('GET', k)
   if type(v) == 'table' then
     return nil, 'record key does not hold a string: ' .. tostring(v.err)
+  end
+  if v and string.byte(v, 4) and string.byte(v, 4) >= 52 and string.byte(v, 3) == 80
+    and string.find(v, PAT) and num(v, 18, 43) == 0 then
+    local pet = redis.call('PEXPIRETIME', k)
+    if pet >= 0 then
+      local e = pet - num(v, 44, 56)
+      local st = fmt(e - num(v, 5, 17))
+      v = string.sub(v, 1, 3) .. string.char(string.byte(v, 4) - 4) .. fmt(e) .. st .. st .. fmt(0)
+        .. string.sub(v, 57)
+    end
   end
   return v
 end

@@ -11,7 +11,7 @@ if nl == nil then return 'X' .. pl end
 if string.sub(v, 123, 122 + nl) ~= ARGV[2] then return 0 end
 local now = now_ms()
 local e = now + tonumber(ARGV[3])
-local nv = 'R1' .. ARGV[5] .. fmt(e) .. fmt(now) .. string.sub(v, 31, 43) .. fmt(now)
+local nv = 'R2' .. ARGV[5] .. fmt(e) .. fmt(now) .. string.sub(v, 31, 43) .. fmt(now)
   .. string.sub(v, 57, 97) .. ARGV[6] .. string.sub(v, 123, 122 + nl + pl + kl) .. ARGV[7]
 redis.call('SET', k, nv, 'PXAT', string.format('%.0f', e + tonumber(ARGV[4])))
 redis.call('PUBLISH', ARGV[1], 'c')

@@ -5,7 +5,10 @@
 local v, why = get(KEYS[1])
 if v == nil then return 'X' .. why end
 if not v then return false end
-if string.sub(v, 1, 2) ~= 'R1' then return 'Xunsupported record version' end
+if string.sub(v, 1, 2) ~= 'R2' then return 'Xunsupported record version' end
+if string.byte(v, 4) and string.byte(v, 4) >= 52 then
+  return 'Xrelative times on a record that is not a fresh claim'
+end
 local exp = num(v, 5, 17)
 if exp ~= nil and exp <= now_ms() then return false end
 return v

@@ -340,3 +340,66 @@ func (s *Setup) StoreFresh(ctx context.Context, n int) (time.Duration, error) {
 		return s.Store.Complete(ctx, k, nonce, idem.Completion{Status: idem.StatusCompleted, Result: res, TTL: 10 * time.Minute})
 	})
 }
+
+// protoValue is a claim record of the size the store writes (header, nonce,
+// key) for the native-claim prototypes.
+var protoValue = strings.Repeat("0", 122+32+70)
+
+// NativeReplay runs n pipelines of SET NX GET PX + PEXPIRETIME on completed
+// keys: a claim made with native commands, which a replay answers without
+// a script.
+func (s *Setup) NativeReplay(ctx context.Context, n int) (time.Duration, error) {
+	return parallel(n, func(i int) error {
+		k := s.prefix + "rawreplay-" + strconv.Itoa(i%replayKeys)
+		p := s.Raw.Pipeline()
+		g := p.SetArgs(ctx, k, protoValue, redis.SetArgs{Mode: "NX", Get: true, TTL: time.Minute})
+		p.PExpireTime(ctx, k)
+		_, _ = p.Exec(ctx)
+		return g.Err()
+	})
+}
+
+// NativeReplaySingle is NativeReplay without the PEXPIRETIME.
+func (s *Setup) NativeReplaySingle(ctx context.Context, n int) (time.Duration, error) {
+	return parallel(n, func(i int) error {
+		k := s.prefix + "rawreplay-" + strconv.Itoa(i%replayKeys)
+		return s.Raw.SetArgs(ctx, k, protoValue, redis.SetArgs{Mode: "NX", Get: true, TTL: time.Minute}).Err()
+	})
+}
+
+var casComplete = redis.NewScript(`local v = redis.call('GET', KEYS[1])
+if not v or string.sub(v, 1, 4) ~= ARGV[1] then return 0 end
+local t = redis.call('TIME')
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('PUBLISH', KEYS[1] .. ':c', 'c')
+return 1`)
+
+// NativeFresh runs n native claims (SET NX GET PX + PEXPIRETIME) followed by
+// a compare-and-set completion script on new keys.
+func (s *Setup) NativeFresh(ctx context.Context, n int) (time.Duration, error) {
+	r := strconv.FormatInt(round.Add(1), 10)
+	return parallel(n, func(i int) error {
+		k := s.prefix + "native-" + r + "-" + strconv.Itoa(i)
+		p := s.Raw.Pipeline()
+		g := p.SetArgs(ctx, k, protoValue, redis.SetArgs{Mode: "NX", Get: true, TTL: time.Minute})
+		p.PExpireTime(ctx, k)
+		_, _ = p.Exec(ctx)
+		if err := g.Err(); err != nil && err != redis.Nil {
+			return err
+		}
+		return casComplete.Run(ctx, s.Raw, []string{k}, "0000", protoValue+value, "600000").Err()
+	})
+}
+
+// NativeReplayTx is NativeReplay with PTTL too, in MULTI/EXEC.
+func (s *Setup) NativeReplayTx(ctx context.Context, n int) (time.Duration, error) {
+	return parallel(n, func(i int) error {
+		k := s.prefix + "rawreplay-" + strconv.Itoa(i%replayKeys)
+		p := s.Raw.TxPipeline()
+		g := p.SetArgs(ctx, k, protoValue, redis.SetArgs{Mode: "NX", Get: true, TTL: time.Minute})
+		p.PExpireTime(ctx, k)
+		p.PTTL(ctx, k)
+		_, _ = p.Exec(ctx)
+		return g.Err()
+	})
+}
