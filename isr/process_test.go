@@ -16,9 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/isr"
@@ -103,10 +100,9 @@ func TestHelperProcess(t *testing.T) {
 	if role == "" {
 		return // only runs as a re-executed worker process
 	}
-	client, _ := dynamoClient(t)
-	table := os.Getenv("ISR_TABLE")
+	b := procBackendFromEnv(t)
+	tb := b.tb
 	pk := os.Getenv("ISR_PK")
-	tb := isr.NewDynamoTable(client, table)
 	in := bufio.NewScanner(os.Stdin)
 	ctx := context.Background()
 	switch role {
@@ -135,9 +131,10 @@ func TestHelperProcess(t *testing.T) {
 		}
 	case "contend", "regen":
 		n, _ := strconv.Atoi(os.Getenv("ISR_GOROUTINES"))
+		total, _ := strconv.Atoi(os.Getenv("ISR_TOTAL"))
 		fmt.Println("READY")
 		in.Scan() // start together
-		out := runWorkers(ctx, client, tb, table, pk, role, n)
+		out := runWorkers(ctx, b, pk, role, n, total)
 		fmt.Println("DONE", out)
 	default:
 		fmt.Println("ERROR unknown role", role)
@@ -146,47 +143,11 @@ func TestHelperProcess(t *testing.T) {
 	os.Exit(0)
 }
 
-// counterKey is the item that counts holders and regenerations for a test.
-func counterKey(pk string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
-		"pk": &types.AttributeValueMemberS{Value: "TEST#" + pk},
-		"sk": &types.AttributeValueMemberS{Value: "COUNTERS"},
-	}
-}
-
-func addCounter(ctx context.Context, client *dynamodb.Client, table, pk, attr string, delta int) (int64, error) {
-	out, err := client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(table),
-		Key:                       counterKey(pk),
-		UpdateExpression:          aws.String("ADD #c :d"),
-		ExpressionAttributeNames:  map[string]string{"#c": attr},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":d": &types.AttributeValueMemberN{Value: strconv.Itoa(delta)}},
-		ReturnValues:              types.ReturnValueUpdatedNew,
-	})
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseInt(out.Attributes[attr].(*types.AttributeValueMemberN).Value, 10, 64)
-}
-
-func readCounter(t *testing.T, client *dynamodb.Client, table, pk, attr string) int64 {
-	t.Helper()
-	out, err := client.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(table), Key: counterKey(pk), ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, ok := out.Item[attr].(*types.AttributeValueMemberN)
-	if !ok {
-		return 0
-	}
-	n, _ := strconv.ParseInt(v.Value, 10, 64)
-	return n
-}
-
 // runWorkers runs n goroutines of one role and summarises what they saw as
 // "key=value ..." (violations, errors, outcomes).
-func runWorkers(ctx context.Context, client *dynamodb.Client, tb isr.Table, table, pk, role string, n int) string {
-	c := isr.NewCoordinator(tb, isr.WithLeaseDuration(10*time.Second))
+// total is the number of callers in all processes together.
+func runWorkers(ctx context.Context, b *procBackend, pk, role string, n, total int) string {
+	c := isr.NewCoordinator(b.tb, isr.WithLeaseDuration(10*time.Second))
 	var violations, errs, acquired, fresh, inprog, regen, noMeta atomic.Int64
 	var firstErr atomic.Value
 	note := func(err error) {
@@ -196,7 +157,7 @@ func runWorkers(ctx context.Context, client *dynamodb.Client, tb isr.Table, tabl
 	// hold marks this worker as the lease holder for a moment: the shared
 	// holders counter must read exactly 1 while it does.
 	hold := func() {
-		h, err := addCounter(ctx, client, table, pk, "holders", 1)
+		h, err := b.add(ctx, pk, "holders", 1)
 		if err != nil {
 			note(err)
 			return
@@ -205,7 +166,7 @@ func runWorkers(ctx context.Context, client *dynamodb.Client, tb isr.Table, tabl
 			violations.Add(1)
 		}
 		time.Sleep(30 * time.Millisecond)
-		if _, err := addCounter(ctx, client, table, pk, "holders", -1); err != nil {
+		if _, err := b.add(ctx, pk, "holders", -1); err != nil {
 			note(err)
 		}
 	}
@@ -241,12 +202,34 @@ func runWorkers(ctx context.Context, client *dynamodb.Client, tb isr.Table, tabl
 				}
 			case "regen":
 				res, err := c.Regenerate(ctx, pk, nil, func(ctx context.Context, l isr.Lease) (isr.Page, error) {
-					if _, err := addCounter(ctx, client, table, pk, "regenerations", 1); err != nil {
+					if _, err := b.add(ctx, pk, "regenerations", 1); err != nil {
 						return isr.Page{}, err
 					}
 					hold()
+					// The render does not end before every other caller,
+					// in every process, has been answered: they all found
+					// the page stale and none waited for the render.
+					deadline := time.Now().Add(20 * time.Second)
+					for {
+						n, err := b.add(ctx, pk, "answered", 0)
+						if err != nil {
+							return isr.Page{}, err
+						}
+						if n >= int64(total-1) {
+							break
+						}
+						if time.Now().After(deadline) {
+							return isr.Page{}, fmt.Errorf("only %d of the %d other callers were answered while the page rendered", n, total-1)
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
 					return isr.Page{S3Key: "regenerated", ETag: `"r"`, RevalidateSeconds: 3600}, nil
 				})
+				if err == nil && res.Outcome != isr.OutcomeRegenerated {
+					if _, aerr := b.add(ctx, pk, "answered", 1); aerr != nil {
+						note(aerr)
+					}
+				}
 				if err != nil {
 					note(err)
 					return
@@ -309,13 +292,12 @@ func seedStale(t *testing.T, tb isr.Table, pk string) isr.Meta {
 // takes over and publishes; the worker is resumed and tries to publish. It
 // must be refused with ErrLeaseLost, and META must hold the parent's page.
 func TestDynamoPausedWriter(t *testing.T) {
-	client, _ := dynamoClient(t)
-	table := freshTable(t, client)
-	tb := isr.NewDynamoTable(client, table)
+	b := newProcBackend(t, "dynamo")
+	tb := b.tb
 	pk := isrtest.NewPK(t)
 	seedStale(t, tb, pk)
 
-	ch := startChild(t, "paused-writer", "ISR_TABLE="+table, "ISR_PK="+pk)
+	ch := startChild(t, "paused-writer", append(b.env, "ISR_PK="+pk)...)
 	exp, err := strconv.ParseInt(ch.expect(t, "ACQUIRED", 30*time.Second), 10, 64)
 	if err != nil {
 		t.Fatal(err)
@@ -366,13 +348,12 @@ func TestDynamoPausedWriter(t *testing.T) {
 // refuses it (the new owner's lease is live), and the new owner can still
 // publish afterwards.
 func TestDynamoPausedWriterBeforePublish(t *testing.T) {
-	client, _ := dynamoClient(t)
-	table := freshTable(t, client)
-	tb := isr.NewDynamoTable(client, table)
+	b := newProcBackend(t, "dynamo")
+	tb := b.tb
 	pk := isrtest.NewPK(t)
 	seedStale(t, tb, pk)
 
-	ch := startChild(t, "paused-writer", "ISR_TABLE="+table, "ISR_PK="+pk)
+	ch := startChild(t, "paused-writer", append(b.env, "ISR_PK="+pk)...)
 	exp, err := strconv.ParseInt(ch.expect(t, "ACQUIRED", 30*time.Second), 10, 64)
 	if err != nil {
 		t.Fatal(err)
@@ -410,15 +391,13 @@ func TestDynamoPausedWriterBeforePublish(t *testing.T) {
 	}
 }
 
-func runProcesses(t *testing.T, role string, procs, goroutines int) (string, string, []map[string]int64) {
-	client, _ := dynamoClient(t)
-	table := freshTable(t, client)
-	tb := isr.NewDynamoTable(client, table)
+func runProcesses(t *testing.T, b *procBackend, role string, procs, goroutines int) (string, []map[string]int64) {
 	pk := isrtest.NewPK(t)
-	seedStale(t, tb, pk)
+	seedStale(t, b.tb, pk)
+	total := (procs + 1) * goroutines
 	var children []*child
 	for i := 0; i < procs; i++ {
-		ch := startChild(t, role, "ISR_TABLE="+table, "ISR_PK="+pk, "ISR_GOROUTINES="+strconv.Itoa(goroutines))
+		ch := startChild(t, role, append(b.env, "ISR_PK="+pk, "ISR_GOROUTINES="+strconv.Itoa(goroutines), "ISR_TOTAL="+strconv.Itoa(total))...)
 		ch.expect(t, "READY", 30*time.Second)
 		children = append(children, ch)
 	}
@@ -426,7 +405,7 @@ func runProcesses(t *testing.T, role string, procs, goroutines int) (string, str
 		ch.send(t, "GO")
 	}
 	// The parent process joins in too.
-	local := runWorkers(context.Background(), client, tb, table, pk, role, goroutines)
+	local := runWorkers(context.Background(), b, pk, role, goroutines, total)
 	sums := []map[string]int64{parseSummary(t, local)}
 	for i, ch := range children {
 		s := ch.expect(t, "DONE", 60*time.Second)
@@ -434,51 +413,69 @@ func runProcesses(t *testing.T, role string, procs, goroutines int) (string, str
 		sums = append(sums, parseSummary(t, s))
 	}
 	t.Logf("parent: %s", local)
-	return table, pk, sums
+	return pk, sums
 }
 
-// TestDynamoLeaseContentionAcrossProcesses: 5 goroutines in each of four
+// TestLeaseContentionAcrossProcesses: 5 goroutines in each of four
 // processes (the test and three children) contend for one lease until each
-// has held it twice; each holder bumps a shared DynamoDB counter, which must
-// read exactly 1 for every holder.
-func TestDynamoLeaseContentionAcrossProcesses(t *testing.T) {
-	_, _, sums := runProcesses(t, "contend", 3, 5)
-	var acquired int64
-	for _, s := range sums {
-		if s["violations"] != 0 || s["errors"] != 0 {
-			t.Fatalf("summary %v", s)
-		}
-		acquired += s["acquired"]
+// has held it twice; each holder bumps a counter shared by the processes,
+// which must read exactly 1 for every holder. On DynamoDB, Redis and files.
+func TestLeaseContentionAcrossProcesses(t *testing.T) {
+	for _, kind := range procBackends {
+		t.Run(kind, func(t *testing.T) {
+			_, sums := runProcesses(t, newProcBackend(t, kind), "contend", 3, 5)
+			var acquired int64
+			for _, s := range sums {
+				if s["violations"] != 0 || s["errors"] != 0 {
+					t.Fatalf("summary %v", s)
+				}
+				acquired += s["acquired"]
+			}
+			if acquired != 4*5*2 {
+				t.Fatalf("%d acquisitions, want %d", acquired, 4*5*2)
+			}
+			t.Logf("%d acquisitions, never two holders at once", acquired)
+		})
 	}
-	if acquired != 4*5*2 {
-		t.Fatalf("%d acquisitions, want %d", acquired, 4*5*2)
-	}
-	t.Logf("%d acquisitions, never two holders at once", acquired)
 }
 
-// TestDynamoOneRegenerationAcrossProcesses: 1,000 callers (250 goroutines
-// in each of four processes) call Regenerate on one stale page at once. Exactly one renders (a shared
-// counter reads 1), every caller gets a page to serve (the stale META or the
-// new one) without waiting for the render, and none errors.
-func TestDynamoOneRegenerationAcrossProcesses(t *testing.T) {
-	client, _ := dynamoClient(t)
-	table, pk, sums := runProcesses(t, "regen", 3, 250)
-	var regen, total int64
-	for _, s := range sums {
-		if s["violations"] != 0 || s["errors"] != 0 || s["nometa"] != 0 {
-			t.Fatalf("summary %v", s)
-		}
-		regen += s["regenerated"]
-		total += s["fresh"] + s["inprogress"] + s["regenerated"]
-	}
-	if n := readCounter(t, client, table, pk, "regenerations"); n != 1 || regen != 1 {
-		t.Fatalf("regenerations counter = %d, regenerated outcomes = %d; want 1", n, regen)
-	}
-	if total != 1000 {
-		t.Fatalf("%d outcomes, want 1000", total)
-	}
-	m, err := isr.NewDynamoTable(client, table).GetMeta(context.Background(), pk)
-	if err != nil || m.S3Key != "regenerated" {
-		t.Fatalf("META = %+v, %v", m, err)
+// TestOneRegenerationAcrossProcesses: 1,000 callers (250 goroutines in
+// each of four processes) call Regenerate on one stale page at once, on
+// DynamoDB, Redis and files. Exactly one renders (a counter shared by the
+// processes reads 1), and the render does not finish until the 999 others
+// have been answered, each with the stale META and "in progress", so none
+// waited for the render; none errors.
+func TestOneRegenerationAcrossProcesses(t *testing.T) {
+	for _, kind := range procBackends {
+		t.Run(kind, func(t *testing.T) {
+			b := newProcBackend(t, kind)
+			pk, sums := runProcesses(t, b, "regen", 3, 250)
+			var regen, inprog, total int64
+			for _, s := range sums {
+				if s["violations"] != 0 || s["errors"] != 0 || s["nometa"] != 0 {
+					t.Fatalf("summary %v", s)
+				}
+				regen += s["regenerated"]
+				inprog += s["inprogress"]
+				total += s["fresh"] + s["inprogress"] + s["regenerated"]
+			}
+			if inprog != 999 {
+				t.Fatalf("%d callers were told the page is being regenerated, want 999", inprog)
+			}
+			n, err := b.add(context.Background(), pk, "regenerations", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != 1 || regen != 1 {
+				t.Fatalf("regenerations counter = %d, regenerated outcomes = %d; want 1", n, regen)
+			}
+			if total != 1000 {
+				t.Fatalf("%d outcomes, want 1000", total)
+			}
+			m, err := b.tb.GetMeta(context.Background(), pk)
+			if err != nil || m.S3Key != "regenerated" {
+				t.Fatalf("META = %+v, %v", m, err)
+			}
+		})
 	}
 }
