@@ -92,7 +92,6 @@ func openProcBackend(t *testing.T, kind, location string) *procBackend {
 	return b
 }
 
-
 // dynamoCounter adds delta to a counter item of its own beside the ISR
 // items and returns the new value.
 func dynamoCounter(ctx context.Context, client *dynamodb.Client, table, pk, name string, delta int64) (int64, error) {

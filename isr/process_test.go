@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
