@@ -113,7 +113,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	key, err := ParseKey(r.Header.Values(m.cfg.headerName))
 	switch {
-	case errors.Is(err, errNoKey):
+	case errors.Is(err, ErrNoKey):
 		if !m.cfg.required {
 			next.ServeHTTP(w, r)
 			return

@@ -485,6 +485,22 @@ func TestPrincipalScoping(t *testing.T) {
 	}
 }
 
+// TestPrincipalRefusedKeepsChallenge: the 401 of a refused principal keeps
+// a WWW-Authenticate challenge set in front of the middleware.
+func TestPrincipalRefusedKeepsChallenge(t *testing.T) {
+	h := &counter{}
+	inner := newMW(t, nil, idemhttp.WithPrincipal(func(*http.Request) (string, error) { return "", errors.New("no api key") })).Handler(h)
+	srv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="payments"`)
+		inner.ServeHTTP(w, r)
+	})
+	w := do(srv, req{key: "k"})
+	if w.Code != http.StatusUnauthorized || problemOf(t, w).Type != idemhttp.ProblemUnauthorized ||
+		w.Header().Get("WWW-Authenticate") != `Bearer realm="payments"` || h.runs.Load() != 0 {
+		t.Fatalf("%d %v, runs %d", w.Code, w.Header(), h.runs.Load())
+	}
+}
+
 // TestMethods: only the guarded methods are guarded; others pass through
 // untouched even with a key.
 func TestMethods(t *testing.T) {

@@ -4,17 +4,22 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/idem-go/idem"
 )
 
-// errNoKey is returned by ParseKey for a request without the header.
-var errNoKey = errors.New("no key")
+// ErrNoKey is returned by ParseKey for a request without the key header.
+var ErrNoKey = errors.New("idemhttp: no idempotency key")
 
-// KeyError says why a key header was refused.
+// KeyError says why a key header was refused. It matches idem.ErrInvalidKey.
 type KeyError struct {
 	Reason string
 }
 
 func (e *KeyError) Error() string { return "idemhttp: invalid key: " + e.Reason }
+
+// Is makes a KeyError match idem.ErrInvalidKey.
+func (e *KeyError) Is(target error) bool { return target == idem.ErrInvalidKey }
 
 // ParseKey returns the key carried by the values of the key header (all the
 // field lines of the request, as http.Header.Values gives them).
@@ -26,11 +31,12 @@ func (e *KeyError) Error() string { return "idemhttp: invalid key: " + e.Reason 
 // ASCII without spaces, double quotes, backslashes, commas or semicolons.
 // Structured-field parameters (;a=1) are not accepted. Refused: more than
 // one field line, an empty key, a key longer than MaxKeyLen bytes (once
-// unquoted), and anything malformed; the error is a *KeyError.
+// unquoted), and anything malformed; the error is a *KeyError. No field
+// line at all is ErrNoKey.
 func ParseKey(values []string) (string, error) {
 	switch len(values) {
 	case 0:
-		return "", errNoKey
+		return "", ErrNoKey
 	case 1:
 	default:
 		return "", &KeyError{Reason: "more than one field line"}

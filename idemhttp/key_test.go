@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
 )
 
@@ -29,15 +30,15 @@ func TestParseKey(t *testing.T) {
 	for _, in := range bad {
 		got, err := idemhttp.ParseKey([]string{in})
 		var ke *idemhttp.KeyError
-		if !errors.As(err, &ke) {
-			t.Errorf("ParseKey(%q) = %q, %v; want a *KeyError", in, got, err)
+		if !errors.As(err, &ke) || !errors.Is(err, idem.ErrInvalidKey) || errors.Is(err, idemhttp.ErrNoKey) {
+			t.Errorf("ParseKey(%q) = %q, %v; want a *KeyError matching idem.ErrInvalidKey", in, got, err)
 		}
 	}
-	if _, err := idemhttp.ParseKey([]string{"a", "b"}); err == nil {
-		t.Error("two field lines accepted")
+	if _, err := idemhttp.ParseKey([]string{"a", "b"}); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("two field lines: %v", err)
 	}
-	if _, err := idemhttp.ParseKey(nil); err == nil {
-		t.Error("no field line accepted")
+	if _, err := idemhttp.ParseKey(nil); !errors.Is(err, idemhttp.ErrNoKey) || errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("no field line: %v, want ErrNoKey", err)
 	}
 }
 

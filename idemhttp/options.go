@@ -63,6 +63,12 @@ func (c *config) invalid(option, format string, args ...any) {
 // the request a 401 problem, with the handler not run. Without this option
 // every caller shares one key space; use it whenever the API has more than
 // one client.
+//
+// RFC 9110 wants a 401 to carry a WWW-Authenticate challenge, whose scheme
+// the middleware cannot know: it keeps one already set on the response
+// (by a handler in front of it), and otherwise sends none. Authenticate in
+// front of the middleware, so that the principal function only reads what
+// authentication found and its error is the rare case.
 func WithPrincipal(principal func(*http.Request) (string, error)) Option {
 	return func(c *config) {
 		if principal == nil {

@@ -143,7 +143,15 @@ func run(ctx context.Context, cfg config) error {
 	}
 	a := &api{cfg: cfg}
 	mux := http.NewServeMux()
-	mux.Handle("POST /payments", m.Handler(http.HandlerFunc(a.createPayment)))
+	guarded := m.Handler(http.HandlerFunc(a.createPayment))
+	mux.HandleFunc("POST /payments", func(w http.ResponseWriter, r *http.Request) {
+		if _, err := customer(r); err != nil {
+			// The middleware answers 401; RFC 9110 wants it to say how to
+			// authenticate, which only the API knows.
+			w.Header().Set("WWW-Authenticate", `Bearer realm="payments-api"`)
+		}
+		guarded.ServeHTTP(w, r)
+	})
 	mux.HandleFunc("GET /stats", a.stats)
 
 	ln, err := net.Listen("tcp", cfg.addr)

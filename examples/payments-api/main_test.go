@@ -118,7 +118,8 @@ func TestWalkThrough(t *testing.T) {
 	if resp, body = post("", "sk_test_alice", `{"amount": 1, "currency": "EUR"}`); resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("no key: %d %s", resp.StatusCode, body)
 	}
-	if resp, body = post(`"order-1002"`, "", `{"amount": 1, "currency": "EUR"}`); resp.StatusCode != http.StatusUnauthorized {
+	if resp, body = post(`"order-1002"`, "", `{"amount": 1, "currency": "EUR"}`); resp.StatusCode != http.StatusUnauthorized ||
+		resp.Header.Get("WWW-Authenticate") == "" {
 		t.Fatalf("no token: %d %s", resp.StatusCode, body)
 	}
 	if n, _ := stats(); n != 2 {
