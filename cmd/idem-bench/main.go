@@ -113,51 +113,7 @@ func main() {
 	}
 }
 
-// redisTable prints raw fresh, raw GET, idem fresh and idem replay on one
-// Redis deployment, measured in one run with alternating rounds.
+// redisTable prints the Redis table of one deployment (redisbench.Table).
 func redisTable(name string, gc, rc redis.UniversalClient, calls, rounds int) error {
-	ctx := context.Background()
-	s, err := redisbench.NewSetup(ctx, gc, rc)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	if err := s.PrepareReplays(ctx); err != nil {
-		return err
-	}
-	fresh, err := redisbench.Compare(ctx, "fresh", calls, rounds, s.GuardFresh, s.RawFresh)
-	if err != nil {
-		return err
-	}
-	replay, err := redisbench.Compare(ctx, "replay", calls, rounds, s.GuardReplay, s.RawReplay)
-	if err != nil {
-		return err
-	}
-	evalGet, err := redisbench.Compare(ctx, "evalget", calls, rounds, s.EvalGetReplay, s.RawReplay)
-	if err != nil {
-		return err
-	}
-	evalGetTime, err := redisbench.Compare(ctx, "evalgettime", calls, rounds, s.EvalGetTimeArgs, s.RawReplay)
-	if err != nil {
-		return err
-	}
-	storeReplay, err := redisbench.Compare(ctx, "storereplay", calls, rounds, s.StoreReplay, s.RawReplay)
-	if err != nil {
-		return err
-	}
-	storeFresh, err := redisbench.Compare(ctx, "storefresh", calls, rounds, s.StoreFresh, s.RawFresh)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("\n%s: %d goroutines, %d calls per variant per round, %d alternating rounds, median round\n",
-		name, redisbench.Workers, calls, rounds)
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "workload\traw calls/s\tidem calls/s\tidem/raw\ttarget\t")
-	fmt.Fprintf(w, "fresh: SET NX PX + SET vs claim + complete\t%.0f\t%.0f\t%.2f\t>= 0.70\t\n", fresh.RawOps, fresh.GuardOps, fresh.Ratio())
-	fmt.Fprintf(w, "replay: GET vs claim\t%.0f\t%.0f\t%.2f\t>= 0.85\t\n", replay.RawOps, replay.GuardOps, replay.Ratio())
-	fmt.Fprintf(w, "prototype: GET vs EVALSHA of a bare GET\t%.0f\t%.0f\t%.2f\t\t\n", evalGet.RawOps, evalGet.GuardOps, evalGet.Ratio())
-	fmt.Fprintf(w, "prototype: GET vs EVALSHA GET+TIME, claim's args\t%.0f\t%.0f\t%.2f\t\t\n", evalGetTime.RawOps, evalGetTime.GuardOps, evalGetTime.Ratio())
-	fmt.Fprintf(w, "prototype: GET vs Store.Claim (no Guard)\t%.0f\t%.0f\t%.2f\t\t\n", storeReplay.RawOps, storeReplay.GuardOps, storeReplay.Ratio())
-	fmt.Fprintf(w, "prototype: SET NX PX + SET vs Store.Claim + Complete (no Guard)\t%.0f\t%.0f\t%.2f\t\t\n", storeFresh.RawOps, storeFresh.GuardOps, storeFresh.Ratio())
-	return w.Flush()
+	return redisbench.Table(context.Background(), os.Stdout, name, gc, rc, calls, rounds)
 }

@@ -106,6 +106,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -366,11 +367,12 @@ func (s *Store) Key(storageKey string) string { return s.prefix + "{" + storageK
 // storageKey on.
 func (s *Store) Channel(storageKey string) string { return s.Key(storageKey) + ":changed" }
 
-func checkKey(op, key string) error {
-	if key == "" {
-		return fmt.Errorf("redisstore: %s: %w", op, &idem.KeyError{Reason: "empty storage key"})
+// checked wraps the verdict of a storekit check of an op on key.
+func checked(op, key string, err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("redisstore: %s %s: %w", op, key, err)
 }
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
@@ -446,14 +448,8 @@ func corruptReply(key, v string) error {
 
 // Claim implements idem.Store.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
-	if err := checkKey("claim", req.Key); err != nil {
+	if err := checked("claim", req.Key, storekit.ValidateClaim(req)); err != nil {
 		return idem.ClaimResult{}, err
-	}
-	if req.Nonce == "" {
-		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: empty nonce", req.Key)
-	}
-	if req.LeaseTTL < time.Millisecond || req.TakeoverAfter < 0 {
-		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: lease %v or takeover threshold %v out of range", req.Key, req.LeaseTTL, req.TakeoverAfter)
 	}
 	value, err := claimValue(req, s.retention)
 	if err != nil {
@@ -714,7 +710,7 @@ func (s *Store) write(ctx context.Context, op string, sc *redis.Script, key stri
 
 // Heartbeat implements idem.Store.
 func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
-	if err := checkKey("heartbeat", key); err != nil {
+	if err := checked("heartbeat", key, storekit.ValidateOwner(key, nonce)); err != nil {
 		return err
 	}
 	return s.write(ctx, "heartbeat", scriptHeartbeat, key, false, s.Channel(key), nonce, ms(leaseTTL), s.retentionArg, key)
@@ -722,14 +718,11 @@ func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
-	if err := checkKey("complete", key); err != nil {
+	if err := checked("complete", key, storekit.ValidateOwner(key, nonce)); err != nil {
 		return err
 	}
-	if c.Status != idem.StatusCompleted && c.Status != idem.StatusFailed {
-		return fmt.Errorf("redisstore: complete %s: invalid completion status %q", key, c.Status)
-	}
-	if c.Status == idem.StatusFailed && c.Error == nil {
-		return fmt.Errorf("redisstore: complete %s: failed completion without error", key)
+	if err := checked("complete", key, storekit.ValidateCompletion(c)); err != nil {
+		return err
 	}
 	sf, lens, body, err := outcome(c)
 	if err != nil {
@@ -740,7 +733,7 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completi
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, key, nonce string) error {
-	if err := checkKey("release", key); err != nil {
+	if err := checked("release", key, storekit.ValidateOwner(key, nonce)); err != nil {
 		return err
 	}
 	return s.write(ctx, "release", scriptRelease, key, false, s.Channel(key), nonce, s.retentionArg, key)
@@ -748,7 +741,7 @@ func (s *Store) Release(ctx context.Context, key, nonce string) error {
 
 // Get implements idem.Store.
 func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
-	if err := checkKey("get", key); err != nil {
+	if err := checked("get", key, storekit.ValidateKey(key)); err != nil {
 		return nil, err
 	}
 	v, _, err := s.run(ctx, "get", scriptGet, key, false, s.Channel(key))
@@ -770,7 +763,7 @@ func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
 
 // Delete implements idem.Store.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := checkKey("delete", key); err != nil {
+	if err := checked("delete", key, storekit.ValidateKey(key)); err != nil {
 		return err
 	}
 	_, _, err := s.run(ctx, "delete", scriptDelete, key, false, s.Channel(key))

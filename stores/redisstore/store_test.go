@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -377,4 +378,29 @@ func TestSameSlot(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, a, b)
 	}
+}
+
+// TestInvalidRequests: calls no Guard makes are refused with storekit's
+// typed errors before anything is sent.
+func TestInvalidRequests(t *testing.T) {
+	ctx := ctxT(t)
+	c, h := counted(t, "standalone")
+	s := newStore(t, c)
+	key := storageKey()
+	h.reset()
+	for name, r := range map[string]idem.ClaimRequest{
+		"empty nonce":    {Key: key, LeaseTTL: time.Minute, TakeoverAfter: time.Second},
+		"zero takeover":  {Key: key, Nonce: "n", LeaseTTL: time.Minute},
+		"sub-ms lease":   {Key: key, Nonce: "n", LeaseTTL: time.Microsecond, TakeoverAfter: time.Second},
+		"negative lease": {Key: key, Nonce: "n", LeaseTTL: -time.Second, TakeoverAfter: time.Second},
+	} {
+		_, err := s.Claim(ctx, r)
+		assert.ErrorIs(t, err, storekit.ErrInvalidRequest, name)
+	}
+	_, err := s.Claim(ctx, idem.ClaimRequest{Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: time.Second})
+	assert.ErrorIs(t, err, idem.ErrInvalidKey)
+	assert.ErrorIs(t, s.Complete(ctx, key, "n", idem.Completion{Status: "done", TTL: time.Minute}), storekit.ErrInvalidRequest)
+	assert.ErrorIs(t, s.Complete(ctx, key, "n", idem.Completion{Status: idem.StatusFailed, TTL: time.Minute}), storekit.ErrInvalidRequest)
+	assert.ErrorIs(t, s.Heartbeat(ctx, key, "", time.Minute), idem.ErrLostOwnership)
+	assert.Zero(t, h.trips.Load(), "nothing was sent")
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -26,7 +27,7 @@ type shardRouter interface {
 // broke (changes may have been missed), or the store was closed. stop ends
 // the watch; it is safe to call more than once.
 func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if err := checkKey("watch", key); err != nil {
+	if err := checked("watch", key, storekit.ValidateKey(key)); err != nil {
 		return nil, nil, err
 	}
 	ch := s.Channel(key)

@@ -9,11 +9,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"text/tabwriter"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -286,16 +288,6 @@ func Median(d []time.Duration) time.Duration {
 	return d[len(d)/2]
 }
 
-var evalGet = redis.NewScript("return redis.call('GET', KEYS[1])")
-
-// EvalGetReplay runs n EVALSHAs of a script that only GETs an existing key:
-// the floor of any one-script replay.
-func (s *Setup) EvalGetReplay(ctx context.Context, n int) (time.Duration, error) {
-	return parallel(n, func(i int) error {
-		return evalGet.Run(ctx, s.Raw, []string{s.prefix + "rawreplay-" + strconv.Itoa(i%replayKeys)}).Err()
-	})
-}
-
 // StoreReplay runs n Store.Claim calls on completed keys, without a Guard.
 func (s *Setup) StoreReplay(ctx context.Context, n int) (time.Duration, error) {
 	keys := make([]string, replayKeys)
@@ -310,19 +302,6 @@ func (s *Setup) StoreReplay(ctx context.Context, n int) (time.Duration, error) {
 		_, err := s.Store.Claim(ctx, idem.ClaimRequest{Key: keys[i%replayKeys], Nonce: "bench-nonce-" + strconv.Itoa(i),
 			LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second})
 		return err
-	})
-}
-
-var evalGetTime = redis.NewScript("local v = redis.call('GET', KEYS[1]); local t = redis.call('TIME'); return v")
-
-// EvalGetTimeArgs runs n EVALSHAs of a script that GETs an existing key and
-// reads TIME, sent with as many arguments as a claim: where the replay cost
-// beyond a bare GET goes.
-func (s *Setup) EvalGetTimeArgs(ctx context.Context, n int) (time.Duration, error) {
-	tail := strings.Repeat("0", 53+20+64+70)
-	return parallel(n, func(i int) error {
-		return evalGetTime.Run(ctx, s.Raw, []string{s.prefix + "rawreplay-" + strconv.Itoa(i%replayKeys)},
-			"chan", "60000", "30000", "60000", "nonce-0123456789abcdef", "", tail, "idem:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef").Err()
 	})
 }
 
@@ -341,65 +320,60 @@ func (s *Setup) StoreFresh(ctx context.Context, n int) (time.Duration, error) {
 	})
 }
 
-// protoValue is a claim record of the size the store writes (header, nonce,
-// key) for the native-claim prototypes.
-var protoValue = strings.Repeat("0", 122+32+70)
-
-// NativeReplay runs n pipelines of SET NX GET PX + PEXPIRETIME on completed
-// keys: a claim made with native commands, which a replay answers without
-// a script.
-func (s *Setup) NativeReplay(ctx context.Context, n int) (time.Duration, error) {
-	return parallel(n, func(i int) error {
-		k := s.prefix + "rawreplay-" + strconv.Itoa(i%replayKeys)
-		p := s.Raw.Pipeline()
-		g := p.SetArgs(ctx, k, protoValue, redis.SetArgs{Mode: "NX", Get: true, TTL: time.Minute})
-		p.PExpireTime(ctx, k)
-		_, _ = p.Exec(ctx)
-		return g.Err()
-	})
-}
-
-// NativeReplaySingle is NativeReplay without the PEXPIRETIME.
-func (s *Setup) NativeReplaySingle(ctx context.Context, n int) (time.Duration, error) {
-	return parallel(n, func(i int) error {
-		k := s.prefix + "rawreplay-" + strconv.Itoa(i%replayKeys)
-		return s.Raw.SetArgs(ctx, k, protoValue, redis.SetArgs{Mode: "NX", Get: true, TTL: time.Minute}).Err()
-	})
-}
-
-var casComplete = redis.NewScript(`local v = redis.call('GET', KEYS[1])
-if not v or string.sub(v, 1, 4) ~= ARGV[1] then return 0 end
-local t = redis.call('TIME')
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-redis.call('PUBLISH', KEYS[1] .. ':c', 'c')
-return 1`)
-
-// NativeFresh runs n native claims (SET NX GET PX + PEXPIRETIME) followed by
-// a compare-and-set completion script on new keys.
-func (s *Setup) NativeFresh(ctx context.Context, n int) (time.Duration, error) {
-	r := strconv.FormatInt(round.Add(1), 10)
-	return parallel(n, func(i int) error {
-		k := s.prefix + "native-" + r + "-" + strconv.Itoa(i)
-		p := s.Raw.Pipeline()
-		g := p.SetArgs(ctx, k, protoValue, redis.SetArgs{Mode: "NX", Get: true, TTL: time.Minute})
-		p.PExpireTime(ctx, k)
-		_, _ = p.Exec(ctx)
-		if err := g.Err(); err != nil && err != redis.Nil {
-			return err
-		}
-		return casComplete.Run(ctx, s.Raw, []string{k}, "0000", protoValue+value, "600000").Err()
-	})
-}
-
-// NativeReplayTx is NativeReplay with PTTL too, in MULTI/EXEC.
-func (s *Setup) NativeReplayTx(ctx context.Context, n int) (time.Duration, error) {
+// TxReplay runs n of the transactions a claim sends (MULTI, SET NX GET PX,
+// PEXPIRETIME, PTTL, EXEC) on completed keys with the raw client, the
+// value a claim's size, and decodes nothing: the floor of a replay.
+func (s *Setup) TxReplay(ctx context.Context, n int) (time.Duration, error) {
+	value := strings.Repeat("0", 122+32+70)
 	return parallel(n, func(i int) error {
 		k := s.prefix + "rawreplay-" + strconv.Itoa(i%replayKeys)
 		p := s.Raw.TxPipeline()
-		g := p.SetArgs(ctx, k, protoValue, redis.SetArgs{Mode: "NX", Get: true, TTL: time.Minute})
-		p.PExpireTime(ctx, k)
-		p.PTTL(ctx, k)
-		_, _ = p.Exec(ctx)
-		return g.Err()
+		set := p.Do(ctx, "set", k, value, "nx", "get", "px", 120000)
+		p.Do(ctx, "pexpiretime", k)
+		p.Do(ctx, "pttl", k)
+		if _, err := p.Exec(ctx); err != nil {
+			return err
+		}
+		return set.Err()
 	})
+}
+
+// Table prints, for the deployment gc and rc reach, raw fresh, raw GET,
+// idem fresh and idem replay with their ratios, and where a call's cost
+// goes (the replay floor, the store without a Guard), measured in one run
+// with alternating rounds. calls is per variant per round.
+func Table(ctx context.Context, w io.Writer, name string, gc, rc redis.UniversalClient, calls, rounds int) error {
+	s, err := NewSetup(ctx, gc, rc)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := s.PrepareReplays(ctx); err != nil {
+		return err
+	}
+	rows := []struct {
+		name, target string
+		guard, raw   func(context.Context, int) (time.Duration, error)
+	}{
+		{"fresh: SET NX PX + SET vs claim + complete", ">= 0.70", s.GuardFresh, s.RawFresh},
+		{"replay: GET vs claim", ">= 0.85", s.GuardReplay, s.RawReplay},
+		{"floor: GET vs the claim's transaction, nothing decoded", "", s.TxReplay, s.RawReplay},
+		{"store: GET vs Store.Claim (no Guard)", "", s.StoreReplay, s.RawReplay},
+		{"store: SET NX PX + SET vs Store.Claim + Complete (no Guard)", "", s.StoreFresh, s.RawFresh},
+	}
+	pairs := make([]Pair, len(rows))
+	for i, r := range rows {
+		if pairs[i], err = Compare(ctx, r.name, calls, rounds, r.guard, r.raw); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "\n%s: %d goroutines, %d calls per variant per round, %d alternating rounds, median round\n",
+		name, Workers, calls, rounds)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "workload\traw calls/s\tidem calls/s\tidem/raw\ttarget\t")
+	for i, r := range rows {
+		p := pairs[i]
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%s\t\n", r.name, p.RawOps, p.GuardOps, p.Ratio(), r.target)
+	}
+	return tw.Flush()
 }

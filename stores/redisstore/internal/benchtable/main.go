@@ -41,38 +41,8 @@ func run(addr string, calls, rounds, samples int, takeover time.Duration) error 
 	gc, rc := redisbench.NewClient(addr), redisbench.NewClient(addr)
 	defer gc.Close()
 	defer rc.Close()
-	s, err := redisbench.NewSetup(ctx, gc, rc)
-	if err != nil {
+	if err := redisbench.Table(ctx, os.Stdout, "Redis "+addr, gc, rc, calls, rounds); err != nil {
 		return err
-	}
-	defer s.Close()
-	if err := s.PrepareReplays(ctx); err != nil {
-		return err
-	}
-	fresh, err := redisbench.Compare(ctx, "fresh (claim+complete vs SET NX PX + SET)", calls, rounds, s.GuardFresh, s.RawFresh)
-	if err != nil {
-		return err
-	}
-	replay, err := redisbench.Compare(ctx, "replay (claim vs GET)", calls, rounds, s.GuardReplay, s.RawReplay)
-	if err != nil {
-		return err
-	}
-	evalget, err := redisbench.Compare(ctx, "prototype: EVALSHA GET vs GET", calls, rounds, s.EvalGetReplay, s.RawReplay)
-	if err != nil {
-		return err
-	}
-	evalgettime, err := redisbench.Compare(ctx, "prototype: EVALSHA GET+TIME, 8 args vs GET", calls, rounds, s.EvalGetTimeArgs, s.RawReplay)
-	if err != nil {
-		return err
-	}
-	storeReplay, err := redisbench.Compare(ctx, "Store.Claim replay (no Guard) vs GET", calls, rounds, s.StoreReplay, s.RawReplay)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("redisstore on %s, %d goroutines, %d calls x %d rounds per variant\n\n", addr, redisbench.Workers, calls, rounds)
-	fmt.Printf("%-44s %14s %14s %8s\n", "workload", "guard calls/s", "raw calls/s", "ratio")
-	for _, p := range []redisbench.Pair{fresh, replay, evalget, evalgettime, storeReplay} {
-		fmt.Printf("%-44s %14.0f %14.0f %8.2f\n", p.Name, p.GuardOps, p.RawOps, p.Ratio())
 	}
 	fmt.Printf("\nwait wake-up latency after the owner finishes (takeover %v, %d samples):\n", takeover, samples)
 	for _, poll := range []bool{false, true} {
