@@ -23,6 +23,7 @@ const (
 	stRelease
 	stDelete
 	stPurge
+	stWatch // Postgres: mark a row watched, so that its changes notify
 	numStmts
 )
 
@@ -82,8 +83,12 @@ func buildQueries(d Dialect, table string) queries {
 	case Postgres:
 		where := "key_hash = $1"
 		// The channel is letters, digits, underscores and dots (WithTable),
-		// so it is a plain string literal.
-		notify := `SELECT pg_notify('` + notifyChannel(table) + `', key_hash) FROM u`
+		// so it is a plain string literal. pg_notify runs only for a row a
+		// waiter marked watched (CASE evaluates the branch it takes, and
+		// pg_notify is volatile, so it is never folded); the SELECT returns
+		// one row per changed row either way, so affected rows count the
+		// change.
+		notify := `SELECT CASE WHEN watched THEN pg_notify('` + notifyChannel(table) + `', key_hash) END FROM u`
 		clk := `WITH clk AS MATERIALIZED (SELECT ` + pgNow + ` AS ms)`
 		q.create = []string{
 			`CREATE TABLE IF NOT EXISTS ` + t + ` (
@@ -104,9 +109,12 @@ func buildQueries(d Dialect, table string) queries {
   expires_at     BIGINT   NOT NULL,
   taken_over_at  BIGINT   NOT NULL DEFAULT 0,
   takeover_ms    BIGINT   NOT NULL DEFAULT 0,
+  watched        BOOLEAN  NOT NULL DEFAULT false,
   PRIMARY KEY (key_hash)
 )`,
 			`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + t + ` (expires_at)`,
+			// Tables made before push wake-ups.
+			`ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS watched BOOLEAN NOT NULL DEFAULT false`,
 		}
 		// $1 tenant, $2 scope, $3 key, $4 nonce, $5 payload hash, $6 lease
 		// in ms, $7 the caller's takeover threshold in ms (stored with the
@@ -175,11 +183,16 @@ SELECT 'e'::text, clk.ms, cur.* FROM cur, clk WHERE NOT EXISTS (SELECT 1 FROM w)
 		// of the final SELECT.
 		q.text[stComplete] = clk + `, u AS (UPDATE ` + t + ` SET status = $3, result = $4, error_message = $5, error_type = $6, ` +
 			`completed_at = clk.ms, heartbeat_at = clk.ms, expires_at = clk.ms + $7 FROM clk WHERE ` + where +
-			` AND claim_nonce = $2 RETURNING key_hash) ` + notify
+			` AND claim_nonce = $2 RETURNING key_hash, watched) ` + notify
 		// $1 key, $2 nonce
 		q.text[stRelease] = clk + `, u AS (UPDATE ` + t + ` SET expires_at = clk.ms FROM clk WHERE ` + where +
-			` AND claim_nonce = $2 AND status = 'in_progress' RETURNING key_hash) ` + notify
-		q.text[stDelete] = `WITH u AS (DELETE FROM ` + t + ` WHERE ` + where + ` RETURNING key_hash) ` + notify
+			` AND claim_nonce = $2 AND status = 'in_progress' RETURNING key_hash, watched) ` + notify
+		q.text[stDelete] = `WITH u AS (DELETE FROM ` + t + ` WHERE ` + where + ` RETURNING key_hash, watched) ` + notify
+		// $1 key. Sent by Watch; the flag stays for the row's life (a
+		// takeover keeps it, so the new owner's completion wakes waiters
+		// still watching), and only rows once waited on pay for a
+		// notification.
+		q.text[stWatch] = `UPDATE ` + t + ` SET watched = true WHERE ` + where + ` AND NOT watched`
 		// $1 retention in ms
 		q.text[stPurge] = `DELETE FROM ` + t + ` WHERE expires_at < (SELECT ` + pgNow + `) - $1`
 	case MySQL:

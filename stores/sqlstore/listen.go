@@ -22,9 +22,9 @@ type WatchingStore struct {
 var _ idem.Watcher = (*WatchingStore)(nil)
 
 // listenHealth is how long the listening connection may be silent before
-// it is pinged, and how long the ping may take: a connection that died
-// without a word, behind a dropped route, is found this way. A variable
-// so that tests can shorten it.
+// it is pinged, and how long the ping (or setting up a connection) may
+// take: a connection that died without a word, behind a dropped route, is
+// found this way. A variable so that tests can shorten it.
 var listenHealth = 15 * time.Second
 
 // Timing of the listening connection.
@@ -83,10 +83,11 @@ func (s *Store) Channel() string { return notifyChannel(s.cfg.table) }
 // lost (notifications may have been missed; it is re-established), or the
 // store was closed. Claims, takeovers and heartbeats do not notify, and
 // neither does a crashed owner: the Guard's safety poll finds a stale claim.
-// Watch returns once the LISTEN is in place, so no notification committed
-// after it returns is missed; it fails if the listening connection cannot
-// be established within 5s (the Guard then polls). stop ends the watch; it
-// is safe to call more than once.
+// Watch returns once the LISTEN is in place and the key's row is marked
+// watched (one UPDATE; only a watched row's changes notify), so no change
+// committed after it returns is missed; it fails if the listening
+// connection cannot be established within 5s (the Guard then polls). stop
+// ends the watch; it is safe to call more than once.
 func (w *WatchingStore) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	if err := w.checkKey(key); err != nil {
 		return nil, nil, err
@@ -102,6 +103,12 @@ func (w *WatchingStore) Watch(ctx context.Context, key string) (<-chan struct{},
 	defer timer.Stop()
 	select {
 	case <-ready:
+		// Mark the row watched, so that its completion notifies: one
+		// round trip, on the waiter's side only.
+		if _, err := w.exec(ctx, stWatch, key); err != nil {
+			stop()
+			return nil, nil, storeErr("watch", err)
+		}
 		return wt.c, stop, nil
 	case <-wt.c:
 		select {
@@ -325,9 +332,21 @@ func (l *listener) session() (established bool, err error) {
 	}
 	cancel()
 	l.listening(pid)
+	heard := time.Now()
 	for {
-		if err := conn.Raw(l.receive); err != nil {
+		var got bool
+		if err := conn.Raw(func(dc any) (err error) {
+			got, err = l.receive(dc)
+			return err
+		}); err != nil {
 			return true, err
+		}
+		if got {
+			heard = time.Now()
+			continue
+		}
+		if time.Since(heard) < listenHealth {
+			continue
 		}
 		// Silent for listenHealth: make sure the connection still answers.
 		ctx, cancel := context.WithTimeout(l.ctx, listenHealth)
@@ -336,27 +355,37 @@ func (l *listener) session() (established bool, err error) {
 		if err != nil {
 			return true, err
 		}
+		heard = time.Now()
 	}
 }
 
-// receive delivers notifications read from the pgx connection dc until it
-// fails (an error) or has been silent for listenHealth (nil).
-func (l *listener) receive(dc any) error {
+// listenSlice bounds how long the listener holds its connection inside
+// database/sql's Raw (which locks the connection): closing a statement
+// prepared on that connection earlier, when it was an ordinary pooled
+// connection (another Store's Close, on the same *sql.DB), waits for that
+// lock. Between slices no notification is lost: it waits in the socket
+// and is read by the next slice.
+const listenSlice = 100 * time.Millisecond
+
+// receive delivers notifications read from the pgx connection dc for one
+// listenSlice; got reports whether any arrived. An error is a failed
+// connection (or the listener closing).
+func (l *listener) receive(dc any) (got bool, err error) {
 	wait, err := notificationWaiter(dc)
 	if err != nil {
-		return err
+		return false, err
 	}
+	ctx, cancel := context.WithTimeout(l.ctx, listenSlice)
+	defer cancel()
 	for {
-		ctx, cancel := context.WithTimeout(l.ctx, listenHealth)
 		key, err := wait(ctx)
-		idle := ctx.Err() != nil && l.ctx.Err() == nil
-		cancel()
 		if err != nil {
-			if idle && errors.Is(err, context.DeadlineExceeded) {
-				return nil
+			if l.ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				return got, nil // the slice is over
 			}
-			return err
+			return got, err
 		}
+		got = true
 		l.deliver(key)
 	}
 }

@@ -361,3 +361,135 @@ func TestListenSilentDrop(t *testing.T) {
 	require.NoError(t, completer.Complete(ctx, r.Key, r.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
 	woken(t, ch, "completion after reconnect")
 }
+
+// TestOnlyWatchedRowsNotify: a completion, release or delete notifies only
+// for a row a waiter marked watched (so completions nobody waits for pay
+// nothing for notifications), and the mark survives a takeover. A raw
+// LISTEN on the store's channel sees exactly the watched keys.
+func TestOnlyWatchedRowsNotify(t *testing.T) {
+	e := newEnv(t, sqlstore.Postgres)
+	ws := listen(t, e.store)
+	ctx := ctxT(t)
+	raw, err := pgx.Connect(ctx, dsn(t, sqlstore.Postgres))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = raw.Close(context.Background()) })
+	_, err = raw.Exec(ctx, `LISTEN "`+e.store.Channel()+`"`)
+	require.NoError(t, err)
+	done := idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}
+
+	// Unwatched: complete, release, delete.
+	for _, op := range []string{"complete", "release", "delete"} {
+		r := claimReq(storageKey())
+		_, err := e.store.Claim(ctx, r)
+		require.NoError(t, err)
+		switch op {
+		case "complete":
+			require.NoError(t, e.store.Complete(ctx, r.Key, r.Nonce, done))
+		case "release":
+			require.NoError(t, e.store.Release(ctx, r.Key, r.Nonce))
+		default:
+			require.NoError(t, e.store.Delete(ctx, r.Key))
+		}
+	}
+	// Watched, then taken over, then completed by the new owner.
+	r := claimReq(storageKey())
+	r.TakeoverAfter = time.Second
+	_, err = e.store.Claim(ctx, r)
+	require.NoError(t, err)
+	_, stop, err := ws.Watch(ctx, r.Key)
+	require.NoError(t, err)
+	defer stop()
+	age(t, e, r.Key, time.Minute)
+	r2 := claimReq(r.Key)
+	res, err := e.store.Claim(ctx, r2)
+	require.NoError(t, err)
+	require.Equal(t, idem.TookOver, res.Outcome)
+	require.NoError(t, e.store.Complete(ctx, r.Key, r2.Nonce, done))
+
+	// Notifications arrive in commit order: the first is the watched key's.
+	nctx, cancel := context.WithTimeout(ctx, liveness)
+	defer cancel()
+	n, err := raw.WaitForNotification(nctx)
+	require.NoError(t, err)
+	assert.Equal(t, r.Key, n.Payload, "only the watched row notifies")
+}
+
+// TestWaitRacingCompletion: waiters (each with its own store and listening
+// connection, as in other processes) start while the owner completes, at
+// random moments around their Watch. None misses the completion: each
+// returns the result within a context of 2s, shorter than its safety poll
+// (2.5-5s with a 40s takeover threshold), so a missed wake-up fails it.
+func TestWaitRacingCompletion(t *testing.T) {
+	e := newEnv(t, sqlstore.Postgres)
+	opts := []idem.Option{idem.WithTakeoverAfter(40 * time.Second), idem.WithHeartbeat(10 * time.Second)}
+	gOwner := newGuard[string](t, e.store, opts...)
+	const waiters = 4
+	gs := make([]*idem.Guard[string], waiters)
+	for i := range gs {
+		s, err := sqlstore.New(e.db, sqlstore.Postgres, sqlstore.WithTable(e.table))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		gs[i] = newGuard[string](t, listen(t, s), append(opts, idem.OnDuplicate(idem.Wait))...)
+	}
+	ctx := ctxT(t)
+	for round := range 20 {
+		key := "race-" + randHex(4)
+		started, release := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := gOwner.Do(ctx, key, func(context.Context) (string, error) {
+				close(started)
+				<-release
+				return "v", nil
+			})
+			done <- err
+		}()
+		<-started
+		var wg sync.WaitGroup
+		for _, g := range gs {
+			wg.Go(func() {
+				wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				defer cancel()
+				v, err := g.Do(wctx, key, func(context.Context) (string, error) { return "ran", nil })
+				assert.NoError(t, err, "round %d", round)
+				assert.Equal(t, "v", v, "round %d", round)
+			})
+		}
+		time.Sleep(time.Duration(round%5) * time.Millisecond)
+		close(release)
+		require.NoError(t, <-done)
+		wg.Wait()
+	}
+}
+
+// TestCloseNotHeldByListener: closing a store whose statements were
+// prepared on a connection that another store on the same *sql.DB now
+// listens on does not wait for that listener (database/sql locks a
+// connection while the listener reads from it; the listener lets go
+// every 100ms). With a one-minute health interval, a listener that held
+// on would keep Close waiting far past the liveness bound.
+func TestCloseNotHeldByListener(t *testing.T) {
+	t.Cleanup(sqlstore.SetListenHealth(time.Minute))
+	db := openDB(t, sqlstore.Postgres, dsn(t, sqlstore.Postgres), nil)
+	db.SetMaxOpenConns(1) // every statement is prepared on the one connection
+	t.Cleanup(func() { _ = db.Close() })
+	e := newEnvOn(t, sqlstore.Postgres, db, nil)
+	ctx := ctxT(t)
+	a, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithTable(e.table))
+	require.NoError(t, err)
+	r := claimReq(storageKey())
+	_, err = a.Claim(ctx, r)
+	require.NoError(t, err)
+	db.SetMaxOpenConns(2) // room for a's Close; the listener takes the used one
+	_, stop, err := listen(t, e.store).Watch(ctx, r.Key)
+	require.NoError(t, err)
+	defer stop()
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(liveness):
+		t.Fatal("Close held by the listening connection")
+	}
+}

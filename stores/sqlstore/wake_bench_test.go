@@ -87,8 +87,8 @@ func BenchmarkWaitWakeup(b *testing.B) {
 
 // BenchmarkNotifyCost measures what the notification adds to a completion
 // on PostgreSQL: the same autocommitted UPDATE of one row, plain and with
-// pg_notify in the same statement (as Complete sends it), from 8
-// goroutines on distinct rows. Every notifying commit takes the server's
+// pg_notify in the same statement (as Complete sends it), from one
+// goroutine (serial) and from 4 per CPU (parallel) on distinct rows. Every notifying commit takes the server's
 // notification queue lock.
 func BenchmarkNotifyCost(b *testing.B) {
 	e := newEnv(b, sqlstore.Postgres)
@@ -106,15 +106,21 @@ func BenchmarkNotifyCost(b *testing.B) {
 		{"plain", upd},
 		{"notify", `WITH u AS (` + upd + ` RETURNING key_hash) SELECT pg_notify('` + e.store.Channel() + `', key_hash) FROM u`},
 	} {
-		b.Run(c.name, func(b *testing.B) {
-			st, err := e.db.Prepare(c.q)
-			if err != nil {
-				b.Fatal(err)
+		st, err := e.db.Prepare(c.q)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = st.Close() })
+		b.Run(c.name+"/serial", func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if _, err := st.Exec(keys[i%rows]); err != nil {
+					b.Fatal(err)
+				}
 			}
-			defer st.Close()
+		})
+		b.Run(c.name+"/parallel", func(b *testing.B) {
 			var next atomicCounter
 			b.SetParallelism(4)
-			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					if _, err := st.Exec(keys[next.add()%rows]); err != nil {
