@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/textproto"
 	"sort"
@@ -193,7 +194,11 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []by
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, true
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, m.cfg.maxBody+1))
+	limit := m.cfg.maxBody
+	if limit < math.MaxInt64 {
+		limit++ // one byte more tells a body over the limit
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		// A limit set before the middleware (http.MaxBytesReader) is
@@ -295,11 +300,12 @@ func (m *Middleware) run(ctx context.Context, w http.ResponseWriter, r *http.Req
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 // recordable returns the headers to record: all but hop-by-hop ones (and
-// those named in Connection), the middleware's own, and Set-Cookie unless
-// WithReplaySetCookie.
+// those named in Connection), trailers (those named in Trailer, which
+// net/http sends after the body, not as headers), the middleware's own, and
+// Set-Cookie unless WithReplaySetCookie.
 func (m *Middleware) recordable(h http.Header) http.Header {
 	out := h.Clone()
-	for _, c := range h.Values("Connection") {
+	for _, c := range append(h.Values("Connection"), h.Values("Trailer")...) {
 		for _, name := range strings.Split(c, ",") {
 			if name = textproto.TrimString(name); name != "" {
 				out.Del(name)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -572,6 +573,39 @@ func TestBodyHandedOn(t *testing.T) {
 	srv.ServeHTTP(w, r)
 	if w.Code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("chunked over limit: %d", w.Code)
+	}
+}
+
+// TestMaxBodyUnbounded: WithMaxBody(math.MaxInt64) hands the body on whole
+// (the limit plus the one byte read to detect an overflow must not wrap).
+func TestMaxBodyUnbounded(t *testing.T) {
+	var got []byte
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got, _ = io.ReadAll(r.Body) })
+	srv := newMW(t, nil, idemhttp.WithMaxBody(math.MaxInt64)).Handler(h)
+	if w := do(srv, req{key: "k", body: "12345"}); w.Code != http.StatusOK || string(got) != "12345" {
+		t.Fatalf("%d, handler got %q", w.Code, got)
+	}
+}
+
+// TestTrailersNotRecordedAsHeaders: a value set under a name declared in
+// Trailer is sent after the body, so it is not replayed as a header.
+func TestTrailersNotRecordedAsHeaders(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Checksum")
+		w.Header().Set("X-Checksum", "early")
+		w.Header().Set("X-Kept", "1")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "body")
+		w.Header().Set("X-Checksum", "abc")
+	})
+	srv := newMW(t, nil).Handler(h)
+	do(srv, req{key: "k"})
+	w := do(srv, req{key: "k"})
+	if w.Code != http.StatusCreated || w.Header().Get("X-Kept") != "1" || w.Header().Get(idemhttp.ReplayedHeader) != "true" {
+		t.Fatalf("replay: %d %v", w.Code, w.Header())
+	}
+	if v := w.Header().Values("X-Checksum"); len(v) != 0 || w.Header().Get("Trailer") != "" {
+		t.Fatalf("trailer replayed as a header: %v", w.Header())
 	}
 }
 
