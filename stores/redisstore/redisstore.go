@@ -4,37 +4,62 @@
 // # Layout
 //
 // A record is one Redis string at <prefix>{<storage key>}: a fixed-width
-// ASCII header of 122 bytes, then the variable parts. The header is "R1"
+// ASCII header of 122 bytes, then the variable parts. The header is "R2"
 // (the encoding version), a status byte (P in_progress, C completed, F
-// failed), a flags byte (has result, has error), expires_at, heartbeat_at,
-// started_at, completed_at, attempt and the owner's takeover threshold as
-// 13-digit zero-padded decimals (times in Unix ms), and the lengths of the
-// nonce, payload hash, key, result, error message and error type; the
-// variable parts follow in that order. lua/common.lua lists the offsets. A
-// script reads the few header fields it needs with string.sub and checks the
-// whole header with one anchored pattern before it writes; the Go client
-// decodes the rest. A later encoding changes the version byte, so it can
-// read this one. The hash tag makes every key of one operation (the record
-// and its change channel <prefix>{<storage key>}:changed) hash to the same
-// Cluster slot and Ring shard.
+// failed), a flags byte (has result, has error, relative times), expires_at,
+// heartbeat_at, started_at, completed_at, attempt and the owner's takeover
+// threshold as 13-digit zero-padded decimals (times in Unix ms), and the
+// lengths of the nonce, payload hash, key, result, error message and error
+// type; the variable parts follow in that order. lua/common.lua lists the
+// offsets. A script reads the few header fields it needs with string.sub and
+// checks the whole header with one anchored pattern before it writes; the Go
+// client decodes the rest. A later encoding changes the version bytes, so it
+// can read this one. The hash tag makes every key of one operation (the
+// record and its change channel <prefix>{<storage key>}:changed) hash to the
+// same Cluster slot and Ring shard.
+//
+// A fresh claim is written by the client, which does not know the server's
+// time: its times are relative (flag +4). expires_at holds the lease,
+// completed_at the retention, heartbeat_at and started_at zero, and the key
+// is written with PX lease + retention, so the server's clock fixes its
+// PEXPIRETIME. The claim's absolute times follow from that: expires_at =
+// PEXPIRETIME - retention, heartbeat_at = started_at = expires_at - lease.
+// Every script and the Go decoder make such a record absolute before they
+// look at it; a relative record on anything but a fresh claim, or on a key
+// without an expiry, does not decode.
 //
 // # Atomicity, round trips and time
 //
-// Every Store method is one embedded Lua script (lua/*.lua, go:embed), run
-// with EVALSHA and falling back to EVAL when the server does not have it
-// cached: one round trip, one key. A fresh call is a claim and a complete
-// (2 round trips); a replay is one claim whose reply is the stored value,
-// one bulk string, returned untouched by the script. The scripts implement
-// the rules of storekit.DecideClaim, storekit.ApplyHeartbeat,
-// storekit.ApplyComplete and storekit.ApplyRelease natively. Now is the Redis server's clock
-// (redis.call('TIME')), so clients with skewed clocks agree on expiry and
-// staleness. Staleness is judged by the takeover threshold stored with the
-// claim (the caller's only for a record that has none).
+// Claim is one transaction of native commands: MULTI, SET key value NX GET
+// PX lease+retention, PEXPIRETIME key, PTTL key, EXEC. When the key is
+// absent the SET is the claim. When it holds a record, the SET writes
+// nothing and returns it, and PEXPIRETIME - PTTL is the server's clock
+// inside the same transaction (no other client's command runs between; the
+// clock may have moved on by a moment since the SET, which only makes the
+// answer below more cautious): the store answers
+// with the record when the claim script would have returned it untouched (a
+// live completed or failed record, or another caller's live claim that is
+// not stale by its owner's threshold). So a replay runs no script and costs
+// the server about what a GET does. Everything else (a takeover, an expired
+// record, a retried claim of this nonce, a value that does not decode, a key
+// of another type) goes to the claim script, a second round trip on paths
+// where a call waits or takes over anyway.
 //
-// Liveness is decided by the record's own expires_at, compared inside the
-// scripts. The native expiry (SET ... PXAT) is garbage collection only: it
-// is expires_at plus the retention (WithRetention, default one minute), so
-// a record stays readable, and keeps its attempt number, for the retention
+// Heartbeat, complete, release, get and delete are one embedded Lua script
+// each (lua/*.lua, go:embed), run with EVALSHA and falling back to EVAL when
+// the server does not have it cached: one round trip, one key. A fresh call
+// is a claim and a complete (2 round trips); a replay is one claim (1). The
+// scripts implement the rules of storekit.DecideClaim,
+// storekit.ApplyHeartbeat, storekit.ApplyComplete and storekit.ApplyRelease
+// natively. Now is the Redis server's clock (TIME in a script, PEXPIRETIME
+// - PTTL in the claim's transaction), so clients with skewed clocks agree on
+// expiry and staleness. Staleness is judged by the takeover threshold
+// stored with the claim (the caller's only for a record that has none).
+//
+// Liveness is decided by the record's own expires_at, compared with the
+// server's clock. The native expiry is garbage collection only: it is
+// expires_at plus the retention (WithRetention, default one minute), so a
+// record stays readable, and keeps its attempt number, for the retention
 // after it stops counting. Release keeps the record with expires_at = now,
 // so the fencing token (Attempt) stays monotonic across a release for as
 // long as the record exists.
@@ -45,7 +70,8 @@
 // dies before its replica received it is lost on failover, and a second
 // caller would run fn again. WithReplicaAck(n, timeout) sends a WAIT n
 // timeout in the same pipeline (the same connection, one round trip) as the
-// claim and the complete script. On a Cluster the pipeline goes to the
+// claim's transaction (MULTI and EXEC then go by hand, so the WAIT follows
+// EXEC) and the complete script. On a Cluster the pipeline goes to the
 // key's master, so the WAIT counts the replicas of the node that took the
 // write. A claim that fewer than n replicas acknowledged in time is released
 // and Claim returns a *ReplicaAckError matching ErrNotReplicated, so the
@@ -60,7 +86,7 @@
 // # Retries
 //
 // go-redis retries a command after a network error. A claim whose first try
-// was applied finds its own nonce and returns Claimed; a complete whose
+// was applied finds its own nonce (the claim script answers Claimed); a complete whose
 // first try was applied finds its own nonce and succeeds again. So a lost
 // reply never turns a caller into its own duplicate.
 //
