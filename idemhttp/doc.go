@@ -65,7 +65,9 @@
 //
 // # What is recorded
 //
-// The status, the headers as they were when the status was written (minus
+// The status, the headers the handler set, as they were when the status
+// was written (not those set in front of the middleware, such as a request
+// id, which the layers in front set again on each replay; minus
 // hop-by-hop headers, those named by Connection, trailers, and Set-Cookie
 // unless WithReplaySetCookie), and the body, headers and body together up
 // to WithMaxRecordedBody.

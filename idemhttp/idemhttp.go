@@ -12,6 +12,7 @@ import (
 	"math"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"sort"
 	"strings"
 
@@ -258,6 +259,9 @@ func (m *Middleware) fingerprint(r *http.Request, body []byte) string {
 // recorder, and what it wrote becomes the record.
 func (m *Middleware) run(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next http.Handler) (response, error) {
 	rec := &recorder{w: w, max: m.cfg.maxRecordedBody}
+	// Headers set in front of the middleware (a request id, CORS) are not
+	// the handler's: the layers in front set them on each replay too.
+	before := w.Header().Clone()
 	r2 := r.WithContext(ctx)
 	if body != nil {
 		r2.Body = io.NopCloser(bytes.NewReader(body))
@@ -287,7 +291,7 @@ func (m *Middleware) run(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if rec.tooLarge {
 		resp.Omitted = true // and neither headers nor body: the replay is a problem document
 	} else {
-		resp.Header = m.recordable(header)
+		resp.Header = m.recordable(handlerSet(before, header), header)
 		if rec.body.Len() > 0 {
 			resp.Body = rec.body.Bytes()
 		}
@@ -299,13 +303,32 @@ func (m *Middleware) run(ctx context.Context, w http.ResponseWriter, r *http.Req
 // response (RFC 9110 section 7.6.1), and are never recorded.
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-// recordable returns the headers to record: all but hop-by-hop ones (and
-// those named in Connection), trailers (those named in Trailer, which
+// handlerSet returns the headers of sent that the handler set: those whose
+// values differ from before (the map as the handler got it), and, with no
+// value, those it deleted.
+func handlerSet(before, sent http.Header) http.Header {
+	out := http.Header{}
+	for k, v := range sent {
+		if bv, had := before[k]; !had || !slices.Equal(v, bv) || (v == nil) != (bv == nil) {
+			out[k] = v // a nil value too: h["Date"] = nil keeps net/http from adding one
+		}
+	}
+	for k := range before {
+		if _, ok := sent[k]; !ok {
+			out[k] = nil
+		}
+	}
+	return out
+}
+
+// recordable returns the headers of h to record: all but hop-by-hop ones
+// (and those named in Connection), trailers (those named in Trailer, which
 // net/http sends after the body, not as headers), the middleware's own, and
-// Set-Cookie unless WithReplaySetCookie.
-func (m *Middleware) recordable(h http.Header) http.Header {
+// Set-Cookie unless WithReplaySetCookie. The Connection and Trailer fields
+// are read from sent, the whole header map.
+func (m *Middleware) recordable(h, sent http.Header) http.Header {
 	out := h.Clone()
-	for _, c := range append(h.Values("Connection"), h.Values("Trailer")...) {
+	for _, c := range append(sent.Values("Connection"), sent.Values("Trailer")...) {
 		for _, name := range strings.Split(c, ",") {
 			if name = textproto.TrimString(name); name != "" {
 				out.Del(name)

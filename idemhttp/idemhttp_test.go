@@ -576,6 +576,62 @@ func TestBodyHandedOn(t *testing.T) {
 	}
 }
 
+// TestOuterHeadersNotRecorded: headers set in front of the middleware (a
+// request id) are not the handler's: a replay carries those its own layers
+// set, and what the handler set, changed or deleted.
+func TestOuterHeadersNotRecorded(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "private")
+		w.Header().Del("X-Outer-Deleted")
+		w.Header().Set("X-Handler", "1")
+		w.WriteHeader(http.StatusCreated)
+	})
+	inner := newMW(t, nil).Handler(h)
+	var n atomic.Int32
+	srv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Id", fmt.Sprint("req-", n.Add(1)))
+		w.Header().Set("Cache-Control", "no-cache")
+		w.Header().Set("X-Outer-Deleted", "1")
+		w.Header().Set("X-Outer-Kept", "1")
+		inner.ServeHTTP(w, r)
+	})
+	first := do(srv, req{key: "k"})
+	w := do(srv, req{key: "k"})
+	if w.Code != http.StatusCreated || w.Header().Get(idemhttp.ReplayedHeader) != "true" {
+		t.Fatalf("replay: %d %v", w.Code, w.Header())
+	}
+	want := map[string]string{"X-Request-Id": "req-2", "Cache-Control": "private", "X-Handler": "1", "X-Outer-Kept": "1",
+		"X-Outer-Deleted": "", idemhttp.ReplayedHeader: "true"}
+	for k, v := range want {
+		if got := strings.Join(w.Header().Values(k), ","); got != v {
+			t.Errorf("replay %s = %q, want %q (first %v, replay %v)", k, got, v, first.Header(), w.Header())
+		}
+	}
+}
+
+// TestSuppressedDate: a handler that keeps net/http from sending Date
+// (h["Date"] = nil) does so on the replay too.
+func TestSuppressedDate(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Date"] = nil
+		w.WriteHeader(http.StatusCreated)
+	})
+	ts := httptest.NewServer(newMW(t, nil).Handler(h))
+	defer ts.Close()
+	for i := 0; i < 2; i++ {
+		r, _ := http.NewRequest("POST", ts.URL, nil)
+		r.Header.Set("Idempotency-Key", "k")
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if _, ok := resp.Header["Date"]; ok || (i == 1) != (resp.Header.Get(idemhttp.ReplayedHeader) == "true") {
+			t.Fatalf("response %d: %v", i, resp.Header)
+		}
+	}
+}
+
 // TestMaxBodyUnbounded: WithMaxBody(math.MaxInt64) hands the body on whole
 // (the limit plus the one byte read to detect an overflow must not wrap).
 func TestMaxBodyUnbounded(t *testing.T) {
