@@ -159,8 +159,8 @@
 //
 // Store.Listen returns a WatchingStore, an idem.Watcher. Its store keeps
 // one listening connection, taken from its *sql.DB on the first Watch and
-// kept until Close, which sends LISTEN once and multiplexes every watched
-// key of the process over it; a notification wakes the waiters of its key.
+// kept until Close, which sends LISTEN once and multiplexes every key its
+// WatchingStores watch over it; a notification wakes the waiters of its key.
 // Watch returns once the LISTEN is in place, so nothing committed after it
 // returns is missed. When the connection fails, or does not answer a ping
 // after 15s of silence (TestListenSilentDrop black-holes it), every waiter
