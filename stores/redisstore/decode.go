@@ -231,44 +231,52 @@ func decode(key, v string, pexpire int64) (*idem.Record, error) {
 // on: takeover ms, the six lengths, nonce, payload hash and key. The claim
 // script puts the status, times and attempt in front of it.
 func claimTail(req idem.ClaimRequest) (string, error) {
+	if err := checkClaim(req); err != nil {
+		return "", err
+	}
+	return string(appendTail(make([]byte, 0, headerLen-offTakeover+len(req.Nonce)+len(req.PayloadHash)+len(req.Key)), req)), nil
+}
+
+func checkClaim(req idem.ClaimRequest) error {
 	tk := req.TakeoverAfter.Milliseconds()
 	if tk < 0 || tk > maxNum {
-		return "", fmt.Errorf("takeover threshold %v out of range", req.TakeoverAfter)
+		return fmt.Errorf("takeover threshold %v out of range", req.TakeoverAfter)
 	}
 	if len(req.Nonce) > maxSmall || len(req.PayloadHash) > maxSmall || len(req.Key) > maxSmall {
-		return "", errors.New("nonce, payload hash or key longer than 99999 bytes")
+		return errors.New("nonce, payload hash or key longer than 99999 bytes")
 	}
-	b := make([]byte, 0, headerLen-offTakeover+len(req.Nonce)+len(req.PayloadHash)+len(req.Key))
-	b = pad(b, tk, numWidth)
+	return nil
+}
+
+func appendTail(b []byte, req idem.ClaimRequest) []byte {
+	b = pad(b, req.TakeoverAfter.Milliseconds(), numWidth)
 	b = pad(b, int64(len(req.Nonce)), smallWidth)
 	b = pad(b, int64(len(req.PayloadHash)), smallWidth)
 	b = pad(b, int64(len(req.Key)), smallWidth)
 	b = append(b, "0000000000000000000000000"...)
 	b = append(b, req.Nonce...)
 	b = append(b, req.PayloadHash...)
-	b = append(b, req.Key...)
-	return string(b), nil
+	return append(b, req.Key...)
 }
 
 // claimValue is a fresh claim written with SET NX PX (lease + retention):
 // status in progress, attempt 1, and times relative to the key's expiry,
 // which the server sets from its own clock.
 func claimValue(req idem.ClaimRequest, retention time.Duration) (string, error) {
-	tail, err := claimTail(req)
-	if err != nil {
+	if err := checkClaim(req); err != nil {
 		return "", err
 	}
 	if l, r := req.LeaseTTL.Milliseconds(), retention.Milliseconds(); l > maxNum || r > maxNum {
 		return "", fmt.Errorf("lease %v or retention %v out of range", req.LeaseTTL, retention)
 	}
-	b := make([]byte, 0, headerLen+len(tail))
+	b := make([]byte, 0, headerLen+len(req.Nonce)+len(req.PayloadHash)+len(req.Key))
 	b = append(b, magic...)
 	b = append(b, 'P', '0'+flagRelative)
 	b = pad(b, req.LeaseTTL.Milliseconds(), numWidth)
 	b = append(b, "00000000000000000000000000"...) // heartbeat_at, started_at
 	b = pad(b, retention.Milliseconds(), numWidth)
 	b = pad(b, 1, numWidth)
-	return string(append(b, tail...)), nil
+	return string(appendTail(b, req)), nil
 }
 
 // outcome returns the status-and-flags, lengths and body arguments of the
