@@ -18,6 +18,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/storetest"
 )
 
@@ -688,6 +689,53 @@ func TestGuardOptionsPassThrough(t *testing.T) {
 	if h.runs.Load() != 2 {
 		t.Fatalf("runs = %d, want 2", h.runs.Load())
 	}
+}
+
+// TestGuardOptionsTable: the Guard options reach the Guard underneath: TTL
+// (a record past it runs the handler again), secret (two secrets on one
+// store share no records), observer (sees the claim and the hit).
+func TestGuardOptionsTable(t *testing.T) {
+	t.Run("TTL", func(t *testing.T) {
+		var mu sync.Mutex
+		now := time.Unix(1_700_000_000, 0)
+		store := mustMem(memstore.WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now }))
+		h := &counter{}
+		srv := newMW(t, store, idemhttp.WithGuard(idem.WithTTL(time.Hour))).Handler(h)
+		do(srv, req{key: "k"})
+		mu.Lock()
+		now = now.Add(59 * time.Minute)
+		mu.Unlock()
+		if w := do(srv, req{key: "k"}); w.Header().Get(idemhttp.ReplayedHeader) != "true" || h.runs.Load() != 1 {
+			t.Fatalf("within the TTL: runs %d", h.runs.Load())
+		}
+		mu.Lock()
+		now = now.Add(2 * time.Minute)
+		mu.Unlock()
+		if w := do(srv, req{key: "k"}); w.Header().Get(idemhttp.ReplayedHeader) != "" || h.runs.Load() != 2 {
+			t.Fatalf("past the TTL: runs %d", h.runs.Load())
+		}
+	})
+	t.Run("secret", func(t *testing.T) {
+		store := mustMem()
+		h := &counter{}
+		a := newMW(t, store, idemhttp.WithGuard(idem.WithSecret([]byte("0123456789abcdef0123456789abcdef")))).Handler(h)
+		b := newMW(t, store, idemhttp.WithGuard(idem.WithSecret([]byte("fedcba9876543210fedcba9876543210")))).Handler(h)
+		do(a, req{key: "k"})
+		do(b, req{key: "k"})
+		if w := do(a, req{key: "k"}); w.Header().Get(idemhttp.ReplayedHeader) != "true" || h.runs.Load() != 2 {
+			t.Fatalf("runs %d, want 2 (one per secret)", h.runs.Load())
+		}
+	})
+	t.Run("observer", func(t *testing.T) {
+		var c idem.Counter
+		srv := newMW(t, nil, idemhttp.WithGuard(idem.WithObserver(&c))).Handler(&counter{})
+		do(srv, req{key: "k"})
+		do(srv, req{key: "k"})
+		do(srv, req{key: "k", body: "other"})
+		if c.Count(idem.EventClaim) != 1 || c.Count(idem.EventHit) != 1 || c.Count(idem.EventPayloadMismatch) != 1 {
+			t.Fatalf("claims %d, hits %d, mismatches %d", c.Count(idem.EventClaim), c.Count(idem.EventHit), c.Count(idem.EventPayloadMismatch))
+		}
+	})
 }
 
 // TestInvalidOptions: every option checks its argument in New.
