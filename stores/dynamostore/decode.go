@@ -104,13 +104,6 @@ func strAttr(item map[string]types.AttributeValue, name string) (string, error) 
 	return sv.Value, nil
 }
 
-// strAttrOr returns the string attribute name, or "" when it is missing or
-// not a string.
-func strAttrOr(item map[string]types.AttributeValue, name string) string {
-	v, _ := strAttr(item, name)
-	return v
-}
-
 func numAttr(item map[string]types.AttributeValue, name string) (int64, error) {
 	av, ok := item[name]
 	if !ok {
@@ -154,10 +147,4 @@ func typeName(av types.AttributeValue) string {
 	default:
 		return fmt.Sprintf("%T", av)
 	}
-}
-
-// liveAfter reports whether item's expires_at is later than now.
-func liveAfter(item map[string]types.AttributeValue, now int64) bool {
-	exp, err := numAttr(item, attrExpiresAt)
-	return err == nil && exp > now
 }

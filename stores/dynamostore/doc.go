@@ -81,6 +81,19 @@
 // stale claim or a re-claim of an expired record costs one more. The tests
 // count HTTP requests with SDK middleware to prove it.
 //
+// Every call is checked with storekit's checks before a request is sent
+// (storekit.ValidateClaim, ValidateCompletion, ValidateOwner, ValidateKey):
+// a call no Guard makes, such as a claim without a nonce or with a lease or
+// takeover threshold under a millisecond, or a completion with an unknown
+// status or a TTL under a millisecond, is a *storekit.RequestError matching
+// storekit.ErrInvalidRequest; an empty key, or one over 2048 bytes with the
+// prefix, is an *idem.KeyError; a heartbeat, completion or release with an
+// empty nonce is idem.ErrLostOwnership. Claim decides on the item a refused
+// condition returns with storekit.DecideClaim (its Write says whether a
+// second request is needed), a refused heartbeat with
+// storekit.ApplyHeartbeat's ownership rule, and Get applies storekit.Found:
+// an expired item DynamoDB has not deleted yet is idem.ErrNotFound.
+//
 // A takeover (or heartbeat) that finds an expiry later than the one it would
 // write keeps the later expiry, as storekit.DecideClaim does, with an
 // UpdateItem conditioned on the exact nonce, heartbeat and expiry it saw (a

@@ -228,17 +228,21 @@ func attrN(v int64) types.AttributeValue {
 func attrB(v []byte) types.AttributeValue             { return &types.AttributeValueMemberB{Value: v} }
 func statusValue(st idem.Status) types.AttributeValue { return attrS(string(st)) }
 
-// begin checks the configuration and the key and returns the item key.
-func (st *Store) begin(op, key string) (map[string]types.AttributeValue, error) {
+// begin checks the configuration and the request and returns the item
+// key. check is the verdict of the storekit check of the request (which
+// checks the key first); a key that does not fit the partition key with
+// the prefix is refused after it. Nothing is sent for a refused request.
+func (st *Store) begin(op, key string, check error) (map[string]types.AttributeValue, error) {
 	if st.err != nil {
 		return nil, st.err
 	}
-	if key == "" {
-		return nil, &idem.KeyError{Reason: "empty storage key"}
+	if check != nil {
+		return nil, fmt.Errorf("dynamostore: %s: %w", op, check)
 	}
 	pk := st.cfg.prefix + key
 	if len(pk) > maxPartitionKeyBytes {
-		return nil, &idem.KeyError{Reason: fmt.Sprintf("storage key longer than %d bytes", maxPartitionKeyBytes)}
+		return nil, fmt.Errorf("dynamostore: %s: %w", op,
+			&idem.KeyError{Reason: fmt.Sprintf("storage key longer than %d bytes with the prefix", maxPartitionKeyBytes)})
 	}
 	k := map[string]types.AttributeValue{st.cfg.pk: attrS(pk)}
 	if st.cfg.sk != "" {
@@ -292,12 +296,9 @@ var ErrContention = errors.New("dynamostore: claim kept losing to concurrent wri
 // record (or one it cannot read) takes the second path: a conditional
 // UpdateItem that keeps the attempt number monotonic.
 func (st *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
-	key, err := st.begin("claim", req.Key)
+	key, err := st.begin("claim", req.Key, storekit.ValidateClaim(req))
 	if err != nil {
 		return idem.ClaimResult{}, err
-	}
-	if req.Nonce == "" {
-		return idem.ClaimResult{}, storeErr("claim", errors.New("empty nonce"))
 	}
 	if st.released.take(req.Key) {
 		return st.claimExisting(ctx, key, req, nil)
@@ -333,13 +334,10 @@ func (st *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRe
 		// overwritten (expired) or is reported (live).
 		return st.claimExisting(ctx, key, req, nil)
 	}
-	res := storekit.DecideClaim(cur, req, now).Result()
-	switch {
-	case res.Outcome == idem.Existing:
-		return res, nil
-	case res.Outcome == idem.Claimed && cur.Live(now) && cur.Nonce == req.Nonce:
-		// A retried claim whose first try was applied.
-		return res, nil
+	if d := storekit.DecideClaim(cur, req, now); !d.Write {
+		// A live record: another claim's (Existing), or this one's, whose
+		// first try was applied (Claimed).
+		return d.Result(), nil
 	}
 	return st.claimExisting(ctx, key, req, cur)
 }
@@ -438,13 +436,8 @@ func (st *Store) claimExisting(ctx context.Context, key map[string]types.Attribu
 		if cur, err = st.decode(req.Key, old); err != nil {
 			return idem.ClaimResult{}, err
 		}
-		res := storekit.DecideClaim(cur, req, now).Result()
-		switch {
-		case res.Outcome == idem.Existing:
-			return res, nil
-		case res.Outcome == idem.Claimed && cur.Live(now) && cur.Nonce == req.Nonce:
-			// A retried claim whose first try was applied.
-			return res, nil
+		if d := storekit.DecideClaim(cur, req, now); !d.Write {
+			return d.Result(), nil
 		}
 		// A stale claim with a later expiry (taken over at the top of the
 		// next round), or the record changed between the condition and our
@@ -534,7 +527,7 @@ func (st *Store) takeOverKeepingExpiry(ctx context.Context, key map[string]types
 
 // Heartbeat implements idem.Store.
 func (st *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
-	k, err := st.begin("heartbeat", key)
+	k, err := st.begin("heartbeat", key, storekit.ValidateOwner(key, nonce))
 	if err != nil {
 		return err
 	}
@@ -560,7 +553,15 @@ func (st *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time
 	if !refused {
 		return storeErr("heartbeat", err)
 	}
-	if strAttrOr(old, attrNonce) != nonce || strAttrOr(old, attrStatus) != string(idem.StatusInProgress) || !liveAfter(old, now) {
+	// Refused: not ours (storekit.ApplyHeartbeat's rule), or ours with an
+	// expiry later than now + leaseTTL.
+	var cur *idem.Record
+	if len(old) > 0 {
+		if cur, err = st.decode(key, old); err != nil {
+			return err
+		}
+	}
+	if _, err := storekit.ApplyHeartbeat(cur, nonce, leaseTTL, now); err != nil {
 		return lost("heartbeat")
 	}
 	// Still ours, with an expiry later than now + leaseTTL: keep it and
@@ -580,15 +581,12 @@ func (st *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time
 
 // Complete implements idem.Store.
 func (st *Store) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
-	k, err := st.begin("complete", key)
+	k, err := st.begin("complete", key, storekit.ValidateOwner(key, nonce))
 	if err != nil {
 		return err
 	}
-	switch {
-	case c.Status != idem.StatusCompleted && c.Status != idem.StatusFailed:
-		return storeErr("complete", fmt.Errorf("completion status %q is not completed or failed", c.Status))
-	case c.Status == idem.StatusFailed && c.Error == nil:
-		return storeErr("complete", errors.New("failed completion without error"))
+	if err := storekit.ValidateCompletion(c); err != nil {
+		return fmt.Errorf("dynamostore: complete: %w", err)
 	}
 	now := st.nowMs()
 	exp := now + c.TTL.Milliseconds()
@@ -618,7 +616,7 @@ func (st *Store) Complete(ctx context.Context, key, nonce string, c idem.Complet
 // Release implements idem.Store: the record stays, with expires_at = now,
 // so the next claim continues its attempt numbers.
 func (st *Store) Release(ctx context.Context, key, nonce string) error {
-	k, err := st.begin("release", key)
+	k, err := st.begin("release", key, storekit.ValidateOwner(key, nonce))
 	if err != nil {
 		return err
 	}
@@ -641,7 +639,7 @@ func (st *Store) Release(ctx context.Context, key, nonce string) error {
 
 // Get implements idem.Store with a strongly consistent read.
 func (st *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
-	k, err := st.begin("get", key)
+	k, err := st.begin("get", key, storekit.ValidateKey(key))
 	if err != nil {
 		return nil, err
 	}
@@ -653,22 +651,18 @@ func (st *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
 	if err != nil {
 		return nil, storeErr("get", err)
 	}
-	if len(out.Item) == 0 {
-		return nil, idem.ErrNotFound
+	var rec *idem.Record
+	if len(out.Item) > 0 {
+		if rec, err = st.decode(key, out.Item); err != nil {
+			return nil, err
+		}
 	}
-	rec, err := st.decode(key, out.Item)
-	if err != nil {
-		return nil, err
-	}
-	if !rec.Live(st.nowMs()) {
-		return nil, idem.ErrNotFound
-	}
-	return rec, nil
+	return storekit.Found(rec, st.nowMs())
 }
 
 // Delete implements idem.Store.
 func (st *Store) Delete(ctx context.Context, key string) error {
-	k, err := st.begin("delete", key)
+	k, err := st.begin("delete", key, storekit.ValidateKey(key))
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/dynamostore"
 )
 
@@ -358,9 +359,9 @@ func TestCompleteVariants(t *testing.T) {
 		mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
 		for _, c := range []idem.Completion{{Status: idem.StatusInProgress}, {Status: "bogus"}, {Status: idem.StatusFailed}} {
 			err := e.store.Complete(ctx, key, "A", c)
-			var se *idem.StoreError
-			if !errors.As(err, &se) {
-				t.Fatalf("complete %+v: %v", c, err)
+			var re *storekit.RequestError
+			if !errors.As(err, &re) || !errors.Is(err, storekit.ErrInvalidRequest) {
+				t.Fatalf("complete %+v: %v, want a *storekit.RequestError", c, err)
 			}
 		}
 		if rec, err := e.store.Get(ctx, key); err != nil || rec.Status != idem.StatusInProgress {
@@ -779,18 +780,60 @@ func TestInvalidConfiguration(t *testing.T) {
 	}
 }
 
+// TestInvalidRequests: calls no Guard makes are refused with storekit's
+// typed errors before any request is sent.
 func TestInvalidRequests(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if _, err := e.store.Claim(ctx, claimReq("", "A")); !errors.Is(err, idem.ErrInvalidKey) {
-		t.Fatalf("empty key: %v", err)
+	key := storageKey()
+	for name, r := range map[string]idem.ClaimRequest{
+		"empty nonce":    {Key: key, LeaseTTL: time.Minute, TakeoverAfter: time.Second},
+		"zero takeover":  {Key: key, Nonce: "n", LeaseTTL: time.Minute},
+		"sub-ms lease":   {Key: key, Nonce: "n", LeaseTTL: time.Microsecond, TakeoverAfter: time.Second},
+		"negative lease": {Key: key, Nonce: "n", LeaseTTL: -time.Second, TakeoverAfter: time.Second},
+	} {
+		_, err := e.store.Claim(ctx, r)
+		var re *storekit.RequestError
+		if !errors.Is(err, storekit.ErrInvalidRequest) || !errors.As(err, &re) {
+			t.Errorf("claim, %s: %v, want a *storekit.RequestError", name, err)
+		}
+	}
+	for name, c := range map[string]idem.Completion{
+		"unknown status":        {Status: "done", TTL: time.Minute},
+		"in progress":           {Status: idem.StatusInProgress, TTL: time.Minute},
+		"failure without error": {Status: idem.StatusFailed, TTL: time.Minute},
+		"zero TTL":              {Status: idem.StatusCompleted, Result: []byte("1")},
+		"sub-ms TTL":            {Status: idem.StatusCompleted, TTL: time.Microsecond},
+	} {
+		if err := e.store.Complete(ctx, key, "n", c); !errors.Is(err, storekit.ErrInvalidRequest) {
+			t.Errorf("complete, %s: %v, want ErrInvalidRequest", name, err)
+		}
+	}
+	ok := idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}
+	for op, err := range map[string]error{
+		"heartbeat": e.store.Heartbeat(ctx, key, "", time.Minute),
+		"complete":  e.store.Complete(ctx, key, "", ok),
+		"release":   e.store.Release(ctx, key, ""),
+	} {
+		if !errors.Is(err, idem.ErrLostOwnership) {
+			t.Errorf("%s with an empty nonce: %v, want ErrLostOwnership", op, err)
+		}
 	}
 	long := "idem:" + string(make([]byte, 2100))
-	if _, err := e.store.Get(ctx, long); !errors.Is(err, idem.ErrInvalidKey) {
-		t.Fatalf("long key: %v", err)
-	}
-	if _, err := e.store.Claim(ctx, claimReq(storageKey(), "")); err == nil {
-		t.Fatal("claim with an empty nonce succeeded")
+	for op, err := range map[string]error{
+		"claim, empty key": func() error { _, err := e.store.Claim(ctx, claimReq("", "A")); return err }(),
+		"claim, long key":  func() error { _, err := e.store.Claim(ctx, claimReq(long, "A")); return err }(),
+		"heartbeat":        e.store.Heartbeat(ctx, "", "A", time.Minute),
+		"complete":         e.store.Complete(ctx, "", "A", ok),
+		"release":          e.store.Release(ctx, "", "A"),
+		"get":              func() error { _, err := e.store.Get(ctx, ""); return err }(),
+		"get, long key":    func() error { _, err := e.store.Get(ctx, long); return err }(),
+		"delete":           e.store.Delete(ctx, ""),
+	} {
+		var ke *idem.KeyError
+		if !errors.Is(err, idem.ErrInvalidKey) || !errors.As(err, &ke) {
+			t.Errorf("%s: %v, want a *idem.KeyError", op, err)
+		}
 	}
 	if got := e.log.take(); len(got) != 0 {
 		t.Fatalf("invalid requests were sent: %v", got)
@@ -822,7 +865,7 @@ func TestBackendErrorsAreWrapped(t *testing.T) {
 	for op, err := range map[string]error{
 		"claim":     func() error { _, err := dead.Claim(ctx, claimReq(storageKey(), "A")); return err }(),
 		"heartbeat": dead.Heartbeat(ctx, storageKey(), "A", time.Minute),
-		"complete":  dead.Complete(ctx, storageKey(), "A", idem.Completion{Status: idem.StatusCompleted}),
+		"complete":  dead.Complete(ctx, storageKey(), "A", idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}),
 		"release":   dead.Release(ctx, storageKey(), "A"),
 		"get":       func() error { _, err := dead.Get(ctx, storageKey()); return err }(),
 		"delete":    dead.Delete(ctx, storageKey()),
