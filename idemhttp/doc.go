@@ -31,7 +31,7 @@
 //
 //	400 ProblemKeyMissing           no key, WithRequired set
 //	400 ProblemKeyInvalid           malformed key, or longer than MaxKeyLen
-//	401 ProblemUnauthorized         the WithPrincipal function returned an error
+//	401 ProblemUnauthorized         the WithPrincipal function returned an error or ""
 //	409 ProblemInProgress           the first request with the key still runs
 //	409 ProblemAlreadyProcessed     the key was used, policy idem.Raise
 //	409 ProblemResponseNotRecorded  processed, but the response was too large to keep
@@ -49,8 +49,8 @@
 // of the principal's hash and the key (HMAC with idem.WithSecret). The
 // principal, from WithPrincipal, names who asks (an API key, an account);
 // two principals using the same key never see each other's records. A
-// principal function that fails is a 401, so an unauthenticated caller
-// cannot use the key space at all.
+// principal function that fails, or returns an empty name, is a 401, so an
+// unauthenticated caller cannot use the key space at all.
 //
 // # Fingerprint
 //

@@ -1,6 +1,7 @@
 package idemhttp_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,7 +22,12 @@ func Example() {
 	})
 	store, _ := memstore.New() // no options: cannot fail
 	m, err := idemhttp.New(store,
-		idemhttp.WithPrincipal(func(r *http.Request) (string, error) { return r.Header.Get("Authorization"), nil }),
+		idemhttp.WithPrincipal(func(r *http.Request) (string, error) {
+			if k := r.Header.Get("Authorization"); k != "" {
+				return k, nil // in a real API: the account the credentials name
+			}
+			return "", errors.New("not authenticated")
+		}),
 		idemhttp.WithRequired(),
 	)
 	if err != nil {

@@ -130,7 +130,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	principal := ""
 	if m.cfg.principal != nil {
-		if principal, err = m.cfg.principal(r); err != nil {
+		// An empty name identifies nobody: were it accepted, every caller
+		// the function cannot name would share one key space.
+		if principal, err = m.cfg.principal(r); err != nil || principal == "" {
 			writeProblem(w, problem{Type: ProblemUnauthorized, Title: "Caller not identified", Status: http.StatusUnauthorized,
 				Detail: "The request does not say who is asking, so its idempotency key cannot be scoped."}, 0)
 			return

@@ -160,6 +160,8 @@ func TestErrorRows(t *testing.T) {
 			req: req{key: "k1", body: "12345"}, status: 413, problem: idemhttp.ProblemBodyTooLarge},
 		{name: "principal refused", opts: []idemhttp.Option{idemhttp.WithPrincipal(func(*http.Request) (string, error) { return "", errors.New("no api key") })},
 			req: req{key: "k1"}, status: 401, problem: idemhttp.ProblemUnauthorized},
+		{name: "principal empty", opts: []idemhttp.Option{idemhttp.WithPrincipal(func(*http.Request) (string, error) { return "", nil })},
+			req: req{key: "k1"}, status: 401, problem: idemhttp.ProblemUnauthorized},
 		{name: "store failure", store: failing, req: req{key: "k1"}, status: 503, problem: idemhttp.ProblemStoreUnavailable},
 		{name: "duplicate under Raise", opts: []idemhttp.Option{idemhttp.WithGuard(idem.OnDuplicate(idem.Raise))}, first: &req{key: "k1"},
 			req: req{key: "k1"}, status: 409, problem: idemhttp.ProblemAlreadyProcessed, runs: 1},

@@ -59,8 +59,10 @@ func (c *config) invalid(option, format string, args ...any) {
 // WithPrincipal sets the function that names who is asking (an API key, a
 // user or account id). Keys are scoped by it: the same Idempotency-Key sent
 // by two principals names two independent operations, so one client can
-// never replay another's response. A function that returns an error makes
-// the request a 401 problem, with the handler not run. Without this option
+// never replay another's response. A function that returns an error, or
+// an empty name, makes the request a 401 problem, with the handler not run
+// (an empty name would put every caller the function cannot name in one
+// key space; name anonymous callers explicitly if they are to share one). Without this option
 // every caller shares one key space; use it whenever the API has more than
 // one client.
 //
