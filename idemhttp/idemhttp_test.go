@@ -762,6 +762,7 @@ func TestInvalidOptions(t *testing.T) {
 		"WithGuard(OnFailure(Lock))":                idemhttp.WithGuard(idem.OnFailure(idem.Lock)),
 		"WithGuard(OnFailure(Lock)) among others": idemhttp.WithGuard(idem.WithNamespace("t", "s"),
 			idem.OnFailure(idem.Lock), idem.OnDuplicate(idem.Wait)),
+		"WithGuard(OnFailure(Lock), OnDuplicate(Raise))": idemhttp.WithGuard(idem.OnFailure(idem.Lock), idem.OnDuplicate(idem.Raise)),
 	}
 	for name, opt := range tests {
 		t.Run(name, func(t *testing.T) {
