@@ -20,7 +20,9 @@
 -- same rules the Go decoder applies, so it never overwrites a record that
 -- does not decode.
 
-local PAT = '^R2[PCF][0-7]' .. string.rep('%d', 118)
+-- PAT: magic, status, flags, then 118 digits (a literal, so a call does
+-- not build it again).
+local PAT = '^R2[PCF][0-7]%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d'
 
 local function now_ms()
   local t = redis.call('TIME')
