@@ -200,9 +200,21 @@
 // database refuses (SQLSTATE class 22: too long for its column, not valid
 // UTF-8, a NUL byte in PostgreSQL text) or a statement over MySQL's packet
 // limit is marked permanent (it matches idem.ErrPermanent), so a Guard does
-// not retry the completion. A MySQL deadlock inside a claim is retried. Option mistakes are *OptionError
-// matching idem.ErrInvalidOption, from New. Keys longer than 255 bytes are
-// an idem.ErrInvalidKey, nonces longer than 64 bytes and payload hashes
-// longer than 255 bytes are refused before any statement, so MySQL never
-// truncates a value.
+// not retry the completion. A statement the database rolled back for a
+// transient reason (a deadlock: MySQL 1213, PostgreSQL 40P01; a lock wait
+// timeout, MySQL 1205; a serialization failure, SQLSTATE 40001) is sent
+// again, in every operation, with a capped backoff while the call's
+// deadline allows. Option mistakes are *OptionError matching
+// idem.ErrInvalidOption, from New.
+//
+// Requests are checked with storekit's rules before any statement is sent
+// (storekit.ValidateClaim, ValidateCompletion, ValidateOwner, ValidateKey):
+// a claim without a nonce or with a lease or takeover threshold under a
+// millisecond, or a completion with an unknown status, a failure without
+// its error or a TTL under a millisecond, is a *storekit.RequestError
+// matching storekit.ErrInvalidRequest; an empty nonce in a heartbeat,
+// complete or release is idem.ErrLostOwnership. The columns add their
+// limits: keys longer than 255 bytes are an idem.ErrInvalidKey, nonces
+// longer than 64 bytes are a *storekit.RequestError, and payload hashes
+// longer than 255 bytes are refused, so MySQL never truncates a value.
 package sqlstore

@@ -89,7 +89,7 @@ func (s *Store) Channel() string { return notifyChannel(s.cfg.table) }
 // connection cannot be established within 5s (the Guard then polls). stop
 // ends the watch; it is safe to call more than once.
 func (w *WatchingStore) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if err := w.checkKey(key); err != nil {
+	if err := w.checkKey("watch", key); err != nil {
 		return nil, nil, err
 	}
 	l := w.listener()

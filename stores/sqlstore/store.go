@@ -222,34 +222,61 @@ func permanent(err error) bool {
 	return errors.As(err, &se) && strings.HasPrefix(se.SQLState(), "22")
 }
 
-// checkKey validates a storage key.
-func (s *Store) checkKey(key string) error {
+// checked wraps the verdict of a storekit check of an op on key, keeping
+// what it matches (idem.ErrInvalidKey, storekit.ErrInvalidRequest,
+// idem.ErrLostOwnership).
+func checked(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("sqlstore: %s %s: %w", op, key, err)
+}
+
+// checkKey validates a storage key: storekit's rule, then the column's
+// (its length, and text the database keeps and compares byte for byte).
+func (s *Store) checkKey(op, key string) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	switch {
-	case key == "":
-		return &idem.KeyError{Reason: "empty storage key"}
-	case len(key) > MaxKeyLen:
-		return &idem.KeyError{Reason: fmt.Sprintf("storage key longer than %d bytes", MaxKeyLen)}
+	if err := storekit.ValidateKey(key); err != nil {
+		return checked(op, key, err)
 	}
-	if why := textProblem(key); why != "" {
-		return &idem.KeyError{Reason: "storage key: " + why}
+	var why string
+	if len(key) > MaxKeyLen {
+		why = fmt.Sprintf("storage key longer than %d bytes", MaxKeyLen)
+	} else if p := textProblem(key); p != "" {
+		why = "storage key: " + p
+	}
+	if why != "" {
+		return checked(op, key, &idem.KeyError{Reason: why})
 	}
 	return nil
 }
 
+// checkOwner validates the key and nonce of a heartbeat, complete or
+// release: storekit.ValidateOwner (an empty nonce is idem.ErrLostOwnership),
+// then the key's column rules.
+func (s *Store) checkOwner(op, key, nonce string) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	if err := checked(op, key, storekit.ValidateOwner(key, nonce)); err != nil {
+		return err
+	}
+	return s.checkKey(op, key)
+}
+
+// checkNonce applies the nonce column's rules to a claim's nonce, which
+// storekit.ValidateClaim has found not empty.
 func checkNonce(nonce string) error {
-	switch {
-	case nonce == "":
-		return errors.New("empty nonce")
-	case len(nonce) > MaxNonceLen:
-		return fmt.Errorf("nonce longer than %d bytes", MaxNonceLen)
+	why := textProblem(nonce)
+	if len(nonce) > MaxNonceLen {
+		why = fmt.Sprintf("longer than %d bytes", MaxNonceLen)
 	}
-	if why := textProblem(nonce); why != "" {
-		return errors.New("nonce: " + why)
+	if why == "" {
+		return nil
 	}
-	return nil
+	return &storekit.RequestError{Op: "claim", Field: "Nonce", Reason: why}
 }
 
 // keyArgs are the arguments that find a row: its storage key, which is
@@ -268,11 +295,17 @@ var ErrContention = errors.New("sqlstore: claim kept losing to concurrent writes
 // Claim implements idem.Store (see the package documentation for the
 // statements each dialect sends).
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
-	if err := s.checkKey(req.Key); err != nil {
+	if err := s.Validate(); err != nil {
 		return idem.ClaimResult{}, err
 	}
-	if err := checkNonce(req.Nonce); err != nil {
-		return idem.ClaimResult{}, storeErr("claim", err)
+	if err := checked("claim", req.Key, storekit.ValidateClaim(req)); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	if err := s.checkKey("claim", req.Key); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	if err := checked("claim", req.Key, checkNonce(req.Nonce)); err != nil {
+		return idem.ClaimResult{}, err
 	}
 	if len(req.PayloadHash) > MaxPayloadLen {
 		return idem.ClaimResult{}, storeErr("claim", fmt.Errorf("payload hash longer than %d bytes", MaxPayloadLen))
@@ -370,9 +403,8 @@ func (s *Store) claimPostgres(ctx context.Context, req idem.ClaimRequest) (idem.
 		}
 		return idem.ClaimResult{Outcome: idem.Claimed, Record: rec}, true, nil
 	}
-	res := storekit.DecideClaim(rec, req, now).Result()
-	if res.Outcome == idem.Existing || res.Record == rec { // untouched, or ours already
-		return res, true, nil
+	if d := storekit.DecideClaim(rec, req, now); !d.Write { // untouched, or ours already
+		return d.Result(), true, nil
 	}
 	return idem.ClaimResult{}, false, nil // snapshot older than the row the upsert saw
 }
@@ -408,8 +440,9 @@ func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 	if err != nil {
 		return idem.ClaimResult{}, false, err
 	}
-	res := storekit.DecideClaim(cur, req, now).Result()
-	if res.Outcome == idem.Existing || res.Record == cur {
+	d := storekit.DecideClaim(cur, req, now)
+	res := d.Result()
+	if !d.Write { // untouched, or ours already
 		return res, true, nil
 	}
 	// The decision was taken at the read's now; the written times are the
@@ -486,7 +519,7 @@ func (s *Store) read(ctx context.Context, op, key string) (*idem.Record, int64, 
 // Heartbeat implements idem.Store: one UPDATE conditioned on the nonce and
 // status.
 func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
-	if err := s.checkKey(key); err != nil {
+	if err := s.checkOwner("heartbeat", key, nonce); err != nil {
 		return err
 	}
 	var args []any
@@ -500,14 +533,11 @@ func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.
 
 // Complete implements idem.Store: one UPDATE conditioned on the nonce.
 func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
-	if err := s.checkKey(key); err != nil {
+	if err := s.checkOwner("complete", key, nonce); err != nil {
 		return err
 	}
-	if c.Status != idem.StatusCompleted && c.Status != idem.StatusFailed {
-		return storeErr("complete", fmt.Errorf("completion status %q", c.Status))
-	}
-	if c.Status == idem.StatusFailed && c.Error == nil {
-		return storeErr("complete", errors.New("failed completion without error"))
+	if err := checked("complete", key, storekit.ValidateCompletion(c)); err != nil {
+		return err
 	}
 	var msg, typ any
 	if c.Error != nil {
@@ -569,7 +599,7 @@ func (s *Store) checkPacket(ctx context.Context, size int) error {
 // conditioned on the nonce and status. The row stays, so the next claim
 // continues its attempt numbers.
 func (s *Store) Release(ctx context.Context, key, nonce string) error {
-	if err := s.checkKey(key); err != nil {
+	if err := s.checkOwner("release", key, nonce); err != nil {
 		return err
 	}
 	return s.owned(ctx, "release", stRelease, key, nonce, true, append(s.keyArgs(key), nonce))
@@ -580,9 +610,6 @@ func (s *Store) Release(ctx context.Context, key, nonce string) error {
 // update wrote the values the row already had (a retried complete, two
 // heartbeats in one millisecond); there, a zero is checked with a read.
 func (s *Store) owned(ctx context.Context, op string, id stmtID, key, nonce string, inProgress bool, args []any) error {
-	if nonce == "" {
-		return fmt.Errorf("sqlstore: %s: empty nonce: %w", op, idem.ErrLostOwnership)
-	}
 	n, err := s.exec(ctx, id, args...)
 	if err != nil {
 		return storeErr(op, err)
@@ -606,25 +633,19 @@ func (s *Store) owned(ctx context.Context, op string, id stmtID, key, nonce stri
 // Get implements idem.Store: one SELECT. A row that has expired is
 // idem.ErrNotFound.
 func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
-	if err := s.checkKey(key); err != nil {
+	if err := s.checkKey("get", key); err != nil {
 		return nil, err
 	}
 	rec, now, err := s.read(ctx, "get", key)
-	if errors.Is(err, errNoRow) {
-		return nil, idem.ErrNotFound
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, errNoRow) {
 		return nil, err
 	}
-	if !rec.Live(now) {
-		return nil, idem.ErrNotFound
-	}
-	return rec, nil
+	return storekit.Found(rec, now)
 }
 
 // Delete implements idem.Store: one DELETE, whatever the row holds.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := s.checkKey(key); err != nil {
+	if err := s.checkKey("delete", key); err != nil {
 		return err
 	}
 	if _, err := s.exec(ctx, stDelete, s.keyArgs(key)...); err != nil {

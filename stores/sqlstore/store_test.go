@@ -375,7 +375,7 @@ func TestStoreErrorsWrapped(t *testing.T) {
 		e := newEnv(t, d)
 		s2, err := sqlstore.New(db, d, sqlstore.WithTable(e.table))
 		require.NoError(t, err)
-		err = s2.Complete(ctx, storageKey(), "n", idem.Completion{Status: idem.StatusCompleted})
+		err = s2.Complete(ctx, storageKey(), "n", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour})
 		require.True(t, errors.As(err, &se), "closed db: %v", err)
 		assert.Equal(t, "complete", se.Op)
 		assert.ErrorContains(t, err, "database is closed")
@@ -416,7 +416,7 @@ func TestRefusedValuesArePermanent(t *testing.T) {
 
 		s, err := sqlstore.New(e.db, d, sqlstore.WithTable("idem_missing_"+randHex(4)))
 		require.NoError(t, err)
-		err = s.Complete(ctx, storageKey(), "n", idem.Completion{Status: idem.StatusCompleted})
+		err = s.Complete(ctx, storageKey(), "n", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour})
 		require.Error(t, err)
 		assert.NotErrorIs(t, err, idem.ErrPermanent, "missing table")
 	})
