@@ -93,10 +93,13 @@ func (k keyer) sum(prefix string, b []byte) string {
 		h.Sum(digest[:0])
 		k.macs.Put(h)
 	}
-	out := make([]byte, len(prefix)+2*sha256.Size)
-	copy(out, prefix)
-	hex.Encode(out[len(prefix):], digest[:])
-	return string(out)
+	var hexed [2 * sha256.Size]byte
+	hex.Encode(hexed[:], digest[:])
+	var out strings.Builder // one allocation: the string itself
+	out.Grow(len(prefix) + len(hexed))
+	out.WriteString(prefix)
+	out.Write(hexed[:])
+	return out.String()
 }
 
 func (k keyer) storageKey(key string) (string, error) {
