@@ -568,6 +568,32 @@ func TestBodyHandedOn(t *testing.T) {
 	if w := do(srv, req{key: "k", body: "12345"}); w.Code != 200 || string(got) != "12345" {
 		t.Fatalf("%d %q", w.Code, got)
 	}
+	// Every byte value, over a real connection: the handler reads exactly
+	// what was sent, with the Content-Length and GetBody it expects.
+	bin := make([]byte, 256*3)
+	for i := range bin {
+		bin[i] = byte(i)
+	}
+	var gotLen int64
+	var again []byte
+	ts := httptest.NewServer(newMW(t, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = io.ReadAll(r.Body)
+		gotLen = r.ContentLength
+		if rc, err := r.GetBody(); err == nil {
+			again, _ = io.ReadAll(rc)
+		}
+	})))
+	defer ts.Close()
+	rq, _ := http.NewRequest("POST", ts.URL, bytes.NewReader(bin))
+	rq.Header.Set("Idempotency-Key", "bin")
+	resp, err := http.DefaultClient.Do(rq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if !bytes.Equal(got, bin) || !bytes.Equal(again, bin) || gotLen != int64(len(bin)) {
+		t.Fatalf("handler got %d bytes (equal %v), GetBody %d bytes, ContentLength %d", len(got), bytes.Equal(got, bin), len(again), gotLen)
+	}
 	// A body without Content-Length over the limit is refused too.
 	r := httptest.NewRequest("POST", "/", io.MultiReader(strings.NewReader("123"), strings.NewReader("456")))
 	r.ContentLength = -1
