@@ -70,7 +70,7 @@ func New(store idem.Store, opts ...Option) (*Middleware, error) {
 	if err != nil {
 		c.errs = append(c.errs, err)
 	} else if locksFailures(c.guardOpts) {
-		c.invalid("WithGuard", "idem.OnFailure(idem.Lock) is not supported: the middleware releases the claim of every response it does not record (a 5xx, a hijacked connection, a client gone before the answer), and under Lock that release would be stored as a failure replayed as a 500 for the whole TTL")
+		c.invalid("WithGuard", "idem.OnFailure(idem.Lock) is refused: a response the middleware does not record (a 5xx, a hijacked connection, a client gone) must release its claim, and Lock would keep it as a failure for the TTL (WithRecordStatus replays a 5xx instead)")
 	}
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
