@@ -10,6 +10,7 @@ require (
 	github.com/idem-go/idem/stores/dynamostore v0.0.0-00010101000000-000000000000
 	github.com/idem-go/idem/stores/filestore v0.0.0-00010101000000-000000000000
 	github.com/idem-go/idem/stores/redisstore v0.0.0-00010101000000-000000000000
+	github.com/idem-go/idem/stores/sqlstore v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -29,9 +30,15 @@ require (
 	github.com/aws/smithy-go v1.28.8 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/gofrs/flock v0.13.1 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/prometheus/common v0.73.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
 )
 
 replace github.com/idem-go/idem => ..
@@ -41,3 +48,5 @@ replace github.com/idem-go/idem/stores/filestore => ../stores/filestore
 replace github.com/idem-go/idem/stores/redisstore => ../stores/redisstore
 
 replace github.com/idem-go/idem/stores/dynamostore => ../stores/dynamostore
+
+replace github.com/idem-go/idem/stores/sqlstore => ../stores/sqlstore

@@ -12,6 +12,11 @@
 // bare GET; one of GET + TIME sent with as many arguments as a claim; the
 // store's claim, and claim + complete, without a Guard).
 //
+// With a PostgreSQL DSN (-postgres, default $IDEM_POSTGRES_DSN) it also
+// prints the median and 90th percentile Wait wake-up of a waiter in another
+// Guard after the owner returns, woken by LISTEN/NOTIFY against the Guard's
+// poll (-postgres-samples calls each, 15 by default: a few seconds).
+//
 //	go run ./cmd/idem-bench
 //	go run ./cmd/idem-bench -redis 127.0.0.1:6379 -redis-cluster 127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
 package main
@@ -30,6 +35,7 @@ import (
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/redisstore/redisbench"
+	"github.com/idem-go/idem/stores/sqlstore/sqlbench"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -39,7 +45,13 @@ func main() {
 	clusterAddrs := flag.String("redis-cluster", os.Getenv("IDEM_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses (empty: skip)")
 	calls := flag.Int("redis-calls", 10000, "calls per variant per round in the Redis table")
 	rounds := flag.Int("redis-rounds", 5, "alternating rounds in the Redis table (the median round is reported)")
+	pgDSN := flag.String("postgres", os.Getenv("IDEM_POSTGRES_DSN"), "PostgreSQL DSN for the Wait wake-up table (empty: skip)")
+	pgSamples := flag.Int("postgres-samples", 15, "Wait wake-up samples per waiter kind in the PostgreSQL table")
 	flag.Parse()
+	if *pgSamples < 1 {
+		fmt.Fprintln(os.Stderr, "-postgres-samples must be at least 1")
+		os.Exit(2)
+	}
 	dir, err := os.MkdirTemp("", "idem-bench-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -108,6 +120,12 @@ func main() {
 		_ = rc.Close()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "redis cluster:", err)
+			os.Exit(1)
+		}
+	}
+	if *pgDSN != "" {
+		if err := sqlbench.WakeTable(context.Background(), os.Stdout, *pgDSN, *pgSamples); err != nil {
+			fmt.Fprintln(os.Stderr, "postgres:", err)
 			os.Exit(1)
 		}
 	}

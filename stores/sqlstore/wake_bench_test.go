@@ -2,85 +2,37 @@ package sqlstore_test
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
+	"github.com/idem-go/idem/stores/sqlstore/sqlbench"
 )
 
 // BenchmarkWaitWakeup measures on PostgreSQL how long after the owner's
 // call returns a waiter in another Guard (over its own Store, as another
-// process would have) returns: "listen" wakes it by LISTEN/NOTIFY
-// (Store.Listen), "poll" hands the waiter the plain Store, so its Guard
-// polls with its capped backoff. Each iteration is one sample; the waiter
-// has been waiting 100-300ms when the owner finishes. median-wake-ms and
-// p90-wake-ms are the results (ns/op is mostly that wait); run with
-// -benchtime=20x or more for a stable median.
+// process would have) returns (sqlbench.WakeLatency): "listen" wakes it by
+// LISTEN/NOTIFY (Store.Listen), "poll" hands the waiter the plain Store, so
+// its Guard polls with its capped backoff. Each iteration is one sample;
+// the waiter has been waiting 100-300ms when the owner finishes.
+// median-wake-ms and p90-wake-ms are the results (ns/op is mostly that
+// wait); run with -benchtime=20x or more for a stable median. The
+// idem-bench command prints the same with 15 samples.
 func BenchmarkWaitWakeup(b *testing.B) {
 	for _, mode := range []string{"listen", "poll"} {
 		b.Run(mode, func(b *testing.B) {
-			e := newEnv(b, sqlstore.Postgres)
-			owner, err := sqlstore.New(e.db, sqlstore.Postgres, sqlstore.WithTable(e.table))
+			db := sharedDB(b, sqlstore.Postgres)
+			b.ResetTimer()
+			lat, err := sqlbench.WakeLatency(context.Background(), db, mode == "listen", b.N, idem.DefaultTakeoverAfter)
 			if err != nil {
 				b.Fatal(err)
 			}
-			var waiterStore idem.Store = e.store
-			if mode == "listen" {
-				ws, err := e.store.Listen()
-				if err != nil {
-					b.Fatal(err)
-				}
-				waiterStore = ws
-			}
-			opts := []idem.Option{idem.OnDuplicate(idem.Wait)}
-			gOwner := newGuard[string](b, owner, opts...)
-			gWaiter := newGuard[string](b, waiterStore, opts...)
-			ctx := context.Background()
-			prefix := randHex(4)
-			samples := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				key := fmt.Sprintf("wake-%s-%d", prefix, i)
-				started, release := make(chan struct{}), make(chan struct{})
-				ownerDone := make(chan error, 1)
-				go func() {
-					_, err := gOwner.Do(ctx, key, func(context.Context) (string, error) {
-						close(started)
-						<-release
-						return "v", nil
-					})
-					ownerDone <- err
-				}()
-				<-started
-				waiterDone := make(chan error, 1)
-				var end time.Time
-				go func() {
-					_, err := gWaiter.Do(ctx, key, func(context.Context) (string, error) {
-						return "", fmt.Errorf("waiter ran fn")
-					})
-					end = time.Now()
-					waiterDone <- err
-				}()
-				time.Sleep(100*time.Millisecond + time.Duration(i%5)*50*time.Millisecond)
-				close(release)
-				if err := <-ownerDone; err != nil {
-					b.Fatal(err)
-				}
-				finished := time.Now()
-				if err := <-waiterDone; err != nil {
-					b.Fatal(err)
-				}
-				samples = append(samples, max(end.Sub(finished), 0))
-			}
 			b.StopTimer()
-			slices.Sort(samples)
 			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-			b.ReportMetric(ms(samples[len(samples)/2]), "median-wake-ms")
-			b.ReportMetric(ms(samples[len(samples)*9/10]), "p90-wake-ms")
+			b.ReportMetric(ms(sqlbench.Quantile(lat, 0.5)), "median-wake-ms")
+			b.ReportMetric(ms(sqlbench.Quantile(lat, 0.9)), "p90-wake-ms")
 		})
 	}
 }

@@ -1,0 +1,176 @@
+// Package sqlbench measures the PostgreSQL store's Wait wake-up: how long
+// after the owner's call returns a waiter in another Guard returns, woken
+// by LISTEN/NOTIFY (sqlstore.Store.Listen) or by the Guard's polling. It
+// backs BenchmarkWaitWakeup of package sqlstore and the idem-bench command.
+package sqlbench
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/sqlstore"
+)
+
+// Open returns a pool over the PostgreSQL dsn through pgx's database/sql
+// driver, the driver sqlstore.Store.Listen needs.
+func Open(dsn string) (*sql.DB, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	return stdlib.OpenDB(*cfg), nil
+}
+
+// WakeLatency measures, on PostgreSQL over db (opened with pgx's
+// database/sql driver), how long after the owner's call returns a waiter
+// in another Guard returns. The two Guards sit on stores of their own over
+// one fresh table (created here, dropped at the end), as two processes
+// would. With listen set the waiter's store is Store.Listen's, woken by
+// LISTEN/NOTIFY; otherwise the plain Store, so its Guard polls with its
+// capped backoff. The waiter has been waiting 100-300ms when the owner
+// finishes. takeover sets both Guards' takeover threshold, which bounds the
+// poll interval (idem.DefaultTakeoverAfter: the default Guard). The
+// samples are returned sorted.
+func WakeLatency(ctx context.Context, db *sql.DB, listen bool, samples int, takeover time.Duration) (_ []time.Duration, err error) {
+	if samples < 1 {
+		return nil, fmt.Errorf("sqlbench: %d samples", samples)
+	}
+	table := "idem_bench_" + randHex(6)
+	owner, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithTable(table))
+	if err != nil {
+		return nil, err
+	}
+	waiter, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithTable(table))
+	if err != nil {
+		return nil, err
+	}
+	if err := owner.Migrate(ctx); err != nil {
+		return nil, err
+	}
+	defer func() {
+		err = errors.Join(err, owner.Close(), waiter.Close())
+		if _, derr := db.ExecContext(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS `+table); derr != nil {
+			err = errors.Join(err, derr)
+		}
+	}()
+	var waiterStore idem.Store = waiter
+	if listen {
+		ws, err := waiter.Listen()
+		if err != nil {
+			return nil, err
+		}
+		waiterStore = ws
+	}
+	opts := []idem.Option{idem.OnDuplicate(idem.Wait), idem.WithTakeoverAfter(takeover)}
+	ga, err := idem.New[string](owner, opts...)
+	if err != nil {
+		return nil, err
+	}
+	gb, err := idem.New[string](waiterStore, opts...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]time.Duration, 0, samples)
+	for i := range samples {
+		key := "wake-" + strconv.Itoa(i)
+		started, release := make(chan struct{}), make(chan struct{})
+		aErr := make(chan error, 1)
+		go func() {
+			_, err := ga.Do(ctx, key, func(context.Context) (string, error) {
+				close(started)
+				<-release
+				return "v", nil
+			})
+			aErr <- err
+		}()
+		select {
+		case <-started:
+		case err := <-aErr:
+			return nil, fmt.Errorf("sqlbench: owner: %w", err)
+		}
+		bDone := make(chan error, 1)
+		var end time.Time
+		go func() {
+			_, err := gb.Do(ctx, key, func(context.Context) (string, error) {
+				return "", errors.New("sqlbench: the waiter ran fn")
+			})
+			end = time.Now()
+			bDone <- err
+		}()
+		time.Sleep(100*time.Millisecond + time.Duration(i%5)*50*time.Millisecond)
+		close(release)
+		if err := <-aErr; err != nil {
+			return nil, fmt.Errorf("sqlbench: owner: %w", err)
+		}
+		finished := time.Now()
+		if err := <-bDone; err != nil {
+			return nil, fmt.Errorf("sqlbench: waiter: %w", err)
+		}
+		out = append(out, max(end.Sub(finished), 0))
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Quantile returns the q quantile (0 <= q < 1) of sorted durations, 0 for
+// none: Quantile(d, 0.5) is the median.
+func Quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(int(float64(len(sorted))*q), len(sorted)-1)]
+}
+
+// WakeTable prints to w the median and 90th percentile Wait wake-up on
+// PostgreSQL at dsn, with LISTEN/NOTIFY and with the poll, from samples
+// calls each under default Guards (WakeLatency).
+func WakeTable(ctx context.Context, w io.Writer, dsn string, samples int) error {
+	db, err := Open(dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	fmt.Fprintf(w, "\nPostgreSQL Wait wake-up after the owner returns (%d samples each, waiter waiting 100-300ms)\n", samples)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "waiter\tmedian ms\tp90 ms\t")
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	var med [2]time.Duration
+	for i, listen := range []bool{true, false} {
+		lat, err := WakeLatency(ctx, db, listen, samples, idem.DefaultTakeoverAfter)
+		if err != nil {
+			return err
+		}
+		name := "LISTEN/NOTIFY"
+		if !listen {
+			name = "poll"
+		}
+		med[i] = Quantile(lat, 0.5)
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t\n", name, ms(med[i]), ms(Quantile(lat, 0.9)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if med[0] > 0 {
+		fmt.Fprintf(w, "poll median / LISTEN median = %.0fx\n", float64(med[1])/float64(med[0]))
+	}
+	return nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
