@@ -124,7 +124,10 @@
 // The SDK retries throttling and network errors. A retried claim whose first
 // try was applied finds its own nonce in the refused condition's old item and
 // returns Claimed; a retried complete, heartbeat or release is conditioned
-// on the nonce only and applies again with the same values. Errors that
+// on the nonce only and applies again with the same values (so a completion
+// whose first reply was lost is answered by the retry; when every reply is
+// lost the Guard reads the record back before it answers:
+// TestCompletionReplyLostIsReadBack). Errors that
 // remain after the SDK's retries are returned as *idem.StoreError wrapping
 // the SDK error (errors.As finds the SDK's types.*Exception). The store uses
 // no transactions, so there are no transaction cancellations to map.
