@@ -32,6 +32,7 @@ const (
 	childEnv   = "IDEMHTTP_TEST_SERVER"  // "file:<dir>" or "redis:<addr>"
 	nsEnv      = "IDEMHTTP_TEST_NS"      // Guard namespace (tenant)
 	effectsEnv = "IDEMHTTP_TEST_EFFECTS" // side-effect log, appended to by every child
+	returnEnv  = "IDEMHTTP_TEST_RETURN"  // set: duplicates get a 409 (idem.Return) instead of waiting
 )
 
 func TestMain(m *testing.M) {
@@ -70,6 +71,10 @@ func serveChild(spec string) error {
 	if err != nil {
 		return err
 	}
+	dup := idem.OnDuplicate(idem.Wait)
+	if os.Getenv(returnEnv) != "" {
+		dup = idem.OnDuplicate(idem.Return)
+	}
 	m, err := idemhttp.New(store,
 		idemhttp.WithRequired(),
 		idemhttp.WithPrincipal(func(r *http.Request) (string, error) {
@@ -78,7 +83,7 @@ func serveChild(spec string) error {
 			}
 			return "", errors.New("no client")
 		}),
-		idemhttp.WithGuard(idem.OnDuplicate(idem.Wait), idem.WithNamespace(os.Getenv(nsEnv), "payments.create")),
+		idemhttp.WithGuard(dup, idem.WithNamespace(os.Getenv(nsEnv), "payments.create")),
 	)
 	if err != nil {
 		return err
@@ -218,7 +223,13 @@ func (px *dropProxy) pipe(client net.Conn) {
 // run's response body.
 func TestRetryingClientAcrossProcesses(t *testing.T) {
 	t.Run("file", func(t *testing.T) {
-		runRetryingClients(t, "file:"+t.TempDir()+"/store")
+		runRetryingClients(t, "file:"+t.TempDir()+"/store", false)
+	})
+	// Without Wait, a duplicate that arrives while the first request runs
+	// gets a 409 with Retry-After, and the client retries it until the
+	// answer is recorded.
+	t.Run("file, 409 retried", func(t *testing.T) {
+		runRetryingClients(t, "file:"+t.TempDir()+"/store", true)
 	})
 	t.Run("redis", func(t *testing.T) {
 		addr := testenv.RedisAddr(t)
@@ -227,23 +238,29 @@ func TestRetryingClientAcrossProcesses(t *testing.T) {
 		if err := c.Ping(context.Background()).Err(); err != nil {
 			testenv.Missing(t, "redis at "+addr+": "+err.Error())
 		}
-		runRetryingClients(t, "redis:"+addr)
+		runRetryingClients(t, "redis:"+addr, false)
 	})
 }
 
-func runRetryingClients(t *testing.T, spec string) {
+func runRetryingClients(t *testing.T, spec string, conflicts bool) {
 	const (
 		processes = 4
-		keys      = 300
 		perKey    = 2
 		parallel  = 16 // keys in flight at once
 	)
+	keys := 300
+	if conflicts {
+		keys = 200 // a second run on the file store: fewer keys, to keep the test short
+	}
 	effects := t.TempDir() + "/effects.log"
 	ns := fmt.Sprintf("idemhttp-test-%d-%d", os.Getpid(), rand.Uint64())
 	var addrs []string
 	for i := 0; i < processes; i++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), childEnv+"="+spec, nsEnv+"="+ns, effectsEnv+"="+effects)
+		if conflicts {
+			cmd.Env = append(cmd.Env, returnEnv+"=1")
+		}
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -285,6 +302,18 @@ func runRetryingClients(t *testing.T, spec string) {
 	client.RetryMax = 30
 	client.RetryWaitMin = 2 * time.Millisecond
 	client.RetryWaitMax = 50 * time.Millisecond
+	var conflictsSeen atomic.Int64
+	if conflicts {
+		// A 409 in progress is worth retrying: the draft's answer to a
+		// request sent while the same one runs.
+		client.CheckRetry = func(ctx context.Context, resp *http.Response, err error) (bool, error) {
+			if err == nil && resp.StatusCode == http.StatusConflict && resp.Header.Get("Retry-After") != "" {
+				conflictsSeen.Add(1)
+				return true, nil
+			}
+			return retryablehttp.DefaultRetryPolicy(ctx, resp, err)
+		}
+	}
 	client.HTTPClient.Timeout = 20 * time.Second
 	client.HTTPClient.Transport.(*http.Transport).MaxIdleConnsPerHost = parallel * perKey
 
@@ -368,5 +397,11 @@ func runRetryingClients(t *testing.T, spec string) {
 		strings.SplitN(spec, ":", 2)[0], keys, perKey, processes, elapsed.Round(time.Millisecond), len(strings.Split(strings.TrimSpace(string(data)), "\n")), px.drops.Load(), replays)
 	if px.drops.Load() == 0 {
 		t.Error("the proxy dropped nothing: the test proved nothing about retries")
+	}
+	if conflicts {
+		t.Logf("%d answers were a 409 in progress, retried", conflictsSeen.Load())
+		if conflictsSeen.Load() == 0 {
+			t.Error("no duplicate ever found its key in progress: the test proved nothing about 409")
+		}
 	}
 }
