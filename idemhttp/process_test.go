@@ -228,7 +228,7 @@ func TestRetryingClientAcrossProcesses(t *testing.T) {
 	// Without Wait, a duplicate that arrives while the first request runs
 	// gets a 409 with Retry-After, and the client retries it until the
 	// answer is recorded.
-	t.Run("file, 409 retried", func(t *testing.T) {
+	t.Run("file-409-retried", func(t *testing.T) {
 		runRetryingClients(t, "file:"+t.TempDir()+"/store", true)
 	})
 	t.Run("redis", func(t *testing.T) {
