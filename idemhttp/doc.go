@@ -65,22 +65,23 @@
 //
 // # What is recorded
 //
-// The status, the headers the handler set, as they were when the status
-// was written (not those set in front of the middleware, such as a request
-// id, which the layers in front set again on each replay; minus
-// hop-by-hop headers, those named by Connection, trailers, and Set-Cookie
-// unless WithReplaySetCookie), and the body, headers and body together up
-// to WithMaxRecordedBody.
-// Headers the server itself adds later (Date, a sniffed Content-Type, a
-// computed Content-Length) are added to the replay the same way. Responses
-// with a status WithRecordStatus refuses (by default 5xx, and 408, 425 and
-// 429, which ask for the same request again) are not recorded:
-// the claim is released and the next request with the key runs the handler
-// again, as the client's retry of a server error expects. A hijacked
-// connection is not recorded either, nor is a handler that returns
-// without writing anything after its request context ended (its client
-// left: an empty 200 is not its answer). A response over the record limit
-// is served in full to the first caller and its replays get a
+// The status; the headers the handler set, as they were when the status
+// was written, minus hop-by-hop headers, those named by Connection,
+// trailers, and Set-Cookie unless WithReplaySetCookie (headers set in front
+// of the middleware, such as a request id, are not recorded: the layers in
+// front set them again on each replay); and the body. Headers and body
+// together are recorded up to WithMaxRecordedBody. Headers the server
+// itself adds later (Date, a sniffed Content-Type, a computed
+// Content-Length) are added to the replay the same way.
+//
+// Responses with a status WithRecordStatus refuses (by default 5xx, and
+// 408, 425 and 429, which ask for the same request again) are not
+// recorded: the claim is released and the next request with the key runs
+// the handler again, as the client's retry of a server error expects. A
+// hijacked connection is not recorded either, nor is a handler that
+// returns without writing anything after its request context ended (its
+// client left: an empty 200 is not its answer). A response over the record
+// limit is served in full to the first caller and its replays get a
 // ProblemResponseNotRecorded document: never a truncated body.
 //
 // If the store fails to record the outcome after the handler ran (see
