@@ -68,6 +68,21 @@ func (w *Watchers) Notify(key string) {
 	}
 }
 
+// NotifyAll wakes every watch of every key and forgets them: a store whose
+// change feed was interrupted (a dropped subscription or listening
+// connection) may have missed changes of any key.
+func (w *Watchers) NotifyAll() {
+	w.mu.Lock()
+	subs := w.subs
+	w.subs = nil
+	w.mu.Unlock()
+	for _, set := range subs {
+		for ch := range set {
+			close(ch)
+		}
+	}
+}
+
 // Len returns how many watches of key are registered, for tests.
 func (w *Watchers) Len(key string) int {
 	w.mu.Lock()

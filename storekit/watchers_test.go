@@ -65,3 +65,32 @@ func TestWatchers(t *testing.T) {
 		t.Fatalf("Watch with an ended context: %v", err)
 	}
 }
+
+// TestWatchersNotifyAll: NotifyAll wakes the watches of every key and
+// forgets them; a watch registered afterwards waits for the next change.
+func TestWatchersNotifyAll(t *testing.T) {
+	var w storekit.Watchers
+	ctx := context.Background()
+	a, stopA, _ := w.Watch(ctx, "a")
+	b, stopB, _ := w.Watch(ctx, "b")
+	defer stopA()
+	defer stopB()
+	w.NotifyAll()
+	for name, c := range map[string]<-chan struct{}{"a": a, "b": b} {
+		select {
+		case <-c:
+		default:
+			t.Fatalf("NotifyAll did not wake the watch of %s", name)
+		}
+	}
+	if n := w.Len("a") + w.Len("b"); n != 0 {
+		t.Fatalf("%d watches left after NotifyAll", n)
+	}
+	later, stopLater, _ := w.Watch(ctx, "a")
+	defer stopLater()
+	select {
+	case <-later:
+		t.Fatal("a watch registered after NotifyAll was woken")
+	default:
+	}
+}

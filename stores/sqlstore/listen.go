@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // WatchingStore is a Store that also implements idem.Watcher, with
@@ -87,18 +88,25 @@ func (s *Store) Channel() string { return notifyChannel(s.cfg.table) }
 // watched (one UPDATE; only a watched row's changes notify), so no change
 // committed after it returns is missed; it fails if the listening
 // connection cannot be established within 5s (the Guard then polls). stop
-// ends the watch; it is safe to call more than once.
+// ends the watch, and may be called more than once; the end of ctx ends it
+// too (the channel is then never closed). The watches of the process are
+// kept in a storekit.Watchers.
 func (w *WatchingStore) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	if err := w.checkKey("watch", key); err != nil {
 		return nil, nil, err
 	}
 	l := w.listener()
-	wt := &waiter{c: make(chan struct{})}
-	ready, err := l.add(key, wt)
+	// Registered first, the state read after: a loss between the two
+	// wakes the watch, so it never waits on a LISTEN that is gone.
+	changed, stop, err := l.watch.Watch(ctx, key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sqlstore: watch %s: %w", key, err)
 	}
-	stop := func() { l.remove(key, wt) }
+	ready, err := l.state()
+	if err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("sqlstore: watch %s: %w", key, err)
+	}
 	timer := time.NewTimer(watchTimeout)
 	defer timer.Stop()
 	select {
@@ -109,11 +117,11 @@ func (w *WatchingStore) Watch(ctx context.Context, key string) (<-chan struct{},
 			stop()
 			return nil, nil, storeErr("watch", err)
 		}
-		return wt.c, stop, nil
-	case <-wt.c:
+		return changed, stop, nil
+	case <-changed:
 		select {
 		case <-ready: // in place, then lost: a spurious wake is safe
-			return wt.c, stop, nil
+			return changed, stop, nil
 		default:
 		}
 		stop()
@@ -137,8 +145,7 @@ func (s *Store) listener() *listener {
 	defer s.lmu.Unlock()
 	if s.lis == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		s.lis = &listener{s: s, ctx: ctx, cancel: cancel, done: make(chan struct{}),
-			waiters: make(map[string]map[*waiter]struct{}), ready: make(chan struct{})}
+		s.lis = &listener{s: s, ctx: ctx, cancel: cancel, done: make(chan struct{}), ready: make(chan struct{})}
 		go s.lis.run()
 	}
 	return s.lis
@@ -156,13 +163,6 @@ func (s *Store) stopListener() {
 	}
 }
 
-type waiter struct {
-	c    chan struct{}
-	once sync.Once
-}
-
-func (w *waiter) fire() { w.once.Do(func() { close(w.c) }) }
-
 // errListenClosed is what a Watch racing with Close gets.
 var errListenClosed = errors.New("sqlstore: store closed")
 
@@ -173,9 +173,9 @@ type listener struct {
 	ctx    context.Context // ends at close
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run returns
+	watch  storekit.Watchers
 
 	mu       sync.Mutex
-	waiters  map[string]map[*waiter]struct{}
 	ready    chan struct{} // closed while a LISTEN is in place
 	isReady  bool
 	pid      uint32 // backend process of the listening connection, 0 while none
@@ -184,9 +184,9 @@ type listener struct {
 	closed   bool
 }
 
-// add registers w for key and returns the channel that is closed once a
-// LISTEN is in place.
-func (l *listener) add(key string, w *waiter) (<-chan struct{}, error) {
+// state returns the channel that is closed once a LISTEN is in place, or
+// why none will be: the listener was closed or failed for good.
+func (l *listener) state() (<-chan struct{}, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -195,40 +195,13 @@ func (l *listener) add(key string, w *waiter) (<-chan struct{}, error) {
 	case l.closed:
 		return nil, errListenClosed
 	}
-	m := l.waiters[key]
-	if m == nil {
-		m = make(map[*waiter]struct{})
-		l.waiters[key] = m
-	}
-	m[w] = struct{}{}
 	return l.ready, nil
-}
-
-func (l *listener) remove(key string, w *waiter) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if m := l.waiters[key]; m != nil {
-		delete(m, w)
-		if len(m) == 0 {
-			delete(l.waiters, key)
-		}
-	}
 }
 
 func (l *listener) failure() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
-}
-
-// deliver wakes the waiters of key after a notification.
-func (l *listener) deliver(key string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for w := range l.waiters[key] {
-		w.fire()
-	}
-	delete(l.waiters, key)
 }
 
 // listening marks the LISTEN in place on the connection of backend pid.
@@ -243,17 +216,14 @@ func (l *listener) listening(pid uint32) {
 	}
 }
 
-// lost wakes every waiter (notifications may have been missed) and marks
-// the LISTEN not in place; err, if not nil, is permanent.
+// lost marks the LISTEN not in place and wakes every watch
+// (notifications may have been missed); err, if not nil, is permanent. The
+// state changes before the wake, so a Watch that registers after the wake
+// finds the LISTEN not in place, or the failure.
 func (l *listener) lost(err error) {
+	defer l.watch.NotifyAll()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, m := range l.waiters {
-		for w := range m {
-			w.fire()
-		}
-	}
-	clear(l.waiters)
 	l.pid = 0
 	if err != nil && l.err == nil {
 		l.err = err
@@ -386,7 +356,7 @@ func (l *listener) receive(dc any) (got bool, err error) {
 			return got, err
 		}
 		got = true
-		l.deliver(key)
+		l.watch.Notify(key)
 	}
 }
 
