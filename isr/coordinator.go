@@ -328,7 +328,9 @@ type RequestSpec struct {
 
 // RenderFunc regenerates a page while the caller holds lease: it writes the
 // body to the body store and returns its key and ETag. ctx is cancelled
-// (cause ErrLeaseLost) if a lease refresh finds the lease lost. For recipe B,
+// (cause ErrLeaseLost) if a lease refresh finds the lease lost, or (cause a
+// *LapseError, which matches ErrLeaseLost) if no refresh succeeded in time
+// to keep the lease; the page is then not published. For recipe B,
 // Page.BaseVersion is filled in by Regenerate when left 0.
 type RenderFunc func(ctx context.Context, lease Lease) (Page, error)
 
@@ -455,7 +457,9 @@ func (c *Coordinator) regenerate(ctx context.Context, pk string, meta Meta, hasM
 	}
 	abandon := func() {
 		if started {
-			_ = c.table.AbandonRequest(context.WithoutCancel(ctx), pk, req.Key, req.Hash)
+			bg, cancel := c.cleanupContext(ctx)
+			defer cancel()
+			_ = c.table.AbandonRequest(bg, pk, req.Key, req.Hash)
 		}
 	}
 	lease, err := c.TryAcquire(ctx, pk, &meta)
@@ -477,7 +481,8 @@ func (c *Coordinator) regenerate(ctx context.Context, pk string, meta Meta, hasM
 	}
 
 	fail := func(cause error) (Result, error) {
-		bg := context.WithoutCancel(ctx)
+		bg, cancel := c.cleanupContext(ctx)
+		defer cancel()
 		if started {
 			_ = c.table.FailRequest(bg, pk, req.Key, req.Hash)
 		}
@@ -503,21 +508,53 @@ func (c *Coordinator) regenerate(ctx context.Context, pk string, meta Meta, hasM
 	return Result{Outcome: OutcomeRegenerated, Meta: published, HasMeta: true, ResultS3Key: published.S3Key}, nil
 }
 
+// cleanupContext is the context of a best-effort clean-up (giving back a
+// request record or the lease after a failure): it outlives the caller's
+// cancellation but not a third of the lease duration, so a table that no
+// longer answers cannot hold the caller forever. What it fails to do, the
+// items' expiry does.
+func (c *Coordinator) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), c.cfg.leaseDuration/3)
+}
+
 // renderWithRefresh runs render, refreshing the lease every third of the
 // lease duration; a render shorter than that sends no refresh.
+//
+// A lapse timer of its own cuts the render off when no refresh has
+// succeeded in time: it fires half a refresh interval before the lease
+// expires (by the Coordinator's clock), which leaves two refreshes the
+// chance to succeed and ends the render while the lease is still held, so
+// before any other worker could acquire it. The render's context is then
+// cancelled with a *LapseError (matching ErrLeaseLost) and whatever the
+// render returns is discarded: the page is not published. A refresh that
+// hangs (a table cut off without an answer) delays nothing: each refresh
+// is bounded by the interval, and the lapse timer does not wait for it.
 func (c *Coordinator) renderWithRefresh(ctx context.Context, lease Lease, render RenderFunc) (Page, Lease, error) {
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	interval := c.cfg.leaseDuration / 3
+	margin := interval / 2
 	var (
 		mu      sync.Mutex
 		current = lease
+		lastErr error
 		done    = make(chan struct{})
 		wg      sync.WaitGroup
 	)
+	untilLapse := func(l Lease) time.Duration {
+		return time.Unix(l.ExpiresAt, 0).Add(-margin).Sub(c.cfg.clock())
+	}
+	lapse := time.AfterFunc(untilLapse(lease), func() {
+		mu.Lock()
+		l, last := current, lastErr
+		mu.Unlock()
+		cancel(&LapseError{PK: l.PK, ExpiresAt: l.ExpiresAt, Err: last})
+	})
+	defer lapse.Stop()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(c.cfg.leaseDuration / 3)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
@@ -529,16 +566,24 @@ func (c *Coordinator) renderWithRefresh(ctx context.Context, lease Lease, render
 				mu.Lock()
 				l := current
 				mu.Unlock()
-				nl, err := c.Refresh(rctx, l)
+				hctx, hcancel := context.WithTimeout(rctx, interval)
+				nl, err := c.Refresh(hctx, l)
+				hcancel()
 				if err != nil {
 					if errors.Is(err, ErrLeaseLost) {
 						cancel(err)
 						return
 					}
-					continue // transient; the next tick retries
+					mu.Lock()
+					lastErr = err
+					mu.Unlock()
+					continue // transient; the next tick retries, the lapse timer runs on
 				}
 				mu.Lock()
-				current = nl
+				current, lastErr = nl, nil
+				if rctx.Err() == nil {
+					lapse.Reset(untilLapse(nl))
+				}
 				mu.Unlock()
 			}
 		}
@@ -546,13 +591,15 @@ func (c *Coordinator) renderWithRefresh(ctx context.Context, lease Lease, render
 	page, err := render(rctx, lease)
 	close(done)
 	wg.Wait()
+	lapse.Stop()
 	mu.Lock()
 	l := current
 	mu.Unlock()
 	if cause := context.Cause(rctx); cause != nil && errors.Is(cause, ErrLeaseLost) {
-		// The lease was lost during the render: that, not whatever the
-		// render made of its cancelled context, is the outcome.
-		err = cause
+		// The lease was lost, or could not be kept, during the render:
+		// that, not whatever the render made of its cancelled context, is
+		// the outcome, and nothing is published.
+		return Page{}, l, cause
 	}
 	return page, l, err
 }

@@ -137,3 +137,29 @@ func (e *CorruptItemError) Error() string {
 
 // Unwrap returns ErrCorruptItem.
 func (e *CorruptItemError) Unwrap() error { return ErrCorruptItem }
+
+// LapseError is the cause with which Regenerate cancels a render's context
+// when the lease could not be refreshed in time (the table unreachable,
+// say): half a refresh interval before ExpiresAt, so the render stops
+// while the lease is still held and before another worker could acquire
+// it. The page the render returns is not published. It matches
+// ErrLeaseLost; Err is the last refresh failure, if any.
+type LapseError struct {
+	PK        string
+	ExpiresAt int64 // lease_expires_at of the lease that could not be kept
+	Err       error
+}
+
+func (e *LapseError) Error() string {
+	s := fmt.Sprintf("isr: lease on %s not refreshed before it expires at %d; render stopped", e.PK, e.ExpiresAt)
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Is makes a LapseError match ErrLeaseLost.
+func (e *LapseError) Is(target error) bool { return target == ErrLeaseLost }
+
+// Unwrap returns the last refresh failure.
+func (e *LapseError) Unwrap() error { return e.Err }
