@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"sync"
@@ -16,56 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/sqlstore"
 )
-
-// skipUnlessThresholdStored skips when the store does not yet keep the
-// owner's takeover threshold with a claim (the sqlstore change that
-// persists Record.TakeoverMs); once it does, the test runs.
-func skipUnlessThresholdStored(t *testing.T, s idem.Store) {
-	t.Helper()
-	req := claimReq(storageKey())
-	req.TakeoverAfter = 2 * time.Second
-	if _, err := s.Claim(ctxT(t), req); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := s.Get(ctxT(t), req.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec.TakeoverMs == 0 {
-		t.Skip("needs sqlstore to persist the claim's takeover threshold (Record.TakeoverMs)")
-	}
-}
-
-// Two Guards with 400 ms and 2 s thresholds on one key: the short one never
-// takes over the live claim of the long one.
-func TestShortThresholdDoesNotStealLiveClaim(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
-		s := newEnv(t, d).store
-		skipUnlessThresholdStored(t, s)
-		long := newGuard[int](t, s, idem.WithTakeoverAfter(2*time.Second), idem.WithHeartbeat(time.Second))
-		short := newGuard[int](t, s, idem.WithTakeoverAfter(400*time.Millisecond), idem.WithHeartbeat(100*time.Millisecond))
-		var runs atomic.Int32
-		_, err := long.Do(context.Background(), "threshold", func(ctx context.Context) (int, error) {
-			runs.Add(1)
-			for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-				_, err := short.Do(context.Background(), "threshold", func(ctx context.Context) (int, error) { runs.Add(1); return 2, nil })
-				if !errors.Is(err, idem.ErrInProgress) {
-					t.Errorf("short threshold: %v, want ErrInProgress", err)
-					break
-				}
-			}
-			return 1, nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := runs.Load(); n != 1 {
-			t.Fatalf("fn ran %d times", n)
-		}
-	})
-}
 
 // A 20 MB result is over MariaDB's max_allowed_packet: the server refuses
 // the statement (it arrives as a connection reset) and would refuse it
@@ -123,71 +75,6 @@ func TestLockFailureWithNULStored(t *testing.T) {
 	})
 }
 
-// dropProxy forwards TCP between clients and addr; while armed, the next
-// reply from the server is swallowed and that connection goes silent, as
-// if the reply was lost on the way back.
-type dropProxy struct {
-	ln    net.Listener
-	addr  string
-	armed atomic.Bool
-	wg    sync.WaitGroup
-}
-
-func newDropProxy(t *testing.T, addr string) *dropProxy {
-	t.Helper()
-	var ln net.Listener
-	var err error
-	for port := 7300; port < 7400; port++ { // this workstream's private range
-		if ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &dropProxy{ln: ln, addr: addr}
-	t.Cleanup(func() { _ = ln.Close(); p.wg.Wait() })
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.wg.Add(1)
-			go func() { defer p.wg.Done(); p.serve(c) }()
-		}
-	}()
-	return p
-}
-
-func (p *dropProxy) serve(c net.Conn) {
-	defer c.Close()
-	s, err := net.Dial("tcp", p.addr)
-	if err != nil {
-		return
-	}
-	defer s.Close()
-	go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
-	buf := make([]byte, 64<<10)
-	silent := false
-	for {
-		n, err := s.Read(buf)
-		if n > 0 && !silent && p.armed.CompareAndSwap(true, false) {
-			silent = true // this reply, and everything after it, is lost
-		}
-		if n > 0 && !silent {
-			if _, werr := c.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
 // A completion PostgreSQL applied whose reply was lost: the Guard reads the
 // record back, finds its own outcome, and tells the caller it was
 // recorded. (Before: ErrNotRecorded, while the record held the result.)
@@ -196,10 +83,10 @@ func TestCompletionReplyLostIsReadBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := newDropProxy(t, fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
+	proxy := testenv.NewDropProxy(t, fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
 	cfg.DialFunc = func(ctx context.Context, network, _ string) (net.Conn, error) {
 		var d net.Dialer
-		return d.DialContext(ctx, "tcp", proxy.ln.Addr().String())
+		return d.DialContext(ctx, "tcp", proxy.Addr())
 	}
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(1)
@@ -212,7 +99,7 @@ func TestCompletionReplyLostIsReadBack(t *testing.T) {
 	var runs atomic.Int32
 	v, err := g.Do(context.Background(), "lost", func(ctx context.Context) (int, error) {
 		runs.Add(1)
-		proxy.armed.Store(true) // the completion's reply is lost
+		proxy.Armed.Store(true) // the completion's reply is lost
 		return 7, nil
 	})
 	if err != nil || v != 7 {
