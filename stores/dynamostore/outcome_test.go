@@ -37,4 +37,3 @@ func TestOversizedResultCompletesWithoutResult(t *testing.T) {
 		t.Fatalf("fn ran %d times", n)
 	}
 }
-
