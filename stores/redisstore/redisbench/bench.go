@@ -338,6 +338,18 @@ func (s *Setup) TxReplay(ctx context.Context, n int) (time.Duration, error) {
 	})
 }
 
+// SetNXReplay runs n single SET NX GET PX commands on completed keys with
+// the raw client, a claim's size of value: a claim that reads no clock, the
+// floor of a design whose completed records expire at their expires_at
+// exactly (which would end the attempt count there, not a retention later).
+func (s *Setup) SetNXReplay(ctx context.Context, n int) (time.Duration, error) {
+	value := strings.Repeat("0", 122+32+70)
+	return parallel(n, func(i int) error {
+		k := s.prefix + "rawreplay-" + strconv.Itoa(i%replayKeys)
+		return s.Raw.Do(ctx, "set", k, value, "nx", "get", "px", 120000).Err()
+	})
+}
+
 // Table prints, for the deployment gc and rc reach, raw fresh, raw GET,
 // idem fresh and idem replay with their ratios, and where a call's cost
 // goes (the replay floor, the store without a Guard), measured in one run
@@ -358,6 +370,7 @@ func Table(ctx context.Context, w io.Writer, name string, gc, rc redis.Universal
 		{"fresh: SET NX PX + SET vs claim + complete", ">= 0.70", s.GuardFresh, s.RawFresh},
 		{"replay: GET vs claim", ">= 0.85", s.GuardReplay, s.RawReplay},
 		{"floor: GET vs the claim's transaction, nothing decoded", "", s.TxReplay, s.RawReplay},
+		{"prototype: GET vs SET NX GET PX alone, no clock read", "", s.SetNXReplay, s.RawReplay},
 		{"store: GET vs Store.Claim (no Guard)", "", s.StoreReplay, s.RawReplay},
 		{"store: SET NX PX + SET vs Store.Claim + Complete (no Guard)", "", s.StoreFresh, s.RawFresh},
 	}
