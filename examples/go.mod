@@ -12,6 +12,7 @@ require (
 	github.com/idem-go/idem/isr v0.0.0-00010101000000-000000000000
 	github.com/idem-go/idem/otelidem v0.0.0-00010101000000-000000000000
 	github.com/idem-go/idem/stores/filestore v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
 )
 
 require (

@@ -4,13 +4,21 @@
 // rendered once while concurrent requests wait.
 //
 // By default everything is local: an in-memory ISR table and a file body
-// store in a temporary directory. Flags (or environment variables) switch
-// to DynamoDB and S3, so several servers can share one cache:
+// store in a temporary directory. Flags (or environment variables) choose a
+// shared table (DynamoDB, Redis or a directory) and body store (S3 or a
+// directory), so several servers can share one cache:
 //
 //	isr-server                                        # memory table, file bodies
+//	isr-server -dir /var/cache/isr                    # file table + file bodies in one directory (ISR_DIR): servers on one host
+//	isr-server -redis 127.0.0.1:6379 -bucket pages    # Redis table (ISR_REDIS_ADDR; a comma-separated list is a Cluster) + S3
 //	isr-server -table isr-cache -create-table         # DynamoDB (FACETHEORY_CACHE_TABLE_NAME)
 //	isr-server -table isr-cache -bucket pages         # DynamoDB + S3 (ISR_S3_BUCKET)
 //	isr-server -dynamodb-endpoint http://127.0.0.1:8765 -s3-endpoint http://127.0.0.1:8766 ...
+//
+// At most one of -table, -redis and -dir is given. Servers sharing a table
+// must share the bodies too: an S3 bucket, or one -body-dir (ISR_BODY_DIR)
+// on one host; -dir keeps the bodies in DIR/bodies unless -bucket or
+// -body-dir says otherwise.
 //
 // AWS credentials and region come from the usual AWS environment and
 // configuration files (region us-east-1 when none is set). A custom S3
@@ -33,6 +41,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -41,6 +51,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/body"
@@ -64,7 +75,10 @@ type options struct {
 	createBucket     bool
 	s3Endpoint       string
 	s3Prefix         string
+	redisAddr        string
+	redisPrefix      string
 	dir              string
+	bodyDir          string
 	revalidate       time.Duration
 	leaseDuration    time.Duration
 	renderDelay      time.Duration
@@ -85,7 +99,10 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	fs.BoolVar(&o.createBucket, "create-bucket", false, "create the S3 bucket if it does not exist")
 	fs.StringVar(&o.s3Endpoint, "s3-endpoint", getenv("ISR_S3_ENDPOINT"), "S3-compatible endpoint URL, path-style (ISR_S3_ENDPOINT)")
 	fs.StringVar(&o.s3Prefix, "s3-prefix", "", "prefix of the S3 object keys")
-	fs.StringVar(&o.dir, "dir", getenv("ISR_BODY_DIR"), "body directory of the file store; empty makes a temporary one (ISR_BODY_DIR)")
+	fs.StringVar(&o.redisAddr, "redis", getenv("ISR_REDIS_ADDR"), "Redis address for the ISR table; several, comma-separated, are a Cluster (ISR_REDIS_ADDR)")
+	fs.StringVar(&o.redisPrefix, "redis-prefix", isr.DefaultRedisPrefix, "key prefix of the Redis table")
+	fs.StringVar(&o.dir, "dir", getenv("ISR_DIR"), "directory of a file table shared by the servers of one host, and of the bodies unless -bucket or -body-dir (ISR_DIR)")
+	fs.StringVar(&o.bodyDir, "body-dir", getenv("ISR_BODY_DIR"), "body directory of the file store; empty uses DIR/bodies with -dir, else a temporary one (ISR_BODY_DIR)")
 	fs.DurationVar(&o.revalidate, "revalidate", 10*time.Second, "how long a rendered page stays fresh")
 	fs.DurationVar(&o.leaseDuration, "lease", 30*time.Second, "regeneration lease duration")
 	fs.DurationVar(&o.renderDelay, "render-delay", 200*time.Millisecond, "simulated render time")
@@ -106,6 +123,18 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	}
 	if o.table == "" && (o.createTable || o.dynamoEndpoint != "") {
 		return o, errors.New("-create-table and -dynamodb-endpoint need -table")
+	}
+	tables := 0
+	for _, v := range []string{o.table, o.redisAddr, o.dir} {
+		if v != "" {
+			tables++
+		}
+	}
+	if tables > 1 {
+		return o, errors.New("at most one of -table, -redis and -dir")
+	}
+	if o.bucket != "" && o.bodyDir != "" {
+		return o, errors.New("-bucket and -body-dir exclude each other")
 	}
 	return o, nil
 }
@@ -143,9 +172,30 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 
 	var table isr.Table
 	tableDesc := "memory table"
-	if o.table == "" {
+	switch {
+	case o.redisAddr != "":
+		client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(o.redisAddr, ",")})
+		defer client.Close()
+		rt, err := isr.NewRedisTable(client, isr.WithRedisPrefix(o.redisPrefix))
+		if err != nil {
+			return err
+		}
+		if err := client.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("redis %s: %w", o.redisAddr, err)
+		}
+		table, tableDesc = rt, "Redis table at "+o.redisAddr
+	case o.dir != "":
+		ft, err := isr.NewFileTable(filepath.Join(o.dir, "table"))
+		if err != nil {
+			return err
+		}
+		table, tableDesc = ft, "file table in "+ft.Dir()
+		if o.bodyDir == "" {
+			o.bodyDir = filepath.Join(o.dir, "bodies")
+		}
+	case o.table == "":
 		table = isr.NewMemoryTable()
-	} else {
+	default:
 		cfg, err := loadAWS()
 		if err != nil {
 			return err
@@ -171,7 +221,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 	var bodies body.Store
 	var bodiesDesc string
 	if o.bucket == "" {
-		dir := o.dir
+		dir := o.bodyDir
 		if dir == "" {
 			if dir, err = os.MkdirTemp("", "isr-server-"); err != nil {
 				return err

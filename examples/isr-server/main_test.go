@@ -152,8 +152,68 @@ func TestSmokeDynamoDBAndS3(t *testing.T) {
 	}
 }
 
+func TestSmokeRedis(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	args := append([]string{"-redis", addr, "-redis-prefix", "isr-server-" + hex.EncodeToString(b[:]) + ":"}, fastArgs...)
+	base, stop := start(t, args, nil)
+	smoke(t, base)
+	if err := stop(); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+}
+
+func TestSmokeDir(t *testing.T) {
+	args := append([]string{"-dir", t.TempDir()}, fastArgs...)
+	base, stop := start(t, args, nil)
+	smoke(t, base)
+	if err := stop(); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+}
+
+// TestSharedTable: two servers on one table (Redis, or one directory) and
+// one body store serve one cache: a page the first rendered is a hit at
+// the second, byte for byte.
+func TestSharedTable(t *testing.T) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	cases := map[string]func(t *testing.T) []string{
+		"dir": func(t *testing.T) []string { return []string{"-dir", t.TempDir()} },
+		"redis": func(t *testing.T) []string {
+			return []string{"-redis", testenv.RedisAddr(t), "-redis-prefix", "isr-server-" + hex.EncodeToString(b[:]) + ":", "-body-dir", t.TempDir()}
+		},
+	}
+	for name, flags := range cases {
+		t.Run(name, func(t *testing.T) {
+			args := append(flags(t), "-addr", "127.0.0.1:0", "-revalidate", "1h", "-render-delay", "1ms")
+			baseA, stopA := start(t, args, nil)
+			baseB, stopB := start(t, args, nil)
+			res, page := fetch(t, baseA+"/shared")
+			if res.StatusCode != 200 || res.Header.Get("X-Isr-Cache") != "MISS" {
+				t.Fatalf("first server: %d %v", res.StatusCode, res.Header)
+			}
+			res, again := fetch(t, baseB+"/shared")
+			if res.StatusCode != 200 || res.Header.Get("X-Isr-Cache") != "HIT" || again != page {
+				t.Fatalf("second server: %d %v %q, want a HIT of %q", res.StatusCode, res.Header, again, page)
+			}
+			for _, stop := range []func() error{stopA, stopB} {
+				if err := stop(); err != nil {
+					t.Fatalf("shutdown: %v", err)
+				}
+			}
+		})
+	}
+}
+
 func TestFlagErrors(t *testing.T) {
 	for _, args := range [][]string{
+		{"-redis", "127.0.0.1:1", "-dir", "x"},
+		{"-table", "t", "-dir", "x"},
+		{"-table", "t", "-redis", "127.0.0.1:1"},
+		{"-bucket", "b", "-body-dir", "x"},
+		{"-redis", "127.0.0.1:1", "-redis-prefix", "a{b}"},
 		{"-render-delay", "-1s"},
 		{"-create-bucket"},
 		{"-create-table"},
