@@ -39,10 +39,15 @@
 // optimistic version and denormalised s3_key/etag/generated_at, Delete LOCK,
 // optional REQ# completion); BeginRequest (create REQ# if absent, fail
 // closed on a different request_hash), FailRequest, AbandonRequest.
-// Two implementations behave identically: DynamoTable (DynamoDB,
-// TransactWriteItems and conditional writes; CreateTable makes the table)
-// and MemoryTable. Package isr/isrtest holds the conformance suite both
-// pass.
+// Four implementations behave identically: DynamoTable (DynamoDB,
+// TransactWriteItems and conditional writes; CreateTable makes the table),
+// RedisTable (NewRedisTable: one hash per item under the cache key's hash
+// tag, one Lua script per operation, each recipe one script), FileTable
+// (NewFileTable: one host, one JSON file per item, flock, temp file +
+// fsync + rename) and MemoryTable. On Redis and in files an item keeps the
+// DynamoDB item's attribute names and value types, so tools read one
+// schema everywhere. Package isr/isrtest holds the conformance suite all
+// four pass.
 //
 // Coordinator (NewCoordinator) runs the protocol with a clock, lease
 // duration and TTL buffers: Lookup reads META; TryAcquire takes the lease
@@ -93,6 +98,16 @@
 //     TransactWriteItems (one request). The check compares generated_at
 //     seconds, so a META republished within the same second as the one the
 //     caller saw is not detected (only possible with revalidate_seconds 0).
+//   - Numbers are read in DynamoDB's decimal form (fractions and
+//     exponents included) and floored to whole units; conditions on Redis
+//     and in files compare the same floored values, so what a worker read
+//     is what its write is conditioned on. Anything else in a number
+//     attribute is an ErrCorruptItem, except in ttl, which is taken as
+//     absent.
+//   - A render whose lease cannot be refreshed (the table unreachable) is
+//     stopped half a refresh interval before the lease expires, with a
+//     *LapseError, and its page is not published, so it never overlaps a
+//     worker that acquires the expired lease.
 //   - A REQ# item whose ttl has passed counts as absent, as if TTL deletion
 //     had run; a request left STARTED by a crashed worker therefore blocks
 //     its key only until the REQ# ttl (WithRequestTTL).

@@ -1,6 +1,6 @@
 // Package isrtest is the conformance suite for isr.Table implementations.
-// isr.MemoryTable and isr.DynamoTable both run it; a third-party Table can
-// too:
+// isr.MemoryTable, isr.DynamoTable, isr.RedisTable and isr.FileTable all
+// run it; a third-party Table can too:
 //
 //	func TestConformance(t *testing.T) {
 //		isrtest.Run(t, func(t *testing.T) isr.Table { return newMyTable(t) })
