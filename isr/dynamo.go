@@ -266,7 +266,12 @@ func leaseItem(pk, token string, exp, ttl int64) map[string]types.AttributeValue
 	return item
 }
 
-const condLockFree = "attribute_not_exists(#pk) OR #lease_expires_at <= :now"
+// Conditions compare numbers as the decoders read them, floored to whole
+// seconds, so that the value a worker read is the value its write is
+// conditioned on even when another service wrote a fraction: with an
+// integer now, floor(x) <= now is x < now+1 and floor(x) > now is
+// x >= now+1 (":next" below is now+1).
+const condLockFree = "attribute_not_exists(#pk) OR #lease_expires_at < :next"
 
 // AcquireLease implements Table.
 func (t *DynamoTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, error) {
@@ -282,7 +287,7 @@ func (t *DynamoTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease,
 		Item:                                leaseItem(in.PK, in.Token, in.ExpiresAt, in.TTL),
 		ConditionExpression:                 aws.String(condLockFree),
 		ExpressionAttributeNames:            names(attrPK, attrLeaseExp),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": nAttr(in.Now.Unix())},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":next": nAttr(in.Now.Unix() + 1)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
 	if in.IfMetaNotNewer == nil {
@@ -310,11 +315,14 @@ func (t *DynamoTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease,
 		return Lease{}, writeErr("acquire", in.PK, err)
 	}
 	check := types.ConditionCheck{
-		TableName:                           aws.String(t.table),
-		Key:                                 key(in.PK, SKMeta),
-		ConditionExpression:                 aws.String("attribute_not_exists(#pk) OR #generated_at <= :seen"),
+		TableName: aws.String(t.table),
+		Key:       key(in.PK, SKMeta),
+		// A META without generated_at (pointer only, recipe B) is not
+		// compared: its generation lives in the VER# row, beyond a
+		// condition; the publish's optimistic version guards it.
+		ConditionExpression:                 aws.String("attribute_not_exists(#pk) OR attribute_not_exists(#generated_at) OR #generated_at < :seenNext"),
 		ExpressionAttributeNames:            names(attrPK, attrGeneratedAt),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":seen": nAttr(*in.IfMetaNotNewer)},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":seenNext": nAttr(*in.IfMetaNotNewer + 1)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureNone,
 	}
 	_, err := t.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
@@ -360,11 +368,11 @@ func (t *DynamoTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease,
 		TableName:                aws.String(t.table),
 		Key:                      key(in.Lease.PK, SKLock),
 		UpdateExpression:         aws.String("SET #lease_expires_at = :exp, #ttl = :ttl"),
-		ConditionExpression:      aws.String("#lease_token = :tok AND #lease_expires_at > :now"),
+		ConditionExpression:      aws.String("#lease_token = :tok AND #lease_expires_at >= :next"),
 		ExpressionAttributeNames: names(attrLeaseExp, attrTTL, attrLeaseToken),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":exp": nAttr(in.ExpiresAt), ":ttl": nAttr(in.TTL),
-			":tok": sAttr(in.Lease.Token), ":now": nAttr(in.Now.Unix()),
+			":tok": sAttr(in.Lease.Token), ":next": nAttr(in.Now.Unix() + 1),
 		},
 		ReturnValues: types.ReturnValueAllNew,
 	})
@@ -411,9 +419,9 @@ func (t *DynamoTable) lockDelete(l Lease, now int64) types.TransactWriteItem {
 	return types.TransactWriteItem{Delete: &types.Delete{
 		TableName:                 aws.String(t.table),
 		Key:                       key(l.PK, SKLock),
-		ConditionExpression:       aws.String("#lease_token = :tok AND #lease_expires_at > :now"),
+		ConditionExpression:       aws.String("#lease_token = :tok AND #lease_expires_at >= :next"),
 		ExpressionAttributeNames:  names(attrLeaseToken, attrLeaseExp),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":tok": sAttr(l.Token), ":now": nAttr(now)},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":tok": sAttr(l.Token), ":next": nAttr(now + 1)},
 	}}
 }
 
@@ -596,8 +604,8 @@ func (t *DynamoTable) BeginRequest(ctx context.Context, in BeginRequestInput) (R
 	item[attrRequestHash] = sAttr(in.Hash)
 	item[attrStatus] = sAttr(string(RequestStarted))
 	item[attrTTL] = nAttr(in.TTL)
-	cond := "attribute_not_exists(#pk) OR #ttl <= :now"
-	vals := map[string]types.AttributeValue{":now": nAttr(in.Now.Unix())}
+	cond := "attribute_not_exists(#pk) OR #ttl < :next"
+	vals := map[string]types.AttributeValue{":next": nAttr(in.Now.Unix() + 1)}
 	attrNames := names(attrPK, attrTTL)
 	if in.RetryFailed {
 		cond += " OR (#status = :failed AND #request_hash = :h)"
