@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idem-go/idem/internal/testenv"
 )
 
@@ -152,11 +154,27 @@ func TestSmokeDynamoDBAndS3(t *testing.T) {
 	}
 }
 
-func TestSmokeRedis(t *testing.T) {
-	addr := testenv.RedisAddr(t)
+// redisPrefix returns a fresh key prefix on the test Redis and deletes its
+// keys when the test ends.
+func redisPrefix(t *testing.T) string {
+	t.Helper()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	args := append([]string{"-redis", addr, "-redis-prefix", "isr-server-" + hex.EncodeToString(b[:]) + ":"}, fastArgs...)
+	prefix := "isr-server-" + hex.EncodeToString(b[:]) + ":"
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() {
+		defer c.Close()
+		ctx := context.Background()
+		iter := c.Scan(ctx, 0, prefix+"*", 20000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
+		}
+	})
+	return prefix
+}
+
+func TestSmokeRedis(t *testing.T) {
+	args := append([]string{"-redis", testenv.RedisAddr(t), "-redis-prefix", redisPrefix(t)}, fastArgs...)
 	base, stop := start(t, args, nil)
 	smoke(t, base)
 	if err := stop(); err != nil {
@@ -177,12 +195,10 @@ func TestSmokeDir(t *testing.T) {
 // one body store serve one cache: a page the first rendered is a hit at
 // the second, byte for byte.
 func TestSharedTable(t *testing.T) {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
 	cases := map[string]func(t *testing.T) []string{
 		"dir": func(t *testing.T) []string { return []string{"-dir", t.TempDir()} },
 		"redis": func(t *testing.T) []string {
-			return []string{"-redis", testenv.RedisAddr(t), "-redis-prefix", "isr-server-" + hex.EncodeToString(b[:]) + ":", "-body-dir", t.TempDir()}
+			return []string{"-redis", testenv.RedisAddr(t), "-redis-prefix", redisPrefix(t), "-body-dir", t.TempDir()}
 		},
 	}
 	for name, flags := range cases {
