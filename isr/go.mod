@@ -8,7 +8,9 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.114.8
 	github.com/aws/smithy-go v1.28.8
+	github.com/gofrs/flock v0.13.1
 	github.com/idem-go/idem v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
 )
 
 require (
@@ -22,8 +24,6 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/internal/presigned-url v1.14.10 // indirect
 	github.com/aws/aws-sdk-go-v2/service/internal/s3shared v1.20.10 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/gofrs/flock v0.13.1 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
