@@ -179,6 +179,7 @@ func (c *Coordinator) TryAcquire(ctx context.Context, pk string, seen *Meta) (Le
 		if seen != nil {
 			g := seen.GeneratedAt
 			in.IfMetaNotNewer = &g
+			in.IfMetaNotNewerN = seen.GeneratedAtN // the exact value read is the value conditioned on
 		}
 		var l Lease
 		l, err = c.table.AcquireLease(ctx, in)

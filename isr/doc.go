@@ -88,22 +88,30 @@
 //
 // # Decisions
 //
-//   - Times are whole epoch seconds, as the schema says. A lease of d
-//     seconds acquired at t expires at ceil(t)+d, so it lasts at least d
-//     and less than d+1s of real time; "now" in conditions is floor(t).
+//   - Times isr writes are whole epoch seconds, as the schema says. A
+//     lease of d seconds acquired at t expires at ceil(t)+d, so it lasts at
+//     least d and less than d+1s of real time. "now" in conditions is t
+//     exactly (nanoseconds, as decimal text).
 //   - Acquire used by Regenerate is conditioned on META not having been
 //     published since it was read, so a worker that read a stale META just
 //     before another worker published and released cannot regenerate the
 //     page a second time. On DynamoDB that makes acquire a two-item
 //     TransactWriteItems (one request). The check compares generated_at
-//     seconds, so a META republished within the same second as the one the
-//     caller saw is not detected (only possible with revalidate_seconds 0).
+//     as read, so a META isr republished within the same second as the one
+//     the caller saw is not detected (only possible with
+//     revalidate_seconds 0).
 //   - Numbers are read in DynamoDB's decimal form (fractions and
-//     exponents included) and floored to whole units; conditions on Redis
-//     and in files compare the same floored values, so what a worker read
-//     is what its write is conditioned on. Anything else in a number
-//     attribute is an ErrCorruptItem, except in ttl, which is taken as
-//     absent.
+//     exponents included, exponents within ±400) and compared exactly:
+//     Meta.Fresh, Meta.StaleAt and Lease.Held use the text read
+//     (Meta.GeneratedAtN, Meta.RevalidateSecondsN, Lease.ExpiresAtN; the
+//     int64 fields hold the floored seconds), and every table's conditions
+//     compare the stored text with the caller's exact Now and with the
+//     exact generated_at the caller read (AcquireInput.IfMetaNotNewerN):
+//     DynamoDB natively, Redis scripts and files by exact decimal
+//     comparison. So isr agrees with a service that compares the numbers
+//     as written (1795385591.7 + 60 > now), and what a worker read is what
+//     its write is conditioned on. Anything else in a number attribute is
+//     an ErrCorruptItem, except in ttl, which is taken as absent.
 //   - A render whose lease cannot be refreshed (the table unreachable) is
 //     stopped half a refresh interval before the lease expires, with a
 //     *LapseError, and its page is not published, so it never overlaps a

@@ -266,12 +266,14 @@ func leaseItem(pk, token string, exp, ttl int64) map[string]types.AttributeValue
 	return item
 }
 
-// Conditions compare numbers as the decoders read them, floored to whole
-// seconds, so that the value a worker read is the value its write is
-// conditioned on even when another service wrote a fraction: with an
-// integer now, floor(x) <= now is x < now+1 and floor(x) > now is
-// x >= now+1 (":next" below is now+1).
-const condLockFree = "attribute_not_exists(#pk) OR #lease_expires_at < :next"
+// Conditions compare the stored numbers exactly, as DynamoDB does, with the
+// caller's Now as exact decimal text (timeN) and with the exact text a
+// worker read (Meta.GeneratedAtN), the same comparisons Lease.Held and
+// Meta.Fresh make: a fraction another service wrote is never floored.
+const condLockFree = "attribute_not_exists(#pk) OR #lease_expires_at <= :now"
+
+// nText is a number attribute holding the exact text s.
+func nText(s string) types.AttributeValue { return &types.AttributeValueMemberN{Value: s} }
 
 // AcquireLease implements Table.
 func (t *DynamoTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, error) {
@@ -287,7 +289,7 @@ func (t *DynamoTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease,
 		Item:                                leaseItem(in.PK, in.Token, in.ExpiresAt, in.TTL),
 		ConditionExpression:                 aws.String(condLockFree),
 		ExpressionAttributeNames:            names(attrPK, attrLeaseExp),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":next": nAttr(in.Now.Unix() + 1)},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": nText(timeN(in.Now))},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
 	if in.IfMetaNotNewer == nil {
@@ -320,9 +322,9 @@ func (t *DynamoTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease,
 		// A META without generated_at (pointer only, recipe B) is not
 		// compared: its generation lives in the VER# row, beyond a
 		// condition; the publish's optimistic version guards it.
-		ConditionExpression:                 aws.String("attribute_not_exists(#pk) OR attribute_not_exists(#generated_at) OR #generated_at < :seenNext"),
+		ConditionExpression:                 aws.String("attribute_not_exists(#pk) OR attribute_not_exists(#generated_at) OR #generated_at <= :seen"),
 		ExpressionAttributeNames:            names(attrPK, attrGeneratedAt),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":seenNext": nAttr(*in.IfMetaNotNewer + 1)},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":seen": nText(seenN(in))},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureNone,
 	}
 	_, err := t.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
@@ -368,11 +370,11 @@ func (t *DynamoTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease,
 		TableName:                aws.String(t.table),
 		Key:                      key(in.Lease.PK, SKLock),
 		UpdateExpression:         aws.String("SET #lease_expires_at = :exp, #ttl = :ttl"),
-		ConditionExpression:      aws.String("#lease_token = :tok AND #lease_expires_at >= :next"),
+		ConditionExpression:      aws.String("#lease_token = :tok AND #lease_expires_at > :now"),
 		ExpressionAttributeNames: names(attrLeaseExp, attrTTL, attrLeaseToken),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":exp": nAttr(in.ExpiresAt), ":ttl": nAttr(in.TTL),
-			":tok": sAttr(in.Lease.Token), ":next": nAttr(in.Now.Unix() + 1),
+			":tok": sAttr(in.Lease.Token), ":now": nText(timeN(in.Now)),
 		},
 		ReturnValues: types.ReturnValueAllNew,
 	})
@@ -415,13 +417,13 @@ func (t *DynamoTable) ReleaseLease(ctx context.Context, lease Lease) error {
 // "ConditionCheck lease token and expiry" and "Delete LOCK (conditioned on
 // the token)" are one conditional Delete, because a DynamoDB transaction may
 // not hold two actions on the same item.
-func (t *DynamoTable) lockDelete(l Lease, now int64) types.TransactWriteItem {
+func (t *DynamoTable) lockDelete(l Lease, now time.Time) types.TransactWriteItem {
 	return types.TransactWriteItem{Delete: &types.Delete{
 		TableName:                 aws.String(t.table),
 		Key:                       key(l.PK, SKLock),
-		ConditionExpression:       aws.String("#lease_token = :tok AND #lease_expires_at >= :next"),
+		ConditionExpression:       aws.String("#lease_token = :tok AND #lease_expires_at > :now"),
 		ExpressionAttributeNames:  names(attrLeaseToken, attrLeaseExp),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":tok": sAttr(l.Token), ":next": nAttr(now + 1)},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":tok": sAttr(l.Token), ":now": nText(timeN(now))},
 	}}
 }
 
@@ -470,7 +472,7 @@ func (t *DynamoTable) Publish(ctx context.Context, in PublishInput) error {
 		put.ExpressionAttributeNames = names(attrGeneratedAt)
 		put.ExpressionAttributeValues = map[string]types.AttributeValue{":gen": nAttr(in.Meta.GeneratedAt)}
 	}
-	items := []types.TransactWriteItem{t.lockDelete(in.Lease, in.Now.Unix()), {Put: put}}
+	items := []types.TransactWriteItem{t.lockDelete(in.Lease, in.Now), {Put: put}}
 	if in.Request != nil {
 		items = append(items, t.requestComplete(pk, in.Request, in.Meta.S3Key))
 	}
@@ -550,7 +552,7 @@ func (t *DynamoTable) PublishPointer(ctx context.Context, in PublishPointerInput
 		cond = "(" + cond + ") AND (attribute_not_exists(#generated_at) OR #generated_at < :gen)"
 	}
 	items := []types.TransactWriteItem{
-		t.lockDelete(in.Lease, in.Now.Unix()),
+		t.lockDelete(in.Lease, in.Now),
 		{Put: &types.Put{
 			TableName:                aws.String(t.table),
 			Item:                     verItem,
@@ -604,8 +606,8 @@ func (t *DynamoTable) BeginRequest(ctx context.Context, in BeginRequestInput) (R
 	item[attrRequestHash] = sAttr(in.Hash)
 	item[attrStatus] = sAttr(string(RequestStarted))
 	item[attrTTL] = nAttr(in.TTL)
-	cond := "attribute_not_exists(#pk) OR #ttl < :next"
-	vals := map[string]types.AttributeValue{":next": nAttr(in.Now.Unix() + 1)}
+	cond := "attribute_not_exists(#pk) OR #ttl <= :now"
+	vals := map[string]types.AttributeValue{":now": nText(timeN(in.Now))}
 	attrNames := names(attrPK, attrTTL)
 	if in.RetryFailed {
 		cond += " OR (#status = :failed AND #request_hash = :h)"
@@ -735,8 +737,9 @@ func (t *DynamoTable) txErr(op, pk string, err error, failed func(int, map[strin
 	return te
 }
 
-// Decoding. Numbers are accepted as integers or decimals (floored); any
-// other type is a *CorruptItemError.
+// Decoding. Numbers are accepted as integers or decimals (floored into the
+// int64 fields; the exact text goes to the N fields, see decoder.exact);
+// any other type is a *CorruptItemError.
 
 func getS(pk, sk string, item map[string]types.AttributeValue, attr string, required bool) (string, error) {
 	v, ok := item[attr]
@@ -820,6 +823,20 @@ func (d *decoder) n(attr string, required bool) int64 {
 	return v
 }
 
+// exact is the text of number attribute attr when it is not exactly the
+// integer v read from it ("" otherwise): the exact value the N fields of
+// Meta, Lease and Version carry.
+func (d *decoder) exact(attr string, v int64) string {
+	if d.err != nil {
+		return ""
+	}
+	n, ok := d.item[attr].(*types.AttributeValueMemberN)
+	if !ok || n.Value == strconv.FormatInt(v, 10) {
+		return ""
+	}
+	return n.Value
+}
+
 func decodeMeta(pk string, item map[string]types.AttributeValue) (Meta, error) {
 	d := decoder{pk: pk, sk: SKMeta, item: item}
 	m := Meta{
@@ -832,6 +849,8 @@ func decodeMeta(pk string, item map[string]types.AttributeValue) (Meta, error) {
 		CurrentSK:         d.s(attrCurrentSK, false),
 		Version:           d.n(attrVersion, false),
 	}
+	m.GeneratedAtN = d.exact(attrGeneratedAt, m.GeneratedAt)
+	m.RevalidateSecondsN = d.exact(attrRevalidate, m.RevalidateSeconds)
 	return m, d.err
 }
 
@@ -840,6 +859,7 @@ func decodeMeta(pk string, item map[string]types.AttributeValue) (Meta, error) {
 func decodeMetaLoose(pk string, item map[string]types.AttributeValue) (Meta, error) {
 	d := decoder{pk: pk, sk: SKMeta, item: item}
 	m := Meta{PK: pk, GeneratedAt: d.n(attrGeneratedAt, false), Version: d.n(attrVersion, false)}
+	m.GeneratedAtN = d.exact(attrGeneratedAt, m.GeneratedAt)
 	return m, d.err
 }
 
@@ -851,6 +871,7 @@ func decodeLease(pk string, item map[string]types.AttributeValue) (Lease, error)
 		ExpiresAt: d.n(attrLeaseExp, true),
 		TTL:       d.ttl(),
 	}
+	l.ExpiresAtN = d.exact(attrLeaseExp, l.ExpiresAt)
 	return l, d.err
 }
 
@@ -884,5 +905,6 @@ func decodeVersion(pk, id string, item map[string]types.AttributeValue) (Version
 		ETag:        d.s(attrETag, false),
 		TTL:         d.ttl(),
 	}
+	v.GeneratedAtN = d.exact(attrGeneratedAt, v.GeneratedAt)
 	return v, d.err
 }

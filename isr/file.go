@@ -60,8 +60,8 @@ const (
 // lease then simply expires.
 //
 // Conditions and refusals are DynamoTable's. Expiry is decided with the
-// caller's Now against the items' numbers, floored to whole seconds as the
-// Go side reads them; ttl decides nothing but a REQ# item's liveness, as on
+// caller's exact Now against the items' numbers, compared exactly as the
+// Go side compares them; ttl decides nothing but a REQ# item's liveness, as on
 // DynamoDB, and nothing is ever deleted for its ttl.
 type FileTable struct {
 	dir     string
@@ -205,6 +205,19 @@ func (it fileItem) num(attr string) (int64, bool) {
 	}
 	n, err := parseN("", "", attr, string(v))
 	return n, err == nil
+}
+
+// numN reads a number attribute's exact text; ok is false when it is
+// absent or not a number the decoders accept.
+func (it fileItem) numN(attr string) (string, bool) {
+	v, isNum := it[attr].(json.Number)
+	if !isNum {
+		return "", false
+	}
+	if _, err := parseN("", "", attr, string(v)); err != nil {
+		return "", false
+	}
+	return string(v), true
 }
 
 func (it fileItem) str(attr string) (string, bool) {
@@ -380,14 +393,14 @@ func (t *FileTable) GetVersion(ctx context.Context, pk, id string) (Version, err
 
 // leaseOK is the condition on LOCK of both recipes and of a refresh: it
 // carries token and lease_expires_at > now.
-func (t *FileTable) leaseOK(pk, token string, now int64) (bool, error) {
+func (t *FileTable) leaseOK(pk, token string, now time.Time) (bool, error) {
 	lock, err := t.read(pk, SKLock)
 	if err != nil || lock == nil {
 		return false, err
 	}
 	tok, _ := lock.str(attrLeaseToken)
-	exp, ok := lock.num(attrLeaseExp)
-	return tok == token && ok && exp > now, nil
+	exp, ok := lock.numN(attrLeaseExp)
+	return tok == token && ok && cmpNTime(exp, 0, now) > 0, nil
 }
 
 // requestOK is the condition on a REQ# item that is completed, failed or
@@ -412,7 +425,6 @@ func (t *FileTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, e
 		return Lease{}, err
 	}
 	defer unlock()
-	now := in.Now.Unix()
 	lock, err := t.read(in.PK, SKLock)
 	if err != nil {
 		return Lease{}, err
@@ -422,7 +434,7 @@ func (t *FileTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, e
 		if _, err := getN(in.PK, SKLock, lock.attrs(), attrLeaseExp, true); err != nil {
 			return Lease{}, err
 		}
-		if exp, _ := lock.num(attrLeaseExp); exp > now {
+		if exp, _ := lock.numN(attrLeaseExp); cmpNTime(exp, 0, in.Now) > 0 {
 			if tok, _ := lock.str(attrLeaseToken); tok == in.Token {
 				return decodeLease(in.PK, lock.attrs()) // a retried acquire: already ours
 			}
@@ -435,7 +447,7 @@ func (t *FileTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, e
 		if err != nil {
 			return Lease{}, err
 		}
-		changed = found && gen > *in.IfMetaNotNewer
+		changed = found && cmpN(gen, 0, seenN(in), 0) > 0
 	}
 	if heldErr != nil || changed {
 		if in.IfMetaNotNewer == nil {
@@ -461,29 +473,31 @@ func (t *FileTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, e
 
 // seenGeneratedAt is the generated_at a reader of META sees: the pointed
 // VER# row's under recipe B, META's own otherwise.
-func (t *FileTable) seenGeneratedAt(pk string) (int64, bool, error) {
+func (t *FileTable) seenGeneratedAt(pk string) (string, bool, error) {
 	meta, err := t.read(pk, SKMeta)
 	if err != nil || meta == nil {
-		return 0, false, err
+		return "", false, err
 	}
 	attrs := meta.attrs()
 	cur, ok, err := pointerSK(pk, attrs)
 	if err != nil {
-		return 0, false, err
+		return "", false, err
 	}
 	sk := SKMeta
 	if ok {
 		ver, err := t.read(pk, cur)
 		if err != nil {
-			return 0, false, err
+			return "", false, err
 		}
 		if ver == nil {
-			return 0, false, missingPointer(pk, cur)
+			return "", false, missingPointer(pk, cur)
 		}
 		attrs, sk = ver.attrs(), cur
 	}
-	gen, err := getN(pk, sk, attrs, attrGeneratedAt, true)
-	return gen, true, err
+	if _, err := getN(pk, sk, attrs, attrGeneratedAt, true); err != nil {
+		return "", true, err
+	}
+	return attrs[attrGeneratedAt].(*types.AttributeValueMemberN).Value, true, nil
 }
 
 // RefreshLease implements Table.
@@ -497,7 +511,7 @@ func (t *FileTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease, e
 		return Lease{}, err
 	}
 	defer unlock()
-	ok, err := t.leaseOK(pk, in.Lease.Token, in.Now.Unix())
+	ok, err := t.leaseOK(pk, in.Lease.Token, in.Now)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -557,7 +571,7 @@ func (t *FileTable) Publish(ctx context.Context, in PublishInput) error {
 	defer unlock()
 	reasons := []string{reasonNone, reasonNone}
 	var errs []error
-	ok, err := t.leaseOK(pk, in.Lease.Token, in.Now.Unix())
+	ok, err := t.leaseOK(pk, in.Lease.Token, in.Now)
 	if err != nil {
 		return err
 	}
@@ -623,7 +637,7 @@ func (t *FileTable) PublishPointer(ctx context.Context, in PublishPointerInput) 
 	m := pointerMeta(pk, in)
 	reasons := []string{reasonNone, reasonNone, reasonNone}
 	var errs []error
-	ok, err := t.leaseOK(pk, in.Lease.Token, in.Now.Unix())
+	ok, err := t.leaseOK(pk, in.Lease.Token, in.Now)
 	if err != nil {
 		return Meta{}, err
 	}
@@ -721,7 +735,7 @@ func (t *FileTable) BeginRequest(ctx context.Context, in BeginRequestInput) (Req
 		return Request{}, false, err
 	}
 	live := cur != nil
-	if ttl, ok := cur.num(attrTTL); live && ok && ttl <= in.Now.Unix() {
+	if ttl, ok := cur.numN(attrTTL); live && ok && cmpNTime(ttl, 0, in.Now) <= 0 {
 		live = false // past its ttl: counts as absent
 	}
 	if live {

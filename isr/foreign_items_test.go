@@ -190,7 +190,10 @@ func TestFileForeignItems(t *testing.T)         { testForeignItems(t, fileRaw(t)
 func testForeignItems(t *testing.T, r rawTable) {
 	ctx := context.Background()
 	tb := r.tb
-	now := time.Now()
+	// A quarter past a whole second: numbers are compared with the exact
+	// instant, so a fraction above .25 is later than now and one at or
+	// below it is not.
+	now := time.Unix(time.Now().Unix(), 250e6)
 	unix := now.Unix()
 	sn := func(v int64) rawN { return rawN(strconv.FormatInt(v, 10)) }
 
@@ -250,7 +253,12 @@ func testForeignItems(t *testing.T, r rawTable) {
 		for _, c := range []struct {
 			exp  string
 			held bool
-		}{{strconv.FormatInt(unix, 10) + ".5", false}, {strconv.FormatInt(unix+1, 10) + ".5", true}, {"1.7e9", false}} {
+		}{
+			{strconv.FormatInt(unix, 10) + ".5", true}, {strconv.FormatInt(unix, 10) + ".2", false},
+			{strconv.FormatInt(unix, 10) + ".25", false}, {strconv.FormatInt(unix, 10) + ".2500000001", true},
+			{strconv.FormatInt(unix, 10) + ".25e0", false}, {strconv.FormatInt(unix, 10)[:1] + "." + strconv.FormatInt(unix, 10)[1:] + "3e9", true},
+			{strconv.FormatInt(unix, 10), false}, {strconv.FormatInt(unix+1, 10) + ".5", true}, {"1.7e9", false},
+		} {
 			pk := isrtest.NewPK(t)
 			r.put(t, pk, "LOCK", map[string]any{"pk": pk, "sk": "LOCK", "lease_token": "x", "lease_expires_at": rawN(c.exp)})
 			l, err := tb.GetLease(ctx, pk)
@@ -283,6 +291,47 @@ func testForeignItems(t *testing.T, r rawTable) {
 				t.Errorf("%q: GetLease %v", v, gerr)
 			case l.Held(now) != errors.Is(aerr, isr.ErrLeaseHeld) || (!l.Held(now) && aerr != nil):
 				t.Errorf("%q: GetLease says held %v (expires %d), AcquireLease %v", v, l.Held(now), l.ExpiresAt, aerr)
+			}
+		}
+	})
+	t.Run("fractions and exponents decide freshness and the META guard exactly", func(t *testing.T) {
+		u := strconv.FormatInt(unix-60, 10)
+		for _, c := range []struct {
+			gen, reval string
+			fresh      bool
+		}{
+			{u + ".3", "60", true}, {u + ".2", "60", false}, {u + ".25", "60", false}, {u, "60.26", true},
+			{u[:1] + "." + u[1:] + "3e9", "6e1", true}, {u[:1] + "." + u[1:] + "2e9", "6.0e1", false},
+			{u, "60", false}, {strconv.FormatInt(unix-59, 10), "60", true},
+		} {
+			pk := isrtest.NewPK(t)
+			r.put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "s3_key": "p", "generated_at": rawN(c.gen), "revalidate_seconds": rawN(c.reval)})
+			m, err := tb.GetMeta(ctx, pk)
+			if err != nil {
+				t.Fatalf("%s + %s: GetMeta: %v", c.gen, c.reval, err)
+			}
+			if m.Fresh(now) != c.fresh {
+				t.Errorf("%s + %s: Fresh(%s) = %v, want %v (Meta %+v)", c.gen, c.reval, now.Format(time.RFC3339Nano), m.Fresh(now), c.fresh, m)
+			}
+			if stale := m.StaleAt(); stale.After(now) != c.fresh {
+				t.Errorf("%s + %s: StaleAt %s, fresh %v", c.gen, c.reval, stale, c.fresh)
+			}
+			// The generated_at read is the value conditioned on: an acquire
+			// guarded with it succeeds; one guarded with a value just
+			// below it (the floored seconds) finds META changed.
+			if m.GeneratedAtN != "" {
+				floor := m.GeneratedAt
+				_, err := tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "lo", Now: now, ExpiresAt: unix + 30, TTL: unix + 90, IfMetaNotNewer: &floor})
+				if !errors.Is(err, isr.ErrMetaChanged) {
+					t.Errorf("%s: acquire guarded with the floor %d = %v, want ErrMetaChanged", c.gen, floor, err)
+				}
+			}
+			g := m.GeneratedAt
+			l, err := tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "t", Now: now, ExpiresAt: unix + 30, TTL: unix + 90, IfMetaNotNewer: &g, IfMetaNotNewerN: m.GeneratedAtN})
+			if err != nil {
+				t.Errorf("%s: acquire guarded with the value read = %v", c.gen, err)
+			} else if err := tb.ReleaseLease(ctx, l); err != nil {
+				t.Fatal(err)
 			}
 		}
 	})

@@ -26,8 +26,9 @@ var numberAttrs = map[string]bool{
 // minus sign, digits with an optional fraction, an optional exponent.
 var nPattern = regexp.MustCompile(`^-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$`)
 
-// validN reports whether s is a number in DynamoDB's decimal text form.
-func validN(s string) bool { return nPattern.MatchString(s) }
+// validN reports whether s is a number in DynamoDB's decimal text form,
+// with an exponent within ±maxExponent.
+func validN(s string) bool { return nPattern.MatchString(s) && exponentOK(s) }
 
 // attrsFromStrings is the DynamoDB item a Redis hash stands for: the
 // schema's number attributes as N (their text as stored, so a bad one

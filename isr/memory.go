@@ -138,7 +138,7 @@ func (t *MemoryTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease,
 	}
 	if in.IfMetaNotNewer != nil {
 		reasons = append(reasons, reasonNone)
-		if m, ok := t.meta[in.PK]; ok && m.GeneratedAt > *in.IfMetaNotNewer {
+		if m, ok := t.meta[in.PK]; ok && cmpN(m.GeneratedAtN, m.GeneratedAt, in.IfMetaNotNewerN, *in.IfMetaNotNewer) > 0 {
 			errs = append(errs, ErrMetaChanged)
 			reasons[1] = reasonCondition
 		}

@@ -111,8 +111,9 @@ func optionErr(what, reason string) error {
 // Time: the Table interface passes the caller's Now to every method, and
 // expiry is decided with it against the items' own numbers, never by the
 // Redis server's clock (the conformance suite runs at fixed instants), so
-// the workers' clocks must agree as on DynamoDB. Numbers are compared as
-// the Go side reads them (floored to whole seconds), so the value a worker
+// the workers' clocks must agree as on DynamoDB. Numbers are compared
+// exactly (decimal text, no rounding to a double), with the caller's Now as
+// exact decimal text, as the Go side compares them, so the value a worker
 // read is the value a script conditions on. The ttl attribute is garbage
 // collection for the deployment; no key gets a native expiry and no
 // decision reads ttl except a REQ# item's, as on DynamoDB.
@@ -322,10 +323,10 @@ func (t *RedisTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, 
 	}
 	seen := ""
 	if in.IfMetaNotNewer != nil {
-		seen = i64(*in.IfMetaNotNewer)
+		seen = seenN(in)
 	}
 	r, err := t.run(ctx, "acquire", in.PK, scriptAcquire, []string{t.Key(in.PK, SKLock), t.Key(in.PK, SKMeta)},
-		in.PK, in.Token, i64(in.Now.Unix()), i64(in.ExpiresAt), i64(in.TTL), seen)
+		in.PK, in.Token, timeN(in.Now), i64(in.ExpiresAt), i64(in.TTL), seen)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -369,7 +370,7 @@ func (t *RedisTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease, 
 	}
 	pk := in.Lease.PK
 	r, err := t.run(ctx, "refresh", pk, scriptRefresh, []string{t.Key(pk, SKLock)},
-		in.Lease.Token, i64(in.Now.Unix()), i64(in.ExpiresAt), i64(in.TTL))
+		in.Lease.Token, timeN(in.Now), i64(in.ExpiresAt), i64(in.TTL))
 	if err != nil {
 		return Lease{}, err
 	}
@@ -426,7 +427,7 @@ func (t *RedisTable) Publish(ctx context.Context, in PublishInput) error {
 	}
 	m := in.Meta
 	r, err := t.run(ctx, "publish", pk, scriptPublish, keys,
-		pk, in.Lease.Token, i64(in.Now.Unix()), m.S3Key, i64(m.GeneratedAt), i64(m.RevalidateSeconds),
+		pk, in.Lease.Token, timeN(in.Now), m.S3Key, i64(m.GeneratedAt), i64(m.RevalidateSeconds),
 		m.ETag, optN(m.TTL), boolArg(in.Monotonic), hash)
 	if err != nil {
 		return err
@@ -465,7 +466,7 @@ func (t *RedisTable) PublishPointer(ctx context.Context, in PublishPointerInput)
 		hash = in.Request.Hash
 	}
 	r, err := t.run(ctx, "publish-pointer", pk, scriptPublishPointer, keys,
-		pk, in.Lease.Token, i64(in.Now.Unix()), m.CurrentSK, v.S3Key, i64(v.GeneratedAt), v.ETag, optN(v.TTL),
+		pk, in.Lease.Token, timeN(in.Now), m.CurrentSK, v.S3Key, i64(v.GeneratedAt), v.ETag, optN(v.TTL),
 		i64(in.RevalidateSeconds), optN(in.MetaTTL), i64(in.ExpectedVersion), i64(m.Version),
 		boolArg(in.Monotonic), hash)
 	if err != nil {
@@ -502,7 +503,7 @@ func (t *RedisTable) BeginRequest(ctx context.Context, in BeginRequestInput) (Re
 	}
 	sk := RequestSKPrefix + in.Key
 	r, err := t.run(ctx, "begin-request", in.PK, scriptBegin, []string{t.Key(in.PK, sk)},
-		in.PK, sk, in.Hash, i64(in.Now.Unix()), i64(in.TTL), boolArg(in.RetryFailed))
+		in.PK, sk, in.Hash, timeN(in.Now), i64(in.TTL), boolArg(in.RetryFailed))
 	if err != nil {
 		return Request{}, false, err
 	}

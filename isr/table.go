@@ -2,6 +2,7 @@ package isr
 
 import (
 	"context"
+	"math/big"
 	"time"
 )
 
@@ -10,35 +11,71 @@ import (
 type Meta struct {
 	PK                string
 	S3Key             string // s3_key: body store key of the published body
-	GeneratedAt       int64  // generated_at: epoch seconds
-	RevalidateSeconds int64  // revalidate_seconds: freshness window
+	GeneratedAt       int64  // generated_at: epoch seconds (floored; exact in GeneratedAtN)
+	RevalidateSeconds int64  // revalidate_seconds: freshness window (floored; exact in RevalidateSecondsN)
 	ETag              string // etag, "" when absent
 	TTL               int64  // ttl: epoch seconds, 0 when absent (GC only)
 	CurrentSK         string // current_sk: "VER#<id>" (recipe B), "" when absent
 	Version           int64  // version: optimistic version (recipe B), 0 when absent
+
+	// GeneratedAtN and RevalidateSecondsN are generated_at and
+	// revalidate_seconds exactly as stored, in DynamoDB's number text
+	// ("1795385591.7", "1.7953855917e9"), as every Table reads them; ""
+	// means the int64 field is exact (as in a Meta isr built itself).
+	// Fresh, StaleAt and Coordinator.TryAcquire's META guard use the
+	// exact values.
+	GeneratedAtN       string
+	RevalidateSecondsN string
 }
 
 // Fresh reports whether the page may be served without regeneration:
-// generated_at + revalidate_seconds > now. TTL never decides.
+// generated_at + revalidate_seconds > now, compared exactly (a fractional
+// generated_at such as 1795385591.7 is not floored). TTL never decides.
 func (m Meta) Fresh(now time.Time) bool {
-	return m.GeneratedAt+m.RevalidateSeconds > now.Unix()
+	if m.GeneratedAtN == "" && m.RevalidateSecondsN == "" {
+		return m.GeneratedAt+m.RevalidateSeconds > now.Unix()
+	}
+	return m.staleAtRat().Cmp(ratTime(now)) > 0
 }
 
-// StaleAt returns the first instant at which the page is no longer fresh.
+func (m Meta) staleAtRat() *big.Rat {
+	sum := ratN(numText(m.GeneratedAtN, m.GeneratedAt))
+	return sum.Add(sum, ratN(numText(m.RevalidateSecondsN, m.RevalidateSeconds)))
+}
+
+// StaleAt returns the first instant at which the page is no longer fresh
+// (generated_at + revalidate_seconds, rounded up to a nanosecond).
 func (m Meta) StaleAt() time.Time {
-	return time.Unix(m.GeneratedAt+m.RevalidateSeconds, 0)
+	if m.GeneratedAtN == "" && m.RevalidateSecondsN == "" {
+		return time.Unix(m.GeneratedAt+m.RevalidateSeconds, 0)
+	}
+	ns := m.staleAtRat()
+	ns.Mul(ns, big.NewRat(1e9, 1))
+	q, r := new(big.Int).QuoRem(ns.Num(), ns.Denom(), new(big.Int))
+	if r.Sign() > 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	sec, nsec := new(big.Int).DivMod(q, big.NewInt(1e9), new(big.Int))
+	if !sec.IsInt64() {
+		return time.Unix(m.GeneratedAt+m.RevalidateSeconds, 0)
+	}
+	return time.Unix(sec.Int64(), nsec.Int64())
 }
 
 // Lease is the lease item (sk "LOCK"): who may publish for a cache key.
 type Lease struct {
 	PK        string
 	Token     string // lease_token: random owner token
-	ExpiresAt int64  // lease_expires_at: epoch seconds
+	ExpiresAt int64  // lease_expires_at: epoch seconds (floored; exact in ExpiresAtN)
 	TTL       int64  // ttl: epoch seconds, >= ExpiresAt + buffer (GC only)
+	// ExpiresAtN is lease_expires_at exactly as stored (DynamoDB number
+	// text), as every Table reads it; "" means ExpiresAt is exact.
+	ExpiresAtN string
 }
 
-// Held reports whether the lease is held at now: lease_expires_at > now.
-func (l Lease) Held(now time.Time) bool { return l.ExpiresAt > now.Unix() }
+// Held reports whether the lease is held at now: lease_expires_at > now,
+// compared exactly, as AcquireLease decides.
+func (l Lease) Held(now time.Time) bool { return cmpNTime(l.ExpiresAtN, l.ExpiresAt, now) > 0 }
 
 // RequestStatus is the status attribute of a REQ# item.
 type RequestStatus string
@@ -65,16 +102,19 @@ type Version struct {
 	PK          string
 	ID          string // version id (the sort key without "VER#")
 	S3Key       string // s3_key
-	GeneratedAt int64  // generated_at: epoch seconds
+	GeneratedAt int64  // generated_at: epoch seconds (floored; exact in GeneratedAtN)
 	ETag        string // etag, "" when absent
 	TTL         int64  // ttl, 0 when absent
+	// GeneratedAtN is generated_at exactly as stored; "" means GeneratedAt
+	// is exact.
+	GeneratedAtN string
 }
 
 // AcquireInput is the input of Table.AcquireLease.
 type AcquireInput struct {
 	PK        string
 	Token     string    // new random token; must be non-empty
-	Now       time.Time // the caller's clock; the lease is free iff absent or lease_expires_at <= Now
+	Now       time.Time // the caller's clock; the lease is free iff absent or lease_expires_at <= Now (exactly)
 	ExpiresAt int64     // lease_expires_at to write; must be > Now
 	TTL       int64     // ttl to write; must be >= ExpiresAt
 	// IfMetaNotNewer, when non-nil, makes the acquire also require that META
@@ -85,6 +125,10 @@ type AcquireInput struct {
 	// another worker may have regenerated and released. On DynamoDB it turns
 	// the acquire into a two-item transaction (still one request).
 	IfMetaNotNewer *int64
+	// IfMetaNotNewerN, when non-empty, is the exact generated_at the caller
+	// saw (Meta.GeneratedAtN), compared instead of *IfMetaNotNewer, which
+	// must still be non-nil.
+	IfMetaNotNewerN string
 }
 
 // RefreshInput is the input of Table.RefreshLease.

@@ -1,6 +1,9 @@
 package isr
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // Cancellation reasons, as DynamoDB names them.
 const (
@@ -46,8 +49,19 @@ func validateAcquire(in AcquireInput) error {
 	if err := validateLease(Lease{PK: in.PK, Token: in.Token}); err != nil {
 		return err
 	}
+	if in.IfMetaNotNewerN != "" {
+		if in.IfMetaNotNewer == nil {
+			return invalid("IfMetaNotNewerN", "set without IfMetaNotNewer")
+		}
+		if !validN(in.IfMetaNotNewerN) {
+			return invalid("IfMetaNotNewerN", "not a number: "+strconv.Quote(in.IfMetaNotNewerN))
+		}
+	}
 	return validateLeaseTimes(in.Now, in.ExpiresAt, in.TTL)
 }
+
+// seenN is the exact generated_at an acquire's META guard compares with.
+func seenN(in AcquireInput) string { return numText(in.IfMetaNotNewerN, *in.IfMetaNotNewer) }
 
 func validateRefresh(in RefreshInput) error {
 	if err := validateLease(in.Lease); err != nil {

@@ -1,6 +1,6 @@
 -- KEYS: LOCK, META. ARGV: pk, token, now, lease_expires_at, ttl, seen
 -- generated_at ('' for no META guard).
-local now = tonumber(ARGV[3])
+local now = ARGV[3] -- exact decimal text
 local lock, lockflat = load(KEYS[1])
 local held = false
 if lock then
@@ -8,7 +8,7 @@ if lock then
   if exp == nil then
     return {'CORRUPT', 'LOCK', 'lease_expires_at', why}
   end
-  if exp > now then
+  if cmpdec(lock['lease_expires_at'], now) > 0 then
     if lock['lease_token'] == ARGV[2] then
       return {'MINE', lockflat} -- a retried acquire: the lease is already ours
     end
@@ -37,7 +37,7 @@ if ARGV[6] ~= '' then
     if gen == nil then
       return {'CORRUPT', sk, 'generated_at', why}
     end
-    changed = gen > tonumber(ARGV[6])
+    changed = cmpdec(src['generated_at'], ARGV[6]) > 0
   end
 end
 if held or changed then

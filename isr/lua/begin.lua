@@ -3,7 +3,7 @@ local cur, flat = load(KEYS[1])
 local live = cur ~= nil
 if cur and cur['ttl'] then
   local t = num(cur['ttl'])
-  if t ~= nil and t <= tonumber(ARGV[4]) then
+  if t ~= nil and cmpdec(cur['ttl'], ARGV[4]) <= 0 then
     live = false -- past its ttl: counts as absent
   end
 end

@@ -20,8 +20,11 @@ local function load(key)
 end
 
 -- num reads a number attribute as the Go side decodes it: DynamoDB's
--- decimal text, floored to whole units. nil when it is not such a number,
--- so a condition never compares a value the reader would reject.
+-- decimal text (exponent within +-400), floored to whole units (for
+-- version and the monotonic guard, where floor(x) < n iff x < n for an
+-- integer n; times are compared exactly with cmpdec). nil when it is not
+-- such a number, so a condition never compares a value the reader would
+-- reject.
 local function num(s)
   if type(s) ~= 'string' then
     return nil
@@ -33,14 +36,72 @@ local function num(s)
   if not (string.match(mant, '^%-?%d+%.?%d*$') or string.match(mant, '^%-?%.%d+$')) then
     return nil
   end
-  if ex ~= '' and not string.match(ex, '^[eE][%+%-]?%d+$') then
-    return nil
+  if ex ~= '' then
+    local e = string.match(ex, '^[eE]([%+%-]?%d+)$')
+    if not e then
+      return nil
+    end
+    e = tonumber(e)
+    if e == nil or e < -400 or e > 400 then -- maxExponent, as in number.go
+      return nil
+    end
   end
   local n = tonumber(s)
   if n == nil or n ~= n or n > 9e18 or n < -9e18 then
     return nil
   end
   return math.floor(n)
+end
+
+-- dec splits a number text num accepts into its sign (-1, 0, 1), its
+-- significant digits without leading or trailing zeros, and the position
+-- of the decimal point: the value is sign * 0.digits * 10^point.
+local function dec(s)
+  local sign = 1
+  if string.sub(s, 1, 1) == '-' then
+    sign, s = -1, string.sub(s, 2)
+  end
+  local mant, ex = string.match(s, '^([%d%.]+)[eE]([%+%-]?%d+)$')
+  if not mant then
+    mant, ex = s, '0'
+  end
+  local ip, fp = string.match(mant, '^(%d*)%.?(%d*)$')
+  local digits = ip .. fp
+  local point = #ip + tonumber(ex)
+  local lead = #string.match(digits, '^0*')
+  digits, point = string.sub(digits, lead + 1), point - lead
+  digits = string.match(digits, '^(.-)0*$')
+  if digits == '' then
+    return 0, '', 0
+  end
+  return sign, digits, point
+end
+
+-- cmpdec compares two number texts num accepts exactly (no rounding to a
+-- double): -1, 0 or 1, as the Go side's cmpN.
+local function cmpdec(a, b)
+  local sa, da, pa = dec(a)
+  local sb, db, pb = dec(b)
+  if sa ~= sb then
+    return sa < sb and -1 or 1
+  end
+  if sa == 0 then
+    return 0
+  end
+  local c = 0
+  if pa ~= pb then
+    c = pa < pb and -1 or 1
+  else
+    local n = math.max(#da, #db)
+    da = da .. string.rep('0', n - #da)
+    db = db .. string.rep('0', n - #db)
+    if da < db then
+      c = -1
+    elseif da > db then
+      c = 1
+    end
+  end
+  return sa * c
 end
 
 -- numattr reads a required number attribute: the number, or nil and why not.
@@ -63,14 +124,15 @@ local function put(key, fields)
 end
 
 -- leaseok is the condition on LOCK of both publish recipes: it carries
--- token and lease_expires_at > now.
+-- token and lease_expires_at > now, compared exactly (now is the caller's
+-- time as decimal text).
 local function leaseok(key, token, now)
   local lock = load(key)
   if not lock or lock['lease_token'] ~= token then
     return false
   end
-  local exp = num(lock['lease_expires_at'])
-  return exp ~= nil and exp > now
+  local exp = lock['lease_expires_at']
+  return num(exp) ~= nil and cmpdec(exp, now) > 0
 end
 
 -- requestok is the condition on a REQ# item that is completed, failed or

@@ -3,7 +3,7 @@
 -- monotonic ('1'), request_hash.
 local reasons = {'None', 'None'}
 local refused = false
-if not leaseok(KEYS[1], ARGV[2], tonumber(ARGV[3])) then
+if not leaseok(KEYS[1], ARGV[2], ARGV[3]) then
   reasons[1], refused = COND, true
 end
 if ARGV[9] == '1' then

@@ -4,7 +4,7 @@
 -- monotonic ('1'), request_hash.
 local reasons = {'None', 'None', 'None'}
 local refused, metaWhy = false, ''
-if not leaseok(KEYS[1], ARGV[2], tonumber(ARGV[3])) then
+if not leaseok(KEYS[1], ARGV[2], ARGV[3]) then
   reasons[1], refused = COND, true
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then

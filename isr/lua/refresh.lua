@@ -1,5 +1,5 @@
 -- KEYS: LOCK. ARGV: token, now, lease_expires_at, ttl.
-if not leaseok(KEYS[1], ARGV[1], tonumber(ARGV[2])) then
+if not leaseok(KEYS[1], ARGV[1], ARGV[2]) then
   return {'LOST'}
 end
 redis.call('HSET', KEYS[1], 'lease_expires_at', ARGV[3], 'ttl', ARGV[4])
