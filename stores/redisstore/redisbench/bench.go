@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/benchkit"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -235,49 +236,7 @@ func WakeLatency(ctx context.Context, owner, waiter *redis.Client, poll bool, sa
 	if poll {
 		storeB = noWatch{sb}
 	}
-	opts := []idem.Option{idem.OnDuplicate(idem.Wait), idem.WithTakeoverAfter(takeover), idem.WithHeartbeat(takeover / 3)}
-	ga, err := idem.New[string](sa, opts...)
-	if err != nil {
-		return nil, err
-	}
-	gb, err := idem.New[string](storeB, opts...)
-	if err != nil {
-		return nil, err
-	}
-	var out []time.Duration
-	for i := range samples {
-		key := "wake-" + strconv.Itoa(i)
-		started, release := make(chan struct{}), make(chan struct{})
-		aErr := make(chan error, 1)
-		go func() {
-			_, err := ga.Do(ctx, key, func(context.Context) (string, error) {
-				close(started)
-				<-release
-				return "v", nil
-			})
-			aErr <- err
-		}()
-		<-started
-		bDone := make(chan error, 1)
-		var end time.Time
-		go func() {
-			_, err := gb.Do(ctx, key, func(context.Context) (string, error) { return "", fmt.Errorf("waiter ran fn") })
-			end = time.Now()
-			bDone <- err
-		}()
-		time.Sleep(100*time.Millisecond + time.Duration(i%5)*50*time.Millisecond)
-		close(release)
-		if err := <-aErr; err != nil {
-			return nil, err
-		}
-		finished := time.Now()
-		if err := <-bDone; err != nil {
-			return nil, err
-		}
-		out = append(out, max(end.Sub(finished), 0))
-	}
-	slices.Sort(out)
-	return out, nil
+	return benchkit.WakeLatency(ctx, sa, storeB, samples, takeover)
 }
 
 // Median returns the middle of sorted durations.

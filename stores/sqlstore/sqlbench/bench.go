@@ -12,8 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
-	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/benchkit"
 	"github.com/idem-go/idem/stores/sqlstore"
 )
 
@@ -74,65 +73,12 @@ func WakeLatency(ctx context.Context, db *sql.DB, listen bool, samples int, take
 		}
 		waiterStore = ws
 	}
-	opts := []idem.Option{idem.OnDuplicate(idem.Wait), idem.WithTakeoverAfter(takeover)}
-	ga, err := idem.New[string](owner, opts...)
-	if err != nil {
-		return nil, err
-	}
-	gb, err := idem.New[string](waiterStore, opts...)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]time.Duration, 0, samples)
-	for i := range samples {
-		key := "wake-" + strconv.Itoa(i)
-		started, release := make(chan struct{}), make(chan struct{})
-		aErr := make(chan error, 1)
-		go func() {
-			_, err := ga.Do(ctx, key, func(context.Context) (string, error) {
-				close(started)
-				<-release
-				return "v", nil
-			})
-			aErr <- err
-		}()
-		select {
-		case <-started:
-		case err := <-aErr:
-			return nil, fmt.Errorf("sqlbench: owner: %w", err)
-		}
-		bDone := make(chan error, 1)
-		var end time.Time
-		go func() {
-			_, err := gb.Do(ctx, key, func(context.Context) (string, error) {
-				return "", errors.New("sqlbench: the waiter ran fn")
-			})
-			end = time.Now()
-			bDone <- err
-		}()
-		time.Sleep(100*time.Millisecond + time.Duration(i%5)*50*time.Millisecond)
-		close(release)
-		if err := <-aErr; err != nil {
-			return nil, fmt.Errorf("sqlbench: owner: %w", err)
-		}
-		finished := time.Now()
-		if err := <-bDone; err != nil {
-			return nil, fmt.Errorf("sqlbench: waiter: %w", err)
-		}
-		out = append(out, max(end.Sub(finished), 0))
-	}
-	slices.Sort(out)
-	return out, nil
+	return benchkit.WakeLatency(ctx, owner, waiterStore, samples, takeover)
 }
 
 // Quantile returns the q quantile (0 <= q < 1) of sorted durations, 0 for
 // none: Quantile(d, 0.5) is the median.
-func Quantile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[min(int(float64(len(sorted))*q), len(sorted)-1)]
-}
+func Quantile(sorted []time.Duration, q float64) time.Duration { return benchkit.Quantile(sorted, q) }
 
 // WakeTable prints to w the median and 90th percentile Wait wake-up on
 // PostgreSQL at dsn, with LISTEN/NOTIFY and with the poll, from samples
