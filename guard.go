@@ -2,15 +2,14 @@ package idem
 
 import (
 	"context"
-	cryptorand "crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"reflect"
 	"sync"
 	"time"
+
+	"github.com/idem-go/idem/internal/lease"
 )
 
 // Guard runs functions at most once per key, with their outcomes kept in a
@@ -307,7 +306,7 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, fn func(c
 	for {
 		sent := time.Now() // the store's HeartbeatAt of a claim is no earlier
 		res, err := g.store.Claim(ctx, ClaimRequest{
-			Key: sk, Nonce: newNonce(), PayloadHash: ph, LeaseTTL: g.lease, TakeoverAfter: g.takeover,
+			Key: sk, Nonce: lease.Token(), PayloadHash: ph, LeaseTTL: g.lease, TakeoverAfter: g.takeover,
 			Tenant: g.tenant, Scope: g.scope,
 		})
 		if err != nil {
@@ -356,9 +355,9 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, fn func(c
 			}
 			watchErr = true
 		}
-		delay := jitter(backoff)
+		delay := lease.Jitter(backoff)
 		if changed != nil {
-			delay = jitter(g.safetyPoll())
+			delay = lease.Jitter(g.safetyPoll())
 		} else {
 			backoff = min(2*backoff, g.pollMax())
 		}
@@ -390,10 +389,6 @@ func (g *Guard[T]) safetyPoll() time.Duration {
 	return min(max(g.takeover/4, 50*time.Millisecond), 5*time.Second)
 }
 
-func jitter(d time.Duration) time.Duration {
-	return d/2 + rand.N(d/2+1)
-}
-
 // run executes fn under the claim rec: heartbeats while it runs, then
 // records the outcome (or releases the claim) conditioned on the nonce.
 func (g *Guard[T]) run(ctx context.Context, sk string, rec *Record, claimed time.Time, f *flight, fn func(context.Context) (T, error)) (v T, err error) {
@@ -415,7 +410,7 @@ func (g *Guard[T]) run(ctx context.Context, sk string, rec *Record, claimed time
 	var panicValue any
 	defer func() {
 		if !normalReturn && !recovered { // runtime.Goexit in fn
-			hb.stop()
+			hb.Stop()
 			cancel(nil)
 			g.abandon(bg, sk, nonce, attempt, start, errors.New("fn called runtime.Goexit"))
 		}
@@ -431,13 +426,13 @@ func (g *Guard[T]) run(ctx context.Context, sk string, rec *Record, claimed time
 	}()
 	if !normalReturn {
 		recovered = true
-		hb.stop()
+		hb.Stop()
 		cancel(nil)
 		g.abandon(bg, sk, nonce, attempt, start, fmt.Errorf("fn panicked: %v", panicValue))
 		panic(panicValue)
 	}
 	interrupted := fctx.Err() != nil // before cancel(nil) ends fctx anyway
-	lost := hb.stop()
+	lost := hb.Stop()
 	cancel(nil)
 	if lost {
 		g.observe(ctx, Event{Kind: EventLostOwnership, StorageKey: sk, Attempt: attempt, Duration: time.Since(start)})
@@ -548,7 +543,7 @@ func (g *Guard[T]) complete(ctx context.Context, sk, nonce string, attempt int64
 		} else {
 			maybeApplied = maybeApplied || !unsent(err)
 		}
-		wait := jitter(backoff)
+		wait := lease.Jitter(backoff)
 		if errors.Is(err, ErrPermanent) || time.Now().Add(wait).After(deadline) {
 			return g.notCompleted(ctx, sk, nonce, attempt, f, err, maybeApplied)
 		}
@@ -644,91 +639,42 @@ func joinErr(a, b error) error {
 	return errors.Join(a, b)
 }
 
-// beater refreshes a claim while fn runs. It is a timer, not a goroutine,
-// so a call that returns within one interval costs no heartbeat at all.
-type beater struct {
-	mu      sync.Mutex
-	timer   *time.Timer
-	lapse   *time.Timer // fires when no heartbeat has succeeded for too long
-	lastOK  time.Time
-	stopped bool
-	lost    bool
-	busy    sync.WaitGroup // a heartbeat in flight
-}
-
-// stop ends the heartbeats, waits for one in flight, and reports whether
+// heartbeat refreshes the claim on sk while fn runs (see lease.Refresher:
+// a timer, not a goroutine, so a call that returns within one interval
+// costs no heartbeat at all). Stop it with stop, which reports whether
 // ownership was lost.
-func (b *beater) stop() bool {
-	b.mu.Lock()
-	b.stopped = true
-	b.timer.Stop()
-	b.lapse.Stop()
-	b.mu.Unlock()
-	b.busy.Wait()
-	return b.lost
-}
-
-func (g *Guard[T]) heartbeat(ctx context.Context, sk, nonce string, attempt int64, claimed time.Time, cancel context.CancelCauseFunc) *beater {
-	b := &beater{}
-	// If no heartbeat succeeds for this long, another caller may take the
-	// claim over before the next one could tell: stop fn first. A timer of
-	// its own, so a heartbeat that hangs does not delay it. It counts from
-	// when the last successful refresh was sent (the store's HeartbeatAt is
-	// no earlier), and leaves half an interval, not a whole one, so that
-	// the next heartbeat has time to succeed even when the interval is half
-	// the threshold.
-	lapse := g.takeover - g.beat/2
-	b.lastOK = claimed
-	b.lapse = time.AfterFunc(lapse-time.Since(claimed), func() {
-		b.mu.Lock()
-		since := time.Since(b.lastOK)
-		b.mu.Unlock()
-		// Observed before the cancel, so an Observer knows the margin by
-		// the time fn sees its context end.
-		g.observe(ctx, Event{Kind: EventLapse, StorageKey: sk, Attempt: attempt, Duration: max(g.takeover-since, 0)})
-		cancel(&LapseError{Since: since.Round(time.Millisecond)})
-	})
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.timer = time.AfterFunc(g.beat, func() {
-		b.mu.Lock()
-		if b.stopped {
-			b.mu.Unlock()
-			return
-		}
-		b.busy.Add(1)
-		b.mu.Unlock()
-		defer b.busy.Done()
-		sent := time.Now()
-		hctx, hcancel := context.WithTimeout(ctx, g.beat)
-		err := g.store.Heartbeat(hctx, sk, nonce, g.lease)
-		hcancel()
-		switch {
-		case errors.Is(err, ErrLostOwnership):
-			b.mu.Lock()
-			b.lost = true
-			b.mu.Unlock()
-			cancel(fmt.Errorf("idem: claim taken over: %w", ErrLostOwnership))
-			return
-		case err != nil:
-			g.observe(ctx, Event{Kind: EventHeartbeatError, StorageKey: sk, Attempt: attempt, Err: err})
-		default:
-			margin := lapse - time.Since(sent)
-			b.mu.Lock()
-			b.lastOK = sent
-			if !b.stopped {
-				b.lapse.Reset(margin)
+//
+// If no heartbeat succeeds for takeover minus half an interval, another
+// caller may take the claim over before the next one could tell: fn's
+// context is cancelled with a *LapseError first. The lapse is counted from
+// when the last successful refresh was sent (the store's HeartbeatAt is no
+// earlier), and leaves half an interval, not a whole one, so that the next
+// heartbeat has time to succeed even when the interval is half the
+// threshold.
+func (g *Guard[T]) heartbeat(ctx context.Context, sk, nonce string, attempt int64, claimed time.Time, cancel context.CancelCauseFunc) *lease.Refresher {
+	return lease.Start(ctx, cancel, claimed, g.takeover, lease.Config{
+		Interval: g.beat,
+		Margin:   g.beat / 2,
+		Refresh: func(hctx context.Context) (time.Duration, error) {
+			return g.takeover, g.store.Heartbeat(hctx, sk, nonce, g.lease)
+		},
+		Lost: func(err error) error {
+			if errors.Is(err, ErrLostOwnership) {
+				return fmt.Errorf("idem: claim taken over: %w", ErrLostOwnership)
 			}
-			b.mu.Unlock()
-			g.observe(ctx, Event{Kind: EventRefresh, StorageKey: sk, Attempt: attempt, Duration: margin})
-		}
-		b.mu.Lock()
-		if !b.stopped {
-			b.timer.Reset(g.beat - time.Since(sent)) // one interval from send to send
-		}
-		b.mu.Unlock()
+			return nil
+		},
+		OnRefresh: func(left time.Duration) {
+			g.observe(ctx, Event{Kind: EventRefresh, StorageKey: sk, Attempt: attempt, Duration: left})
+		},
+		OnError: func(err error) {
+			g.observe(ctx, Event{Kind: EventHeartbeatError, StorageKey: sk, Attempt: attempt, Err: err})
+		},
+		OnLapse: func(since time.Duration, _ error) error {
+			g.observe(ctx, Event{Kind: EventLapse, StorageKey: sk, Attempt: attempt, Duration: max(g.takeover-since, 0)})
+			return &LapseError{Since: since.Round(time.Millisecond)}
+		},
 	})
-	return b
 }
 
 func (g *Guard[T]) observe(ctx context.Context, e Event) {
@@ -751,13 +697,6 @@ func (g *Guard[T]) waitDone(ctx context.Context, sk string, attempt int64, waite
 	if waited {
 		g.observe(ctx, Event{Kind: EventWaitDone, StorageKey: sk, Attempt: attempt, Duration: time.Since(start)})
 	}
-}
-
-// newNonce returns 128 random bits in hex.
-func newNonce() string {
-	var b [16]byte
-	_, _ = cryptorand.Read(b[:]) // never returns an error (crypto/rand)
-	return hex.EncodeToString(b[:])
 }
 
 // Wrap returns fn guarded by g, keyed by Key(name, arg): calling the result

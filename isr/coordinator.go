@@ -2,13 +2,12 @@ package isr
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/big"
 	"sync"
 	"time"
+
+	"github.com/idem-go/idem/internal/lease"
 )
 
 // Option configures a Coordinator. Mistakes are reported by
@@ -196,7 +195,11 @@ func (c *Coordinator) Refresh(ctx context.Context, lease Lease) (Lease, error) {
 	if c.err != nil {
 		return Lease{}, c.err
 	}
-	now := c.cfg.clock()
+	return c.refreshAt(ctx, lease, c.cfg.clock())
+}
+
+// refreshAt is Refresh with the clock read at now.
+func (c *Coordinator) refreshAt(ctx context.Context, lease Lease, now time.Time) (Lease, error) {
 	exp := ceilUnix(now) + seconds(c.cfg.leaseDuration)
 	return c.table.RefreshLease(ctx, RefreshInput{Lease: lease, Now: now, ExpiresAt: exp, TTL: exp + seconds(c.cfg.ttlBuffer)})
 }
@@ -519,82 +522,62 @@ func (c *Coordinator) cleanupContext(ctx context.Context) (context.Context, cont
 }
 
 // renderWithRefresh runs render, refreshing the lease every third of the
-// lease duration; a render shorter than that sends no refresh.
+// lease duration; a render shorter than that sends no refresh. The
+// refreshing is the core's (lease.Refresher), as for a Guard's claim.
 //
-// A lapse timer of its own cuts the render off when no refresh has
-// succeeded in time: it fires half a refresh interval before the lease
-// expires (by the Coordinator's clock), which leaves two refreshes the
-// chance to succeed and ends the render while the lease is still held, so
-// before any other worker could acquire it. The render's context is then
-// cancelled with a *LapseError (matching ErrLeaseLost) and whatever the
-// render returns is discarded: the page is not published. A refresh that
-// hangs (a table cut off without an answer) delays nothing: each refresh
-// is bounded by the interval, and the lapse timer does not wait for it.
-func (c *Coordinator) renderWithRefresh(ctx context.Context, lease Lease, render RenderFunc) (Page, Lease, error) {
+// The lapse timer cuts the render off when no refresh has succeeded in
+// time: it fires half a refresh interval before the lease expires (by the
+// Coordinator's clock, counted from when the last successful refresh was
+// sent), which leaves two refreshes the chance to succeed and ends the
+// render while the lease is still held, so before any other worker could
+// acquire it. The render's context is then cancelled with a *LapseError
+// (matching ErrLeaseLost) and whatever the render returns is discarded: the
+// page is not published. A refresh that hangs (a table cut off without an
+// answer) delays nothing: each refresh is bounded by the interval, and the
+// lapse timer does not wait for it.
+func (c *Coordinator) renderWithRefresh(ctx context.Context, l Lease, render RenderFunc) (Page, Lease, error) {
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	interval := c.cfg.leaseDuration / 3
-	margin := interval / 2
 	var (
 		mu      sync.Mutex
-		current = lease
-		lastErr error
-		done    = make(chan struct{})
-		wg      sync.WaitGroup
+		current = l
 	)
-	untilLapse := func(l Lease) time.Duration {
-		return time.Unix(l.ExpiresAt, 0).Add(-margin).Sub(c.cfg.clock())
-	}
-	lapse := time.AfterFunc(untilLapse(lease), func() {
-		mu.Lock()
-		l, last := current, lastErr
-		mu.Unlock()
-		cancel(&LapseError{PK: l.PK, ExpiresAt: l.ExpiresAt, Err: last})
-	})
-	defer lapse.Stop()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-rctx.Done():
-				return
-			case <-t.C:
-				mu.Lock()
-				l := current
-				mu.Unlock()
-				hctx, hcancel := context.WithTimeout(rctx, interval)
-				nl, err := c.Refresh(hctx, l)
-				hcancel()
-				if err != nil {
-					if errors.Is(err, ErrLeaseLost) {
-						cancel(err)
-						return
-					}
-					mu.Lock()
-					lastErr = err
-					mu.Unlock()
-					continue // transient; the next tick retries, the lapse timer runs on
-				}
-				mu.Lock()
-				current, lastErr = nl, nil
-				if rctx.Err() == nil {
-					lapse.Reset(untilLapse(nl))
-				}
-				mu.Unlock()
+	// valid is how long lease l is held from a send at now, by the clock.
+	valid := func(l Lease, now time.Time) time.Duration { return time.Unix(l.ExpiresAt, 0).Sub(now) }
+	r := lease.Start(rctx, cancel, time.Now(), valid(l, c.cfg.clock()), lease.Config{
+		Interval: interval,
+		Margin:   interval / 2,
+		Refresh: func(hctx context.Context) (time.Duration, error) {
+			mu.Lock()
+			old := current
+			mu.Unlock()
+			now := c.cfg.clock()
+			nl, err := c.refreshAt(hctx, old, now)
+			if err != nil {
+				return 0, err
 			}
-		}
-	}()
-	page, err := render(rctx, lease)
-	close(done)
-	wg.Wait()
-	lapse.Stop()
+			mu.Lock()
+			current = nl
+			mu.Unlock()
+			return valid(nl, now), nil
+		},
+		Lost: func(err error) error {
+			if errors.Is(err, ErrLeaseLost) {
+				return err
+			}
+			return nil // transient; the next interval retries, the lapse timer runs on
+		},
+		OnLapse: func(_ time.Duration, last error) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return &LapseError{PK: current.PK, ExpiresAt: current.ExpiresAt, Err: last}
+		},
+	})
+	page, err := render(rctx, l)
+	r.Stop()
 	mu.Lock()
-	l := current
+	l = current
 	mu.Unlock()
 	if cause := context.Cause(rctx); cause != nil && errors.Is(cause, ErrLeaseLost) {
 		// The lease was lost, or could not be kept, during the render:
@@ -605,23 +588,17 @@ func (c *Coordinator) renderWithRefresh(ctx context.Context, lease Lease, render
 	return page, l, err
 }
 
-// NewToken returns a fresh random lease token (128 bits, hex).
+// NewToken returns a fresh random lease token (128 bits, hex). The error
+// is always nil.
 func NewToken() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("isr: token: %w", err)
-	}
-	return hex.EncodeToString(b[:]), nil
+	return lease.Token(), nil
 }
 
 // NewVersionID returns a version id that sorts by generation time:
-// "<generated_at as 10-digit epoch seconds>-<8 random hex>".
+// "<generated_at as 10-digit epoch seconds>-<8 random hex>". The error is
+// always nil.
 func NewVersionID(generatedAt time.Time) (string, error) {
-	var b [4]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("isr: version id: %w", err)
-	}
-	return fmt.Sprintf("%010d-%s", generatedAt.Unix(), hex.EncodeToString(b[:])), nil
+	return fmt.Sprintf("%010d-%s", generatedAt.Unix(), lease.RandomHex(4)), nil
 }
 
 // ceilUnix is now in epoch seconds, rounded up, so that a lease of d
@@ -642,18 +619,8 @@ func seconds(d time.Duration) int64 {
 	return s
 }
 
+// sleepJitter waits before retry try (1, 2, ...): a jittered 20ms, doubled
+// per try, or until ctx ends.
 func sleepJitter(ctx context.Context, try int) error {
-	max := int64(10*time.Millisecond) << try
-	n, err := rand.Int(rand.Reader, big.NewInt(max))
-	if err != nil {
-		return err
-	}
-	t := time.NewTimer(time.Duration(n.Int64()) + time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
-	}
+	return lease.Sleep(ctx, lease.Jitter(10*time.Millisecond<<try))
 }

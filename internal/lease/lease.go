@@ -1,0 +1,202 @@
+// Package lease holds the mechanics shared by everything in this module that
+// holds a time-limited lease on a store: a Guard's claim and an isr
+// Coordinator's lease. It has random tokens, jittered backoff, and a
+// Refresher that keeps a lease alive while work runs and cuts the work off
+// before the lease could expire unnoticed.
+//
+// It depends on the standard library only.
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	mathrand "math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Token returns 128 random bits in hex: a lease token or claim nonce that no
+// other holder will ever draw.
+func Token() string {
+	return RandomHex(16)
+}
+
+// RandomHex returns n random bytes in hex.
+func RandomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never returns an error
+	return hex.EncodeToString(b)
+}
+
+// Jitter returns a duration drawn uniformly from [d/2, d], so that callers
+// backing off together do not retry together.
+func Jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d/2 + mathrand.N(d/2+1)
+}
+
+// Sleep waits for d, or until ctx ends, in which case it returns ctx's
+// cause.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// Config says how a Refresher refreshes a lease and what it reports.
+type Config struct {
+	// Interval is the time from one refresh's send to the next one's. Each
+	// refresh's context is also bounded by it, so a hanging refresh does
+	// not hold up the next. Required (> 0).
+	Interval time.Duration
+
+	// Margin is how long before the lease's validity ends the work is cut
+	// off, leaving room for the work to notice.
+	Margin time.Duration
+
+	// Refresh refreshes the lease once. On success it reports for how long
+	// the lease is now valid, counted from the moment Refresh was called
+	// (the store counts from no earlier than that). Required.
+	Refresh func(ctx context.Context) (valid time.Duration, err error)
+
+	// Lost tells a failed refresh that means the lease is gone for good
+	// from a transient one. For the former it returns the cause to cancel
+	// the work with, and refreshing ends; for the latter nil, and the next
+	// interval tries again while the lapse timer runs on. Nil treats every
+	// error as transient.
+	Lost func(err error) (cause error)
+
+	// OnRefresh, if set, is called after each successful refresh with the
+	// time left until the new lapse deadline.
+	OnRefresh func(left time.Duration)
+
+	// OnError, if set, is called with each transient refresh error.
+	OnError func(err error)
+
+	// OnLapse is called when the lapse deadline passes with no successful
+	// refresh: since is the time since the last successful refresh (or the
+	// acquisition) was sent, lastErr the error of the last refresh if it
+	// failed. It returns the cause the work is cancelled with; it is called
+	// before the cancel, so what it reports is known by the time the work
+	// sees its context end. Required.
+	OnLapse func(since time.Duration, lastErr error) (cause error)
+}
+
+// A Refresher refreshes a lease every Interval while work runs and cancels
+// the work when the lease is lost or about to lapse. It is a pair of
+// timers, not a goroutine, so work that ends within one interval costs no
+// refresh at all.
+//
+// The lapse deadline is the send time of the last successful refresh plus
+// the validity it reported, minus the margin. Counting from the send, not
+// the reply, matters: the store started the new validity no earlier than
+// the send, and a slow reply must not push the deadline past the lease's
+// real end. The deadline has a timer of its own, so a refresh that hangs
+// does not delay it.
+type Refresher struct {
+	cfg    Config
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu      sync.Mutex
+	next    *time.Timer // sends the next refresh
+	lapse   *time.Timer // fires at the lapse deadline
+	lastOK  time.Time   // send time of the last successful refresh
+	lastErr error       // error of the last refresh, nil after a success
+	stopped bool
+	lost    bool
+	busy    sync.WaitGroup // a refresh in flight
+}
+
+// Start starts refreshing a lease that was acquired (or last refreshed) by
+// a request sent at since and is valid for valid from then. Refreshes use
+// ctx; cancel cancels the work. Stop must be called when the work ends.
+func Start(ctx context.Context, cancel context.CancelCauseFunc, since time.Time, valid time.Duration, cfg Config) *Refresher {
+	r := &Refresher{cfg: cfg, ctx: ctx, cancel: cancel, lastOK: since}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lapse = time.AfterFunc(valid-cfg.Margin-time.Since(since), r.lapsed)
+	r.next = time.AfterFunc(cfg.Interval, r.refresh)
+	return r
+}
+
+// Stop ends the refreshing, waits for a refresh in flight, and reports
+// whether the lease was found lost. The lapse timer is stopped too, so the
+// work is not cancelled after Stop returns.
+func (r *Refresher) Stop() (lost bool) {
+	r.mu.Lock()
+	r.stopped = true
+	r.next.Stop()
+	r.lapse.Stop()
+	r.mu.Unlock()
+	r.busy.Wait()
+	return r.lost
+}
+
+func (r *Refresher) lapsed() {
+	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		return
+	}
+	since, lastErr := time.Since(r.lastOK), r.lastErr
+	r.mu.Unlock()
+	r.cancel(r.cfg.OnLapse(since, lastErr))
+}
+
+func (r *Refresher) refresh() {
+	r.mu.Lock()
+	if r.stopped || r.ctx.Err() != nil {
+		r.mu.Unlock()
+		return
+	}
+	r.busy.Add(1)
+	r.mu.Unlock()
+	defer r.busy.Done()
+
+	sent := time.Now()
+	rctx, rcancel := context.WithTimeout(r.ctx, r.cfg.Interval)
+	valid, err := r.cfg.Refresh(rctx)
+	rcancel()
+	if err != nil {
+		if r.cfg.Lost != nil {
+			if cause := r.cfg.Lost(err); cause != nil {
+				r.mu.Lock()
+				r.lost = true
+				r.mu.Unlock()
+				r.cancel(cause)
+				return
+			}
+		}
+		r.mu.Lock()
+		r.lastErr = err
+		r.mu.Unlock()
+		if r.cfg.OnError != nil {
+			r.cfg.OnError(err)
+		}
+	} else {
+		left := valid - r.cfg.Margin - time.Since(sent)
+		r.mu.Lock()
+		r.lastOK, r.lastErr = sent, nil
+		if !r.stopped {
+			r.lapse.Reset(left)
+		}
+		r.mu.Unlock()
+		if r.cfg.OnRefresh != nil {
+			r.cfg.OnRefresh(left)
+		}
+	}
+	r.mu.Lock()
+	if !r.stopped {
+		r.next.Reset(r.cfg.Interval - time.Since(sent)) // one interval from send to send
+	}
+	r.mu.Unlock()
+}
