@@ -7,13 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/idem-go/idem/internal/lease"
 	"github.com/idem-go/idem/isr/body"
 )
 
@@ -511,13 +511,8 @@ func (h *Handler) regenerate(ctx context.Context, pk, tenant, cacheKey string, s
 			}
 		}
 		// No page yet and the lease is held elsewhere: poll.
-		d := backoff/2 + rand.N(backoff/2+1)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return flightResult{err: context.Cause(ctx)}
-		case <-t.C:
+		if err := lease.Sleep(ctx, lease.Jitter(backoff)); err != nil {
+			return flightResult{err: err}
 		}
 		backoff = min(2*backoff, h.cfg.pollMax)
 	}
