@@ -153,117 +153,22 @@ func (t *DynamoTable) get(ctx context.Context, pk, sk string) (map[string]types.
 
 // GetMeta implements Table.
 func (t *DynamoTable) GetMeta(ctx context.Context, pk string) (Meta, error) {
-	if err := checkPK(pk); err != nil {
-		return Meta{}, err
-	}
-	item, err := t.get(ctx, pk, SKMeta)
-	if err != nil {
-		return Meta{}, err
-	}
-	if _, ok := item[attrCurrentSK]; ok {
-		if item, err = t.followPointer(ctx, pk, item); err != nil {
-			return Meta{}, err
-		}
-	}
-	return decodeMeta(pk, item)
-}
-
-// followPointer serves recipe B: META's current_sk names the VER# row that
-// is current, and that row's s3_key, generated_at and etag (and
-// revalidate_seconds when META has none) are the page's. META's own copies
-// may be missing (a writer that sets only the pointer, as the recipe's
-// sketch does) or left over from an older recipe-A META the pointer was
-// swapped over, so the pointer decides, at the cost of one more read.
-func (t *DynamoTable) followPointer(ctx context.Context, pk string, meta map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
-	cur, err := getS(pk, SKMeta, meta, attrCurrentSK, true)
-	if err != nil {
-		return nil, err
-	}
-	if !strings.HasPrefix(cur, VersionSKPrefix) || len(cur) == len(VersionSKPrefix) {
-		return nil, &CorruptItemError{PK: pk, SK: SKMeta, Attr: attrCurrentSK, Reason: "not a VER# sort key: " + strconv.Quote(cur)}
-	}
-	ver, err := t.get(ctx, pk, cur)
-	if errors.Is(err, ErrNotFound) {
-		return nil, &CorruptItemError{PK: pk, SK: SKMeta, Attr: attrCurrentSK, Reason: "points to a missing row " + strconv.Quote(cur)}
-	}
-	if err != nil {
-		return nil, err
-	}
-	return mergePointer(meta, ver), nil
-}
-
-// mergePointer is META as served under recipe B: the VER# row's s3_key,
-// generated_at and etag replace META's (absent in the row means absent),
-// and its revalidate_seconds fills in when META has none.
-func mergePointer(meta, ver map[string]types.AttributeValue) map[string]types.AttributeValue {
-	merged := make(map[string]types.AttributeValue, len(meta)+2)
-	for k, v := range meta {
-		merged[k] = v
-	}
-	for _, a := range []string{attrS3Key, attrGeneratedAt, attrETag} {
-		if v, ok := ver[a]; ok {
-			merged[a] = v
-		} else {
-			delete(merged, a)
-		}
-	}
-	if _, ok := merged[attrRevalidate]; !ok {
-		if v, ok := ver[attrRevalidate]; ok {
-			merged[attrRevalidate] = v
-		}
-	}
-	return merged
+	return getMeta(ctx, t.get, pk)
 }
 
 // GetLease implements Table.
 func (t *DynamoTable) GetLease(ctx context.Context, pk string) (Lease, error) {
-	if err := checkPK(pk); err != nil {
-		return Lease{}, err
-	}
-	item, err := t.get(ctx, pk, SKLock)
-	if err != nil {
-		return Lease{}, err
-	}
-	return decodeLease(pk, item)
+	return getLease(ctx, t.get, pk)
 }
 
 // GetRequest implements Table.
 func (t *DynamoTable) GetRequest(ctx context.Context, pk, k string) (Request, error) {
-	if err := checkPK(pk); err != nil {
-		return Request{}, err
-	}
-	if err := checkPart("idempotency key", k, false); err != nil {
-		return Request{}, err
-	}
-	item, err := t.get(ctx, pk, RequestSKPrefix+k)
-	if err != nil {
-		return Request{}, err
-	}
-	return decodeRequest(pk, k, item)
+	return getRequest(ctx, t.get, pk, k)
 }
 
 // GetVersion implements Table.
 func (t *DynamoTable) GetVersion(ctx context.Context, pk, id string) (Version, error) {
-	if err := checkPK(pk); err != nil {
-		return Version{}, err
-	}
-	if err := checkPart("version id", id, false); err != nil {
-		return Version{}, err
-	}
-	item, err := t.get(ctx, pk, VersionSKPrefix+id)
-	if err != nil {
-		return Version{}, err
-	}
-	return decodeVersion(pk, id, item)
-}
-
-// leaseItem is the LOCK item as written.
-func leaseItem(pk, token string, exp, ttl int64) map[string]types.AttributeValue {
-	item := key(pk, SKLock)
-	item[attrLeaseToken] = sAttr(token)
-	item[attrLeaseExp] = nAttr(exp)
-	item[attrTTL] = nAttr(ttl)
-	return item
+	return getVersion(ctx, t.get, pk, id)
 }
 
 // Conditions compare the stored numbers exactly, as DynamoDB does, with the
@@ -283,7 +188,7 @@ func (t *DynamoTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease,
 	if err := validateAcquire(in); err != nil {
 		return Lease{}, err
 	}
-	lease := Lease{PK: in.PK, Token: in.Token, ExpiresAt: in.ExpiresAt, TTL: in.TTL}
+	lease := newLease(in)
 	put := types.Put{
 		TableName:                           aws.String(t.table),
 		Item:                                leaseItem(in.PK, in.Token, in.ExpiresAt, in.TTL),
@@ -379,11 +284,7 @@ func (t *DynamoTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease,
 		ReturnValues: types.ReturnValueAllNew,
 	})
 	if err != nil {
-		var ccf *types.ConditionalCheckFailedException
-		if errors.As(err, &ccf) {
-			return Lease{}, leaseLost("refresh", in.Lease.PK)
-		}
-		return Lease{}, writeErr("refresh", in.Lease.PK, err)
+		return Lease{}, condErr("refresh", in.Lease.PK, err, leaseLost)
 	}
 	return decodeLease(in.Lease.PK, out.Attributes)
 }
@@ -403,14 +304,7 @@ func (t *DynamoTable) ReleaseLease(ctx context.Context, lease Lease) error {
 		ExpressionAttributeNames:  names(attrLeaseToken),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":tok": sAttr(lease.Token)},
 	})
-	if err != nil {
-		var ccf *types.ConditionalCheckFailedException
-		if errors.As(err, &ccf) {
-			return leaseLost("release", lease.PK)
-		}
-		return writeErr("release", lease.PK, err)
-	}
-	return nil
+	return condErr("release", lease.PK, err, leaseLost)
 }
 
 // lockDelete is the LOCK item of both publish transactions: the recipes'
@@ -427,33 +321,28 @@ func (t *DynamoTable) lockDelete(l Lease, now time.Time) types.TransactWriteItem
 	}}
 }
 
+// condRequestStarted is the condition on a REQ# item that is completed,
+// failed or abandoned (requestStarted), with the values of requestValues.
+const condRequestStarted = "#status = :started AND #request_hash = :h"
+
+// requestValues are condRequestStarted's values for hash, with set (the
+// update's own values) added.
+func requestValues(hash string, set map[string]types.AttributeValue) map[string]types.AttributeValue {
+	set[":started"], set[":h"] = sAttr(string(RequestStarted)), sAttr(hash)
+	return set
+}
+
 func (t *DynamoTable) requestComplete(pk string, rc *RequestCompletion, s3Key string) types.TransactWriteItem {
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName:                aws.String(t.table),
 		Key:                      key(pk, RequestSKPrefix+rc.Key),
 		UpdateExpression:         aws.String("SET #status = :completed, #result_s3_key = :res"),
-		ConditionExpression:      aws.String("#status = :started AND #request_hash = :h"),
+		ConditionExpression:      aws.String(condRequestStarted),
 		ExpressionAttributeNames: names(attrStatus, attrResultS3Key, attrRequestHash),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":completed": sAttr(string(RequestCompleted)), ":started": sAttr(string(RequestStarted)),
-			":res": sAttr(s3Key), ":h": sAttr(rc.Hash),
-		},
+		ExpressionAttributeValues: requestValues(rc.Hash, map[string]types.AttributeValue{
+			":completed": sAttr(string(RequestCompleted)), ":res": sAttr(s3Key),
+		}),
 	}}
-}
-
-// metaItem is the META item of recipe A as written.
-func metaItem(pk string, m Meta) map[string]types.AttributeValue {
-	item := key(pk, SKMeta)
-	item[attrS3Key] = sAttr(m.S3Key)
-	item[attrGeneratedAt] = nAttr(m.GeneratedAt)
-	item[attrRevalidate] = nAttr(m.RevalidateSeconds)
-	if m.ETag != "" {
-		item[attrETag] = sAttr(m.ETag)
-	}
-	if m.TTL > 0 {
-		item[attrTTL] = nAttr(m.TTL)
-	}
-	return item
 }
 
 // Publish implements Table (recipe A). Transaction items, in order: LOCK
@@ -481,14 +370,7 @@ func (t *DynamoTable) Publish(ctx context.Context, in PublishInput) error {
 		return nil
 	}
 	return t.txErr("publish", pk, err, func(i int, _ map[string]types.AttributeValue) error {
-		switch i {
-		case 0:
-			return ErrLeaseLost
-		case 1:
-			return ErrNotNewer
-		default:
-			return ErrRequestState
-		}
+		return publishRefusal(i)
 	})
 }
 
@@ -504,42 +386,22 @@ func (t *DynamoTable) PublishPointer(ctx context.Context, in PublishPointerInput
 	}
 	pk := in.Lease.PK
 	v := in.Version
-	verItem := key(pk, VersionSKPrefix+v.ID)
-	verItem[attrS3Key] = sAttr(v.S3Key)
-	verItem[attrGeneratedAt] = nAttr(v.GeneratedAt)
-	if v.ETag != "" {
-		verItem[attrETag] = sAttr(v.ETag)
-	}
-	if v.TTL > 0 {
-		verItem[attrTTL] = nAttr(v.TTL)
-	}
 	m := pointerMeta(pk, in)
-
-	set := []string{
-		"#s3_key = :s3", "#generated_at = :gen", "#revalidate_seconds = :rev",
-		"#current_sk = :cur", "#version = :nv",
+	set, remove := pointerMetaUpdate(m)
+	var setExpr, removeExpr []string
+	vals := map[string]types.AttributeValue{}
+	for _, a := range pointerMetaAttrs {
+		if val, ok := set[a]; ok {
+			setExpr = append(setExpr, "#"+a+" = :"+a)
+			vals[":"+a] = val
+		}
 	}
-	var remove []string
-	attrs := []string{attrS3Key, attrGeneratedAt, attrRevalidate, attrCurrentSK, attrVersion, attrETag, attrTTL}
-	vals := map[string]types.AttributeValue{
-		":s3": sAttr(m.S3Key), ":gen": nAttr(m.GeneratedAt), ":rev": nAttr(m.RevalidateSeconds),
-		":cur": sAttr(m.CurrentSK), ":nv": nAttr(m.Version),
+	for _, a := range remove {
+		removeExpr = append(removeExpr, "#"+a)
 	}
-	if m.ETag != "" {
-		set = append(set, "#etag = :etag")
-		vals[":etag"] = sAttr(m.ETag)
-	} else {
-		remove = append(remove, "#etag")
-	}
-	if m.TTL > 0 {
-		set = append(set, "#ttl = :ttl")
-		vals[":ttl"] = nAttr(m.TTL)
-	} else {
-		remove = append(remove, "#ttl")
-	}
-	expr := "SET " + strings.Join(set, ", ")
-	if len(remove) > 0 {
-		expr += " REMOVE " + strings.Join(remove, ", ")
+	expr := "SET " + strings.Join(setExpr, ", ")
+	if len(removeExpr) > 0 {
+		expr += " REMOVE " + strings.Join(removeExpr, ", ")
 	}
 	// Version 0 is META without a version attribute (as decoded), or with
 	// an explicit 0 written by another service.
@@ -549,13 +411,13 @@ func (t *DynamoTable) PublishPointer(ctx context.Context, in PublishPointerInput
 	}
 	vals[":ev"] = nAttr(in.ExpectedVersion)
 	if in.Monotonic {
-		cond = "(" + cond + ") AND (attribute_not_exists(#generated_at) OR #generated_at < :gen)"
+		cond = "(" + cond + ") AND (attribute_not_exists(#generated_at) OR #generated_at < :generated_at)"
 	}
 	items := []types.TransactWriteItem{
 		t.lockDelete(in.Lease, in.Now),
 		{Put: &types.Put{
 			TableName:                aws.String(t.table),
-			Item:                     verItem,
+			Item:                     versionItem(pk, v),
 			ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
 			ExpressionAttributeNames: names(attrPK),
 		}},
@@ -564,7 +426,7 @@ func (t *DynamoTable) PublishPointer(ctx context.Context, in PublishPointerInput
 			Key:                                 key(pk, SKMeta),
 			UpdateExpression:                    aws.String(expr),
 			ConditionExpression:                 aws.String(cond),
-			ExpressionAttributeNames:            names(attrs...),
+			ExpressionAttributeNames:            names(pointerMetaAttrs...),
 			ExpressionAttributeValues:           vals,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}},
@@ -577,20 +439,13 @@ func (t *DynamoTable) PublishPointer(ctx context.Context, in PublishPointerInput
 		return m, nil
 	}
 	return Meta{}, t.txErr("publish-pointer", pk, err, func(i int, old map[string]types.AttributeValue) error {
-		switch i {
-		case 0:
-			return ErrLeaseLost
-		case 1:
-			return ErrVersionExists
-		case 2:
+		notNewer := false
+		if i == 2 && in.Monotonic {
+			// With the expected version, only generated_at can refuse.
 			cur, derr := decodeMetaLoose(pk, old)
-			if in.Monotonic && derr == nil && cur.Version == in.ExpectedVersion {
-				return ErrNotNewer
-			}
-			return ErrVersionConflict
-		default:
-			return ErrRequestState
+			notNewer = derr == nil && cur.Version == in.ExpectedVersion
 		}
+		return pointerRefusal(i, notNewer)
 	})
 }
 
@@ -602,10 +457,6 @@ func (t *DynamoTable) BeginRequest(ctx context.Context, in BeginRequestInput) (R
 	if err := validateBegin(in); err != nil {
 		return Request{}, false, err
 	}
-	item := key(in.PK, RequestSKPrefix+in.Key)
-	item[attrRequestHash] = sAttr(in.Hash)
-	item[attrStatus] = sAttr(string(RequestStarted))
-	item[attrTTL] = nAttr(in.TTL)
 	cond := "attribute_not_exists(#pk) OR #ttl <= :now"
 	vals := map[string]types.AttributeValue{":now": nText(timeN(in.Now))}
 	attrNames := names(attrPK, attrTTL)
@@ -617,27 +468,20 @@ func (t *DynamoTable) BeginRequest(ctx context.Context, in BeginRequestInput) (R
 	}
 	_, err := t.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           aws.String(t.table),
-		Item:                                item,
+		Item:                                requestItem(in),
 		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeNames:            attrNames,
 		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if err == nil {
-		return Request{PK: in.PK, Key: in.Key, Hash: in.Hash, Status: RequestStarted, TTL: in.TTL}, true, nil
+		return newRequest(in), true, nil
 	}
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
 		return Request{}, false, writeErr("begin-request", in.PK, err)
 	}
-	cur, derr := decodeRequest(in.PK, in.Key, ccf.Item)
-	if derr != nil {
-		return Request{}, false, derr
-	}
-	if cur.Hash != in.Hash {
-		return Request{}, false, &RequestError{PK: in.PK, Request: cur, Err: ErrRequestMismatch}
-	}
-	return cur, false, nil
+	return existingRequest(in, ccf.Item)
 }
 
 // FailRequest implements Table.
@@ -652,20 +496,13 @@ func (t *DynamoTable) FailRequest(ctx context.Context, pk, k, hash string) error
 		TableName:                aws.String(t.table),
 		Key:                      key(pk, RequestSKPrefix+k),
 		UpdateExpression:         aws.String("SET #status = :failed"),
-		ConditionExpression:      aws.String("#status = :started AND #request_hash = :h"),
+		ConditionExpression:      aws.String(condRequestStarted),
 		ExpressionAttributeNames: names(attrStatus, attrRequestHash),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":failed": sAttr(string(RequestFailed)), ":started": sAttr(string(RequestStarted)), ":h": sAttr(hash),
-		},
+		ExpressionAttributeValues: requestValues(hash, map[string]types.AttributeValue{
+			":failed": sAttr(string(RequestFailed)),
+		}),
 	})
-	if err != nil {
-		var ccf *types.ConditionalCheckFailedException
-		if errors.As(err, &ccf) {
-			return requestState("fail-request", pk)
-		}
-		return writeErr("fail-request", pk, err)
-	}
-	return nil
+	return condErr("fail-request", pk, err, requestState)
 }
 
 // AbandonRequest implements Table.
@@ -677,22 +514,26 @@ func (t *DynamoTable) AbandonRequest(ctx context.Context, pk, k, hash string) er
 		return err
 	}
 	_, err := t.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName:                aws.String(t.table),
-		Key:                      key(pk, RequestSKPrefix+k),
-		ConditionExpression:      aws.String("#status = :started AND #request_hash = :h"),
-		ExpressionAttributeNames: names(attrStatus, attrRequestHash),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":started": sAttr(string(RequestStarted)), ":h": sAttr(hash),
-		},
+		TableName:                 aws.String(t.table),
+		Key:                       key(pk, RequestSKPrefix+k),
+		ConditionExpression:       aws.String(condRequestStarted),
+		ExpressionAttributeNames:  names(attrStatus, attrRequestHash),
+		ExpressionAttributeValues: requestValues(hash, map[string]types.AttributeValue{}),
 	})
-	if err != nil {
-		var ccf *types.ConditionalCheckFailedException
-		if errors.As(err, &ccf) {
-			return requestState("abandon-request", pk)
-		}
-		return writeErr("abandon-request", pk, err)
+	return condErr("abandon-request", pk, err, requestState)
+}
+
+// condErr maps the outcome of a conditional write of op: nil on success,
+// refusal(op, pk) when the condition failed, else as writeErr.
+func condErr(op, pk string, err error, refusal func(op, pk string) error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return refusal(op, pk)
+	}
+	return writeErr(op, pk, err)
 }
 
 // writeErr wraps a store failure, mapping a conflict with a concurrent

@@ -227,8 +227,26 @@ func (it fileItem) str(attr string) (string, bool) {
 
 func jn(v int64) json.Number { return json.Number(i64(v)) }
 
+// fileItemOf is the file item of a DynamoDB item (S and N attributes).
+func fileItemOf(item map[string]types.AttributeValue) fileItem {
+	it := make(fileItem, len(item))
+	for k, v := range item {
+		switch v := v.(type) {
+		case *types.AttributeValueMemberS:
+			it[k] = v.Value
+		case *types.AttributeValueMemberN:
+			it[k] = json.Number(v.Value)
+		}
+	}
+	return it
+}
+
 // get reads an item for a Get method: its attributes, or ErrNotFound.
-func (t *FileTable) get(pk, sk string) (map[string]types.AttributeValue, error) {
+// The file is read without the lock; ctx is only checked first.
+func (t *FileTable) get(ctx context.Context, pk, sk string) (map[string]types.AttributeValue, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	it, err := t.read(pk, sk)
 	if err != nil {
 		return nil, err
@@ -312,83 +330,22 @@ func (t *FileTable) syncDir(dir string) error {
 
 // GetMeta implements Table.
 func (t *FileTable) GetMeta(ctx context.Context, pk string) (Meta, error) {
-	if err := checkPK(pk); err != nil {
-		return Meta{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return Meta{}, err
-	}
-	item, err := t.get(pk, SKMeta)
-	if err != nil {
-		return Meta{}, err
-	}
-	cur, ok, err := pointerSK(pk, item)
-	if err != nil {
-		return Meta{}, err
-	}
-	if ok {
-		// VER# items are written once and never changed.
-		ver, err := t.get(pk, cur)
-		if errors.Is(err, ErrNotFound) {
-			return Meta{}, missingPointer(pk, cur)
-		}
-		if err != nil {
-			return Meta{}, err
-		}
-		item = mergePointer(item, ver)
-	}
-	return decodeMeta(pk, item)
+	return getMeta(ctx, t.get, pk)
 }
 
 // GetLease implements Table.
 func (t *FileTable) GetLease(ctx context.Context, pk string) (Lease, error) {
-	if err := checkPK(pk); err != nil {
-		return Lease{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return Lease{}, err
-	}
-	item, err := t.get(pk, SKLock)
-	if err != nil {
-		return Lease{}, err
-	}
-	return decodeLease(pk, item)
+	return getLease(ctx, t.get, pk)
 }
 
 // GetRequest implements Table.
 func (t *FileTable) GetRequest(ctx context.Context, pk, k string) (Request, error) {
-	if err := checkPK(pk); err != nil {
-		return Request{}, err
-	}
-	if err := checkPart("idempotency key", k, false); err != nil {
-		return Request{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return Request{}, err
-	}
-	item, err := t.get(pk, RequestSKPrefix+k)
-	if err != nil {
-		return Request{}, err
-	}
-	return decodeRequest(pk, k, item)
+	return getRequest(ctx, t.get, pk, k)
 }
 
 // GetVersion implements Table.
 func (t *FileTable) GetVersion(ctx context.Context, pk, id string) (Version, error) {
-	if err := checkPK(pk); err != nil {
-		return Version{}, err
-	}
-	if err := checkPart("version id", id, false); err != nil {
-		return Version{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return Version{}, err
-	}
-	item, err := t.get(pk, VersionSKPrefix+id)
-	if err != nil {
-		return Version{}, err
-	}
-	return decodeVersion(pk, id, item)
+	return getVersion(ctx, t.get, pk, id)
 }
 
 // leaseOK is the condition on LOCK of both recipes and of a refresh: it
@@ -398,9 +355,9 @@ func (t *FileTable) leaseOK(pk, token string, now time.Time) (bool, error) {
 	if err != nil || lock == nil {
 		return false, err
 	}
-	tok, _ := lock.str(attrLeaseToken)
-	exp, ok := lock.numN(attrLeaseExp)
-	return tok == token && ok && cmpNTime(exp, 0, now) > 0, nil
+	// A LOCK that cannot be decoded holds for nobody.
+	l, err := decodeLease(pk, lock.attrs())
+	return err == nil && holds(l, token, now), nil
 }
 
 // requestOK is the condition on a REQ# item that is completed, failed or
@@ -412,7 +369,20 @@ func (t *FileTable) requestOK(pk string, rc *RequestCompletion) (fileItem, bool,
 	}
 	st, _ := r.str(attrStatus)
 	h, _ := r.str(attrRequestHash)
-	return r, st == string(RequestStarted) && h == rc.Hash, nil
+	return r, requestStarted(st, h, rc), nil
+}
+
+// checkRequest evaluates the condition on the REQ# item a publish
+// completes, when rc is non-nil, in tx; it returns the item read.
+func (t *FileTable) checkRequest(tx *txCheck, pk string, rc *RequestCompletion) (fileItem, error) {
+	if rc == nil {
+		return nil, nil
+	}
+	req, ok, err := t.requestOK(pk, rc)
+	if err == nil && !ok {
+		tx.failRequest()
+	}
+	return req, err
 }
 
 // AcquireLease implements Table.
@@ -450,25 +420,12 @@ func (t *FileTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, e
 		changed = found && cmpN(gen, 0, seenN(in), 0) > 0
 	}
 	if heldErr != nil || changed {
-		if in.IfMetaNotNewer == nil {
-			return Lease{}, heldErr
-		}
-		te := &TxError{Op: "acquire", PK: in.PK, Reasons: []string{reasonNone, reasonNone}}
-		if heldErr != nil {
-			te.Reasons[0] = reasonCondition
-			te.Errors = append(te.Errors, heldErr)
-		}
-		if changed {
-			te.Reasons[1] = reasonCondition
-			te.Errors = append(te.Errors, ErrMetaChanged)
-		}
-		return Lease{}, te
+		return Lease{}, acquireRefused(in, heldErr, changed)
 	}
-	err = t.write(in.PK, SKLock, fileItem{attrLeaseToken: in.Token, attrLeaseExp: jn(in.ExpiresAt), attrTTL: jn(in.TTL)})
-	if err != nil {
+	if err := t.write(in.PK, SKLock, fileItemOf(leaseItem(in.PK, in.Token, in.ExpiresAt, in.TTL))); err != nil {
 		return Lease{}, err
 	}
-	return Lease{PK: in.PK, Token: in.Token, ExpiresAt: in.ExpiresAt, TTL: in.TTL}, nil
+	return newLease(in), nil
 }
 
 // seenGeneratedAt is the generated_at a reader of META sees: the pointed
@@ -569,15 +526,13 @@ func (t *FileTable) Publish(ctx context.Context, in PublishInput) error {
 		return err
 	}
 	defer unlock()
-	reasons := []string{reasonNone, reasonNone}
-	var errs []error
+	tx := newTxCheck("publish", pk, 2, in.Request)
 	ok, err := t.leaseOK(pk, in.Lease.Token, in.Now)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		reasons[0] = reasonCondition
-		errs = append(errs, ErrLeaseLost)
+		tx.fail(0, ErrLeaseLost)
 	}
 	if in.Monotonic {
 		meta, err := t.read(pk, SKMeta)
@@ -586,40 +541,24 @@ func (t *FileTable) Publish(ctx context.Context, in PublishInput) error {
 		}
 		if _, has := meta[attrGeneratedAt]; has {
 			if g, ok := meta.num(attrGeneratedAt); !ok || !(g < in.Meta.GeneratedAt) {
-				reasons[1] = reasonCondition
-				errs = append(errs, ErrNotNewer)
+				tx.fail(1, ErrNotNewer)
 			}
 		}
 	}
-	var req fileItem
-	if in.Request != nil {
-		reasons = append(reasons, reasonNone)
-		var ok bool
-		if req, ok, err = t.requestOK(pk, in.Request); err != nil {
-			return err
-		} else if !ok {
-			reasons[2] = reasonCondition
-			errs = append(errs, ErrRequestState)
-		}
+	req, err := t.checkRequest(tx, pk, in.Request)
+	if err != nil {
+		return err
 	}
-	if len(errs) > 0 {
-		return &TxError{Op: "publish", PK: pk, Reasons: reasons, Errors: errs}
+	if err := tx.err(); err != nil {
+		return err
 	}
-	m := in.Meta
-	meta := fileItem{attrS3Key: m.S3Key, attrGeneratedAt: jn(m.GeneratedAt), attrRevalidate: jn(m.RevalidateSeconds)}
-	if m.ETag != "" {
-		meta[attrETag] = m.ETag
-	}
-	if m.TTL > 0 {
-		meta[attrTTL] = jn(m.TTL)
-	}
-	if err := t.write(pk, SKMeta, meta); err != nil {
+	if err := t.write(pk, SKMeta, fileItemOf(metaItem(pk, in.Meta))); err != nil {
 		return err
 	}
 	if err := t.remove(pk, SKLock); err != nil {
 		return err
 	}
-	return t.complete(pk, in.Request, req, m.S3Key)
+	return t.complete(pk, in.Request, req, in.Meta.S3Key)
 }
 
 // PublishPointer implements Table (recipe B). Items, in order: LOCK, VER#,
@@ -635,21 +574,18 @@ func (t *FileTable) PublishPointer(ctx context.Context, in PublishPointerInput) 
 	}
 	defer unlock()
 	m := pointerMeta(pk, in)
-	reasons := []string{reasonNone, reasonNone, reasonNone}
-	var errs []error
+	tx := newTxCheck("publish-pointer", pk, 3, in.Request)
 	ok, err := t.leaseOK(pk, in.Lease.Token, in.Now)
 	if err != nil {
 		return Meta{}, err
 	}
 	if !ok {
-		reasons[0] = reasonCondition
-		errs = append(errs, ErrLeaseLost)
+		tx.fail(0, ErrLeaseLost)
 	}
 	if ver, err := t.read(pk, m.CurrentSK); err != nil {
 		return Meta{}, err
 	} else if ver != nil {
-		reasons[1] = reasonCondition
-		errs = append(errs, ErrVersionExists)
+		tx.fail(1, ErrVersionExists)
 	}
 	meta, err := t.read(pk, SKMeta)
 	if err != nil {
@@ -660,52 +596,32 @@ func (t *FileTable) PublishPointer(ctx context.Context, in PublishPointerInput) 
 		version, vok = meta.num(attrVersion)
 	}
 	if !vok || version != in.ExpectedVersion {
-		reasons[2] = reasonCondition
-		errs = append(errs, ErrVersionConflict)
+		tx.fail(2, ErrVersionConflict)
 	} else if _, has := meta[attrGeneratedAt]; in.Monotonic && has {
 		if g, ok := meta.num(attrGeneratedAt); !ok || !(g < in.Version.GeneratedAt) {
-			reasons[2] = reasonCondition
-			errs = append(errs, ErrNotNewer)
+			tx.fail(2, ErrNotNewer)
 		}
 	}
-	var req fileItem
-	if in.Request != nil {
-		reasons = append(reasons, reasonNone)
-		var ok bool
-		if req, ok, err = t.requestOK(pk, in.Request); err != nil {
-			return Meta{}, err
-		} else if !ok {
-			reasons[3] = reasonCondition
-			errs = append(errs, ErrRequestState)
-		}
+	req, err := t.checkRequest(tx, pk, in.Request)
+	if err != nil {
+		return Meta{}, err
 	}
-	if len(errs) > 0 {
-		return Meta{}, &TxError{Op: "publish-pointer", PK: pk, Reasons: reasons, Errors: errs}
+	if err := tx.err(); err != nil {
+		return Meta{}, err
 	}
-	v := in.Version
-	ver := fileItem{attrS3Key: v.S3Key, attrGeneratedAt: jn(v.GeneratedAt)}
-	if v.ETag != "" {
-		ver[attrETag] = v.ETag
-	}
-	if v.TTL > 0 {
-		ver[attrTTL] = jn(v.TTL)
-	}
-	if err := t.write(pk, m.CurrentSK, ver); err != nil {
+	if err := t.write(pk, m.CurrentSK, fileItemOf(versionItem(pk, in.Version))); err != nil {
 		return Meta{}, err
 	}
 	// META is updated, not replaced: attributes of other writers stay.
 	if meta == nil {
 		meta = fileItem{}
 	}
-	meta[attrS3Key], meta[attrGeneratedAt], meta[attrRevalidate] = m.S3Key, jn(m.GeneratedAt), jn(m.RevalidateSeconds)
-	meta[attrCurrentSK], meta[attrVersion] = m.CurrentSK, jn(m.Version)
-	delete(meta, attrETag)
-	delete(meta, attrTTL)
-	if m.ETag != "" {
-		meta[attrETag] = m.ETag
+	set, remove := pointerMetaUpdate(m)
+	for _, a := range remove {
+		delete(meta, a)
 	}
-	if m.TTL > 0 {
-		meta[attrTTL] = jn(m.TTL)
+	for a, v := range fileItemOf(set) {
+		meta[a] = v
 	}
 	if err := t.write(pk, SKMeta, meta); err != nil {
 		return Meta{}, err
@@ -713,7 +629,7 @@ func (t *FileTable) PublishPointer(ctx context.Context, in PublishPointerInput) 
 	if err := t.remove(pk, SKLock); err != nil {
 		return Meta{}, err
 	}
-	if err := t.complete(pk, in.Request, req, v.S3Key); err != nil {
+	if err := t.complete(pk, in.Request, req, in.Version.S3Key); err != nil {
 		return Meta{}, err
 	}
 	return m, nil
@@ -741,15 +657,14 @@ func (t *FileTable) BeginRequest(ctx context.Context, in BeginRequestInput) (Req
 	if live {
 		st, _ := cur.str(attrStatus)
 		h, _ := cur.str(attrRequestHash)
-		if !(in.RetryFailed && st == string(RequestFailed) && h == in.Hash) {
+		if !retakable(in, st, h) {
 			return existingRequest(in, cur.attrs())
 		}
 	}
-	err = t.write(in.PK, sk, fileItem{attrRequestHash: in.Hash, attrStatus: string(RequestStarted), attrTTL: jn(in.TTL)})
-	if err != nil {
+	if err := t.write(in.PK, sk, fileItemOf(requestItem(in))); err != nil {
 		return Request{}, false, err
 	}
-	return Request{PK: in.PK, Key: in.Key, Hash: in.Hash, Status: RequestStarted, TTL: in.TTL}, true, nil
+	return newRequest(in), true, nil
 }
 
 // FailRequest implements Table.

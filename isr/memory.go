@@ -3,6 +3,7 @@ package isr
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // MemoryTable is an in-process Table with the same behaviour as
@@ -47,20 +48,26 @@ func (t *MemoryTable) lock(ctx context.Context) error {
 	return nil
 }
 
+// lookup returns m[k] under the lock, or ErrNotFound.
+func lookup[K comparable, V any](ctx context.Context, t *MemoryTable, m map[K]V, k K) (V, error) {
+	var zero V
+	if err := t.lock(ctx); err != nil {
+		return zero, err
+	}
+	defer t.mu.Unlock()
+	v, ok := m[k]
+	if !ok {
+		return zero, ErrNotFound
+	}
+	return v, nil
+}
+
 // GetMeta implements Table.
 func (t *MemoryTable) GetMeta(ctx context.Context, pk string) (Meta, error) {
 	if err := checkPK(pk); err != nil {
 		return Meta{}, err
 	}
-	if err := t.lock(ctx); err != nil {
-		return Meta{}, err
-	}
-	defer t.mu.Unlock()
-	m, ok := t.meta[pk]
-	if !ok {
-		return Meta{}, ErrNotFound
-	}
-	return m, nil
+	return lookup(ctx, t, t.meta, pk)
 }
 
 // GetLease implements Table.
@@ -68,53 +75,23 @@ func (t *MemoryTable) GetLease(ctx context.Context, pk string) (Lease, error) {
 	if err := checkPK(pk); err != nil {
 		return Lease{}, err
 	}
-	if err := t.lock(ctx); err != nil {
-		return Lease{}, err
-	}
-	defer t.mu.Unlock()
-	l, ok := t.lease[pk]
-	if !ok {
-		return Lease{}, ErrNotFound
-	}
-	return l, nil
+	return lookup(ctx, t, t.lease, pk)
 }
 
 // GetRequest implements Table.
 func (t *MemoryTable) GetRequest(ctx context.Context, pk, key string) (Request, error) {
-	if err := checkPK(pk); err != nil {
+	if err := checkRequestKey(pk, key); err != nil {
 		return Request{}, err
 	}
-	if err := checkPart("idempotency key", key, false); err != nil {
-		return Request{}, err
-	}
-	if err := t.lock(ctx); err != nil {
-		return Request{}, err
-	}
-	defer t.mu.Unlock()
-	r, ok := t.request[[2]string{pk, key}]
-	if !ok {
-		return Request{}, ErrNotFound
-	}
-	return r, nil
+	return lookup(ctx, t, t.request, [2]string{pk, key})
 }
 
 // GetVersion implements Table.
 func (t *MemoryTable) GetVersion(ctx context.Context, pk, id string) (Version, error) {
-	if err := checkPK(pk); err != nil {
+	if err := checkVersionKey(pk, id); err != nil {
 		return Version{}, err
 	}
-	if err := checkPart("version id", id, false); err != nil {
-		return Version{}, err
-	}
-	if err := t.lock(ctx); err != nil {
-		return Version{}, err
-	}
-	defer t.mu.Unlock()
-	v, ok := t.version[[2]string{pk, id}]
-	if !ok {
-		return Version{}, ErrNotFound
-	}
-	return v, nil
+	return lookup(ctx, t, t.version, [2]string{pk, id})
 }
 
 // AcquireLease implements Table.
@@ -126,30 +103,22 @@ func (t *MemoryTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease,
 		return Lease{}, err
 	}
 	defer t.mu.Unlock()
-	now := in.Now.Unix()
-	if cur, ok := t.lease[in.PK]; ok && cur.Token == in.Token && cur.ExpiresAt > now {
-		return cur, nil // a retried acquire: the lease is already ours
+	var heldErr error
+	if cur, ok := t.lease[in.PK]; ok && cur.Held(in.Now) {
+		if cur.Token == in.Token {
+			return cur, nil // a retried acquire: the lease is already ours
+		}
+		heldErr = &LeaseHeldError{PK: in.PK, ExpiresAt: cur.ExpiresAt}
 	}
-	var errs []error
-	reasons := []string{reasonNone}
-	if cur, ok := t.lease[in.PK]; ok && cur.ExpiresAt > now {
-		errs = append(errs, &LeaseHeldError{PK: in.PK, ExpiresAt: cur.ExpiresAt})
-		reasons[0] = reasonCondition
-	}
+	changed := false
 	if in.IfMetaNotNewer != nil {
-		reasons = append(reasons, reasonNone)
-		if m, ok := t.meta[in.PK]; ok && cmpN(m.GeneratedAtN, m.GeneratedAt, in.IfMetaNotNewerN, *in.IfMetaNotNewer) > 0 {
-			errs = append(errs, ErrMetaChanged)
-			reasons[1] = reasonCondition
-		}
+		m, ok := t.meta[in.PK]
+		changed = ok && cmpN(m.GeneratedAtN, m.GeneratedAt, in.IfMetaNotNewerN, *in.IfMetaNotNewer) > 0
 	}
-	if len(errs) > 0 {
-		if in.IfMetaNotNewer == nil {
-			return Lease{}, errs[0]
-		}
-		return Lease{}, &TxError{Op: "acquire", PK: in.PK, Reasons: reasons, Errors: errs}
+	if heldErr != nil || changed {
+		return Lease{}, acquireRefused(in, heldErr, changed)
 	}
-	l := Lease{PK: in.PK, Token: in.Token, ExpiresAt: in.ExpiresAt, TTL: in.TTL}
+	l := newLease(in)
 	t.lease[in.PK] = l
 	return l, nil
 }
@@ -164,7 +133,7 @@ func (t *MemoryTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease,
 	}
 	defer t.mu.Unlock()
 	cur, ok := t.lease[in.Lease.PK]
-	if !ok || cur.Token != in.Lease.Token || cur.ExpiresAt <= in.Now.Unix() {
+	if !ok || !holds(cur, in.Lease.Token, in.Now) {
 		return Lease{}, leaseLost("refresh", in.Lease.PK)
 	}
 	cur.ExpiresAt, cur.TTL = in.ExpiresAt, in.TTL
@@ -190,15 +159,15 @@ func (t *MemoryTable) ReleaseLease(ctx context.Context, lease Lease) error {
 }
 
 // checkLease is the ConditionCheck on LOCK shared by both recipes.
-func (t *MemoryTable) checkLease(l Lease, now int64) bool {
+func (t *MemoryTable) checkLease(l Lease, now time.Time) bool {
 	cur, ok := t.lease[l.PK]
-	return ok && cur.Token == l.Token && cur.ExpiresAt > now
+	return ok && holds(cur, l.Token, now)
 }
 
 // checkRequest is the condition on the REQ# update of a publish.
 func (t *MemoryTable) checkRequest(pk string, rc *RequestCompletion) bool {
 	r, ok := t.request[[2]string{pk, rc.Key}]
-	return ok && r.Status == RequestStarted && r.Hash == rc.Hash
+	return ok && requestStarted(string(r.Status), r.Hash, rc)
 }
 
 func (t *MemoryTable) completeRequest(pk string, rc *RequestCompletion, s3Key string) {
@@ -219,29 +188,21 @@ func (t *MemoryTable) Publish(ctx context.Context, in PublishInput) error {
 	}
 	defer t.mu.Unlock()
 	pk := in.Lease.PK
-	now := in.Now.Unix()
 	// Items in transaction order: LOCK (conditional delete), META put, [REQ#].
-	reasons := []string{reasonNone, reasonNone}
-	var errs []error
-	if !t.checkLease(in.Lease, now) {
-		reasons[0] = reasonCondition
-		errs = append(errs, ErrLeaseLost)
+	tx := newTxCheck("publish", pk, 2, in.Request)
+	if !t.checkLease(in.Lease, in.Now) {
+		tx.fail(0, ErrLeaseLost)
 	}
 	if in.Monotonic {
 		if m, ok := t.meta[pk]; ok && !(m.GeneratedAt < in.Meta.GeneratedAt) {
-			reasons[1] = reasonCondition
-			errs = append(errs, ErrNotNewer)
+			tx.fail(1, ErrNotNewer)
 		}
 	}
-	if in.Request != nil {
-		reasons = append(reasons, reasonNone)
-		if !t.checkRequest(pk, in.Request) {
-			reasons[2] = reasonCondition
-			errs = append(errs, ErrRequestState)
-		}
+	if in.Request != nil && !t.checkRequest(pk, in.Request) {
+		tx.failRequest()
 	}
-	if len(errs) > 0 {
-		return &TxError{Op: "publish", PK: pk, Reasons: reasons, Errors: errs}
+	if err := tx.err(); err != nil {
+		return err
 	}
 	m := in.Meta
 	m.PK, m.CurrentSK, m.Version = pk, "", 0
@@ -263,36 +224,26 @@ func (t *MemoryTable) PublishPointer(ctx context.Context, in PublishPointerInput
 	}
 	defer t.mu.Unlock()
 	pk := in.Lease.PK
-	now := in.Now.Unix()
 	// Items in transaction order: LOCK (conditional delete), VER# put, META update, [REQ#].
-	reasons := []string{reasonNone, reasonNone, reasonNone}
-	var errs []error
-	if !t.checkLease(in.Lease, now) {
-		reasons[0] = reasonCondition
-		errs = append(errs, ErrLeaseLost)
+	tx := newTxCheck("publish-pointer", pk, 3, in.Request)
+	if !t.checkLease(in.Lease, in.Now) {
+		tx.fail(0, ErrLeaseLost)
 	}
 	if _, ok := t.version[[2]string{pk, in.Version.ID}]; ok {
-		reasons[1] = reasonCondition
-		errs = append(errs, ErrVersionExists)
+		tx.fail(1, ErrVersionExists)
 	}
 	cur, hasMeta := t.meta[pk]
 	m := pointerMeta(pk, in)
 	if cur.Version != in.ExpectedVersion {
-		reasons[2] = reasonCondition
-		errs = append(errs, ErrVersionConflict)
+		tx.fail(2, ErrVersionConflict)
 	} else if in.Monotonic && hasMeta && !(cur.GeneratedAt < in.Version.GeneratedAt) {
-		reasons[2] = reasonCondition
-		errs = append(errs, ErrNotNewer)
+		tx.fail(2, ErrNotNewer)
 	}
-	if in.Request != nil {
-		reasons = append(reasons, reasonNone)
-		if !t.checkRequest(pk, in.Request) {
-			reasons[3] = reasonCondition
-			errs = append(errs, ErrRequestState)
-		}
+	if in.Request != nil && !t.checkRequest(pk, in.Request) {
+		tx.failRequest()
 	}
-	if len(errs) > 0 {
-		return Meta{}, &TxError{Op: "publish-pointer", PK: pk, Reasons: reasons, Errors: errs}
+	if err := tx.err(); err != nil {
+		return Meta{}, err
 	}
 	v := in.Version
 	v.PK = pk
@@ -303,22 +254,6 @@ func (t *MemoryTable) PublishPointer(ctx context.Context, in PublishPointerInput
 		t.completeRequest(pk, in.Request, v.S3Key)
 	}
 	return m, nil
-}
-
-// pointerMeta is META after a recipe-B update: every attribute is set from
-// the input (etag and ttl removed when empty), so the result does not depend
-// on the previous META.
-func pointerMeta(pk string, in PublishPointerInput) Meta {
-	return Meta{
-		PK:                pk,
-		S3Key:             in.Version.S3Key,
-		GeneratedAt:       in.Version.GeneratedAt,
-		RevalidateSeconds: in.RevalidateSeconds,
-		ETag:              in.Version.ETag,
-		TTL:               in.MetaTTL,
-		CurrentSK:         VersionSKPrefix + in.Version.ID,
-		Version:           in.ExpectedVersion + 1,
-	}
 }
 
 // BeginRequest implements Table.
@@ -334,13 +269,10 @@ func (t *MemoryTable) BeginRequest(ctx context.Context, in BeginRequestInput) (R
 	cur, ok := t.request[k]
 	now := in.Now.Unix()
 	live := ok && !(cur.TTL != 0 && cur.TTL <= now)
-	if live && !(in.RetryFailed && cur.Status == RequestFailed && cur.Hash == in.Hash) {
-		if cur.Hash != in.Hash {
-			return Request{}, false, &RequestError{PK: in.PK, Request: cur, Err: ErrRequestMismatch}
-		}
-		return cur, false, nil
+	if live && !retakable(in, string(cur.Status), cur.Hash) {
+		return requestFound(in, cur)
 	}
-	r := Request{PK: in.PK, Key: in.Key, Hash: in.Hash, Status: RequestStarted, TTL: in.TTL}
+	r := newRequest(in)
 	t.request[k] = r
 	return r, true, nil
 }

@@ -3,7 +3,6 @@ package isr
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -155,72 +154,22 @@ func (t *RedisTable) get(ctx context.Context, pk, sk string) (map[string]types.A
 
 // GetMeta implements Table.
 func (t *RedisTable) GetMeta(ctx context.Context, pk string) (Meta, error) {
-	if err := checkPK(pk); err != nil {
-		return Meta{}, err
-	}
-	item, err := t.get(ctx, pk, SKMeta)
-	if err != nil {
-		return Meta{}, err
-	}
-	cur, ok, err := pointerSK(pk, item)
-	if err != nil {
-		return Meta{}, err
-	}
-	if ok {
-		// VER# rows are written once and never changed, so reading the
-		// row after META is as good as reading both at once.
-		ver, err := t.get(ctx, pk, cur)
-		if errors.Is(err, ErrNotFound) {
-			return Meta{}, missingPointer(pk, cur)
-		}
-		if err != nil {
-			return Meta{}, err
-		}
-		item = mergePointer(item, ver)
-	}
-	return decodeMeta(pk, item)
+	return getMeta(ctx, t.get, pk)
 }
 
 // GetLease implements Table.
 func (t *RedisTable) GetLease(ctx context.Context, pk string) (Lease, error) {
-	if err := checkPK(pk); err != nil {
-		return Lease{}, err
-	}
-	item, err := t.get(ctx, pk, SKLock)
-	if err != nil {
-		return Lease{}, err
-	}
-	return decodeLease(pk, item)
+	return getLease(ctx, t.get, pk)
 }
 
 // GetRequest implements Table.
 func (t *RedisTable) GetRequest(ctx context.Context, pk, k string) (Request, error) {
-	if err := checkPK(pk); err != nil {
-		return Request{}, err
-	}
-	if err := checkPart("idempotency key", k, false); err != nil {
-		return Request{}, err
-	}
-	item, err := t.get(ctx, pk, RequestSKPrefix+k)
-	if err != nil {
-		return Request{}, err
-	}
-	return decodeRequest(pk, k, item)
+	return getRequest(ctx, t.get, pk, k)
 }
 
 // GetVersion implements Table.
 func (t *RedisTable) GetVersion(ctx context.Context, pk, id string) (Version, error) {
-	if err := checkPK(pk); err != nil {
-		return Version{}, err
-	}
-	if err := checkPart("version id", id, false); err != nil {
-		return Version{}, err
-	}
-	item, err := t.get(ctx, pk, VersionSKPrefix+id)
-	if err != nil {
-		return Version{}, err
-	}
-	return decodeVersion(pk, id, item)
+	return getVersion(ctx, t.get, pk, id)
 }
 
 // reply is a script's answer: a status word and its details.
@@ -332,7 +281,7 @@ func (t *RedisTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, 
 	}
 	switch r.status() {
 	case "OK":
-		return Lease{PK: in.PK, Token: in.Token, ExpiresAt: in.ExpiresAt, TTL: in.TTL}, nil
+		return newLease(in), nil
 	case "MINE":
 		return decodeLease(in.PK, r.item(1))
 	case "CORRUPT":
@@ -343,22 +292,10 @@ func (t *RedisTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, 
 		if held {
 			heldErr = leaseHeld(in.PK, r.item(3))
 		}
-		if in.IfMetaNotNewer == nil {
-			if heldErr == nil {
-				return Lease{}, unexpected("acquire", in.PK, r)
-			}
-			return Lease{}, heldErr
+		if in.IfMetaNotNewer == nil && heldErr == nil {
+			return Lease{}, unexpected("acquire", in.PK, r)
 		}
-		te := &TxError{Op: "acquire", PK: in.PK, Reasons: []string{reasonNone, reasonNone}}
-		if held {
-			te.Reasons[0] = reasonCondition
-			te.Errors = append(te.Errors, heldErr)
-		}
-		if changed {
-			te.Reasons[1] = reasonCondition
-			te.Errors = append(te.Errors, ErrMetaChanged)
-		}
-		return Lease{}, te
+		return Lease{}, acquireRefused(in, heldErr, changed)
 	}
 	return Lease{}, unexpected("acquire", in.PK, r)
 }
@@ -436,16 +373,7 @@ func (t *RedisTable) Publish(ctx context.Context, in PublishInput) error {
 	case "OK":
 		return nil
 	case "REFUSED":
-		return refused("publish", pk, r.reasons(1), func(i int) error {
-			switch i {
-			case 0:
-				return ErrLeaseLost
-			case 1:
-				return ErrNotNewer
-			default:
-				return ErrRequestState
-			}
-		})
+		return refused("publish", pk, r.reasons(1), publishRefusal)
 	}
 	return unexpected("publish", pk, r)
 }
@@ -476,21 +404,9 @@ func (t *RedisTable) PublishPointer(ctx context.Context, in PublishPointerInput)
 	case "OK":
 		return m, nil
 	case "REFUSED":
-		why := r.str(2)
+		notNewer := r.str(2) == "newer"
 		return Meta{}, refused("publish-pointer", pk, r.reasons(1), func(i int) error {
-			switch i {
-			case 0:
-				return ErrLeaseLost
-			case 1:
-				return ErrVersionExists
-			case 2:
-				if why == "newer" {
-					return ErrNotNewer
-				}
-				return ErrVersionConflict
-			default:
-				return ErrRequestState
-			}
+			return pointerRefusal(i, notNewer)
 		})
 	}
 	return Meta{}, unexpected("publish-pointer", pk, r)
@@ -509,24 +425,11 @@ func (t *RedisTable) BeginRequest(ctx context.Context, in BeginRequestInput) (Re
 	}
 	switch r.status() {
 	case "OK":
-		return Request{PK: in.PK, Key: in.Key, Hash: in.Hash, Status: RequestStarted, TTL: in.TTL}, true, nil
+		return newRequest(in), true, nil
 	case "EXISTS":
 		return existingRequest(in, r.item(1))
 	}
 	return Request{}, false, unexpected("begin-request", in.PK, r)
-}
-
-// existingRequest is BeginRequest's answer when a live REQ# item stopped
-// it: the item, or a mismatch when it carries another request_hash.
-func existingRequest(in BeginRequestInput, item map[string]types.AttributeValue) (Request, bool, error) {
-	cur, err := decodeRequest(in.PK, in.Key, item)
-	if err != nil {
-		return Request{}, false, err
-	}
-	if cur.Hash != in.Hash {
-		return Request{}, false, &RequestError{PK: in.PK, Request: cur, Err: ErrRequestMismatch}
-	}
-	return cur, false, nil
 }
 
 // FailRequest implements Table.

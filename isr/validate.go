@@ -83,15 +83,24 @@ func validateCompletion(rc *RequestCompletion) error {
 	return nil
 }
 
-func validatePublish(in PublishInput) error {
-	if err := validateLease(in.Lease); err != nil {
+// validatePublisher checks what both recipes take alike: the publisher's
+// lease, Now, and the pk of the item written (what), empty or the lease's.
+func validatePublisher(l Lease, now time.Time, what, pk string) error {
+	if err := validateLease(l); err != nil {
 		return err
 	}
-	if in.Now.IsZero() {
+	if now.IsZero() {
 		return invalid("now", "zero time")
 	}
-	if in.Meta.PK != "" && in.Meta.PK != in.Lease.PK {
-		return invalid("meta pk", "differs from lease pk")
+	if pk != "" && pk != l.PK {
+		return invalid(what+" pk", "differs from lease pk")
+	}
+	return nil
+}
+
+func validatePublish(in PublishInput) error {
+	if err := validatePublisher(in.Lease, in.Now, "meta", in.Meta.PK); err != nil {
+		return err
 	}
 	if in.Meta.S3Key == "" {
 		return invalid("s3_key", "empty")
@@ -103,14 +112,8 @@ func validatePublish(in PublishInput) error {
 }
 
 func validatePointer(in PublishPointerInput) error {
-	if err := validateLease(in.Lease); err != nil {
+	if err := validatePublisher(in.Lease, in.Now, "version", in.Version.PK); err != nil {
 		return err
-	}
-	if in.Now.IsZero() {
-		return invalid("now", "zero time")
-	}
-	if in.Version.PK != "" && in.Version.PK != in.Lease.PK {
-		return invalid("version pk", "differs from lease pk")
 	}
 	if err := checkPart("version id", in.Version.ID, false); err != nil {
 		return err
@@ -138,14 +141,27 @@ func validateBegin(in BeginRequestInput) error {
 }
 
 func validateRequestRef(pk, key, hash string) error {
-	if err := checkPK(pk); err != nil {
-		return err
-	}
-	if err := checkPart("idempotency key", key, false); err != nil {
+	if err := checkRequestKey(pk, key); err != nil {
 		return err
 	}
 	if hash == "" {
 		return invalid("request_hash", "empty")
 	}
 	return nil
+}
+
+// checkRequestKey checks the key of a REQ# item: pk and idempotency key.
+func checkRequestKey(pk, key string) error {
+	if err := checkPK(pk); err != nil {
+		return err
+	}
+	return checkPart("idempotency key", key, false)
+}
+
+// checkVersionKey checks the key of a VER# item: pk and version id.
+func checkVersionKey(pk, id string) error {
+	if err := checkPK(pk); err != nil {
+		return err
+	}
+	return checkPart("version id", id, false)
 }
