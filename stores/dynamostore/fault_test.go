@@ -42,6 +42,8 @@ type faultEnv struct {
 	attempts int
 	cuts     []cut // what happened to each cut attempt
 	onCut    func(op string)
+
+	transport *http.Transport // the SDK client's, once built
 }
 
 type cut struct {
@@ -64,8 +66,11 @@ func newFaultEnv(t *testing.T, retries int, keepAlive bool, opts ...dynamostore.
 	t.Cleanup(proxy.Stop)
 	f := &faultEnv{proxy: proxy, env: &env{endpoint: base.endpoint, log: &requestLog{}, prefix: base.prefix}}
 	httpClient := awshttp.NewBuildableClient().
-		WithTimeout(2 * time.Second). // a timeout toxic holds the response forever; generous for a loaded machine
-		WithTransportOptions(func(tr *http.Transport) { tr.DisableKeepAlives = !keepAlive })
+		WithTimeout(3 * time.Second). // a timeout toxic holds the response forever; generous for a loaded machine
+		WithTransportOptions(func(tr *http.Transport) {
+			tr.DisableKeepAlives = !keepAlive
+			f.transport = tr
+		})
 	f.client = newClient(clientConfig{
 		endpoint: "http://" + proxy.Listen,
 		log:      f.log,
@@ -102,6 +107,11 @@ func (f *faultEnv) attemptMiddleware(stack *middleware.Stack) error {
 			if armed {
 				f.mu.Lock()
 				f.removeToxic()
+				// The retry starts on a fresh connection: an idle kept-alive
+				// one may still sit behind the toxic being removed.
+				if f.transport != nil {
+					f.transport.CloseIdleConnections()
+				}
 				f.cutAt = 0
 				op := awsmiddleware.GetOperationName(ctx)
 				f.cuts = append(f.cuts, cut{op: op, err: err})
