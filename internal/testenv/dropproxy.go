@@ -1,11 +1,15 @@
 package testenv
 
 import (
+	"context"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
 )
 
 // DropProxy forwards TCP between clients and a server. While Armed, the
@@ -72,5 +76,35 @@ func (p *DropProxy) serve(c net.Conn) {
 		if err != nil {
 			return
 		}
+	}
+}
+
+// CheckCompletionReadBack runs a Guard on s, whose client reaches its
+// server through p, and loses the reply of one completion the server
+// applied: the Guard must read the record back and tell the caller the
+// outcome was recorded (7, no error), and a replay must return 7 without
+// running fn again.
+func CheckCompletionReadBack(t testing.TB, s idem.Store, p *DropProxy) {
+	t.Helper()
+	g, err := idem.New[int](s, idem.WithTakeoverAfter(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := g.Do(ctx, "warm", func(context.Context) (int, error) { return 0, nil }); err != nil {
+		t.Fatal(err) // scripts loaded, statements prepared
+	}
+	var runs atomic.Int32
+	v, err := g.Do(ctx, "lost", func(context.Context) (int, error) {
+		runs.Add(1)
+		p.Armed.Store(true) // the completion's reply is lost
+		return 7, nil
+	})
+	if err != nil || v != 7 {
+		t.Fatalf("Do: %d, %v; want 7 and no error (the record holds the outcome)", v, err)
+	}
+	v, err = g.Do(ctx, "lost", func(context.Context) (int, error) { runs.Add(1); return 8, nil })
+	if err != nil || v != 7 || runs.Load() != 1 {
+		t.Fatalf("replay: %d, %v, %d runs; want 7 from one run", v, err, runs.Load())
 	}
 }

@@ -36,14 +36,14 @@
 // nothing and returns it, and PEXPIRETIME - PTTL is the server's clock
 // inside the same transaction (no other client's command runs between; the
 // clock may have moved on by a moment since the SET, which only makes the
-// answer below more cautious): the store answers
-// with the record when the claim script would have returned it untouched (a
-// live completed or failed record, or another caller's live claim that is
-// not stale by its owner's threshold). So a replay runs no script and costs
+// answer below more cautious): when storekit.DecideClaim has nothing to
+// write (a live completed or failed record, another caller's live claim
+// that is not stale by its owner's threshold, or this nonce's own claim
+// retried), the store answers with it. So a replay runs no script and costs
 // the server about what a GET does. Everything else (a takeover, an expired
-// record, a retried claim of this nonce, a value that does not decode, a key
-// of another type) goes to the claim script, a second round trip on paths
-// where a call waits or takes over anyway.
+// record, a value that does not decode, a key of another type) goes to the
+// claim script, a second round trip on paths where a call takes over
+// anyway.
 //
 // Heartbeat, complete, release, get and delete are one embedded Lua script
 // each (lua/*.lua, go:embed), run with EVALSHA and falling back to EVAL when
@@ -86,7 +86,7 @@
 // # Retries
 //
 // go-redis retries a command after a network error. A claim whose first try
-// was applied finds its own nonce (the claim script answers Claimed); a complete whose
+// was applied finds its own nonce and answers Claimed; a complete whose
 // first try was applied finds its own nonce and succeeds again. So a lost
 // reply never turns a caller into its own duplicate.
 //
@@ -500,12 +500,15 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 	}
 	if n.old != "" && n.pttl >= 0 {
 		// The record the key holds, and the server's clock in the same
-		// transaction (now = PEXPIRETIME - PTTL), answer the claim when it
-		// writes nothing: a live record that is not this caller's to take.
-		// A takeover, an expired record, a retried claim of this nonce and
-		// a value that does not decode are for the claim script.
-		if rec, err := decode(req.Key, n.old, n.pexpire); err == nil && keep(rec, req, n.pexpire-n.pttl) {
-			return idem.ClaimResult{Outcome: idem.Existing, Record: rec}, nil
+		// transaction (now = PEXPIRETIME - PTTL), answer the claim when
+		// storekit's decision writes nothing: a live record that is not this
+		// caller's to take, or this nonce's own claim retried. A takeover, an
+		// expired record and a value that does not decode are for the claim
+		// script, which writes atomically.
+		if rec, err := decode(req.Key, n.old, n.pexpire); err == nil {
+			if d := storekit.DecideClaim(rec, req, n.pexpire-n.pttl); !d.Write {
+				return d.Result(), nil
+			}
 		}
 	}
 	tail, err := claimTail(req)
@@ -564,27 +567,6 @@ func (s *Store) acked(ctx context.Context, req idem.ClaimRequest, acked int64, a
 		return errors.Join(ackErr, rerr)
 	}
 	return ackErr
-}
-
-// keep reports whether the claim script would return rec untouched to req
-// at server time now (lua/claim.lua decides the same way): it is live, and
-// either finished, or a claim of another nonce that is not stale by its
-// owner's threshold, or one made with another payload.
-func keep(rec *idem.Record, req idem.ClaimRequest, now int64) bool {
-	if rec.ExpiresAt <= now {
-		return false
-	}
-	if rec.Status != idem.StatusInProgress {
-		return true
-	}
-	if rec.Nonce == req.Nonce {
-		return false
-	}
-	tk := rec.TakeoverMs
-	if tk == 0 {
-		tk = req.TakeoverAfter.Milliseconds()
-	}
-	return now-rec.HeartbeatAt < tk || rec.PayloadHash != req.PayloadHash
 }
 
 // nx is what a SET NX GET transaction found.

@@ -92,23 +92,7 @@ func TestCompletionReplyLostIsReadBack(t *testing.T) {
 	db.SetMaxOpenConns(1)
 	t.Cleanup(func() { _ = db.Close() })
 	s := newEnvOn(t, sqlstore.Postgres, db, nil).store
-	g := newGuard[int](t, s, idem.WithTakeoverAfter(time.Second))
-	if _, err := g.Do(context.Background(), "warm", func(ctx context.Context) (int, error) { return 0, nil }); err != nil {
-		t.Fatal(err) // statements prepared on the one connection
-	}
-	var runs atomic.Int32
-	v, err := g.Do(context.Background(), "lost", func(ctx context.Context) (int, error) {
-		runs.Add(1)
-		proxy.Armed.Store(true) // the completion's reply is lost
-		return 7, nil
-	})
-	if err != nil || v != 7 {
-		t.Fatalf("Do: %d, %v; want 7 and no error (the record holds the outcome)", v, err)
-	}
-	v, err = g.Do(context.Background(), "lost", func(ctx context.Context) (int, error) { runs.Add(1); return 8, nil })
-	if err != nil || v != 7 || runs.Load() != 1 {
-		t.Fatalf("replay: %d, %v, %d runs; want 7 from one run", v, err, runs.Load())
-	}
+	testenv.CheckCompletionReadBack(t, s, proxy)
 }
 
 // A hot key under 12 clients on MariaDB (each its own Guard, as if each
