@@ -910,7 +910,12 @@ func TestOptionsValidated(t *testing.T) {
 			t.Errorf("%v: got %v, want a %T", name, err, oe)
 		}
 	}
-	_, err := idem.New[int](nil)
+	_, err := idem.New[int](s, idem.WithTTL(0), nil, idem.WithObserver(nil))
+	storetest.CheckOptionErrors(t, err, "WithTTL", "New", "WithObserver")
+	if want := "idem: WithTTL: ttl must be at least 1ms"; !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("got %q, want it to start with %q", err, want)
+	}
+	_, err = idem.New[int](nil)
 	if !errors.Is(err, idem.ErrInvalidOption) {
 		t.Errorf("got %v, want %v", err, idem.ErrInvalidOption)
 	}
