@@ -395,7 +395,7 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, body func
 
 // runFn runs fn under the claim c and ends the claim with its outcome.
 func (g *Guard[T]) runFn(c *claim, fn func(context.Context) (T, error)) (T, error) {
-	c.begin(c.ctx)
+	c.begin(c.callContext())
 	v, err := guarded(c, fn)
 	interrupted := c.fctx.Err() != nil // before end cancels fctx anyway
 	if c.end() {

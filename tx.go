@@ -87,7 +87,7 @@ func RunTx[T any](ctx context.Context, g *Guard[T], key string,
 
 // txOut is what a transaction runner returned.
 type txOut[T any] struct {
-	v                 T
+	v                T
 	fnErr, commitErr error
 }
 
@@ -96,7 +96,7 @@ type txOut[T any] struct {
 func (g *Guard[T]) runTx(c *claim, run func(context.Context, *TxClaim[T]) (T, error, error)) (T, error) {
 	var zero T
 	tc := &TxClaim[T]{Key: c.sk, Nonce: c.rec.Nonce, Attempt: c.rec.Attempt, g: g, c: c}
-	c.begin(c.ctx)
+	c.begin(c.callContext())
 	out, _ := guarded(c, func(ctx context.Context) (txOut[T], error) {
 		v, fnErr, commitErr := run(ctx, tc)
 		return txOut[T]{v, fnErr, commitErr}, nil
