@@ -23,7 +23,6 @@ import (
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/stores/sqlstore"
-	"github.com/idem-go/idem/stores/storetest"
 )
 
 func randHex(n int) string {
@@ -37,23 +36,21 @@ func randHex(n int) string {
 // storageKey returns a key shaped like the ones a Guard passes.
 func storageKey() string { return idem.StorageKeyPrefix + randHex(32) }
 
-// backend opens one store on its real server for a test. clock is the
-// store's clock when it takes one (nil when the store reads its server's
-// clock).
+// backend opens one store on its real server (a fresh table, prefix or
+// directory) for a test. Every store keeps its default clock: its server's
+// where it has one, the host's otherwise.
 type backend struct {
 	name string
-	open func(t testing.TB, clock *storetest.Clock) idem.Store
-	// clocked reports whether open hands clock to the store.
-	clocked bool
+	open func(t testing.TB) idem.Store
 }
 
 var backends = []backend{
-	{name: "memstore", open: openMem, clocked: true},
-	{name: "filestore", open: openFile, clocked: true},
+	{name: "memstore", open: openMem},
+	{name: "filestore", open: openFile},
 	{name: "redis", open: openRedis},
 	{name: "postgres", open: openPostgres},
 	{name: "mariadb", open: openMySQL},
-	{name: "dynamodb", open: openDynamo, clocked: true},
+	{name: "dynamodb", open: openDynamo},
 }
 
 func ctxT(t testing.TB) context.Context {
@@ -62,18 +59,18 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-func openMem(t testing.TB, clock *storetest.Clock) idem.Store {
+func openMem(t testing.TB) idem.Store {
 	t.Helper()
-	s, err := memstore.New(memstore.WithClock(clock.Now))
+	s, err := memstore.New()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-func openFile(t testing.TB, clock *storetest.Clock) idem.Store {
+func openFile(t testing.TB) idem.Store {
 	t.Helper()
-	s, err := filestore.New(t.TempDir(), filestore.WithClock(clock.Now), filestore.WithoutSync())
+	s, err := filestore.New(t.TempDir(), filestore.WithoutSync())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +82,7 @@ var (
 	redisClient *redis.Client
 )
 
-func openRedis(t testing.TB, _ *storetest.Clock) idem.Store {
+func openRedis(t testing.TB) idem.Store {
 	t.Helper()
 	addr := testenv.RedisAddr(t)
 	redisOnce.Do(func() { redisClient = redis.NewClient(&redis.Options{Addr: addr, PoolSize: 16}) })
@@ -151,12 +148,12 @@ func openSQL(t testing.TB, d sqlstore.Dialect) idem.Store {
 	return s
 }
 
-func openPostgres(t testing.TB, _ *storetest.Clock) idem.Store {
+func openPostgres(t testing.TB) idem.Store {
 	t.Helper()
 	return openSQL(t, sqlstore.Postgres)
 }
 
-func openMySQL(t testing.TB, _ *storetest.Clock) idem.Store {
+func openMySQL(t testing.TB) idem.Store {
 	t.Helper()
 	return openSQL(t, sqlstore.MySQL)
 }
@@ -171,7 +168,7 @@ var (
 	dynamoErr    error
 )
 
-func openDynamo(t testing.TB, clock *storetest.Clock) idem.Store {
+func openDynamo(t testing.TB) idem.Store {
 	t.Helper()
 	endpoint := testenv.DynamoDBEndpoint(t)
 	dynamoOnce.Do(func() {
@@ -188,7 +185,7 @@ func openDynamo(t testing.TB, clock *storetest.Clock) idem.Store {
 		testenv.Missing(t, "DynamoDB Local: create table: "+dynamoErr.Error())
 	}
 	s, err := dynamostore.New(dynamoClient, dynamoTable,
-		dynamostore.WithKeyPrefix("lin"+randHex(6)+"#"), dynamostore.WithClock(clock.Now))
+		dynamostore.WithKeyPrefix("lin"+randHex(6)+"#"))
 	if err != nil {
 		t.Fatal(err)
 	}
