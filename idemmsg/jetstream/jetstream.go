@@ -157,7 +157,7 @@ func answer(msg natsjs.Msg, r idemmsg.Result) {
 	case idemmsg.Ack:
 		_ = msg.Ack()
 	case idemmsg.Reject:
-		_ = msg.TermWithReason(reason(r.Err))
+		_ = msg.Term() // not TermWithReason: servers before 2.10.4 ignore it (WithReport has the reason)
 	default:
 		if r.Delay > 0 {
 			_ = msg.NakWithDelay(r.Delay)
@@ -165,11 +165,4 @@ func answer(msg natsjs.Msg, r idemmsg.Result) {
 			_ = msg.Nak()
 		}
 	}
-}
-
-func reason(err error) string {
-	if err == nil {
-		return "refused"
-	}
-	return err.Error()
 }
