@@ -28,7 +28,7 @@ func ExampleMiddleware() {
 		return
 	}
 	router.AddMiddleware(watermill.Middleware(d))
-	router.AddNoPublisherHandler("billing", "orders", sub, func(msg *message.Message) error {
+	router.AddConsumerHandler("billing", "orders", sub, func(msg *message.Message) error {
 		return nil // charge(msg.Context(), msg.Payload)
 	})
 	_ = router.Run(context.Background())

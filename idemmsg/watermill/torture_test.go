@@ -97,7 +97,7 @@ func tortureConfig(t *testing.T, guarded bool) torture.Config {
 			if env.Dedup != nil {
 				router.AddMiddleware(watermill.Middleware(env.Dedup))
 			}
-			router.AddNoPublisherHandler("pay", ns, sub, func(msg *message.Message) error {
+			router.AddConsumerHandler("pay", ns, sub, func(msg *message.Message) error {
 				return env.Effect(msg.Context(), msg.UUID)
 			})
 			return router.Run(ctx)
