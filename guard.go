@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idem-go/idem/internal/lease"
+	"github.com/idem-go/idem/lease"
 )
 
 // Guard runs functions at most once per key, with their outcomes kept in a
