@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/storetest/testenv"
 	"github.com/idem-go/idem/stores/dynamostore"
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/memstore"
