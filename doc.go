@@ -46,9 +46,8 @@
 // or goes stale, then decide again; the caller's context bounds the wait.
 // Stores that can push a change (memstore; filestore, between the stores
 // of one directory in a process; redisstore, by pub/sub; sqlstore on
-// PostgreSQL with Listen, by LISTEN/NOTIFY) wake
-// waiters at once; with the others waiters poll with capped, jittered
-// backoff. Under Return, ErrInProgress is what a duplicate of a running
+// PostgreSQL with Listen, by LISTEN/NOTIFY) wake waiters at once; with the
+// others waiters poll with capped, jittered backoff. Under Return, ErrInProgress is what a duplicate of a running
 // call gets: retry later, or use OnDuplicate(Wait).
 //
 // OnFailure chooses what an error from fn does. Unlock (default): the claim
