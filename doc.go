@@ -86,10 +86,18 @@
 // long as the claim can still be ours (the takeover threshold). If it still
 // fails, the record is read back before answering, since a write may have
 // been applied with its reply lost: if it carries this call's outcome, Do
-// succeeds; if it shows the claim still in progress, or the store could
-// not be reached at all, Do returns fn's result together with an error
-// matching ErrNotRecorded; if a write may have been applied and the record
-// cannot be read, the error matches ErrOutcomeUnknown instead. WithSanitize
+// succeeds. ErrNotRecorded (with fn's result) is answered only when it is
+// true for good: a completion request delayed in the network could still
+// land after the Guard gave up, so a record still in progress under the
+// call's nonce is first fenced off: once it is stale, the Guard claims it
+// with a new nonce (which the late request can no longer match) and
+// records the outcome under that nonce after all (Do succeeds); if that
+// completion fails too, the new claim is fenced off in turn and released,
+// and ErrNotRecorded is then the truth. When no completion request can have
+// reached the store (the connection could not be made) or the record has
+// moved on to another claim, ErrNotRecorded is answered at once. When the
+// record cannot be read, or the fence cannot be set, the error matches
+// ErrOutcomeUnknown instead: the key may well replay the outcome. WithSanitize
 // shapes what is stored: the first caller gets fn's full result, replays
 // get only what the sanitizer kept.
 //
