@@ -21,7 +21,7 @@ func TestObserverCountsSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := idem.New[int](mustMem(), idem.WithObserver(obs))
+	g, err := idem.New[int](mustMem(), idem.WithObserver(obs), idem.WithNamespace("tenant-1", "invoices.create"))
 	if err != nil {
 		t.Fatal(err)
 	}
