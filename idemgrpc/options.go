@@ -13,10 +13,12 @@ import (
 // recorded but those a gRPC client retries (and grpc-go's service-config
 // retry policies name): Unavailable, ResourceExhausted, Aborted,
 // DeadlineExceeded, Internal and Unknown. Recorded, such an answer would be
-// replayed to the very retry it asks for, for the whole TTL.
+// replayed to the very retry it asks for, for the whole TTL. Canceled is not
+// recorded either: it is what a handler returns when its caller went away,
+// and the caller's retry must run, not learn that it had left.
 func DefaultRecordCode(c codes.Code) bool {
 	switch c {
-	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted, codes.DeadlineExceeded, codes.Internal, codes.Unknown:
+	case codes.Canceled, codes.Unavailable, codes.ResourceExhausted, codes.Aborted, codes.DeadlineExceeded, codes.Internal, codes.Unknown:
 		return false
 	}
 	return true
