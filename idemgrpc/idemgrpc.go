@@ -20,7 +20,6 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/stores/memstore"
 )
 
 // Interceptor guards unary gRPC methods with the idempotency-key request
@@ -55,34 +54,13 @@ func New(store idem.Store, opts ...Option) (*Interceptor, error) {
 	g, err := idem.New[record](store, gopts...)
 	if err != nil {
 		c.errs = append(c.errs, err)
-	} else if locksFailures(c.guardOpts) {
+	} else if g.Policies().Failure == idem.Lock {
 		c.invalid("WithGuard", "idem.OnFailure(idem.Lock) is refused: a call whose code is not recorded must release its claim, and Lock would keep it as a failure for the TTL (WithRecordCode replays a failing code instead)")
 	}
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
 	}
 	return &Interceptor{cfg: c, guard: g}, nil
-}
-
-// locksFailures reports whether the Guard options make a failed call final
-// (idem.OnFailure(idem.Lock)). An idem.Option cannot be inspected, so it
-// asks a Guard built with them on a private memory store, its observer
-// replaced so that the user's observer sees nothing of it: a failure
-// followed by a second call is a stored failure only under Lock.
-func locksFailures(opts []idem.Option) bool {
-	s, err := memstore.New()
-	if err != nil {
-		return false
-	}
-	quiet := idem.WithObserver(idem.ObserverFunc(func(context.Context, idem.Event) {}))
-	g, err := idem.New[record](s, append(opts[:len(opts):len(opts)], quiet, idem.WithCodec(codec{}))...)
-	if err != nil {
-		return false // New has reported it
-	}
-	ctx := context.Background()
-	_, _ = g.Do(ctx, "idemgrpc/probe", func(context.Context) (record, error) { return record{}, errNotRecorded })
-	_, err = g.Do(ctx, "idemgrpc/probe", func(context.Context) (record, error) { return record{Type: "x"}, nil })
-	return errors.Is(err, idem.ErrPreviousFailure)
 }
 
 // Unary returns the server interceptor. Install it with
