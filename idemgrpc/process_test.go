@@ -285,9 +285,9 @@ func readEffects(t *testing.T, path string) (runs map[string][]string, total int
 }
 
 type retryRun struct {
-	bareServer     bool // no server interceptor
-	perAttemptKeys bool // no client interceptor: a new key on every attempt
-	shared         bool // both clients send every logical call, with one key (WithKey); else each call is sent once, keyed by the client interceptor
+	bareServer     bool    // no server interceptor
+	perAttemptKeys bool    // no client interceptor: a new key on every attempt
+	shared         bool    // both clients send every logical call, with one key (WithKey); else each call is sent once, keyed by the client interceptor
 	drop           float64 // probability that the proxy drops a chunk the server sends
 }
 
