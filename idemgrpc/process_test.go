@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -25,12 +26,14 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemgrpc"
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/filestore"
+	"github.com/idem-go/idem/stores/redisstore"
 )
 
 // Environment of a server child (the test binary re-executed).
 const (
-	childEnv   = "IDEMGRPC_TEST_SERVER"  // "file:<dir>"
+	childEnv   = "IDEMGRPC_TEST_SERVER"  // "file:<dir>" or "redis:<addr>"
 	bareEnv    = "IDEMGRPC_TEST_BARE"    // set: no server interceptor
 	nsEnv      = "IDEMGRPC_TEST_NS"      // Guard namespace (tenant)
 	effectsEnv = "IDEMGRPC_TEST_EFFECTS" // side-effect log, appended to by every child
@@ -52,13 +55,22 @@ func TestMain(m *testing.M) {
 // a line appended to a shared file. It prints its address and serves until
 // its stdin closes.
 func serveChild(spec string) error {
-	kind, dir, _ := strings.Cut(spec, ":")
-	if kind != "file" {
+	var store idem.Store
+	switch kind, arg, _ := strings.Cut(spec, ":"); kind {
+	case "file":
+		s, err := filestore.New(arg)
+		if err != nil {
+			return err
+		}
+		store = s
+	case "redis":
+		s, err := redisstore.New(redis.NewClient(&redis.Options{Addr: arg, PoolSize: 32}))
+		if err != nil {
+			return err
+		}
+		store = s
+	default:
 		return fmt.Errorf("unknown store %q", spec)
-	}
-	store, err := filestore.New(dir)
-	if err != nil {
-		return err
 	}
 	effects, err := os.OpenFile(os.Getenv(effectsEnv), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
@@ -214,15 +226,20 @@ func (perAttemptKey) GetRequestMetadata(context.Context, ...string) (map[string]
 }
 func (perAttemptKey) RequireTransportSecurity() bool { return false }
 
-// startServers starts n server processes on one file store and returns
-// their addresses and the side-effect log's path.
-func startServers(t *testing.T, n int, bare bool) (addrs []string, effects string) {
+// startServers starts n server processes on one store (a file store in a
+// new directory, or the Redis server at redisAddr) and returns their
+// addresses and the side-effect log's path.
+func startServers(t *testing.T, n int, bare bool, redisAddr string) (addrs []string, effects string) {
 	dir := t.TempDir()
 	effects = dir + "/effects.log"
+	spec := "file:" + dir + "/store"
+	if redisAddr != "" {
+		spec = "redis:" + redisAddr
+	}
 	ns := fmt.Sprintf("idemgrpc-test-%d-%d", os.Getpid(), rand.Uint64())
 	for i := 0; i < n; i++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"=file:"+dir+"/store", nsEnv+"="+ns, effectsEnv+"="+effects)
+		cmd.Env = append(os.Environ(), childEnv+"="+spec, nsEnv+"="+ns, effectsEnv+"="+effects)
 		if bare {
 			cmd.Env = append(cmd.Env, bareEnv+"=1")
 		}
@@ -289,6 +306,7 @@ type retryRun struct {
 	perAttemptKeys bool    // no client interceptor: a new key on every attempt
 	shared         bool    // both clients send every logical call, with one key (WithKey); else each call is sent once, keyed by the client interceptor
 	drop           float64 // probability that the proxy drops a chunk the server sends
+	redis          string  // the Redis server's address, for a Redis store instead of a file store
 }
 
 type retryResult struct {
@@ -306,10 +324,12 @@ const (
 
 // runRetries runs retryCalls logical calls from retryClients grpc-go
 // clients, whose service config retries UNAVAILABLE and ABORTED, through a
-// proxy that drops a fifth of the server's answers, to retryProcesses
-// server processes on one file store.
+// proxy that drops the server's answers (each chunk with probability
+// rr.drop, killing every call on the connection), to retryProcesses server
+// processes on one store. A guarded run whose logical calls must all get
+// through grpc's own 5 attempts uses a lower rate than the others.
 func runRetries(t *testing.T, rr retryRun) retryResult {
-	addrs, effects := startServers(t, retryProcesses, rr.bareServer)
+	addrs, effects := startServers(t, retryProcesses, rr.bareServer, rr.redis)
 	px := startProxy(t, addrs, rr.drop)
 	var clients []*grpc.ClientConn
 	for c := 0; c < retryClients; c++ {
@@ -384,8 +404,8 @@ func runRetries(t *testing.T, rr retryRun) retryResult {
 	elapsed := time.Since(start)
 	res.runs, res.effects = readEffects(t, effects)
 	res.calls, res.failed, res.drops, res.replays = retryCalls, int(failed.Load()), int(px.drops.Load()), int(replays.Load())
-	t.Logf("server interceptor %v, client %s, shared keys %v: %d logical calls x %d clients via %d processes in %v: %d side effects, %d failed calls, %d answers dropped by the proxy, %d replayed responses",
-		!rr.bareServer, map[bool]string{true: "per-attempt keys", false: "interceptor"}[rr.perAttemptKeys], rr.shared,
+	t.Logf("store %s, server interceptor %v, client %s, shared keys %v: %d logical calls x %d clients via %d processes in %v: %d side effects, %d failed calls, %d answers dropped by the proxy, %d replayed responses",
+		map[bool]string{true: "redis", false: "file"}[rr.redis != ""], !rr.bareServer, map[bool]string{true: "per-attempt keys", false: "interceptor"}[rr.perAttemptKeys], rr.shared,
 		retryCalls, retryClients, retryProcesses, elapsed.Round(time.Millisecond), res.effects, res.failed, res.drops, res.replays)
 	if res.drops == 0 {
 		t.Error("the proxy dropped nothing: the run proved nothing about retries")
@@ -401,6 +421,8 @@ func runRetries(t *testing.T, rr retryRun) retryResult {
 // key (WithKey); every call's side effect happens exactly once (300) and
 // every client gets that run's response. Without the server interceptor the
 // same run counts more.
+//
+// "shared-redis": the guarded "shared" run on a Redis store.
 //
 // "stamped": each logical call is sent once, keyed by the client
 // interceptor; the key survives grpc's own retries, so each call that
@@ -440,6 +462,20 @@ func TestRetriesAcrossProcesses(t *testing.T) {
 			t.Errorf("without the server interceptor: %d side effects; the run cannot tell a guarded server from a bare one", bare.effects)
 		}
 	})
+	// The guarded run again, on Redis.
+	t.Run("shared-redis", func(t *testing.T) {
+		addr := testenv.RedisAddr(t)
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+		if err := c.Ping(context.Background()).Err(); err != nil {
+			testenv.Missing(t, "redis at "+addr+": "+err.Error())
+		}
+		guarded := runRetries(t, retryRun{shared: true, drop: 0.2, redis: addr})
+		exact(t, guarded, true)
+		if guarded.effects != retryCalls {
+			t.Errorf("%d side effects, want %d", guarded.effects, retryCalls)
+		}
+	})
 	t.Run("stamped", func(t *testing.T) {
 		guarded := runRetries(t, retryRun{drop: 0.05})
 		exact(t, guarded, false)
@@ -448,7 +484,7 @@ func TestRetriesAcrossProcesses(t *testing.T) {
 		if want := retryCalls - guarded.failed; guarded.effects < want || guarded.effects > retryCalls {
 			t.Errorf("%d side effects for %d answered calls and %d failed", guarded.effects, want, guarded.failed)
 		}
-		perAttempt := runRetries(t, retryRun{perAttemptKeys: true, drop: 0.05})
+		perAttempt := runRetries(t, retryRun{perAttemptKeys: true, drop: 0.2})
 		t.Logf("side effects for %d logical calls: %d with the client interceptor, %d with a key per attempt", retryCalls, guarded.effects, perAttempt.effects)
 		if perAttempt.effects <= retryCalls {
 			t.Errorf("with a key per attempt: %d side effects; the run cannot tell the client interceptor from none", perAttempt.effects)
