@@ -27,9 +27,10 @@
 // UnaryClientInterceptor stamps a fresh random key (NewKey, 128 bits) on
 // every unary call that has none. grpc-go runs a unary client interceptor
 // once per logical call, around all of its attempts, so the attempts of a
-// service-config retryPolicy, hedged attempts and transparent retries carry
-// the same key, and the server runs the handler once however many of them
-// reach it. An application that retries by itself, or that must send the
+// service-config retryPolicy and transparent retries carry the same key
+// (as would hedged attempts: grpc-go parses a hedgingPolicy but does not
+// send hedges yet), and the server runs the handler once however many of
+// them reach it. An application that retries by itself, or that must send the
 // same operation again later (after a crash, from another replica), names
 // the operation's key with WithKey; the client interceptor keeps it.
 //

@@ -77,9 +77,10 @@ func NewKey() string { return rand.Text() }
 // UnaryClientInterceptor returns a client interceptor that stamps a fresh
 // random key (NewKey) on every unary call whose outgoing metadata has none.
 // grpc-go runs a unary client interceptor once per logical call, around
-// all of its attempts, so the retries of a service-config retryPolicy,
-// hedged attempts and transparent retries all carry the same key, and the
-// server runs the handler once however many of them reach it. A key set
+// all of its attempts, so the retries of a service-config retryPolicy and
+// transparent retries all carry the same key (hedged attempts would too;
+// grpc-go does not send hedges yet), and the server runs the handler once
+// however many of them reach it. A key set
 // with WithKey is kept, and checked before the call is sent (an invalid one
 // fails with InvalidArgument, nothing sent).
 //
