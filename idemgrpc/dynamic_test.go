@@ -78,3 +78,15 @@ func TestNotProtobuf(t *testing.T) {
 }
 
 func protoreflectString(s string) protoreflect.Value { return protoreflect.ValueOfString(s) }
+
+// TestZeroInterceptor: an Interceptor not made by New refuses every call
+// instead of panicking or running the handler unguarded.
+func TestZeroInterceptor(t *testing.T) {
+	for _, ic := range []*idemgrpc.Interceptor{nil, {}} {
+		ran := false
+		_, err := ic.Unary()(context.Background(), wrapperspb.String("x"), &grpc.UnaryServerInfo{FullMethod: methodCreate},
+			func(ctx context.Context, req any) (any, error) { ran = true; return nil, nil })
+		assert.Equal(t, codes.Internal, status.Code(err))
+		assert.False(t, ran)
+	}
+}

@@ -67,7 +67,17 @@ func New(store idem.Store, opts ...Option) (*Interceptor, error) {
 // grpc.ChainUnaryInterceptor, after the interceptors that authenticate the
 // caller (WithPrincipal reads what they found) and before none that must
 // see every handler run.
-func (in *Interceptor) Unary() grpc.UnaryServerInterceptor { return in.intercept }
+//
+// An Interceptor not made by New (nil, or a zero value) guards nothing: its
+// interceptor fails every call with Internal, the handler not run.
+func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
+	if in == nil || in.guard == nil {
+		return func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
+			return nil, status.Error(codes.Internal, "idemgrpc: the Interceptor was not made by idemgrpc.New")
+		}
+	}
+	return in.intercept
+}
 
 func (in *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if in.cfg.methods != nil && !in.cfg.methods[info.FullMethod] {
