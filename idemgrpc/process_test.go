@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,7 +38,12 @@ const (
 	bareEnv    = "IDEMGRPC_TEST_BARE"    // set: no server interceptor
 	nsEnv      = "IDEMGRPC_TEST_NS"      // Guard namespace (tenant)
 	effectsEnv = "IDEMGRPC_TEST_EFFECTS" // side-effect log, appended to by every child
+	hangEnv    = "IDEMGRPC_TEST_HANG"    // set: a request "hang" blocks the handler after its side effect
 )
+
+// takeoverAfter is the children's takeover threshold (their heartbeat is a
+// fifth of it).
+const takeoverAfter = time.Second
 
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
@@ -87,7 +93,8 @@ func serveChild(spec string) error {
 				}
 				return "", errors.New("no client")
 			}),
-			idemgrpc.WithGuard(idem.OnDuplicate(idem.Wait), idem.WithNamespace(os.Getenv(nsEnv), "payments.create")),
+			idemgrpc.WithGuard(idem.OnDuplicate(idem.Wait), idem.WithNamespace(os.Getenv(nsEnv), "payments.create"),
+				idem.WithTakeoverAfter(takeoverAfter), idem.WithHeartbeat(takeoverAfter/5)),
 		)
 		if err != nil {
 			return err
@@ -97,9 +104,15 @@ func serveChild(spec string) error {
 	var n atomic.Int64
 	svc := &service{create: func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		resp := fmt.Sprintf("pay_%d_%d", os.Getpid(), n.Add(1))
+		if tok, ok := idem.FencingToken(ctx); ok && req.GetValue() == "hang" {
+			resp += fmt.Sprintf("_token%d", tok)
+		}
 		// The side effect: one line per run, one write(2) with O_APPEND.
 		if _, err := effects.Write([]byte(req.GetValue() + "\t" + resp + "\n")); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if req.GetValue() == "hang" && os.Getenv(hangEnv) != "" {
+			select {} // until killed
 		}
 		time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond) // widen the window for concurrent retries
 		return wrapperspb.String(resp), nil
@@ -229,7 +242,7 @@ func (perAttemptKey) RequireTransportSecurity() bool { return false }
 // startServers starts n server processes on one store (a file store in a
 // new directory, or the Redis server at redisAddr) and returns their
 // addresses and the side-effect log's path.
-func startServers(t *testing.T, n int, bare bool, redisAddr string) (addrs []string, effects string) {
+func startServers(t *testing.T, n int, bare bool, redisAddr string, env ...[]string) (addrs []string, effects string, procs []*os.Process) {
 	dir := t.TempDir()
 	effects = dir + "/effects.log"
 	spec := "file:" + dir + "/store"
@@ -242,6 +255,9 @@ func startServers(t *testing.T, n int, bare bool, redisAddr string) (addrs []str
 		cmd.Env = append(os.Environ(), childEnv+"="+spec, nsEnv+"="+ns, effectsEnv+"="+effects)
 		if bare {
 			cmd.Env = append(cmd.Env, bareEnv+"=1")
+		}
+		if i < len(env) {
+			cmd.Env = append(cmd.Env, env[i]...)
 		}
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
@@ -261,7 +277,7 @@ func startServers(t *testing.T, n int, bare bool, redisAddr string) (addrs []str
 			go func() { done <- cmd.Wait() }()
 			select {
 			case err := <-done:
-				if err != nil {
+				if err != nil && !killed(cmd.ProcessState) {
 					t.Errorf("server %d: %v", cmd.Process.Pid, err)
 				}
 			case <-time.After(20 * time.Second):
@@ -276,8 +292,69 @@ func startServers(t *testing.T, n int, bare bool, redisAddr string) (addrs []str
 			t.Fatalf("server %d: %q %v", i, line, err)
 		}
 		addrs = append(addrs, addr)
+		procs = append(procs, cmd.Process)
 	}
-	return addrs, effects
+	return addrs, effects, procs
+}
+
+// killed reports whether the process was killed by SIGKILL (by a test).
+func killed(ps *os.ProcessState) bool {
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+// TestKilledServerTakeover: a server process killed while its handler runs
+// (after the side effect, before the answer) leaves a claim that goes
+// stale; the client's retry, on another process, waits for it, takes over
+// and runs the handler again with the next fencing token, which the
+// handler can hand downstream to refuse the first attempt's late writes.
+func TestKilledServerTakeover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns server processes")
+	}
+	addrs, effects, procs := startServers(t, 2, false, "", []string{hangEnv + "=1"})
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-client", "shop-1")
+	ctx = idemgrpc.WithKey(ctx, "order-hang")
+	first := dial(t, addrs[0])
+	errc := make(chan error, 1)
+	go func() {
+		errc <- first.Invoke(ctx, methodCreate, wrapperspb.String("hang"), new(wrapperspb.StringValue))
+	}()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if runs, _ := readEffects(t, effects); len(runs["hang"]) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first server never ran the handler")
+		}
+	}
+	if err := procs[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; status.Code(err) != codes.Unavailable {
+		t.Errorf("the call to the killed server: %v, want Unavailable", err)
+	}
+	// The retry, on the other process: it waits until the claim is stale
+	// (takeoverAfter without a heartbeat), then runs the handler.
+	out := new(wrapperspb.StringValue)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second+10*takeoverAfter)
+	defer cancel()
+	if err := dial(t, addrs[1]).Invoke(wctx, methodCreate, wrapperspb.String("hang"), out); err != nil {
+		t.Fatal(err)
+	}
+	runs, _ := readEffects(t, effects)
+	if len(runs["hang"]) != 2 || !strings.HasSuffix(runs["hang"][0], "_token1") || !strings.HasSuffix(runs["hang"][1], "_token2") {
+		t.Fatalf("runs %q: want one with token 1 (killed) and one with token 2", runs["hang"])
+	}
+	if out.GetValue() != runs["hang"][1] {
+		t.Errorf("the retry got %q, want the second run's %q", out.GetValue(), runs["hang"][1])
+	}
+	// Answered from now on: a replay.
+	var hdr metadata.MD
+	again := new(wrapperspb.StringValue)
+	if err := dial(t, addrs[1]).Invoke(ctx, methodCreate, wrapperspb.String("hang"), again, grpc.Header(&hdr)); err != nil || again.GetValue() != out.GetValue() || hdr.Get(idemgrpc.ReplayedMetadata) == nil {
+		t.Errorf("after the takeover: %q %v %v", again.GetValue(), hdr, err)
+	}
 }
 
 // readEffects returns, for each logical call, the responses of its runs.
@@ -329,7 +406,7 @@ const (
 // processes on one store. A guarded run whose logical calls must all get
 // through grpc's own 5 attempts uses a lower rate than the others.
 func runRetries(t *testing.T, rr retryRun) retryResult {
-	addrs, effects := startServers(t, retryProcesses, rr.bareServer, rr.redis)
+	addrs, effects, _ := startServers(t, retryProcesses, rr.bareServer, rr.redis)
 	px := startProxy(t, addrs, rr.drop)
 	var clients []*grpc.ClientConn
 	for c := 0; c < retryClients; c++ {
