@@ -106,7 +106,7 @@ func TestHelperProcess(t *testing.T) {
 	ctx := context.Background()
 	switch role {
 	case "paused-writer":
-		c := isr.NewCoordinator(tb, isr.WithLeaseDuration(3*time.Second))
+		c := mustCoordinator(t, tb, isr.WithLeaseDuration(3*time.Second))
 		seen, err := c.Lookup(ctx, pk)
 		if err != nil {
 			fmt.Println("ERROR", err)
@@ -146,7 +146,10 @@ func TestHelperProcess(t *testing.T) {
 // "key=value ..." (violations, errors, outcomes).
 // total is the number of callers in all processes together.
 func runWorkers(ctx context.Context, b *procBackend, pk, role string, n, total int) string {
-	c := isr.NewCoordinator(b.tb, isr.WithLeaseDuration(10*time.Second))
+	c, err := isr.NewCoordinator(b.tb, isr.WithLeaseDuration(10*time.Second))
+	if err != nil {
+		return "errors=1 first=" + err.Error()
+	}
 	var violations, errs, acquired, fresh, inprog, regen, noMeta atomic.Int64
 	var firstErr atomic.Value
 	note := func(err error) {
@@ -308,7 +311,7 @@ func TestDynamoPausedWriter(t *testing.T) {
 	ch.send(t, "GO")                           // buffered in the pipe until the child runs again
 
 	ctx := context.Background()
-	c := isr.NewCoordinator(tb, isr.WithLeaseDuration(30*time.Second))
+	c := mustCoordinator(t, tb, isr.WithLeaseDuration(30*time.Second))
 	seen, err := c.Lookup(ctx, pk)
 	if err != nil {
 		t.Fatal(err)
@@ -363,7 +366,7 @@ func TestDynamoPausedWriterBeforePublish(t *testing.T) {
 	testenv.WaitStopped(t, ch.cmd.Process.Pid) // before "GO" can reach it
 	ch.send(t, "GO")
 	ctx := context.Background()
-	c := isr.NewCoordinator(tb, isr.WithLeaseDuration(30*time.Second))
+	c := mustCoordinator(t, tb, isr.WithLeaseDuration(30*time.Second))
 	seen, _ := c.Lookup(ctx, pk)
 	for time.Now().Unix() < exp {
 		time.Sleep(50 * time.Millisecond)
