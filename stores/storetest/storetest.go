@@ -153,6 +153,11 @@ func run(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, wit
 		{"Watch", (*suite).watch},
 		{"CorruptRecord", (*suite).corruptRecord},
 		{"ContextCancelled", (*suite).contextCancelled},
+		{"StepsRunOnce", (*suite).stepsRunOnce},
+		{"StepsCrashAfterStep", stepsCrash("after1")},
+		{"StepsCrashInStep", stepsCrash("in2")},
+		{"StepsStaleOwner", (*suite).stepsStaleOwner},
+		{"StepsForget", (*suite).stepsForget},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -490,7 +495,7 @@ func (su *suite) complete(t *testing.T, s idem.Store) {
 	k2, n2 := NewKey(), NewNonce()
 	mustClaim(t, s, req(k2, n2, ""), idem.Claimed)
 	if err := s.Complete(ctx, k2, n2, idem.Completion{Status: idem.StatusCompleted,
-		Error: &idem.StoredError{Message: "cannot encode", Type: idem.ResultUnavailableType}, TTL: time.Hour}); err != nil {
+		Error: &idem.RecordedFailure{Message: "cannot encode", Type: idem.ResultUnavailableType}, TTL: time.Hour}); err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
 	got = mustClaim(t, s, req(k2, NewNonce(), ""), idem.Existing)
@@ -516,7 +521,7 @@ func (su *suite) completeFailed(t *testing.T, s idem.Store) {
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
 	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusFailed,
-		Error: &idem.StoredError{Message: "card declined", Type: "*billing.DeclineError"}, TTL: time.Hour}); err != nil {
+		Error: &idem.RecordedFailure{Message: "card declined", Type: "*billing.DeclineError"}, TTL: time.Hour}); err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
 	rec := mustClaim(t, s, req(key, NewNonce(), ""), idem.Existing)
