@@ -110,6 +110,18 @@ func TestModel(t *testing.T) {
 			hop(0, 52, 53, ownerIn(opHeartbeat, "n1"), lostOut),
 			hop(1, 54, 55, completeIn("n2", "r"), okOut),
 		}},
+		{"a read between a claim's now and its write does not bound that now", true, []porcupine.Operation{
+			hop(0, 0, 10, claimIn("n1", 10*time.Millisecond), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(1, 5, 6, get, linOutput{Err: errNotFound}),
+			hop(1, 11, 11, claimIn("n2", long), claimOut(idem.TookOver, "n2", 2, ip, "")),
+		}},
+		{"a write does bound the now of a later one", false, []porcupine.Operation{
+			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 5, 6, ownerIn(opRelease, "n1"), okOut),
+			// Attempt 2: after the release, so its now is at least 5.
+			hop(1, 0, 10, claimIn("n2", 10*time.Millisecond), claimOut(idem.Claimed, "n2", 2, ip, "")),
+			hop(2, 11, 11, claimIn("n3", long), claimOut(idem.TookOver, "n3", 3, ip, "")),
+		}},
 		{"a stale claim not taken over", false, []porcupine.Operation{
 			hop(0, 0, 1, claimIn("n1", 40*time.Millisecond), claimOut(idem.Claimed, "n1", 1, ip, "")),
 			hop(1, 50, 51, claimIn("n2", long), claimOut(idem.Existing, "n1", 1, ip, "")),
