@@ -243,6 +243,12 @@ func step(s linState, in linInput, out linOutput) (bool, linState) {
 		}
 		return out.Err == errNotFound, next
 	case opDelete:
+		if !s.Exists {
+			// Nothing to remove: a read, which bounds no later now (a
+			// store's DELETE need not wait for a claim that has read its
+			// now and not yet made its record visible).
+			return out.Err == errNone, next
+		}
 		return out.Err == errNone, linState{Clock: nowLo}
 	}
 	return false, s
