@@ -115,6 +115,11 @@ func TestModel(t *testing.T) {
 			hop(1, 5, 6, get, linOutput{Err: errNotFound}),
 			hop(1, 11, 11, claimIn("n2", long), claimOut(idem.TookOver, "n2", 2, ip, "")),
 		}},
+		{"a delete that finds nothing does not bound a later claim's now", true, []porcupine.Operation{
+			hop(0, 0, 20, claimIn("n1", 10*time.Millisecond), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(1, 5, 6, ownerIn(opDelete, ""), okOut),
+			hop(2, 11, 11, claimIn("n2", long), claimOut(idem.TookOver, "n2", 2, ip, "")),
+		}},
 		{"a write does bound the now of a later one", false, []porcupine.Operation{
 			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
 			hop(0, 5, 6, ownerIn(opRelease, "n1"), okOut),
