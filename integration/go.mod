@@ -1,6 +1,6 @@
 module github.com/idem-go/idem/integration
 
-go 1.25
+go 1.26.0
 
 require (
 	github.com/aws/aws-sdk-go-v2 v1.47.7
