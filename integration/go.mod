@@ -1,3 +1,4 @@
+// Not published: tests that need several stores at once; users never import it.
 module github.com/idem-go/idem/integration
 
 go 1.26.0
