@@ -7,12 +7,14 @@
 //	go run ./scripts/modproxy -version v0.1.0 -out DIR          # from the working tree
 //	go run ./scripts/modproxy -version v0.1.0 -out DIR -rev HEAD # from a commit
 //	go run ./scripts/modproxy -version v0.1.0 -list             # "path dir" of every published module
-//	go run ./scripts/modproxy -set-version v0.2.0               # rewrite the sibling requirements
+//	go run ./scripts/modproxy -set-version v0.2.0               # rewrite the sibling requirements and go.work
 //
 // The modules are the use lines of go.work. The check (always run first)
 // refuses a replace directive in any go.mod, a go directive that differs
 // from go.work's, a requirement on a module of the repository at another
-// version than -version, and a go.work replace line at another version. A
+// version than -version, a go.work replace line at another version, and a
+// required module without a go.work replace line (-set-version adds the
+// missing ones). A
 // go.mod whose first line is a comment starting "Not published" is built
 // into the proxy but left out of -list (and so never tagged).
 //
@@ -174,9 +176,22 @@ func checkLayout(work *modfile.WorkFile, mods []*mod, version string) error {
 			}
 		}
 	}
+	replaced := map[string]bool{}
 	for _, r := range work.Replace {
 		if ours[r.Old.Path] && r.Old.Version != version {
 			errs = append(errs, fmt.Errorf("go.work: replace %s %s, want version %s", r.Old.Path, r.Old.Version, version))
+		}
+		replaced[r.Old.Path] = true
+	}
+	// A module another one requires needs a replace line in go.work: a use
+	// line alone leaves the required version in the module graph, and the
+	// go command then looks for it on the proxy.
+	for _, m := range mods {
+		for _, r := range m.File.Require {
+			if ours[r.Mod.Path] && !replaced[r.Mod.Path] {
+				errs = append(errs, fmt.Errorf("go.work: no replace line for %s, which %s requires (go run ./scripts/modproxy -set-version %s adds it)", r.Mod.Path, m.Path, version))
+				replaced[r.Mod.Path] = true
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -213,7 +228,9 @@ func rewrite(root string, work *modfile.WorkFile, mods []*mod, version string) e
 			return err
 		}
 	}
+	replaced := map[string]bool{}
 	for _, r := range append([]*modfile.Replace(nil), work.Replace...) {
+		replaced[r.Old.Path] = true
 		if !ours[r.Old.Path] || r.Old.Version == version {
 			continue
 		}
@@ -221,6 +238,19 @@ func rewrite(root string, work *modfile.WorkFile, mods []*mod, version string) e
 			return err
 		}
 		if err := work.AddReplace(r.Old.Path, version, r.New.Path, r.New.Version); err != nil {
+			return err
+		}
+	}
+	// Every module of the workspace gets a replace line at version.
+	for _, m := range mods {
+		if replaced[m.Path] {
+			continue
+		}
+		dir := m.Dir
+		if dir != "." {
+			dir = "./" + dir
+		}
+		if err := work.AddReplace(m.Path, version, dir, ""); err != nil {
 			return err
 		}
 	}
