@@ -13,6 +13,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 all=$(go list -m -f '{{.Path}} {{.Dir}}')
+version=$(awk '$1 == "replace" && $2 == "github.com/idem-go/idem" {print $3; exit}' go.work)
+[ -n "$version" ] || { echo "tidy: go.work has no replace line for github.com/idem-go/idem"; exit 1; }
 if [ $# -eq 0 ]; then set -- $(echo "$all" | cut -d' ' -f2); fi
 for dir in "$@"; do
   dir=$(cd "$dir" && pwd)
@@ -27,4 +29,13 @@ for dir in "$@"; do
   (cd "$dir" && GOWORK=off GOFLAGS=-mod=mod go mod tidy) || status=$?
   for path in "${reps[@]}"; do (cd "$dir" && go mod edit -dropreplace="$path"); done
   [ $status -eq 0 ] || exit $status
+  # A sibling that tidy added for the first time is required at a
+  # placeholder version: require it at the version go.work names.
+  for path in "${reps[@]}"; do
+    if grep -qE "(^|[[:space:]])${path//./\\.} v0\.0\.0-00010101000000-" "$dir/go.mod"; then
+      (cd "$dir" && go mod edit -require="$path@$version")
+    fi
+  done
+  # An empty go.sum is removed (the core module has none).
+  if [ -f "$dir/go.sum" ] && [ ! -s "$dir/go.sum" ]; then rm "$dir/go.sum"; fi
 done
