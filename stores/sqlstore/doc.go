@@ -93,9 +93,21 @@
 // (LAST_INSERT_ID(expr), read as Result.LastInsertId; the table has no
 // AUTO_INCREMENT column), so the returned record holds the written times
 // without another round trip. MySQL counts an UPDATE that
-// writes the values a row already has as zero affected rows, so a zero from
-// Heartbeat, Complete or Release is checked with a SELECT before it
-// becomes idem.ErrLostOwnership (a retried complete succeeds).
+// writes the values a row already has as zero affected rows, so Heartbeat,
+// Complete and Release do not read the affected rows there: each assigns
+// LAST_INSERT_ID(now) to a column, which only a row the WHERE matched
+// evaluates, and the OK packet's insert id (now, or 0 for no match) is the
+// answer. No second statement decides it (a SELECT after the UPDATE could
+// see a row a concurrent claim of the same nonce wrote since, and report a
+// write that never happened; TestOwnedAnswerIsTheUpdates).
+//
+// A write that waits for a row lock (behind a Release, a Complete, a
+// DoTx transaction) judges the row with the database's clock read after
+// the wait, not when the statement started (see Time): a heartbeat that
+// waited behind its owner's Release finds the record released instead of
+// reviving it (TestHeartbeatBehindRelease), and a claim that waited behind
+// a Release re-claims the record instead of taking it over
+// (TestClaimBehindRelease).
 //
 // Round trips per operation (TestRoundTrips counts them on the wire):
 //
@@ -104,8 +116,8 @@
 //	Claim, live key       1            2 (INSERT IGNORE, SELECT)
 //	Claim, re-claim or    1            3 (INSERT IGNORE, SELECT, UPDATE)
 //	  takeover
-//	Heartbeat, Complete,  1            1 (2 when no row changed: same
-//	  Release                          values, or ownership lost)
+//	Heartbeat, Complete,  1            1
+//	  Release
 //	Get, Delete, Purge    1            1
 //
 // A guarded fresh call is two round trips on both (claim, complete); a
@@ -116,10 +128,18 @@
 // # Time
 //
 // Freshness, staleness and expiry are decided with the database's clock,
-// inside the statements that act on them: PostgreSQL's clock_timestamp(),
-// read once per statement (a materialized CTE, or an InitPlan in Get and
-// Purge), and MySQL's UTC_TIMESTAMP(6), which is NOW(6) in UTC: constant
-// within a statement and free of the session time zone. Times in the row
+// inside the statements that act on them: PostgreSQL's clock_timestamp()
+// and MySQL's UTC_TIMESTAMP(6) (NOW(6) in UTC, free of the session time
+// zone). A statement that only reads takes the time once (a materialized
+// CTE or an InitPlan on PostgreSQL; NOW is constant within a MySQL
+// statement). A statement that writes reads it where the row is judged,
+// after the row lock is held: on PostgreSQL in the UPDATE's WHERE and SET
+// (evaluated again for the row version a wait ended on) and in the claim's
+// ON CONFLICT DO UPDATE (which locks before it judges); on MySQL as
+// UTC_TIMESTAMP(6) plus the time since the statement started
+// (SYSDATE(6) - NOW(6)), written once per row and referred to by the other
+// columns. (SET timestamp does not freeze SYSDATE; a server run with
+// --sysdate-is-now judges a write that waited with its start time.) Times in the row
 // stay BIGINT Unix milliseconds. The caller's clock is never read, so
 // application hosts whose clocks disagree still agree on every decision
 // (TestSkewedProcessClocks: two Guards 2x the takeover threshold apart

@@ -203,8 +203,28 @@ func transient(err error) bool {
 	return false
 }
 
+// ErrNoTable is matched (errors.Is) by the error of an operation on a table
+// that does not exist: Store.Migrate, which creates it, has not run (or ran
+// with another WithTable). It comes wrapped in an *idem.StoreError, beside
+// the driver's error.
+var ErrNoTable = errors.New("sqlstore: the table does not exist (call Store.Migrate to create it)")
+
 func storeErr(op string, err error) error {
+	if noTable(err) {
+		err = fmt.Errorf("%w: %w", ErrNoTable, err)
+	}
 	return &idem.StoreError{Op: op, Err: err, Permanent: permanent(err)}
+}
+
+// noTable reports a database error that says the table does not exist:
+// PostgreSQL's undefined_table (SQLSTATE 42P01), MySQL's ER_NO_SUCH_TABLE
+// (1146).
+func noTable(err error) bool {
+	if n, _, ok := mysqlServerError(err); ok {
+		return n == 1146
+	}
+	var se interface{ SQLState() string }
+	return errors.As(err, &se) && se.SQLState() == "42P01"
 }
 
 // permanent reports a database error that sending the same values again
@@ -528,7 +548,7 @@ func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.
 	} else {
 		args = append(append([]any{leaseTTL.Milliseconds()}, s.keyArgs(key)...), nonce)
 	}
-	return s.owned(ctx, "heartbeat", stHeartbeat, key, nonce, true, args)
+	return s.owned(ctx, "heartbeat", stHeartbeat, key, nonce, args)
 }
 
 // Complete implements idem.Store: one UPDATE conditioned on the nonce.
@@ -557,7 +577,7 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completi
 		args = append(append([]any{string(c.Status), result, msg, typ, c.TTL.Milliseconds()},
 			s.keyArgs(key)...), nonce)
 	}
-	return s.owned(ctx, "complete", stComplete, key, nonce, false, args)
+	return s.owned(ctx, "complete", stComplete, key, nonce, args)
 }
 
 // statementSlack is a bound on what a completion statement adds to its
@@ -602,30 +622,33 @@ func (s *Store) Release(ctx context.Context, key, nonce string) error {
 	if err := s.checkOwner("release", key, nonce); err != nil {
 		return err
 	}
-	return s.owned(ctx, "release", stRelease, key, nonce, true, append(s.keyArgs(key), nonce))
+	return s.owned(ctx, "release", stRelease, key, nonce, append(s.keyArgs(key), nonce))
 }
 
-// owned runs an UPDATE conditioned on the nonce and maps zero rows to
-// idem.ErrLostOwnership. MySQL reports zero affected rows also when the
-// update wrote the values the row already had (a retried complete, two
-// heartbeats in one millisecond); there, a zero is checked with a read.
-func (s *Store) owned(ctx context.Context, op string, id stmtID, key, nonce string, inProgress bool, args []any) error {
-	n, err := s.exec(ctx, id, args...)
+// owned runs an UPDATE conditioned on the nonce and maps no matched row to
+// idem.ErrLostOwnership. PostgreSQL counts a matched row as affected.
+// MySQL reports zero affected rows also when the update wrote the values
+// the row already had (a retried complete, two heartbeats in one
+// millisecond), so there the statement marks a match itself: it assigns
+// LAST_INSERT_ID(now) to a column, which only a matched row evaluates, and
+// the OK packet carries that now (0: no row matched). No second statement:
+// a read after the UPDATE could see a row changed since (a claim of the
+// same nonce) and report a write that never happened.
+func (s *Store) owned(ctx context.Context, op string, id stmtID, key, nonce string, args []any) error {
+	res, err := s.execResult(ctx, id, args...)
+	var n int64
+	if err == nil {
+		if s.dialect == MySQL {
+			n, err = res.LastInsertId()
+		} else {
+			n, err = res.RowsAffected()
+		}
+	}
 	if err != nil {
 		return storeErr(op, err)
 	}
 	if n > 0 {
 		return nil
-	}
-	if s.dialect == MySQL {
-		cur, now, err := s.read(ctx, op, key)
-		if err != nil && !errors.Is(err, errNoRow) {
-			return err
-		}
-		if cur != nil && cur.Nonce == nonce && (!inProgress || cur.Status == idem.StatusInProgress) &&
-			(id != stHeartbeat || cur.Live(now)) {
-			return nil
-		}
 	}
 	return fmt.Errorf("sqlstore: %s %s: %w", op, key, idem.ErrLostOwnership)
 }
