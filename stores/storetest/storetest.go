@@ -153,6 +153,11 @@ func run(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, wit
 		{"Watch", (*suite).watch},
 		{"CorruptRecord", (*suite).corruptRecord},
 		{"ContextCancelled", (*suite).contextCancelled},
+		{"StepsRunOnce", (*suite).stepsRunOnce},
+		{"StepsCrashAfterStep", stepsCrash("after1")},
+		{"StepsCrashInStep", stepsCrash("in2")},
+		{"StepsStaleOwner", (*suite).stepsStaleOwner},
+		{"StepsForget", (*suite).stepsForget},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -354,7 +359,7 @@ func (su *suite) complete(t *testing.T, s idem.Store) {
 	k2, n2 := NewKey(), NewNonce()
 	mustClaim(t, s, req(k2, n2, ""), idem.Claimed)
 	requireNoError(t, s.Complete(ctx, k2, n2, idem.Completion{Status: idem.StatusCompleted,
-		Error: &idem.StoredError{Message: "cannot encode", Type: idem.ResultUnavailableType}, TTL: time.Hour}))
+		Error: &idem.RecordedFailure{Message: "cannot encode", Type: idem.ResultUnavailableType}, TTL: time.Hour}))
 	got = mustClaim(t, s, req(k2, NewNonce(), ""), idem.Existing)
 	assertEqual(t, idem.StatusCompleted, got.Status)
 	assertEmpty(t, got.Result)
@@ -368,7 +373,7 @@ func (su *suite) completeFailed(t *testing.T, s idem.Store) {
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
 	requireNoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusFailed,
-		Error: &idem.StoredError{Message: "card declined", Type: "*billing.DeclineError"}, TTL: time.Hour}))
+		Error: &idem.RecordedFailure{Message: "card declined", Type: "*billing.DeclineError"}, TTL: time.Hour}))
 	rec := mustClaim(t, s, req(key, NewNonce(), ""), idem.Existing)
 	assertEqual(t, idem.StatusFailed, rec.Status)
 	requireNotNil(t, rec.Error)
