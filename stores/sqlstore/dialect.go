@@ -23,7 +23,8 @@ const (
 	stRelease
 	stDelete
 	stPurge
-	stWatch // Postgres: mark a row watched, so that its changes notify
+	stWatch      // Postgres: mark a row watched, so that its changes notify
+	stCompleteTx // DoTx's completion inside its transaction (MySQL: hands back the connection id)
 	numStmts
 )
 
@@ -31,6 +32,9 @@ const (
 type queries struct {
 	create []string
 	text   [numStmts]string
+	// readBack is DoTx's locking read of a record row after a failed
+	// commit (not prepared: it is rare).
+	readBack string
 }
 
 // quote returns the quoted, possibly schema-qualified table name and the
@@ -212,6 +216,8 @@ SELECT 'e'::text, clk.ms, cur.* FROM cur, clk WHERE NOT EXISTS (SELECT 1 FROM w)
 		// $1 key, $2 nonce
 		q.text[stRelease] = `WITH u AS (UPDATE ` + t + ` SET expires_at = ` + pgNow + ` WHERE ` + where +
 			` AND claim_nonce = $2 AND status = 'in_progress' RETURNING key_hash, watched) ` + notify
+		q.readBack = `SELECT claim_nonce, status FROM ` + t + ` WHERE ` + where + ` FOR UPDATE`
+		q.text[stCompleteTx] = q.text[stComplete]
 		q.text[stDelete] = `WITH u AS (DELETE FROM ` + t + ` WHERE ` + where + ` RETURNING key_hash, watched) ` + notify
 		// $1 key. Sent by Watch; the flag stays for the row's life (a
 		// takeover keeps it, so the new owner's completion wakes waiters
@@ -285,6 +291,15 @@ SELECT 'e'::text, clk.ms, cur.* FROM cur, clk WHERE NOT EXISTS (SELECT 1 FROM w)
 		// key, nonce
 		q.text[stRelease] = `UPDATE ` + t + ` SET expires_at = LAST_INSERT_ID(` + x + `) WHERE ` + where +
 			` AND claim_nonce = ? AND status = 'in_progress'`
+		q.readBack = `SELECT claim_nonce, status FROM ` + t + ` WHERE ` + where + ` FOR UPDATE`
+		// DoTx's completion: as stComplete, but the matched row's mark is
+		// the connection's id (LAST_INSERT_ID(CONNECTION_ID()), never 0),
+		// so that a transaction whose COMMIT goes unanswered can be ended
+		// with KILL from another connection. Same arguments.
+		q.text[stCompleteTx] = `UPDATE ` + t + ` SET status = ?, result = ?, error_message = ?, error_type = ?, ` +
+			`completed_at = ` + x + `, heartbeat_at = completed_at, expires_at = completed_at + ?, ` +
+			`record_version = IF(LAST_INSERT_ID(CONNECTION_ID()) > 0, record_version, record_version) ` +
+			`WHERE ` + where + ` AND claim_nonce = ?`
 		q.text[stDelete] = `DELETE FROM ` + t + ` WHERE ` + where
 		// retention ms
 		q.text[stPurge] = `DELETE FROM ` + t + ` WHERE expires_at < ` + n + ` - ?`

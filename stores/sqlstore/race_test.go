@@ -72,6 +72,10 @@ func (c *hookConn) PrepareContext(ctx context.Context, query string) (driver.Stm
 	return &hookStmt{Stmt: st, query: query, h: c.h}, nil
 }
 
+func (c *hookConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+}
+
 func (c *hookConn) CheckNamedValue(v *driver.NamedValue) error {
 	if nc, ok := c.Conn.(driver.NamedValueChecker); ok {
 		return nc.CheckNamedValue(v)
