@@ -25,6 +25,7 @@ const (
 	stPurge
 	stWatch      // Postgres: mark a row watched, so that its changes notify
 	stCompleteTx // DoTx's completion inside its transaction (MySQL: hands back the connection id)
+	stClaimRet   // MariaDB 10.5+: the claim's insert returning the row it wrote or found
 	numStmts
 )
 
@@ -262,6 +263,14 @@ SELECT 'e'::text, clk.ms, cur.* FROM cur, clk WHERE NOT EXISTS (SELECT 1 FROM w)
 		q.text[stClaim] = `INSERT IGNORE INTO ` + t + ` (tenant, scope, key_hash, record_version, claim_nonce, status, ` +
 			`attempt_count, payload_hash, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms) ` +
 			`VALUES (?, ?, ?, 1, ?, 'in_progress', 1, ?, LAST_INSERT_ID(` + x + `), started_at, 0, started_at + ?, 0, ?)`
+		// MariaDB 10.5+ (INSERT ... RETURNING): the same insert, whose
+		// duplicate-key branch changes nothing (key_hash = key_hash) and
+		// returns the row found instead, with the server's now read after
+		// the row's lock: one round trip for a new key and for a replay.
+		q.text[stClaimRet] = `INSERT INTO ` + t + ` (tenant, scope, key_hash, record_version, claim_nonce, status, ` +
+			`attempt_count, payload_hash, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms) ` +
+			`VALUES (?, ?, ?, 1, ?, 'in_progress', 1, ?, ` + x + `, started_at, 0, started_at + ?, 0, ?) ` +
+			`ON DUPLICATE KEY UPDATE key_hash = key_hash RETURNING ` + cols + `, ` + x
 		// new: nonce, attempt, payload hash, result, error message, error
 		// type, completed_at, the expiry floor, lease ms, whether it is a
 		// takeover, takeover_ms, tenant, scope; then key; then the row as

@@ -82,9 +82,21 @@
 // a race on a brand-new key can take two round trips; the tests see this
 // in about half of the losers when 16 claims start on one new key at once.
 //
-// MySQL/MariaDB. The dialect has no RETURNING, so Claim is an INSERT IGNORE
+// MariaDB 10.5 and later. Claim is one INSERT ... ON DUPLICATE KEY
+// UPDATE key_hash = key_hash RETURNING: a new key is inserted and its row
+// returned; an existing row is left as it is (the no-op update only locks
+// it for the statement) and returned, with the server's now read after
+// that lock. A replay of a completed key, a live claim and a new key are
+// therefore one round trip, as on PostgreSQL; when the row is claimable
+// (expired, released, stale) an UPDATE writes the DecideClaim outcome
+// conditioned on the row being exactly as returned (the compare-and-swap
+// below). The store asks the server's version once (SELECT VERSION()).
+//
+// MySQL (no RETURNING), and MariaDB before 10.5: Claim is an INSERT IGNORE
 // of a fresh claim (one round trip when the key is new) and, when the key
-// exists, a SELECT of the row and the server's now; when the row is
+// exists, a SELECT of the row and the server's now (so a replay is two
+// round trips there: the floor without RETURNING or multi-statements,
+// which the store cannot assume a DSN allows); when the row is
 // claimable at that now, an UPDATE writes the DecideClaim outcome
 // conditioned on the row being exactly as read (claim_nonce,
 // attempt_count, status, heartbeat_at, expires_at: a compare-and-swap; a
@@ -111,17 +123,18 @@
 //
 // Round trips per operation (TestRoundTrips counts them on the wire):
 //
-//	                      PostgreSQL   MySQL/MariaDB
-//	Claim, new key        1            1 (INSERT IGNORE)
-//	Claim, live key       1            2 (INSERT IGNORE, SELECT)
-//	Claim, re-claim or    1            3 (INSERT IGNORE, SELECT, UPDATE)
+//	                      PostgreSQL   MariaDB 10.5+   MySQL
+//	Claim, new key        1            1               1 (INSERT IGNORE)
+//	Claim, live key       1            1               2 (INSERT IGNORE, SELECT)
+//	Claim, re-claim or    1            2               3 (INSERT IGNORE, SELECT, UPDATE)
 //	  takeover
-//	Heartbeat, Complete,  1            1
+//	Heartbeat, Complete,  1            1               1
 //	  Release
-//	Get, Delete, Purge    1            1
+//	Get, Delete, Purge    1            1               1
 //
-// A guarded fresh call is two round trips on both (claim, complete); a
-// replay of a completed key is one on PostgreSQL and two on MySQL. The
+// A guarded fresh call is two round trips on all (claim, complete); a
+// replay of a completed key is one on PostgreSQL and MariaDB 10.5+ and two
+// on MySQL (TestRoundTrips). The
 // first use of a statement on a connection adds the round trip that
 // prepares it.
 //

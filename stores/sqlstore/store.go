@@ -29,6 +29,7 @@ type Store struct {
 	resent atomic.Int64 // claim statements sent again after a race (tests read it)
 
 	maxPacket atomic.Int64 // MySQL's @@max_allowed_packet, once read (0: not yet)
+	returning atomic.Int32 // MySQL: 1 when the server has INSERT ... RETURNING (MariaDB 10.5+), 2 when not, 0 not yet known
 
 	lmu sync.Mutex
 	lis *listener // the listening connection of Listen, started by the first Watch
@@ -435,31 +436,111 @@ func (s *Store) claimPostgres(ctx context.Context, req idem.ClaimRequest) (idem.
 // (nonce, attempt, status, heartbeat, expiry: a compare-and-swap). done is
 // false when the row changed between the statements.
 func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, bool, error) {
-	ins, err := s.execResult(ctx, stClaim, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
-		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds())
-	var n, now int64
-	if err == nil {
-		n, err = ins.RowsAffected()
+	var (
+		cur *idem.Record
+		now int64
+	)
+	if s.hasReturning(ctx) {
+		var err error
+		cur, now, err = s.claimReturning(ctx, req)
+		if err != nil {
+			if retryable(err) {
+				return idem.ClaimResult{}, false, nil
+			}
+			return idem.ClaimResult{}, false, err
+		}
+	} else {
+		ins, err := s.execResult(ctx, stClaim, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
+			req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds())
+		var n int64
+		if err == nil {
+			n, err = ins.RowsAffected()
+		}
+		if err == nil {
+			now, err = ins.LastInsertId() // the server's now (LAST_INSERT_ID(expr))
+		}
+		if err != nil {
+			if retryable(err) {
+				return idem.ClaimResult{}, false, nil
+			}
+			return idem.ClaimResult{}, false, storeErr("claim", err)
+		}
+		if n == 1 {
+			return storekit.DecideClaim(nil, req, now).Result(), true, nil
+		}
+		cur, now, err = s.read(ctx, "claim", req.Key) // now: the server's, at the read
+		if errors.Is(err, errNoRow) {
+			return idem.ClaimResult{}, false, nil // deleted since the insert
+		}
+		if err != nil {
+			return idem.ClaimResult{}, false, err
+		}
 	}
-	if err == nil {
-		now, err = ins.LastInsertId() // the server's now (LAST_INSERT_ID(expr))
+	return s.casMySQL(ctx, req, cur, now)
+}
+
+// hasReturning reports whether the MySQL server has INSERT ... RETURNING
+// (MariaDB 10.5 and later), asking once per store (SELECT VERSION()); while
+// it cannot tell, it reports false.
+func (s *Store) hasReturning(ctx context.Context) bool {
+	switch s.returning.Load() {
+	case 1:
+		return true
+	case 2:
+		return false
 	}
+	var v string
+	if err := s.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+		return false
+	}
+	ok := mariaDBReturning(v)
+	if ok {
+		s.returning.Store(1)
+	} else {
+		s.returning.Store(2)
+	}
+	return ok
+}
+
+// mariaDBReturning reports whether a VERSION() string is MariaDB 10.5 or
+// later.
+func mariaDBReturning(v string) bool {
+	if !strings.Contains(v, "MariaDB") {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 10 || major == 10 && minor >= 5
+}
+
+// claimReturning sends the MariaDB claim (stClaimRet): it inserts a fresh
+// claim, or finds the row, and returns the row it wrote or found and the
+// server's now after the row's lock.
+func (s *Store) claimReturning(ctx context.Context, req idem.ClaimRequest) (*idem.Record, int64, error) {
+	st, err := s.stmt(ctx, stClaimRet)
+	if err != nil {
+		return nil, 0, storeErr("claim", err)
+	}
+	var raw rawRecord
+	var now int64
+	err = st.QueryRowContext(ctx, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
+		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds()).Scan(append(raw.dest(), &now)...)
 	if err != nil {
 		if retryable(err) {
-			return idem.ClaimResult{}, false, nil
+			return nil, 0, err
 		}
-		return idem.ClaimResult{}, false, storeErr("claim", err)
+		return nil, 0, storeErr("claim", err)
 	}
-	if n == 1 {
-		return storekit.DecideClaim(nil, req, now).Result(), true, nil
-	}
-	cur, now, err := s.read(ctx, "claim", req.Key) // now: the server's, at the read
-	if errors.Is(err, errNoRow) {
-		return idem.ClaimResult{}, false, nil // deleted since the insert
-	}
-	if err != nil {
-		return idem.ClaimResult{}, false, err
-	}
+	rec, err := raw.record(req.Key)
+	return rec, now, err
+}
+
+// casMySQL decides the claim on the row cur found at now, and when the
+// row is claimable writes the decision with an UPDATE conditioned on the
+// row being exactly as read. done is false when the row changed meanwhile.
+func (s *Store) casMySQL(ctx context.Context, req idem.ClaimRequest, cur *idem.Record, now int64) (idem.ClaimResult, bool, error) {
 	d := storekit.DecideClaim(cur, req, now)
 	res := d.Result()
 	if !d.Write { // untouched, or ours already
@@ -484,6 +565,7 @@ func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 	args = append(args, s.keyArgs(req.Key)...)
 	args = append(args, cur.Nonce, cur.Attempt, string(cur.Status), cur.HeartbeatAt, cur.ExpiresAt)
 	upd, err := s.execResult(ctx, stCAS, args...)
+	var n int64
 	if err == nil {
 		n, err = upd.RowsAffected()
 	}
