@@ -72,10 +72,10 @@ import (
 func DoTx[T any](ctx context.Context, g *idem.Guard[T], key string, fn func(context.Context, *sql.Tx) (T, error), opts ...idem.CallOption) (T, error) {
 	var zero T
 	if g == nil {
-		return zero, &OptionError{Option: "DoTx", Reason: "nil Guard"}
+		return zero, &idem.OptionError{Option: "DoTx", Reason: "nil Guard"}
 	}
 	if fn == nil {
-		return zero, &OptionError{Option: "DoTx", Reason: "nil fn"}
+		return zero, &idem.OptionError{Option: "DoTx", Reason: "nil fn"}
 	}
 	var s *Store
 	switch st := g.Store().(type) {
@@ -87,7 +87,7 @@ func DoTx[T any](ctx context.Context, g *idem.Guard[T], key string, fn func(cont
 		}
 	}
 	if s == nil || s.db == nil {
-		return zero, &OptionError{Option: "DoTx", Reason: fmt.Sprintf("the Guard's store is %T, not a *sqlstore.Store", g.Store())}
+		return zero, &idem.OptionError{Option: "DoTx", Reason: fmt.Sprintf("the Guard's store is %T, not a *sqlstore.Store", g.Store())}
 	}
 	commitWait := g.Policies().TakeoverAfter
 	return idem.RunTx(ctx, g, key, func(ctx context.Context, c *idem.TxClaim[T]) (T, error, error) {
