@@ -152,7 +152,8 @@
 // UTC_TIMESTAMP(6) plus the time since the statement started
 // (SYSDATE(6) - NOW(6)), written once per row and referred to by the other
 // columns. (SET timestamp does not freeze SYSDATE; a server run with
-// --sysdate-is-now judges a write that waited with its start time.) Times in the row
+// --sysdate-is-now judges a write that waited with its start time.)
+// Times in the row
 // stay BIGINT Unix milliseconds. The caller's clock is never read, so
 // application hosts whose clocks disagree still agree on every decision
 // (TestSkewedProcessClocks: two Guards 2x the takeover threshold apart

@@ -56,8 +56,10 @@ import (
 // (idem.TxClaim.Complete waits for a heartbeat in flight) before the
 // transaction's completion UPDATE takes the record row's lock, which it
 // holds until the commit or rollback: a claim of the same key meanwhile
-// (a duplicate, or a takeover attempt) waits for that lock and then sees
-// the outcome. Whatever locks fn takes on its own rows are its own; fn
+// that would write the row (a takeover attempt, MariaDB's claim, whose
+// no-op update locks the row) waits for that lock and then sees the
+// outcome; one that only reads (PostgreSQL's duplicate of a live claim)
+// sees the claim in progress. Whatever locks fn takes on its own rows are its own; fn
 // must not write the record table. The read-back after a failed commit
 // takes the record row's lock (FOR UPDATE) on another connection, for the
 // length of one statement.
