@@ -153,12 +153,19 @@ func buildQueries(d Dialect, table string) queries {
 		// to the newest committed version of the row: it has expired, or
 		// it is an in-progress claim with the same payload hash, another
 		// nonce and a stale heartbeat (and in both cases it is decodable).
-		// The conflict update judges and writes the row with the server's
-		// clock read after the row is locked (not clk.ms, read before a
-		// wait for a concurrent writer: a claim that waited behind a
-		// Release must see the released row as released, and re-claim it,
-		// not take it over); its SET reads the clock once, in a sub-SELECT
-		// evaluated for the locked row. When
+		// The conflict update judges expiry, and writes the row, with the
+		// server's clock read after the row is locked (not clk.ms, read
+		// before a wait for a concurrent writer: a claim that waited behind
+		// a Release must see the released row as released, and re-claim
+		// it, not take it over); its SET reads the clock once, in a
+		// sub-SELECT evaluated for the locked row. Staleness (a takeover)
+		// is judged with clk.ms (EXCLUDED.started_at), the earlier time:
+		// a heartbeat stale then is stale after the wait too, and one that
+		// is not is refused here (the statement is sent again, with a
+		// newer clock, when its snapshot says the row was claimable), so
+		// claims queued behind a takeover's lock do not take over the
+		// claim they waited for as soon as their wait outlasts the
+		// threshold. When
 		// nothing is written, the last branch returns cur (see
 		// claimPostgres for why that snapshot is checked). Every row
 		// returned carries clk.ms, so the store checks it by the same clock.
@@ -169,14 +176,14 @@ func buildQueries(d Dialect, table string) queries {
     AND (%[1]s.expires_at <= %[2]s
       OR (%[1]s.status = 'in_progress' AND %[1]s.payload_hash = $5
           AND %[1]s.claim_nonce <> $4
-          AND %[2]s - %[1]s.heartbeat_at >= CASE WHEN %[1]s.takeover_ms > 0 THEN %[1]s.takeover_ms ELSE $7 END))`
+          AND %[3]s - %[1]s.heartbeat_at >= CASE WHEN %[1]s.takeover_ms > 0 THEN %[1]s.takeover_ms ELSE $7 END))`
 		q.text[stClaim] = fmt.Sprintf(clk+`, cur AS (
   SELECT %[2]s FROM %[1]s WHERE key_hash = $3
 ), w AS (
   INSERT INTO %[1]s AS r (tenant, scope, key_hash, record_version, claim_nonce, status, attempt_count,
     payload_hash, result, error_message, error_type, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms)
   SELECT $1, $2, $3, 1, $4, 'in_progress', 1, $5, NULL, NULL, NULL, clk.ms, clk.ms, 0, clk.ms + $6, 0, $7 FROM clk
-  WHERE NOT EXISTS (SELECT 1 FROM cur) OR EXISTS (SELECT 1 FROM cur, clk WHERE `+fmt.Sprintf(claimable, "cur", "clk.ms")+`)
+  WHERE NOT EXISTS (SELECT 1 FROM cur) OR EXISTS (SELECT 1 FROM cur, clk WHERE `+fmt.Sprintf(claimable, "cur", "clk.ms", "clk.ms")+`)
   ON CONFLICT (key_hash) DO UPDATE SET
     (tenant, scope, claim_nonce, status, attempt_count, payload_hash, result, error_message, error_type,
      started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms) =
@@ -190,7 +197,7 @@ func buildQueries(d Dialect, table string) queries {
        CASE WHEN r.expires_at <= n.ck THEN 0 ELSE n.ck END,
        EXCLUDED.takeover_ms
      FROM (SELECT `+pgNow+` AS ck) n)
-  WHERE `+fmt.Sprintf(claimable, "r", pgNow)+`
+  WHERE `+fmt.Sprintf(claimable, "r", pgNow, "EXCLUDED.started_at")+`
   RETURNING r.record_version, r.claim_nonce, r.status, r.attempt_count, r.payload_hash, r.result,
     r.error_message, r.error_type, r.started_at, r.heartbeat_at, r.completed_at, r.expires_at, r.taken_over_at, r.takeover_ms
 )
