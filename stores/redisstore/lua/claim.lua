@@ -10,16 +10,16 @@ local now = now_ms()
 local tail = ARGV[1]
 if v then
   if string.sub(v, 1, 2) ~= 'R2' then return 'Xunsupported record version' end
-  local exp = num(v, 5, 17)
-  if exp ~= nil and exp > now and string.byte(v, 3) ~= 80 then
-    return v
-  end
   local tnl, tpl = num(tail, 14, 18), num(tail, 19, 23)
   local nl, pl = check(v, string.sub(tail, 54 + tnl + tpl))
   if nl == nil then return 'X' .. pl end
+  local exp = num(v, 5, 17)
   local attempt = num(v, 57, 69) + 1
   if exp > now then
+    -- A live record that carries this claim's nonce is this claim, applied
+    -- (whatever its status since): Claimed, untouched.
     if string.sub(v, 123, 122 + nl) == string.sub(tail, 54, 53 + tnl) then return 'C' .. v end
+    if string.byte(v, 3) ~= 80 then return v end
     local tk = num(v, 70, 82)
     if tk == 0 then tk = num(tail, 1, 13) end
     if now - num(v, 18, 30) < tk

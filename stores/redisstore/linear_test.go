@@ -1,0 +1,93 @@
+package redisstore_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/redisstore"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// beforeScript is a go-redis hook that runs do once, right before the
+// first script (EVALSHA or EVAL) the client sends after arm: what another
+// client does between a claim's first command and its claim script.
+type beforeScript struct {
+	mu sync.Mutex
+	do func()
+}
+
+func (b *beforeScript) arm(do func()) { b.mu.Lock(); b.do = do; b.mu.Unlock() }
+
+func (b *beforeScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (b *beforeScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := strings.ToLower(cmd.Name()); n == "evalsha" || n == "eval" {
+			b.mu.Lock()
+			do := b.do
+			b.do = nil
+			b.mu.Unlock()
+			if do != nil {
+				do()
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (b *beforeScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestClaimScriptAnswersItsOwnNonce reproduces a history that a
+// linearizability check found illegal: a claim's first command sees a
+// released record, so the claim goes on to the claim script; before the
+// script runs, a claim with the same nonce (a retry of the same request
+// from another connection) takes the key and its owner completes it. The
+// script then finds a live completed record that carries the claim's own
+// nonce: by the Store contract that is this claim, applied (Claimed), not
+// another caller's record (Existing).
+func TestClaimScriptAnswersItsOwnNonce(t *testing.T) {
+	bothKinds(t, func(t *testing.T, kind string) {
+		ctx := ctxT(t)
+		c, _ := counted(t, kind)
+		hook := &beforeScript{}
+		c.AddHook(hook)
+		other, _ := counted(t, kind)
+		pfx := prefix()
+		s := mustNew(t, c, redisstore.WithPrefix(pfx))
+		o := mustNew(t, other, redisstore.WithPrefix(pfx))
+		t.Cleanup(func() { _ = s.Close(); _ = o.Close() })
+		require.NoError(t, s.LoadScripts(ctx))
+
+		key := storageKey()
+		_, err := o.Claim(ctx, claimReq(key, "first"))
+		require.NoError(t, err)
+		require.NoError(t, o.Release(ctx, key, "first"))
+
+		done := idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Hour}
+		hook.arm(func() {
+			res, err := o.Claim(ctx, claimReq(key, "same"))
+			require.NoError(t, err)
+			require.Equal(t, idem.Claimed, res.Outcome)
+			require.NoError(t, o.Complete(ctx, key, "same", done))
+		})
+		res, err := s.Claim(ctx, claimReq(key, "same"))
+		require.NoError(t, err)
+		assert.Equal(t, idem.Claimed, res.Outcome, "the record carries this claim's nonce")
+		assert.Equal(t, "same", res.Record.Nonce)
+		assert.Equal(t, idem.StatusCompleted, res.Record.Status)
+		assert.EqualValues(t, 2, res.Record.Attempt)
+
+		// Another nonce still gets the completed record as Existing.
+		res, err = s.Claim(ctx, claimReq(key, "another"))
+		require.NoError(t, err)
+		assert.Equal(t, idem.Existing, res.Outcome)
+	})
+}
