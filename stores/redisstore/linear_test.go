@@ -91,3 +91,54 @@ func TestClaimScriptAnswersItsOwnNonce(t *testing.T) {
 		assert.Equal(t, idem.Existing, res.Outcome)
 	})
 }
+
+// TestVersion2Records: records the previous encoding wrote (R2, kept a
+// retention past their expires_at) still decode and answer: a live
+// completed one is replayed, an expired one that is still present is
+// claimed again with the attempt count going on (the claim script decides
+// with the server's clock, since a present version-2 record may be
+// expired), and an in-progress one is taken over when stale.
+func TestVersion2Records(t *testing.T) {
+	both(t, func(t *testing.T, c backend) {
+		ctx := ctxT(t)
+		s := newStore(t, c)
+		now := time.Now().UnixMilli()
+		put := func(r *idem.Record, px time.Duration) {
+			v, err := redisstore.Encode(r)
+			require.NoError(t, err)
+			require.NoError(t, c.Set(ctx, s.Key(r.Key), "R2"+v[2:], px).Err())
+		}
+		live := &idem.Record{Key: storageKey(), Status: idem.StatusCompleted, Nonce: "old", Attempt: 3,
+			Result: []byte(`"v2"`), StartedAt: now - 10, HeartbeatAt: now - 5, CompletedAt: now - 5, ExpiresAt: now + 3_600_000}
+		put(live, 2*time.Hour)
+		res, err := s.Claim(ctx, claimReq(live.Key, "new"))
+		require.NoError(t, err)
+		assert.Equal(t, idem.Existing, res.Outcome)
+		assert.Equal(t, live, res.Record)
+		got, err := s.Get(ctx, live.Key)
+		require.NoError(t, err)
+		assert.Equal(t, live, got)
+
+		expired := &idem.Record{Key: storageKey(), Status: idem.StatusCompleted, Nonce: "old", Attempt: 3,
+			Result: []byte(`"v2"`), StartedAt: now - 10_000, HeartbeatAt: now - 9_000, CompletedAt: now - 9_000, ExpiresAt: now - 5_000}
+		put(expired, time.Minute)
+		_, err = s.Get(ctx, expired.Key)
+		assert.ErrorIs(t, err, idem.ErrNotFound)
+		res, err = s.Claim(ctx, claimReq(expired.Key, "new"))
+		require.NoError(t, err)
+		assert.Equal(t, idem.Claimed, res.Outcome)
+		assert.EqualValues(t, 4, res.Record.Attempt)
+
+		stale := &idem.Record{Key: storageKey(), Status: idem.StatusInProgress, Nonce: "old", Attempt: 1,
+			StartedAt: now - 10_000, HeartbeatAt: now - 10_000, ExpiresAt: now + 60_000, TakeoverMs: 1000}
+		put(stale, 2*time.Minute)
+		res, err = s.Claim(ctx, claimReq(stale.Key, "new"))
+		require.NoError(t, err)
+		assert.Equal(t, idem.TookOver, res.Outcome)
+		assert.EqualValues(t, 2, res.Record.Attempt)
+		require.NoError(t, s.Complete(ctx, stale.Key, "new", idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Hour}))
+		v, err := c.Get(ctx, s.Key(stale.Key)).Result()
+		require.NoError(t, err)
+		assert.Equal(t, "R3", v[:2], "every write makes version 3")
+	})
+}
