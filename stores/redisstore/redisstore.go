@@ -784,7 +784,6 @@ func answer(req idem.ClaimRequest, v string, sent time.Time) (idem.ClaimResult, 
 	return idem.ClaimResult{Outcome: idem.Existing, Record: rec}, true
 }
 
-
 // acked checks that a claim this call made is held by the replicas
 // WithReplicaAck asks for. One that is not may not survive a failover: it
 // is released, so nobody waits for it and fn does not run on a claim that
@@ -859,7 +858,6 @@ func (s *Store) setNX(ctx context.Context, key, value string, lease time.Duratio
 	}
 	return n, nil
 }
-
 
 // ackPipeliner is the connection a write that WithReplicaAck waits for is
 // sent on: the key's master on a Cluster (a ClusterClient pipeline would
