@@ -49,7 +49,7 @@
 //
 // OnFailure chooses what an error from fn does. Unlock (default): the claim
 // is released and the next call runs fn again. Lock: the failure's message
-// and type (never a stack) are stored and replayed as a *StoredError
+// and type (never a stack) are stored and replayed as a *RecordedFailure
 // matching ErrPreviousFailure. A panic in fn releases the claim and is
 // re-raised; runtime.Goexit releases it too; neither is recorded. Under
 // Lock, an error matching context.Canceled or context.DeadlineExceeded

@@ -43,7 +43,7 @@ type Record struct {
 	TakeoverMs int64
 }
 
-// ResultUnavailableType is the StoredError.Type of a completed record whose
+// ResultUnavailableType is the RecordedFailure.Type of a completed record whose
 // result could not be encoded.
 const ResultUnavailableType = "idem.result_unavailable"
 
