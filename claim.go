@@ -22,6 +22,7 @@ type claim struct {
 	ctx  context.Context // the caller's context
 	bg   context.Context // ctx without its cancellation: writes that must go out
 	sk   string
+	ph   string    // the call's payload hash
 	rec  *Record   // the record as claimed: its nonce and attempt
 	sent time.Time // when the claim was sent (the store's HeartbeatAt is no earlier)
 	took bool      // the claim took over a stale one
@@ -55,7 +56,7 @@ func (e *engine) tryClaim(ctx context.Context, sk, ph string) (c *claim, existin
 	if res.Outcome == Existing {
 		return nil, res.Record, sent, nil
 	}
-	c = &claim{e: e, ctx: ctx, bg: context.WithoutCancel(ctx), sk: sk, rec: res.Record, sent: sent, took: res.Outcome == TookOver}
+	c = &claim{e: e, ctx: ctx, bg: context.WithoutCancel(ctx), sk: sk, ph: ph, rec: res.Record, sent: sent, took: res.Outcome == TookOver}
 	return c, nil, sent, nil
 }
 
@@ -264,9 +265,15 @@ func (c *claim) completed(comp Completion) {
 
 // unsettled answers a completion whose last attempt failed with err. It
 // reads the record back first: if it carries this claim's outcome, the
-// outcome was recorded after all (a reply was lost). If the record shows
-// it was not, the answer is ErrNotRecorded; if the record cannot be read
-// and an attempt may have been applied, nobody can know, and the answer is
+// outcome was recorded after all (a reply was lost).
+//
+// ErrNotRecorded is answered only when it is true for good: no attempt can
+// have reached the store, or the record has moved on to another claim (a
+// late completion of ours is then refused). A record still in progress
+// under this claim's nonce (or one the store no longer returns, which may
+// still carry it) could yet take a completion that is delayed in the
+// network: the claim is fenced first (see fence). When the store cannot be
+// read, or the fence cannot be set, nobody can know, and the answer is
 // ErrOutcomeUnknown.
 func (c *claim) unsettled(comp Completion, err error, maybeApplied bool) error {
 	gctx, cancel := context.WithTimeout(c.bg, max(c.e.beat, 250*time.Millisecond))
@@ -278,13 +285,73 @@ func (c *claim) unsettled(comp Completion, err error, maybeApplied bool) error {
 			c.f.final = cur
 		}
 		return nil
-	case gerr == nil || errors.Is(gerr, ErrNotFound) || !maybeApplied:
+	case !maybeApplied || gerr == nil && cur.Nonce != c.rec.Nonce:
 		c.observe(EventNotRecorded, err)
 		return &NotRecordedError{Err: storeErr("complete", err)}
-	default:
+	case gerr != nil && !errors.Is(gerr, ErrNotFound):
 		c.observe(EventNotRecorded, err)
 		return &OutcomeUnknownError{Err: storeErr("complete", err), ReadErr: gerr}
 	}
+	return c.fence(&comp, err)
+}
+
+// fence makes a late completion of this claim impossible, then records
+// comp after all if it can (comp nil: it only fences). It claims the key
+// with a new nonce (a takeover once the claim is stale; the heartbeat
+// stopped when the work ended), so a delayed Complete with the old nonce
+// is refused, and completes comp under the new nonce. A record that turns
+// out completed under the old nonce (the delayed write landed meanwhile) is
+// the outcome recorded.
+func (c *claim) fence(comp *Completion, err error) error {
+	deadline := time.Now().Add(c.e.takeover + c.e.beat)
+	backoff := 10 * time.Millisecond
+	var last error = err
+	for time.Now().Before(deadline) {
+		n, rec, _, cerr := c.e.tryClaim(c.bg, c.sk, c.ph)
+		switch {
+		case cerr != nil:
+			last = cerr
+		case n != nil: // the old nonce is fenced off
+			n.f = c.f
+			return n.settleFenced(comp, err)
+		case rec.Nonce == c.rec.Nonce && rec.Status != StatusInProgress:
+			if c.f != nil {
+				c.f.final = rec
+			}
+			return nil
+		case rec.Nonce != c.rec.Nonce: // another claim holds the key: ours can no longer complete
+			c.observe(EventNotRecorded, err)
+			return &NotRecordedError{Err: storeErr("complete", err)}
+		}
+		time.Sleep(lease.Jitter(backoff))
+		backoff = min(2*backoff, c.e.pollMax())
+	}
+	c.observe(EventNotRecorded, err)
+	return &OutcomeUnknownError{Err: storeErr("complete", err), ReadErr: fmt.Errorf("fencing off a late completion: %w", last)}
+}
+
+// settleFenced runs under the claim that fenced off an earlier one whose
+// completion failed with err: it completes comp (the outcome is recorded
+// after all), or, with comp nil or once that completion failed for
+// certain, releases the claim and answers ErrNotRecorded, true now that no
+// earlier nonce can complete. A completion here whose fate is unknown is
+// fenced off in turn, without a completion of its own.
+func (c *claim) settleFenced(comp *Completion, err error) error {
+	if comp != nil {
+		cctx, cancel := context.WithTimeout(c.bg, c.e.takeover)
+		cerr := c.e.store.Complete(cctx, c.sk, c.rec.Nonce, *comp)
+		cancel()
+		switch {
+		case cerr == nil:
+			c.completed(*comp)
+			return nil
+		case !errors.Is(cerr, ErrLostOwnership) && !errors.Is(cerr, ErrPermanent) && !unsent(cerr):
+			return c.fence(nil, err)
+		}
+	}
+	_ = c.release()
+	c.observe(EventNotRecorded, err)
+	return &NotRecordedError{Err: storeErr("complete", err)}
 }
 
 // withoutResult returns the completion to store when the store refused c

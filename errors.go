@@ -38,9 +38,11 @@ var (
 	// ErrInvalidPayload: the value given to Payload cannot be canonicalised.
 	ErrInvalidPayload = errors.New("idem: invalid payload")
 	// ErrNotRecorded: fn ran and returned, but its outcome is known not to
-	// be in the store: the store could not be reached, or the record read
-	// back still shows the claim in progress. The result is returned
-	// alongside this error. (A store that refuses an outcome for good is
+	// be in the store and never to land there: no completion request can
+	// have reached the store, or the record moved on to another claim (a
+	// claim still in progress under the call's nonce is fenced off with a
+	// new nonce before this is answered, so a delayed completion cannot
+	// land afterwards). The result is returned alongside this error. (A store that refuses an outcome for good is
 	// not this case: the record completes without the result, see
 	// ErrResultUnavailable.)
 	ErrNotRecorded = errors.New("idem: outcome not recorded")

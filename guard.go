@@ -471,6 +471,10 @@ func (g *Guard[T]) Store() Store {
 // twice with equal arguments runs fn once.
 func Wrap[A, T any](g *Guard[T], name string, fn func(context.Context, A) (T, error)) func(context.Context, A) (T, error) {
 	return func(ctx context.Context, a A) (T, error) {
+		if fn == nil {
+			var zero T
+			return zero, &OptionError{Option: "Wrap", Reason: "function is nil"}
+		}
 		k, err := Key(name, a)
 		if err != nil {
 			var zero T

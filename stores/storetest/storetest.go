@@ -162,6 +162,11 @@ func run(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, wit
 		{"Watch", (*suite).watch},
 		{"CorruptRecord", (*suite).corruptRecord},
 		{"ContextCancelled", (*suite).contextCancelled},
+		{"StepsRunOnce", (*suite).stepsRunOnce},
+		{"StepsCrashAfterStep", stepsCrash("after1")},
+		{"StepsCrashInStep", stepsCrash("in2")},
+		{"StepsStaleOwner", (*suite).stepsStaleOwner},
+		{"StepsForget", (*suite).stepsForget},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
