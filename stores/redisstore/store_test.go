@@ -340,7 +340,9 @@ func TestOptionsAndInput(t *testing.T) {
 			s, err := f()
 			assert.Nil(t, s)
 			assert.ErrorIs(t, err, idem.ErrInvalidOption)
-			assert.Contains(t, err.Error(), "redisstore: ")
+			assert.Contains(t, err.Error(), "redisstore.")
+			var oe *idem.OptionError
+			assert.ErrorAs(t, err, &oe)
 		})
 	}
 	s := mustNew(t, c, redisstore.WithRetention(0), redisstore.WithReplicaAck(1, time.Millisecond))
