@@ -254,26 +254,39 @@ func (e *ReplicaAckError) Is(target error) bool { return target == ErrNotReplica
 // Unwrap returns the WAIT failure, if any.
 func (e *ReplicaAckError) Unwrap() error { return e.Err }
 
-// Option configures a Store. An invalid option makes New fail with an error
-// matching idem.ErrInvalidOption.
-type Option func(*Store) error
+// Option configures a Store. New checks every option and reports each
+// invalid one as an *idem.OptionError matching idem.ErrInvalidOption.
+type Option func(*config)
 
+<<<<<<< HEAD
 func invalid(opt, format string, args ...any) error {
 	return &idem.OptionError{Option: "redisstore." + opt, Reason: fmt.Sprintf(format, args...)}
+=======
+type config struct {
+	prefix       string
+	retention    time.Duration
+	watchTimeout time.Duration
+	health       time.Duration
+	ackN         int
+	ackTimeout   time.Duration
+	errs         []error
+}
+
+func (c *config) invalid(option, format string, args ...any) {
+	c.errs = append(c.errs, &idem.OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
+>>>>>>> main
 }
 
 // WithPrefix puts prefix in front of every Redis key and channel of the
 // store (default none: keys are {<storage key>}). It must not contain '{'
 // or '}', which would move the hash tag.
 func WithPrefix(prefix string) Option {
-	return func(s *Store) error {
-		for _, c := range prefix {
-			if c == '{' || c == '}' {
-				return invalid("WithPrefix", "prefix %q contains '{' or '}'", prefix)
-			}
+	return func(c *config) {
+		if strings.ContainsAny(prefix, "{}") {
+			c.invalid("WithPrefix", "prefix %q contains '{' or '}'", prefix)
+			return
 		}
-		s.prefix = prefix
-		return nil
+		c.prefix = prefix
 	}
 }
 
@@ -284,13 +297,12 @@ func WithPrefix(prefix string) Option {
 // fencing token, keeps counting up. Completed and failed records are not
 // retained: they expire at their expires_at (see Expiry in the package doc).
 func WithRetention(d time.Duration) Option {
-	return func(s *Store) error {
+	return func(c *config) {
 		if d < 0 {
-			return invalid("WithRetention", "negative duration %v", d)
+			c.invalid("WithRetention", "retention must not be negative, got %v", d)
+			return
 		}
-		s.retention = d
-		s.retentionArg = ms(d)
-		return nil
+		c.retention = d
 	}
 }
 
@@ -298,12 +310,12 @@ func WithRetention(d time.Duration) Option {
 // new subscription before it gives up with an error (the Guard then polls).
 // Default DefaultWatchTimeout; it must be positive.
 func WithWatchTimeout(d time.Duration) Option {
-	return func(s *Store) error {
+	return func(c *config) {
 		if d <= 0 {
-			return invalid("WithWatchTimeout", "must be positive, got %v", d)
+			c.invalid("WithWatchTimeout", "timeout must be positive, got %v", d)
+			return
 		}
-		s.watchTimeout = d
-		return nil
+		c.watchTimeout = d
 	}
 }
 
@@ -312,12 +324,12 @@ func WithWatchTimeout(d time.Duration) Option {
 // connection that does not answer a ping within the interval is replaced.
 // Default DefaultHealthInterval; it must be positive.
 func WithHealthInterval(d time.Duration) Option {
-	return func(s *Store) error {
+	return func(c *config) {
 		if d <= 0 {
-			return invalid("WithHealthInterval", "must be positive, got %v", d)
+			c.invalid("WithHealthInterval", "interval must be positive, got %v", d)
+			return
 		}
-		s.health = d
-		return nil
+		c.health = d
 	}
 }
 
@@ -329,15 +341,14 @@ func WithHealthInterval(d time.Duration) Option {
 // pipeline cannot pin WAIT to the key's shard). See the package doc for
 // what happens when the replicas do not acknowledge.
 func WithReplicaAck(n int, timeout time.Duration) Option {
-	return func(s *Store) error {
+	return func(c *config) {
 		if n < 1 {
-			return invalid("WithReplicaAck", "replica count %d < 1", n)
+			c.invalid("WithReplicaAck", "replica count must be at least 1, got %d", n)
 		}
 		if timeout < time.Millisecond {
-			return invalid("WithReplicaAck", "timeout %v under 1ms", timeout)
+			c.invalid("WithReplicaAck", "timeout must be at least 1ms, got %v", timeout)
 		}
-		s.ackN, s.ackTimeout = int64(n), timeout
-		return nil
+		c.ackN, c.ackTimeout = n, timeout
 	}
 }
 
@@ -502,42 +513,62 @@ type Store struct {
 	wg     sync.WaitGroup
 }
 
+<<<<<<< HEAD
 // New returns a store on client. It does no I/O (the replica check runs
 // at the first claim). A nil client or an invalid
 // option is an error matching idem.ErrInvalidOption.
+=======
+// New returns a store on client. It does no I/O. A nil client and every
+// invalid option are reported, joined, each an *idem.OptionError matching
+// idem.ErrInvalidOption.
+>>>>>>> main
 func New(client Client, opts ...Option) (*Store, error) {
-	s := &Store{
-		client:       client,
+	c := config{
 		retention:    DefaultRetention,
-		retentionArg: ms(DefaultRetention),
 		watchTimeout: DefaultWatchTimeout,
 		health:       DefaultHealthInterval,
-		hubs:         make(map[string]*hub),
 	}
 	if client == nil {
-		return nil, invalid("New", "nil client")
+		c.invalid("client", "client is nil")
 	}
 	for _, o := range opts {
 		if o == nil {
-			return nil, invalid("New", "nil option")
+			c.invalid("New", "nil option")
+			continue
 		}
-		if err := o(s); err != nil {
-			return nil, err
-		}
+		o(&c)
 	}
+<<<<<<< HEAD
 	if s.acceptAsync && s.ackN > 0 {
 		return nil, invalid("AcceptAsyncReplication", "contradicts WithReplicaAck")
 	}
 	if s.ackN > 0 {
+=======
+	if c.ackN > 0 && client != nil {
+>>>>>>> main
 		switch client.(type) {
 		case *redis.ClusterClient:
 		case *redis.Ring:
-			return nil, invalid("WithReplicaAck", "not supported on a Ring")
+			c.invalid("WithReplicaAck", "not supported on a Ring")
 		default:
 			if _, ok := client.(pipeliner); !ok {
-				return nil, invalid("WithReplicaAck", "client %T has no Pipeline method", client)
+				c.invalid("WithReplicaAck", "client %T has no Pipeline method", client)
 			}
 		}
+	}
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	s := &Store{
+		client:       client,
+		prefix:       c.prefix,
+		retention:    c.retention,
+		retentionArg: ms(c.retention),
+		watchTimeout: c.watchTimeout,
+		health:       c.health,
+		ackN:         int64(c.ackN),
+		ackTimeout:   c.ackTimeout,
+		hubs:         make(map[string]*hub),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil

@@ -4,6 +4,10 @@
 // numbers in the form of ECMAScript's Number.prototype.toString. Two
 // programs in any language that follow RFC 8785 write the same bytes for the
 // same value, so a hash over them agrees across languages.
+//
+// idem.Key, payload hashes and isr's RequestHash are built on it, so a
+// program in another language can derive the same keys and hashes. It
+// depends on the standard library only.
 package jcs
 
 import (
@@ -35,6 +39,14 @@ func invalid(format string, args ...any) error {
 // share a form), and anything encoding/json refuses (funcs, chans, cycles,
 // NaN).
 func Marshal(v any) ([]byte, error) {
+	if s, ok := v.(string); ok {
+		// A plain string (a fingerprint, a hash) needs no round trip
+		// through encoding/json: its RFC 8785 form is AppendString's.
+		if !utf8.ValidString(s) {
+			return nil, invalid("a string is not valid UTF-8")
+		}
+		return AppendString(make([]byte, 0, len(s)+2), s), nil
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
