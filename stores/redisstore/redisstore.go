@@ -258,10 +258,6 @@ func (e *ReplicaAckError) Unwrap() error { return e.Err }
 // invalid one as an *idem.OptionError matching idem.ErrInvalidOption.
 type Option func(*config)
 
-<<<<<<< HEAD
-func invalid(opt, format string, args ...any) error {
-	return &idem.OptionError{Option: "redisstore." + opt, Reason: fmt.Sprintf(format, args...)}
-=======
 type config struct {
 	prefix       string
 	retention    time.Duration
@@ -269,12 +265,12 @@ type config struct {
 	health       time.Duration
 	ackN         int
 	ackTimeout   time.Duration
+	acceptAsync  bool
 	errs         []error
 }
 
 func (c *config) invalid(option, format string, args ...any) {
 	c.errs = append(c.errs, &idem.OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
->>>>>>> main
 }
 
 // WithPrefix puts prefix in front of every Redis key and channel of the
@@ -360,10 +356,7 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 // claim (see ErrAsyncReplication). It cannot be combined with
 // WithReplicaAck.
 func AcceptAsyncReplication() Option {
-	return func(s *Store) error {
-		s.acceptAsync = true
-		return nil
-	}
+	return func(c *config) { c.acceptAsync = true }
 }
 
 // ErrAsyncReplication is matched by the error Claim returns when the store
@@ -513,15 +506,9 @@ type Store struct {
 	wg     sync.WaitGroup
 }
 
-<<<<<<< HEAD
-// New returns a store on client. It does no I/O (the replica check runs
-// at the first claim). A nil client or an invalid
-// option is an error matching idem.ErrInvalidOption.
-=======
-// New returns a store on client. It does no I/O. A nil client and every
-// invalid option are reported, joined, each an *idem.OptionError matching
-// idem.ErrInvalidOption.
->>>>>>> main
+// New returns a store on client. It does no I/O (the replica check runs at
+// the first claim). A nil client and every invalid option are reported,
+// joined, each an *idem.OptionError matching idem.ErrInvalidOption.
 func New(client Client, opts ...Option) (*Store, error) {
 	c := config{
 		retention:    DefaultRetention,
@@ -538,14 +525,10 @@ func New(client Client, opts ...Option) (*Store, error) {
 		}
 		o(&c)
 	}
-<<<<<<< HEAD
-	if s.acceptAsync && s.ackN > 0 {
-		return nil, invalid("AcceptAsyncReplication", "contradicts WithReplicaAck")
+	if c.acceptAsync && c.ackN > 0 {
+		c.invalid("AcceptAsyncReplication", "contradicts WithReplicaAck")
 	}
-	if s.ackN > 0 {
-=======
 	if c.ackN > 0 && client != nil {
->>>>>>> main
 		switch client.(type) {
 		case *redis.ClusterClient:
 		case *redis.Ring:
@@ -568,6 +551,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 		health:       c.health,
 		ackN:         int64(c.ackN),
 		ackTimeout:   c.ackTimeout,
+		acceptAsync:  c.acceptAsync,
 		hubs:         make(map[string]*hub),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())

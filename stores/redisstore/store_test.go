@@ -341,10 +341,6 @@ func TestOptionsAndInput(t *testing.T) {
 			s, err := f()
 			assert.Nil(t, s)
 			assert.ErrorIs(t, err, idem.ErrInvalidOption)
-<<<<<<< HEAD
-			assert.Contains(t, err.Error(), "redisstore.")
-=======
->>>>>>> main
 			var oe *idem.OptionError
 			assert.ErrorAs(t, err, &oe)
 		})
