@@ -94,7 +94,6 @@ func (p *holdProxy) serve(c net.Conn) {
 			}
 			time.Sleep(time.Until(until))
 			_, _ = s.Write(held)
-			held = []byte{}
 			until = time.Time{}
 			_ = c.SetReadDeadline(time.Time{})
 			p.once.Do(func() { close(p.delivered) })
