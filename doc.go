@@ -44,12 +44,15 @@
 // Raise: an error matching ErrDuplicate (and ErrInProgress while the first
 // call runs). Wait: block until the first call completes, fails, is released
 // or goes stale, then decide again; the caller's context bounds the wait.
-// Stores that can push a change (memstore, redisstore) wake waiters at once;
-// with the others waiters poll with capped, jittered backoff.
+// Stores that can push a change (memstore; filestore, between the stores
+// of one directory in a process; redisstore, by pub/sub; sqlstore on
+// PostgreSQL with Listen, by LISTEN/NOTIFY) wake waiters at once; with the
+// others waiters poll with capped, jittered backoff. Under Return, ErrInProgress is what a duplicate of a running
+// call gets: retry later, or use OnDuplicate(Wait).
 //
 // OnFailure chooses what an error from fn does. Unlock (default): the claim
 // is released and the next call runs fn again. Lock: the failure's message
-// and type (never a stack) are stored and replayed as a *StoredError
+// and type (never a stack) are stored and replayed as a *RecordedFailure
 // matching ErrPreviousFailure. A panic in fn releases the claim and is
 // re-raised; runtime.Goexit releases it too; neither is recorded. Under
 // Lock, an error matching context.Canceled or context.DeadlineExceeded
@@ -83,12 +86,78 @@
 // long as the claim can still be ours (the takeover threshold). If it still
 // fails, the record is read back before answering, since a write may have
 // been applied with its reply lost: if it carries this call's outcome, Do
-// succeeds; if it shows the claim still in progress, or the store could
-// not be reached at all, Do returns fn's result together with an error
-// matching ErrNotRecorded; if a write may have been applied and the record
-// cannot be read, the error matches ErrOutcomeUnknown instead. WithSanitize
+// succeeds. ErrNotRecorded (with fn's result) is answered only when it is
+// true for good: a completion request delayed in the network could still
+// land after the Guard gave up, so a record still in progress under the
+// call's nonce is first fenced off: once it is stale, the Guard claims it
+// with a new nonce (which the late request can no longer match) and
+// records the outcome under that nonce after all (Do succeeds); if that
+// completion fails too, the new claim is fenced off in turn and released,
+// and ErrNotRecorded is then the truth. When no completion request can have
+// reached the store (the connection could not be made) or the record has
+// moved on to another claim, ErrNotRecorded is answered at once. When the
+// record cannot be read, or the fence cannot be set, the error matches
+// ErrOutcomeUnknown instead: the key may well replay the outcome. WithSanitize
 // shapes what is stored: the first caller gets fn's full result, replays
 // get only what the sanitizer kept.
+//
+// # A crash in the middle of fn: steps
+//
+// A takeover runs fn again from the top, so what fn did before its owner
+// died would be done twice. Step records each side effect's outcome as it
+// happens:
+//
+//	inv, err := g.Do(ctx, key, func(ctx context.Context) (Invoice, error) {
+//		ch, err := idem.Step(ctx, "charge", func(ctx context.Context) (Charge, error) {
+//			k, _ := idem.StepKey(ctx) // the same on every attempt of this call
+//			return psp.Charge(ctx, req, k)
+//		})
+//		...
+//	})
+//
+// A step's record is an ordinary record, under a storage key derived from
+// the call's storage key, the call's steps epoch and the step's name, with
+// the call's TTL, written with the ordinary Store operations: every store
+// that passes storetest supports steps. A later attempt of the call (a
+// takeover after a crash or a pause, a retry after a release) gets each
+// finished step's recorded result without running it; the step in flight
+// when its owner died runs again, with the same StepKey and a higher
+// FencingToken (the step's own attempt), so a downstream that dedupes on
+// the key sees one operation. A step whose owner is alive but lost the
+// call's claim keeps its own claim alive (its context is not cancelled by
+// that loss) and the new attempt waits for its outcome. A step whose fn
+// returns an error is released, not recorded, and the error returns to
+// fn. Results are encoded with the Guard's Codec (a step's type may differ
+// from the Guard's). Steps do not nest: Step inside a step's fn is
+// ErrNoCall, as is Step with a context no Guard handed to fn.
+//
+// The steps epoch. A forgotten call (Guard.Forget) must not replay its old
+// steps, and step records cannot be listed, so a step's key includes the
+// call's steps epoch: the nonce of an epoch record (a third derived key),
+// claimed by the first Step of each attempt and never taken over while it
+// lives (its takeover threshold is its lifetime, the Guard's TTL). Forget
+// deletes it: the old steps are then out of reach and expire. Costs: a
+// step that runs is 2 store round trips (claim, complete), a replayed step
+// 1 (claim), and the first Step of each attempt 1 more (the epoch); a call
+// without steps costs exactly what it did. The epoch lasts the Guard's TTL
+// from the call's first step, as a step's record lasts the TTL from its
+// completion: attempts of one call spread over more than the TTL run their
+// steps again.
+//
+// # Transactions
+//
+// For writes to the database that holds the records, a store package's
+// DoTx (sqlstore.DoTx, dynamostore.DoTx) commits fn's writes and the
+// completed record in one transaction, conditioned on the claim's nonce:
+// a crash, a lost claim or a failed commit leaves neither. They are built
+// on RunTx and TxClaim, which a third-party store can use too.
+//
+// # Forgetting a key
+//
+// Guard.Forget(ctx, key) deletes a key's record whatever its state, and its
+// steps (see the steps epoch above): the next call of the key runs fn from
+// the start. A call still running is not stopped; its completion is
+// refused.
 //
 // # Callers in one process
 //
@@ -102,7 +171,9 @@
 // Freshness and expiry are decided by fields of the record (expires_at,
 // heartbeat_at), never by whether the store's native expiry has deleted it;
 // native expiry is set with a safety buffer and is garbage collection only.
-// The Redis store decides with the Redis server's clock. The others use the
+// The Redis and SQL stores decide with their server's clock (Redis's own,
+// PostgreSQL's clock_timestamp(), MySQL's UTC_TIMESTAMP(6)), so hosts with
+// skewed clocks still agree. The memory, file and DynamoDB stores use the
 // clock of the calling process: hosts whose clocks disagree by d see a
 // claim go stale d early or late, so keep d well below the takeover
 // threshold minus the heartbeat interval (with the defaults, 30s - 5s).
@@ -113,6 +184,13 @@
 // # Observability
 //
 // WithObserver (or WithLogger for log/slog) sees claims, hits, waits,
-// takeovers, losses of ownership and failures, with the storage key, never
-// the caller's key or payload. Counter counts them.
+// takeovers, losses of ownership, failures, and steps run and replayed,
+// with the storage key, never the caller's key or payload. Counter counts
+// them.
+//
+// # Bad input
+//
+// Nothing in the public API panics on bad input: a nil or zero Guard (make
+// one with New), a nil context or a nil function is an error matching
+// ErrInvalidOption.
 package idem

@@ -12,7 +12,10 @@ import (
 // that carries detail for errors.As.
 var (
 	// ErrInProgress: another caller holds a live claim on the key.
-	ErrInProgress = errors.New("idem: operation in progress")
+	// The default duplicate policy (Return) answers a duplicate of a
+	// running call with it: retry later, or use OnDuplicate(Wait) to wait
+	// for the first call's outcome.
+	ErrInProgress = errors.New("idem: operation in progress (retry later, or use OnDuplicate(Wait))")
 	// ErrDuplicate: the key was already used and the guard's policy is Raise.
 	ErrDuplicate = errors.New("idem: duplicate call")
 	// ErrPayloadMismatch: the key was used with a different payload.
@@ -21,7 +24,7 @@ var (
 	// longer matches), so its writes were refused.
 	ErrLostOwnership = errors.New("idem: ownership lost")
 	// ErrPreviousFailure: a previous run failed under OnFailure(Lock); the
-	// stored failure is available as a *StoredError.
+	// stored failure is available as a *RecordedFailure.
 	ErrPreviousFailure = errors.New("idem: previous run failed")
 	// ErrResultUnavailable: the key completed but its result could not be
 	// stored (it could not be encoded, its encoder panicked, or the store
@@ -35,9 +38,11 @@ var (
 	// ErrInvalidPayload: the value given to Payload cannot be canonicalised.
 	ErrInvalidPayload = errors.New("idem: invalid payload")
 	// ErrNotRecorded: fn ran and returned, but its outcome is known not to
-	// be in the store: the store could not be reached, or the record read
-	// back still shows the claim in progress. The result is returned
-	// alongside this error. (A store that refuses an outcome for good is
+	// be in the store and never to land there: no completion request can
+	// have reached the store, or the record moved on to another claim (a
+	// claim still in progress under the call's nonce is fenced off with a
+	// new nonce before this is answered, so a delayed completion cannot
+	// land afterwards). The result is returned alongside this error. (A store that refuses an outcome for good is
 	// not this case: the record completes without the result, see
 	// ErrResultUnavailable.)
 	ErrNotRecorded = errors.New("idem: outcome not recorded")
@@ -61,22 +66,30 @@ var (
 	ErrPermanent = errors.New("idem: permanent store failure")
 )
 
-// StoredError is a failure recorded under OnFailure(Lock): the message and a
-// type name, never a stack. It matches ErrPreviousFailure.
-type StoredError struct {
+// RecordedFailure is a failure recorded under OnFailure(Lock): the message
+// and a type name, never a stack. It matches ErrPreviousFailure. (Not to be
+// confused with StoreError, a failure of the store itself.)
+type RecordedFailure struct {
 	Message string `json:"message"`
 	Type    string `json:"type,omitempty"`
 }
 
-func (e *StoredError) Error() string {
+// StoredError is the former name of RecordedFailure, kept so that code
+// written against it still compiles. Use RecordedFailure: StoredError is
+// one letter from StoreError, which means the opposite (the store failed,
+// not fn). It is to be marked deprecated once the repository's own
+// modules have moved over, and removed before 1.0.
+type StoredError = RecordedFailure
+
+func (e *RecordedFailure) Error() string {
 	if e.Type == "" {
 		return "idem: previous run failed: " + e.Message
 	}
 	return fmt.Sprintf("idem: previous run failed: %s (%s)", e.Message, e.Type)
 }
 
-// Is makes a StoredError match ErrPreviousFailure.
-func (e *StoredError) Is(target error) bool { return target == ErrPreviousFailure }
+// Is makes a RecordedFailure match ErrPreviousFailure.
+func (e *RecordedFailure) Is(target error) bool { return target == ErrPreviousFailure }
 
 // CorruptRecordError says which record could not be decoded and why. It
 // matches ErrCorruptRecord.
@@ -183,12 +196,12 @@ const (
 	maxStoredType    = 256
 )
 
-// storableError returns a StoredError that every store can hold: message
+// storableError returns a RecordedFailure that every store can hold: message
 // and type as valid UTF-8 without NUL bytes (PostgreSQL text refuses both),
 // the message cut to at most max bytes and the type to maxStoredType, on
 // rune boundaries.
-func storableError(msg, typ string, max int) *StoredError {
-	return &StoredError{Message: storableString(msg, max), Type: storableString(typ, maxStoredType)}
+func storableError(msg, typ string, max int) *RecordedFailure {
+	return &RecordedFailure{Message: storableString(msg, max), Type: storableString(typ, maxStoredType)}
 }
 
 func storableString(s string, max int) string {

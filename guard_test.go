@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/idem-go/idem/internal/assert"
-	"github.com/idem-go/idem/internal/require"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/memstore"
@@ -27,7 +27,9 @@ type invoice struct {
 func newGuard[T any](t *testing.T, s idem.Store, opts ...idem.Option) *idem.Guard[T] {
 	t.Helper()
 	g, err := idem.New[T](s, opts...)
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	return g
 }
 
@@ -41,19 +43,39 @@ func TestFreshThenReplay(t *testing.T) {
 		return invoice{ID: "inv_1", Amount: 1999}, nil
 	}
 	got, err := g.Do(ctx, "order-1", charge)
-	require.NoError(t, err)
-	assert.Equal(t, invoice{ID: "inv_1", Amount: 1999}, got)
-	assert.Equal(t, 2, s.Total(), "fresh call = claim + complete")
-	assert.Equal(t, 1, s.Count(storetest.OpClaim))
-	assert.Equal(t, 1, s.Count(storetest.OpComplete))
-	assert.Equal(t, 0, s.Count(storetest.OpHeartbeat), "a short call sends no heartbeat")
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if got != (invoice{ID: "inv_1", Amount: 1999}) {
+		t.Errorf("got %v, want %v", got, (invoice{ID: "inv_1", Amount: 1999}))
+	}
+	if got := s.Total(); got != 2 {
+		t.Errorf("fresh call = claim + complete: got %v, want %v", got, 2)
+	}
+	if got := s.Count(storetest.OpClaim); got != 1 {
+		t.Errorf("got %v, want %v", got, 1)
+	}
+	if got := s.Count(storetest.OpComplete); got != 1 {
+		t.Errorf("got %v, want %v", got, 1)
+	}
+	if got := s.Count(storetest.OpHeartbeat); got != 0 {
+		t.Errorf("a short call sends no heartbeat: got %v, want %v", got, 0)
+	}
 
 	s.Reset()
 	got, err = g.Do(ctx, "order-1", charge)
-	require.NoError(t, err)
-	assert.Equal(t, invoice{ID: "inv_1", Amount: 1999}, got)
-	assert.Equal(t, 1, s.Total(), "replay = one claim that returns the record")
-	assert.Equal(t, int32(1), runs.Load())
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if got != (invoice{ID: "inv_1", Amount: 1999}) {
+		t.Errorf("got %v, want %v", got, (invoice{ID: "inv_1", Amount: 1999}))
+	}
+	if got := s.Total(); got != 1 {
+		t.Errorf("replay = one claim that returns the record: got %v, want %v", got, 1)
+	}
+	if got := runs.Load(); got != int32(1) {
+		t.Errorf("got %v, want %v", got, int32(1))
+	}
 }
 
 func TestHeartbeatsWhileRunning(t *testing.T) {
@@ -63,8 +85,12 @@ func TestHeartbeatsWhileRunning(t *testing.T) {
 		time.Sleep(150 * time.Millisecond)
 		return 1, nil
 	})
-	require.NoError(t, err)
-	assert.GreaterOrEqual(t, s.Count(storetest.OpHeartbeat), 3)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if got := s.Count(storetest.OpHeartbeat); got < 3 {
+		t.Errorf("got %v, want >= %v", got, 3)
+	}
 }
 
 func TestConcurrentGoroutinesRunOnce(t *testing.T) {
@@ -93,17 +119,25 @@ func TestConcurrentGoroutinesRunOnce(t *testing.T) {
 				}
 				close(start)
 				wg.Wait()
-				require.Equal(t, int32(1), runs.Load(), "fn runs exactly once for %s", key)
+				if got := runs.Load(); got != int32(1) {
+					t.Fatalf("fn runs exactly once for %s: got %v, want %v", key, got, int32(1))
+				}
 				for i, err := range errs {
 					switch {
 					case err == nil:
-						assert.Equal(t, 42, vals[i])
+						if vals[i] != 42 {
+							t.Errorf("got %v, want %v", vals[i], 42)
+						}
 					case policy == idem.Wait:
 						t.Fatalf("Wait caller got %v", err)
 					case policy == idem.Return:
-						assert.ErrorIs(t, err, idem.ErrInProgress)
+						if !errors.Is(err, idem.ErrInProgress) {
+							t.Errorf("got %v, want %v", err, idem.ErrInProgress)
+						}
 					case policy == idem.Raise:
-						assert.ErrorIs(t, err, idem.ErrDuplicate)
+						if !errors.Is(err, idem.ErrDuplicate) {
+							t.Errorf("got %v, want %v", err, idem.ErrDuplicate)
+						}
 					}
 				}
 			}
@@ -147,9 +181,15 @@ func TestTwoGuardsWait(t *testing.T) {
 			time.Sleep(30 * time.Millisecond)
 			close(release)
 			<-done
-			require.NoError(t, err)
-			assert.Equal(t, "from-a", got)
-			assert.Equal(t, int32(1), runs.Load())
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if got != "from-a" {
+				t.Errorf("got %v, want %v", got, "from-a")
+			}
+			if got := runs.Load(); got != int32(1) {
+				t.Errorf("got %v, want %v", got, int32(1))
+			}
 		})
 	}
 }
@@ -175,8 +215,12 @@ func TestWaitThenRunAfterUnlockedFailure(t *testing.T) {
 		tok, _ := idem.FencingToken(ctx)
 		return fmt.Sprintf("b ran with token %d", tok), nil
 	})
-	require.NoError(t, err)
-	assert.Equal(t, "b ran with token 2", got, "the released claim is claimed again, attempt counting on")
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if got != "b ran with token 2" {
+		t.Errorf("the released claim is claimed again, attempt counting on: got %v, want %v", got, "b ran with token 2")
+	}
 }
 
 func TestWaitBoundedByContext(t *testing.T) {
@@ -196,8 +240,12 @@ func TestWaitBoundedByContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, err := b.Do(ctx, "k", func(ctx context.Context) (int, error) { return 2, nil })
-	assert.ErrorIs(t, err, idem.ErrInProgress)
-	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	if !errors.Is(err, idem.ErrInProgress) {
+		t.Errorf("got %v, want %v", err, idem.ErrInProgress)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("got %v, want %v", err, context.DeadlineExceeded)
+	}
 }
 
 func TestSameProcessWaitFollowerBoundedByOwnContext(t *testing.T) {
@@ -215,8 +263,12 @@ func TestSameProcessWaitFollowerBoundedByOwnContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	_, err := g.Do(ctx, "k", func(ctx context.Context) (int, error) { return 2, nil })
-	assert.ErrorIs(t, err, idem.ErrInProgress)
-	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	if !errors.Is(err, idem.ErrInProgress) {
+		t.Errorf("got %v, want %v", err, idem.ErrInProgress)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("got %v, want %v", err, context.DeadlineExceeded)
+	}
 }
 
 // A same-process caller with another payload is told ErrPayloadMismatch at
@@ -243,20 +295,32 @@ func TestSameProcessMismatchNotHeldBehindWait(t *testing.T) {
 	go func() {
 		defer close(waiterDone)
 		v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 2, nil }, idem.Payload("p1"))
-		assert.NoError(t, err)
-		assert.Equal(t, 1, v)
+		if err != nil {
+			t.Errorf("unexpected error: %v", err)
+		}
+		if v != 1 {
+			t.Errorf("got %v, want %v", v, 1)
+		}
 	}()
-	require.Eventually(t, func() bool { return c.Count(idem.EventWait) > 0 }, 5*time.Second, time.Millisecond)
+	for deadline := time.Now().Add(30 * time.Second); c.Count(idem.EventWait) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never waited")
+		}
+	}
 
 	fn := func(ctx context.Context) (int, error) { return 3, nil }
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, err := other.Do(ctx, "k", fn, idem.Payload("p2"))
-	assert.ErrorIs(t, err, idem.ErrPayloadMismatch, "another process")
-	start := time.Now()
+	if !errors.Is(err, idem.ErrPayloadMismatch) {
+		t.Errorf("another process: got %v, want %v", err, idem.ErrPayloadMismatch)
+	}
+	// Held behind the waiting follower, this call would end with ctx's
+	// deadline instead (the owner does not finish before release).
 	_, err = g.Do(ctx, "k", fn, idem.Payload("p2"))
-	assert.ErrorIs(t, err, idem.ErrPayloadMismatch, "same process")
-	assert.Less(t, time.Since(start), time.Second)
+	if !errors.Is(err, idem.ErrPayloadMismatch) {
+		t.Errorf("same process: got %v, want %v", err, idem.ErrPayloadMismatch)
+	}
 
 	close(release)
 	<-ownerDone
@@ -285,25 +349,47 @@ func TestReturnAndRaiseInProgress(t *testing.T) {
 			<-started
 			before := s.Total()
 			_, err := ret.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 2, nil })
-			assert.ErrorIs(t, err, idem.ErrInProgress)
-			assert.NotErrorIs(t, err, idem.ErrDuplicate)
+			if !errors.Is(err, idem.ErrInProgress) {
+				t.Errorf("got %v, want %v", err, idem.ErrInProgress)
+			}
+			if errors.Is(err, idem.ErrDuplicate) {
+				t.Errorf("got %v, must not match %v", err, idem.ErrDuplicate)
+			}
 			if sameProcess {
-				assert.Equal(t, before, s.Total(), "a same-process duplicate does not touch the store")
+				if got := s.Total(); got != before {
+					t.Errorf("a same-process duplicate does not touch the store: got %v, want %v", got, before)
+				}
 			}
 			_, err = raise.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 2, nil })
-			assert.ErrorIs(t, err, idem.ErrDuplicate)
-			assert.ErrorIs(t, err, idem.ErrInProgress)
+			if !errors.Is(err, idem.ErrDuplicate) {
+				t.Errorf("got %v, want %v", err, idem.ErrDuplicate)
+			}
+			if !errors.Is(err, idem.ErrInProgress) {
+				t.Errorf("got %v, want %v", err, idem.ErrInProgress)
+			}
 			var de *idem.DuplicateError
-			require.ErrorAs(t, err, &de)
-			assert.Equal(t, idem.StatusInProgress, de.Status)
+			if !errors.As(err, &de) {
+				t.Fatalf("got %v, want a %T", err, de)
+			}
+			if de.Status != idem.StatusInProgress {
+				t.Errorf("got %v, want %v", de.Status, idem.StatusInProgress)
+			}
 			close(release)
 			<-done
 			_, err = raise.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 2, nil })
-			assert.ErrorIs(t, err, idem.ErrDuplicate)
-			assert.NotErrorIs(t, err, idem.ErrInProgress)
+			if !errors.Is(err, idem.ErrDuplicate) {
+				t.Errorf("got %v, want %v", err, idem.ErrDuplicate)
+			}
+			if errors.Is(err, idem.ErrInProgress) {
+				t.Errorf("got %v, must not match %v", err, idem.ErrInProgress)
+			}
 			v, err := ret.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 2, nil })
-			require.NoError(t, err)
-			assert.Equal(t, 1, v)
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if v != 1 {
+				t.Errorf("got %v, want %v", v, 1)
+			}
 		})
 	}
 }
@@ -321,30 +407,54 @@ func TestFailurePolicies(t *testing.T) {
 			return 7, nil
 		}
 		_, err := g.Do(context.Background(), "k", fn)
-		assert.ErrorIs(t, err, boom)
+		if !errors.Is(err, boom) {
+			t.Errorf("got %v, want %v", err, boom)
+		}
 		v, err := g.Do(context.Background(), "k", fn)
-		require.NoError(t, err)
-		assert.Equal(t, 7, v)
-		assert.Equal(t, 2, runs)
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		if v != 7 {
+			t.Errorf("got %v, want %v", v, 7)
+		}
+		if runs != 2 {
+			t.Errorf("got %v, want %v", runs, 2)
+		}
 	})
 	t.Run("lock", func(t *testing.T) {
 		g := newGuard[int](t, newMem(t), idem.OnFailure(idem.Lock))
 		var runs int
 		fn := func(ctx context.Context) (int, error) { runs++; return 0, boom }
 		_, err := g.Do(context.Background(), "k", fn)
-		assert.ErrorIs(t, err, boom, "the first caller gets fn's own error")
+		if !errors.Is(err, boom) {
+			t.Errorf("the first caller gets fn's own error: got %v, want %v", err, boom)
+		}
 		_, err = g.Do(context.Background(), "k", fn)
-		assert.ErrorIs(t, err, idem.ErrPreviousFailure)
+		if !errors.Is(err, idem.ErrPreviousFailure) {
+			t.Errorf("got %v, want %v", err, idem.ErrPreviousFailure)
+		}
 		var se *idem.StoredError
-		require.ErrorAs(t, err, &se)
-		assert.Equal(t, "declined: card_declined", se.Message)
-		assert.Equal(t, "*idem_test.declineError", se.Type)
-		assert.Equal(t, 1, runs)
+		if !errors.As(err, &se) {
+			t.Fatalf("got %v, want a %T", err, se)
+		}
+		if se.Message != "declined: card_declined" {
+			t.Errorf("got %v, want %v", se.Message, "declined: card_declined")
+		}
+		if se.Type != "*idem_test.declineError" {
+			t.Errorf("got %v, want %v", se.Type, "*idem_test.declineError")
+		}
+		if runs != 1 {
+			t.Errorf("got %v, want %v", runs, 1)
+		}
 		raise := newGuard[int](t, newMem(t), idem.OnFailure(idem.Lock), idem.OnDuplicate(idem.Raise))
 		_, _ = raise.Do(context.Background(), "k", fn)
 		_, err = raise.Do(context.Background(), "k", fn)
-		assert.ErrorIs(t, err, idem.ErrDuplicate)
-		assert.ErrorIs(t, err, idem.ErrPreviousFailure)
+		if !errors.Is(err, idem.ErrDuplicate) {
+			t.Errorf("got %v, want %v", err, idem.ErrDuplicate)
+		}
+		if !errors.Is(err, idem.ErrPreviousFailure) {
+			t.Errorf("got %v, want %v", err, idem.ErrPreviousFailure)
+		}
 	})
 }
 
@@ -358,18 +468,30 @@ func TestPayloadMismatch(t *testing.T) {
 	ctx := context.Background()
 	one := func(ctx context.Context) (int, error) { return 1, nil }
 	_, err := g.Do(ctx, "completed", one, idem.Payload(map[string]any{"amount": 100}))
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	v, err := g.Do(ctx, "completed", one, idem.Payload(map[string]any{"amount": 100}))
-	require.NoError(t, err)
-	assert.Equal(t, 1, v)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if v != 1 {
+		t.Errorf("got %v, want %v", v, 1)
+	}
 	_, err = g.Do(ctx, "completed", one, idem.Payload(map[string]any{"amount": 101}))
-	assert.ErrorIs(t, err, idem.ErrPayloadMismatch)
+	if !errors.Is(err, idem.ErrPayloadMismatch) {
+		t.Errorf("got %v, want %v", err, idem.ErrPayloadMismatch)
+	}
 	_, err = g.Do(ctx, "completed", one)
-	assert.ErrorIs(t, err, idem.ErrPayloadMismatch, "no payload does not match a stored payload")
+	if !errors.Is(err, idem.ErrPayloadMismatch) {
+		t.Errorf("no payload does not match a stored payload: got %v, want %v", err, idem.ErrPayloadMismatch)
+	}
 
 	_, _ = g.Do(ctx, "failed", func(ctx context.Context) (int, error) { return 0, errors.New("x") }, idem.Payload("a"))
 	_, err = g.Do(ctx, "failed", one, idem.Payload("b"))
-	assert.ErrorIs(t, err, idem.ErrPayloadMismatch)
+	if !errors.Is(err, idem.ErrPayloadMismatch) {
+		t.Errorf("got %v, want %v", err, idem.ErrPayloadMismatch)
+	}
 
 	other := newGuard[int](t, s)
 	started, release := make(chan struct{}), make(chan struct{})
@@ -380,14 +502,20 @@ func TestPayloadMismatch(t *testing.T) {
 	}()
 	<-started
 	_, err = other.Do(ctx, "running", one, idem.Payload("b"))
-	assert.ErrorIs(t, err, idem.ErrPayloadMismatch, "across guards")
+	if !errors.Is(err, idem.ErrPayloadMismatch) {
+		t.Errorf("across guards: got %v, want %v", err, idem.ErrPayloadMismatch)
+	}
 	_, err = g.Do(ctx, "running", one, idem.Payload("b"))
-	assert.ErrorIs(t, err, idem.ErrPayloadMismatch, "same process")
+	if !errors.Is(err, idem.ErrPayloadMismatch) {
+		t.Errorf("same process: got %v, want %v", err, idem.ErrPayloadMismatch)
+	}
 	close(release)
 	<-done
 
 	_, err = g.Do(ctx, "bad", one, idem.Payload(func() {}))
-	assert.ErrorIs(t, err, idem.ErrInvalidPayload)
+	if !errors.Is(err, idem.ErrInvalidPayload) {
+		t.Errorf("got %v, want %v", err, idem.ErrInvalidPayload)
+	}
 }
 
 func TestTakeoverOfCrashedClaim(t *testing.T) {
@@ -395,25 +523,43 @@ func TestTakeoverOfCrashedClaim(t *testing.T) {
 	// A claim whose owner died: nobody heartbeats it.
 	g := newGuard[int](t, s, idem.WithTakeoverAfter(150*time.Millisecond), idem.WithHeartbeat(30*time.Millisecond), idem.OnDuplicate(idem.Wait))
 	sk, err := g.StorageKey("k")
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	// The dead owner used the same threshold: staleness is judged by the
 	// owner's stored one.
 	_, err = s.Claim(context.Background(), idem.ClaimRequest{Key: sk, Nonce: "dead-owner", LeaseTTL: time.Hour, TakeoverAfter: 150 * time.Millisecond})
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	var c idem.Counter
 	g = newGuard[int](t, s, idem.WithTakeoverAfter(150*time.Millisecond), idem.WithHeartbeat(30*time.Millisecond), idem.OnDuplicate(idem.Wait), idem.WithObserver(&c))
 	start := time.Now()
 	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
 		tok, ok := idem.FencingToken(ctx)
-		require.True(t, ok)
+		if !ok {
+			t.Fatalf("ok is false")
+		}
 		return int(tok), nil
 	})
-	require.NoError(t, err)
-	assert.Equal(t, 2, v, "the takeover runs with attempt 2")
-	assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
-	assert.Equal(t, int64(1), c.Count(idem.EventTakeover))
-	assert.Equal(t, int64(1), c.Count(idem.EventWait))
-	assert.ErrorIs(t, s.Complete(context.Background(), sk, "dead-owner", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}), idem.ErrLostOwnership)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if v != 2 {
+		t.Errorf("the takeover runs with attempt 2: got %v, want %v", v, 2)
+	}
+	if got := time.Since(start); got < 100*time.Millisecond {
+		t.Errorf("got %v, want >= %v", got, 100*time.Millisecond)
+	}
+	if got := c.Count(idem.EventTakeover); got != int64(1) {
+		t.Errorf("got %v, want %v", got, int64(1))
+	}
+	if got := c.Count(idem.EventWait); got != int64(1) {
+		t.Errorf("got %v, want %v", got, int64(1))
+	}
+	if err := s.Complete(context.Background(), sk, "dead-owner", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", err, idem.ErrLostOwnership)
+	}
 }
 
 // A paused owner (its heartbeats cannot get through) is taken over; when it
@@ -455,19 +601,33 @@ func TestStaleOwnerIsRefused(t *testing.T) {
 	<-started
 	v, err := fresh.Do(context.Background(), "k", func(ctx context.Context) (string, error) {
 		tok, _ := idem.FencingToken(ctx)
-		assert.Equal(t, int64(2), tok)
+		if tok != int64(2) {
+			t.Errorf("got %v, want %v", tok, int64(2))
+		}
 		return "fresh", nil
 	})
-	require.NoError(t, err)
-	assert.Equal(t, "fresh", v)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if v != "fresh" {
+		t.Errorf("got %v, want %v", v, "fresh")
+	}
 	pause.Store(false) // the stale owner wakes
 	close(wake)
 	r := <-res
-	assert.ErrorIs(t, r.err, idem.ErrLostOwnership)
-	assert.ErrorIs(t, r.cause, idem.ErrLostOwnership, "fn's context is cancelled with the loss as cause")
+	if !errors.Is(r.err, idem.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", r.err, idem.ErrLostOwnership)
+	}
+	if !errors.Is(r.cause, idem.ErrLostOwnership) {
+		t.Errorf("fn's context is cancelled with the loss as cause: got %v, want %v", r.cause, idem.ErrLostOwnership)
+	}
 	got, err := fresh.Do(context.Background(), "k", func(ctx context.Context) (string, error) { return "again", nil })
-	require.NoError(t, err)
-	assert.Equal(t, "fresh", got, "the stored result is the new owner's")
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if got != "fresh" {
+		t.Errorf("the stored result is the new owner's: got %v, want %v", got, "fresh")
+	}
 }
 
 // An owner whose completion comes after a takeover without any heartbeat
@@ -487,13 +647,21 @@ func TestCompletionRefusedAfterTakeover(t *testing.T) {
 	_, err := a.Do(context.Background(), "k", func(ctx context.Context) (string, error) {
 		time.Sleep(150 * time.Millisecond)
 		_, err := b.Do(context.Background(), "k", func(ctx context.Context) (string, error) { return "b", nil })
-		require.NoError(t, err)
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
 		return "a", nil
 	})
-	assert.ErrorIs(t, err, idem.ErrLostOwnership)
+	if !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", err, idem.ErrLostOwnership)
+	}
 	v, err := b.Do(context.Background(), "k", func(ctx context.Context) (string, error) { return "c", nil })
-	require.NoError(t, err)
-	assert.Equal(t, "b", v)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if v != "b" {
+		t.Errorf("got %v, want %v", v, "b")
+	}
 }
 
 func TestPanicReleasesAndRepanics(t *testing.T) {
@@ -501,7 +669,9 @@ func TestPanicReleasesAndRepanics(t *testing.T) {
 	func() {
 		defer func() {
 			r := recover()
-			assert.Equal(t, "kaboom", r)
+			if r != "kaboom" {
+				t.Errorf("got %v, want %v", r, "kaboom")
+			}
 		}()
 		_, _ = g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { panic("kaboom") })
 		t.Fatal("Do returned after a panic")
@@ -510,8 +680,12 @@ func TestPanicReleasesAndRepanics(t *testing.T) {
 		tok, _ := idem.FencingToken(ctx)
 		return int(tok), nil
 	})
-	require.NoError(t, err)
-	assert.Equal(t, 2, v, "the claim was released, not completed")
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if v != 2 {
+		t.Errorf("the claim was released, not completed: got %v, want %v", v, 2)
+	}
 }
 
 func TestGoexitReleases(t *testing.T) {
@@ -526,8 +700,12 @@ func TestGoexitReleases(t *testing.T) {
 	}()
 	<-done
 	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 5, nil })
-	require.NoError(t, err)
-	assert.Equal(t, 5, v)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if v != 5 {
+		t.Errorf("got %v, want %v", v, 5)
+	}
 }
 
 func TestPanicWakesSameProcessWaiters(t *testing.T) {
@@ -543,8 +721,12 @@ func TestPanicWakesSameProcessWaiters(t *testing.T) {
 	}()
 	<-started
 	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 9, nil })
-	require.NoError(t, err)
-	assert.Equal(t, 9, v)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if v != 9 {
+		t.Errorf("got %v, want %v", v, 9)
+	}
 }
 
 type unencodable struct {
@@ -557,12 +739,22 @@ func TestResultUnavailable(t *testing.T) {
 	var runs int
 	fn := func(ctx context.Context) (unencodable, error) { runs++; return unencodable{C: make(chan int)}, nil }
 	v, err := g.Do(context.Background(), "k", fn)
-	require.NoError(t, err, "the first caller gets its result")
-	assert.NotNil(t, v.C)
+	if err != nil {
+		t.Fatalf("the first caller gets its result: unexpected error: %v", err)
+	}
+	if v.C == nil {
+		t.Errorf("v.C is nil")
+	}
 	_, err = g.Do(context.Background(), "k", fn)
-	assert.ErrorIs(t, err, idem.ErrResultUnavailable)
-	assert.Equal(t, 1, runs, "the side effect is never re-run because the result could not be stored")
-	assert.Equal(t, int64(2), c.Count(idem.EventResultUnavailable))
+	if !errors.Is(err, idem.ErrResultUnavailable) {
+		t.Errorf("got %v, want %v", err, idem.ErrResultUnavailable)
+	}
+	if runs != 1 {
+		t.Errorf("the side effect is never re-run because the result could not be stored: got %v, want %v", runs, 1)
+	}
+	if got := c.Count(idem.EventResultUnavailable); got != int64(2) {
+		t.Errorf("got %v, want %v", got, int64(2))
+	}
 }
 
 func TestCompletionRetriedThenNotRecorded(t *testing.T) {
@@ -577,16 +769,28 @@ func TestCompletionRetriedThenNotRecorded(t *testing.T) {
 	}
 	g := newGuard[int](t, inst, idem.WithTakeoverAfter(300*time.Millisecond))
 	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 1, nil })
-	require.NoError(t, err, "transient completion failures are retried")
-	assert.Equal(t, 1, v)
-	assert.Equal(t, 3, inst.Count(storetest.OpComplete))
+	if err != nil {
+		t.Fatalf("transient completion failures are retried: unexpected error: %v", err)
+	}
+	if v != 1 {
+		t.Errorf("got %v, want %v", v, 1)
+	}
+	if got := inst.Count(storetest.OpComplete); got != 3 {
+		t.Errorf("got %v, want %v", got, 3)
+	}
 
 	fails.Store(1 << 30)
 	v, err = g.Do(context.Background(), "k2", func(ctx context.Context) (int, error) { return 2, nil })
-	assert.Equal(t, 2, v, "the caller still gets the result")
-	assert.ErrorIs(t, err, idem.ErrNotRecorded)
+	if v != 2 {
+		t.Errorf("the caller still gets the result: got %v, want %v", v, 2)
+	}
+	if !errors.Is(err, idem.ErrNotRecorded) {
+		t.Errorf("got %v, want %v", err, idem.ErrNotRecorded)
+	}
 	var se *idem.StoreError
-	assert.ErrorAs(t, err, &se)
+	if !errors.As(err, &se) {
+		t.Errorf("got %v, want a %T", err, se)
+	}
 }
 
 func TestCompletionReplyLostCountsAsSuccess(t *testing.T) {
@@ -601,9 +805,15 @@ func TestCompletionReplyLostCountsAsSuccess(t *testing.T) {
 	}
 	g := newGuard[int](t, inst)
 	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 3, nil })
-	require.NoError(t, err)
-	assert.Equal(t, 3, v)
-	assert.Equal(t, 2, inst.Count(storetest.OpComplete))
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if v != 3 {
+		t.Errorf("got %v, want %v", v, 3)
+	}
+	if got := inst.Count(storetest.OpComplete); got != 2 {
+		t.Errorf("got %v, want %v", got, 2)
+	}
 }
 
 func TestStoreErrorsAreWrapped(t *testing.T) {
@@ -613,11 +823,19 @@ func TestStoreErrorsAreWrapped(t *testing.T) {
 	g := newGuard[int](t, inst)
 	ran := false
 	_, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { ran = true; return 1, nil })
-	assert.ErrorIs(t, err, down)
+	if !errors.Is(err, down) {
+		t.Errorf("got %v, want %v", err, down)
+	}
 	var se *idem.StoreError
-	require.ErrorAs(t, err, &se)
-	assert.Equal(t, "claim", se.Op)
-	assert.False(t, ran, "without a claim fn does not run")
+	if !errors.As(err, &se) {
+		t.Fatalf("got %v, want a %T", err, se)
+	}
+	if se.Op != "claim" {
+		t.Errorf("got %v, want %v", se.Op, "claim")
+	}
+	if ran {
+		t.Errorf("without a claim fn does not run")
+	}
 }
 
 func TestSanitize(t *testing.T) {
@@ -644,14 +862,24 @@ func TestSanitize(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	close(release)
 	<-done
-	assert.Equal(t, "card-token", first.Secret, "the first caller gets the full result")
-	assert.Equal(t, invoice{ID: "i", Amount: 1}, <-follower, "a same-process duplicate gets what was stored")
+	if first.Secret != "card-token" {
+		t.Errorf("the first caller gets the full result: got %v, want %v", first.Secret, "card-token")
+	}
+	if <-follower != (invoice{ID: "i", Amount: 1}) {
+		t.Errorf("a same-process duplicate gets what was stored: got %v, want %v", <-follower, (invoice{ID: "i", Amount: 1}))
+	}
 	replay, err := g.Do(context.Background(), "k", func(ctx context.Context) (invoice, error) { return invoice{}, nil })
-	require.NoError(t, err)
-	assert.Equal(t, invoice{ID: "i", Amount: 1}, replay)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if replay != (invoice{ID: "i", Amount: 1}) {
+		t.Errorf("got %v, want %v", replay, (invoice{ID: "i", Amount: 1}))
+	}
 
 	_, err = idem.New[invoice](s, idem.WithSanitize(func(int) int { return 0 }))
-	assert.ErrorIs(t, err, idem.ErrInvalidOption)
+	if !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("got %v, want %v", err, idem.ErrInvalidOption)
+	}
 }
 
 func TestOptionsValidated(t *testing.T) {
@@ -674,20 +902,39 @@ func TestOptionsValidated(t *testing.T) {
 	}
 	for name, opts := range cases {
 		_, err := idem.New[int](s, opts...)
-		assert.ErrorIs(t, err, idem.ErrInvalidOption, name)
+		if !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("%v: got %v, want %v", name, err, idem.ErrInvalidOption)
+		}
 		var oe *idem.OptionError
-		assert.ErrorAs(t, err, &oe, name)
+		if !errors.As(err, &oe) {
+			t.Errorf("%v: got %v, want a %T", name, err, oe)
+		}
 	}
-	_, err := idem.New[int](nil)
-	assert.ErrorIs(t, err, idem.ErrInvalidOption)
+	_, err := idem.New[int](s, idem.WithTTL(0), nil, idem.WithObserver(nil))
+	storetest.CheckOptionErrors(t, err, "WithTTL", "New", "WithObserver")
+	if want := "idem: WithTTL: ttl must be at least 1ms"; !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("got %q, want it to start with %q", err, want)
+	}
+	_, err = idem.New[int](nil)
+	if !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("got %v, want %v", err, idem.ErrInvalidOption)
+	}
 	var nilStore *memstore.Store
 	_, err = idem.New[int](nilStore)
-	assert.ErrorIs(t, err, idem.ErrInvalidOption)
+	if !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("got %v, want %v", err, idem.ErrInvalidOption)
+	}
 	_, err = idem.New[int](s, idem.RequireSecret(), idem.WithSecret([]byte("s3cret")))
-	assert.NoError(t, err)
+	if err != nil {
+		t.Errorf("unexpected error: %v", err)
+	}
 	g, err := idem.New[int](s, idem.WithTakeoverAfter(90*time.Millisecond))
-	require.NoError(t, err, "the default heartbeat shrinks to fit a short threshold")
-	assert.NotNil(t, g)
+	if err != nil {
+		t.Fatalf("the default heartbeat shrinks to fit a short threshold: unexpected error: %v", err)
+	}
+	if g == nil {
+		t.Errorf("g is nil")
+	}
 }
 
 // A takeover threshold under a millisecond would be zero in the record's
@@ -698,7 +945,9 @@ func TestSubMillisecondThresholdRefused(t *testing.T) {
 	opts := []idem.Option{idem.WithTakeoverAfter(900 * time.Microsecond), idem.WithHeartbeat(400 * time.Microsecond)}
 	a, err := idem.New[int](s, opts...)
 	if err != nil {
-		assert.ErrorIs(t, err, idem.ErrInvalidOption)
+		if !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("got %v, want %v", err, idem.ErrInvalidOption)
+		}
 		return
 	}
 	b := newGuard[int](t, s, opts...)
@@ -708,43 +957,69 @@ func TestSubMillisecondThresholdRefused(t *testing.T) {
 		_, _ = b.Do(context.Background(), "k", func(ctx context.Context) (int, error) { runs.Add(1); return 2, nil })
 		return 1, nil
 	})
-	assert.Equal(t, int32(1), runs.Load(), "a duplicate of a live call ran fn beside it")
+	if got := runs.Load(); got != int32(1) {
+		t.Errorf("a duplicate of a live call ran fn beside it: got %v, want %v", got, int32(1))
+	}
 }
 
 func TestStorageKeys(t *testing.T) {
 	s := newMem(t)
 	plain := newGuard[int](t, s)
 	k1, err := plain.StorageKey("order-1")
-	require.NoError(t, err)
-	assert.Regexp(t, `^idem:[0-9a-f]{64}$`, k1)
-	assert.NotContains(t, k1, "order-1")
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if !regexp.MustCompile(`^idem:[0-9a-f]{64}$`).MatchString(k1) {
+		t.Errorf("%q does not match %s", k1, `^idem:[0-9a-f]{64}$`)
+	}
+	if strings.Contains(k1, "order-1") {
+		t.Errorf("%q contains %q", k1, "order-1")
+	}
 	// Storage keys are a stored format: they must never change between
 	// versions. SHA-256 / HMAC-SHA256 over length-prefixed fields
 	// ("idem/key/v1", tenant, scope, key), each as 8-byte big-endian length
 	// and bytes.
-	assert.Equal(t, "idem:0660d523cfa4aa8699b3274b1ea7083013996f4ab76f3684a29898ee2440ee24", k1)
+	if k1 != "idem:0660d523cfa4aa8699b3274b1ea7083013996f4ab76f3684a29898ee2440ee24" {
+		t.Errorf("got %v, want %v", k1, "idem:0660d523cfa4aa8699b3274b1ea7083013996f4ab76f3684a29898ee2440ee24")
+	}
 	pinned := newGuard[int](t, s, idem.WithNamespace("t", "s"), idem.WithSecret([]byte("k")))
 	kp, _ := pinned.StorageKey("order-1")
-	assert.Equal(t, "idem:ad8000e51f73d3b84333b64c8a00f3b93982472ad290eb03747e90af49edbdbe", kp)
+	if kp != "idem:ad8000e51f73d3b84333b64c8a00f3b93982472ad290eb03747e90af49edbdbe" {
+		t.Errorf("got %v, want %v", kp, "idem:ad8000e51f73d3b84333b64c8a00f3b93982472ad290eb03747e90af49edbdbe")
+	}
 	tenant := newGuard[int](t, s, idem.WithNamespace("tenant-2", ""))
 	k2, _ := tenant.StorageKey("order-1")
-	assert.NotEqual(t, k1, k2)
+	if k2 == k1 {
+		t.Errorf("got %v, want a different value", k2)
+	}
 	scope := newGuard[int](t, s, idem.WithNamespace("", "tenant-2"))
 	k3, _ := scope.StorageKey("order-1")
-	assert.NotEqual(t, k2, k3, "tenant and scope are separate fields")
+	if k3 == k2 {
+		t.Errorf("tenant and scope are separate fields: got %v, want a different value", k3)
+	}
 	secret := newGuard[int](t, s, idem.WithSecret([]byte("k")))
 	k4, _ := secret.StorageKey("order-1")
-	assert.NotEqual(t, k1, k4)
+	if k4 == k1 {
+		t.Errorf("got %v, want a different value", k4)
+	}
 	secret2 := newGuard[int](t, s, idem.WithSecret([]byte("k2")))
 	k5, _ := secret2.StorageKey("order-1")
-	assert.NotEqual(t, k4, k5)
+	if k5 == k4 {
+		t.Errorf("got %v, want a different value", k5)
+	}
 
 	_, err = plain.Do(context.Background(), "", func(ctx context.Context) (int, error) { return 1, nil })
-	assert.ErrorIs(t, err, idem.ErrInvalidKey)
+	if !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("got %v, want %v", err, idem.ErrInvalidKey)
+	}
 	var ke *idem.KeyError
-	assert.ErrorAs(t, err, &ke)
+	if !errors.As(err, &ke) {
+		t.Errorf("got %v, want a %T", err, ke)
+	}
 	_, err = plain.StorageKey(string(make([]byte, idem.MaxKeyLen+1)))
-	assert.ErrorIs(t, err, idem.ErrInvalidKey)
+	if !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("got %v, want %v", err, idem.ErrInvalidKey)
+	}
 
 	// The same key in two namespaces runs twice; in one namespace, once.
 	var runs int
@@ -752,7 +1027,9 @@ func TestStorageKeys(t *testing.T) {
 	_, _ = plain.Do(context.Background(), "x", fn)
 	_, _ = tenant.Do(context.Background(), "x", fn)
 	_, _ = plain.Do(context.Background(), "x", fn)
-	assert.Equal(t, 2, runs)
+	if runs != 2 {
+		t.Errorf("got %v, want %v", runs, 2)
+	}
 }
 
 func TestObserverSeesStorageKeyOnly(t *testing.T) {
@@ -770,10 +1047,17 @@ func TestObserverSeesStorageKeyOnly(t *testing.T) {
 	kinds := []idem.EventKind{}
 	for _, e := range events {
 		kinds = append(kinds, e.Kind)
-		assert.NotContains(t, e.StorageKey, "customer")
-		assert.Regexp(t, `^idem:[0-9a-f]{64}$`, e.StorageKey)
+		if strings.Contains(e.StorageKey, "customer") {
+			t.Errorf("%q contains %q", e.StorageKey, "customer")
+		}
+		if !regexp.MustCompile(`^idem:[0-9a-f]{64}$`).MatchString(e.StorageKey) {
+			t.Errorf("%q does not match %s", e.StorageKey, `^idem:[0-9a-f]{64}$`)
+		}
 	}
-	assert.Equal(t, []idem.EventKind{idem.EventClaim, idem.EventComplete, idem.EventHit, idem.EventClaim, idem.EventFailure}, kinds)
+	want := []idem.EventKind{idem.EventClaim, idem.EventComplete, idem.EventHit, idem.EventClaim, idem.EventFailure}
+	if !slices.Equal(kinds, want) {
+		t.Errorf("events: got %v, want %v", kinds, want)
+	}
 }
 
 func TestWrap(t *testing.T) {
@@ -788,18 +1072,34 @@ func TestWrap(t *testing.T) {
 		return fmt.Sprintf("inv-%d-%d", r.User, r.Amount), nil
 	})
 	a, err := create(context.Background(), req{1, 100})
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	b, err := create(context.Background(), req{1, 100})
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	c, err := create(context.Background(), req{1, 200})
-	require.NoError(t, err)
-	assert.Equal(t, "inv-1-100", a)
-	assert.Equal(t, a, b)
-	assert.Equal(t, "inv-1-200", c)
-	assert.Equal(t, 2, runs)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if a != "inv-1-100" {
+		t.Errorf("got %v, want %v", a, "inv-1-100")
+	}
+	if b != a {
+		t.Errorf("got %v, want %v", b, a)
+	}
+	if c != "inv-1-200" {
+		t.Errorf("got %v, want %v", c, "inv-1-200")
+	}
+	if runs != 2 {
+		t.Errorf("got %v, want %v", runs, 2)
+	}
 	bad := idem.Wrap(g, "bad", func(ctx context.Context, f func()) (string, error) { return "", nil })
 	_, err = bad(context.Background(), func() {})
-	assert.ErrorIs(t, err, idem.ErrInvalidKey)
+	if !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("got %v, want %v", err, idem.ErrInvalidKey)
+	}
 }
 
 func TestCorruptStoredResult(t *testing.T) {
@@ -807,10 +1107,16 @@ func TestCorruptStoredResult(t *testing.T) {
 	g := newGuard[string](t, s)
 	sk, _ := g.StorageKey("k")
 	_, err := s.Claim(context.Background(), idem.ClaimRequest{Key: sk, Nonce: "n", LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
-	require.NoError(t, err)
-	require.NoError(t, s.Complete(context.Background(), sk, "n", idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"not":"a string"}`), TTL: time.Hour}))
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if err := s.Complete(context.Background(), sk, "n", idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"not":"a string"}`), TTL: time.Hour}); err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	_, err = g.Do(context.Background(), "k", func(ctx context.Context) (string, error) { return "x", nil })
-	assert.ErrorIs(t, err, idem.ErrCorruptRecord)
+	if !errors.Is(err, idem.ErrCorruptRecord) {
+		t.Errorf("got %v, want %v", err, idem.ErrCorruptRecord)
+	}
 }
 
 // Every goroutine has its own Guard, as if each were a process: only the
@@ -835,13 +1141,19 @@ func TestConcurrentGuardsRunOnce(t *testing.T) {
 					runs.Add(1)
 					return 7, nil
 				})
-				assert.NoError(t, err)
-				assert.Equal(t, 7, v)
+				if err != nil {
+					t.Errorf("unexpected error: %v", err)
+				}
+				if v != 7 {
+					t.Errorf("got %v, want %v", v, 7)
+				}
 			}(g)
 		}
 		close(start)
 		wg.Wait()
-		require.Equal(t, int32(1), runs.Load(), "fn runs exactly once for %s", key)
+		if got := runs.Load(); got != int32(1) {
+			t.Fatalf("fn runs exactly once for %s: got %v, want %v", key, got, int32(1))
+		}
 	}
 }
 
@@ -869,13 +1181,25 @@ func TestHeartbeatLapseCancelsFn(t *testing.T) {
 			return "ran on", nil
 		}
 	})
-	require.NoError(t, err, "nobody took over, so the outcome is recorded")
-	assert.Equal(t, "stopped", v)
-	assert.ErrorIs(t, cause, idem.ErrLostOwnership)
-	assert.Less(t, time.Since(start), 2*time.Second, "fn was stopped before the claim could go stale")
+	if err != nil {
+		t.Fatalf("nobody took over, so the outcome is recorded: unexpected error: %v", err)
+	}
+	if v != "stopped" {
+		t.Errorf("got %v, want %v", v, "stopped")
+	}
+	if !errors.Is(cause, idem.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", cause, idem.ErrLostOwnership)
+	}
+	if got := time.Since(start); got >= 2*time.Second {
+		t.Errorf("fn was stopped before the claim could go stale: got %v, want < %v", got, 2*time.Second)
+	}
 	got, err := g.Do(context.Background(), "k", func(ctx context.Context) (string, error) { return "again", nil })
-	require.NoError(t, err)
-	assert.Equal(t, "stopped", got)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if got != "stopped" {
+		t.Errorf("got %v, want %v", got, "stopped")
+	}
 }
 
 // A healthy owner is never stopped by the lapse timer, even with the
@@ -893,9 +1217,15 @@ func TestNoLapseWhileHeartbeatsSucceed(t *testing.T) {
 		}
 		return 1, nil
 	})
-	require.NoError(t, err)
-	require.NoError(t, cause, "fn's context was cancelled although every heartbeat succeeded")
-	assert.GreaterOrEqual(t, inst.Count(storetest.OpHeartbeat), 5)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if cause != nil {
+		t.Fatalf("fn's context was cancelled although every heartbeat succeeded: unexpected error: %v", cause)
+	}
+	if got := inst.Count(storetest.OpHeartbeat); got < 5 {
+		t.Errorf("got %v, want >= %v", got, 5)
+	}
 }
 
 // badStore answers every claim with a record no store could have written.
@@ -918,7 +1248,9 @@ func TestInvalidRecordFromStore(t *testing.T) {
 	} {
 		g := newGuard[int](t, badStore{Store: newMem(t), rec: rec})
 		_, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 1, nil })
-		assert.ErrorIs(t, err, idem.ErrCorruptRecord, name)
+		if !errors.Is(err, idem.ErrCorruptRecord) {
+			t.Errorf("%v: got %v, want %v", name, err, idem.ErrCorruptRecord)
+		}
 	}
 }
 
@@ -937,11 +1269,21 @@ func TestPermanentCompletionFailureNotRetried(t *testing.T) {
 	g := newGuard[int](t, inst, idem.WithTakeoverAfter(time.Minute))
 	start := time.Now()
 	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 4, nil })
-	assert.Equal(t, 4, v)
-	assert.ErrorIs(t, err, idem.ErrNotRecorded)
-	assert.ErrorIs(t, err, idem.ErrPermanent)
-	assert.Equal(t, 2, inst.Count(storetest.OpComplete), "the outcome, then the outcome without its result")
-	assert.Less(t, time.Since(start), 10*time.Second)
+	if v != 4 {
+		t.Errorf("got %v, want %v", v, 4)
+	}
+	if !errors.Is(err, idem.ErrNotRecorded) {
+		t.Errorf("got %v, want %v", err, idem.ErrNotRecorded)
+	}
+	if !errors.Is(err, idem.ErrPermanent) {
+		t.Errorf("got %v, want %v", err, idem.ErrPermanent)
+	}
+	if got := inst.Count(storetest.OpComplete); got != 2 {
+		t.Errorf("the outcome, then the outcome without its result: got %v, want %v", got, 2)
+	}
+	if got := time.Since(start); got >= 10*time.Second {
+		t.Errorf("got %v, want < %v", got, 10*time.Second)
+	}
 }
 
 // newMem returns an empty memory store.

@@ -3,11 +3,10 @@ package idem_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
+	"regexp"
 	"testing"
-
-	"github.com/idem-go/idem/internal/assert"
-	"github.com/idem-go/idem/internal/require"
 
 	"github.com/idem-go/idem"
 )
@@ -18,26 +17,48 @@ func TestKeyCanonical(t *testing.T) {
 		A string `json:"a"`
 	}
 	k1, err := idem.Key("create_invoice", map[string]any{"a": "x", "b": 1})
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	k2, err := idem.Key("create_invoice", args{B: 1, A: "x"})
-	require.NoError(t, err)
-	assert.Equal(t, k1, k2, "a struct and a map with the same fields give the same key")
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if k2 != k1 {
+		t.Errorf("a struct and a map with the same fields give the same key: got %v, want %v", k2, k1)
+	}
 	k3, err := idem.Key("create_invoice", map[string]any{"b": 1, "a": "x"})
-	require.NoError(t, err)
-	assert.Equal(t, k1, k3)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if k3 != k1 {
+		t.Errorf("got %v, want %v", k3, k1)
+	}
 	k4, _ := idem.Key("create_invoice", map[string]any{"a": "x", "b": 2})
-	assert.NotEqual(t, k1, k4)
+	if k4 == k1 {
+		t.Errorf("got %v, want a different value", k4)
+	}
 	k5, _ := idem.Key("refund", map[string]any{"a": "x", "b": 1})
-	assert.NotEqual(t, k1, k5)
-	assert.Regexp(t, `^create_invoice:[0-9a-f]{64}$`, k1)
+	if k5 == k1 {
+		t.Errorf("got %v, want a different value", k5)
+	}
+	if !regexp.MustCompile(`^create_invoice:[0-9a-f]{64}$`).MatchString(k1) {
+		t.Errorf("%q does not match %s", k1, `^create_invoice:[0-9a-f]{64}$`)
+	}
 	// Argument boundaries count: ("ab") is not ("a", "b").
 	k6, _ := idem.Key("f", "ab")
 	k7, _ := idem.Key("f", "a", "b")
-	assert.NotEqual(t, k6, k7)
+	if k7 == k6 {
+		t.Errorf("got %v, want a different value", k7)
+	}
 	// Stable across runs and processes: a fixed expectation.
 	k8, err := idem.Key("create_invoice", 42, 1999)
-	require.NoError(t, err)
-	assert.Equal(t, "create_invoice:271eabe0f31d812d3db7b66479e281118c31a1bb9c0e4d62bee664f0801a4247", k8)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if k8 != "create_invoice:271eabe0f31d812d3db7b66479e281118c31a1bb9c0e4d62bee664f0801a4247" {
+		t.Errorf("got %v, want %v", k8, "create_invoice:271eabe0f31d812d3db7b66479e281118c31a1bb9c0e4d62bee664f0801a4247")
+	}
 }
 
 func TestKeyInvalid(t *testing.T) {
@@ -56,14 +77,22 @@ func TestKeyInvalid(t *testing.T) {
 	}
 	for name, args := range cases {
 		_, err := idem.Key("f", args...)
-		assert.ErrorIs(t, err, idem.ErrInvalidKey, name)
+		if !errors.Is(err, idem.ErrInvalidKey) {
+			t.Errorf("%v: got %v, want %v", name, err, idem.ErrInvalidKey)
+		}
 		var ke *idem.KeyError
-		assert.ErrorAs(t, err, &ke, name)
+		if !errors.As(err, &ke) {
+			t.Errorf("%v: got %v, want a %T", name, err, ke)
+		}
 	}
 	_, err := idem.Key("")
-	assert.ErrorIs(t, err, idem.ErrInvalidKey)
+	if !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("got %v, want %v", err, idem.ErrInvalidKey)
+	}
 	_, err = idem.Key("bad\xff")
-	assert.ErrorIs(t, err, idem.ErrInvalidKey)
+	if !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("got %v, want %v", err, idem.ErrInvalidKey)
+	}
 }
 
 // JSON turns every invalid UTF-8 byte into U+FFFD, so strings that differ
@@ -76,21 +105,35 @@ func TestKeyInvalidUTF8(t *testing.T) {
 		"nested":  []any{map[string]any{"x": "ok\xc3"}},
 	} {
 		_, err := idem.Key("f", arg)
-		assert.ErrorIs(t, err, idem.ErrInvalidKey, name)
+		if !errors.Is(err, idem.ErrInvalidKey) {
+			t.Errorf("%v: got %v, want %v", name, err, idem.ErrInvalidKey)
+		}
 	}
 	k1, err := idem.Key("f", "\ufffd")
-	require.NoError(t, err, "a valid U+FFFD is fine")
+	if err != nil {
+		t.Fatalf("a valid U+FFFD is fine: unexpected error: %v", err)
+	}
 	k2, err := idem.Key("f", `\ufffd`)
-	require.NoError(t, err, "so is a backslash followed by ufffd")
-	assert.NotEqual(t, k1, k2)
+	if err != nil {
+		t.Fatalf("so is a backslash followed by ufffd: unexpected error: %v", err)
+	}
+	if k2 == k1 {
+		t.Errorf("got %v, want a different value", k2)
+	}
 
 	g, err := idem.New[int](newMem(t))
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	fn := func(ctx context.Context) (int, error) { return 1, nil }
 	_, err = g.Do(context.Background(), "k", fn, idem.Payload("\xff"))
-	assert.ErrorIs(t, err, idem.ErrInvalidPayload)
+	if !errors.Is(err, idem.ErrInvalidPayload) {
+		t.Errorf("got %v, want %v", err, idem.ErrInvalidPayload)
+	}
 	_, err = g.Do(context.Background(), "k", fn, idem.Payload("\ufffd"))
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 }
 
 // FuzzKey checks that canonicalisation is deterministic and insensitive to
@@ -110,20 +153,36 @@ func FuzzKey(f *testing.F) {
 		k1, err1 := idem.Key(name, v)
 		again, _ := json.MarshalIndent(v, "", "  ")
 		var w any
-		require.NoError(t, json.Unmarshal(again, &w))
+		if err := json.Unmarshal(again, &w); err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
 		k2, err2 := idem.Key(name, w)
 		if err1 != nil {
-			require.ErrorIs(t, err1, idem.ErrInvalidKey)
-			require.Error(t, err2)
+			if !errors.Is(err1, idem.ErrInvalidKey) {
+				t.Fatalf("got %v, want %v", err1, idem.ErrInvalidKey)
+			}
+			if err2 == nil {
+				t.Fatalf("got no error")
+			}
 			return
 		}
-		require.NoError(t, err2)
-		require.Equal(t, k1, k2)
+		if err2 != nil {
+			t.Fatalf("unexpected error: %v", err2)
+		}
+		if k2 != k1 {
+			t.Fatalf("got %v, want %v", k2, k1)
+		}
 		c1, err := idem.CanonicalJSON(v)
-		require.NoError(t, err)
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
 		c2, err := idem.CanonicalJSON(json.RawMessage(c1))
-		require.NoError(t, err)
-		require.Equal(t, string(c1), string(c2), "canonical form is a fixed point")
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		if string(c2) != string(c1) {
+			t.Fatalf("canonical form is a fixed point: got %v, want %v", string(c2), string(c1))
+		}
 	})
 }
 
@@ -132,12 +191,22 @@ func FuzzKey(f *testing.F) {
 // sha256(JSON.stringify([{n:1e21,q:"a&b<c>",x:0.000001}])).
 func TestKeyRFC8785(t *testing.T) {
 	k, err := idem.Key("f", map[string]any{"q": "a&b<c>", "n": 1e21, "x": 0.000001})
-	require.NoError(t, err)
-	assert.Equal(t, "f:5594e58a4e1fac967770e24cf26b07f5bf97d599dc06ae8f194a5d9ae2a7ab2d", k)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if k != "f:5594e58a4e1fac967770e24cf26b07f5bf97d599dc06ae8f194a5d9ae2a7ab2d" {
+		t.Errorf("got %v, want %v", k, "f:5594e58a4e1fac967770e24cf26b07f5bf97d599dc06ae8f194a5d9ae2a7ab2d")
+	}
 	b, err := idem.CanonicalJSON(map[string]any{"q": "a&b"})
-	require.NoError(t, err)
-	assert.Equal(t, `{"q":"a&b"}`, string(b))
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if string(b) != `{"q":"a&b"}` {
+		t.Errorf("got %v, want %v", string(b), `{"q":"a&b"}`)
+	}
 	// Two int64 identifiers past 2^53 would share a double: refused.
 	_, err = idem.Key("f", int64(9007199254740993))
-	assert.ErrorIs(t, err, idem.ErrInvalidKey)
+	if !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("got %v, want %v", err, idem.ErrInvalidKey)
+	}
 }

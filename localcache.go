@@ -89,3 +89,13 @@ func (c *localCache) put(rec *Record, sent time.Time) {
 		delete(c.items, last.Value.(*cacheEntry).key)
 	}
 }
+
+// remove drops the entry for key, if any.
+func (c *localCache) remove(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[key]; ok {
+		c.ll.Remove(el)
+		delete(c.items, key)
+	}
+}

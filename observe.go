@@ -29,6 +29,8 @@ const (
 	EventWaitDone                           // a wait ended with the key decided (Duration: how long it lasted)
 	EventRefresh                            // a heartbeat refreshed the claim; Duration is the lapse margin
 	EventLapse                              // no heartbeat succeeded in time; fn's context is cancelled
+	EventStepRun                            // a step was claimed (or taken over); its fn is about to run
+	EventStepReplayed                       // a step's recorded result was returned without running it
 	numEventKinds
 )
 
@@ -36,7 +38,7 @@ var eventNames = [...]string{
 	"claim", "takeover", "hit", "in_progress", "wait", "lost_ownership",
 	"failure", "previous_failure", "payload_mismatch", "not_recorded",
 	"heartbeat_error", "result_unavailable", "complete", "wait_done",
-	"refresh", "lapse",
+	"refresh", "lapse", "step_run", "step_replayed",
 }
 
 func (k EventKind) String() string {

@@ -10,9 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/idem-go/idem/internal/assert"
-	"github.com/idem-go/idem/internal/require"
-
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/storetest"
@@ -46,15 +43,25 @@ func TestRefusedResultCompletesWithoutResult(t *testing.T) {
 	big := strings.Repeat("x", 5000)
 	fn := func(ctx context.Context) (string, error) { runs.Add(1); return big, nil }
 	v, err := g.Do(context.Background(), "k", fn)
-	require.NoError(t, err, "the record completed, without its result")
-	assert.Equal(t, big, v)
+	if err != nil {
+		t.Fatalf("the record completed, without its result: unexpected error: %v", err)
+	}
+	if v != big {
+		t.Errorf("got %v, want %v", v, big)
+	}
 	for range 2 { // past the threshold: a left-over claim would be taken over
 		clk.Advance(150 * time.Millisecond)
 		_, err = g.Do(context.Background(), "k", fn)
-		assert.ErrorIs(t, err, idem.ErrResultUnavailable)
+		if !errors.Is(err, idem.ErrResultUnavailable) {
+			t.Errorf("got %v, want %v", err, idem.ErrResultUnavailable)
+		}
 	}
-	assert.Equal(t, int32(1), runs.Load(), "fn ran once")
-	assert.Equal(t, int32(2), s.calls.Load(), "the refused completion, then the one without a result")
+	if got := runs.Load(); got != int32(1) {
+		t.Errorf("fn ran once: got %v, want %v", got, int32(1))
+	}
+	if got := s.calls.Load(); got != int32(2) {
+		t.Errorf("the refused completion, then the one without a result: got %v, want %v", got, int32(2))
+	}
 }
 
 // A stored failure the store refuses for good is stored again with a short
@@ -67,17 +74,33 @@ func TestRefusedFailureStoredShort(t *testing.T) {
 	long := errors.New("declined: " + strings.Repeat("é", 1000))
 	fn := func(ctx context.Context) (int, error) { runs.Add(1); return 0, long }
 	_, err := g.Do(context.Background(), "k", fn)
-	require.ErrorIs(t, err, long)
-	assert.NotErrorIs(t, err, idem.ErrNotRecorded)
+	if !errors.Is(err, long) {
+		t.Fatalf("got %v, want %v", err, long)
+	}
+	if errors.Is(err, idem.ErrNotRecorded) {
+		t.Errorf("got %v, must not match %v", err, idem.ErrNotRecorded)
+	}
 	clk.Advance(150 * time.Millisecond)
 	_, err = g.Do(context.Background(), "k", fn)
 	var se *idem.StoredError
-	require.ErrorAs(t, err, &se)
-	assert.Equal(t, "*errors.errorString", se.Type)
-	assert.LessOrEqual(t, len(se.Message), 256)
-	assert.True(t, strings.HasPrefix(se.Message, "declined: é"))
-	assert.True(t, utf8.ValidString(se.Message))
-	assert.Equal(t, int32(1), runs.Load())
+	if !errors.As(err, &se) {
+		t.Fatalf("got %v, want a %T", err, se)
+	}
+	if se.Type != "*errors.errorString" {
+		t.Errorf("got %v, want %v", se.Type, "*errors.errorString")
+	}
+	if got := len(se.Message); got > 256 {
+		t.Errorf("got %v, want <= %v", got, 256)
+	}
+	if !strings.HasPrefix(se.Message, "declined: é") {
+		t.Errorf("strings.HasPrefix(se.Message, \"declined: é\") is false")
+	}
+	if !utf8.ValidString(se.Message) {
+		t.Errorf("utf8.ValidString(se.Message) is false")
+	}
+	if got := runs.Load(); got != int32(1) {
+		t.Errorf("got %v, want %v", got, int32(1))
+	}
 }
 
 // A failure message with a NUL byte or invalid UTF-8 (which PostgreSQL text
@@ -88,12 +111,20 @@ func TestFailureMessageSanitised(t *testing.T) {
 	}}
 	g := newGuard[int](t, s, idem.OnFailure(idem.Lock))
 	_, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 0, errors.New("bad\x00byte \xff") })
-	require.Error(t, err)
+	if err == nil {
+		t.Fatalf("got no error")
+	}
 	_, err = g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { t.Fatal("ran again"); return 0, nil })
 	var se *idem.StoredError
-	require.ErrorAs(t, err, &se)
-	assert.Equal(t, "bad\uFFFDbyte \uFFFD", se.Message)
-	assert.Equal(t, int32(1), s.calls.Load())
+	if !errors.As(err, &se) {
+		t.Fatalf("got %v, want a %T", err, se)
+	}
+	if se.Message != "bad\uFFFDbyte \uFFFD" {
+		t.Errorf("got %v, want %v", se.Message, "bad\uFFFDbyte \uFFFD")
+	}
+	if got := s.calls.Load(); got != int32(1) {
+		t.Errorf("got %v, want %v", got, int32(1))
+	}
 }
 
 type panicky struct{ N int }
@@ -109,12 +140,22 @@ func TestEncoderPanicCompletesWithoutResult(t *testing.T) {
 	var runs atomic.Int32
 	fn := func(ctx context.Context) (panicky, error) { runs.Add(1); return panicky{N: 7}, nil }
 	v, err := g.Do(context.Background(), "k", fn)
-	require.NoError(t, err)
-	assert.Equal(t, 7, v.N)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if v.N != 7 {
+		t.Errorf("got %v, want %v", v.N, 7)
+	}
 	_, err = g.Do(context.Background(), "k", fn)
-	assert.ErrorIs(t, err, idem.ErrResultUnavailable)
-	assert.Contains(t, err.Error(), "encoder panicked: encoder bug")
-	assert.Equal(t, int32(1), runs.Load())
+	if !errors.Is(err, idem.ErrResultUnavailable) {
+		t.Errorf("got %v, want %v", err, idem.ErrResultUnavailable)
+	}
+	if !strings.Contains(err.Error(), "encoder panicked: encoder bug") {
+		t.Errorf("%q does not contain %q", err.Error(), "encoder panicked: encoder bug")
+	}
+	if got := runs.Load(); got != int32(1) {
+		t.Errorf("got %v, want %v", got, int32(1))
+	}
 }
 
 // A completion the store applied but whose every reply was lost is found by
@@ -130,12 +171,22 @@ func TestCompletionAppliedReplyLost(t *testing.T) {
 	}
 	g := newGuard[int](t, inst, idem.WithTakeoverAfter(100*time.Millisecond), idem.WithHeartbeat(20*time.Millisecond))
 	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 5, nil })
-	require.NoError(t, err, "the record read back carries this claim's outcome")
-	assert.Equal(t, 5, v)
-	assert.Equal(t, 1, inst.Count(storetest.OpGet))
+	if err != nil {
+		t.Fatalf("the record read back carries this claim's outcome: unexpected error: %v", err)
+	}
+	if v != 5 {
+		t.Errorf("got %v, want %v", v, 5)
+	}
+	if got := inst.Count(storetest.OpGet); got != 1 {
+		t.Errorf("got %v, want %v", got, 1)
+	}
 	v, err = g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 6, nil })
-	require.NoError(t, err)
-	assert.Equal(t, 5, v)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if v != 5 {
+		t.Errorf("got %v, want %v", v, 5)
+	}
 }
 
 // When a completion may have been applied and the record cannot be read
@@ -151,11 +202,19 @@ func TestCompletionOutcomeUnknown(t *testing.T) {
 	}
 	g := newGuard[int](t, inst, idem.WithTakeoverAfter(100*time.Millisecond), idem.WithHeartbeat(20*time.Millisecond))
 	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 5, nil })
-	assert.Equal(t, 5, v)
-	assert.ErrorIs(t, err, idem.ErrOutcomeUnknown)
-	assert.NotErrorIs(t, err, idem.ErrNotRecorded)
+	if v != 5 {
+		t.Errorf("got %v, want %v", v, 5)
+	}
+	if !errors.Is(err, idem.ErrOutcomeUnknown) {
+		t.Errorf("got %v, want %v", err, idem.ErrOutcomeUnknown)
+	}
+	if errors.Is(err, idem.ErrNotRecorded) {
+		t.Errorf("got %v, must not match %v", err, idem.ErrNotRecorded)
+	}
 	var ue *idem.OutcomeUnknownError
-	assert.ErrorAs(t, err, &ue)
+	if !errors.As(err, &ue) {
+		t.Errorf("got %v, want a %T", err, ue)
+	}
 }
 
 // Outcomes known not to be stored keep ErrNotRecorded: the store could not
@@ -172,9 +231,15 @@ func TestCompletionKnownNotRecorded(t *testing.T) {
 			}
 			g := newGuard[int](t, inst, idem.WithTakeoverAfter(100*time.Millisecond), idem.WithHeartbeat(20*time.Millisecond))
 			v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 5, nil })
-			assert.Equal(t, 5, v)
-			assert.ErrorIs(t, err, idem.ErrNotRecorded)
-			assert.NotErrorIs(t, err, idem.ErrOutcomeUnknown)
+			if v != 5 {
+				t.Errorf("got %v, want %v", v, 5)
+			}
+			if !errors.Is(err, idem.ErrNotRecorded) {
+				t.Errorf("got %v, want %v", err, idem.ErrNotRecorded)
+			}
+			if errors.Is(err, idem.ErrOutcomeUnknown) {
+				t.Errorf("got %v, must not match %v", err, idem.ErrOutcomeUnknown)
+			}
 		})
 	}
 }
@@ -191,19 +256,31 @@ func TestCallerCancellationNotLocked(t *testing.T) {
 		<-ctx.Done()
 		return 0, ctx.Err()
 	})
-	require.ErrorIs(t, err, context.Canceled)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want %v", err, context.Canceled)
+	}
 	var runs atomic.Int32
 	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { runs.Add(1); return 3, nil })
-	require.NoError(t, err, "the cancelled call was released, not stored")
-	assert.Equal(t, 3, v)
-	assert.Equal(t, int32(1), runs.Load())
+	if err != nil {
+		t.Fatalf("the cancelled call was released, not stored: unexpected error: %v", err)
+	}
+	if v != 3 {
+		t.Errorf("got %v, want %v", v, 3)
+	}
+	if got := runs.Load(); got != int32(1) {
+		t.Errorf("got %v, want %v", got, int32(1))
+	}
 
 	_, err = g.Do(context.Background(), "own", func(ctx context.Context) (int, error) {
 		return 0, context.DeadlineExceeded // fn's own downstream timeout
 	})
-	require.ErrorIs(t, err, context.DeadlineExceeded)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want %v", err, context.DeadlineExceeded)
+	}
 	_, err = g.Do(context.Background(), "own", func(ctx context.Context) (int, error) { return 1, nil })
-	assert.ErrorIs(t, err, idem.ErrPreviousFailure)
+	if !errors.Is(err, idem.ErrPreviousFailure) {
+		t.Errorf("got %v, want %v", err, idem.ErrPreviousFailure)
+	}
 }
 
 // Payloads that encode to the same canonical JSON are the same payload, as
@@ -220,9 +297,15 @@ func TestPayloadCanonicalEquality(t *testing.T) {
 	} {
 		g := newGuard[int](t, mustMem())
 		_, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 1, nil }, idem.Payload(p[0]))
-		require.NoError(t, err, name)
+		if err != nil {
+			t.Fatalf("%v: unexpected error: %v", name, err)
+		}
 		v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 2, nil }, idem.Payload(p[1]))
-		require.NoError(t, err, name)
-		assert.Equal(t, 1, v, name)
+		if err != nil {
+			t.Fatalf("%v: unexpected error: %v", name, err)
+		}
+		if v != 1 {
+			t.Errorf("%v: got %v, want %v", name, v, 1)
+		}
 	}
 }

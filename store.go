@@ -121,8 +121,8 @@ type ClaimResult struct {
 
 // Completion is the outcome written by Store.Complete.
 type Completion struct {
-	Status Status        // StatusCompleted or StatusFailed
-	Result []byte        // encoded result, nil if none
-	Error  *StoredError  // failure, or why the result is unavailable
-	TTL    time.Duration // how long the completed record is kept
+	Status Status           // StatusCompleted or StatusFailed
+	Result []byte           // encoded result, nil if none
+	Error  *RecordedFailure // failure, or why the result is unavailable
+	TTL    time.Duration    // how long the completed record is kept
 }

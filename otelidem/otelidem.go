@@ -9,7 +9,8 @@
 //
 //   - idem.events (counter, {event}): every Guard event, by idem.event (the
 //     kind: claim, hit, takeover, failure, ...), idem.store and idem.scope.
-//     Hits over hits plus claims is the hit rate.
+//     Hits over hits plus claims is the hit rate; step_run and
+//     step_replayed count the recorded steps (idem.Step) run and replayed.
 //   - idem.fn.duration (histogram, seconds): how long fn ran, by idem.event
 //     (complete, failure or lost_ownership), idem.store and idem.scope.
 //   - idem.wait.duration (histogram, seconds): how long a duplicate waited

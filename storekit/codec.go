@@ -13,19 +13,19 @@ import (
 const RecordVersion = 1
 
 type recordJSON struct {
-	V           int               `json:"v"`
-	Key         string            `json:"key"`
-	Status      idem.Status       `json:"status"`
-	Result      []byte            `json:"result,omitempty"`
-	Error       *idem.StoredError `json:"error,omitempty"`
-	PayloadHash string            `json:"payload_hash,omitempty"`
-	Nonce       string            `json:"nonce"`
-	Attempt     int64             `json:"attempt"`
-	StartedAt   int64             `json:"started_at"`
-	HeartbeatAt int64             `json:"heartbeat_at"`
-	CompletedAt int64             `json:"completed_at,omitempty"`
-	ExpiresAt   int64             `json:"expires_at"`
-	TakeoverMs  int64             `json:"takeover_ms,omitempty"`
+	V           int                   `json:"v"`
+	Key         string                `json:"key"`
+	Status      idem.Status           `json:"status"`
+	Result      []byte                `json:"result,omitempty"`
+	Error       *idem.RecordedFailure `json:"error,omitempty"`
+	PayloadHash string                `json:"payload_hash,omitempty"`
+	Nonce       string                `json:"nonce"`
+	Attempt     int64                 `json:"attempt"`
+	StartedAt   int64                 `json:"started_at"`
+	HeartbeatAt int64                 `json:"heartbeat_at"`
+	CompletedAt int64                 `json:"completed_at,omitempty"`
+	ExpiresAt   int64                 `json:"expires_at"`
+	TakeoverMs  int64                 `json:"takeover_ms,omitempty"`
 }
 
 // EncodeRecord encodes r as one versioned JSON document, for stores that

@@ -47,12 +47,16 @@ type config struct {
 	errs      []error
 }
 
+func (c *config) invalid(option, format string, args ...any) {
+	c.errs = append(c.errs, &idem.OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
+}
+
 // WithClock sets the clock that decides expiry and staleness (default
 // time.Now). Tests use it to drive time.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) {
 		if now == nil {
-			c.errs = append(c.errs, fmt.Errorf("%w: filestore.WithClock(nil)", idem.ErrInvalidOption))
+			c.invalid("WithClock", "clock is nil")
 			return
 		}
 		c.clock = now
@@ -71,7 +75,7 @@ const DefaultRetention = time.Minute
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
-			c.errs = append(c.errs, fmt.Errorf("%w: filestore.WithRetention(%v) is negative", idem.ErrInvalidOption, d))
+			c.invalid("WithRetention", "retention must not be negative, got %v", d)
 			return
 		}
 		c.retention = d
@@ -103,21 +107,22 @@ var _ idem.Store = (*Store)(nil)
 
 // New opens the store in dir, creating it (mode 0700) if it does not exist.
 // It refuses a directory that is group- or world-writable (*UnsafeDirError)
-// and reports invalid options as errors matching idem.ErrInvalidOption.
+// and reports every invalid argument or option, joined, each an
+// *idem.OptionError matching idem.ErrInvalidOption.
 func New(dir string, opts ...Option) (*Store, error) {
 	c := config{clock: time.Now, sync: true, retention: DefaultRetention}
+	if dir == "" {
+		c.invalid("dir", "directory is empty")
+	}
 	for _, o := range opts {
 		if o == nil {
-			c.errs = append(c.errs, fmt.Errorf("%w: nil filestore option", idem.ErrInvalidOption))
+			c.invalid("New", "nil option")
 			continue
 		}
 		o(&c)
 	}
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
-	}
-	if dir == "" {
-		return nil, fmt.Errorf("%w: filestore: empty directory", idem.ErrInvalidOption)
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {

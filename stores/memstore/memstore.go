@@ -14,6 +14,7 @@ package memstore
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -45,18 +46,29 @@ type entry struct {
 	index int // position in the expiry heap
 }
 
-// Option configures a Store.
-type Option func(*memory) error
+// Option configures a Store. New checks every option and reports each
+// invalid one as an *idem.OptionError matching idem.ErrInvalidOption.
+type Option func(*config)
+
+type config struct {
+	now       func() time.Time
+	retention time.Duration
+	errs      []error
+}
+
+func (c *config) invalid(option, format string, args ...any) {
+	c.errs = append(c.errs, &idem.OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
+}
 
 // WithClock sets the store's clock (default time.Now), for tests and for
 // users with a trusted time source. A nil clock is an invalid option.
 func WithClock(now func() time.Time) Option {
-	return func(m *memory) error {
+	return func(c *config) {
 		if now == nil {
-			return fmt.Errorf("memstore: WithClock: nil clock: %w", idem.ErrInvalidOption)
+			c.invalid("WithClock", "clock is nil")
+			return
 		}
-		m.now = now
-		return nil
+		c.now = now
 	}
 }
 
@@ -69,29 +81,32 @@ const DefaultRetention = time.Minute
 // after goes on counting attempts and fencing tokens stay monotonic.
 // Default one minute; 0 purges at once; negative is an invalid option.
 func WithRetention(d time.Duration) Option {
-	return func(m *memory) error {
+	return func(c *config) {
 		if d < 0 {
-			return fmt.Errorf("memstore: WithRetention: negative retention %v: %w", d, idem.ErrInvalidOption)
+			c.invalid("WithRetention", "retention must not be negative, got %v", d)
+			return
 		}
-		m.retention = d
-		return nil
+		c.retention = d
 	}
 }
 
-// New returns an empty Store, or an error matching idem.ErrInvalidOption if
-// an option is invalid.
+// New returns an empty Store. Every invalid option is reported, joined,
+// each an *idem.OptionError matching idem.ErrInvalidOption.
 func New(opts ...Option) (*Store, error) {
-	m := &memory{
-		now: time.Now, sweepN: 16, retention: DefaultRetention,
-		records: make(map[string]*entry),
-	}
+	c := config{now: time.Now, retention: DefaultRetention}
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("memstore: New: nil option: %w", idem.ErrInvalidOption)
+			c.invalid("New", "nil option")
+			continue
 		}
-		if err := o(m); err != nil {
-			return nil, err
-		}
+		o(&c)
+	}
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	m := &memory{
+		now: c.now, sweepN: 16, retention: c.retention,
+		records: make(map[string]*entry),
 	}
 	kit := storekit.NewLocked(m, storekit.LockedConfig{Name: "memstore", Now: m.now, Changed: m.watch.Notify})
 	return &Store{kit: kit, mem: m}, nil

@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +41,11 @@ func TestOptions(t *testing.T) {
 		if _, err := memstore.New(o); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("%s: got %v, want ErrInvalidOption", name, err)
 		}
+	}
+	_, err := memstore.New(memstore.WithClock(nil), nil, memstore.WithRetention(-time.Second))
+	storetest.CheckOptionErrors(t, err, "WithClock", "New", "WithRetention")
+	if want := "idem: WithRetention: retention must not be negative, got -1s"; !strings.Contains(err.Error(), want) {
+		t.Errorf("got %q, want it to contain %q", err, want)
 	}
 }
 

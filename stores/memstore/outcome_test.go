@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/internal/assert"
-	"github.com/idem-go/idem/internal/require"
-
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/memstore"
 )
@@ -23,11 +20,17 @@ func TestShortThresholdDoesNotStealLiveClaim(t *testing.T) {
 	now := atomic.Int64{}
 	now.Store(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
 	s, err := memstore.New(memstore.WithClock(func() time.Time { return time.UnixMilli(now.Load()) }))
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	long, err := idem.New[int](s, idem.WithTakeoverAfter(2*time.Second), idem.WithHeartbeat(time.Second))
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	short, err := idem.New[int](s, idem.WithTakeoverAfter(400*time.Millisecond), idem.WithHeartbeat(100*time.Millisecond))
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	var runs atomic.Int32
 	_, err = long.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
 		runs.Add(1)
@@ -38,9 +41,17 @@ func TestShortThresholdDoesNotStealLiveClaim(t *testing.T) {
 		}
 		return 1, nil
 	})
-	require.NoError(t, err)
-	assert.Equal(t, int32(1), runs.Load(), "fn ran once")
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if got := runs.Load(); got != int32(1) {
+		t.Errorf("fn ran once: got %v, want %v", got, int32(1))
+	}
 	v, err := short.Do(context.Background(), "k", func(ctx context.Context) (int, error) { runs.Add(1); return 2, nil })
-	require.NoError(t, err)
-	assert.Equal(t, 1, v)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if v != 1 {
+		t.Errorf("got %v, want %v", v, 1)
+	}
 }

@@ -153,6 +153,11 @@ func run(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, wit
 		{"Watch", (*suite).watch},
 		{"CorruptRecord", (*suite).corruptRecord},
 		{"ContextCancelled", (*suite).contextCancelled},
+		{"StepsRunOnce", (*suite).stepsRunOnce},
+		{"StepsCrashAfterStep", stepsCrash("after1")},
+		{"StepsCrashInStep", stepsCrash("in2")},
+		{"StepsStaleOwner", (*suite).stepsStaleOwner},
+		{"StepsForget", (*suite).stepsForget},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -176,52 +181,94 @@ func ctxT(t *testing.T) context.Context {
 func (su *suite) near(t *testing.T, ms int64, what string) {
 	t.Helper()
 	d := su.now().Sub(time.UnixMilli(ms))
-	assertLess(t, d.Abs(), su.skew+time.Millisecond, "%s is %v away from now", what, d)
+	if got := d.Abs(); got >= su.skew+time.Millisecond {
+		t.Errorf("%s is %v away from now: got %v, want < %v", what, d, got, su.skew+time.Millisecond)
+	}
 }
 
 func mustClaim(t *testing.T, s idem.Store, r idem.ClaimRequest, want idem.ClaimOutcome) *idem.Record {
 	t.Helper()
 	res, err := s.Claim(ctxT(t), r)
-	requireNoError(t, err)
-	requireNotNil(t, res.Record)
-	requireEqual(t, want, res.Outcome, "claim outcome")
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if res.Record == nil {
+		t.Fatalf("res.Record is nil")
+	}
+	if res.Outcome != want {
+		t.Fatalf("claim outcome: got %v, want %v", res.Outcome, want)
+	}
 	return res.Record
 }
 
 func (su *suite) claimNew(t *testing.T, s idem.Store) {
 	key, nonce := NewKey(), NewNonce()
 	rec := mustClaim(t, s, req(key, nonce, "ph1"), idem.Claimed)
-	assertEqual(t, key, rec.Key)
-	assertEqual(t, idem.StatusInProgress, rec.Status)
-	assertEqual(t, nonce, rec.Nonce)
-	assertEqual(t, int64(1), rec.Attempt)
-	assertEqual(t, "ph1", rec.PayloadHash)
+	if rec.Key != key {
+		t.Errorf("got %v, want %v", rec.Key, key)
+	}
+	if rec.Status != idem.StatusInProgress {
+		t.Errorf("got %v, want %v", rec.Status, idem.StatusInProgress)
+	}
+	if rec.Nonce != nonce {
+		t.Errorf("got %v, want %v", rec.Nonce, nonce)
+	}
+	if rec.Attempt != int64(1) {
+		t.Errorf("got %v, want %v", rec.Attempt, int64(1))
+	}
+	if rec.PayloadHash != "ph1" {
+		t.Errorf("got %v, want %v", rec.PayloadHash, "ph1")
+	}
 	su.near(t, rec.StartedAt, "started_at")
-	assertEqual(t, rec.StartedAt, rec.HeartbeatAt)
-	assertInDelta(t, rec.StartedAt+lease.Milliseconds(), rec.ExpiresAt, 5)
+	if rec.HeartbeatAt != rec.StartedAt {
+		t.Errorf("got %v, want %v", rec.HeartbeatAt, rec.StartedAt)
+	}
+	if d := rec.ExpiresAt - (rec.StartedAt + lease.Milliseconds()); d > 5 || d < -5 {
+		t.Errorf("got %v, want %v ± %v", rec.ExpiresAt, rec.StartedAt+lease.Milliseconds(), 5)
+	}
 	got, err := s.Get(ctxT(t), key)
-	requireNoError(t, err)
-	assertEqual(t, rec.Nonce, got.Nonce)
-	assertEqual(t, idem.StatusInProgress, got.Status)
-	assertEqual(t, int64(1), got.Attempt)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if got.Nonce != rec.Nonce {
+		t.Errorf("got %v, want %v", got.Nonce, rec.Nonce)
+	}
+	if got.Status != idem.StatusInProgress {
+		t.Errorf("got %v, want %v", got.Status, idem.StatusInProgress)
+	}
+	if got.Attempt != int64(1) {
+		t.Errorf("got %v, want %v", got.Attempt, int64(1))
+	}
 }
 
 func (su *suite) claimExistingLive(t *testing.T, s idem.Store) {
 	key, n1 := NewKey(), NewNonce()
 	first := mustClaim(t, s, req(key, n1, ""), idem.Claimed)
 	rec := mustClaim(t, s, req(key, NewNonce(), ""), idem.Existing)
-	assertEqual(t, n1, rec.Nonce, "existing record must be returned untouched")
-	assertEqual(t, first.Attempt, rec.Attempt)
-	assertEqual(t, first.HeartbeatAt, rec.HeartbeatAt)
-	assertEqual(t, idem.StatusInProgress, rec.Status)
+	if rec.Nonce != n1 {
+		t.Errorf("existing record must be returned untouched: got %v, want %v", rec.Nonce, n1)
+	}
+	if rec.Attempt != first.Attempt {
+		t.Errorf("got %v, want %v", rec.Attempt, first.Attempt)
+	}
+	if rec.HeartbeatAt != first.HeartbeatAt {
+		t.Errorf("got %v, want %v", rec.HeartbeatAt, first.HeartbeatAt)
+	}
+	if rec.Status != idem.StatusInProgress {
+		t.Errorf("got %v, want %v", rec.Status, idem.StatusInProgress)
+	}
 }
 
 func (su *suite) claimRetrySameNonce(t *testing.T, s idem.Store) {
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
 	rec := mustClaim(t, s, req(key, n1, ""), idem.Claimed)
-	assertEqual(t, n1, rec.Nonce)
-	assertEqual(t, int64(1), rec.Attempt, "a retried claim must not count as a new attempt")
+	if rec.Nonce != n1 {
+		t.Errorf("got %v, want %v", rec.Nonce, n1)
+	}
+	if rec.Attempt != int64(1) {
+		t.Errorf("a retried claim must not count as a new attempt: got %v, want %v", rec.Attempt, int64(1))
+	}
 }
 
 func (su *suite) takeoverStale(t *testing.T, s idem.Store) {
@@ -229,13 +276,21 @@ func (su *suite) takeoverStale(t *testing.T, s idem.Store) {
 	mustClaim(t, s, req(key, n1, "p"), idem.Claimed)
 	su.sleep(stale)
 	rec := mustClaim(t, s, req(key, n2, "p"), idem.TookOver)
-	assertEqual(t, n2, rec.Nonce)
-	assertEqual(t, int64(2), rec.Attempt)
-	assertEqual(t, idem.StatusInProgress, rec.Status)
+	if rec.Nonce != n2 {
+		t.Errorf("got %v, want %v", rec.Nonce, n2)
+	}
+	if rec.Attempt != int64(2) {
+		t.Errorf("got %v, want %v", rec.Attempt, int64(2))
+	}
+	if rec.Status != idem.StatusInProgress {
+		t.Errorf("got %v, want %v", rec.Status, idem.StatusInProgress)
+	}
 	su.near(t, rec.HeartbeatAt, "heartbeat_at after takeover")
 	// The new claim is fresh: nobody takes it over at once.
 	rec = mustClaim(t, s, req(key, NewNonce(), "p"), idem.Existing)
-	assertEqual(t, n2, rec.Nonce)
+	if rec.Nonce != n2 {
+		t.Errorf("got %v, want %v", rec.Nonce, n2)
+	}
 }
 
 func (su *suite) noTakeoverAfterHeartbeat(t *testing.T, s idem.Store) {
@@ -244,12 +299,16 @@ func (su *suite) noTakeoverAfterHeartbeat(t *testing.T, s idem.Store) {
 	r.TakeoverAfter = 800 * time.Millisecond
 	mustClaim(t, s, r, idem.Claimed)
 	su.sleep(500 * time.Millisecond)
-	requireNoError(t, s.Heartbeat(ctxT(t), key, n1, lease))
+	if err := s.Heartbeat(ctxT(t), key, n1, lease); err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	su.sleep(500 * time.Millisecond) // 1s since the claim, 0.5s since the heartbeat
 	r2 := req(key, NewNonce(), "")
 	r2.TakeoverAfter = 800 * time.Millisecond
 	rec := mustClaim(t, s, r2, idem.Existing)
-	assertEqual(t, n1, rec.Nonce)
+	if rec.Nonce != n1 {
+		t.Errorf("got %v, want %v", rec.Nonce, n1)
+	}
 }
 
 // ownersThresholdDecides: the takeover threshold is stored with the claim,
@@ -262,17 +321,29 @@ func (su *suite) ownersThresholdDecides(t *testing.T, s idem.Store) {
 	long := req(key, owner, "p")
 	long.TakeoverAfter = time.Second
 	rec := mustClaim(t, s, long, idem.Claimed)
-	assertEqual(t, int64(1000), rec.TakeoverMs, "the owner's threshold is stored with the claim")
+	if rec.TakeoverMs != int64(1000) {
+		t.Errorf("the owner's threshold is stored with the claim: got %v, want %v", rec.TakeoverMs, int64(1000))
+	}
 	su.sleep(stale) // stale by the caller's 300ms, live by the owner's 1s
 	rec = mustClaim(t, s, req(key, NewNonce(), "p"), idem.Existing)
-	assertEqual(t, owner, rec.Nonce, "a shorter threshold took over a live claim")
-	assertEqual(t, int64(1000), rec.TakeoverMs)
+	if rec.Nonce != owner {
+		t.Errorf("a shorter threshold took over a live claim: got %v, want %v", rec.Nonce, owner)
+	}
+	if rec.TakeoverMs != int64(1000) {
+		t.Errorf("got %v, want %v", rec.TakeoverMs, int64(1000))
+	}
 	su.sleep(time.Second - stale + 150*time.Millisecond) // past the owner's threshold
 	n2 := NewNonce()
 	rec = mustClaim(t, s, req(key, n2, "p"), idem.TookOver)
-	assertEqual(t, n2, rec.Nonce)
-	assertEqual(t, int64(2), rec.Attempt)
-	assertEqual(t, takeover.Milliseconds(), rec.TakeoverMs, "the new owner's threshold replaces the old one")
+	if rec.Nonce != n2 {
+		t.Errorf("got %v, want %v", rec.Nonce, n2)
+	}
+	if rec.Attempt != int64(2) {
+		t.Errorf("got %v, want %v", rec.Attempt, int64(2))
+	}
+	if rec.TakeoverMs != takeover.Milliseconds() {
+		t.Errorf("the new owner's threshold replaces the old one: got %v, want %v", rec.TakeoverMs, takeover.Milliseconds())
+	}
 }
 
 func (su *suite) noTakeoverOnPayloadMismatch(t *testing.T, s idem.Store) {
@@ -280,18 +351,28 @@ func (su *suite) noTakeoverOnPayloadMismatch(t *testing.T, s idem.Store) {
 	mustClaim(t, s, req(key, n1, "a"), idem.Claimed)
 	su.sleep(stale)
 	rec := mustClaim(t, s, req(key, NewNonce(), "b"), idem.Existing)
-	assertEqual(t, n1, rec.Nonce, "a stale claim must not be taken over by a different payload")
-	assertEqual(t, "a", rec.PayloadHash)
+	if rec.Nonce != n1 {
+		t.Errorf("a stale claim must not be taken over by a different payload: got %v, want %v", rec.Nonce, n1)
+	}
+	if rec.PayloadHash != "a" {
+		t.Errorf("got %v, want %v", rec.PayloadHash, "a")
+	}
 }
 
 func (su *suite) noTakeoverOfCompleted(t *testing.T, s idem.Store) {
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
-	requireNoError(t, s.Complete(ctxT(t), key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}))
+	if err := s.Complete(ctxT(t), key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}); err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	su.sleep(stale)
 	rec := mustClaim(t, s, req(key, NewNonce(), ""), idem.Existing)
-	assertEqual(t, idem.StatusCompleted, rec.Status)
-	assertEqual(t, []byte(`1`), rec.Result)
+	if rec.Status != idem.StatusCompleted {
+		t.Errorf("got %v, want %v", rec.Status, idem.StatusCompleted)
+	}
+	if !bytes.Equal(rec.Result, []byte(`1`)) {
+		t.Errorf("got %q, want %q", rec.Result, []byte(`1`))
+	}
 }
 
 func (su *suite) nonceFencing(t *testing.T, s idem.Store) {
@@ -300,18 +381,38 @@ func (su *suite) nonceFencing(t *testing.T, s idem.Store) {
 	su.sleep(stale)
 	mustClaim(t, s, req(key, n2, ""), idem.TookOver)
 	ctx := ctxT(t)
-	assertErrorIs(t, s.Heartbeat(ctx, key, n1, lease), idem.ErrLostOwnership)
-	assertErrorIs(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Minute}), idem.ErrLostOwnership)
-	assertErrorIs(t, s.Release(ctx, key, n1), idem.ErrLostOwnership)
+	if err := s.Heartbeat(ctx, key, n1, lease); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", err, idem.ErrLostOwnership)
+	}
+	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Minute}); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", err, idem.ErrLostOwnership)
+	}
+	if err := s.Release(ctx, key, n1); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", err, idem.ErrLostOwnership)
+	}
 	rec, err := s.Get(ctx, key)
-	requireNoError(t, err)
-	assertEqual(t, n2, rec.Nonce, "refused writes must change nothing")
-	assertEqual(t, idem.StatusInProgress, rec.Status)
-	requireNoError(t, s.Complete(ctx, key, n2, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"new"`), TTL: time.Minute}))
-	assertErrorIs(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Minute}), idem.ErrLostOwnership)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if rec.Nonce != n2 {
+		t.Errorf("refused writes must change nothing: got %v, want %v", rec.Nonce, n2)
+	}
+	if rec.Status != idem.StatusInProgress {
+		t.Errorf("got %v, want %v", rec.Status, idem.StatusInProgress)
+	}
+	if err := s.Complete(ctx, key, n2, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"new"`), TTL: time.Minute}); err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Minute}); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", err, idem.ErrLostOwnership)
+	}
 	rec, err = s.Get(ctx, key)
-	requireNoError(t, err)
-	assertEqual(t, []byte(`"new"`), rec.Result)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if !bytes.Equal(rec.Result, []byte(`"new"`)) {
+		t.Errorf("got %q, want %q", rec.Result, []byte(`"new"`))
+	}
 }
 
 func (su *suite) heartbeat(t *testing.T, s idem.Store) {
@@ -319,61 +420,123 @@ func (su *suite) heartbeat(t *testing.T, s idem.Store) {
 	key, n1 := NewKey(), NewNonce()
 	first := mustClaim(t, s, req(key, n1, ""), idem.Claimed)
 	su.sleep(50 * time.Millisecond)
-	requireNoError(t, s.Heartbeat(ctx, key, n1, time.Hour))
+	if err := s.Heartbeat(ctx, key, n1, time.Hour); err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	rec, err := s.Get(ctx, key)
-	requireNoError(t, err)
-	assertGreater(t, rec.HeartbeatAt, first.HeartbeatAt)
-	assertEqual(t, first.StartedAt, rec.StartedAt)
-	assertGreaterOrEqual(t, rec.ExpiresAt, rec.HeartbeatAt+time.Hour.Milliseconds()-5, "heartbeat extends the lease")
-	assertEqual(t, int64(1), rec.Attempt)
-	assertErrorIs(t, s.Heartbeat(ctx, key, NewNonce(), lease), idem.ErrLostOwnership)
-	assertErrorIs(t, s.Heartbeat(ctx, NewKey(), n1, lease), idem.ErrLostOwnership, "heartbeat on a missing key")
-	requireNoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}))
-	assertErrorIs(t, s.Heartbeat(ctx, key, n1, lease), idem.ErrLostOwnership, "heartbeat on a completed record")
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if rec.HeartbeatAt <= first.HeartbeatAt {
+		t.Errorf("got %v, want > %v", rec.HeartbeatAt, first.HeartbeatAt)
+	}
+	if rec.StartedAt != first.StartedAt {
+		t.Errorf("got %v, want %v", rec.StartedAt, first.StartedAt)
+	}
+	if rec.ExpiresAt < rec.HeartbeatAt+time.Hour.Milliseconds()-5 {
+		t.Errorf("heartbeat extends the lease: got %v, want >= %v", rec.ExpiresAt, rec.HeartbeatAt+time.Hour.Milliseconds()-5)
+	}
+	if rec.Attempt != int64(1) {
+		t.Errorf("got %v, want %v", rec.Attempt, int64(1))
+	}
+	if err := s.Heartbeat(ctx, key, NewNonce(), lease); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", err, idem.ErrLostOwnership)
+	}
+	if err := s.Heartbeat(ctx, NewKey(), n1, lease); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("heartbeat on a missing key: got %v, want %v", err, idem.ErrLostOwnership)
+	}
+	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}); err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if err := s.Heartbeat(ctx, key, n1, lease); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("heartbeat on a completed record: got %v, want %v", err, idem.ErrLostOwnership)
+	}
 }
 
 func (su *suite) complete(t *testing.T, s idem.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, "ph"), idem.Claimed)
-	requireNoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"id":7}`), TTL: time.Hour}))
+	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"id":7}`), TTL: time.Hour}); err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	rec, err := s.Get(ctx, key)
-	requireNoError(t, err)
-	assertEqual(t, idem.StatusCompleted, rec.Status)
-	assertEqual(t, []byte(`{"id":7}`), rec.Result)
-	assertNil(t, rec.Error)
-	assertEqual(t, "ph", rec.PayloadHash)
-	assertEqual(t, n1, rec.Nonce)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if rec.Status != idem.StatusCompleted {
+		t.Errorf("got %v, want %v", rec.Status, idem.StatusCompleted)
+	}
+	if !bytes.Equal(rec.Result, []byte(`{"id":7}`)) {
+		t.Errorf("got %q, want %q", rec.Result, []byte(`{"id":7}`))
+	}
+	if rec.Error != nil {
+		t.Errorf("got %v, want nil", rec.Error)
+	}
+	if rec.PayloadHash != "ph" {
+		t.Errorf("got %v, want %v", rec.PayloadHash, "ph")
+	}
+	if rec.Nonce != n1 {
+		t.Errorf("got %v, want %v", rec.Nonce, n1)
+	}
 	su.near(t, rec.CompletedAt, "completed_at")
-	assertInDelta(t, rec.CompletedAt+time.Hour.Milliseconds(), rec.ExpiresAt, 5)
+	if d := rec.ExpiresAt - (rec.CompletedAt + time.Hour.Milliseconds()); d > 5 || d < -5 {
+		t.Errorf("got %v, want %v ± %v", rec.ExpiresAt, rec.CompletedAt+time.Hour.Milliseconds(), 5)
+	}
 	// A claim now replays the record in one step.
 	got := mustClaim(t, s, req(key, NewNonce(), "ph"), idem.Existing)
-	assertEqual(t, []byte(`{"id":7}`), got.Result)
-	assertEqual(t, idem.StatusCompleted, got.Status)
+	if !bytes.Equal(got.Result, []byte(`{"id":7}`)) {
+		t.Errorf("got %q, want %q", got.Result, []byte(`{"id":7}`))
+	}
+	if got.Status != idem.StatusCompleted {
+		t.Errorf("got %v, want %v", got.Status, idem.StatusCompleted)
+	}
 	// Completed without a result (it could not be encoded).
 	k2, n2 := NewKey(), NewNonce()
 	mustClaim(t, s, req(k2, n2, ""), idem.Claimed)
-	requireNoError(t, s.Complete(ctx, k2, n2, idem.Completion{Status: idem.StatusCompleted,
-		Error: &idem.StoredError{Message: "cannot encode", Type: idem.ResultUnavailableType}, TTL: time.Hour}))
+	if err := s.Complete(ctx, k2, n2, idem.Completion{Status: idem.StatusCompleted,
+		Error: &idem.RecordedFailure{Message: "cannot encode", Type: idem.ResultUnavailableType}, TTL: time.Hour}); err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	got = mustClaim(t, s, req(k2, NewNonce(), ""), idem.Existing)
-	assertEqual(t, idem.StatusCompleted, got.Status)
-	assertEmpty(t, got.Result)
-	requireNotNil(t, got.Error)
-	assertEqual(t, idem.ResultUnavailableType, got.Error.Type)
-	assertErrorIs(t, s.Complete(ctx, NewKey(), n1, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}), idem.ErrLostOwnership, "complete on a missing key")
+	if got.Status != idem.StatusCompleted {
+		t.Errorf("got %v, want %v", got.Status, idem.StatusCompleted)
+	}
+	if len(got.Result) != 0 {
+		t.Errorf("got %q, want empty", got.Result)
+	}
+	if got.Error == nil {
+		t.Fatalf("got.Error is nil")
+	}
+	if got.Error.Type != idem.ResultUnavailableType {
+		t.Errorf("got %v, want %v", got.Error.Type, idem.ResultUnavailableType)
+	}
+	if err := s.Complete(ctx, NewKey(), n1, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("complete on a missing key: got %v, want %v", err, idem.ErrLostOwnership)
+	}
 }
 
 func (su *suite) completeFailed(t *testing.T, s idem.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
-	requireNoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusFailed,
-		Error: &idem.StoredError{Message: "card declined", Type: "*billing.DeclineError"}, TTL: time.Hour}))
+	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusFailed,
+		Error: &idem.RecordedFailure{Message: "card declined", Type: "*billing.DeclineError"}, TTL: time.Hour}); err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	rec := mustClaim(t, s, req(key, NewNonce(), ""), idem.Existing)
-	assertEqual(t, idem.StatusFailed, rec.Status)
-	requireNotNil(t, rec.Error)
-	assertEqual(t, "card declined", rec.Error.Message)
-	assertEqual(t, "*billing.DeclineError", rec.Error.Type)
+	if rec.Status != idem.StatusFailed {
+		t.Errorf("got %v, want %v", rec.Status, idem.StatusFailed)
+	}
+	if rec.Error == nil {
+		t.Fatalf("rec.Error is nil")
+	}
+	if rec.Error.Message != "card declined" {
+		t.Errorf("got %v, want %v", rec.Error.Message, "card declined")
+	}
+	if rec.Error.Type != "*billing.DeclineError" {
+		t.Errorf("got %v, want %v", rec.Error.Type, "*billing.DeclineError")
+	}
 }
 
 func (su *suite) completeRetry(t *testing.T, s idem.Store) {
@@ -381,11 +544,19 @@ func (su *suite) completeRetry(t *testing.T, s idem.Store) {
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
 	c := idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"ok"`), TTL: time.Hour}
-	requireNoError(t, s.Complete(ctx, key, n1, c))
-	requireNoError(t, s.Complete(ctx, key, n1, c), "a retried complete that finds its own write succeeds")
+	if err := s.Complete(ctx, key, n1, c); err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if err := s.Complete(ctx, key, n1, c); err != nil {
+		t.Fatalf("a retried complete that finds its own write succeeds: unexpected error: %v", err)
+	}
 	rec, err := s.Get(ctx, key)
-	requireNoError(t, err)
-	assertEqual(t, []byte(`"ok"`), rec.Result)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if !bytes.Equal(rec.Result, []byte(`"ok"`)) {
+		t.Errorf("got %q, want %q", rec.Result, []byte(`"ok"`))
+	}
 }
 
 func (su *suite) binaryResult(t *testing.T, s idem.Store) {
@@ -396,51 +567,95 @@ func (su *suite) binaryResult(t *testing.T, s idem.Store) {
 	for i := 0; i < 512; i++ {
 		all = append(all, byte(i))
 	}
-	requireNoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: all, TTL: time.Hour}))
+	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: all, TTL: time.Hour}); err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	rec, err := s.Get(ctx, key)
-	requireNoError(t, err)
-	assertTrue(t, bytes.Equal(all, rec.Result), "result bytes must round-trip exactly")
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if !bytes.Equal(all, rec.Result) {
+		t.Errorf("result bytes must round-trip exactly")
+	}
 }
 
 func (su *suite) release(t *testing.T, s idem.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
-	assertErrorIs(t, s.Release(ctx, key, NewNonce()), idem.ErrLostOwnership)
-	requireNoError(t, s.Release(ctx, key, n1))
+	if err := s.Release(ctx, key, NewNonce()); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", err, idem.ErrLostOwnership)
+	}
+	if err := s.Release(ctx, key, n1); err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	_, err := s.Get(ctx, key)
-	assertErrorIs(t, err, idem.ErrNotFound, "a released record is not live")
-	assertErrorIs(t, s.Heartbeat(ctx, key, n1, lease), idem.ErrLostOwnership, "a late heartbeat does not revive a released claim")
+	if !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("a released record is not live: got %v, want %v", err, idem.ErrNotFound)
+	}
+	if err := s.Heartbeat(ctx, key, n1, lease); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("a late heartbeat does not revive a released claim: got %v, want %v", err, idem.ErrLostOwnership)
+	}
 	_, err = s.Get(ctx, key)
-	assertErrorIs(t, err, idem.ErrNotFound, "the refused heartbeat changed nothing")
+	if !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("the refused heartbeat changed nothing: got %v, want %v", err, idem.ErrNotFound)
+	}
 	n2 := NewNonce()
 	rec := mustClaim(t, s, req(key, n2, ""), idem.Claimed)
-	assertEqual(t, int64(2), rec.Attempt, "attempts stay monotonic across a release")
-	assertEmpty(t, rec.Result)
-	assertNil(t, rec.Error)
-	assertErrorIs(t, s.Release(ctx, key, n1), idem.ErrLostOwnership, "the old owner cannot release the new claim")
-	requireNoError(t, s.Complete(ctx, key, n2, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Hour}))
-	assertErrorIs(t, s.Release(ctx, key, n2), idem.ErrLostOwnership, "a completed record cannot be released")
+	if rec.Attempt != int64(2) {
+		t.Errorf("attempts stay monotonic across a release: got %v, want %v", rec.Attempt, int64(2))
+	}
+	if len(rec.Result) != 0 {
+		t.Errorf("got %q, want empty", rec.Result)
+	}
+	if rec.Error != nil {
+		t.Errorf("got %v, want nil", rec.Error)
+	}
+	if err := s.Release(ctx, key, n1); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("the old owner cannot release the new claim: got %v, want %v", err, idem.ErrLostOwnership)
+	}
+	if err := s.Complete(ctx, key, n2, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Hour}); err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if err := s.Release(ctx, key, n2); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("a completed record cannot be released: got %v, want %v", err, idem.ErrLostOwnership)
+	}
 }
 
 func (su *suite) expiry(t *testing.T, s idem.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, "a"), idem.Claimed)
-	requireNoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: 300 * time.Millisecond}))
+	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: 300 * time.Millisecond}); err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	_, err := s.Get(ctx, key)
-	requireNoError(t, err)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	su.sleep(450 * time.Millisecond)
 	_, err = s.Get(ctx, key)
-	assertErrorIs(t, err, idem.ErrNotFound, "expiry is decided by the record's expires_at")
+	if !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("expiry is decided by the record's expires_at: got %v, want %v", err, idem.ErrNotFound)
+	}
 	// An expired record is claimable even with another payload, and the
 	// attempt count goes on.
 	rec := mustClaim(t, s, req(key, NewNonce(), "b"), idem.Claimed)
-	assertEqual(t, int64(2), rec.Attempt)
-	assertEqual(t, "b", rec.PayloadHash)
-	assertEqual(t, idem.StatusInProgress, rec.Status)
-	assertEmpty(t, rec.Result)
-	assertZero(t, rec.CompletedAt)
+	if rec.Attempt != int64(2) {
+		t.Errorf("got %v, want %v", rec.Attempt, int64(2))
+	}
+	if rec.PayloadHash != "b" {
+		t.Errorf("got %v, want %v", rec.PayloadHash, "b")
+	}
+	if rec.Status != idem.StatusInProgress {
+		t.Errorf("got %v, want %v", rec.Status, idem.StatusInProgress)
+	}
+	if len(rec.Result) != 0 {
+		t.Errorf("got %q, want empty", rec.Result)
+	}
+	if rec.CompletedAt != 0 {
+		t.Errorf("got %v, want 0", rec.CompletedAt)
+	}
 	// An in-progress record whose lease ran out is claimable too.
 	k2 := NewKey()
 	r := req(k2, NewNonce(), "")
@@ -448,27 +663,41 @@ func (su *suite) expiry(t *testing.T, s idem.Store) {
 	n3 := r.Nonce
 	mustClaim(t, s, r, idem.Claimed)
 	su.sleep(450 * time.Millisecond)
-	assertErrorIs(t, s.Heartbeat(ctx, k2, n3, lease), idem.ErrLostOwnership, "an expired claim is not revived by a heartbeat")
+	if err := s.Heartbeat(ctx, k2, n3, lease); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("an expired claim is not revived by a heartbeat: got %v, want %v", err, idem.ErrLostOwnership)
+	}
 	r2 := req(k2, NewNonce(), "")
 	r2.TakeoverAfter = time.Hour
 	rec = mustClaim(t, s, r2, idem.Claimed)
-	assertEqual(t, int64(2), rec.Attempt)
+	if rec.Attempt != int64(2) {
+		t.Errorf("got %v, want %v", rec.Attempt, int64(2))
+	}
 }
 
 func (su *suite) getMissing(t *testing.T, s idem.Store) {
 	_, err := s.Get(ctxT(t), NewKey())
-	assertErrorIs(t, err, idem.ErrNotFound)
+	if !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("got %v, want %v", err, idem.ErrNotFound)
+	}
 }
 
 func (su *suite) delete(t *testing.T, s idem.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
 	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
-	requireNoError(t, s.Delete(ctx, key))
+	if err := s.Delete(ctx, key); err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	_, err := s.Get(ctx, key)
-	assertErrorIs(t, err, idem.ErrNotFound)
-	requireNoError(t, s.Delete(ctx, key), "deleting a missing record is not an error")
-	assertErrorIs(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}), idem.ErrLostOwnership)
+	if !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("got %v, want %v", err, idem.ErrNotFound)
+	}
+	if err := s.Delete(ctx, key); err != nil {
+		t.Fatalf("deleting a missing record is not an error: unexpected error: %v", err)
+	}
+	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}); !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", err, idem.ErrLostOwnership)
+	}
 	mustClaim(t, s, req(key, NewNonce(), ""), idem.Claimed)
 }
 
@@ -489,7 +718,8 @@ func (su *suite) concurrentClaim(t *testing.T, s idem.Store) {
 			r := req(key, nonces[i], "")
 			r.TakeoverAfter = time.Minute
 			res, err := s.Claim(context.Background(), r)
-			if !assertNoError(t, err) {
+			if err != nil {
+				t.Errorf("Claim: %v", err)
 				return
 			}
 			results[i] = res
@@ -500,7 +730,9 @@ func (su *suite) concurrentClaim(t *testing.T, s idem.Store) {
 	}
 	close(start)
 	wg.Wait()
-	requireEqual(t, int32(1), claimed.Load(), "exactly one of %d concurrent claims wins", n)
+	if got := claimed.Load(); got != int32(1) {
+		t.Fatalf("exactly one of %d concurrent claims wins: got %v, want %v", n, got, int32(1))
+	}
 	var winner string
 	for i, r := range results {
 		if r.Outcome == idem.Claimed {
@@ -508,7 +740,9 @@ func (su *suite) concurrentClaim(t *testing.T, s idem.Store) {
 		}
 	}
 	for _, r := range results {
-		assertEqual(t, winner, r.Record.Nonce, "every loser sees the winner's record")
+		if r.Record.Nonce != winner {
+			t.Errorf("every loser sees the winner's record: got %v, want %v", r.Record.Nonce, winner)
+		}
 	}
 }
 
@@ -526,13 +760,16 @@ func (su *suite) concurrentTakeover(t *testing.T, s idem.Store) {
 			defer wg.Done()
 			<-start
 			res, err := s.Claim(context.Background(), req(key, NewNonce(), ""))
-			if !assertNoError(t, err) {
+			if err != nil {
+				t.Errorf("Claim: %v", err)
 				return
 			}
 			switch res.Outcome {
 			case idem.TookOver:
 				took.Add(1)
-				assertEqual(t, int64(2), res.Record.Attempt)
+				if res.Record.Attempt != int64(2) {
+					t.Errorf("got %v, want %v", res.Record.Attempt, int64(2))
+				}
 			default:
 				other.Add(1)
 			}
@@ -540,7 +777,9 @@ func (su *suite) concurrentTakeover(t *testing.T, s idem.Store) {
 	}
 	close(start)
 	wg.Wait()
-	assertEqual(t, int32(1), took.Load(), "exactly one of %d concurrent takeovers wins", n)
+	if got := took.Load(); got != int32(1) {
+		t.Errorf("exactly one of %d concurrent takeovers wins: got %v, want %v", n, got, int32(1))
+	}
 }
 
 func (su *suite) concurrentManyKeys(t *testing.T, s idem.Store) {
@@ -560,20 +799,25 @@ func (su *suite) concurrentManyKeys(t *testing.T, s idem.Store) {
 				r := req(k, nonce, "")
 				r.TakeoverAfter = time.Minute // no takeover however slow the store is under load
 				res, err := s.Claim(context.Background(), r)
-				if !assertNoError(t, err) {
+				if err != nil {
+					t.Errorf("Claim: %v", err)
 					return
 				}
 				if res.Outcome == idem.Claimed {
 					wins[i].Add(1)
-					assertNoError(t, s.Complete(context.Background(), k, nonce,
-						idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}))
+					if err := s.Complete(context.Background(), k, nonce,
+						idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}); err != nil {
+						t.Errorf("unexpected error: %v", err)
+					}
 				}
 			}
 		}()
 	}
 	wg.Wait()
 	for i := range wins {
-		assertEqual(t, int32(1), wins[i].Load(), "key %d claimed once", i)
+		if got := wins[i].Load(); got != int32(1) {
+			t.Errorf("key %d claimed once: got %v, want %v", i, got, int32(1))
+		}
 	}
 }
 
@@ -587,16 +831,22 @@ func (su *suite) watch(t *testing.T, s idem.Store) {
 		key, n1 := NewKey(), NewNonce()
 		mustClaim(t, s, req(key, n1, ""), idem.Claimed)
 		ch, stop, err := w.Watch(ctx, key)
-		requireNoError(t, err)
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
 		select {
 		case <-ch:
 			t.Fatalf("%s: watch fired before any change", op)
 		case <-time.After(20 * time.Millisecond):
 		}
 		if op == "complete" {
-			requireNoError(t, s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}))
+			if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}); err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
 		} else {
-			requireNoError(t, s.Release(ctx, key, n1))
+			if err := s.Release(ctx, key, n1); err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
 		}
 		select {
 		case <-ch:
@@ -616,12 +866,20 @@ func (su *suite) corruptRecord(t *testing.T, s idem.Store) {
 	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
 	su.corrupt(t, s, key)
 	_, err := s.Get(ctx, key)
-	assertErrorIs(t, err, idem.ErrCorruptRecord)
+	if !errors.Is(err, idem.ErrCorruptRecord) {
+		t.Errorf("got %v, want %v", err, idem.ErrCorruptRecord)
+	}
 	var ce *idem.CorruptRecordError
-	assertTrue(t, errors.As(err, &ce), "Get returns a *idem.CorruptRecordError, got %T", err)
+	if !errors.As(err, &ce) {
+		t.Errorf("Get returns a *idem.CorruptRecordError, got %T", err)
+	}
 	_, err = s.Claim(ctx, req(key, NewNonce(), ""))
-	assertErrorIs(t, err, idem.ErrCorruptRecord, "a claim must not overwrite a corrupt record")
-	requireNoError(t, s.Delete(ctx, key), "a corrupt record can be deleted")
+	if !errors.Is(err, idem.ErrCorruptRecord) {
+		t.Errorf("a claim must not overwrite a corrupt record: got %v, want %v", err, idem.ErrCorruptRecord)
+	}
+	if err := s.Delete(ctx, key); err != nil {
+		t.Fatalf("a corrupt record can be deleted: unexpected error: %v", err)
+	}
 	mustClaim(t, s, req(key, NewNonce(), ""), idem.Claimed)
 }
 
@@ -629,5 +887,7 @@ func (su *suite) contextCancelled(t *testing.T, s idem.Store) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := s.Claim(ctx, req(NewKey(), NewNonce(), ""))
-	assertError(t, err, "a claim with a cancelled context fails")
+	if err == nil {
+		t.Errorf("a claim with a cancelled context fails: got no error")
+	}
 }

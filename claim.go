@@ -1,0 +1,443 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/idem-go/idem/internal/lease"
+)
+
+// claim is one claim this process holds on a storage key, for a call or
+// for a step: the record as claimed, the heartbeat that keeps it alive
+// while its work runs, and the transitions that end it (complete, fail,
+// release, abandon), each conditioned on its nonce. It owns its state, as
+// singleflight's call does, so nothing threads keys, nonces and attempts
+// from function to function.
+type claim struct {
+	e    *engine
+	ctx  context.Context // the caller's context
+	bg   context.Context // ctx without its cancellation: writes that must go out
+	sk   string
+	ph   string    // the call's payload hash
+	rec  *Record   // the record as claimed: its nonce and attempt
+	sent time.Time // when the claim was sent (the store's HeartbeatAt is no earlier)
+	took bool      // the claim took over a stale one
+	f    *flight   // the flight it runs for; nil for a step
+
+	start  time.Time               // when the work began
+	fctx   context.Context         // the work's context
+	cancel context.CancelCauseFunc // cancels fctx
+	hb     *lease.Refresher
+
+	mu      sync.Mutex
+	stopped bool // the heartbeat was stopped
+	lost    bool // the heartbeat found the claim taken over
+	ended   bool // end ran
+}
+
+// tryClaim sends one Claim for sk. It returns the claim when this caller
+// got it (claimed or took over), or the live record that stands in its way.
+func (e *engine) tryClaim(ctx context.Context, sk, ph string) (c *claim, existing *Record, sent time.Time, err error) {
+	sent = time.Now()
+	res, err := e.store.Claim(ctx, ClaimRequest{
+		Key: sk, Nonce: lease.Token(), PayloadHash: ph, LeaseTTL: e.lease, TakeoverAfter: e.takeover,
+		Tenant: e.tenant, Scope: e.scope,
+	})
+	if err != nil {
+		return nil, nil, sent, storeErr("claim", err)
+	}
+	if res.Record == nil {
+		return nil, nil, sent, &StoreError{Op: "claim", Err: errors.New("store returned no record")}
+	}
+	if res.Outcome == Existing {
+		return nil, res.Record, sent, nil
+	}
+	c = &claim{e: e, ctx: ctx, bg: context.WithoutCancel(ctx), sk: sk, ph: ph, rec: res.Record, sent: sent, took: res.Outcome == TookOver}
+	return c, nil, sent, nil
+}
+
+// announce reports the claim (claim or takeover).
+func (c *claim) announce(claimKind, takeoverKind EventKind) {
+	if c.took {
+		c.observe(takeoverKind, nil)
+		return
+	}
+	c.observe(claimKind, nil)
+}
+
+// observe reports an event of the claim.
+func (c *claim) observe(kind EventKind, err error) {
+	ev := Event{Kind: kind, StorageKey: c.sk, Attempt: c.rec.Attempt, Err: err}
+	if !c.start.IsZero() && (kind == EventComplete || kind == EventFailure || kind == EventLostOwnership) {
+		ev.Duration = time.Since(c.start)
+	}
+	c.e.observe(c.ctx, ev)
+}
+
+// begin starts the work: its context (parent's values, the fencing token,
+// cancelled when the claim is lost) and the heartbeat.
+func (c *claim) begin(parent context.Context) {
+	c.fctx, c.cancel = context.WithCancelCause(context.WithValue(parent, fencingKey{}, c.rec.Attempt))
+	c.start = time.Now()
+	c.hb = c.heartbeat()
+}
+
+// stopHeartbeat stops the heartbeat (once) and reports whether it found the
+// claim taken over. The work's context stays as it is.
+func (c *claim) stopHeartbeat() (lost bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.stopped {
+		c.stopped = true
+		c.lost = c.hb.Stop()
+	}
+	return c.lost
+}
+
+// end stops the heartbeat and cancels the work's context; it reports
+// whether the claim was lost. The heartbeat is stopped before any release
+// or completion, so that it cannot revive the claim.
+func (c *claim) end() (lost bool) {
+	lost = c.stopHeartbeat()
+	c.mu.Lock()
+	c.ended = true
+	c.mu.Unlock()
+	c.cancel(nil)
+	return lost
+}
+
+// guarded runs fn under c as singleflight runs a function. fn can end in
+// three ways. It returns: normalReturn is set. It panics: the deferred
+// recover in the inner function catches it, so the claim is abandoned
+// here, in fn's goroutine, and the panic is raised again (recovered is
+// set). It calls runtime.Goexit: no recover sees that, the goroutine
+// unwinds through the outer defer with neither flag set, and the claim is
+// abandoned there. Either way nothing is recorded as a result.
+func guarded[V any](c *claim, fn func(context.Context) (V, error)) (v V, err error) {
+	normalReturn, recovered := false, false
+	var panicValue any
+	defer func() {
+		if !normalReturn && !recovered { // runtime.Goexit in fn
+			c.abandon(errors.New("fn called runtime.Goexit"))
+		}
+	}()
+	func() {
+		defer func() {
+			if !normalReturn {
+				panicValue = recover()
+			}
+		}()
+		v, err = fn(c.fctx)
+		normalReturn = true
+	}()
+	if !normalReturn {
+		recovered = true
+		c.abandon(fmt.Errorf("fn panicked: %v", panicValue))
+		panic(panicValue)
+	}
+	return v, err
+}
+
+// abandon ends a claim whose work panicked or exited: released, nothing
+// recorded.
+func (c *claim) abandon(why error) {
+	c.end()
+	c.observe(EventFailure, why)
+	_ = c.release()
+}
+
+// release makes the claim claimable at once; it returns the store's error,
+// if any (a refusal as ErrLostOwnership).
+func (c *claim) release() error {
+	rctx, cancel := context.WithTimeout(c.bg, c.e.takeover)
+	defer cancel()
+	if err := c.e.store.Release(rctx, c.sk, c.rec.Nonce); err != nil {
+		return c.ownershipOr("release", err)
+	}
+	return nil
+}
+
+// fail ends a claim whose work returned err: released under Unlock, stored
+// under Lock. interrupted says the work's context had been cancelled (by
+// its caller, or by the Guard when the claim could not be refreshed). It
+// returns what the call returns beside fn's value.
+func (c *claim) fail(err error, interrupted bool) error {
+	// A context error after fn's context was cancelled is the call being
+	// given up, not an outcome of the operation: storing it under Lock
+	// would refuse every retry for the record's TTL, so the claim is
+	// released instead, as under Unlock.
+	gaveUp := interrupted && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+	if c.e.fail == Unlock || gaveUp {
+		return joinErr(err, c.release())
+	}
+	comp := Completion{Status: StatusFailed, Error: storableError(err.Error(), c.e.errType(err), maxStoredMessage), TTL: c.e.ttl}
+	return joinErr(err, c.complete(comp))
+}
+
+// success is the completion of work whose result encode encodes. A result
+// that cannot be encoded (encode fails or panics) completes the record
+// without a result: the side effect happened, so the key must not run
+// again, and replays get ErrResultUnavailable.
+func (c *claim) success(encode func() ([]byte, error)) Completion {
+	comp := Completion{Status: StatusCompleted, TTL: c.e.ttl}
+	b, err := safeEncode(encode)
+	if err != nil {
+		c.observe(EventResultUnavailable, err)
+		comp.Error = storableError("result could not be encoded: "+err.Error(), ResultUnavailableType, maxStoredMessage)
+		return comp
+	}
+	comp.Result = b
+	return comp
+}
+
+// safeEncode calls encode, turning a panic into an error.
+func safeEncode(encode func() ([]byte, error)) (b []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			b, err = nil, fmt.Errorf("encoder panicked: %v", p)
+		}
+	}()
+	return encode()
+}
+
+// complete stores the outcome comp, retrying transient failures with
+// backoff while the claim can still be ours (until a takeover could have
+// happened). A completion the store refuses for good is replaced once by
+// one without a result (see withoutResult), so the key still ends. When
+// retries run out, the outcome is settled before answering (see
+// unsettled). On success the flight's followers are handed the record.
+func (c *claim) complete(comp Completion) error {
+	deadline := time.Now().Add(c.e.takeover)
+	backoff := 10 * time.Millisecond
+	maybeApplied := false // a failed attempt may have reached the store
+	for {
+		actx, cancel := context.WithDeadline(c.bg, deadline)
+		err := c.e.store.Complete(actx, c.sk, c.rec.Nonce, comp)
+		cancel()
+		switch {
+		case err == nil:
+			c.completed(comp)
+			return nil
+		case errors.Is(err, ErrLostOwnership):
+			c.observe(EventLostOwnership, nil)
+			return fmt.Errorf("idem: complete refused: %w", err)
+		case errors.Is(err, ErrNotRecorded):
+			// The store applied the write but cannot vouch that it will
+			// last (redisstore.WithReplicaAck: too few replicas hold it):
+			// retrying or reading back would not change that.
+			c.observe(EventNotRecorded, err)
+			return err
+		case errors.Is(err, ErrPermanent):
+			// The store refused this value and would refuse it again: store
+			// the smaller outcome instead, once, without waiting.
+			if smaller, ok := withoutResult(comp, err); ok {
+				if comp.Status == StatusCompleted {
+					c.observe(EventResultUnavailable, err)
+				}
+				comp = smaller
+				continue
+			}
+			return c.unsettled(comp, err, maybeApplied)
+		}
+		maybeApplied = maybeApplied || !unsent(err)
+		wait := lease.Jitter(backoff)
+		if time.Now().Add(wait).After(deadline) {
+			return c.unsettled(comp, err, maybeApplied)
+		}
+		time.Sleep(wait)
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// completed hands the flight's followers the record as comp left it.
+func (c *claim) completed(comp Completion) {
+	if c.f == nil {
+		return
+	}
+	final := c.rec.Clone()
+	final.Status, final.Result, final.Error = comp.Status, comp.Result, comp.Error
+	c.f.final = final
+}
+
+// unsettled answers a completion whose last attempt failed with err. It
+// reads the record back first: if it carries this claim's outcome, the
+// outcome was recorded after all (a reply was lost).
+//
+// ErrNotRecorded is answered only when it is true for good: no attempt can
+// have reached the store, or the record has moved on to another claim (a
+// late completion of ours is then refused). A record still in progress
+// under this claim's nonce (or one the store no longer returns, which may
+// still carry it) could yet take a completion that is delayed in the
+// network: the claim is fenced first (see fence). When the store cannot be
+// read, or the fence cannot be set, nobody can know, and the answer is
+// ErrOutcomeUnknown.
+func (c *claim) unsettled(comp Completion, err error, maybeApplied bool) error {
+	gctx, cancel := context.WithTimeout(c.bg, max(c.e.beat, 250*time.Millisecond))
+	cur, gerr := c.e.store.Get(gctx, c.sk)
+	cancel()
+	switch {
+	case gerr == nil && cur.Nonce == c.rec.Nonce && cur.Status != StatusInProgress:
+		if c.f != nil {
+			c.f.final = cur
+		}
+		return nil
+	case !maybeApplied || gerr == nil && cur.Nonce != c.rec.Nonce:
+		c.observe(EventNotRecorded, err)
+		return &NotRecordedError{Err: storeErr("complete", err)}
+	case gerr != nil && !errors.Is(gerr, ErrNotFound):
+		c.observe(EventNotRecorded, err)
+		return &OutcomeUnknownError{Err: storeErr("complete", err), ReadErr: gerr}
+	}
+	return c.fence(&comp, err)
+}
+
+// fence makes a late completion of this claim impossible, then records
+// comp after all if it can (comp nil: it only fences). It claims the key
+// with a new nonce (a takeover once the claim is stale; the heartbeat
+// stopped when the work ended), so a delayed Complete with the old nonce
+// is refused, and completes comp under the new nonce. A record that turns
+// out completed under the old nonce (the delayed write landed meanwhile) is
+// the outcome recorded.
+func (c *claim) fence(comp *Completion, err error) error {
+	deadline := time.Now().Add(c.e.takeover + c.e.beat)
+	backoff := 10 * time.Millisecond
+	var last error = err
+	for time.Now().Before(deadline) {
+		n, rec, _, cerr := c.e.tryClaim(c.bg, c.sk, c.ph)
+		switch {
+		case cerr != nil:
+			last = cerr
+		case n != nil: // the old nonce is fenced off
+			n.f = c.f
+			return n.settleFenced(comp, err)
+		case rec.Nonce == c.rec.Nonce && rec.Status != StatusInProgress:
+			if c.f != nil {
+				c.f.final = rec
+			}
+			return nil
+		case rec.Nonce != c.rec.Nonce: // another claim holds the key: ours can no longer complete
+			c.observe(EventNotRecorded, err)
+			return &NotRecordedError{Err: storeErr("complete", err)}
+		}
+		time.Sleep(lease.Jitter(backoff))
+		backoff = min(2*backoff, c.e.pollMax())
+	}
+	c.observe(EventNotRecorded, err)
+	return &OutcomeUnknownError{Err: storeErr("complete", err), ReadErr: fmt.Errorf("fencing off a late completion: %w", last)}
+}
+
+// settleFenced runs under the claim that fenced off an earlier one whose
+// completion failed with err: it completes comp (the outcome is recorded
+// after all), or, with comp nil or once that completion failed for
+// certain, releases the claim and answers ErrNotRecorded, true now that no
+// earlier nonce can complete. A completion here whose fate is unknown is
+// fenced off in turn, without a completion of its own.
+func (c *claim) settleFenced(comp *Completion, err error) error {
+	if comp != nil {
+		cctx, cancel := context.WithTimeout(c.bg, c.e.takeover)
+		cerr := c.e.store.Complete(cctx, c.sk, c.rec.Nonce, *comp)
+		cancel()
+		switch {
+		case cerr == nil:
+			c.completed(*comp)
+			return nil
+		case !errors.Is(cerr, ErrLostOwnership) && !errors.Is(cerr, ErrPermanent) && !unsent(cerr):
+			return c.fence(nil, err)
+		}
+	}
+	_ = c.release()
+	c.observe(EventNotRecorded, err)
+	return &NotRecordedError{Err: storeErr("complete", err)}
+}
+
+// withoutResult returns the completion to store when the store refused c
+// for good (refusal, its error): a success keeps its status without the
+// result, as an unencodable one does; a failure keeps its type with a
+// short message. ok is false when c is already that small.
+func withoutResult(c Completion, refusal error) (Completion, bool) {
+	if c.Status == StatusCompleted && c.Result != nil {
+		msg := "result refused by the store: " + refusal.Error()
+		return Completion{Status: StatusCompleted, Error: storableError(msg, ResultUnavailableType, minStoredMessage), TTL: c.TTL}, true
+	}
+	if c.Error != nil && len(c.Error.Message) > minStoredMessage {
+		return Completion{Status: c.Status, Error: storableError(c.Error.Message, c.Error.Type, minStoredMessage), TTL: c.TTL}, true
+	}
+	return c, false
+}
+
+// unsent reports whether err says a request never reached the store (the
+// connection could not be made), so it cannot have been applied.
+func unsent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// ownershipOr turns a store error of op into what the call returns: a
+// refusal for a lost claim, else a *StoreError.
+func (c *claim) ownershipOr(op string, err error) error {
+	if errors.Is(err, ErrLostOwnership) {
+		c.observe(EventLostOwnership, nil)
+		return fmt.Errorf("idem: %s refused: %w", op, err)
+	}
+	return storeErr(op, err)
+}
+
+// storeErr wraps a store failure in a *StoreError unless the store already
+// returned one.
+func storeErr(op string, err error) error {
+	var se *StoreError
+	if errors.As(err, &se) {
+		return err
+	}
+	return &StoreError{Op: op, Err: err}
+}
+
+func joinErr(a, b error) error {
+	if b == nil {
+		return a
+	}
+	return errors.Join(a, b)
+}
+
+// heartbeat refreshes the claim while its work runs (see lease.Refresher:
+// a timer, not a goroutine, so work that returns within one interval costs
+// no heartbeat at all). Stop it with Stop, which reports whether ownership
+// was lost.
+//
+// If no heartbeat succeeds for takeover minus half an interval, another
+// caller may take the claim over before the next one could tell: the
+// work's context is cancelled with a *LapseError first. The lapse is
+// counted from when the last successful refresh was sent (the store's
+// HeartbeatAt is no earlier), and leaves half an interval, not a whole one,
+// so that the next heartbeat has time to succeed even when the interval is
+// half the threshold.
+func (c *claim) heartbeat() *lease.Refresher {
+	e := c.e
+	return lease.Start(c.bg, c.cancel, c.sent, e.takeover, lease.Config{
+		Interval: e.beat,
+		Margin:   e.beat / 2,
+		Refresh: func(hctx context.Context) (time.Duration, error) {
+			return e.takeover, e.store.Heartbeat(hctx, c.sk, c.rec.Nonce, e.lease)
+		},
+		Lost: func(err error) error {
+			if errors.Is(err, ErrLostOwnership) {
+				return fmt.Errorf("idem: claim taken over: %w", ErrLostOwnership)
+			}
+			return nil
+		},
+		OnRefresh: func(left time.Duration) {
+			e.observe(c.bg, Event{Kind: EventRefresh, StorageKey: c.sk, Attempt: c.rec.Attempt, Duration: left})
+		},
+		OnError: func(err error) {
+			e.observe(c.bg, Event{Kind: EventHeartbeatError, StorageKey: c.sk, Attempt: c.rec.Attempt, Err: err})
+		},
+		OnLapse: func(since time.Duration, _ error) error {
+			e.observe(c.bg, Event{Kind: EventLapse, StorageKey: c.sk, Attempt: c.rec.Attempt, Duration: max(e.takeover-since, 0)})
+			return &LapseError{Since: since.Round(time.Millisecond)}
+		},
+	})
+}

@@ -1,0 +1,193 @@
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/dynamostore"
+	"github.com/idem-go/idem/stores/filestore"
+	"github.com/idem-go/idem/stores/memstore"
+	"github.com/idem-go/idem/stores/redisstore"
+	"github.com/idem-go/idem/stores/sqlstore"
+)
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// storageKey returns a key shaped like the ones a Guard passes.
+func storageKey() string { return idem.StorageKeyPrefix + randHex(32) }
+
+// backend opens one store on its real server (a fresh table, prefix or
+// directory) for a test. Every store keeps its default clock: its server's
+// where it has one, the host's otherwise.
+type backend struct {
+	name string
+	open func(t testing.TB) idem.Store
+}
+
+var backends = []backend{
+	{name: "memstore", open: openMem},
+	{name: "filestore", open: openFile},
+	{name: "redis", open: openRedis},
+	{name: "postgres", open: openPostgres},
+	{name: "mariadb", open: openMySQL},
+	{name: "dynamodb", open: openDynamo},
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func openMem(t testing.TB) idem.Store {
+	t.Helper()
+	s, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func openFile(t testing.TB) idem.Store {
+	t.Helper()
+	s, err := filestore.New(t.TempDir(), filestore.WithoutSync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+var (
+	redisOnce   sync.Once
+	redisClient *redis.Client
+)
+
+func openRedis(t testing.TB) idem.Store {
+	t.Helper()
+	addr := testenv.RedisAddr(t)
+	redisOnce.Do(func() { redisClient = redis.NewClient(&redis.Options{Addr: addr, PoolSize: 16}) })
+	if err := redisClient.Ping(ctxT(t)).Err(); err != nil {
+		testenv.Missing(t, "redis ping: "+err.Error())
+	}
+	s, err := redisstore.New(redisClient, redisstore.WithPrefix("lin"+randHex(6)+":"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+var (
+	sqlMu  sync.Mutex
+	sqlDBs = map[sqlstore.Dialect]*sql.DB{}
+)
+
+// sqlDB is one pool per dialect for the whole test process.
+func sqlDB(t testing.TB, d sqlstore.Dialect) *sql.DB {
+	t.Helper()
+	driver, source := "pgx", ""
+	if d == sqlstore.Postgres {
+		source = testenv.PostgresDSN(t)
+	} else {
+		driver, source = "mysql", testenv.MySQLDSN(t)
+	}
+	sqlMu.Lock()
+	defer sqlMu.Unlock()
+	if db := sqlDBs[d]; db != nil {
+		return db
+	}
+	db, err := sql.Open(driver, source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.PingContext(ctxT(t)); err != nil {
+		_ = db.Close()
+		testenv.Missing(t, d.String()+" ping: "+err.Error())
+	}
+	db.SetMaxOpenConns(16)
+	db.SetMaxIdleConns(16)
+	sqlDBs[d] = db
+	return db
+}
+
+func openSQL(t testing.TB, d sqlstore.Dialect) idem.Store {
+	t.Helper()
+	db := sqlDB(t, d)
+	table := "idem_lin_" + randHex(6)
+	s, err := sqlstore.New(db, d, sqlstore.WithTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.Close()
+		_, _ = db.Exec("DROP TABLE IF EXISTS " + table)
+	})
+	return s
+}
+
+func openPostgres(t testing.TB) idem.Store {
+	t.Helper()
+	return openSQL(t, sqlstore.Postgres)
+}
+
+func openMySQL(t testing.TB) idem.Store {
+	t.Helper()
+	return openSQL(t, sqlstore.MySQL)
+}
+
+// dynamoTable is the table the tests of this package share; every store
+// gets its own key prefix.
+const dynamoTable = "idem_integration_test"
+
+var (
+	dynamoOnce   sync.Once
+	dynamoClient *dynamodb.Client
+	dynamoErr    error
+)
+
+func openDynamo(t testing.TB) idem.Store {
+	t.Helper()
+	endpoint := testenv.DynamoDBEndpoint(t)
+	dynamoOnce.Do(func() {
+		dynamoClient = dynamodb.New(dynamodb.Options{
+			Region:       "us-east-1",
+			BaseEndpoint: aws.String(endpoint),
+			Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		dynamoErr = dynamostore.CreateTable(ctx, dynamoClient, dynamoTable)
+	})
+	if dynamoErr != nil {
+		testenv.Missing(t, "DynamoDB Local: create table: "+dynamoErr.Error())
+	}
+	s, err := dynamostore.New(dynamoClient, dynamoTable,
+		dynamostore.WithKeyPrefix("lin"+randHex(6)+"#"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -1,0 +1,251 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/idem-go/idem"
+)
+
+// historyLease is the lease of every claim and the TTL of every completion
+// in a history: far longer than any history runs, so records end only by
+// Release and Delete (see the model).
+const historyLease = 10 * time.Minute
+
+// clockSlack widens each operation's interval, in milliseconds, for the
+// rounding of the stores' clocks to milliseconds.
+const clockSlack = 1
+
+// takeoverThresholds are the claims' thresholds: short ones that a
+// history's claims cross, and one that never passes within a history.
+var takeoverThresholds = []time.Duration{2 * time.Millisecond, 10 * time.Millisecond, 40 * time.Millisecond, historyLease}
+
+// historyConfig shapes a random history.
+type historyConfig struct {
+	Clients int // concurrent clients
+	Ops     int // operations per client
+	Keys    int // storage keys the clients share
+}
+
+var defaultHistory = historyConfig{Clients: 4, Ops: 30, Keys: 3}
+
+// knowledge is what the clients of one history have learnt about a key:
+// every nonce claimed on it, and the owner the latest claim answered.
+type knowledge struct {
+	mu     sync.Mutex
+	nonces []string
+	owner  string
+}
+
+func (k *knowledge) add(nonce string) {
+	k.mu.Lock()
+	k.nonces = append(k.nonces, nonce)
+	k.mu.Unlock()
+}
+
+func (k *knowledge) setOwner(nonce string) {
+	k.mu.Lock()
+	k.owner = nonce
+	k.mu.Unlock()
+}
+
+// pick returns a nonce for a heartbeat, complete, release or retried claim:
+// mostly the latest owner, else any nonce seen on the key, else one nobody
+// claimed.
+func (k *knowledge) pick(r *rand.Rand) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	switch x := r.IntN(10); {
+	case x < 6 && k.owner != "":
+		return k.owner
+	case x < 9 && len(k.nonces) > 0:
+		return k.nonces[r.IntN(len(k.nonces))]
+	}
+	return "nobody"
+}
+
+// runHistory runs cfg.Clients clients of cfg.Ops random operations each on
+// s, over fresh keys, and returns the history. Operations that fail with
+// anything but ErrLostOwnership or ErrNotFound are returned as an error:
+// on loopback servers there should be none, and the model cannot judge
+// them.
+func runHistory(ctx context.Context, s idem.Store, cfg historyConfig, seed uint64) ([]porcupine.Operation, error) {
+	keys := make([]string, cfg.Keys)
+	know := make([]*knowledge, cfg.Keys)
+	for i := range keys {
+		keys[i] = storageKey()
+		know[i] = &knowledge{}
+	}
+	var (
+		mu       sync.Mutex
+		ops      []porcupine.Operation
+		errs     []error
+		nonceSeq int
+		wg       sync.WaitGroup
+	)
+	nextNonce := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		nonceSeq++
+		return fmt.Sprintf("n%d", nonceSeq)
+	}
+	start := make(chan struct{})
+	base := time.Now()
+	for c := range cfg.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(seed, uint64(c)))
+			<-start
+			for i := range cfg.Ops {
+				ki := r.IntN(cfg.Keys)
+				in := randomInput(r, keys[ki], know[ki], nextNonce, fmt.Sprintf("r%d.%d", c, i))
+				op, err := apply(ctx, s, in, c, base)
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("client %d: %s: %w", c, describe(in, linOutput{}), err))
+					mu.Unlock()
+					return
+				}
+				out := op.Output.(linOutput)
+				if in.Op == opClaim {
+					know[ki].setOwner(out.Rec.Nonce)
+				}
+				mu.Lock()
+				ops = append(ops, op)
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return ops, errors.Join(errs...)
+}
+
+// randomInput draws one operation on key.
+func randomInput(r *rand.Rand, key string, know *knowledge, fresh func() string, result string) linInput {
+	in := linInput{Key: key}
+	switch x := r.IntN(100); {
+	case x < 35:
+		in.Op = opClaim
+		if r.IntN(4) == 0 {
+			in.Nonce = know.pick(r)
+		} else {
+			in.Nonce = fresh()
+			know.add(in.Nonce)
+		}
+		in.Payload = "a"
+		if r.IntN(8) == 0 {
+			in.Payload = "b"
+		}
+		in.TakeoverMs = takeoverThresholds[r.IntN(len(takeoverThresholds))].Milliseconds()
+	case x < 52:
+		in.Op = opHeartbeat
+	case x < 68:
+		in.Op = opComplete
+		in.Status, in.Result = idem.StatusCompleted, result
+		if r.IntN(4) == 0 {
+			in.Status = idem.StatusFailed
+		}
+	case x < 84:
+		in.Op = opRelease
+	case x < 94:
+		in.Op = opGet
+	default:
+		in.Op = opDelete
+	}
+	if in.Op == opHeartbeat || in.Op == opComplete || in.Op == opRelease {
+		in.Nonce = know.pick(r)
+	}
+	return in
+}
+
+// apply runs in on s as client c and returns it as a porcupine operation,
+// timed from base.
+func apply(ctx context.Context, s idem.Store, in linInput, c int, base time.Time) (porcupine.Operation, error) {
+	var out linOutput
+	var err error
+	t0 := time.Now()
+	switch in.Op {
+	case opClaim:
+		var res idem.ClaimResult
+		res, err = s.Claim(ctx, idem.ClaimRequest{
+			Key: in.Key, Nonce: in.Nonce, PayloadHash: in.Payload,
+			LeaseTTL: historyLease, TakeoverAfter: time.Duration(in.TakeoverMs) * time.Millisecond,
+		})
+		if err == nil {
+			out.Outcome, out.Rec = res.Outcome, viewOf(res.Record)
+		}
+	case opHeartbeat:
+		err = s.Heartbeat(ctx, in.Key, in.Nonce, historyLease)
+	case opComplete:
+		cpl := idem.Completion{Status: in.Status, TTL: historyLease}
+		if in.Status == idem.StatusFailed {
+			cpl.Error = &idem.StoredError{Message: in.Result, Type: "test"}
+		} else {
+			cpl.Result = []byte(in.Result)
+		}
+		err = s.Complete(ctx, in.Key, in.Nonce, cpl)
+	case opRelease:
+		err = s.Release(ctx, in.Key, in.Nonce)
+	case opGet:
+		var rec *idem.Record
+		rec, err = s.Get(ctx, in.Key)
+		if err == nil {
+			out.Rec = viewOf(rec)
+		}
+	case opDelete:
+		err = s.Delete(ctx, in.Key)
+	}
+	t1 := time.Now()
+	switch {
+	case err == nil:
+	case errors.Is(err, idem.ErrLostOwnership) && (in.Op == opHeartbeat || in.Op == opComplete || in.Op == opRelease):
+		out.Err, err = errLost, nil
+	case errors.Is(err, idem.ErrNotFound) && in.Op == opGet:
+		out.Err, err = errNotFound, nil
+	}
+	if err != nil {
+		return porcupine.Operation{}, err
+	}
+	in.NowLo = t0.UnixMilli() - clockSlack
+	out.NowHi = t1.UnixMilli() + clockSlack
+	return porcupine.Operation{
+		ClientId: c,
+		Input:    in,
+		Call:     t0.Sub(base).Nanoseconds(),
+		Output:   out,
+		Return:   t1.Sub(base).Nanoseconds(),
+	}, nil
+}
+
+// formatKeyHistory renders the operations on key in call order, with their
+// intervals in microseconds from the first call: the history porcupine
+// found illegal, for a report.
+func formatKeyHistory(ops []porcupine.Operation, key string) string {
+	var sel []porcupine.Operation
+	for _, op := range ops {
+		if op.Input.(linInput).Key == key {
+			sel = append(sel, op)
+		}
+	}
+	sort.Slice(sel, func(i, j int) bool { return sel[i].Call < sel[j].Call })
+	if len(sel) == 0 {
+		return ""
+	}
+	t0 := sel[0].Call
+	var b strings.Builder
+	for _, op := range sel {
+		fmt.Fprintf(&b, "  c%d [%7d, %7d]µs %s\n", op.ClientId, (op.Call-t0)/1000, (op.Return-t0)/1000,
+			describe(op.Input.(linInput), op.Output.(linOutput)))
+	}
+	return b.String()
+}

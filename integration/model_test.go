@@ -1,0 +1,299 @@
+package integration
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/idem-go/idem"
+)
+
+// This file is a sequential model of the idem.Store contract (store.go's
+// doc on Claim, Heartbeat, Complete, Release, Get and Delete) for
+// porcupine, one key at a time.
+//
+// Time. A store decides expiry and staleness with its own clock (its
+// server's where it has one), which a history cannot observe. The model
+// treats the store's now as a nondeterministic choice, bounded by the
+// operation: an operation that took effect read a now between its call and
+// its return (the test records both in Unix milliseconds on the same host
+// as the servers, with clockSlack on either side for rounding), and the
+// store's clock never runs backwards along the linearization, so now is
+// also at least the call time of every operation linearized before it.
+//
+// The histories are built so that only staleness depends on time: leases
+// and completion TTLs (historyLease) are far longer than a history, so a
+// record stops being live only by Release, and Delete removes it. A claim
+// that meets another nonce's live in_progress record with the same payload
+// hash may then answer TookOver only if the heartbeat could be at least the
+// stored threshold old at some now inside the claim's interval, and
+// Existing only if it could be younger than the threshold. The model keeps
+// the interval in which the record's heartbeat was set, so a takeover by a
+// short threshold is accepted only when enough time can have passed, and a
+// claim refused by a long one only when little can have.
+
+// opKind names a Store operation.
+type opKind uint8
+
+const (
+	opClaim opKind = iota
+	opHeartbeat
+	opComplete
+	opRelease
+	opGet
+	opDelete
+)
+
+func (k opKind) String() string {
+	return [...]string{"claim", "heartbeat", "complete", "release", "get", "delete"}[k]
+}
+
+// errKind is the error an operation returned, as the contract names it.
+type errKind uint8
+
+const (
+	errNone errKind = iota
+	errLost         // idem.ErrLostOwnership
+	errNotFound     // idem.ErrNotFound
+)
+
+func (e errKind) String() string {
+	return [...]string{"ok", "lost", "not_found"}[e]
+}
+
+// linInput is one operation's input.
+type linInput struct {
+	Op    opKind
+	Key   string
+	Nonce string // claim, heartbeat, complete, release
+	// Payload is the claim's payload hash.
+	Payload string
+	// TakeoverMs is the claim's takeover threshold.
+	TakeoverMs int64
+	// Status and Result are the completion's (Result is the completed
+	// record's result, or the failed record's error message).
+	Status idem.Status
+	Result string
+	// NowLo is a lower bound on the store's now for this operation: the
+	// call time in Unix ms, less clockSlack.
+	NowLo int64
+}
+
+// view is the part of a record the model checks.
+type view struct {
+	Status  idem.Status
+	Nonce   string
+	Attempt int64
+	Payload string
+	Result  string
+}
+
+func (v view) String() string {
+	s := fmt.Sprintf("%s#%d %s", v.Nonce, v.Attempt, v.Status)
+	if v.Payload != "" {
+		s += " p=" + v.Payload
+	}
+	if v.Result != "" {
+		s += " r=" + v.Result
+	}
+	return s
+}
+
+// viewOf is the part of rec the model checks.
+func viewOf(rec *idem.Record) view {
+	if rec == nil {
+		return view{}
+	}
+	v := view{Status: rec.Status, Nonce: rec.Nonce, Attempt: rec.Attempt, Payload: rec.PayloadHash}
+	switch {
+	case rec.Status == idem.StatusFailed && rec.Error != nil:
+		v.Result = rec.Error.Message
+	case rec.Result != nil:
+		v.Result = string(rec.Result)
+	}
+	return v
+}
+
+// linOutput is one operation's output.
+type linOutput struct {
+	Err     errKind
+	Outcome idem.ClaimOutcome // claim
+	Rec     view              // claim, get
+	// NowHi is an upper bound on the store's now for this operation: the
+	// return time in Unix ms, plus clockSlack.
+	NowHi int64
+}
+
+// linState is the model's state of one key. It is a comparable value, so
+// porcupine's default equality (==) applies.
+type linState struct {
+	Exists bool
+	// Live is false once the record was released: nothing else ends a
+	// record's life within a history (see historyLease).
+	Live       bool
+	Rec        view
+	TakeoverMs int64
+	// HbLo and HbHi bound the instant (store clock, Unix ms) the record's
+	// heartbeat was last set.
+	HbLo, HbHi int64
+	// Clock is a lower bound on the store's now: no operation linearized
+	// later can read an earlier time.
+	Clock int64
+}
+
+func (s linState) String() string {
+	if !s.Exists {
+		return "absent"
+	}
+	live := "live"
+	if !s.Live {
+		live = "released"
+	}
+	return fmt.Sprintf("%v %s T=%dms hb∈[%d,%d]", s.Rec, live, s.TakeoverMs, s.HbLo%100000, s.HbHi%100000)
+}
+
+// step is the contract applied to one operation: whether the store may
+// answer out to in in state s, and the state after it.
+func step(s linState, in linInput, out linOutput) (bool, linState) {
+	nowLo, nowHi := max(in.NowLo, s.Clock), out.NowHi
+	if nowLo > nowHi {
+		return false, s
+	}
+	next := s
+	next.Clock = nowLo
+	owned := s.Exists && s.Rec.Nonce == in.Nonce
+	switch in.Op {
+	case opClaim:
+		if out.Err != errNone {
+			return false, s
+		}
+		if !s.Exists || !s.Live {
+			// A new claim; attempts go on counting over a released record.
+			attempt := int64(1)
+			if s.Exists {
+				attempt = s.Rec.Attempt + 1
+			}
+			want := view{Status: idem.StatusInProgress, Nonce: in.Nonce, Attempt: attempt, Payload: in.Payload}
+			if out.Outcome != idem.Claimed || out.Rec != want {
+				return false, s
+			}
+			next.Exists, next.Live, next.Rec = true, true, want
+			next.TakeoverMs = in.TakeoverMs
+			next.HbLo, next.HbHi = nowLo, nowHi
+			return true, next
+		}
+		if owned {
+			// A retried claim whose first try was applied.
+			return out.Outcome == idem.Claimed && out.Rec == s.Rec, next
+		}
+		if s.Rec.Status == idem.StatusInProgress && s.Rec.Payload == in.Payload {
+			canStale := nowHi-s.HbLo >= s.TakeoverMs
+			canFresh := nowLo-s.HbHi < s.TakeoverMs
+			switch {
+			case out.Outcome == idem.TookOver && canStale:
+				want := s.Rec
+				want.Nonce, want.Attempt = in.Nonce, s.Rec.Attempt+1
+				if out.Rec != want {
+					return false, s
+				}
+				next.Rec = want
+				next.TakeoverMs = in.TakeoverMs
+				next.HbLo, next.HbHi = max(nowLo, s.HbLo+s.TakeoverMs), nowHi
+				next.Clock = next.HbLo
+				return true, next
+			case out.Outcome == idem.Existing && canFresh:
+				return out.Rec == s.Rec, next
+			}
+			return false, s
+		}
+		return out.Outcome == idem.Existing && out.Rec == s.Rec, next
+	case opHeartbeat:
+		if owned && s.Live && s.Rec.Status == idem.StatusInProgress {
+			next.HbLo, next.HbHi = nowLo, nowHi
+			return out.Err == errNone, next
+		}
+		return out.Err == errLost, next
+	case opComplete:
+		// Complete needs only the nonce: a released claim's owner may
+		// still record its outcome, and a retried Complete succeeds.
+		if owned {
+			next.Live = true
+			next.Rec.Status, next.Rec.Result = in.Status, in.Result
+			return out.Err == errNone, next
+		}
+		return out.Err == errLost, next
+	case opRelease:
+		if owned && s.Rec.Status == idem.StatusInProgress {
+			next.Live = false
+			return out.Err == errNone, next
+		}
+		return out.Err == errLost, next
+	case opGet:
+		if s.Exists && s.Live {
+			return out.Err == errNone && out.Rec == s.Rec, next
+		}
+		return out.Err == errNotFound, next
+	case opDelete:
+		return out.Err == errNone, linState{Clock: next.Clock}
+	}
+	return false, s
+}
+
+// storeModel is the porcupine model of the Store contract, partitioned by
+// key.
+var storeModel = porcupine.Model{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		byKey := map[string][]porcupine.Operation{}
+		var keys []string
+		for _, op := range history {
+			k := op.Input.(linInput).Key
+			if _, ok := byKey[k]; !ok {
+				keys = append(keys, k)
+			}
+			byKey[k] = append(byKey[k], op)
+		}
+		sort.Strings(keys)
+		parts := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			parts = append(parts, byKey[k])
+		}
+		return parts
+	},
+	Init: func() any { return linState{} },
+	Step: func(state, input, output any) (bool, any) {
+		return step(state.(linState), input.(linInput), output.(linOutput))
+	},
+	DescribeOperation: func(input, output any) string {
+		return describe(input.(linInput), output.(linOutput))
+	},
+	DescribeState: func(state any) string { return state.(linState).String() },
+}
+
+// describe renders an operation and its answer.
+func describe(in linInput, out linOutput) string {
+	var b strings.Builder
+	switch in.Op {
+	case opClaim:
+		fmt.Fprintf(&b, "claim(%s, p=%s, T=%dms)", in.Nonce, in.Payload, in.TakeoverMs)
+	case opComplete:
+		fmt.Fprintf(&b, "complete(%s, %s %s)", in.Nonce, in.Status, in.Result)
+	case opGet, opDelete:
+		fmt.Fprintf(&b, "%s()", in.Op)
+	default:
+		fmt.Fprintf(&b, "%s(%s)", in.Op, in.Nonce)
+	}
+	b.WriteString(" → ")
+	switch {
+	case out.Err != errNone:
+		b.WriteString(out.Err.String())
+	case in.Op == opClaim:
+		fmt.Fprintf(&b, "%s %v", out.Outcome, out.Rec)
+	case in.Op == opGet:
+		fmt.Fprintf(&b, "%v", out.Rec)
+	default:
+		b.WriteString("ok")
+	}
+	return b.String()
+}

@@ -1,0 +1,69 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/idem-go/idem"
+)
+
+// Bad input to the public API is an error matching ErrInvalidOption, never
+// a panic.
+func TestInvalidCallsAreErrors(t *testing.T) {
+	g, _ := memGuard[int](t)
+	var nilGuard *idem.Guard[int]
+	var zeroGuard idem.Guard[int]
+	fn := func(context.Context) (int, error) { return 1, nil }
+	run := func(context.Context, *idem.TxClaim[int]) (int, error, error) { return 1, nil, nil }
+	var nilCtx context.Context
+	ctx := context.Background()
+	cases := map[string]func() error{
+		"Do nil ctx":            func() error { _, err := g.Do(nilCtx, "k", fn); return err },
+		"Do nil fn":             func() error { _, err := g.Do(ctx, "k", nil); return err },
+		"Do nil Guard":          func() error { _, err := nilGuard.Do(ctx, "k", fn); return err },
+		"Do zero Guard":         func() error { _, err := zeroGuard.Do(ctx, "k", fn); return err },
+		"RunTx nil ctx":         func() error { _, err := idem.RunTx(nilCtx, g, "k", run); return err },
+		"RunTx nil run":         func() error { _, err := idem.RunTx(ctx, g, "k", nil); return err },
+		"RunTx nil Guard":       func() error { _, err := idem.RunTx(ctx, nilGuard, "k", run); return err },
+		"RunTx zero Guard":      func() error { _, err := idem.RunTx(ctx, &zeroGuard, "k", run); return err },
+		"Forget nil ctx":        func() error { return g.Forget(nilCtx, "k") },
+		"Forget nil Guard":      func() error { return nilGuard.Forget(ctx, "k") },
+		"Forget zero Guard":     func() error { return zeroGuard.Forget(ctx, "k") },
+		"StorageKey nil Guard":  func() error { _, err := nilGuard.StorageKey("k"); return err },
+		"StorageKey zero Guard": func() error { _, err := zeroGuard.StorageKey("k"); return err },
+		"Step nil ctx":          func() error { _, err := idem.Step(nilCtx, "s", fn); return err },
+		"Step nil fn":           func() error { _, err := idem.Step[int](ctx, "s", nil); return err },
+		"TxClaim.Complete zero": func() error { _, err := (&idem.TxClaim[int]{}).Complete(1); return err },
+		"Wrap over a zero Guard": func() error {
+			_, err := idem.Wrap(&zeroGuard, "n", func(context.Context, int) (int, error) { return 1, nil })(ctx, 1)
+			return err
+		},
+		"Wrap over a nil Guard": func() error {
+			_, err := idem.Wrap(nilGuard, "n", func(context.Context, int) (int, error) { return 1, nil })(ctx, 1)
+			return err
+		},
+		"Wrap of a nil function":  func() error { _, err := idem.Wrap[int, int](g, "n", nil)(ctx, 1); return err },
+		"Do nil ctx on nil Guard": func() error { _, err := nilGuard.Do(nilCtx, "k", nil); return err },
+	}
+	for name, call := range cases {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("panicked: %v", p)
+				}
+			}()
+			err := call()
+			var oe *idem.OptionError
+			if !errors.Is(err, idem.ErrInvalidOption) || !errors.As(err, &oe) {
+				t.Fatalf("err = %v, want an *OptionError matching ErrInvalidOption", err)
+			}
+		})
+	}
+	if p := nilGuard.Policies(); p != (idem.Policies{}) {
+		t.Errorf("nil Guard's Policies = %+v, want zero", p)
+	}
+	if nilGuard.Store() != nil {
+		t.Error("nil Guard's Store is not nil")
+	}
+}

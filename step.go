@@ -1,0 +1,252 @@
+package idem
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/idem-go/idem/internal/lease"
+)
+
+// ErrNoCall: Step was called with a context that no Guard handed to a
+// guarded fn (or with a step's own context: steps do not nest).
+var ErrNoCall = errors.New("idem: Step outside a guarded call")
+
+type callKey struct{}
+
+type stepKey struct{}
+
+// stepCall is what a guarded fn's context carries for Step: the call's
+// storage key, and the steps epoch once the first Step of the attempt read
+// it.
+type stepCall struct {
+	e       *engine
+	sk      string          // the call's storage key
+	ctx     context.Context // the caller's context: a step's work ends with it, not with the call's claim
+	attempt int64
+
+	mu    sync.Mutex
+	epoch string
+}
+
+// stepInfo marks a step's context: its downstream key.
+type stepInfo struct{ key string }
+
+// callContext is the parent of a call's fn context: ctx with the call in
+// it, for Step.
+func (c *claim) callContext() context.Context {
+	return context.WithValue(c.ctx, callKey{}, &stepCall{e: c.e, sk: c.sk, ctx: c.ctx, attempt: c.rec.Attempt})
+}
+
+// Step runs fn as a recorded step of the guarded call whose context is ctx
+// (the context a Guard handed to fn), under name, and returns its result.
+//
+// The first attempt of the call that reaches the step claims it, runs fn
+// and records its result with the Guard's codec. A later attempt of the
+// same call (a takeover after a crash or a pause, a retry after a release),
+// and a second Step of the same name in one attempt, get the recorded
+// result without running fn. A step whose fn returns an error is not
+// recorded: its claim is released and the error returned, for the caller's
+// fn to decide. A step in flight when its call is taken over keeps running
+// if its owner is alive (its own claim keeps its own heartbeat, and its
+// context is not cancelled by the loss of the call's claim, only by the
+// caller's context or the loss of the step's own claim), and the new
+// attempt waits for its outcome; if its owner died, its claim goes stale
+// and the new attempt runs it again, with the same StepKey and a higher
+// FencingToken. So a step runs at most once unless its owner dies while it
+// runs, and then its downstream sees the same key twice and can dedupe.
+//
+// Inside fn, StepKey(ctx) is the step's downstream key and
+// FencingToken(ctx) the step's own attempt. Step with a context that no
+// Guard handed to fn, or inside another step's fn (steps do not nest), is
+// ErrNoCall; an empty name is ErrInvalidKey; a nil ctx or fn is
+// ErrInvalidOption. See the package documentation (Steps) for how step
+// records are kept and what they cost.
+func Step[V any](ctx context.Context, name string, fn func(context.Context) (V, error)) (V, error) {
+	var zero V
+	switch {
+	case ctx == nil:
+		return zero, &OptionError{Option: "Step", Reason: "context is nil"}
+	case fn == nil:
+		return zero, &OptionError{Option: "Step", Reason: "function is nil"}
+	case name == "":
+		return zero, &KeyError{Reason: "empty step name"}
+	}
+	sc, _ := ctx.Value(callKey{}).(*stepCall)
+	if sc == nil {
+		return zero, ErrNoCall
+	}
+	if ctx.Value(stepKey{}) != nil {
+		return zero, fmt.Errorf("%w: Step %q inside a step's fn (steps do not nest)", ErrNoCall, name)
+	}
+	epoch, err := sc.epochOf(ctx)
+	if err != nil {
+		return zero, err
+	}
+	s := &step[V]{sc: sc, name: name, sk: derivedKey("idem/step/v1", sc.sk, epoch, name), key: stepKeyOf(sc.sk, epoch, name)}
+	return s.do(ctx, fn)
+}
+
+// StepKey returns, inside a step's fn, the step's downstream key: derived
+// from the call's storage key, its steps epoch and the step's name, the
+// same on every attempt of the call, different for every step, no raw key
+// in it, 64 characters of [0-9a-f] (fit for a downstream Idempotency-Key
+// header). ok is false outside a step's fn.
+func StepKey(ctx context.Context) (string, bool) {
+	if ctx == nil {
+		return "", false
+	}
+	si, ok := ctx.Value(stepKey{}).(*stepInfo)
+	if !ok {
+		return "", false
+	}
+	return si.key, true
+}
+
+// epochOf returns the call's steps epoch: the nonce of the call's epoch
+// record, claimed by the first Step of an attempt (one round trip) and
+// never taken over while it lives (its takeover threshold is its
+// lifetime). Forget deletes it, so a forgotten call's old steps are
+// orphaned and expire.
+func (sc *stepCall) epochOf(ctx context.Context) (string, error) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.epoch != "" {
+		return sc.epoch, nil
+	}
+	life := sc.e.ttl
+	res, err := sc.e.store.Claim(ctx, ClaimRequest{
+		Key: epochKey(sc.sk), Nonce: lease.Token(), LeaseTTL: life, TakeoverAfter: life,
+		Tenant: sc.e.tenant, Scope: sc.e.scope,
+	})
+	if err != nil {
+		return "", storeErr("claim", err)
+	}
+	if res.Record == nil || res.Record.Nonce == "" {
+		return "", &StoreError{Op: "claim", Err: errors.New("store returned no steps epoch record")}
+	}
+	sc.epoch = res.Record.Nonce
+	return sc.epoch, nil
+}
+
+// epochKey is the storage key of the steps epoch record of the call sk.
+func epochKey(sk string) string { return derivedKey("idem/steps-epoch/v1", sk) }
+
+// derivedKey is a storage key derived from fields: shaped like every other
+// storage key (the prefix and 64 hex digits), so every store takes it.
+func derivedKey(fields ...string) string {
+	return StorageKeyPrefix + digest(fields...)
+}
+
+func stepKeyOf(sk, epoch, name string) string { return digest("idem/step-key/v1", sk, epoch, name) }
+
+// digest is the hex SHA-256 of length-prefixed fields.
+func digest(fields ...string) string {
+	var b []byte
+	for _, f := range fields {
+		b = appendField(b, f)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// step is one Step call.
+type step[V any] struct {
+	sc   *stepCall
+	name string
+	sk   string // the step record's storage key
+	key  string // StepKey
+}
+
+// do claims the step, then runs fn, replays the recorded result, or waits
+// for the live claim of another attempt to end.
+func (s *step[V]) do(ctx context.Context, fn func(context.Context) (V, error)) (v V, err error) {
+	e := s.sc.e
+	w := e.newWaiter(s.sk)
+	defer w.close()
+	for {
+		c, rec, _, err := e.tryClaim(ctx, s.sk, "")
+		if err != nil {
+			return v, err
+		}
+		if c != nil {
+			w.done(ctx, c.rec.Attempt)
+			return s.run(c, fn)
+		}
+		if err := rec.Validate(); err != nil {
+			return v, &CorruptRecordError{Key: rec.Key, Err: err}
+		}
+		switch rec.Status {
+		case StatusCompleted:
+			w.done(ctx, rec.Attempt)
+			v, err = decodeResult[V](e.codec, rec)
+			e.observe(ctx, Event{Kind: EventStepReplayed, StorageKey: s.sk, Attempt: rec.Attempt, Err: err})
+			return v, err
+		case StatusFailed: // steps record no failures; a store that holds one says so
+			return v, &RecordedFailure{Message: rec.Error.Message, Type: rec.Error.Type}
+		}
+		w.begin(ctx, rec.Attempt)
+		if err := w.wait(ctx, rec.Attempt); err != nil {
+			return v, err
+		}
+	}
+}
+
+// run runs fn under the step's claim c: recorded when it returns a value,
+// released when it returns an error or panics.
+func (s *step[V]) run(c *claim, fn func(context.Context) (V, error)) (V, error) {
+	c.announce(EventStepRun, EventStepRun)
+	c.begin(detached{Context: s.sc.ctx, values: context.WithValue(c.ctx, stepKey{}, &stepInfo{key: s.key})})
+	v, err := guarded(c, fn)
+	if c.end() {
+		return v, joinErr(ErrLostOwnership, err)
+	}
+	if err != nil {
+		return v, joinErr(err, c.release())
+	}
+	return v, c.complete(c.success(func() ([]byte, error) { return c.e.codec.Marshal(v) }))
+}
+
+// detached is a context whose values are those of values and whose
+// cancellation and deadline are those of the embedded Context.
+type detached struct {
+	context.Context
+	values context.Context
+}
+
+func (d detached) Value(k any) any { return d.values.Value(k) }
+
+// Forget deletes key's record, whatever its state, and its steps: a later
+// call of key runs fn again from the start, its steps too. (It deletes the
+// call's steps epoch, so the old step records are no longer reachable and
+// expire with their TTL.) A call still running when it is forgotten keeps
+// running; its completion is refused (its nonce is gone). A nil or zero
+// Guard or a nil ctx is an error matching ErrInvalidOption.
+func (g *Guard[T]) Forget(ctx context.Context, key string) error {
+	if g == nil || g.store == nil {
+		return errZeroGuard("Forget")
+	}
+	if ctx == nil {
+		return &OptionError{Option: "Forget", Reason: "context is nil"}
+	}
+	sk, err := g.keys.storageKey(key)
+	if err != nil {
+		return err
+	}
+	// The epoch first: a call record left behind by a failure here still
+	// has its steps, so a retry replays them; the other way round a new
+	// call could replay an old call's steps.
+	if err := g.store.Delete(ctx, epochKey(sk)); err != nil {
+		return storeErr("delete", err)
+	}
+	if err := g.store.Delete(ctx, sk); err != nil {
+		return storeErr("delete", err)
+	}
+	if g.cache != nil {
+		g.cache.remove(sk)
+	}
+	return nil
+}

@@ -1,0 +1,230 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+)
+
+// fakeTx is a transaction runner over a memory store: fn runs, and on
+// success the completion is written with Store.Complete conditioned on the
+// nonce, standing in for a commit. commitErr, when set, is reported instead
+// of writing anything (a transaction that did not commit).
+func fakeTx(fn func(ctx context.Context) (int, error), commitErr error) func(context.Context, *idem.TxClaim[int]) (int, error, error) {
+	return func(ctx context.Context, c *idem.TxClaim[int]) (int, error, error) {
+		v, err := fn(ctx)
+		if err != nil {
+			return v, err, nil
+		}
+		comp, err := c.Complete(v)
+		if err != nil {
+			return v, nil, err
+		}
+		if commitErr != nil {
+			return v, nil, commitErr
+		}
+		g := storeOf(ctx)
+		return v, nil, g.Complete(context.WithoutCancel(ctx), c.Key, c.Nonce, comp)
+	}
+}
+
+type storeKey struct{}
+
+func storeOf(ctx context.Context) idem.Store { return ctx.Value(storeKey{}).(idem.Store) }
+
+func txCtx(g *idem.Guard[int]) context.Context {
+	return context.WithValue(context.Background(), storeKey{}, g.Store())
+}
+
+func TestRunTxCommitted(t *testing.T) {
+	g, _ := memGuard[int](t)
+	ctx := txCtx(g)
+	runs := 0
+	fn := func(ctx context.Context) (int, error) {
+		runs++
+		if tok, ok := idem.FencingToken(ctx); !ok || tok != 1 {
+			t.Errorf("FencingToken = %d, %v; want 1, true", tok, ok)
+		}
+		return 7, nil
+	}
+	v, err := idem.RunTx(ctx, g, "k", fakeTx(fn, nil))
+	if err != nil || v != 7 {
+		t.Fatalf("RunTx = %d, %v; want 7, nil", v, err)
+	}
+	v, err = idem.RunTx(ctx, g, "k", fakeTx(fn, nil))
+	if err != nil || v != 7 || runs != 1 {
+		t.Fatalf("replay = %d, %v after %d runs; want 7, nil after 1", v, err, runs)
+	}
+	v, err = g.Do(ctx, "k", func(context.Context) (int, error) { runs++; return 0, nil })
+	if err != nil || v != 7 || runs != 1 {
+		t.Fatalf("Do after RunTx = %d, %v after %d runs; want the recorded 7", v, err, runs)
+	}
+}
+
+func TestRunTxFnErrorUnlock(t *testing.T) {
+	g, _ := memGuard[int](t)
+	ctx := txCtx(g)
+	boom := errors.New("boom")
+	_, err := idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 0, boom }, nil))
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want boom", err)
+	}
+	if rec := record(t, g, "k"); rec != nil {
+		t.Fatalf("record after a failure under Unlock = %+v, want released", rec)
+	}
+	v, err := idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 3, nil }, nil))
+	if err != nil || v != 3 {
+		t.Fatalf("retry = %d, %v; want 3, nil (runs again)", v, err)
+	}
+}
+
+func TestRunTxFnErrorLock(t *testing.T) {
+	g, _ := memGuard[int](t, idem.OnFailure(idem.Lock))
+	ctx := txCtx(g)
+	_, err := idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 0, errors.New("declined") }, nil))
+	if err == nil || err.Error() != "declined" {
+		t.Fatalf("err = %v, want declined", err)
+	}
+	_, err = idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { t.Error("ran again"); return 0, nil }, nil))
+	var rf *idem.RecordedFailure
+	if !errors.Is(err, idem.ErrPreviousFailure) || !errors.As(err, &rf) || rf.Message != "declined" {
+		t.Fatalf("replay err = %v, want the recorded failure", err)
+	}
+}
+
+func TestRunTxLostOwnership(t *testing.T) {
+	g, _ := memGuard[int](t)
+	ctx := txCtx(g)
+	v, err := idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 1, nil }, idem.ErrLostOwnership))
+	if !errors.Is(err, idem.ErrLostOwnership) || v != 0 {
+		t.Fatalf("RunTx = %d, %v; want 0, ErrLostOwnership", v, err)
+	}
+	if rec := record(t, g, "k"); rec == nil || rec.Status != idem.StatusInProgress {
+		t.Fatalf("record = %+v, want the claim left in progress (not released)", rec)
+	}
+}
+
+func TestRunTxOutcomeUnknown(t *testing.T) {
+	g, _ := memGuard[int](t)
+	ctx := txCtx(g)
+	unknown := &idem.OutcomeUnknownError{Err: errors.New("commit reply lost"), ReadErr: errors.New("read back failed")}
+	v, err := idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 5, nil }, unknown))
+	if !errors.Is(err, idem.ErrOutcomeUnknown) || v != 5 {
+		t.Fatalf("RunTx = %d, %v; want 5, ErrOutcomeUnknown", v, err)
+	}
+	if rec := record(t, g, "k"); rec == nil || rec.Status != idem.StatusInProgress {
+		t.Fatalf("record = %+v, want the claim left to go stale", rec)
+	}
+}
+
+func TestRunTxCommitFailedReleases(t *testing.T) {
+	g, _ := memGuard[int](t)
+	ctx := txCtx(g)
+	failed := errors.New("serialization failure")
+	v, err := idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 5, nil }, failed))
+	var se *idem.StoreError
+	if !errors.As(err, &se) || se.Op != "commit" || !errors.Is(err, failed) || v != 0 {
+		t.Fatalf("RunTx = %d, %v; want 0 and a *StoreError{Op: commit} wrapping the failure", v, err)
+	}
+	if rec := record(t, g, "k"); rec != nil {
+		t.Fatalf("record = %+v, want released", rec)
+	}
+	v, err = idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 6, nil }, nil))
+	if err != nil || v != 6 {
+		t.Fatalf("retry = %d, %v; want 6, nil", v, err)
+	}
+}
+
+func TestRunTxPanic(t *testing.T) {
+	g, _ := memGuard[int](t)
+	ctx := txCtx(g)
+	func() {
+		defer func() {
+			if p := recover(); p != "tx boom" {
+				t.Fatalf("recovered %v, want the runner's panic", p)
+			}
+		}()
+		_, _ = idem.RunTx(ctx, g, "k", func(context.Context, *idem.TxClaim[int]) (int, error, error) { panic("tx boom") })
+	}()
+	if rec := record(t, g, "k"); rec != nil {
+		t.Fatalf("record after a panic = %+v, want released", rec)
+	}
+}
+
+// A claim lost while the transaction runs: Complete says so, and RunTx
+// returns ErrLostOwnership.
+func TestRunTxCompleteAfterLoss(t *testing.T) {
+	g, s := memGuard[int](t, idem.WithHeartbeat(5*time.Millisecond), idem.WithTakeoverAfter(time.Second))
+	ctx := txCtx(g)
+	sk := storageKey(t, g, "k")
+	_, err := idem.RunTx(ctx, g, "k", func(ctx context.Context, c *idem.TxClaim[int]) (int, error, error) {
+		if err := s.Delete(ctx, sk); err != nil { // another party removed the claim
+			return 0, err, nil
+		}
+		<-ctx.Done() // the next heartbeat finds the claim gone
+		if !errors.Is(context.Cause(ctx), idem.ErrLostOwnership) {
+			t.Errorf("cause = %v, want ErrLostOwnership", context.Cause(ctx))
+		}
+		_, err := c.Complete(1)
+		if !errors.Is(err, idem.ErrLostOwnership) {
+			t.Errorf("Complete after the loss = %v, want ErrLostOwnership", err)
+		}
+		return 0, nil, err
+	})
+	if !errors.Is(err, idem.ErrLostOwnership) {
+		t.Fatalf("RunTx = %v, want ErrLostOwnership", err)
+	}
+}
+
+// Same-process duplicates of a transactional call share its outcome.
+func TestRunTxFollowersShareOutcome(t *testing.T) {
+	g, _ := memGuard[int](t, idem.OnDuplicate(idem.Wait))
+	ctx := txCtx(g)
+	release := make(chan struct{})
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) {
+			close(started)
+			<-release
+			return 9, nil
+		}, nil))
+		done <- err
+	}()
+	<-started
+	res := make(chan int, 1)
+	go func() {
+		v, err := g.Do(ctx, "k", func(context.Context) (int, error) { t.Error("follower ran"); return 0, nil })
+		if err != nil {
+			t.Error(err)
+		}
+		res <- v
+	}()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if v := <-res; v != 9 {
+		t.Fatalf("follower got %d, want 9", v)
+	}
+}
+
+func TestPoliciesAndStore(t *testing.T) {
+	g, s := memGuard[int](t, idem.OnDuplicate(idem.Wait), idem.OnFailure(idem.Lock), idem.WithTTL(time.Hour),
+		idem.WithTakeoverAfter(9*time.Second), idem.WithHeartbeat(2*time.Second))
+	want := idem.Policies{Duplicate: idem.Wait, Failure: idem.Lock, TTL: time.Hour, Heartbeat: 2 * time.Second, TakeoverAfter: 9 * time.Second}
+	if got := g.Policies(); got != want {
+		t.Fatalf("Policies() = %+v, want %+v", got, want)
+	}
+	if g.Store() != idem.Store(s) {
+		t.Fatal("Store() is not the store the Guard was made with")
+	}
+	d, _ := memGuard[int](t)
+	want = idem.Policies{Duplicate: idem.Return, Failure: idem.Unlock, TTL: idem.DefaultTTL, Heartbeat: idem.DefaultHeartbeat, TakeoverAfter: idem.DefaultTakeoverAfter}
+	if got := d.Policies(); got != want {
+		t.Fatalf("default Policies() = %+v, want %+v", got, want)
+	}
+}

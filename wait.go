@@ -1,0 +1,99 @@
+package idem
+
+import (
+	"context"
+	"time"
+
+	"github.com/idem-go/idem/internal/lease"
+)
+
+// waiter is one caller's wait for a live claim on a key to end: woken by
+// the store's Watch where it can push, else polling with capped, jittered
+// backoff. Whoever waits looks at the record again after every wake.
+type waiter struct {
+	e        *engine
+	sk       string
+	started  time.Time // when the wait began; zero before
+	changed  <-chan struct{}
+	stop     func() // stops the watch, nil when none
+	watchErr bool   // the store's Watch failed: this wait polls
+	backoff  time.Duration
+}
+
+func (e *engine) newWaiter(sk string) *waiter {
+	return &waiter{e: e, sk: sk, backoff: pollMin}
+}
+
+// begin reports the start of the wait, once; it returns true the first
+// time.
+func (w *waiter) begin(ctx context.Context, attempt int64) bool {
+	if !w.started.IsZero() {
+		return false
+	}
+	w.started = time.Now()
+	w.e.observe(ctx, Event{Kind: EventWait, StorageKey: w.sk, Attempt: attempt})
+	return true
+}
+
+// done reports the end of the wait, if there was one.
+func (w *waiter) done(ctx context.Context, attempt int64) {
+	if !w.started.IsZero() {
+		w.e.observe(ctx, Event{Kind: EventWaitDone, StorageKey: w.sk, Attempt: attempt, Duration: time.Since(w.started)})
+	}
+}
+
+// wait blocks until the record may have changed or it is time to look
+// again. It returns the waiter's error when ctx ends first.
+//
+// A Watch that fails is not tried again by this wait: it polls with
+// backoff until it ends, and the next wait of the key tries Watch afresh.
+// Retrying on every poll would double the store traffic of a wait exactly
+// when the store is in trouble.
+func (w *waiter) wait(ctx context.Context, attempt int64) error {
+	if w.e.watcher != nil && w.stop == nil && !w.watchErr {
+		ch, stop, err := w.e.watcher.Watch(ctx, w.sk)
+		if err == nil {
+			w.changed, w.stop = ch, stop
+			return nil // look again now that a change cannot be missed
+		}
+		w.watchErr = true
+	}
+	delay := lease.Jitter(w.backoff)
+	if w.changed != nil {
+		delay = lease.Jitter(w.e.safetyPoll())
+	} else {
+		w.backoff = min(2*w.backoff, w.e.pollMax())
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-w.changed:
+		w.close()
+	case <-t.C:
+	case <-ctx.Done():
+		w.e.observe(ctx, Event{Kind: EventInProgress, StorageKey: w.sk, Attempt: attempt, Duration: time.Since(w.started)})
+		return waitCancelled(ctx)
+	}
+	return nil
+}
+
+// close stops the watch, if any.
+func (w *waiter) close() {
+	if w.stop != nil {
+		w.stop()
+		w.stop, w.changed = nil, nil
+	}
+}
+
+const pollMin = 5 * time.Millisecond
+
+// pollMax caps the polling interval of a waiter on a store that cannot push.
+func (e *engine) pollMax() time.Duration {
+	return min(max(e.takeover/8, 20*time.Millisecond), time.Second)
+}
+
+// safetyPoll is how often a waiter on a pushing store looks anyway: a
+// crashed owner publishes nothing, so staleness is found by looking.
+func (e *engine) safetyPoll() time.Duration {
+	return min(max(e.takeover/4, 50*time.Millisecond), 5*time.Second)
+}
