@@ -85,6 +85,12 @@ func main() {
 		}{
 			{"fresh", benchkit.Fresh, benchkit.RawFresh, 2},
 			{"replay", benchkit.Replay, benchkit.RawReplay, 1},
+			// A fresh call of one step: 2 for the call, 1 for the steps
+			// epoch, 2 for the step that runs.
+			{"step run", benchkit.StepFresh, benchkit.RawFresh, 5},
+			// An attempt that replays a recorded step and fails: claim,
+			// epoch, 1 for the replayed step, release.
+			{"step replay", benchkit.StepReplay, benchkit.RawReplay, 4},
 		} {
 			g := benchkit.Run(func(b *testing.B) (int, int) { return c.guard(b, s.store) })
 			r := benchkit.RunRaw(func(b *testing.B) { c.raw(b, s.store) })
@@ -100,7 +106,8 @@ func main() {
 		fmt.Println("FAIL: a call cost more store operations than the minimum")
 		os.Exit(1)
 	}
-	fmt.Println("fresh = 2 store operations, replay = 1, no heartbeat for short calls")
+	fmt.Println("fresh = 2 store operations, replay = 1, no heartbeat for short calls;")
+	fmt.Println("a step that runs = 2, a replayed step = 1, plus 1 per attempt that uses steps (the steps epoch)")
 
 	if *redisAddr != "" {
 		gc, rc := redisbench.NewClient(*redisAddr), redisbench.NewClient(*redisAddr)
