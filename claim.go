@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idem-go/idem/internal/lease"
+	"github.com/idem-go/idem/lease"
 )
 
 // claim is one claim this process holds on a storage key, for a call or

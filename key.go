@@ -10,7 +10,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"github.com/idem-go/idem/internal/jcs"
+	"github.com/idem-go/idem/jcs"
 )
 
 // StorageKeyPrefix starts every storage key a Guard makes. The rest is the

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/idem-go/idem/internal/lease"
+	"github.com/idem-go/idem/lease"
 )
 
 // ErrNoCall: Step was called with a context that no Guard handed to a

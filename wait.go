@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/idem-go/idem/internal/lease"
+	"github.com/idem-go/idem/lease"
 )
 
 // waiter is one caller's wait for a live claim on a key to end: woken by

@@ -6,11 +6,11 @@ require (
 	github.com/aws/aws-sdk-go-v2 v1.47.7
 	github.com/aws/aws-sdk-go-v2/config v1.33.15
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1
-	github.com/idem-go/idem v0.0.0-00010101000000-000000000000
-	github.com/idem-go/idem/stores/dynamostore v0.0.0-00010101000000-000000000000
-	github.com/idem-go/idem/stores/filestore v0.0.0-00010101000000-000000000000
-	github.com/idem-go/idem/stores/redisstore v0.0.0-00010101000000-000000000000
-	github.com/idem-go/idem/stores/sqlstore v0.0.0-00010101000000-000000000000
+	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/stores/dynamostore v0.1.0
+	github.com/idem-go/idem/stores/filestore v0.1.0
+	github.com/idem-go/idem/stores/redisstore v0.1.0
+	github.com/idem-go/idem/stores/sqlstore v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -40,13 +40,3 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
-
-replace github.com/idem-go/idem => ..
-
-replace github.com/idem-go/idem/stores/filestore => ../stores/filestore
-
-replace github.com/idem-go/idem/stores/redisstore => ../stores/redisstore
-
-replace github.com/idem-go/idem/stores/dynamostore => ../stores/dynamostore
-
-replace github.com/idem-go/idem/stores/sqlstore => ../stores/sqlstore

@@ -7,11 +7,11 @@ require (
 	github.com/aws/aws-sdk-go-v2/config v1.33.15
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.114.8
-	github.com/idem-go/idem v0.0.0-00010101000000-000000000000
-	github.com/idem-go/idem/idemhttp v0.0.0-00010101000000-000000000000
-	github.com/idem-go/idem/isr v0.0.0-00010101000000-000000000000
-	github.com/idem-go/idem/otelidem v0.0.0-00010101000000-000000000000
-	github.com/idem-go/idem/stores/filestore v0.0.0-00010101000000-000000000000
+	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/idemhttp v0.1.0
+	github.com/idem-go/idem/isr v0.1.0
+	github.com/idem-go/idem/otelidem v0.1.0
+	github.com/idem-go/idem/stores/filestore v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -56,13 +56,3 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/idem-go/idem => ..
-
-replace github.com/idem-go/idem/stores/filestore => ../stores/filestore
-
-replace github.com/idem-go/idem/isr => ../isr
-
-replace github.com/idem-go/idem/idemhttp => ../idemhttp
-
-replace github.com/idem-go/idem/otelidem => ../otelidem

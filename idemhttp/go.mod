@@ -4,9 +4,9 @@ go 1.26.0
 
 require (
 	github.com/hashicorp/go-retryablehttp v0.7.8
-	github.com/idem-go/idem v0.0.0-00010101000000-000000000000
-	github.com/idem-go/idem/stores/filestore v0.0.0-00010101000000-000000000000
-	github.com/idem-go/idem/stores/redisstore v0.0.0-00010101000000-000000000000
+	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/stores/filestore v0.1.0
+	github.com/idem-go/idem/stores/redisstore v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -18,9 +18,3 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
-
-replace github.com/idem-go/idem => ..
-
-replace github.com/idem-go/idem/stores/filestore => ../stores/filestore
-
-replace github.com/idem-go/idem/stores/redisstore => ../stores/redisstore

@@ -22,9 +22,9 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
-	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/redisstore"
+	"github.com/idem-go/idem/stores/storetest/testenv"
 )
 
 // Environment of a server child (the test binary re-executed).

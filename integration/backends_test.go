@@ -17,12 +17,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/dynamostore"
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/stores/sqlstore"
+	"github.com/idem-go/idem/stores/storetest/testenv"
 )
 
 func randHex(n int) string {

@@ -54,9 +54,9 @@ func (k opKind) String() string {
 type errKind uint8
 
 const (
-	errNone errKind = iota
-	errLost         // idem.ErrLostOwnership
-	errNotFound     // idem.ErrNotFound
+	errNone     errKind = iota
+	errLost             // idem.ErrLostOwnership
+	errNotFound         // idem.ErrNotFound
 )
 
 func (e errKind) String() string {

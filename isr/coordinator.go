@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idem-go/idem/internal/lease"
+	"github.com/idem-go/idem/lease"
 )
 
 // Option configures a Coordinator. Mistakes are reported by

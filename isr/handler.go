@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idem-go/idem/internal/lease"
 	"github.com/idem-go/idem/isr/body"
+	"github.com/idem-go/idem/lease"
 )
 
 // PageFunc renders the page for a cache key. It returns the body and its

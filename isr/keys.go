@@ -8,7 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/idem-go/idem/internal/jcs"
+	"github.com/idem-go/idem/jcs"
 )
 
 // Sort keys and prefixes of the items package isr reads and writes. They are

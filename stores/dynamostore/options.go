@@ -1,6 +1,7 @@
 package dynamostore
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,8 +17,8 @@ const (
 	maxPartitionKeyBytes = 2048
 )
 
-// Option configures a Store. Options are checked when the store is first
-// used (or by Validate); a mistake is an *OptionError matching
+// Option configures a Store. New (and CreateTable) check every option and
+// report each invalid one as an *idem.OptionError matching
 // idem.ErrInvalidOption.
 type Option func(*config)
 
@@ -27,34 +28,34 @@ type config struct {
 	prefix    string
 	retention time.Duration
 	now       func() time.Time
-	err       error
+	errs      []error
 }
 
-func defaultConfig() config {
-	return config{
+// newConfig checks the arguments of fn (New or CreateTable) and applies
+// opts: every mistake is reported, joined.
+func newConfig(fn string, client Client, table string, opts []Option) (config, error) {
+	c := config{
 		pk: DefaultPartitionKey, sk: DefaultSortKey, skValue: DefaultSortKeyValue,
 		retention: DefaultRetention, now: time.Now,
 	}
+	if client == nil {
+		c.fail("client", "client is nil")
+	}
+	if table == "" {
+		c.fail("table", "table name is empty")
+	}
+	for _, o := range opts {
+		if o == nil {
+			c.fail(fn, "nil option")
+			continue
+		}
+		o(&c)
+	}
+	return c, errors.Join(c.errs...)
 }
-
-// OptionError says which option was invalid and why. It matches
-// idem.ErrInvalidOption.
-type OptionError struct {
-	Option string
-	Reason string
-}
-
-func (e *OptionError) Error() string {
-	return fmt.Sprintf("dynamostore: invalid option %s: %s", e.Option, e.Reason)
-}
-
-// Is makes an OptionError match idem.ErrInvalidOption.
-func (e *OptionError) Is(target error) bool { return target == idem.ErrInvalidOption }
 
 func (c *config) fail(option, reason string) {
-	if c.err == nil {
-		c.err = &OptionError{Option: option, Reason: reason}
-	}
+	c.errs = append(c.errs, &idem.OptionError{Option: option, Reason: reason})
 }
 
 // WithKeyAttributes names the table's partition key and sort key
@@ -64,7 +65,7 @@ func WithKeyAttributes(partitionKey, sortKey string) Option {
 	return func(c *config) {
 		switch {
 		case partitionKey == "":
-			c.fail("WithKeyAttributes", "empty partition key name")
+			c.fail("WithKeyAttributes", "partition key name is empty")
 		case partitionKey == sortKey:
 			c.fail("WithKeyAttributes", "partition and sort key have the same name")
 		case recordAttrs[partitionKey]:
@@ -81,7 +82,7 @@ func WithKeyAttributes(partitionKey, sortKey string) Option {
 func WithSortKeyValue(v string) Option {
 	return func(c *config) {
 		if v == "" {
-			c.fail("WithSortKeyValue", "empty sort key value")
+			c.fail("WithSortKeyValue", "sort key value is empty")
 		}
 		c.skValue = v
 	}
@@ -105,7 +106,7 @@ func WithKeyPrefix(prefix string) Option {
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
-			c.fail("WithRetention", "negative retention")
+			c.fail("WithRetention", fmt.Sprintf("retention must not be negative, got %v", d))
 		}
 		c.retention = d
 	}
@@ -120,7 +121,7 @@ func WithRetention(d time.Duration) Option {
 func WithClock(now func() time.Time) Option {
 	return func(c *config) {
 		if now == nil {
-			c.fail("WithClock", "nil clock")
+			c.fail("WithClock", "clock is nil")
 		}
 		c.now = now
 	}

@@ -38,7 +38,6 @@ type Store struct {
 	client Client
 	table  string
 	cfg    config
-	err    error
 
 	// Expression attribute names of the requests that name the partition
 	// key, built once: requests only read them.
@@ -81,29 +80,15 @@ func (r *releasedKeys) take(key string) bool {
 
 var _ idem.Store = (*Store)(nil)
 
-// New returns a store over table. It does no I/O. An invalid option, an
-// empty table name or a nil client is an *OptionError matching
-// idem.ErrInvalidOption.
+// New returns a store over table. It does no I/O. A nil client, an empty
+// table name and every invalid option are reported, joined, each an
+// *idem.OptionError matching idem.ErrInvalidOption.
 func New(client Client, table string, opts ...Option) (*Store, error) {
-	s := &Store{client: client, table: table, cfg: defaultConfig()}
-	for _, o := range opts {
-		if o == nil {
-			s.cfg.fail("Option", "nil option")
-			continue
-		}
-		o(&s.cfg)
+	cfg, err := newConfig("New", client, table, opts)
+	if err != nil {
+		return nil, err
 	}
-	switch {
-	case s.cfg.err != nil:
-		s.err = s.cfg.err
-	case client == nil:
-		s.err = &OptionError{Option: "client", Reason: "nil client"}
-	case table == "":
-		s.err = &OptionError{Option: "table", Reason: "empty table name"}
-	}
-	if s.err != nil {
-		return nil, s.err
-	}
+	s := &Store{client: client, table: table, cfg: cfg}
 	s.pkName = map[string]string{"#pk": s.cfg.pk}
 	s.reclaimNames = s.names("#pk", "#st", "#ph", "#n", "#a", "#sa", "#hb",
 		"#ea", "#ttl", "#v", "#res", "#em", "#et", "#ca", "#tm", "#sta")
@@ -114,9 +99,9 @@ func New(client Client, table string, opts ...Option) (*Store, error) {
 // returned by New is valid; a nil or zero Store is not.
 func (st *Store) Validate() error {
 	if st == nil || st.client == nil {
-		return &OptionError{Option: "store", Reason: "nil store (use dynamostore.New)"}
+		return &idem.OptionError{Option: "store", Reason: "nil store (use dynamostore.New)"}
 	}
-	return st.err
+	return nil
 }
 
 // Table returns the table name.
@@ -235,8 +220,8 @@ func statusValue(st idem.Status) types.AttributeValue { return attrS(string(st))
 // checks the key first); a key that does not fit the partition key with
 // the prefix is refused after it. Nothing is sent for a refused request.
 func (st *Store) begin(op, key string, check error) (map[string]types.AttributeValue, error) {
-	if st.err != nil {
-		return nil, st.err
+	if err := st.Validate(); err != nil {
+		return nil, err
 	}
 	if check != nil {
 		return nil, fmt.Errorf("dynamostore: %s: %w", op, check)

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/dynamostore"
+	"github.com/idem-go/idem/stores/storetest"
 )
 
 func claimReq(key, nonce string) idem.ClaimRequest {
@@ -761,14 +763,11 @@ func TestInvalidConfiguration(t *testing.T) {
 		"prefix too long": func() (*dynamostore.Store, error) {
 			return dynamostore.New(e.client, testTable, dynamostore.WithKeyPrefix(string(make([]byte, 2048))))
 		},
-		"first of several": func() (*dynamostore.Store, error) {
-			return dynamostore.New(e.client, testTable, dynamostore.WithRetention(-1), dynamostore.WithClock(time.Now))
-		},
 	}
 	for name, mk := range cases {
 		t.Run(name, func(t *testing.T) {
 			s, err := mk()
-			var oe *dynamostore.OptionError
+			var oe *idem.OptionError
 			if s != nil || !errors.Is(err, idem.ErrInvalidOption) || !errors.As(err, &oe) {
 				t.Fatalf("New = %v, %v", s, err)
 			}
@@ -777,6 +776,16 @@ func TestInvalidConfiguration(t *testing.T) {
 	var zero *dynamostore.Store
 	if err := zero.Validate(); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("nil store: %v", err)
+	}
+	_, err := dynamostore.New(nil, "", dynamostore.WithRetention(-1), nil, dynamostore.WithClock(nil))
+	storetest.CheckOptionErrors(t, err, "client", "table", "WithRetention", "New", "WithClock")
+	if want := "idem: WithRetention: retention must not be negative, got -1ns"; !strings.Contains(err.Error(), want) {
+		t.Errorf("got %q, want it to contain %q", err, want)
+	}
+	err = dynamostore.CreateTable(context.Background(), nil, "", nil)
+	storetest.CheckOptionErrors(t, err, "client", "table", "CreateTable")
+	if _, err := (&dynamostore.Store{}).Get(context.Background(), storageKey()); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("zero Store: got %v, want an error matching idem.ErrInvalidOption", err)
 	}
 }
 

@@ -24,19 +24,9 @@ var ErrTableMismatch = errors.New("dynamostore: existing table does not match")
 // schema is ErrTableMismatch. Options other than WithKeyAttributes are
 // ignored.
 func CreateTable(ctx context.Context, client Client, table string, opts ...Option) error {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
-	}
-	switch {
-	case cfg.err != nil:
-		return cfg.err
-	case client == nil:
-		return &OptionError{Option: "client", Reason: "nil client"}
-	case table == "":
-		return &OptionError{Option: "table", Reason: "empty table name"}
+	cfg, err := newConfig("CreateTable", client, table, opts)
+	if err != nil {
+		return err
 	}
 	in := &dynamodb.CreateTableInput{
 		TableName:   aws.String(table),

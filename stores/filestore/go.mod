@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/gofrs/flock v0.13.1
-	github.com/idem-go/idem v0.0.0-00010101000000-000000000000
+	github.com/idem-go/idem v0.1.0
 	github.com/stretchr/testify v1.12.1
 )
 
@@ -12,5 +12,3 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/idem-go/idem => ../..

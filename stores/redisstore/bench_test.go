@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/redisstore/redisbench"
+	"github.com/idem-go/idem/stores/storetest/testenv"
 )
 
 func benchSetup(b *testing.B) *redisbench.Setup {

@@ -128,6 +128,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -220,26 +221,34 @@ func (e *ReplicaAckError) Is(target error) bool { return target == ErrNotReplica
 // Unwrap returns the WAIT failure, if any.
 func (e *ReplicaAckError) Unwrap() error { return e.Err }
 
-// Option configures a Store. An invalid option makes New fail with an error
-// matching idem.ErrInvalidOption.
-type Option func(*Store) error
+// Option configures a Store. New checks every option and reports each
+// invalid one as an *idem.OptionError matching idem.ErrInvalidOption.
+type Option func(*config)
 
-func invalid(opt, format string, args ...any) error {
-	return fmt.Errorf("redisstore: %s: %s: %w", opt, fmt.Sprintf(format, args...), idem.ErrInvalidOption)
+type config struct {
+	prefix       string
+	retention    time.Duration
+	watchTimeout time.Duration
+	health       time.Duration
+	ackN         int
+	ackTimeout   time.Duration
+	errs         []error
+}
+
+func (c *config) invalid(option, format string, args ...any) {
+	c.errs = append(c.errs, &idem.OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
 }
 
 // WithPrefix puts prefix in front of every Redis key and channel of the
 // store (default none: keys are {<storage key>}). It must not contain '{'
 // or '}', which would move the hash tag.
 func WithPrefix(prefix string) Option {
-	return func(s *Store) error {
-		for _, c := range prefix {
-			if c == '{' || c == '}' {
-				return invalid("WithPrefix", "prefix %q contains '{' or '}'", prefix)
-			}
+	return func(c *config) {
+		if strings.ContainsAny(prefix, "{}") {
+			c.invalid("WithPrefix", "prefix %q contains '{' or '}'", prefix)
+			return
 		}
-		s.prefix = prefix
-		return nil
+		c.prefix = prefix
 	}
 }
 
@@ -248,13 +257,12 @@ func WithPrefix(prefix string) Option {
 // DefaultRetention; it must not be negative. While a record is retained its
 // attempt number, and so the fencing token, keeps counting up.
 func WithRetention(d time.Duration) Option {
-	return func(s *Store) error {
+	return func(c *config) {
 		if d < 0 {
-			return invalid("WithRetention", "negative duration %v", d)
+			c.invalid("WithRetention", "retention must not be negative, got %v", d)
+			return
 		}
-		s.retention = d
-		s.retentionArg = ms(d)
-		return nil
+		c.retention = d
 	}
 }
 
@@ -262,12 +270,12 @@ func WithRetention(d time.Duration) Option {
 // new subscription before it gives up with an error (the Guard then polls).
 // Default DefaultWatchTimeout; it must be positive.
 func WithWatchTimeout(d time.Duration) Option {
-	return func(s *Store) error {
+	return func(c *config) {
 		if d <= 0 {
-			return invalid("WithWatchTimeout", "must be positive, got %v", d)
+			c.invalid("WithWatchTimeout", "timeout must be positive, got %v", d)
+			return
 		}
-		s.watchTimeout = d
-		return nil
+		c.watchTimeout = d
 	}
 }
 
@@ -276,12 +284,12 @@ func WithWatchTimeout(d time.Duration) Option {
 // connection that does not answer a ping within the interval is replaced.
 // Default DefaultHealthInterval; it must be positive.
 func WithHealthInterval(d time.Duration) Option {
-	return func(s *Store) error {
+	return func(c *config) {
 		if d <= 0 {
-			return invalid("WithHealthInterval", "must be positive, got %v", d)
+			c.invalid("WithHealthInterval", "interval must be positive, got %v", d)
+			return
 		}
-		s.health = d
-		return nil
+		c.health = d
 	}
 }
 
@@ -293,15 +301,14 @@ func WithHealthInterval(d time.Duration) Option {
 // pipeline cannot pin WAIT to the key's shard). See the package doc for
 // what happens when the replicas do not acknowledge.
 func WithReplicaAck(n int, timeout time.Duration) Option {
-	return func(s *Store) error {
+	return func(c *config) {
 		if n < 1 {
-			return invalid("WithReplicaAck", "replica count %d < 1", n)
+			c.invalid("WithReplicaAck", "replica count must be at least 1, got %d", n)
 		}
 		if timeout < time.Millisecond {
-			return invalid("WithReplicaAck", "timeout %v under 1ms", timeout)
+			c.invalid("WithReplicaAck", "timeout must be at least 1ms, got %v", timeout)
 		}
-		s.ackN, s.ackTimeout = int64(n), timeout
-		return nil
+		c.ackN, c.ackTimeout = n, timeout
 	}
 }
 
@@ -326,38 +333,49 @@ type Store struct {
 	wg     sync.WaitGroup
 }
 
-// New returns a store on client. It does no I/O. A nil client or an invalid
-// option is an error matching idem.ErrInvalidOption.
+// New returns a store on client. It does no I/O. A nil client and every
+// invalid option are reported, joined, each an *idem.OptionError matching
+// idem.ErrInvalidOption.
 func New(client Client, opts ...Option) (*Store, error) {
-	s := &Store{
-		client:       client,
+	c := config{
 		retention:    DefaultRetention,
-		retentionArg: ms(DefaultRetention),
 		watchTimeout: DefaultWatchTimeout,
 		health:       DefaultHealthInterval,
-		hubs:         make(map[string]*hub),
 	}
 	if client == nil {
-		return nil, invalid("New", "nil client")
+		c.invalid("client", "client is nil")
 	}
 	for _, o := range opts {
 		if o == nil {
-			return nil, invalid("New", "nil option")
+			c.invalid("New", "nil option")
+			continue
 		}
-		if err := o(s); err != nil {
-			return nil, err
-		}
+		o(&c)
 	}
-	if s.ackN > 0 {
+	if c.ackN > 0 && client != nil {
 		switch client.(type) {
 		case *redis.ClusterClient:
 		case *redis.Ring:
-			return nil, invalid("WithReplicaAck", "not supported on a Ring")
+			c.invalid("WithReplicaAck", "not supported on a Ring")
 		default:
 			if _, ok := client.(pipeliner); !ok {
-				return nil, invalid("WithReplicaAck", "client %T has no Pipeline method", client)
+				c.invalid("WithReplicaAck", "client %T has no Pipeline method", client)
 			}
 		}
+	}
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	s := &Store{
+		client:       client,
+		prefix:       c.prefix,
+		retention:    c.retention,
+		retentionArg: ms(c.retention),
+		watchTimeout: c.watchTimeout,
+		health:       c.health,
+		ackN:         int64(c.ackN),
+		ackTimeout:   c.ackTimeout,
+		hubs:         make(map[string]*hub),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/storetest/testenv"
 	"github.com/redis/go-redis/v9"
 )
 

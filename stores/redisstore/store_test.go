@@ -9,6 +9,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/redisstore"
+	"github.com/idem-go/idem/stores/storetest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -336,11 +337,15 @@ func TestOptionsAndInput(t *testing.T) {
 			s, err := f()
 			assert.Nil(t, s)
 			assert.ErrorIs(t, err, idem.ErrInvalidOption)
-			assert.Contains(t, err.Error(), "redisstore: ")
+			var oe *idem.OptionError
+			assert.ErrorAs(t, err, &oe)
 		})
 	}
+	_, err := redisstore.New(nil, redisstore.WithPrefix("{"), nil, redisstore.WithReplicaAck(0, 0))
+	storetest.CheckOptionErrors(t, err, "client", "WithPrefix", "New", "WithReplicaAck", "WithReplicaAck")
+	assert.Contains(t, err.Error(), "idem: WithReplicaAck: replica count must be at least 1, got 0")
 	s := mustNew(t, c, redisstore.WithRetention(0), redisstore.WithReplicaAck(1, time.Millisecond))
-	_, err := s.Claim(ctx, claimReq("", "n"))
+	_, err = s.Claim(ctx, claimReq("", "n"))
 	assert.ErrorIs(t, err, idem.ErrInvalidKey)
 	_, err = s.Get(ctx, "")
 	assert.ErrorIs(t, err, idem.ErrInvalidKey)

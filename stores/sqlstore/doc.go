@@ -204,7 +204,7 @@
 // transient reason (a deadlock: MySQL 1213, PostgreSQL 40P01; a lock wait
 // timeout, MySQL 1205; a serialization failure, SQLSTATE 40001) is sent
 // again, in every operation, with a capped backoff while the call's
-// deadline allows. Option mistakes are *OptionError matching
+// deadline allows. Option mistakes are *idem.OptionError matching
 // idem.ErrInvalidOption, from New.
 //
 // Requests are checked with storekit's rules before any statement is sent

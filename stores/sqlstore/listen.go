@@ -44,7 +44,7 @@ const pgxStdlibPkg = "github.com/jackc/pgx/v5/stdlib"
 // record for a key is completed, released or deleted through any store on
 // the same table, in any process. It needs PostgreSQL through pgx's
 // database/sql driver (github.com/jackc/pgx/v5/stdlib, by sql.Open("pgx",
-// ...) or stdlib.OpenDB); otherwise it returns an *OptionError matching
+// ...) or stdlib.OpenDB); otherwise it returns an *idem.OptionError matching
 // idem.ErrInvalidOption. It does no I/O: the first Watch takes one
 // connection from the store's *sql.DB for good (it counts against
 // SetMaxOpenConns) and sends LISTEN on it. Every WatchingStore of s shares
@@ -54,10 +54,10 @@ func (s *Store) Listen() (*WatchingStore, error) {
 		return nil, err
 	}
 	if s.dialect != Postgres {
-		return nil, &OptionError{Option: "Listen", Reason: "LISTEN/NOTIFY needs PostgreSQL"}
+		return nil, &idem.OptionError{Option: "Listen", Reason: "LISTEN/NOTIFY needs PostgreSQL"}
 	}
 	if !pgxDriver(s.db.Driver()) {
-		return nil, &OptionError{Option: "Listen",
+		return nil, &idem.OptionError{Option: "Listen",
 			Reason: fmt.Sprintf("driver %T is not pgx's database/sql driver (%s)", s.db.Driver(), pgxStdlibPkg)}
 	}
 	return &WatchingStore{Store: s}, nil

@@ -51,38 +51,18 @@ const (
 	maxIdentLen   = 48 // leaves room for the "_expires_idx" suffix within 63 bytes
 )
 
-// Option configures a Store. A mistake is reported by New as an
-// *OptionError matching idem.ErrInvalidOption.
+// Option configures a Store. New checks every option and reports each
+// invalid one as an *idem.OptionError matching idem.ErrInvalidOption.
 type Option func(*config)
 
 type config struct {
 	table     string
 	retention time.Duration
-	err       error
+	errs      []error
 }
-
-func defaultConfig() config {
-	return config{table: DefaultTable, retention: DefaultRetention}
-}
-
-// OptionError says which option was invalid and why. It matches
-// idem.ErrInvalidOption.
-type OptionError struct {
-	Option string
-	Reason string
-}
-
-func (e *OptionError) Error() string {
-	return fmt.Sprintf("sqlstore: invalid option %s: %s", e.Option, e.Reason)
-}
-
-// Is makes an OptionError match idem.ErrInvalidOption.
-func (e *OptionError) Is(target error) bool { return target == idem.ErrInvalidOption }
 
 func (c *config) fail(option, reason string) {
-	if c.err == nil {
-		c.err = &OptionError{Option: option, Reason: reason}
-	}
+	c.errs = append(c.errs, &idem.OptionError{Option: option, Reason: reason})
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -146,7 +126,7 @@ func textProblem(s string) string {
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
-			c.fail("WithRetention", "negative retention")
+			c.fail("WithRetention", fmt.Sprintf("retention must not be negative, got %v", d))
 		}
 		c.retention = d
 	}

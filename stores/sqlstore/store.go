@@ -37,24 +37,26 @@ type Store struct {
 var _ idem.Store = (*Store)(nil)
 
 // New returns a store over db. It does no I/O: Migrate creates the table,
-// and statements are prepared on first use. A nil db, an unknown dialect or
-// an invalid option is an *OptionError matching idem.ErrInvalidOption.
+// and statements are prepared on first use. A nil db, an unknown dialect
+// and every invalid option are reported, joined, each an
+// *idem.OptionError matching idem.ErrInvalidOption.
 func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
-	cfg := defaultConfig()
+	cfg := config{table: DefaultTable, retention: DefaultRetention}
+	if db == nil {
+		cfg.fail("db", "*sql.DB is nil")
+	}
+	if dialect != Postgres && dialect != MySQL {
+		cfg.fail("dialect", fmt.Sprintf("unknown dialect %d", int(dialect)))
+	}
 	for _, o := range opts {
 		if o == nil {
-			cfg.fail("Option", "nil option")
+			cfg.fail("New", "nil option")
 			continue
 		}
 		o(&cfg)
 	}
-	switch {
-	case cfg.err != nil:
-		return nil, cfg.err
-	case db == nil:
-		return nil, &OptionError{Option: "db", Reason: "nil *sql.DB"}
-	case dialect != Postgres && dialect != MySQL:
-		return nil, &OptionError{Option: "dialect", Reason: fmt.Sprintf("unknown dialect %d", int(dialect))}
+	if len(cfg.errs) > 0 {
+		return nil, errors.Join(cfg.errs...)
 	}
 	return &Store{db: db, dialect: dialect, cfg: cfg, q: buildQueries(dialect, cfg.table)}, nil
 }
@@ -63,7 +65,7 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 // always valid; the method lets idem.New check any store the same way.
 func (s *Store) Validate() error {
 	if s == nil || s.db == nil {
-		return &OptionError{Option: "store", Reason: "nil store (use sqlstore.New)"}
+		return &idem.OptionError{Option: "store", Reason: "nil store (use sqlstore.New)"}
 	}
 	return nil
 }

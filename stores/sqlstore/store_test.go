@@ -18,6 +18,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
+	"github.com/idem-go/idem/stores/storetest"
 )
 
 func TestOptionsRejected(t *testing.T) {
@@ -39,7 +40,6 @@ func TestOptionsRejected(t *testing.T) {
 		"empty schema":       {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable(".t")}},
 		"long table":         {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable(strings.Repeat("t", 49))}},
 		"negative retention": {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithRetention(-time.Second)}},
-		"first error kept":   {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithRetention(-1), sqlstore.WithTable("ok")}},
 		"non-ascii letters":  {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("tablé")}},
 	}
 	for name, c := range cases {
@@ -48,10 +48,13 @@ func TestOptionsRejected(t *testing.T) {
 			require.Error(t, err)
 			assert.Nil(t, s)
 			assert.ErrorIs(t, err, idem.ErrInvalidOption)
-			var oe *sqlstore.OptionError
+			var oe *idem.OptionError
 			assert.True(t, errors.As(err, &oe), "%T", err)
 		})
 	}
+	_, err := sqlstore.New(nil, 0, sqlstore.WithRetention(-1), nil, sqlstore.WithTable(""))
+	storetest.CheckOptionErrors(t, err, "db", "dialect", "WithRetention", "New", "WithTable")
+	assert.Contains(t, err.Error(), "idem: WithRetention: retention must not be negative, got -1ns")
 	s, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithTable("idem.keys_v2"), sqlstore.WithRetention(0))
 	require.NoError(t, err)
 	assert.NoError(t, s.Validate())

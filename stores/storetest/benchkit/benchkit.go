@@ -1,5 +1,9 @@
 // Package benchkit holds the benchmark bodies shared by the go test
-// benchmarks and the idem-bench command, so both measure the same thing.
+// benchmarks of every store and the idem-bench command, so all of them
+// measure the same thing: store operations and heartbeats per call, and the
+// latency of a Wait-mode duplicate's wake-up. A third-party store can run
+// them on itself. It depends on the standard library and the core module
+// only.
 package benchkit
 
 import (

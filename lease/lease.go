@@ -1,9 +1,12 @@
-// Package lease holds the mechanics shared by everything in this module that
-// holds a time-limited lease on a store: a Guard's claim and an isr
-// Coordinator's lease. It has random tokens, jittered backoff, and a
-// Refresher that keeps a lease alive while work runs and cuts the work off
-// before the lease could expire unnoticed.
+// Package lease holds the mechanics of a time-limited lease on a store,
+// shared by a Guard's claim (package idem) and an isr Coordinator's lease
+// (module github.com/idem-go/idem/isr): random tokens, jittered backoff, and
+// a Refresher that keeps a lease alive while work runs and cuts the work off
+// before the lease could expire unnoticed. A store or lease implementation
+// outside this repository may use it too.
 //
+// It is a public package of the core module so that modules released
+// separately share it through a stable API rather than an internal package.
 // It depends on the standard library only.
 package lease
 

@@ -4,6 +4,10 @@
 // numbers in the form of ECMAScript's Number.prototype.toString. Two
 // programs in any language that follow RFC 8785 write the same bytes for the
 // same value, so a hash over them agrees across languages.
+//
+// idem.Key, payload hashes and isr's RequestHash are built on it, so a
+// program in another language can derive the same keys and hashes. It
+// depends on the standard library only.
 package jcs
 
 import (

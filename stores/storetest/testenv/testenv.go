@@ -4,6 +4,10 @@
 // needs a server the environment does not name is skipped locally; when
 // IDEM_REQUIRE_BACKENDS=1 (as .ci/run sets it) it fails instead, so a suite
 // can never pass by skipping its real backends.
+//
+// It also holds the fault-injection and process helpers those tests share
+// (DropProxy, WaitStopped). It is a public package of the core module,
+// standard library only, so that every store module's tests can use it.
 package testenv
 
 import (
