@@ -563,3 +563,67 @@ func TestDoTxUnknownOutcome(t *testing.T) {
 		})
 	}
 }
+
+// TestDoTxGoroutinesOneKey: 64 goroutines over 8 Guards (so they meet in
+// the store, not only in a Guard's flight) call DoTx on one key: one row,
+// one run, every caller told its result.
+func TestDoTxGoroutinesOneKey(t *testing.T) {
+	e := newEnv(t)
+	table := rowsTable(t, e.client)
+	var guards []*idem.Guard[string]
+	for range 8 {
+		guards = append(guards, newGuard[string](t, e.store, idem.OnDuplicate(idem.Wait)))
+	}
+	var runs atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := dynamostore.DoTx(context.Background(), guards[i%8], "g", func(ctx context.Context, tx *dynamostore.Tx) (string, error) {
+				runs.Add(1)
+				return "one", putRow(tx, table, "g", "w")
+			})
+			if err == nil && v != "one" {
+				err = fmt.Errorf("got %q", v)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if got := rows(t, e.client, table, "g"); len(got) != 1 || runs.Load() != 1 {
+		t.Fatalf("rows = %v, runs %d; want 1 and 1", got, runs.Load())
+	}
+}
+
+// TestDoTxLockRecordsFnError: under OnFailure(Lock) fn's error is recorded
+// (outside the unsent transaction) and replayed; nothing of fn's is
+// written.
+func TestDoTxLockRecordsFnError(t *testing.T) {
+	e := newEnv(t)
+	table := rowsTable(t, e.client)
+	g := newGuard[string](t, e.store, idem.OnFailure(idem.Lock))
+	boom := errors.New("card declined")
+	fn := func(ctx context.Context, tx *dynamostore.Tx) (string, error) {
+		if err := putRow(tx, table, "l", "x"); err != nil {
+			return "", err
+		}
+		return "", boom
+	}
+	if _, err := dynamostore.DoTx(context.Background(), g, "l", fn); !errors.Is(err, boom) {
+		t.Fatalf("DoTx = %v, want fn's error", err)
+	}
+	if _, err := dynamostore.DoTx(context.Background(), g, "l", fn); !errors.Is(err, idem.ErrPreviousFailure) {
+		t.Fatalf("replay = %v, want ErrPreviousFailure", err)
+	}
+	if got := rows(t, e.client, table, "l"); len(got) != 0 {
+		t.Fatalf("rows = %v", got)
+	}
+}
