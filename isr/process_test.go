@@ -146,7 +146,11 @@ func TestHelperProcess(t *testing.T) {
 // "key=value ..." (violations, errors, outcomes).
 // total is the number of callers in all processes together.
 func runWorkers(ctx context.Context, b *procBackend, pk, role string, n, total int) string {
-	c := isr.NewCoordinator(b.tb, isr.WithLeaseDuration(10*time.Second))
+	// A long lease: the render waits until every other caller has been
+	// answered, which on a loaded table (1,000 requests to DynamoDB Local
+	// on two shared cores) takes seconds, and its refreshes queue behind
+	// those requests; a lapse there would be the machine's, not isr's.
+	c := isr.NewCoordinator(b.tb, isr.WithLeaseDuration(30*time.Second))
 	var violations, errs, acquired, fresh, inprog, regen, noMeta atomic.Int64
 	var firstErr atomic.Value
 	note := func(err error) {
