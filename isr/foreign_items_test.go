@@ -130,7 +130,7 @@ func dynamoRaw(t *testing.T) rawTable {
 	client, _ := dynamoClient(t)
 	name := freshTable(t, client)
 	return rawTable{
-		tb: isr.NewDynamoTable(client, name),
+		tb: mustDynamoTable(t, client, name),
 		put: func(t *testing.T, pk, sk string, it map[string]any) {
 			av := item{}
 			var numbers []string
@@ -218,7 +218,7 @@ func testForeignItems(t *testing.T, r rawTable) {
 			t.Fatalf("GetMeta = %+v, %v", m, err)
 		}
 		clock := func() time.Time { return now }
-		c := isr.NewCoordinator(tb, isr.WithClock(clock), isr.WithDefaultRevalidate(time.Minute))
+		c := mustCoordinator(t, tb, isr.WithClock(clock), isr.WithDefaultRevalidate(time.Minute))
 		m, err = c.Lookup(ctx, pk)
 		if err != nil || m.RevalidateSeconds != 60 || !m.RevalidateMissing || !m.Fresh(now) || m.Fresh(now.Add(31*time.Second)) {
 			t.Fatalf("Lookup = %+v, %v", m, err)
@@ -231,7 +231,7 @@ func testForeignItems(t *testing.T, r rawTable) {
 		}
 		// Past the default window it is stale and regenerated over the
 		// pointer, version continuing.
-		later := isr.NewCoordinator(tb, isr.WithClock(func() time.Time { return now.Add(time.Minute) }), isr.WithDefaultRevalidate(time.Minute), isr.WithPointerSwap())
+		later := mustCoordinator(t, tb, isr.WithClock(func() time.Time { return now.Add(time.Minute) }), isr.WithDefaultRevalidate(time.Minute), isr.WithPointerSwap())
 		res, err = later.Regenerate(ctx, pk, nil, func(context.Context, isr.Lease) (isr.Page, error) {
 			return isr.Page{S3Key: "pages/v2", RevalidateSeconds: 30, VersionID: "v2"}, nil
 		})
@@ -268,7 +268,7 @@ func testForeignItems(t *testing.T, r rawTable) {
 		}
 		// The acquire guard conditions on the generated_at the reader saw
 		// (the VER# row's), so the fresh-looking old META does not block it.
-		c := isr.NewCoordinator(tb, isr.WithClock(func() time.Time { return now.Add(2 * time.Minute) }))
+		c := mustCoordinator(t, tb, isr.WithClock(func() time.Time { return now.Add(2 * time.Minute) }))
 		res, err := c.Regenerate(ctx, pk, nil, func(context.Context, isr.Lease) (isr.Page, error) {
 			return isr.Page{S3Key: "pages/v3", RevalidateSeconds: 60}, nil
 		})
@@ -390,7 +390,7 @@ func testForeignItems(t *testing.T, r rawTable) {
 	t.Run("a stale META with a fractional generated_at is regenerated", func(t *testing.T) {
 		pk := isrtest.NewPK(t)
 		r.put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "s3_key": "old", "generated_at": rawN(strconv.FormatInt(unix-100, 10) + ".7"), "revalidate_seconds": rawN("60")})
-		c := isr.NewCoordinator(tb, isr.WithClock(func() time.Time { return now }))
+		c := mustCoordinator(t, tb, isr.WithClock(func() time.Time { return now }))
 		res, err := c.Regenerate(ctx, pk, nil, func(context.Context, isr.Lease) (isr.Page, error) {
 			return isr.Page{S3Key: "new", RevalidateSeconds: 60}, nil
 		})
