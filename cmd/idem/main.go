@@ -130,6 +130,13 @@
 //	                             DynamoDB; credentials from the default AWS
 //	                             chain (environment, profile, instance role);
 //	                             create=1 creates the table if it is missing
+//	postgres://user:pass@host:port/db?table=T&migrate=1
+//	                             PostgreSQL (pgx driver; its parameters, such
+//	                             as sslmode, pass through)
+//	mysql://user:pass@host:port/db?table=T&migrate=1
+//	                             MySQL or MariaDB (go-sql-driver/mysql; its
+//	                             parameters, such as tls, pass through);
+//	                             migrate=1 creates the table if it is missing
 //	mem:[NAME]                   in memory, for tests: nothing outlives the process
 //
 // Redis URLs take go-redis's query options (dial_timeout, read_timeout,
