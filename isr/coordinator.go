@@ -10,8 +10,8 @@ import (
 	"github.com/idem-go/idem/lease"
 )
 
-// Option configures a Coordinator. Mistakes are reported by
-// Coordinator.Err and by every Coordinator method, never by a panic.
+// Option configures a Coordinator. NewCoordinator reports every invalid
+// option as an *idem.OptionError matching idem.ErrInvalidOption.
 type Option func(*config)
 
 type config struct {
@@ -24,7 +24,7 @@ type config struct {
 	monotonic     bool
 	retryFailed   bool
 	acquireTries  int
-	errs          []error
+	errs          optionErrors
 }
 
 // WithClock sets the clock that decides freshness and lease expiry (default
@@ -33,7 +33,7 @@ type config struct {
 func WithClock(now func() time.Time) Option {
 	return func(c *config) {
 		if now == nil {
-			c.errs = append(c.errs, invalid("option WithClock", "nil clock"))
+			c.errs.invalid("WithClock", "clock is nil")
 			return
 		}
 		c.clock = now
@@ -44,20 +44,20 @@ func WithClock(now func() time.Time) Option {
 // whole seconds, at least 1s). Regenerate refreshes a lease whose render runs
 // longer than a third of it.
 func WithLeaseDuration(d time.Duration) Option {
-	return atLeastSecond("option WithLeaseDuration", d, func(c *config) { c.leaseDuration = d })
+	return atLeastSecond("WithLeaseDuration", d, func(c *config) { c.leaseDuration = d })
 }
 
 // WithTTLBuffer sets how far past lease_expires_at the LOCK ttl is set
 // (default 1h; at least 1s). TTL is garbage collection only.
 func WithTTLBuffer(d time.Duration) Option {
-	return atLeastSecond("option WithTTLBuffer", d, func(c *config) { c.ttlBuffer = d })
+	return atLeastSecond("WithTTLBuffer", d, func(c *config) { c.ttlBuffer = d })
 }
 
 // atLeastSecond is an option that sets a duration of at least one second.
 func atLeastSecond(name string, d time.Duration, set func(*config)) Option {
 	return func(c *config) {
 		if d < time.Second {
-			c.errs = append(c.errs, invalid(name, "must be at least 1s"))
+			c.errs.invalid(name, "must be at least 1s, got %v", d)
 			return
 		}
 		set(c)
@@ -70,7 +70,7 @@ func atLeastSecond(name string, d time.Duration, set func(*config)) Option {
 func WithMetaTTL(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
-			c.errs = append(c.errs, invalid("option WithMetaTTL", "negative"))
+			c.errs.invalid("WithMetaTTL", "must not be negative, got %v", d)
 			return
 		}
 		c.metaTTL = d
@@ -81,7 +81,7 @@ func WithMetaTTL(d time.Duration) Option {
 // least 1s). A REQ# item whose ttl has passed counts as absent, so a request
 // left STARTED by a crashed worker is retried after d at the latest.
 func WithRequestTTL(d time.Duration) Option {
-	return atLeastSecond("option WithRequestTTL", d, func(c *config) { c.requestTTL = d })
+	return atLeastSecond("WithRequestTTL", d, func(c *config) { c.requestTTL = d })
 }
 
 // WithPointerSwap makes Publish and Regenerate use recipe B (VER#<id> item
@@ -106,12 +106,12 @@ func WithRetryFailedRequests(retry bool) Option {
 type Coordinator struct {
 	table Table
 	cfg   config
-	err   error
 }
 
-// NewCoordinator returns a Coordinator over table. It does no I/O; option
-// mistakes are reported by Err and by every method.
-func NewCoordinator(table Table, opts ...Option) *Coordinator {
+// NewCoordinator returns a Coordinator over table. It does no I/O. A nil
+// table and every invalid option are reported, joined, each an
+// *idem.OptionError matching idem.ErrInvalidOption.
+func NewCoordinator(table Table, opts ...Option) (*Coordinator, error) {
 	cfg := config{
 		clock:         time.Now,
 		leaseDuration: 30 * time.Second,
@@ -120,21 +120,29 @@ func NewCoordinator(table Table, opts ...Option) *Coordinator {
 		retryFailed:   true,
 		acquireTries:  4,
 	}
+	if table == nil {
+		cfg.errs.invalid("table", "table is nil")
+	}
 	for _, o := range opts {
 		if o == nil {
-			cfg.errs = append(cfg.errs, invalid("option", "nil Option"))
+			cfg.errs.invalid("NewCoordinator", "nil option")
 			continue
 		}
 		o(&cfg)
 	}
-	if table == nil {
-		cfg.errs = append(cfg.errs, invalid("table", "nil Table"))
+	if len(cfg.errs) > 0 {
+		return nil, errors.Join(cfg.errs...)
 	}
-	return &Coordinator{table: table, cfg: cfg, err: errors.Join(cfg.errs...)}
+	return &Coordinator{table: table, cfg: cfg}, nil
 }
 
-// Err reports the configuration mistakes found by NewCoordinator, or nil.
-func (c *Coordinator) Err() error { return c.err }
+// check refuses a Coordinator that NewCoordinator did not make.
+func (c *Coordinator) check() error {
+	if c == nil || c.table == nil {
+		return unmade("Coordinator", "NewCoordinator")
+	}
+	return nil
+}
 
 // Table returns the table the Coordinator works on.
 func (c *Coordinator) Table() Table { return c.table }
@@ -145,8 +153,8 @@ func (c *Coordinator) Now() time.Time { return c.cfg.clock() }
 // Lookup returns META for pk, or ErrNotFound. Use Meta.Fresh with Now to
 // decide whether to serve or regenerate.
 func (c *Coordinator) Lookup(ctx context.Context, pk string) (Meta, error) {
-	if c.err != nil {
-		return Meta{}, c.err
+	if err := c.check(); err != nil {
+		return Meta{}, err
 	}
 	return c.table.GetMeta(ctx, pk)
 }
@@ -158,8 +166,8 @@ func (c *Coordinator) Lookup(ctx context.Context, pk string) (Meta, error) {
 // ErrMetaChanged if META has been published since. Concurrent-transaction
 // conflicts are retried briefly, then reported as ErrConflict.
 func (c *Coordinator) TryAcquire(ctx context.Context, pk string, seen *Meta) (Lease, error) {
-	if c.err != nil {
-		return Lease{}, c.err
+	if err := c.check(); err != nil {
+		return Lease{}, err
 	}
 	var err error
 	for try := 0; try < c.cfg.acquireTries; try++ {
@@ -192,8 +200,8 @@ func (c *Coordinator) TryAcquire(ctx context.Context, pk string, seen *Meta) (Le
 // Refresh extends lease by the configured duration from now, if it is still
 // held with its token; otherwise ErrLeaseLost.
 func (c *Coordinator) Refresh(ctx context.Context, lease Lease) (Lease, error) {
-	if c.err != nil {
-		return Lease{}, c.err
+	if err := c.check(); err != nil {
+		return Lease{}, err
 	}
 	return c.refreshAt(ctx, lease, c.cfg.clock())
 }
@@ -207,8 +215,8 @@ func (c *Coordinator) refreshAt(ctx context.Context, lease Lease, now time.Time)
 // Release gives the lease up (deletes LOCK if it still carries the token).
 // ErrLeaseLost means someone else holds it now; nothing was deleted.
 func (c *Coordinator) Release(ctx context.Context, lease Lease) error {
-	if c.err != nil {
-		return c.err
+	if err := c.check(); err != nil {
+		return err
 	}
 	return c.table.ReleaseLease(ctx, lease)
 }
@@ -242,8 +250,8 @@ func (c *Coordinator) Publish(ctx context.Context, lease Lease, page Page) (Meta
 // for example other workers' acquires, which condition-check META. Such a
 // refusal wrote nothing and the lease is still ours.
 func (c *Coordinator) publish(ctx context.Context, lease Lease, page Page, req *RequestCompletion) (Meta, error) {
-	if c.err != nil {
-		return Meta{}, c.err
+	if err := c.check(); err != nil {
+		return Meta{}, err
 	}
 	var (
 		m   Meta
@@ -396,8 +404,8 @@ type Result struct {
 // the request is marked FAILED and the lease released (best effort), and
 // the error is returned.
 func (c *Coordinator) Regenerate(ctx context.Context, pk string, req *RequestSpec, render RenderFunc) (Result, error) {
-	if c.err != nil {
-		return Result{}, c.err
+	if err := c.check(); err != nil {
+		return Result{}, err
 	}
 	if render == nil {
 		return Result{}, invalid("render", "nil RenderFunc")
@@ -421,8 +429,8 @@ func (c *Coordinator) Regenerate(ctx context.Context, pk string, req *RequestSpe
 // has not been published since seen, otherwise the outcome is OutcomeFresh
 // with the current META.
 func (c *Coordinator) RegenerateFrom(ctx context.Context, pk string, seen *Meta, req *RequestSpec, render RenderFunc) (Result, error) {
-	if c.err != nil {
-		return Result{}, c.err
+	if err := c.check(); err != nil {
+		return Result{}, err
 	}
 	if render == nil {
 		return Result{}, invalid("render", "nil RenderFunc")

@@ -130,7 +130,7 @@ func dynamoRaw(t *testing.T) rawTable {
 	client, _ := dynamoClient(t)
 	name := freshTable(t, client)
 	return rawTable{
-		tb: isr.NewDynamoTable(client, name),
+		tb: mustDynamoTable(t, client, name),
 		put: func(t *testing.T, pk, sk string, it map[string]any) {
 			av := item{}
 			var numbers []string
@@ -216,7 +216,7 @@ func testForeignItems(t *testing.T, r rawTable) {
 		}
 		// The acquire guard conditions on the generated_at the reader saw
 		// (the VER# row's), so the fresh-looking old META does not block it.
-		c := isr.NewCoordinator(tb, isr.WithClock(func() time.Time { return now.Add(2 * time.Minute) }))
+		c := mustCoordinator(t, tb, isr.WithClock(func() time.Time { return now.Add(2 * time.Minute) }))
 		res, err := c.Regenerate(ctx, pk, nil, func(context.Context, isr.Lease) (isr.Page, error) {
 			return isr.Page{S3Key: "pages/v3", RevalidateSeconds: 60}, nil
 		})
@@ -338,7 +338,7 @@ func testForeignItems(t *testing.T, r rawTable) {
 	t.Run("a stale META with a fractional generated_at is regenerated", func(t *testing.T) {
 		pk := isrtest.NewPK(t)
 		r.put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "s3_key": "old", "generated_at": rawN(strconv.FormatInt(unix-100, 10) + ".7"), "revalidate_seconds": rawN("60")})
-		c := isr.NewCoordinator(tb, isr.WithClock(func() time.Time { return now }))
+		c := mustCoordinator(t, tb, isr.WithClock(func() time.Time { return now }))
 		res, err := c.Regenerate(ctx, pk, nil, func(context.Context, isr.Lease) (isr.Page, error) {
 			return isr.Page{S3Key: "new", RevalidateSeconds: 60}, nil
 		})

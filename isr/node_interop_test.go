@@ -235,7 +235,7 @@ func TestNodeInterop(t *testing.T) {
 	modules := nodeModules(t)
 	name := freshTable(t, client)
 	node := startNode(t, modules, endpoint, name)
-	tb := isr.NewDynamoTable(client, name)
+	tb := mustDynamoTable(t, client, name)
 	ctx := context.Background()
 
 	t0 := time.Now().Truncate(time.Second)
@@ -265,13 +265,10 @@ func TestNodeInterop(t *testing.T) {
 
 	t.Run("node recipe A META, go reads and serves", func(t *testing.T) {
 		bodies := body.NewMemory()
-		coord := isr.NewCoordinator(tb, isr.WithClock(clock))
-		h := isr.NewHandler(coord, bodies, func(context.Context, string, string) ([]byte, string, error) {
+		coord := mustCoordinator(t, tb, isr.WithClock(clock))
+		h := mustHandler(t, coord, bodies, func(context.Context, string, string) ([]byte, string, error) {
 			return nil, "", errors.New("must not render: META is fresh")
 		})
-		if err := h.Err(); err != nil {
-			t.Fatal(err)
-		}
 		pk, err := isr.PK("", "/node-a")
 		if err != nil {
 			t.Fatal(err)
@@ -296,8 +293,8 @@ func TestNodeInterop(t *testing.T) {
 
 	t.Run("node recipe B pointer-only META, go follows current_sk and serves", func(t *testing.T) {
 		bodies := body.NewMemory()
-		coord := isr.NewCoordinator(tb, isr.WithClock(clock))
-		h := isr.NewHandler(coord, bodies, func(context.Context, string, string) ([]byte, string, error) {
+		coord := mustCoordinator(t, tb, isr.WithClock(clock))
+		h := mustHandler(t, coord, bodies, func(context.Context, string, string) ([]byte, string, error) {
 			return nil, "", errors.New("must not render: META is fresh")
 		})
 		pk, err := isr.PK("", "/node-b")
@@ -334,7 +331,7 @@ func TestNodeInterop(t *testing.T) {
 			t.Fatalf("pointer-only META served %d %s %q", res.code, res.cache, res.body)
 		}
 		// Go publishes recipe B over Node's pointer: version continues.
-		gocoord := isr.NewCoordinator(tb, isr.WithClock(func() time.Time { return t0.Add(2 * time.Minute) }), isr.WithPointerSwap())
+		gocoord := mustCoordinator(t, tb, isr.WithClock(func() time.Time { return t0.Add(2 * time.Minute) }), isr.WithPointerSwap())
 		res, err := gocoord.Regenerate(ctx, pk2, nil, func(context.Context, isr.Lease) (isr.Page, error) {
 			return isr.Page{S3Key: "pages/go-b", ETag: `"go"`, RevalidateSeconds: 60, VersionID: "go1"}, nil
 		})
@@ -350,7 +347,7 @@ func TestNodeInterop(t *testing.T) {
 
 	t.Run("go publishes, node reads every attribute and type", func(t *testing.T) {
 		pk := isrtest.NewPK(t)
-		coord := isr.NewCoordinator(tb, isr.WithClock(clock), isr.WithMetaTTL(time.Hour))
+		coord := mustCoordinator(t, tb, isr.WithClock(clock), isr.WithMetaTTL(time.Hour))
 		var lease isr.Lease
 		res, err := coord.Regenerate(ctx, pk, nil, func(_ context.Context, l isr.Lease) (isr.Page, error) {
 			lease = l
@@ -381,7 +378,7 @@ func TestNodeInterop(t *testing.T) {
 
 		// Recipe B from Go: VER# row and the denormalised META.
 		pkB := isrtest.NewPK(t)
-		coordB := isr.NewCoordinator(tb, isr.WithClock(clock), isr.WithPointerSwap())
+		coordB := mustCoordinator(t, tb, isr.WithClock(clock), isr.WithPointerSwap())
 		resB, err := coordB.Regenerate(ctx, pkB, nil, func(context.Context, isr.Lease) (isr.Page, error) {
 			return isr.Page{S3Key: "pages/go-b1", ETag: `"b1"`, RevalidateSeconds: 30, VersionID: "b1"}, nil
 		})
@@ -401,7 +398,7 @@ func TestNodeInterop(t *testing.T) {
 
 	t.Run("leases exclude each other across languages", func(t *testing.T) {
 		pk := isrtest.NewPK(t)
-		coord := isr.NewCoordinator(tb, isr.WithClock(clock))
+		coord := mustCoordinator(t, tb, isr.WithClock(clock))
 		// Node holds: Go's acquire is refused and sees Node's lease.
 		node.must(t, "acquire", map[string]any{"pk": pk, "token": "node-1", "now": now, "expires_at": now + 30, "ttl": now + 90})
 		_, err := coord.TryAcquire(ctx, pk, nil)
@@ -450,7 +447,7 @@ func TestNodeInterop(t *testing.T) {
 	})
 
 	t.Run("REQ# flow across languages", func(t *testing.T) {
-		coord := isr.NewCoordinator(tb, isr.WithClock(clock))
+		coord := mustCoordinator(t, tb, isr.WithClock(clock))
 		render := func(s3 string) isr.RenderFunc {
 			return func(context.Context, isr.Lease) (isr.Page, error) {
 				return isr.Page{S3Key: s3, RevalidateSeconds: 60}, nil
@@ -542,7 +539,7 @@ func TestNodeInterop(t *testing.T) {
 		// A stale META with a fractional generated_at is regenerated, not
 		// stuck: Go's acquire conditions on the value it read.
 		stale := time.Unix(1795385591+120, 0)
-		coord := isr.NewCoordinator(tb, isr.WithClock(func() time.Time { return stale }))
+		coord := mustCoordinator(t, tb, isr.WithClock(func() time.Time { return stale }))
 		res, err := coord.Regenerate(ctx, pk, nil, func(context.Context, isr.Lease) (isr.Page, error) {
 			return isr.Page{S3Key: "pages/frac-2", RevalidateSeconds: 60}, nil
 		})
