@@ -317,3 +317,47 @@ func TestStepOwnerAliveAfterTakeover(t *testing.T) {
 		t.Fatalf("A = %v, want ErrLostOwnership", err)
 	}
 }
+
+// A panic in a step's fn releases the step's claim and the call's, and is
+// raised again; the retry runs the step again.
+func TestStepPanic(t *testing.T) {
+	g, _ := memGuard[int](t)
+	runs := 0
+	fn := func(ctx context.Context) (int, error) {
+		return idem.Step(ctx, "p", func(context.Context) (int, error) {
+			runs++
+			if runs == 1 {
+				panic("step boom")
+			}
+			return 4, nil
+		})
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != "step boom" {
+				t.Fatalf("recovered %v, want the step's panic", p)
+			}
+		}()
+		_, _ = g.Do(context.Background(), "k", fn)
+	}()
+	if v, err := g.Do(context.Background(), "k", fn); err != nil || v != 4 || runs != 2 {
+		t.Fatalf("retry = %d, %v after %d runs; want the step run again", v, err, runs)
+	}
+}
+
+// Steps work inside a transactional call too: the runner's context carries
+// the call.
+func TestStepInsideRunTx(t *testing.T) {
+	g, _ := memGuard[int](t)
+	ctx := txCtx(g)
+	runs := 0
+	fn := func(ctx context.Context) (int, error) {
+		return idem.Step(ctx, "s", func(context.Context) (int, error) { runs++; return 8, nil })
+	}
+	if v, err := idem.RunTx(ctx, g, "k", fakeTx(fn, errors.New("commit failed"))); err == nil {
+		t.Fatalf("RunTx = %d, nil; want the commit failure", v)
+	}
+	if v, err := idem.RunTx(ctx, g, "k", fakeTx(fn, nil)); err != nil || v != 8 || runs != 1 {
+		t.Fatalf("RunTx = %d, %v after %d step runs; want 8 with the step replayed", v, err, runs)
+	}
+}
