@@ -74,10 +74,11 @@ type RecordedFailure struct {
 	Type    string `json:"type,omitempty"`
 }
 
-// StoredError is the former name of RecordedFailure.
-//
-// Deprecated: use RecordedFailure; StoredError is too close to StoreError,
-// which means the opposite (the store failed, not fn).
+// StoredError is the former name of RecordedFailure, kept so that code
+// written against it still compiles. Use RecordedFailure: StoredError is
+// one letter from StoreError, which means the opposite (the store failed,
+// not fn). It is to be marked deprecated once the repository's own
+// modules have moved over, and removed before 1.0.
 type StoredError = RecordedFailure
 
 func (e *RecordedFailure) Error() string {

@@ -25,17 +25,17 @@ func (s Status) Valid() bool {
 // stored; a record is live while ExpiresAt is in the future, whatever the
 // store's native expiry has or has not deleted.
 type Record struct {
-	Key         string       // storage key (never the caller's raw key)
-	Status      Status       // in_progress, completed or failed
-	Result      []byte       // encoded result (completed)
-	Error       *StoredError // failure (failed), or why the result is unavailable (completed)
-	PayloadHash string       // hash of the call's payload, "" if none
-	Nonce       string       // ownership token of the current claim
-	Attempt     int64        // claim number, monotonic while the record exists
-	StartedAt   int64        // when the current claim was made
-	HeartbeatAt int64        // when the owner last proved it was alive
-	CompletedAt int64        // when the outcome was recorded (0 while in progress)
-	ExpiresAt   int64        // when the record stops counting
+	Key         string           // storage key (never the caller's raw key)
+	Status      Status           // in_progress, completed or failed
+	Result      []byte           // encoded result (completed)
+	Error       *RecordedFailure // failure (failed), or why the result is unavailable (completed)
+	PayloadHash string           // hash of the call's payload, "" if none
+	Nonce       string           // ownership token of the current claim
+	Attempt     int64            // claim number, monotonic while the record exists
+	StartedAt   int64            // when the current claim was made
+	HeartbeatAt int64            // when the owner last proved it was alive
+	CompletedAt int64            // when the outcome was recorded (0 while in progress)
+	ExpiresAt   int64            // when the record stops counting
 	// TakeoverMs is the owner's takeover threshold in milliseconds, stored
 	// with the claim: staleness is judged by the threshold the owner
 	// heartbeats for, never by a caller's shorter one. 0 (a record from a

@@ -19,20 +19,27 @@ import (
 // with the fields of the record and its own notion of now (its server's
 // clock where it has one), never by whether its native expiry has deleted
 // the record yet.
+//
+// The method docs below are the claim rules, stated once: storekit's
+// DecideClaim, ApplyHeartbeat, ApplyComplete and ApplyRelease implement them
+// in Go, and a store that runs them in its backend (Lua, SQL, condition
+// expressions) implements the same rules there.
 type Store interface {
-	// Claim is one atomic step:
+	// Claim is one atomic step, the first rule that applies deciding:
 	//   - no live record (none, or ExpiresAt <= now): write a new
-	//     in_progress record with req.Nonce, Attempt = previous attempt + 1
-	//     (1 when there was none), StartedAt = HeartbeatAt = now,
-	//     ExpiresAt = now + req.LeaseTTL; outcome Claimed.
-	//     TakeoverMs = req.TakeoverAfter (the owner's threshold is stored).
+	//     in_progress record with req.Nonce and req.PayloadHash, Attempt =
+	//     previous attempt + 1 (1 when there was none), StartedAt =
+	//     HeartbeatAt = now, ExpiresAt = now + req.LeaseTTL, TakeoverMs =
+	//     req.TakeoverAfter (the owner's threshold is stored); outcome
+	//     Claimed.
+	//   - a live record that already carries req.Nonce (a retried claim
+	//     whose first try was applied): return it untouched as Claimed.
 	//   - a live in_progress record with the same PayloadHash whose
 	//     heartbeat is at least its stored TakeoverMs old (req.TakeoverAfter
-	//     only when none is stored): replace its nonce with req.Nonce,
-	//     Attempt+1, StartedAt = HeartbeatAt = now, TakeoverMs =
+	//     only when none is stored; Record.Stale): replace its nonce with
+	//     req.Nonce, Attempt+1, StartedAt = HeartbeatAt = now, ExpiresAt =
+	//     max(ExpiresAt, now + req.LeaseTTL), TakeoverMs =
 	//     req.TakeoverAfter; outcome TookOver.
-	//   - a live record that already carries req.Nonce (a retried claim
-	//     whose first try was applied): return it as Claimed.
 	//   - otherwise: return the live record untouched; outcome Existing.
 	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 
@@ -44,7 +51,8 @@ type Store interface {
 	Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error
 
 	// Complete records the outcome if the record carries nonce: status,
-	// result and error from c, CompletedAt = now, ExpiresAt = now + c.TTL.
+	// result and error from c, CompletedAt = HeartbeatAt = now, ExpiresAt =
+	// now + c.TTL.
 	// Otherwise it changes nothing and returns ErrLostOwnership. A retried
 	// Complete that finds its own outcome already written succeeds. A store
 	// that applied the write but cannot vouch it will last (a replicated

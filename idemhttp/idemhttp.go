@@ -17,7 +17,6 @@ import (
 	"strings"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/stores/memstore"
 )
 
 // ReplayedHeader is set to "true" on every replayed response.
@@ -69,34 +68,13 @@ func New(store idem.Store, opts ...Option) (*Middleware, error) {
 	g, err := idem.New[response](store, c.guardOpts...)
 	if err != nil {
 		c.errs = append(c.errs, err)
-	} else if locksFailures(c.guardOpts) {
+	} else if g.Policies().Failure == idem.Lock {
 		c.invalid("WithGuard", "idem.OnFailure(idem.Lock) is refused: a response the middleware does not record (a 5xx, a hijacked connection, a client gone) must release its claim, and Lock would keep it as a failure for the TTL (WithRecordStatus replays a 5xx instead)")
 	}
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
 	}
 	return &Middleware{cfg: c, guard: g}, nil
-}
-
-// locksFailures reports whether the Guard options make a failed call final
-// (idem.OnFailure(idem.Lock)). An idem.Option cannot be inspected, so it
-// asks a Guard built with them on a private memory store, its observer
-// replaced so that the user's observer and logger see nothing of it: a
-// failure followed by a second call is a stored failure only under Lock.
-func locksFailures(opts []idem.Option) bool {
-	s, err := memstore.New()
-	if err != nil {
-		return false
-	}
-	quiet := idem.WithObserver(idem.ObserverFunc(func(context.Context, idem.Event) {}))
-	g, err := idem.New[response](s, append(opts[:len(opts):len(opts)], quiet)...)
-	if err != nil {
-		return false // New has reported it
-	}
-	ctx := context.Background()
-	_, _ = g.Do(ctx, "idemhttp/probe", func(context.Context) (response, error) { return response{}, errNotRecorded })
-	_, err = g.Do(ctx, "idemhttp/probe", func(context.Context) (response, error) { return response{}, nil })
-	return errors.Is(err, idem.ErrPreviousFailure)
 }
 
 // Handler returns next guarded by m. It panics if next is nil, as

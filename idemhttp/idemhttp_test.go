@@ -801,6 +801,8 @@ func TestInvalidOptions(t *testing.T) {
 	if _, err := idemhttp.New(nil); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("nil store: %v", err)
 	}
+	_, err := idemhttp.New(mustMem(), idemhttp.WithMaxBody(0), nil, idemhttp.WithGuard(idem.WithTTL(0)))
+	storetest.CheckOptionErrors(t, err, "WithMaxBody", "New", "WithTTL")
 	// Valid, and New tells the Guard's failure policy without the user's
 	// observer seeing anything.
 	var events atomic.Int32

@@ -78,7 +78,7 @@ func seedPage(tb testing.TB, c *isr.Coordinator, pk string) {
 // publish = 2; Regenerate = 3 (META read first); with a request record = 4.
 func TestDynamoRequestsPerRegeneration(t *testing.T) {
 	client, rc := dynamoClient(t)
-	c := isr.NewCoordinator(isr.NewDynamoTable(client, freshTable(t, client)))
+	c := mustCoordinator(t, mustDynamoTable(t, client, freshTable(t, client)))
 	pk := isrtest.NewPK(t)
 	seedPage(t, c, pk)
 	manual, flow, withReq := regenerationCosts(t, c, rc, pk, 0)
@@ -100,7 +100,7 @@ func TestDynamoRequestsPerRegeneration(t *testing.T) {
 // counted by SDK middleware, and fails if acquire + publish is not 2.
 func BenchmarkDynamoRegeneration(b *testing.B) {
 	client, rc := dynamoClient(b)
-	c := isr.NewCoordinator(isr.NewDynamoTable(client, freshTable(b, client)))
+	c := mustCoordinator(b, mustDynamoTable(b, client, freshTable(b, client)))
 	pk := isrtest.NewPK(b)
 	seedPage(b, c, pk)
 	ctx := context.Background()
@@ -130,7 +130,7 @@ func BenchmarkDynamoRegeneration(b *testing.B) {
 // BenchmarkMemoryRegeneration is the same loop on the memory table.
 func BenchmarkMemoryRegeneration(b *testing.B) {
 	tbl := isr.NewMemoryTable()
-	c := isr.NewCoordinator(tbl)
+	c := mustCoordinator(b, tbl)
 	pk := isrtest.NewPK(b)
 	seedPage(b, c, pk)
 	ctx := context.Background()

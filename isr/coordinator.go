@@ -10,8 +10,8 @@ import (
 	"github.com/idem-go/idem/lease"
 )
 
-// Option configures a Coordinator. Mistakes are reported by
-// Coordinator.Err and by every Coordinator method, never by a panic.
+// Option configures a Coordinator. NewCoordinator reports every invalid
+// option as an *idem.OptionError matching idem.ErrInvalidOption.
 type Option func(*config)
 
 type config struct {
@@ -24,7 +24,8 @@ type config struct {
 	monotonic     bool
 	retryFailed   bool
 	acquireTries  int
-	errs          []error
+	revalidate    time.Duration
+	errs          optionErrors
 }
 
 // WithClock sets the clock that decides freshness and lease expiry (default
@@ -33,7 +34,7 @@ type config struct {
 func WithClock(now func() time.Time) Option {
 	return func(c *config) {
 		if now == nil {
-			c.errs = append(c.errs, invalid("option WithClock", "nil clock"))
+			c.errs.invalid("WithClock", "clock is nil")
 			return
 		}
 		c.clock = now
@@ -44,20 +45,20 @@ func WithClock(now func() time.Time) Option {
 // whole seconds, at least 1s). Regenerate refreshes a lease whose render runs
 // longer than a third of it.
 func WithLeaseDuration(d time.Duration) Option {
-	return atLeastSecond("option WithLeaseDuration", d, func(c *config) { c.leaseDuration = d })
+	return atLeastSecond("WithLeaseDuration", d, func(c *config) { c.leaseDuration = d })
 }
 
 // WithTTLBuffer sets how far past lease_expires_at the LOCK ttl is set
 // (default 1h; at least 1s). TTL is garbage collection only.
 func WithTTLBuffer(d time.Duration) Option {
-	return atLeastSecond("option WithTTLBuffer", d, func(c *config) { c.ttlBuffer = d })
+	return atLeastSecond("WithTTLBuffer", d, func(c *config) { c.ttlBuffer = d })
 }
 
 // atLeastSecond is an option that sets a duration of at least one second.
 func atLeastSecond(name string, d time.Duration, set func(*config)) Option {
 	return func(c *config) {
 		if d < time.Second {
-			c.errs = append(c.errs, invalid(name, "must be at least 1s"))
+			c.errs.invalid(name, "must be at least 1s, got %v", d)
 			return
 		}
 		set(c)
@@ -70,7 +71,7 @@ func atLeastSecond(name string, d time.Duration, set func(*config)) Option {
 func WithMetaTTL(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
-			c.errs = append(c.errs, invalid("option WithMetaTTL", "negative"))
+			c.errs.invalid("WithMetaTTL", "must not be negative, got %v", d)
 			return
 		}
 		c.metaTTL = d
@@ -81,7 +82,17 @@ func WithMetaTTL(d time.Duration) Option {
 // least 1s). A REQ# item whose ttl has passed counts as absent, so a request
 // left STARTED by a crashed worker is retried after d at the latest.
 func WithRequestTTL(d time.Duration) Option {
-	return atLeastSecond("option WithRequestTTL", d, func(c *config) { c.requestTTL = d })
+	return atLeastSecond("WithRequestTTL", d, func(c *config) { c.requestTTL = d })
+}
+
+// WithDefaultRevalidate sets the freshness window of a page whose META
+// carries no revalidate_seconds, nor the VER# row it points to (default
+// 60s, the Handler's default WithRevalidate; whole seconds, at least 1s): a
+// recipe-B writer that sets only current_sk and version. Lookup and
+// Regenerate fill it in (Meta.RevalidateMissing tells); a recipe-A META
+// without revalidate_seconds stays corrupt.
+func WithDefaultRevalidate(d time.Duration) Option {
+	return atLeastSecond("WithDefaultRevalidate", d, func(c *config) { c.revalidate = d })
 }
 
 // WithPointerSwap makes Publish and Regenerate use recipe B (VER#<id> item
@@ -106,12 +117,12 @@ func WithRetryFailedRequests(retry bool) Option {
 type Coordinator struct {
 	table Table
 	cfg   config
-	err   error
 }
 
-// NewCoordinator returns a Coordinator over table. It does no I/O; option
-// mistakes are reported by Err and by every method.
-func NewCoordinator(table Table, opts ...Option) *Coordinator {
+// NewCoordinator returns a Coordinator over table. It does no I/O. A nil
+// table and every invalid option are reported, joined, each an
+// *idem.OptionError matching idem.ErrInvalidOption.
+func NewCoordinator(table Table, opts ...Option) (*Coordinator, error) {
 	cfg := config{
 		clock:         time.Now,
 		leaseDuration: 30 * time.Second,
@@ -119,22 +130,31 @@ func NewCoordinator(table Table, opts ...Option) *Coordinator {
 		requestTTL:    24 * time.Hour,
 		retryFailed:   true,
 		acquireTries:  4,
+		revalidate:    60 * time.Second,
+	}
+	if table == nil {
+		cfg.errs.invalid("table", "table is nil")
 	}
 	for _, o := range opts {
 		if o == nil {
-			cfg.errs = append(cfg.errs, invalid("option", "nil Option"))
+			cfg.errs.invalid("NewCoordinator", "nil option")
 			continue
 		}
 		o(&cfg)
 	}
-	if table == nil {
-		cfg.errs = append(cfg.errs, invalid("table", "nil Table"))
+	if len(cfg.errs) > 0 {
+		return nil, errors.Join(cfg.errs...)
 	}
-	return &Coordinator{table: table, cfg: cfg, err: errors.Join(cfg.errs...)}
+	return &Coordinator{table: table, cfg: cfg}, nil
 }
 
-// Err reports the configuration mistakes found by NewCoordinator, or nil.
-func (c *Coordinator) Err() error { return c.err }
+// check refuses a Coordinator that NewCoordinator did not make.
+func (c *Coordinator) check() error {
+	if c == nil || c.table == nil {
+		return unmade("Coordinator", "NewCoordinator")
+	}
+	return nil
+}
 
 // Table returns the table the Coordinator works on.
 func (c *Coordinator) Table() Table { return c.table }
@@ -143,12 +163,33 @@ func (c *Coordinator) Table() Table { return c.table }
 func (c *Coordinator) Now() time.Time { return c.cfg.clock() }
 
 // Lookup returns META for pk, or ErrNotFound. Use Meta.Fresh with Now to
-// decide whether to serve or regenerate.
+// decide whether to serve or regenerate. A META whose revalidate_seconds
+// is missing (Meta.RevalidateMissing) gets the WithDefaultRevalidate
+// window.
 func (c *Coordinator) Lookup(ctx context.Context, pk string) (Meta, error) {
-	if c.err != nil {
-		return Meta{}, c.err
+	if err := c.check(); err != nil {
+		return Meta{}, err
 	}
-	return c.table.GetMeta(ctx, pk)
+	return c.getMeta(ctx, pk)
+}
+
+// getMeta is the table's META for pk with the default freshness window
+// filled in.
+func (c *Coordinator) getMeta(ctx context.Context, pk string) (Meta, error) {
+	m, err := c.table.GetMeta(ctx, pk)
+	if err != nil {
+		return Meta{}, err
+	}
+	return c.withDefaults(m), nil
+}
+
+// withDefaults is m with the default freshness window when it has none of
+// its own (RevalidateMissing, as a Table reads it).
+func (c *Coordinator) withDefaults(m Meta) Meta {
+	if m.RevalidateMissing && m.RevalidateSeconds == 0 && m.RevalidateSecondsN == "" {
+		m.RevalidateSeconds = seconds(c.cfg.revalidate)
+	}
+	return m
 }
 
 // TryAcquire acquires the lease on pk for the configured duration, with a
@@ -158,8 +199,8 @@ func (c *Coordinator) Lookup(ctx context.Context, pk string) (Meta, error) {
 // ErrMetaChanged if META has been published since. Concurrent-transaction
 // conflicts are retried briefly, then reported as ErrConflict.
 func (c *Coordinator) TryAcquire(ctx context.Context, pk string, seen *Meta) (Lease, error) {
-	if c.err != nil {
-		return Lease{}, c.err
+	if err := c.check(); err != nil {
+		return Lease{}, err
 	}
 	var err error
 	for try := 0; try < c.cfg.acquireTries; try++ {
@@ -192,8 +233,8 @@ func (c *Coordinator) TryAcquire(ctx context.Context, pk string, seen *Meta) (Le
 // Refresh extends lease by the configured duration from now, if it is still
 // held with its token; otherwise ErrLeaseLost.
 func (c *Coordinator) Refresh(ctx context.Context, lease Lease) (Lease, error) {
-	if c.err != nil {
-		return Lease{}, c.err
+	if err := c.check(); err != nil {
+		return Lease{}, err
 	}
 	return c.refreshAt(ctx, lease, c.cfg.clock())
 }
@@ -207,8 +248,8 @@ func (c *Coordinator) refreshAt(ctx context.Context, lease Lease, now time.Time)
 // Release gives the lease up (deletes LOCK if it still carries the token).
 // ErrLeaseLost means someone else holds it now; nothing was deleted.
 func (c *Coordinator) Release(ctx context.Context, lease Lease) error {
-	if c.err != nil {
-		return c.err
+	if err := c.check(); err != nil {
+		return err
 	}
 	return c.table.ReleaseLease(ctx, lease)
 }
@@ -242,8 +283,8 @@ func (c *Coordinator) Publish(ctx context.Context, lease Lease, page Page) (Meta
 // for example other workers' acquires, which condition-check META. Such a
 // refusal wrote nothing and the lease is still ours.
 func (c *Coordinator) publish(ctx context.Context, lease Lease, page Page, req *RequestCompletion) (Meta, error) {
-	if c.err != nil {
-		return Meta{}, c.err
+	if err := c.check(); err != nil {
+		return Meta{}, err
 	}
 	var (
 		m   Meta
@@ -396,13 +437,13 @@ type Result struct {
 // the request is marked FAILED and the lease released (best effort), and
 // the error is returned.
 func (c *Coordinator) Regenerate(ctx context.Context, pk string, req *RequestSpec, render RenderFunc) (Result, error) {
-	if c.err != nil {
-		return Result{}, c.err
+	if err := c.check(); err != nil {
+		return Result{}, err
 	}
 	if render == nil {
 		return Result{}, invalid("render", "nil RenderFunc")
 	}
-	meta, err := c.table.GetMeta(ctx, pk)
+	meta, err := c.getMeta(ctx, pk)
 	hasMeta := err == nil
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Result{}, err
@@ -421,8 +462,8 @@ func (c *Coordinator) Regenerate(ctx context.Context, pk string, req *RequestSpe
 // has not been published since seen, otherwise the outcome is OutcomeFresh
 // with the current META.
 func (c *Coordinator) RegenerateFrom(ctx context.Context, pk string, seen *Meta, req *RequestSpec, render RenderFunc) (Result, error) {
-	if c.err != nil {
-		return Result{}, c.err
+	if err := c.check(); err != nil {
+		return Result{}, err
 	}
 	if render == nil {
 		return Result{}, invalid("render", "nil RenderFunc")
@@ -430,7 +471,7 @@ func (c *Coordinator) RegenerateFrom(ctx context.Context, pk string, seen *Meta,
 	if seen == nil {
 		return c.regenerate(ctx, pk, Meta{}, false, req, render)
 	}
-	return c.regenerate(ctx, pk, *seen, true, req, render)
+	return c.regenerate(ctx, pk, c.withDefaults(*seen), true, req, render)
 }
 
 func (c *Coordinator) regenerate(ctx context.Context, pk string, meta Meta, hasMeta bool, req *RequestSpec, render RenderFunc) (Result, error) {
@@ -474,7 +515,7 @@ func (c *Coordinator) regenerate(ctx context.Context, pk string, meta Meta, hasM
 		return Result{Outcome: OutcomeInProgress, Meta: meta, HasMeta: hasMeta}, nil
 	case errors.Is(err, ErrMetaChanged):
 		abandon()
-		m, gerr := c.table.GetMeta(ctx, pk)
+		m, gerr := c.getMeta(ctx, pk)
 		if gerr != nil {
 			return Result{}, gerr
 		}

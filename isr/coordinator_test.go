@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
+	"github.com/idem-go/idem/stores/storetest"
 )
 
 func TestPK(t *testing.T) {
@@ -77,18 +79,16 @@ func TestTableNameFromEnv(t *testing.T) {
 	if _, err := isr.TableNameFromEnv(); !errors.Is(err, isr.ErrInvalidInput) {
 		t.Fatalf("unset: %v", err)
 	}
-	tb := isr.NewDynamoTable(nil, "")
-	if !errors.Is(tb.Err(), isr.ErrInvalidInput) {
-		t.Fatalf("NewDynamoTable without name or client: %v", tb.Err())
-	}
-	if _, err := tb.GetMeta(context.Background(), "CACHE#x"); !errors.Is(err, isr.ErrInvalidInput) {
-		t.Fatalf("use of a misconfigured table: %v", err)
+	_, err := isr.NewDynamoTable(nil, "")
+	storetest.CheckOptionErrors(t, err, "client", "table")
+	if _, err := (&isr.DynamoTable{}).GetMeta(context.Background(), "CACHE#x"); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Fatalf("use of a zero table: %v", err)
 	}
 	t.Setenv(isr.EnvTableName, "facetheory-cache")
 	if n, err := isr.TableNameFromEnv(); err != nil || n != "facetheory-cache" {
 		t.Fatalf("TableNameFromEnv = %q, %v", n, err)
 	}
-	if n := isr.NewDynamoTable(nil, "").Name(); n != "facetheory-cache" {
+	if n := mustDynamoTable(t, fakeDynamo{}, "").Name(); n != "facetheory-cache" {
 		t.Fatalf("default table name = %q", n)
 	}
 }
@@ -96,26 +96,27 @@ func TestTableNameFromEnv(t *testing.T) {
 func TestCoordinatorOptions(t *testing.T) {
 	tb := isr.NewMemoryTable()
 	for name, opt := range map[string]isr.Option{
-		"clock":  isr.WithClock(nil),
-		"lease":  isr.WithLeaseDuration(500 * time.Millisecond),
-		"buffer": isr.WithTTLBuffer(0),
-		"meta":   isr.WithMetaTTL(-time.Second),
-		"req":    isr.WithRequestTTL(0),
-		"nil":    nil,
+		"clock":              isr.WithClock(nil),
+		"lease":              isr.WithLeaseDuration(500 * time.Millisecond),
+		"buffer":             isr.WithTTLBuffer(0),
+		"default revalidate": isr.WithDefaultRevalidate(0),
+		"meta":               isr.WithMetaTTL(-time.Second),
+		"req":                isr.WithRequestTTL(0),
+		"nil":                nil,
 	} {
-		c := isr.NewCoordinator(tb, opt)
-		if !errors.Is(c.Err(), isr.ErrInvalidInput) {
-			t.Errorf("%s: Err = %v", name, c.Err())
-		}
-		if _, err := c.TryAcquire(context.Background(), isrtest.NewPK(t), nil); !errors.Is(err, isr.ErrInvalidInput) {
-			t.Errorf("%s: TryAcquire = %v", name, err)
-		}
-		if _, err := c.Regenerate(context.Background(), isrtest.NewPK(t), nil, render); !errors.Is(err, isr.ErrInvalidInput) {
-			t.Errorf("%s: Regenerate = %v", name, err)
+		c, err := isr.NewCoordinator(tb, opt)
+		if c != nil || !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("%s: NewCoordinator = %v, %v", name, c, err)
 		}
 	}
-	if err := isr.NewCoordinator(nil).Err(); !errors.Is(err, isr.ErrInvalidInput) {
-		t.Fatalf("nil table: %v", err)
+	_, err := isr.NewCoordinator(nil, isr.WithClock(nil), nil, isr.WithMetaTTL(-time.Second))
+	storetest.CheckOptionErrors(t, err, "table", "WithClock", "NewCoordinator", "WithMetaTTL")
+	var zero isr.Coordinator
+	if _, err := zero.TryAcquire(context.Background(), isrtest.NewPK(t), nil); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("zero Coordinator: TryAcquire = %v", err)
+	}
+	if _, err := zero.Regenerate(context.Background(), isrtest.NewPK(t), nil, render); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("zero Coordinator: Regenerate = %v", err)
 	}
 }
 
@@ -123,7 +124,7 @@ func TestCoordinatorOptions(t *testing.T) {
 // but live worker keeps it and publishes.
 func TestRegenerateRefreshesLease(t *testing.T) {
 	tb := isr.NewMemoryTable()
-	c := isr.NewCoordinator(tb, isr.WithLeaseDuration(time.Second))
+	c := mustCoordinator(t, tb, isr.WithLeaseDuration(time.Second))
 	pk := isrtest.NewPK(t)
 	res, err := c.Regenerate(context.Background(), pk, nil, func(ctx context.Context, l isr.Lease) (isr.Page, error) {
 		select {
@@ -142,7 +143,7 @@ func TestRegenerateRefreshesLease(t *testing.T) {
 // with ErrLeaseLost and nothing is published.
 func TestRegenerateLeaseLostCancelsRender(t *testing.T) {
 	tb := isr.NewMemoryTable()
-	c := isr.NewCoordinator(tb, isr.WithLeaseDuration(3*time.Second))
+	c := mustCoordinator(t, tb, isr.WithLeaseDuration(3*time.Second))
 	pk := isrtest.NewPK(t)
 	var sawCause error
 	_, err := c.Regenerate(context.Background(), pk, nil, func(ctx context.Context, l isr.Lease) (isr.Page, error) {
@@ -197,7 +198,7 @@ func (c *conflictOnce) Publish(ctx context.Context, in isr.PublishInput) error {
 
 func TestPublishRetriesTransactionConflict(t *testing.T) {
 	tb := &conflictOnce{Table: isr.NewMemoryTable()}
-	c := isr.NewCoordinator(tb)
+	c := mustCoordinator(t, tb)
 	res, err := c.Regenerate(context.Background(), isrtest.NewPK(t), nil, render)
 	if err != nil || res.Outcome != isr.OutcomeRegenerated || tb.calls != 2 {
 		t.Fatalf("Regenerate = %+v, %v after %d publishes", res, err, tb.calls)
@@ -208,7 +209,7 @@ func TestPublishRetriesTransactionConflict(t *testing.T) {
 // acquire + publish, and a META published since the read wins over it.
 func TestRegenerateFromCostsTwoRequests(t *testing.T) {
 	tb := isr.NewMemoryTable()
-	c := isr.NewCoordinator(tb)
+	c := mustCoordinator(t, tb)
 	ctx := context.Background()
 	pk := isrtest.NewPK(t)
 	seedStale(t, tb, pk)

@@ -53,27 +53,39 @@ const (
 type DynamoTable struct {
 	client DynamoAPI
 	table  string
-	err    error
 }
 
 var _ Table = (*DynamoTable)(nil)
 
-// NewDynamoTable returns a DynamoTable on table. An empty table name means
-// FACETHEORY_CACHE_TABLE_NAME; if that is unset too, or client is nil,
-// every method returns ErrInvalidInput (see Err).
-func NewDynamoTable(client DynamoAPI, table string) *DynamoTable {
-	t := &DynamoTable{client: client, table: table}
-	if table == "" {
-		t.table, t.err = TableNameFromEnv()
-	}
+// NewDynamoTable returns a DynamoTable on table. It does no I/O. An empty
+// table name means FACETHEORY_CACHE_TABLE_NAME. A nil client and a missing
+// table name are reported, joined, each an *idem.OptionError matching
+// idem.ErrInvalidOption.
+func NewDynamoTable(client DynamoAPI, table string) (*DynamoTable, error) {
+	var errs optionErrors
 	if client == nil {
-		t.err = errors.Join(t.err, invalid("dynamodb client", "nil"))
+		errs.invalid("client", "DynamoDB client is nil")
 	}
-	return t
+	if table == "" {
+		name, err := TableNameFromEnv()
+		if err != nil {
+			errs.invalid("table", "table name is empty and %s is not set", EnvTableName)
+		}
+		table = name
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return &DynamoTable{client: client, table: table}, nil
 }
 
-// Err reports a configuration mistake found by NewDynamoTable, or nil.
-func (t *DynamoTable) Err() error { return t.err }
+// check refuses a DynamoTable that NewDynamoTable did not make.
+func (t *DynamoTable) check() error {
+	if t == nil || t.client == nil || t.table == "" {
+		return unmade("DynamoTable", "NewDynamoTable")
+	}
+	return nil
+}
 
 // Name returns the table name.
 func (t *DynamoTable) Name() string { return t.table }
@@ -134,8 +146,8 @@ func names(attrs ...string) map[string]string {
 }
 
 func (t *DynamoTable) get(ctx context.Context, pk, sk string) (map[string]types.AttributeValue, error) {
-	if t.err != nil {
-		return nil, t.err
+	if err := t.check(); err != nil {
+		return nil, err
 	}
 	out, err := t.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(t.table),
@@ -182,8 +194,8 @@ func nText(s string) types.AttributeValue { return &types.AttributeValueMemberN{
 
 // AcquireLease implements Table.
 func (t *DynamoTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, error) {
-	if t.err != nil {
-		return Lease{}, t.err
+	if err := t.check(); err != nil {
+		return Lease{}, err
 	}
 	if err := validateAcquire(in); err != nil {
 		return Lease{}, err
@@ -265,8 +277,8 @@ func leaseHeld(pk string, old map[string]types.AttributeValue) error {
 
 // RefreshLease implements Table.
 func (t *DynamoTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease, error) {
-	if t.err != nil {
-		return Lease{}, t.err
+	if err := t.check(); err != nil {
+		return Lease{}, err
 	}
 	if err := validateRefresh(in); err != nil {
 		return Lease{}, err
@@ -291,8 +303,8 @@ func (t *DynamoTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease,
 
 // ReleaseLease implements Table.
 func (t *DynamoTable) ReleaseLease(ctx context.Context, lease Lease) error {
-	if t.err != nil {
-		return t.err
+	if err := t.check(); err != nil {
+		return err
 	}
 	if err := validateLease(lease); err != nil {
 		return err
@@ -348,8 +360,8 @@ func (t *DynamoTable) requestComplete(pk string, rc *RequestCompletion, s3Key st
 // Publish implements Table (recipe A). Transaction items, in order: LOCK
 // (conditional delete), META (put), REQ# (update, optional).
 func (t *DynamoTable) Publish(ctx context.Context, in PublishInput) error {
-	if t.err != nil {
-		return t.err
+	if err := t.check(); err != nil {
+		return err
 	}
 	if err := validatePublish(in); err != nil {
 		return err
@@ -378,8 +390,8 @@ func (t *DynamoTable) Publish(ctx context.Context, in PublishInput) error {
 // LOCK (conditional delete), VER# (put if absent), META (update with
 // optimistic version), REQ# (update, optional).
 func (t *DynamoTable) PublishPointer(ctx context.Context, in PublishPointerInput) (Meta, error) {
-	if t.err != nil {
-		return Meta{}, t.err
+	if err := t.check(); err != nil {
+		return Meta{}, err
 	}
 	if err := validatePointer(in); err != nil {
 		return Meta{}, err
@@ -451,8 +463,8 @@ func (t *DynamoTable) PublishPointer(ctx context.Context, in PublishPointerInput
 
 // BeginRequest implements Table.
 func (t *DynamoTable) BeginRequest(ctx context.Context, in BeginRequestInput) (Request, bool, error) {
-	if t.err != nil {
-		return Request{}, false, t.err
+	if err := t.check(); err != nil {
+		return Request{}, false, err
 	}
 	if err := validateBegin(in); err != nil {
 		return Request{}, false, err
@@ -486,8 +498,8 @@ func (t *DynamoTable) BeginRequest(ctx context.Context, in BeginRequestInput) (R
 
 // FailRequest implements Table.
 func (t *DynamoTable) FailRequest(ctx context.Context, pk, k, hash string) error {
-	if t.err != nil {
-		return t.err
+	if err := t.check(); err != nil {
+		return err
 	}
 	if err := validateRequestRef(pk, k, hash); err != nil {
 		return err
@@ -507,8 +519,8 @@ func (t *DynamoTable) FailRequest(ctx context.Context, pk, k, hash string) error
 
 // AbandonRequest implements Table.
 func (t *DynamoTable) AbandonRequest(ctx context.Context, pk, k, hash string) error {
-	if t.err != nil {
-		return t.err
+	if err := t.check(); err != nil {
+		return err
 	}
 	if err := validateRequestRef(pk, k, hash); err != nil {
 		return err
@@ -680,15 +692,22 @@ func (d *decoder) exact(attr string, v int64) string {
 
 func decodeMeta(pk string, item map[string]types.AttributeValue) (Meta, error) {
 	d := decoder{pk: pk, sk: SKMeta, item: item}
+	// Under recipe B (current_sk present) revalidate_seconds may be absent
+	// from META and from the VER# row (merged in by getMeta): a writer that
+	// sets only the pointer and the version. The Coordinator then applies
+	// its default (WithDefaultRevalidate); a recipe-A META must carry it.
+	_, hasPointer := item[attrCurrentSK]
+	_, hasRevalidate := item[attrRevalidate]
 	m := Meta{
 		PK:                pk,
 		S3Key:             d.s(attrS3Key, true),
 		GeneratedAt:       d.n(attrGeneratedAt, true),
-		RevalidateSeconds: d.n(attrRevalidate, true),
+		RevalidateSeconds: d.n(attrRevalidate, !hasPointer),
 		ETag:              d.s(attrETag, false),
 		TTL:               d.ttl(),
 		CurrentSK:         d.s(attrCurrentSK, false),
 		Version:           d.n(attrVersion, false),
+		RevalidateMissing: !hasRevalidate,
 	}
 	m.GeneratedAtN = d.exact(attrGeneratedAt, m.GeneratedAt)
 	m.RevalidateSecondsN = d.exact(attrRevalidate, m.RevalidateSeconds)

@@ -33,7 +33,7 @@ func putItems(t *testing.T, client *dynamodb.Client, table string, items ...item
 func TestDynamoForeignItems(t *testing.T) {
 	client, _ := dynamoClient(t)
 	name := freshTable(t, client)
-	tb := isr.NewDynamoTable(client, name)
+	tb := mustDynamoTable(t, client, name)
 	ctx := context.Background()
 	now := time.Now()
 	unix := strconv.FormatInt(now.Unix(), 10)

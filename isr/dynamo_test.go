@@ -86,7 +86,7 @@ func freshTable(t testing.TB, client *dynamodb.Client) string {
 func TestDynamoTableConformance(t *testing.T) {
 	client, _ := dynamoClient(t)
 	isrtest.Run(t, func(t *testing.T) isr.Table {
-		return isr.NewDynamoTable(client, freshTable(t, client))
+		return mustDynamoTable(t, client, freshTable(t, client))
 	})
 }
 
@@ -111,7 +111,7 @@ func (l lostPutReply) PutItem(ctx context.Context, in *dynamodb.PutItemInput, op
 // "held by another worker".
 func TestDynamoAcquireRetriedAfterLostReply(t *testing.T) {
 	client, _ := dynamoClient(t)
-	tb := isr.NewDynamoTable(lostPutReply{client}, freshTable(t, client))
+	tb := mustDynamoTable(t, lostPutReply{client}, freshTable(t, client))
 	ctx := context.Background()
 	pk := isrtest.NewPK(t)
 	now := time.Now()
@@ -136,7 +136,7 @@ func TestDynamoAcquireRetriedAfterLostReply(t *testing.T) {
 func TestDynamoPointerPublishOverExplicitVersionZero(t *testing.T) {
 	client, _ := dynamoClient(t)
 	name := freshTable(t, client)
-	tb := isr.NewDynamoTable(client, name)
+	tb := mustDynamoTable(t, client, name)
 	ctx := context.Background()
 	pk := isrtest.NewPK(t)
 	now := time.Now()

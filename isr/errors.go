@@ -45,7 +45,9 @@ var (
 	// transaction touched the same items (DynamoDB TransactionConflict).
 	// Nothing was written; retrying is safe.
 	ErrConflict = errors.New("isr: concurrent transaction conflict")
-	// ErrInvalidInput: a key, option or argument is malformed.
+	// ErrInvalidInput: a key or argument of a call is malformed. (A
+	// constructor reports a bad argument or option as an *idem.OptionError
+	// matching idem.ErrInvalidOption.)
 	ErrInvalidInput = errors.New("isr: invalid input")
 	// ErrCorruptItem: an item in the table does not have the schema's
 	// attribute names and types. See *CorruptItemError.

@@ -13,7 +13,10 @@ import (
 func Example() {
 	ctx := context.Background()
 	now := time.Unix(1_700_000_000, 0)
-	c := isr.NewCoordinator(isr.NewMemoryTable(), isr.WithClock(func() time.Time { return now }))
+	c, err := isr.NewCoordinator(isr.NewMemoryTable(), isr.WithClock(func() time.Time { return now }))
+	if err != nil {
+		panic(err)
+	}
 
 	pk, _ := isr.PK("acme", "/blog/hello")
 	render := func(ctx context.Context, lease isr.Lease) (isr.Page, error) {

@@ -19,15 +19,20 @@ import (
 	"github.com/gofrs/flock"
 )
 
-// FileOption configures a FileTable; NewFileTable reports a bad one as an
-// error matching ErrInvalidInput and idem.ErrInvalidOption.
-type FileOption func(*FileTable) error
+// FileOption configures a FileTable. NewFileTable reports every invalid
+// option as an *idem.OptionError matching idem.ErrInvalidOption.
+type FileOption func(*fileConfig)
+
+type fileConfig struct {
+	sync bool
+	errs optionErrors
+}
 
 // WithoutFileSync skips the fsync of each written item and of its
 // directory: faster, but a machine crash can lose or tear recent writes.
 // For tests and throwaway caches only.
 func WithoutFileSync() FileOption {
-	return func(t *FileTable) error { t.sync = false; return nil }
+	return func(c *fileConfig) { c.sync = false }
 }
 
 // fileStripes is the number of lock files; part of the on-disk layout.
@@ -77,23 +82,27 @@ type fileStripe struct {
 var _ Table = (*FileTable)(nil)
 
 // NewFileTable returns a FileTable in dir, creating the directory if
-// needed.
+// needed. An empty dir, a dir that is not a directory and every invalid
+// option are reported, joined, each an *idem.OptionError matching
+// idem.ErrInvalidOption.
 func NewFileTable(dir string, opts ...FileOption) (*FileTable, error) {
+	c := fileConfig{sync: true}
 	if strings.TrimSpace(dir) == "" {
-		return nil, optionErr("file table directory", "empty")
+		c.errs.invalid("dir", "directory is empty")
+	} else if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		c.errs.invalid("dir", "%s is not a directory", dir)
 	}
-	t := &FileTable{dir: dir, sync: true}
 	for _, o := range opts {
 		if o == nil {
-			return nil, optionErr("file table option", "nil")
+			c.errs.invalid("NewFileTable", "nil option")
+			continue
 		}
-		if err := o(t); err != nil {
-			return nil, err
-		}
+		o(&c)
 	}
-	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
-		return nil, optionErr("file table directory", fmt.Sprintf("%s is not a directory", dir))
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
 	}
+	t := &FileTable{dir: dir, sync: c.sync}
 	locks := filepath.Join(dir, fileLockDir)
 	if err := os.MkdirAll(locks, 0o700); err != nil {
 		return nil, fmt.Errorf("isr: file table: %w", err)

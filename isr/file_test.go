@@ -9,6 +9,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
+	"github.com/idem-go/idem/stores/storetest"
 )
 
 func newFileTable(t testing.TB, dir string) *isr.FileTable {
@@ -43,8 +44,10 @@ func TestNewFileTableOptions(t *testing.T) {
 		opts []isr.FileOption
 	}{{dir: ""}, {dir: " "}, {dir: file}, {dir: t.TempDir(), opts: []isr.FileOption{nil}}} {
 		tb, err := isr.NewFileTable(c.dir, c.opts...)
-		if tb != nil || !errors.Is(err, isr.ErrInvalidInput) || !errors.Is(err, idem.ErrInvalidOption) {
+		if tb != nil || !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("NewFileTable(%q, %d options) = %v, %v", c.dir, len(c.opts), tb, err)
 		}
 	}
+	_, err := isr.NewFileTable(file, nil, isr.WithoutFileSync(), nil)
+	storetest.CheckOptionErrors(t, err, "dir", "NewFileTable", "NewFileTable")
 }

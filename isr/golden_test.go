@@ -172,7 +172,7 @@ func compareGolden(t *testing.T, name string, got ddbJSON, allowVolatileSK bool)
 func TestDynamoGoldenItems(t *testing.T) {
 	client, _ := dynamoClient(t)
 	table := freshTable(t, client)
-	tb := isr.NewDynamoTable(client, table)
+	tb := mustDynamoTable(t, client, table)
 	ctx := context.Background()
 	clock := isrtest.NewClock(isrtest.Base)
 	base := isrtest.Base.Unix()
@@ -181,7 +181,7 @@ func TestDynamoGoldenItems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := isr.NewCoordinator(tb, isr.WithClock(clock.Now), isr.WithLeaseDuration(30*time.Second),
+	c := mustCoordinator(t, tb, isr.WithClock(clock.Now), isr.WithLeaseDuration(30*time.Second),
 		isr.WithTTLBuffer(time.Hour), isr.WithMetaTTL(24*time.Hour), isr.WithRequestTTL(24*time.Hour))
 	lease, err := c.TryAcquire(ctx, pk, &isr.Meta{})
 	if err != nil {
@@ -222,7 +222,7 @@ func TestDynamoGoldenItems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb := isr.NewCoordinator(tb, isr.WithClock(clock.Now), isr.WithPointerSwap(), isr.WithMetaTTL(24*time.Hour))
+	cb := mustCoordinator(t, tb, isr.WithClock(clock.Now), isr.WithPointerSwap(), isr.WithMetaTTL(24*time.Hour))
 	res, err := cb.Regenerate(ctx, pkB, nil, func(context.Context, isr.Lease) (isr.Page, error) {
 		return isr.Page{S3Key: "isr/golden/pointer-v1.html", ETag: `W/"v1"`, RevalidateSeconds: 300}, nil
 	})

@@ -48,8 +48,8 @@ func DefaultKey(r *http.Request) (string, string, error) {
 	return "", k, nil
 }
 
-// HandlerOption configures a Handler. Mistakes are reported by Handler.Err
-// and answered with 500 on every request, never by a panic.
+// HandlerOption configures a Handler. NewHandler reports every invalid
+// option as an *idem.OptionError matching idem.ErrInvalidOption.
 type HandlerOption func(*handlerConfig)
 
 type handlerConfig struct {
@@ -64,7 +64,7 @@ type handlerConfig struct {
 	bodyCacheBytes int64
 	logger         *slog.Logger
 	onRegenerate   func(pk string, res Result, err error)
-	errs           []error
+	errs           optionErrors
 }
 
 // WithKeyFunc sets how a request maps to a tenant and cache key (default
@@ -72,7 +72,7 @@ type handlerConfig struct {
 func WithKeyFunc(f KeyFunc) HandlerOption {
 	return func(c *handlerConfig) {
 		if f == nil {
-			c.errs = append(c.errs, invalid("option WithKeyFunc", "nil KeyFunc"))
+			c.errs.invalid("WithKeyFunc", "KeyFunc is nil")
 			return
 		}
 		c.key = f
@@ -80,11 +80,13 @@ func WithKeyFunc(f KeyFunc) HandlerOption {
 }
 
 // WithRevalidate sets the freshness window of pages the Handler renders
-// (revalidate_seconds; default 60s; whole seconds, at least 1s).
+// (revalidate_seconds; default 60s; whole seconds, at least 1s). A page
+// another writer published without revalidate_seconds (a pointer-only
+// META) is fresh for the Coordinator's WithDefaultRevalidate instead.
 func WithRevalidate(d time.Duration) HandlerOption {
 	return func(c *handlerConfig) {
 		if d < time.Second {
-			c.errs = append(c.errs, invalid("option WithRevalidate", "must be at least 1s"))
+			c.errs.invalid("WithRevalidate", "must be at least 1s")
 			return
 		}
 		c.revalidate = d
@@ -96,7 +98,7 @@ func WithRevalidate(d time.Duration) HandlerOption {
 func WithStaleWhileRevalidate(d time.Duration) HandlerOption {
 	return func(c *handlerConfig) {
 		if d < 0 {
-			c.errs = append(c.errs, invalid("option WithStaleWhileRevalidate", "negative"))
+			c.errs.invalid("WithStaleWhileRevalidate", "must not be negative, got %v", d)
 			return
 		}
 		c.swr = d
@@ -109,7 +111,7 @@ func WithStaleWhileRevalidate(d time.Duration) HandlerOption {
 func WithWaitTimeout(d time.Duration) HandlerOption {
 	return func(c *handlerConfig) {
 		if d <= 0 {
-			c.errs = append(c.errs, invalid("option WithWaitTimeout", "must be positive"))
+			c.errs.invalid("WithWaitTimeout", "must be positive")
 			return
 		}
 		c.waitTimeout = d
@@ -121,7 +123,7 @@ func WithWaitTimeout(d time.Duration) HandlerOption {
 func WithRenderTimeout(d time.Duration) HandlerOption {
 	return func(c *handlerConfig) {
 		if d <= 0 {
-			c.errs = append(c.errs, invalid("option WithRenderTimeout", "must be positive"))
+			c.errs.invalid("WithRenderTimeout", "must be positive")
 			return
 		}
 		c.renderTimeout = d
@@ -134,7 +136,7 @@ func WithRenderTimeout(d time.Duration) HandlerOption {
 func WithPollBackoff(min, max time.Duration) HandlerOption {
 	return func(c *handlerConfig) {
 		if min <= 0 || max < min {
-			c.errs = append(c.errs, invalid("option WithPollBackoff", "need 0 < min <= max"))
+			c.errs.invalid("WithPollBackoff", "need 0 < min <= max")
 			return
 		}
 		c.pollMin, c.pollMax = min, max
@@ -147,7 +149,7 @@ func WithPollBackoff(min, max time.Duration) HandlerOption {
 func WithBodyPrefix(prefix string) HandlerOption {
 	return func(c *handlerConfig) {
 		if len(prefix) > 256 {
-			c.errs = append(c.errs, invalid("option WithBodyPrefix", "longer than 256 bytes"))
+			c.errs.invalid("WithBodyPrefix", "longer than 256 bytes")
 			return
 		}
 		c.bodyPrefix = prefix
@@ -161,7 +163,7 @@ func WithBodyPrefix(prefix string) HandlerOption {
 func WithBodyCache(maxBytes int64) HandlerOption {
 	return func(c *handlerConfig) {
 		if maxBytes < 0 {
-			c.errs = append(c.errs, invalid("option WithBodyCache", "negative"))
+			c.errs.invalid("WithBodyCache", "must not be negative, got %d", maxBytes)
 			return
 		}
 		c.bodyCacheBytes = maxBytes
@@ -173,7 +175,7 @@ func WithBodyCache(maxBytes int64) HandlerOption {
 func WithLogger(l *slog.Logger) HandlerOption {
 	return func(c *handlerConfig) {
 		if l == nil {
-			c.errs = append(c.errs, invalid("option WithLogger", "nil logger"))
+			c.errs.invalid("WithLogger", "logger is nil")
 			return
 		}
 		c.logger = l
@@ -216,7 +218,6 @@ type Handler struct {
 	bodies body.Store
 	render PageFunc
 	cfg    handlerConfig
-	err    error
 
 	mu      sync.Mutex
 	flights map[string]*flight
@@ -244,9 +245,10 @@ type flightResult struct {
 }
 
 // NewHandler returns a Handler that coordinates through coord, keeps bodies
-// in bodies and renders pages with render. It does no I/O; configuration
-// mistakes are reported by Err and answered with 500.
-func NewHandler(coord *Coordinator, bodies body.Store, render PageFunc, opts ...HandlerOption) *Handler {
+// in bodies and renders pages with render. It does no I/O. A nil argument
+// and every invalid option are reported, joined, each an *idem.OptionError
+// matching idem.ErrInvalidOption.
+func NewHandler(coord *Coordinator, bodies body.Store, render PageFunc, opts ...HandlerOption) (*Handler, error) {
 	cfg := handlerConfig{
 		key:            DefaultKey,
 		revalidate:     60 * time.Second,
@@ -259,42 +261,38 @@ func NewHandler(coord *Coordinator, bodies body.Store, render PageFunc, opts ...
 		bodyCacheBytes: 32 << 20,
 		logger:         slog.Default(),
 	}
+	if err := coord.check(); err != nil {
+		cfg.errs.invalid("coord", "coordinator is nil or not made by NewCoordinator")
+	}
+	if bodies == nil {
+		cfg.errs.invalid("bodies", "body store is nil")
+	}
+	if render == nil {
+		cfg.errs.invalid("render", "render function is nil")
+	}
 	for _, o := range opts {
 		if o == nil {
-			cfg.errs = append(cfg.errs, invalid("option", "nil HandlerOption"))
+			cfg.errs.invalid("NewHandler", "nil option")
 			continue
 		}
 		o(&cfg)
 	}
-	switch {
-	case coord == nil:
-		cfg.errs = append(cfg.errs, invalid("coordinator", "nil Coordinator"))
-	case coord.Err() != nil:
-		cfg.errs = append(cfg.errs, coord.Err())
-	}
-	if bodies == nil {
-		cfg.errs = append(cfg.errs, invalid("body store", "nil body.Store"))
-	}
-	if render == nil {
-		cfg.errs = append(cfg.errs, invalid("render", "nil PageFunc"))
+	if len(cfg.errs) > 0 {
+		return nil, errors.Join(cfg.errs...)
 	}
 	h := &Handler{
 		coord:   coord,
 		bodies:  bodies,
 		render:  render,
 		cfg:     cfg,
-		err:     errors.Join(cfg.errs...),
 		flights: map[string]*flight{},
 		busy:    map[string]time.Time{},
 	}
 	if cfg.bodyCacheBytes > 0 {
 		h.cache = newBodyCache(cfg.bodyCacheBytes)
 	}
-	return h
+	return h, nil
 }
-
-// Err reports the configuration mistakes found by NewHandler, or nil.
-func (h *Handler) Err() error { return h.err }
 
 // Wait blocks until every background regeneration started so far has
 // finished, or ctx is done. It may be called while requests are still being
@@ -328,8 +326,8 @@ const HeaderCache = "X-Isr-Cache"
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h.err != nil {
-		h.fail(w, http.StatusInternalServerError, "isr handler misconfigured", h.err)
+	if h == nil || h.flights == nil {
+		http.Error(w, "isr handler not made by NewHandler", http.StatusInternalServerError)
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {

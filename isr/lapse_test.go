@@ -143,7 +143,7 @@ func TestLeaseLapseStopsRender(t *testing.T) {
 			Credentials:      credentials.NewStaticCredentialsProvider("local", "local", ""),
 			RetryMaxAttempts: 1,
 		})
-		testLeaseLapse(t, lapseCase{holder: isr.NewDynamoTable(viaProxy, table), other: isr.NewDynamoTable(direct, table), cut: proxy.Cut})
+		testLeaseLapse(t, lapseCase{holder: mustDynamoTable(t, viaProxy, table), other: mustDynamoTable(t, direct, table), cut: proxy.Cut})
 	})
 	t.Run("file", func(t *testing.T) {
 		t.Parallel()
@@ -173,8 +173,8 @@ func testLeaseLapse(t *testing.T, lc lapseCase) {
 	pk := isrtest.NewPK(t)
 	seed := seedStale(t, lc.other, pk)
 	const lease = 4 * time.Second
-	holder := isr.NewCoordinator(lc.holder, isr.WithLeaseDuration(lease))
-	other := isr.NewCoordinator(lc.other, isr.WithLeaseDuration(lease))
+	holder := mustCoordinator(t, lc.holder, isr.WithLeaseDuration(lease))
+	other := mustCoordinator(t, lc.other, isr.WithLeaseDuration(lease))
 
 	type check struct {
 		stopped     bool

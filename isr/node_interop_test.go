@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,7 +236,7 @@ func TestNodeInterop(t *testing.T) {
 	modules := nodeModules(t)
 	name := freshTable(t, client)
 	node := startNode(t, modules, endpoint, name)
-	tb := isr.NewDynamoTable(client, name)
+	tb := mustDynamoTable(t, client, name)
 	ctx := context.Background()
 
 	t0 := time.Now().Truncate(time.Second)
@@ -265,13 +266,10 @@ func TestNodeInterop(t *testing.T) {
 
 	t.Run("node recipe A META, go reads and serves", func(t *testing.T) {
 		bodies := body.NewMemory()
-		coord := isr.NewCoordinator(tb, isr.WithClock(clock))
-		h := isr.NewHandler(coord, bodies, func(context.Context, string, string) ([]byte, string, error) {
+		coord := mustCoordinator(t, tb, isr.WithClock(clock))
+		h := mustHandler(t, coord, bodies, func(context.Context, string, string) ([]byte, string, error) {
 			return nil, "", errors.New("must not render: META is fresh")
 		})
-		if err := h.Err(); err != nil {
-			t.Fatal(err)
-		}
 		pk, err := isr.PK("", "/node-a")
 		if err != nil {
 			t.Fatal(err)
@@ -296,8 +294,8 @@ func TestNodeInterop(t *testing.T) {
 
 	t.Run("node recipe B pointer-only META, go follows current_sk and serves", func(t *testing.T) {
 		bodies := body.NewMemory()
-		coord := isr.NewCoordinator(tb, isr.WithClock(clock))
-		h := isr.NewHandler(coord, bodies, func(context.Context, string, string) ([]byte, string, error) {
+		coord := mustCoordinator(t, tb, isr.WithClock(clock))
+		h := mustHandler(t, coord, bodies, func(context.Context, string, string) ([]byte, string, error) {
 			return nil, "", errors.New("must not render: META is fresh")
 		})
 		pk, err := isr.PK("", "/node-b")
@@ -334,7 +332,7 @@ func TestNodeInterop(t *testing.T) {
 			t.Fatalf("pointer-only META served %d %s %q", res.code, res.cache, res.body)
 		}
 		// Go publishes recipe B over Node's pointer: version continues.
-		gocoord := isr.NewCoordinator(tb, isr.WithClock(func() time.Time { return t0.Add(2 * time.Minute) }), isr.WithPointerSwap())
+		gocoord := mustCoordinator(t, tb, isr.WithClock(func() time.Time { return t0.Add(2 * time.Minute) }), isr.WithPointerSwap())
 		res, err := gocoord.Regenerate(ctx, pk2, nil, func(context.Context, isr.Lease) (isr.Page, error) {
 			return isr.Page{S3Key: "pages/go-b", ETag: `"go"`, RevalidateSeconds: 60, VersionID: "go1"}, nil
 		})
@@ -348,9 +346,63 @@ func TestNodeInterop(t *testing.T) {
 		}
 	})
 
+	t.Run("node recipe B from scratch, META without freshness fields, go serves", func(t *testing.T) {
+		// META = {current_sk, version} and nothing else: Go takes
+		// generated_at from the VER# row and revalidate_seconds from the
+		// row when it has one, else from the coordinator's default.
+		bodies := body.NewMemory()
+		if _, err := bodies.Put(ctx, "pages/scratch", []byte("node scratch"), "text/html"); err != nil {
+			t.Fatal(err)
+		}
+		var renders atomic.Int32
+		handler := func(coord *isr.Coordinator) *isr.Handler {
+			return mustHandler(t, coord, bodies, func(context.Context, string, string) ([]byte, string, error) {
+				renders.Add(1)
+				return []byte("go render"), "text/html", nil
+			})
+		}
+		pk, err := isr.PK("", "/node-scratch")
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.must(t, "publishPointerOnly", map[string]any{"pk": pk, "id": "s1", "s3_key": "pages/scratch", "generated_at": now - 100, "etag": `"s1"`})
+		meta := typedItem(t, node.must(t, "get", map[string]any{"pk": pk, "sk": isr.SKMeta}))
+		wantAttrs(t, "node's META", meta, map[string][2]string{"pk": {"S", pk}, "sk": {"S", "META"}, "current_sk": {"S", "VER#s1"}, "version": {"N", "1"}})
+
+		// Within the default window (300 s): served fresh, no render.
+		fresh := handler(mustCoordinator(t, tb, isr.WithClock(clock), isr.WithDefaultRevalidate(5*time.Minute)))
+		res := get(fresh, "/node-scratch")
+		if res.code != 200 || res.body != "node scratch" || res.cache != isr.CacheHit || res.hdr.Get("ETag") != `"s1"` || res.hdr.Get("Cache-Control") != "s-maxage=200, stale-while-revalidate=86400" {
+			t.Fatalf("served %d %s %q etag %s cache-control %q", res.code, res.cache, res.body, res.hdr.Get("ETag"), res.hdr.Get("Cache-Control"))
+		}
+		// Past it (the default 60 s): served stale and regenerated.
+		stale := handler(mustCoordinator(t, tb, isr.WithClock(clock), isr.WithPointerSwap()))
+		if res := get(stale, "/node-scratch"); res.code != 200 || res.body != "node scratch" || res.cache != isr.CacheStale {
+			t.Fatalf("served %d %s %q", res.code, res.cache, res.body)
+		}
+		if err := stale.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := renders.Load(); n != 1 {
+			t.Fatalf("renders = %d, want 1", n)
+		}
+		r := node.must(t, "getMeta", map[string]any{"pk": pk, "now": now})
+		if nm := r["meta"].(map[string]any); fmt.Sprint(nm["version"]) != "2" || fmt.Sprint(nm["revalidate_seconds"]) != "60" || r["fresh"] != true {
+			t.Fatalf("node reads go's regeneration over its pointer as %v", r)
+		}
+
+		// A VER# row carrying revalidate_seconds: that window, not the
+		// default.
+		pk2, _ := isr.PK("", "/node-scratch-2")
+		node.must(t, "publishPointerOnly", map[string]any{"pk": pk2, "id": "s1", "s3_key": "pages/scratch", "generated_at": now - 100, "etag": `"s1"`, "revalidate_seconds": 3600})
+		if res := get(stale, "/node-scratch-2"); res.code != 200 || res.cache != isr.CacheHit || res.hdr.Get("Cache-Control") != "s-maxage=3500, stale-while-revalidate=86400" {
+			t.Fatalf("served %d %s cache-control %q", res.code, res.cache, res.hdr.Get("Cache-Control"))
+		}
+	})
+
 	t.Run("go publishes, node reads every attribute and type", func(t *testing.T) {
 		pk := isrtest.NewPK(t)
-		coord := isr.NewCoordinator(tb, isr.WithClock(clock), isr.WithMetaTTL(time.Hour))
+		coord := mustCoordinator(t, tb, isr.WithClock(clock), isr.WithMetaTTL(time.Hour))
 		var lease isr.Lease
 		res, err := coord.Regenerate(ctx, pk, nil, func(_ context.Context, l isr.Lease) (isr.Page, error) {
 			lease = l
@@ -381,7 +433,7 @@ func TestNodeInterop(t *testing.T) {
 
 		// Recipe B from Go: VER# row and the denormalised META.
 		pkB := isrtest.NewPK(t)
-		coordB := isr.NewCoordinator(tb, isr.WithClock(clock), isr.WithPointerSwap())
+		coordB := mustCoordinator(t, tb, isr.WithClock(clock), isr.WithPointerSwap())
 		resB, err := coordB.Regenerate(ctx, pkB, nil, func(context.Context, isr.Lease) (isr.Page, error) {
 			return isr.Page{S3Key: "pages/go-b1", ETag: `"b1"`, RevalidateSeconds: 30, VersionID: "b1"}, nil
 		})
@@ -401,7 +453,7 @@ func TestNodeInterop(t *testing.T) {
 
 	t.Run("leases exclude each other across languages", func(t *testing.T) {
 		pk := isrtest.NewPK(t)
-		coord := isr.NewCoordinator(tb, isr.WithClock(clock))
+		coord := mustCoordinator(t, tb, isr.WithClock(clock))
 		// Node holds: Go's acquire is refused and sees Node's lease.
 		node.must(t, "acquire", map[string]any{"pk": pk, "token": "node-1", "now": now, "expires_at": now + 30, "ttl": now + 90})
 		_, err := coord.TryAcquire(ctx, pk, nil)
@@ -450,7 +502,7 @@ func TestNodeInterop(t *testing.T) {
 	})
 
 	t.Run("REQ# flow across languages", func(t *testing.T) {
-		coord := isr.NewCoordinator(tb, isr.WithClock(clock))
+		coord := mustCoordinator(t, tb, isr.WithClock(clock))
 		render := func(s3 string) isr.RenderFunc {
 			return func(context.Context, isr.Lease) (isr.Page, error) {
 				return isr.Page{S3Key: s3, RevalidateSeconds: 60}, nil
@@ -542,7 +594,7 @@ func TestNodeInterop(t *testing.T) {
 		// A stale META with a fractional generated_at is regenerated, not
 		// stuck: Go's acquire conditions on the value it read.
 		stale := time.Unix(1795385591+120, 0)
-		coord := isr.NewCoordinator(tb, isr.WithClock(func() time.Time { return stale }))
+		coord := mustCoordinator(t, tb, isr.WithClock(func() time.Time { return stale }))
 		res, err := coord.Regenerate(ctx, pk, nil, func(context.Context, isr.Lease) (isr.Page, error) {
 			return isr.Page{S3Key: "pages/frac-2", RevalidateSeconds: 60}, nil
 		})

@@ -63,7 +63,7 @@ func openProcBackend(t *testing.T, kind, location string) *procBackend {
 	switch kind {
 	case "dynamo":
 		client, _ := dynamoClient(t)
-		b.tb = isr.NewDynamoTable(client, location)
+		b.tb = mustDynamoTable(t, client, location)
 		b.add = func(ctx context.Context, pk, name string, delta int64) (int64, error) {
 			return dynamoCounter(ctx, client, location, pk, name, delta)
 		}

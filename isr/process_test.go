@@ -106,7 +106,7 @@ func TestHelperProcess(t *testing.T) {
 	ctx := context.Background()
 	switch role {
 	case "paused-writer":
-		c := isr.NewCoordinator(tb, isr.WithLeaseDuration(3*time.Second))
+		c := mustCoordinator(t, tb, isr.WithLeaseDuration(3*time.Second))
 		seen, err := c.Lookup(ctx, pk)
 		if err != nil {
 			fmt.Println("ERROR", err)
@@ -142,11 +142,23 @@ func TestHelperProcess(t *testing.T) {
 	os.Exit(0)
 }
 
+// workersDeadline bounds every wait of the workers. It only stops a broken
+// run from hanging: a slow machine (a shared CI core, DynamoDB Local
+// answering a thousand callers) must never reach it.
+const workersDeadline = 2 * time.Minute
+
 // runWorkers runs n goroutines of one role and summarises what they saw as
 // "key=value ..." (violations, errors, outcomes).
 // total is the number of callers in all processes together.
 func runWorkers(ctx context.Context, b *procBackend, pk, role string, n, total int) string {
-	c := isr.NewCoordinator(b.tb, isr.WithLeaseDuration(10*time.Second))
+	// The lease outlives the longest render the deadline allows, so its
+	// refreshes (every third of it) are never needed in time: how fast
+	// the backend answers a refresh under load decides nothing here (the
+	// refresh and its lapse have tests of their own).
+	c, err := isr.NewCoordinator(b.tb, isr.WithLeaseDuration(3*workersDeadline))
+	if err != nil {
+		return "errors=1 first=" + err.Error()
+	}
 	var violations, errs, acquired, fresh, inprog, regen, noMeta atomic.Int64
 	var firstErr atomic.Value
 	note := func(err error) {
@@ -178,10 +190,10 @@ func runWorkers(ctx context.Context, b *procBackend, pk, role string, n, total i
 			case "contend":
 				// Each goroutine takes the lease twice; the deadline only
 				// stops a broken run from hanging.
-				deadline := time.Now().Add(60 * time.Second)
+				deadline := time.Now().Add(workersDeadline)
 				for got := 0; got < 2; {
 					if time.Now().After(deadline) {
-						note(errors.New("no lease within 60s"))
+						note(fmt.Errorf("no lease within %v", workersDeadline))
 						return
 					}
 					l, err := c.TryAcquire(ctx, pk, nil)
@@ -208,7 +220,7 @@ func runWorkers(ctx context.Context, b *procBackend, pk, role string, n, total i
 					// The render does not end before every other caller,
 					// in every process, has been answered: they all found
 					// the page stale and none waited for the render.
-					deadline := time.Now().Add(20 * time.Second)
+					deadline := time.Now().Add(workersDeadline)
 					for {
 						n, err := b.add(ctx, pk, "answered", 0)
 						if err != nil {
@@ -308,7 +320,7 @@ func TestDynamoPausedWriter(t *testing.T) {
 	ch.send(t, "GO")                           // buffered in the pipe until the child runs again
 
 	ctx := context.Background()
-	c := isr.NewCoordinator(tb, isr.WithLeaseDuration(30*time.Second))
+	c := mustCoordinator(t, tb, isr.WithLeaseDuration(30*time.Second))
 	seen, err := c.Lookup(ctx, pk)
 	if err != nil {
 		t.Fatal(err)
@@ -363,7 +375,7 @@ func TestDynamoPausedWriterBeforePublish(t *testing.T) {
 	testenv.WaitStopped(t, ch.cmd.Process.Pid) // before "GO" can reach it
 	ch.send(t, "GO")
 	ctx := context.Background()
-	c := isr.NewCoordinator(tb, isr.WithLeaseDuration(30*time.Second))
+	c := mustCoordinator(t, tb, isr.WithLeaseDuration(30*time.Second))
 	seen, _ := c.Lookup(ctx, pk)
 	for time.Now().Unix() < exp {
 		time.Sleep(50 * time.Millisecond)
@@ -407,7 +419,7 @@ func runProcesses(t *testing.T, b *procBackend, role string, procs, goroutines i
 	local := runWorkers(context.Background(), b, pk, role, goroutines, total)
 	sums := []map[string]int64{parseSummary(t, local)}
 	for i, ch := range children {
-		s := ch.expect(t, "DONE", 60*time.Second)
+		s := ch.expect(t, "DONE", workersDeadline+time.Minute)
 		t.Logf("process %d: %s", i, s)
 		sums = append(sums, parseSummary(t, s))
 	}

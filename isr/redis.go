@@ -3,14 +3,13 @@ package isr
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/idem-go/idem"
 )
 
 // RedisClient is what RedisTable needs from go-redis: running scripts and
@@ -62,28 +61,26 @@ var (
 // WithRedisPrefix.
 const DefaultRedisPrefix = "isr:"
 
-// RedisOption configures a RedisTable; NewRedisTable reports a bad one as
-// an error matching ErrInvalidInput and idem.ErrInvalidOption.
-type RedisOption func(*RedisTable) error
+// RedisOption configures a RedisTable. NewRedisTable reports every
+// invalid option as an *idem.OptionError matching idem.ErrInvalidOption.
+type RedisOption func(*redisConfig)
+
+type redisConfig struct {
+	prefix string
+	errs   optionErrors
+}
 
 // WithRedisPrefix sets the prefix of every key (default "isr:"), so several
 // tables can share one Redis. It may not contain '{' or '}', which would
 // change the hash tag.
 func WithRedisPrefix(prefix string) RedisOption {
-	return func(t *RedisTable) error {
+	return func(c *redisConfig) {
 		if strings.ContainsAny(prefix, "{}") {
-			return optionErr("option WithRedisPrefix", "contains '{' or '}'")
+			c.errs.invalid("WithRedisPrefix", "prefix %q contains '{' or '}'", prefix)
+			return
 		}
-		t.prefix = prefix
-		return nil
+		c.prefix = prefix
 	}
-}
-
-// optionErr is a rejected constructor option: it matches ErrInvalidInput
-// (as every isr input error) and idem.ErrInvalidOption (as every option
-// error of the module).
-func optionErr(what, reason string) error {
-	return fmt.Errorf("%w (%w)", invalid(what, reason), idem.ErrInvalidOption)
 }
 
 // RedisTable is a Table on Redis (standalone, Sentinel, Cluster or Ring).
@@ -121,21 +118,25 @@ type RedisTable struct {
 	prefix string
 }
 
-// NewRedisTable returns a RedisTable on client. It does no I/O.
+// NewRedisTable returns a RedisTable on client. It does no I/O. A nil
+// client and every invalid option are reported, joined, each an
+// *idem.OptionError matching idem.ErrInvalidOption.
 func NewRedisTable(client RedisClient, opts ...RedisOption) (*RedisTable, error) {
+	c := redisConfig{prefix: DefaultRedisPrefix}
 	if client == nil {
-		return nil, optionErr("redis client", "nil")
+		c.errs.invalid("client", "Redis client is nil")
 	}
-	t := &RedisTable{client: client, prefix: DefaultRedisPrefix}
 	for _, o := range opts {
 		if o == nil {
-			return nil, optionErr("redis option", "nil")
+			c.errs.invalid("NewRedisTable", "nil option")
+			continue
 		}
-		if err := o(t); err != nil {
-			return nil, err
-		}
+		o(&c)
 	}
-	return t, nil
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	return &RedisTable{client: client, prefix: c.prefix}, nil
 }
 
 // Key returns the Redis key of the item (pk, sk).

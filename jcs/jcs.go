@@ -39,6 +39,14 @@ func invalid(format string, args ...any) error {
 // share a form), and anything encoding/json refuses (funcs, chans, cycles,
 // NaN).
 func Marshal(v any) ([]byte, error) {
+	if s, ok := v.(string); ok {
+		// A plain string (a fingerprint, a hash) needs no round trip
+		// through encoding/json: its RFC 8785 form is AppendString's.
+		if !utf8.ValidString(s) {
+			return nil, invalid("a string is not valid UTF-8")
+		}
+		return AppendString(make([]byte, 0, len(s)+2), s), nil
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err

@@ -223,3 +223,25 @@ func FuzzTransform(f *testing.F) {
 		}
 	})
 }
+
+// TestStringFastPath: a plain string gets the same form as it would through
+// encoding/json and Transform, and invalid UTF-8 is refused the same way.
+func TestStringFastPath(t *testing.T) {
+	for _, s := range []string{"", "abc", "9f86d081884c7d659a2f", `q"b\s`, "<&>", "\u2028\u2029", "\x00\x1f\x7f\t\n", "caf\u00e9 \U0001F600", "\ufffd"} {
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := jcs.Transform(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := jcs.Marshal(s)
+		if err != nil || string(got) != string(want) {
+			t.Errorf("Marshal(%q) = %s, %v; want %s", s, got, err, want)
+		}
+	}
+	if _, err := jcs.Marshal("bad \xff"); err == nil {
+		t.Error("Marshal of invalid UTF-8: no error")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/otelidem"
 	"github.com/idem-go/idem/stores/memstore"
+	"github.com/idem-go/idem/stores/storetest"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -203,6 +204,8 @@ func TestNewObserverInvalidOptions(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrInvalidOption", name, err)
 		}
 	}
+	_, err := otelidem.NewObserver(otelidem.WithMeterProvider(nil), nil, otelidem.WithStoreName(""))
+	storetest.CheckOptionErrors(t, err, "WithMeterProvider", "NewObserver", "WithStoreName")
 	if _, err := otelidem.NewObserver(); err != nil { // the global provider
 		t.Fatal(err)
 	}

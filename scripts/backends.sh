@@ -8,6 +8,8 @@
 #   S3 (s3rver)      http://127.0.0.1:8766     IDEM_S3_ENDPOINT (path-style; key/secret S3RVER)
 #   PostgreSQL       127.0.0.1:5432 db test    IDEM_POSTGRES_DSN (user postgres, trust on loopback)
 #   MariaDB          127.0.0.1:3306 db test    IDEM_MYSQL_DSN (root, empty password)
+#   NATS + JetStream 127.0.0.1:4222            IDEM_NATS_URL
+#   RabbitMQ         127.0.0.1:5672            IDEM_AMQP_URL (guest/guest)
 #
 # Progress goes to stderr; only export lines go to stdout.
 set -euo pipefail
@@ -158,6 +160,24 @@ CREATE DATABASE IF NOT EXISTS test;
 SQL
 fi
 
+# --- NATS with JetStream (Debian's nats-server) ----------------------------
+need_pkg nats-server nats-server
+if ! (echo >"/dev/tcp/127.0.0.1/4222") 2>/dev/null; then
+  log "starting nats-server with JetStream on 4222"
+  mkdir -p /var/lib/nats-server
+  start-stop-daemon --start --oknodo --background --exec "$(command -v nats-server)" -- \
+    -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log >&2
+  wait_port 127.0.0.1 4222 30
+fi
+
+# --- RabbitMQ (Debian's rabbitmq-server, guest/guest on loopback) ----------
+need_pkg rabbitmq-server rabbitmq-server
+if ! (echo >"/dev/tcp/127.0.0.1/5672") 2>/dev/null; then
+  log "starting rabbitmq-server on 5672"
+  rabbitmq-server -detached >&2
+  wait_port 127.0.0.1 5672 120
+fi
+
 cat <<ENV
 export IDEM_REDIS_ADDR=127.0.0.1:6379
 export IDEM_REDIS_CLUSTER=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
@@ -165,4 +185,6 @@ export IDEM_DYNAMODB_ENDPOINT=http://127.0.0.1:$DDB_PORT
 export IDEM_S3_ENDPOINT=http://127.0.0.1:$S3_PORT
 export IDEM_POSTGRES_DSN='postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
 export IDEM_MYSQL_DSN='root@tcp(127.0.0.1:3306)/test'
+export IDEM_NATS_URL=nats://127.0.0.1:4222
+export IDEM_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/
 ENV

@@ -26,20 +26,9 @@ func (d Decision) Result() idem.ClaimResult {
 	return idem.ClaimResult{Outcome: d.Outcome, Record: d.Record}
 }
 
-// DecideClaim applies the rules of idem.Store.Claim to the current record
-// (nil if there is none) at now (Unix milliseconds, the store's clock):
-//
-//   - no live record: a new in_progress record with req.Nonce, attempt one
-//     more than the previous record's (1 when there was none), the lease
-//     from req.LeaseTTL and the owner's takeover threshold; Claimed, Write.
-//   - a live record carrying req.Nonce: a retried claim whose first try was
-//     applied; Claimed, nothing to write.
-//   - a live in_progress record with the same payload hash whose heartbeat
-//     is at least its stored threshold old (idem.Record.Stale): a new nonce,
-//     attempt+1, a fresh heartbeat; TookOver, Write.
-//   - anything else: Existing, nothing to write.
-//
-// It never modifies cur.
+// DecideClaim applies the rules of idem.Store.Claim (stated in its doc) to
+// the current record (nil if there is none) at now (Unix milliseconds, the
+// store's clock). It never modifies cur.
 func DecideClaim(cur *idem.Record, req idem.ClaimRequest, now int64) Decision {
 	lease := req.LeaseTTL.Milliseconds()
 	if cur == nil || !cur.Live(now) {
@@ -68,11 +57,9 @@ func DecideClaim(cur *idem.Record, req idem.ClaimRequest, now int64) Decision {
 	return Decision{Outcome: idem.Existing, Record: cur}
 }
 
-// ApplyHeartbeat returns the record to write after a heartbeat at now: the
-// heartbeat moved to now and the lease extended to at least now+leaseTTL.
-// It returns idem.ErrLostOwnership, and nothing to write, unless cur is a
-// live in_progress record carrying nonce: a released or expired claim is
-// not revived by its old owner's late heartbeat.
+// ApplyHeartbeat returns the record to write after a heartbeat at now, or
+// idem.ErrLostOwnership and nothing to write, by the rules of
+// idem.Store.Heartbeat.
 func ApplyHeartbeat(cur *idem.Record, nonce string, leaseTTL time.Duration, now int64) (*idem.Record, error) {
 	if !owns(cur, nonce) || cur.Status != idem.StatusInProgress || !cur.Live(now) {
 		return nil, idem.ErrLostOwnership
@@ -83,12 +70,10 @@ func ApplyHeartbeat(cur *idem.Record, nonce string, leaseTTL time.Duration, now 
 	return next, nil
 }
 
-// ApplyComplete returns the record to write after a completion at now:
-// the outcome of c, CompletedAt = now, ExpiresAt = now + c.TTL. A completion
-// that ValidateCompletion rejects is returned as its error; a record that
-// does not carry nonce is idem.ErrLostOwnership. A record that already
-// carries nonce and an outcome (a retried Complete) is written again, so
-// the retry succeeds.
+// ApplyComplete returns the record to write after a completion at now, or
+// idem.ErrLostOwnership, by the rules of idem.Store.Complete (a retried
+// Complete that finds its own outcome writes it again, and succeeds). A
+// completion that ValidateCompletion rejects is returned as its error.
 func ApplyComplete(cur *idem.Record, nonce string, c idem.Completion, now int64) (*idem.Record, error) {
 	if err := ValidateCompletion(c); err != nil {
 		return nil, err
@@ -106,10 +91,9 @@ func ApplyComplete(cur *idem.Record, nonce string, c idem.Completion, now int64)
 	return next, nil
 }
 
-// ApplyRelease returns the record to write after a release at now: the
+// ApplyRelease returns the record to write after a release at now (the
 // same record with ExpiresAt = now, so the next claim goes on counting
-// attempts. It returns idem.ErrLostOwnership unless cur is an in_progress
-// record carrying nonce.
+// attempts), or idem.ErrLostOwnership, by the rules of idem.Store.Release.
 func ApplyRelease(cur *idem.Record, nonce string, now int64) (*idem.Record, error) {
 	if !owns(cur, nonce) || cur.Status != idem.StatusInProgress {
 		return nil, idem.ErrLostOwnership

@@ -4,13 +4,13 @@
 // statuses and errors it speaks) and uses this package for the parts that
 // must be the same in every store:
 //
-//   - The rules. DecideClaim applies Store.Claim's rules to the record a
-//     store read and says whether there is something to write
-//     (Decision.Write); ApplyHeartbeat, ApplyComplete and ApplyRelease
-//     return the record to write or idem.ErrLostOwnership. A store whose
-//     backend runs its own scripts (Lua, SQL, condition expressions)
-//     implements the same rules there, and these functions are their
-//     reference.
+//   - The rules, as idem.Store's method docs state them. DecideClaim
+//     applies Store.Claim's rules to the record a store read and says
+//     whether there is something to write (Decision.Write);
+//     ApplyHeartbeat, ApplyComplete and ApplyRelease return the record to
+//     write or idem.ErrLostOwnership. A store whose backend runs its own
+//     scripts (Lua, SQL, condition expressions) implements the same rules
+//     there, and these functions are their reference.
 //   - The checks. ValidateClaim, ValidateOwner, ValidateCompletion and
 //     ValidateKey reject calls no Guard makes (a typed error) before a store
 //     touches its backend; an empty nonce owns nothing and is

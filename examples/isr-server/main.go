@@ -210,8 +210,8 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 				return err
 			}
 		}
-		dt := isr.NewDynamoTable(client, o.table)
-		if err := dt.Err(); err != nil {
+		dt, err := isr.NewDynamoTable(client, o.table)
+		if err != nil {
 			return err
 		}
 		table = dt
@@ -249,14 +249,17 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 				return err
 			}
 		}
-		s3Store := body.NewS3(client, o.bucket, body.WithPrefix(o.s3Prefix))
-		if err := s3Store.Validate(); err != nil {
+		s3Store, err := body.NewS3(client, o.bucket, body.WithPrefix(o.s3Prefix))
+		if err != nil {
 			return err
 		}
 		bodies, bodiesDesc = s3Store, "S3 bucket "+o.bucket
 	}
 
-	coord := isr.NewCoordinator(table, isr.WithLeaseDuration(o.leaseDuration))
+	coord, err := isr.NewCoordinator(table, isr.WithLeaseDuration(o.leaseDuration))
+	if err != nil {
+		return err
+	}
 	var renders atomic.Int64
 	render := func(ctx context.Context, tenant, cacheKey string) ([]byte, string, error) {
 		if cacheKey == "/favicon.ico" {
@@ -274,13 +277,13 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 			html.EscapeString(cacheKey), html.EscapeString(cacheKey), time.Now().UTC().Format(time.RFC3339), os.Getpid(), n)
 		return []byte(page), "text/html; charset=utf-8", nil
 	}
-	h := isr.NewHandler(coord, bodies, render,
+	h, err := isr.NewHandler(coord, bodies, render,
 		isr.WithRevalidate(o.revalidate),
 		isr.WithStaleWhileRevalidate(o.staleWhileReval),
 		isr.WithWaitTimeout(o.waitTimeout),
 		isr.WithLogger(logger),
 	)
-	if err := h.Err(); err != nil {
+	if err != nil {
 		return err
 	}
 

@@ -17,7 +17,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/isr/body"
+	"github.com/idem-go/idem/stores/storetest"
 	"github.com/idem-go/idem/stores/storetest/testenv"
 )
 
@@ -321,7 +323,11 @@ func TestS3(t *testing.T) {
 	runStoreTests(t, func(t *testing.T) body.Store {
 		var b [6]byte
 		_, _ = rand.Read(b[:])
-		return body.NewS3(client, bucket, body.WithPrefix("t-"+hex.EncodeToString(b[:])+"/"))
+		s, err := body.NewS3(client, bucket, body.WithPrefix("t-"+hex.EncodeToString(b[:])+"/"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	}, false)
 }
 
@@ -332,7 +338,10 @@ func TestS3ObjectAndConfig(t *testing.T) {
 	if err := body.CreateBucket(ctx, client, bucket); err != nil {
 		t.Fatalf("CreateBucket of an existing bucket: %v", err)
 	}
-	s := body.NewS3(client, bucket, body.WithPrefix("pages/"))
+	s, err := body.NewS3(client, bucket, body.WithPrefix("pages/"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -353,22 +362,28 @@ func TestS3ObjectAndConfig(t *testing.T) {
 		t.Fatalf("metadata etag %s, want %s", got, etag)
 	}
 	// A missing bucket is an error, not "not found".
-	missing := body.NewS3(client, bucket+"-missing")
+	missing, err := body.NewS3(client, bucket+"-missing")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := missing.Get(ctx, "x"); err == nil || errors.Is(err, body.ErrNotFound) {
 		t.Fatalf("Get from a missing bucket: %v", err)
 	}
-	// Configuration mistakes surface as errors on use, not panics.
-	for _, bad := range []*body.S3{body.NewS3(nil, bucket), body.NewS3(client, " ")} {
-		if err := bad.Validate(); !errors.Is(err, body.ErrInvalidConfig) {
+	// Configuration mistakes are reported by NewS3, all of them; a zero
+	// S3 gives errors on use, not panics.
+	_, err = body.NewS3(nil, " ", body.WithPrefix(strings.Repeat("p", 513)), nil)
+	storetest.CheckOptionErrors(t, err, "client", "bucket", "WithPrefix", "NewS3")
+	for _, bad := range []*body.S3{nil, {}} {
+		if err := bad.Validate(); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Fatalf("Validate: %v", err)
 		}
-		if _, err := bad.Put(ctx, "k", nil, ""); !errors.Is(err, body.ErrInvalidConfig) {
+		if _, err := bad.Put(ctx, "k", nil, ""); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Fatalf("Put: %v", err)
 		}
-		if _, err := bad.Get(ctx, "k"); !errors.Is(err, body.ErrInvalidConfig) {
+		if _, err := bad.Get(ctx, "k"); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Fatalf("Get: %v", err)
 		}
-		if err := bad.Delete(ctx, "k"); !errors.Is(err, body.ErrInvalidConfig) {
+		if err := bad.Delete(ctx, "k"); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Fatalf("Delete: %v", err)
 		}
 	}

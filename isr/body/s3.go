@@ -13,7 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"github.com/idem-go/idem"
 )
 
 // S3API is the part of *s3.Client the S3 store uses.
@@ -28,43 +30,66 @@ type S3API interface {
 // is also recorded as user metadata (x-amz-meta-sha256-etag) so other readers
 // can see it without downloading the body; Get recomputes it from the bytes.
 //
-// NewS3 does no I/O; configuration mistakes (a nil client, an empty bucket)
-// are reported by Validate and by every method.
+// NewS3 does no I/O.
 type S3 struct {
 	client S3API
 	bucket string
 	prefix string
 }
 
-// S3Option configures an S3 store.
-type S3Option func(*S3)
+// S3Option configures an S3 store. NewS3 reports every invalid option as
+// an *idem.OptionError matching idem.ErrInvalidOption.
+type S3Option func(*s3Config)
 
-// WithPrefix puts every object under prefix (for example "pages/").
-func WithPrefix(prefix string) S3Option { return func(s *S3) { s.prefix = prefix } }
-
-// NewS3 returns a store for bucket through client.
-func NewS3(client S3API, bucket string, opts ...S3Option) *S3 {
-	s := &S3{client: client, bucket: bucket}
-	for _, o := range opts {
-		if o != nil {
-			o(s)
-		}
-	}
-	return s
+type s3Config struct {
+	prefix string
+	errs   []error
 }
 
-// ErrInvalidConfig is returned by a store whose configuration is unusable.
-var ErrInvalidConfig = errors.New("body: invalid configuration")
+func (c *s3Config) invalid(option, format string, args ...any) {
+	c.errs = append(c.errs, &idem.OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
+}
 
-// Validate reports configuration mistakes without contacting S3.
+// WithPrefix puts every object under prefix (for example "pages/"), at
+// most 512 bytes.
+func WithPrefix(prefix string) S3Option {
+	return func(c *s3Config) {
+		if len(prefix) > maxKeyLen/2 {
+			c.invalid("WithPrefix", "prefix longer than %d bytes", maxKeyLen/2)
+			return
+		}
+		c.prefix = prefix
+	}
+}
+
+// NewS3 returns a store for bucket through client. A nil client, an empty
+// bucket name and every invalid option are reported, joined, each an
+// *idem.OptionError matching idem.ErrInvalidOption.
+func NewS3(client S3API, bucket string, opts ...S3Option) (*S3, error) {
+	var c s3Config
+	if client == nil {
+		c.invalid("client", "S3 client is nil")
+	}
+	if strings.TrimSpace(bucket) == "" {
+		c.invalid("bucket", "bucket name is empty")
+	}
+	for _, o := range opts {
+		if o == nil {
+			c.invalid("NewS3", "nil option")
+			continue
+		}
+		o(&c)
+	}
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	return &S3{client: client, bucket: bucket, prefix: c.prefix}, nil
+}
+
+// Validate reports, without contacting S3, an S3 that NewS3 did not make.
 func (s *S3) Validate() error {
-	switch {
-	case s == nil || s.client == nil:
-		return fmt.Errorf("%w: nil S3 client", ErrInvalidConfig)
-	case strings.TrimSpace(s.bucket) == "":
-		return fmt.Errorf("%w: empty bucket name", ErrInvalidConfig)
-	case len(s.prefix) > maxKeyLen/2:
-		return fmt.Errorf("%w: prefix longer than %d bytes", ErrInvalidConfig, maxKeyLen/2)
+	if s == nil || s.client == nil {
+		return &idem.OptionError{Option: "S3", Reason: "nil or zero S3: use NewS3"}
 	}
 	return nil
 }

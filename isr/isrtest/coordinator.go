@@ -15,8 +15,8 @@ import (
 func newCoord(t *testing.T, tb isr.Table, clock *Clock, opts ...isr.Option) *isr.Coordinator {
 	t.Helper()
 	opts = append([]isr.Option{isr.WithClock(clock.Now), isr.WithLeaseDuration(30 * time.Second)}, opts...)
-	c := isr.NewCoordinator(tb, opts...)
-	if err := c.Err(); err != nil {
+	c, err := isr.NewCoordinator(tb, opts...)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return c

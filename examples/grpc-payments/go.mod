@@ -1,0 +1,19 @@
+module github.com/idem-go/idem/examples/grpc-payments
+
+go 1.26.0
+
+require (
+	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/idemgrpc v0.1.0
+	github.com/idem-go/idem/stores/filestore v0.1.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	github.com/gofrs/flock v0.13.1 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+)

@@ -1,0 +1,348 @@
+// Package torture is the redelivery torture test every broker wrapper of
+// idemmsg runs: messages published to a real broker, consumer processes
+// that are SIGKILLed in the middle of a handler, acks dropped on purpose,
+// redelivery timeouts shorter than some handlers. It counts how often each
+// message's side effect happened.
+package torture
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/idemmsg"
+	"github.com/idem-go/idem/stores/filestore"
+)
+
+// Message is one published message.
+type Message struct {
+	Key  string
+	Body []byte
+}
+
+// Env is what a consumer process gets.
+type Env struct {
+	// Dedup guards the handler; nil in an unguarded run.
+	Dedup *idemmsg.Dedup
+	// Effect is the handler's side effect: it sleeps as long as the message
+	// says (some messages longer than the redelivery timeout), and appends
+	// the key to the effects log. Call it once per handler run.
+	Effect func(ctx context.Context, key string) error
+	// DropAck reports whether to skip the ack of a message's first
+	// delivery (a consumer that loses its ack).
+	DropAck func() bool
+}
+
+// Config is one torture run.
+type Config struct {
+	Messages  int           // default 500
+	Consumers int           // consumer processes at once, default 3
+	KillEvery time.Duration // default 2s: a consumer is killed in a slow handler this often
+	Deadline  time.Duration // default 3 minutes
+	DropAcks  float64       // fraction of first deliveries whose ack is skipped, default 0.1
+	Slow      float64       // fraction of messages whose handler outlasts the redelivery timeout, default 0.1
+	SlowFor   time.Duration // how long a slow handler sleeps, default 1.5s
+	Guarded   bool
+	// Setup runs in the test process: create the broker's stream or
+	// queue named ns and publish msgs.
+	Setup func(t *testing.T, ns string, msgs []Message)
+	// Consume runs in each consumer process until the process is killed.
+	Consume func(ctx context.Context, ns string, env Env) error
+	// Pending, in the test process, says how many messages are not
+	// acknowledged yet (delivered and unacked, or waiting).
+	Pending func(t *testing.T, ns string) int
+}
+
+// Report is what a run counted.
+type Report struct {
+	Effects    int // side effects in all
+	Duplicates int // side effects beyond one per message
+	Missing    int // messages whose side effect never happened
+	Kills      int // consumers SIGKILLed in a handler
+	Pending    int // messages left unacknowledged at the end
+}
+
+const (
+	childEnv = "IDEM_TORTURE_CHILD"
+	testEnv  = "IDEM_TORTURE_TEST"
+	nsEnv    = "IDEM_TORTURE_NS"
+	dirEnv   = "IDEM_TORTURE_DIR"
+	slowEnv  = "IDEM_TORTURE_SLOW"
+	dropEnv  = "IDEM_TORTURE_DROP"
+	guardEnv = "IDEM_TORTURE_GUARDED"
+	slowFor  = "IDEM_TORTURE_SLOW_FOR"
+)
+
+// GuardOptions are the Guard options of every consumer: a SIGKILLed
+// consumer's claim goes stale after a second.
+var GuardOptions = []idem.Option{idem.WithTakeoverAfter(time.Second), idem.WithHeartbeat(250 * time.Millisecond)}
+
+// Run runs the torture test. Call it from a test function of its own: the
+// test binary is re-executed as the consumer processes, which run that
+// test again and call cfg.Consume.
+func Run(t *testing.T, cfg Config) Report {
+	t.Helper()
+	if os.Getenv(childEnv) == "1" && os.Getenv(testEnv) == t.Name() {
+		os.Exit(child(cfg))
+	}
+	defaults(&cfg)
+	ns := fmt.Sprintf("torture_%x", rand.Uint64())
+	dir := t.TempDir()
+	msgs := make([]Message, cfg.Messages)
+	for i := range msgs {
+		msgs[i] = Message{Key: fmt.Sprintf("%s-m%04d", ns, i), Body: []byte(fmt.Sprintf(`{"n":%d}`, i))}
+	}
+	if err := os.WriteFile(dir+"/effects.log", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Setup(t, ns, msgs)
+	r := &run{t: t, cfg: cfg, ns: ns, dir: dir, starts: make(chan startLine, 64)}
+	rep := r.loop(msgs)
+	t.Logf("guarded=%v: %d messages, %d consumers killed in a handler, %d side effects (%d duplicates, %d missing), %d left unacknowledged",
+		cfg.Guarded, cfg.Messages, rep.Kills, rep.Effects, rep.Duplicates, rep.Missing, rep.Pending)
+	return rep
+}
+
+func defaults(cfg *Config) {
+	if cfg.Messages <= 0 {
+		cfg.Messages = 500
+	}
+	if cfg.Consumers <= 0 {
+		cfg.Consumers = 3
+	}
+	if cfg.KillEvery <= 0 {
+		cfg.KillEvery = 2 * time.Second
+	}
+	if cfg.Deadline <= 0 {
+		cfg.Deadline = 3 * time.Minute
+	}
+	if cfg.DropAcks == 0 {
+		cfg.DropAcks = 0.1
+	}
+	if cfg.Slow == 0 {
+		cfg.Slow = 0.1
+	}
+	if cfg.SlowFor <= 0 {
+		cfg.SlowFor = 1500 * time.Millisecond
+	}
+}
+
+// startLine is a consumer's notice that it started a slow handler.
+type startLine struct {
+	proc *exec.Cmd
+}
+
+type run struct {
+	t      *testing.T
+	cfg    Config
+	ns     string
+	dir    string
+	starts chan startLine
+
+	mu    sync.Mutex
+	procs []*exec.Cmd // running consumers, oldest first
+}
+
+func (r *run) start() {
+	parts := strings.Split(r.t.Name(), "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1")
+	cmd.Env = append(os.Environ(), childEnv+"=1", testEnv+"="+r.t.Name(), nsEnv+"="+r.ns, dirEnv+"="+r.dir,
+		slowEnv+"="+strconv.FormatFloat(r.cfg.Slow, 'f', -1, 64), dropEnv+"="+strconv.FormatFloat(r.cfg.DropAcks, 'f', -1, 64),
+		guardEnv+"="+strconv.FormatBool(r.cfg.Guarded), slowFor+"="+r.cfg.SlowFor.String())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "SLOW ") {
+				select {
+				case r.starts <- startLine{proc: cmd}:
+				default:
+				}
+			}
+		}
+		_ = cmd.Wait()
+	}()
+	r.mu.Lock()
+	r.procs = append(r.procs, cmd)
+	r.mu.Unlock()
+}
+
+func (r *run) kill(cmd *exec.Cmd) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, p := range r.procs {
+		if p == cmd {
+			_ = p.Process.Signal(syscall.SIGKILL)
+			r.procs = append(r.procs[:i], r.procs[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+func (r *run) killAll() {
+	r.mu.Lock()
+	procs := r.procs
+	r.procs = nil
+	r.mu.Unlock()
+	for _, p := range procs {
+		_ = p.Process.Signal(syscall.SIGKILL)
+	}
+}
+
+// loop keeps cfg.Consumers consumers running, kills one in the middle of a
+// slow handler every KillEvery, and ends once every message's side effect
+// happened and nothing is left unacknowledged, even with every consumer
+// gone.
+func (r *run) loop(msgs []Message) Report {
+	defer r.killAll()
+	var rep Report
+	for range r.cfg.Consumers {
+		r.start()
+	}
+	deadline := time.Now().Add(r.cfg.Deadline)
+	nextKill := time.Now().Add(r.cfg.KillEvery)
+	for time.Now().Before(deadline) {
+		select {
+		case s := <-r.starts:
+			if time.Now().After(nextKill) {
+				time.Sleep(r.cfg.SlowFor / 10) // inside the handler's sleep, before its side effect
+				if r.kill(s.proc) {
+					rep.Kills++
+					r.start()
+				}
+				nextKill = time.Now().Add(r.cfg.KillEvery)
+			}
+		case <-time.After(250 * time.Millisecond):
+		}
+		counts := r.effects()
+		if len(counts) < len(msgs) {
+			continue
+		}
+		if !r.cfg.Guarded {
+			// Without the Dedup the count is what matters: every message
+			// ran at least once, and some more than once.
+			rep = r.report(msgs, rep)
+			rep.Pending = r.cfg.Pending(r.t, r.ns)
+			return rep
+		}
+		if r.cfg.Pending(r.t, r.ns) > 0 {
+			continue
+		}
+		// Every side effect happened and nothing waits: with the consumers
+		// gone, whatever they held unacknowledged would come back.
+		r.killAll()
+		time.Sleep(500 * time.Millisecond)
+		if p := r.cfg.Pending(r.t, r.ns); p > 0 {
+			for range r.cfg.Consumers {
+				r.start()
+			}
+			continue
+		}
+		return r.report(msgs, rep)
+	}
+	r.t.Errorf("torture run did not settle in %v", r.cfg.Deadline)
+	rep = r.report(msgs, rep)
+	rep.Pending = r.cfg.Pending(r.t, r.ns)
+	return rep
+}
+
+func (r *run) effects() map[string]int {
+	b, err := os.ReadFile(r.dir + "/effects.log")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if line != "" {
+			counts[line]++
+		}
+	}
+	return counts
+}
+
+func (r *run) report(msgs []Message, rep Report) Report {
+	counts := r.effects()
+	for _, m := range msgs {
+		n := counts[m.Key]
+		rep.Effects += n
+		if n == 0 {
+			rep.Missing++
+		} else {
+			rep.Duplicates += n - 1
+		}
+	}
+	return rep
+}
+
+// child is a consumer process.
+func child(cfg Config) int {
+	dir, ns := os.Getenv(dirEnv), os.Getenv(nsEnv)
+	slow, _ := strconv.ParseFloat(os.Getenv(slowEnv), 64)
+	drop, _ := strconv.ParseFloat(os.Getenv(dropEnv), 64)
+	sleep, _ := time.ParseDuration(os.Getenv(slowFor))
+	env := Env{DropAck: func() bool { return rand.Float64() < drop }}
+	if os.Getenv(guardEnv) == "true" {
+		store, err := filestore.New(dir + "/store")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "store:", err)
+			return 2
+		}
+		env.Dedup, err = idemmsg.New(store, idemmsg.WithGuard(GuardOptions...), idemmsg.WithBusyDelay(200*time.Millisecond))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "dedup:", err)
+			return 2
+		}
+	}
+	log, err := os.OpenFile(dir+"/effects.log", os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "effects log:", err)
+		return 2
+	}
+	var outMu sync.Mutex
+	env.Effect = func(ctx context.Context, key string) error {
+		d := 5 * time.Millisecond
+		if h := sha256.Sum256([]byte(key)); float64(h[0])/256 < slow {
+			d = sleep
+			outMu.Lock()
+			fmt.Println("SLOW " + key)
+			outMu.Unlock()
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		_, err := log.Write([]byte(key + "\n")) // one write: O_APPEND keeps lines whole
+		return err
+	}
+	if err := cfg.Consume(context.Background(), ns, env); err != nil {
+		fmt.Fprintln(os.Stderr, "consume:", err)
+		return 2
+	}
+	return 0
+}

@@ -1,0 +1,65 @@
+package natsstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem/stores/natsstore"
+)
+
+// natsURL is the NATS server (with JetStream) the tests use:
+// IDEM_NATS_URL, which scripts/backends.sh exports. Without it the test is
+// skipped, or fails when IDEM_REQUIRE_BACKENDS=1.
+func natsURL(t testing.TB) string {
+	t.Helper()
+	u := strings.TrimSpace(os.Getenv("IDEM_NATS_URL"))
+	if u == "" {
+		why := "NATS with JetStream (IDEM_NATS_URL is not set; run scripts/backends.sh)"
+		if os.Getenv("IDEM_REQUIRE_BACKENDS") == "1" {
+			t.Fatalf("backend required but unavailable: %s", why)
+		}
+		t.Skipf("backend unavailable: %s", why)
+	}
+	return u
+}
+
+func connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.Timeout(5*time.Second))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return nc, js
+}
+
+func randName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newBucket creates a fresh bucket on the test server, deleted at the end.
+func newBucket(t testing.TB, js jetstream.JetStream) jetstream.KeyValue {
+	t.Helper()
+	name := randName("idemtest_")
+	kv, err := natsstore.CreateBucket(ctxT(t), js, name)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = js.DeleteKeyValue(context.Background(), name) })
+	return kv
+}

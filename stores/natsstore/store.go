@@ -1,0 +1,378 @@
+package natsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+)
+
+// KeyValue is the part of jetstream.KeyValue the store uses; a
+// jetstream.KeyValue satisfies it, and tests can wrap one to inject faults.
+type KeyValue interface {
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
+	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
+	Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error)
+	Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error
+	Watch(ctx context.Context, keys string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error)
+	ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyLister, error)
+}
+
+// Store is an idem.Store on a JetStream KV bucket. It is safe for
+// concurrent use. The zero value is not usable; call New.
+type Store struct {
+	kv        KeyValue
+	now       func() time.Time
+	retention time.Duration
+
+	mu   sync.Mutex
+	revs map[string]entry // the revision this Store last wrote or read, per key it owns a claim on
+}
+
+// entry is a record and the revision it was read or written at.
+type entry struct {
+	rev uint64
+	rec *idem.Record
+}
+
+// maxOwned bounds the revisions kept for claims this Store holds; past it
+// the oldest are forgotten and the next write of such a key reads first.
+const maxOwned = 1 << 16
+
+var (
+	_ idem.Store   = (*Store)(nil)
+	_ idem.Watcher = (*Store)(nil)
+)
+
+// New returns a Store on kv (a jetstream.KeyValue, from CreateBucket or
+// js.KeyValue). It checks its options and does no I/O.
+func New(kv KeyValue, opts ...Option) (*Store, error) {
+	c := config{now: time.Now, retention: DefaultRetention}
+	if kv == nil || (reflect.ValueOf(kv).Kind() == reflect.Pointer && reflect.ValueOf(kv).IsNil()) {
+		c.invalid("New", "nil key-value bucket")
+	}
+	for _, o := range opts {
+		if o == nil {
+			c.invalid("New", "nil option")
+			continue
+		}
+		o(&c)
+	}
+	if err := c.err(); err != nil {
+		return nil, err
+	}
+	return &Store{kv: kv, now: c.now, retention: c.retention, revs: make(map[string]entry)}, nil
+}
+
+// CreateBucket creates the KV bucket name for a Store (history 1, file
+// storage, WithReplicas servers) and returns it. An existing bucket with
+// the same settings is returned as it is; one with other settings is an
+// error.
+func CreateBucket(ctx context.Context, js jetstream.JetStream, name string, opts ...BucketOption) (jetstream.KeyValue, error) {
+	c := bucketConfig{replicas: 1}
+	if js == nil {
+		c.errs = append(c.errs, &idem.OptionError{Option: "natsstore.CreateBucket", Reason: "nil JetStream"})
+	}
+	for _, o := range opts {
+		if o == nil {
+			c.errs = append(c.errs, &idem.OptionError{Option: "natsstore.CreateBucket", Reason: "nil option"})
+			continue
+		}
+		o(&c)
+	}
+	if err := errors.Join(c.errs...); err != nil {
+		return nil, err
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      name,
+		Description: "idem records",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    c.replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natsstore: create bucket %q: %w", name, err)
+	}
+	return kv, nil
+}
+
+func (s *Store) nowMs() int64 { return s.now().UnixMilli() }
+
+// read returns the record under key and its revision; a missing or deleted
+// key is (nil, 0, nil), so a claim creates it.
+func (s *Store) read(ctx context.Context, key string) (*idem.Record, uint64, bool, error) {
+	e, err := s.kv.Get(ctx, kvKey(key))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, true, nil
+	}
+	if err != nil {
+		return nil, 0, false, &idem.StoreError{Op: "get", Err: err}
+	}
+	rec, err := decode(key, e.Value())
+	if err != nil {
+		return nil, 0, false, err
+	}
+	return rec, e.Revision(), false, nil
+}
+
+func decode(key string, b []byte) (*idem.Record, error) {
+	rec, err := storekit.DecodeRecord(b)
+	if err != nil {
+		return nil, &idem.CorruptRecordError{Key: key, Err: err}
+	}
+	rec.Key = key
+	return rec, nil
+}
+
+// write stores rec under key if the entry is still at revision rev (0: the
+// key has never been written or was purged; deleted is true when a read
+// found a deletion marker). conflict is true when another write got there
+// first.
+func (s *Store) write(ctx context.Context, key string, rec *idem.Record, rev uint64, deleted bool) (newRev uint64, conflict bool, err error) {
+	b, err := storekit.EncodeRecord(rec)
+	if err != nil {
+		return 0, false, err
+	}
+	if deleted {
+		newRev, err = s.kv.Create(ctx, kvKey(key), b)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return 0, true, nil
+		}
+	} else {
+		newRev, err = s.kv.Update(ctx, kvKey(key), b, rev)
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			return 0, true, nil
+		}
+	}
+	if err != nil {
+		return 0, false, &idem.StoreError{Op: "write", Err: err}
+	}
+	return newRev, false, nil
+}
+
+// Claim implements idem.Store. It first publishes a new claim expecting the
+// key to be absent: a fresh key costs that one round trip. Otherwise it
+// reads the entry, decides with storekit.DecideClaim, and writes a takeover
+// or re-claim against the revision read.
+func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+	if err := storekit.ValidateClaim(req); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	var cur *idem.Record
+	rev, deleted := uint64(0), false
+	for {
+		d := storekit.DecideClaim(cur, req, s.nowMs())
+		if !d.Write {
+			return d.Result(), nil
+		}
+		newRev, conflict, err := s.write(ctx, req.Key, d.Record, rev, deleted)
+		if err != nil {
+			return idem.ClaimResult{}, err
+		}
+		if !conflict {
+			s.own(req.Key, newRev, d.Record)
+			return d.Result(), nil
+		}
+		if cur, rev, deleted, err = s.read(ctx, req.Key); err != nil {
+			return idem.ClaimResult{}, err
+		}
+		if deleted {
+			cur, rev = nil, 0
+		}
+		if err := ctx.Err(); err != nil {
+			return idem.ClaimResult{}, err
+		}
+	}
+}
+
+// own remembers the revision of a record this Store wrote for its owner.
+func (s *Store) own(key string, rev uint64, rec *idem.Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.revs[key]; !ok && len(s.revs) >= maxOwned {
+		for k := range s.revs { // forget an arbitrary one: it is read again if needed
+			delete(s.revs, k)
+			break
+		}
+	}
+	s.revs[key] = entry{rev: rev, rec: rec}
+}
+
+func (s *Store) owned(key string) (entry, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.revs[key]
+	return e, ok
+}
+
+func (s *Store) disown(key string) {
+	s.mu.Lock()
+	delete(s.revs, key)
+	s.mu.Unlock()
+}
+
+// Heartbeat implements idem.Store.
+func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
+	return s.update(ctx, "heartbeat", key, nonce, false, func(cur *idem.Record, now int64) (*idem.Record, error) {
+		return storekit.ApplyHeartbeat(cur, nonce, leaseTTL, now)
+	})
+}
+
+// Complete implements idem.Store.
+func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+	if err := storekit.ValidateCompletion(c); err != nil {
+		return err
+	}
+	return s.update(ctx, "complete", key, nonce, true, func(cur *idem.Record, now int64) (*idem.Record, error) {
+		return storekit.ApplyComplete(cur, nonce, c, now)
+	})
+}
+
+// Release implements idem.Store. The record is kept with ExpiresAt = now,
+// so the next claim goes on counting attempts.
+func (s *Store) Release(ctx context.Context, key, nonce string) error {
+	return s.update(ctx, "release", key, nonce, true, func(cur *idem.Record, now int64) (*idem.Record, error) {
+		return storekit.ApplyRelease(cur, nonce, now)
+	})
+}
+
+// update applies an owner's transition: against the revision this Store
+// last wrote or read for key when it has one, else against a fresh read;
+// a conflict or a refusal decided on a remembered record is decided again
+// on a fresh read, so only what the bucket holds now can refuse it.
+func (s *Store) update(ctx context.Context, op, key, nonce string, final bool, apply func(*idem.Record, int64) (*idem.Record, error)) error {
+	if err := storekit.ValidateOwner(key, nonce); err != nil {
+		return fmt.Errorf("natsstore: %s %s: %w", op, key, err)
+	}
+	e, remembered := s.owned(key)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !remembered {
+			cur, rev, _, err := s.read(ctx, key)
+			if err != nil {
+				return err
+			}
+			e = entry{rev: rev, rec: cur}
+		}
+		next, err := apply(e.rec, s.nowMs())
+		if err != nil {
+			if remembered {
+				remembered = false
+				continue
+			}
+			s.disown(key)
+			return fmt.Errorf("natsstore: %s %s: %w", op, key, err)
+		}
+		newRev, conflict, err := s.write(ctx, key, next, e.rev, e.rec == nil)
+		if err != nil {
+			return err
+		}
+		if conflict {
+			remembered = false
+			continue
+		}
+		if final {
+			s.disown(key)
+		} else {
+			s.own(key, newRev, next)
+		}
+		return nil
+	}
+}
+
+// Get implements idem.Store: the live record, or idem.ErrNotFound.
+func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+	if err := storekit.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cur, _, _, err := s.read(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := storekit.Found(cur, s.nowMs())
+	if err != nil {
+		return nil, fmt.Errorf("natsstore: get %s: %w", key, err)
+	}
+	return rec, nil
+}
+
+// Delete implements idem.Store: the key's entry and its history are purged.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := storekit.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.disown(key)
+	if err := s.kv.Purge(ctx, kvKey(key)); err != nil {
+		return &idem.StoreError{Op: "delete", Err: err}
+	}
+	return nil
+}
+
+// Purge deletes the records whose ExpiresAt is more than the retention
+// (WithRetention) ago and returns how many it deleted. Each deletion is
+// conditioned on the revision read, so a key claimed again meanwhile is
+// kept. It lists every key of the bucket: run it from one process, now and
+// then.
+func (s *Store) Purge(ctx context.Context) (int, error) {
+	lister, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return 0, nil
+		}
+		return 0, &idem.StoreError{Op: "purge", Err: err}
+	}
+	defer func() { _ = lister.Stop() }()
+	cutoff := s.now().Add(-s.retention).UnixMilli()
+	n := 0
+	for k := range lister.Keys() {
+		key, ok := storageKey(k)
+		if !ok {
+			continue // not ours
+		}
+		e, err := s.kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return n, &idem.StoreError{Op: "purge", Err: err}
+		}
+		rec, err := decode(key, e.Value())
+		if err != nil || rec.ExpiresAt > cutoff {
+			continue // a corrupt record is left for an operator to see
+		}
+		err = s.kv.Purge(ctx, k, jetstream.LastRevision(e.Revision()))
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSeq(err):
+			// claimed again since the read: kept
+		default:
+			return n, &idem.StoreError{Op: "purge", Err: err}
+		}
+	}
+	return n, ctx.Err()
+}
+
+func isWrongLastSeq(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
