@@ -121,7 +121,7 @@ func NewCoordinator(table Table, opts ...Option) (*Coordinator, error) {
 		acquireTries:  4,
 	}
 	if table == nil {
-		cfg.errs.invalid("table", "table is nil")
+		cfg.errs.invalid("NewCoordinator", "table is nil")
 	}
 	for _, o := range opts {
 		if o == nil {

@@ -546,7 +546,7 @@ func TestHandlerInputs(t *testing.T) {
 		}
 	}
 	_, err := isr.NewHandler(nil, nil, nil, isr.WithRevalidate(0), nil)
-	storetest.CheckOptionErrors(t, err, "coord", "bodies", "render", "WithRevalidate", "NewHandler")
+	storetest.CheckOptionErrors(t, err, "isr.NewHandler", "isr.NewHandler", "isr.NewHandler", "isr.WithRevalidate", "isr.NewHandler")
 	if r := get(&isr.Handler{}, "/a"); r.code != http.StatusInternalServerError {
 		t.Fatalf("zero handler: %+v", r)
 	}

@@ -208,8 +208,10 @@ func (su *suite) stepsRunOnce(t *testing.T, s idem.Store) {
 	if err != nil || v != "s1=a s2=a s3=a" {
 		t.Fatalf("Do = %q, %v", v, err)
 	}
-	if n := inst.Total(); n != 9 {
-		t.Errorf("a fresh call of three steps cost %d store operations, want 9 (claim, epoch, 3 x 2, complete)", n)
+	// Heartbeats are not counted: a slow machine makes the call outlast
+	// the heartbeat interval, and then it rightly sends some.
+	if n := inst.Total() - inst.Count(OpHeartbeat); n != 9 {
+		t.Errorf("a fresh call of three steps cost %d store operations besides heartbeats, want 9 (claim, epoch, 3 x 2, complete)", n)
 	}
 	inst.Reset()
 	if v, err = g.Do(ctxT(t), key, fn); err != nil || v != "s1=a s2=a s3=a" || inst.Total() != 1 {
