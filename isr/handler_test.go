@@ -419,8 +419,10 @@ func TestHandlerMissingWaitsForOtherProcess(t *testing.T) {
 	if r := <-first; r.code != 200 || r.body != "v1 /w" {
 		t.Fatalf("rendering handler: %+v", r)
 	}
+	// A request the scheduler held back until after the publish reads the
+	// published page (HIT); the others waited for it (MISS). None renders.
 	for i, r := range results {
-		if r.code != 200 || r.body != "v1 /w" || r.cache != isr.CacheMiss {
+		if r.code != 200 || r.body != "v1 /w" || (r.cache != isr.CacheMiss && r.cache != isr.CacheHit) {
 			t.Fatalf("waiting request %d: %+v", i, r)
 		}
 	}
