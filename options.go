@@ -102,7 +102,12 @@ func (c *config) invalid(option, format string, args ...any) {
 }
 
 // OptionError says which option was rejected and why. It matches
-// ErrInvalidOption.
+// ErrInvalidOption. Every constructor of this repository (New here, every
+// store's New, idemhttp.New, isr.NewCoordinator, ...) reports each invalid
+// argument or option as one, all of them joined with errors.Join. Option
+// names the option as Go spells it, qualified with its package outside
+// package idem ("WithTTL", "memstore.WithRetention"); an invalid argument
+// of a constructor is named after the constructor ("redisstore.New").
 type OptionError struct {
 	Option string
 	Reason string

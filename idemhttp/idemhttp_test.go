@@ -802,7 +802,7 @@ func TestInvalidOptions(t *testing.T) {
 		t.Fatalf("nil store: %v", err)
 	}
 	_, err := idemhttp.New(mustMem(), idemhttp.WithMaxBody(0), nil, idemhttp.WithGuard(idem.WithTTL(0)))
-	storetest.CheckOptionErrors(t, err, "WithMaxBody", "New", "WithTTL")
+	storetest.CheckOptionErrors(t, err, "idemhttp.WithMaxBody", "idemhttp.New", "WithTTL")
 	// Valid, and New tells the Guard's failure policy without the user's
 	// observer seeing anything.
 	var events atomic.Int32

@@ -53,7 +53,7 @@ type config struct {
 }
 
 func (c *config) invalid(option, format string, args ...any) {
-	c.errs = append(c.errs, &idem.OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
+	c.errs = append(c.errs, &idem.OptionError{Option: "idemhttp." + option, Reason: fmt.Sprintf(format, args...)})
 }
 
 // WithPrincipal sets the function that names who is asking (an API key, a

@@ -133,7 +133,7 @@ func NewCoordinator(table Table, opts ...Option) (*Coordinator, error) {
 		revalidate:    60 * time.Second,
 	}
 	if table == nil {
-		cfg.errs.invalid("table", "table is nil")
+		cfg.errs.invalid("NewCoordinator", "table is nil")
 	}
 	for _, o := range opts {
 		if o == nil {

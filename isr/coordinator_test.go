@@ -80,7 +80,7 @@ func TestTableNameFromEnv(t *testing.T) {
 		t.Fatalf("unset: %v", err)
 	}
 	_, err := isr.NewDynamoTable(nil, "")
-	storetest.CheckOptionErrors(t, err, "client", "table")
+	storetest.CheckOptionErrors(t, err, "isr.NewDynamoTable", "isr.NewDynamoTable")
 	if _, err := (&isr.DynamoTable{}).GetMeta(context.Background(), "CACHE#x"); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("use of a zero table: %v", err)
 	}
@@ -110,7 +110,7 @@ func TestCoordinatorOptions(t *testing.T) {
 		}
 	}
 	_, err := isr.NewCoordinator(nil, isr.WithClock(nil), nil, isr.WithMetaTTL(-time.Second))
-	storetest.CheckOptionErrors(t, err, "table", "WithClock", "NewCoordinator", "WithMetaTTL")
+	storetest.CheckOptionErrors(t, err, "isr.NewCoordinator", "isr.WithClock", "isr.NewCoordinator", "isr.WithMetaTTL")
 	var zero isr.Coordinator
 	if _, err := zero.TryAcquire(context.Background(), isrtest.NewPK(t), nil); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Errorf("zero Coordinator: TryAcquire = %v", err)

@@ -64,12 +64,12 @@ var _ Table = (*DynamoTable)(nil)
 func NewDynamoTable(client DynamoAPI, table string) (*DynamoTable, error) {
 	var errs optionErrors
 	if client == nil {
-		errs.invalid("client", "DynamoDB client is nil")
+		errs.invalid("NewDynamoTable", "DynamoDB client is nil")
 	}
 	if table == "" {
 		name, err := TableNameFromEnv()
 		if err != nil {
-			errs.invalid("table", "table name is empty and %s is not set", EnvTableName)
+			errs.invalid("NewDynamoTable", "table name is empty and %s is not set", EnvTableName)
 		}
 		table = name
 	}

@@ -88,9 +88,9 @@ var _ Table = (*FileTable)(nil)
 func NewFileTable(dir string, opts ...FileOption) (*FileTable, error) {
 	c := fileConfig{sync: true}
 	if strings.TrimSpace(dir) == "" {
-		c.errs.invalid("dir", "directory is empty")
+		c.errs.invalid("NewFileTable", "directory is empty")
 	} else if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
-		c.errs.invalid("dir", "%s is not a directory", dir)
+		c.errs.invalid("NewFileTable", "%s is not a directory", dir)
 	}
 	for _, o := range opts {
 		if o == nil {

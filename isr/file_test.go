@@ -49,5 +49,5 @@ func TestNewFileTableOptions(t *testing.T) {
 		}
 	}
 	_, err := isr.NewFileTable(file, nil, isr.WithoutFileSync(), nil)
-	storetest.CheckOptionErrors(t, err, "dir", "NewFileTable", "NewFileTable")
+	storetest.CheckOptionErrors(t, err, "isr.NewFileTable", "isr.NewFileTable", "isr.NewFileTable")
 }

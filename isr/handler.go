@@ -262,13 +262,13 @@ func NewHandler(coord *Coordinator, bodies body.Store, render PageFunc, opts ...
 		logger:         slog.Default(),
 	}
 	if err := coord.check(); err != nil {
-		cfg.errs.invalid("coord", "coordinator is nil or not made by NewCoordinator")
+		cfg.errs.invalid("NewHandler", "coordinator is nil or not made by NewCoordinator")
 	}
 	if bodies == nil {
-		cfg.errs.invalid("bodies", "body store is nil")
+		cfg.errs.invalid("NewHandler", "body store is nil")
 	}
 	if render == nil {
-		cfg.errs.invalid("render", "render function is nil")
+		cfg.errs.invalid("NewHandler", "render function is nil")
 	}
 	for _, o := range opts {
 		if o == nil {

@@ -13,11 +13,11 @@ import (
 type optionErrors []error
 
 func (e *optionErrors) invalid(option, format string, args ...any) {
-	*e = append(*e, &idem.OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
+	*e = append(*e, &idem.OptionError{Option: "isr." + option, Reason: fmt.Sprintf(format, args...)})
 }
 
 // unmade is the error of a method called on a nil or zero value that its
 // constructor did not make.
 func unmade(typ, constructor string) error {
-	return &idem.OptionError{Option: typ, Reason: "nil or zero " + typ + ": use " + constructor}
+	return &idem.OptionError{Option: "isr." + typ, Reason: "nil or zero " + typ + ": use " + constructor}
 }

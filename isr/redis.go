@@ -124,7 +124,7 @@ type RedisTable struct {
 func NewRedisTable(client RedisClient, opts ...RedisOption) (*RedisTable, error) {
 	c := redisConfig{prefix: DefaultRedisPrefix}
 	if client == nil {
-		c.errs.invalid("client", "Redis client is nil")
+		c.errs.invalid("NewRedisTable", "Redis client is nil")
 	}
 	for _, o := range opts {
 		if o == nil {

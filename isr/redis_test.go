@@ -94,7 +94,7 @@ func TestNewRedisTableOptions(t *testing.T) {
 		}
 	}
 	tb, err := isr.NewRedisTable(nil, isr.WithRedisPrefix("{"), nil)
-	storetest.CheckOptionErrors(t, err, "client", "WithRedisPrefix", "NewRedisTable")
+	storetest.CheckOptionErrors(t, err, "isr.NewRedisTable", "isr.WithRedisPrefix", "isr.NewRedisTable")
 	if tb != nil {
 		t.Errorf("got %v, want nil", tb)
 	}

@@ -83,7 +83,7 @@ type config struct {
 }
 
 func (c *config) invalid(option, reason string) {
-	c.errs = append(c.errs, &idem.OptionError{Option: option, Reason: reason})
+	c.errs = append(c.errs, &idem.OptionError{Option: "otelidem." + option, Reason: reason})
 }
 
 // WithMeterProvider sets the meter provider. Default: the global one

@@ -205,7 +205,7 @@ func TestNewObserverInvalidOptions(t *testing.T) {
 		}
 	}
 	_, err := otelidem.NewObserver(otelidem.WithMeterProvider(nil), nil, otelidem.WithStoreName(""))
-	storetest.CheckOptionErrors(t, err, "WithMeterProvider", "NewObserver", "WithStoreName")
+	storetest.CheckOptionErrors(t, err, "otelidem.WithMeterProvider", "otelidem.NewObserver", "otelidem.WithStoreName")
 	if _, err := otelidem.NewObserver(); err != nil { // the global provider
 		t.Fatal(err)
 	}

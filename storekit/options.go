@@ -15,6 +15,9 @@ import (
 // decide with the caller's clock. A store's option struct embeds it; its
 // options call Invalid, SetClock and SetRetention; its New returns Err.
 type Options struct {
+	// Store is the store's package name ("memstore"): option names in
+	// errors are qualified with it ("memstore.WithRetention").
+	Store string
 	// Now is the store's clock (WithClock).
 	Now func() time.Time
 	// Retention is how long past its ExpiresAt a record is kept
@@ -24,8 +27,12 @@ type Options struct {
 	errs []error
 }
 
-// Invalid records that option was rejected, and why.
+// Invalid records that option (a name in the store's package, such as
+// "WithRetention" or "New") was rejected, and why.
 func (o *Options) Invalid(option, format string, args ...any) {
+	if o.Store != "" {
+		option = o.Store + "." + option
+	}
 	o.errs = append(o.errs, &idem.OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
 }
 

@@ -372,7 +372,7 @@ func TestS3ObjectAndConfig(t *testing.T) {
 	// Configuration mistakes are reported by NewS3, all of them; a zero
 	// S3 gives errors on use, not panics.
 	_, err = body.NewS3(nil, " ", body.WithPrefix(strings.Repeat("p", 513)), nil)
-	storetest.CheckOptionErrors(t, err, "client", "bucket", "WithPrefix", "NewS3")
+	storetest.CheckOptionErrors(t, err, "body.NewS3", "body.NewS3", "body.WithPrefix", "body.NewS3")
 	for _, bad := range []*body.S3{nil, {}} {
 		if err := bad.Validate(); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Fatalf("Validate: %v", err)

@@ -47,7 +47,7 @@ type s3Config struct {
 }
 
 func (c *s3Config) invalid(option, format string, args ...any) {
-	c.errs = append(c.errs, &idem.OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
+	c.errs = append(c.errs, &idem.OptionError{Option: "body." + option, Reason: fmt.Sprintf(format, args...)})
 }
 
 // WithPrefix puts every object under prefix (for example "pages/"), at
@@ -68,10 +68,10 @@ func WithPrefix(prefix string) S3Option {
 func NewS3(client S3API, bucket string, opts ...S3Option) (*S3, error) {
 	var c s3Config
 	if client == nil {
-		c.invalid("client", "S3 client is nil")
+		c.invalid("NewS3", "S3 client is nil")
 	}
 	if strings.TrimSpace(bucket) == "" {
-		c.invalid("bucket", "bucket name is empty")
+		c.invalid("NewS3", "bucket name is empty")
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -89,7 +89,7 @@ func NewS3(client S3API, bucket string, opts ...S3Option) (*S3, error) {
 // Validate reports, without contacting S3, an S3 that NewS3 did not make.
 func (s *S3) Validate() error {
 	if s == nil || s.client == nil {
-		return &idem.OptionError{Option: "S3", Reason: "nil or zero S3: use NewS3"}
+		return &idem.OptionError{Option: "body.S3", Reason: "nil or zero S3: use NewS3"}
 	}
 	return nil
 }

@@ -39,10 +39,10 @@ func newConfig(fn string, client Client, table string, opts []Option) (config, e
 		retention: DefaultRetention, now: time.Now,
 	}
 	if client == nil {
-		c.fail("client", "client is nil")
+		c.fail(fn, "client is nil")
 	}
 	if table == "" {
-		c.fail("table", "table name is empty")
+		c.fail(fn, "table name is empty")
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -55,7 +55,7 @@ func newConfig(fn string, client Client, table string, opts []Option) (config, e
 }
 
 func (c *config) fail(option, reason string) {
-	c.errs = append(c.errs, &idem.OptionError{Option: option, Reason: reason})
+	c.errs = append(c.errs, &idem.OptionError{Option: "dynamostore." + option, Reason: reason})
 }
 
 // WithKeyAttributes names the table's partition key and sort key

@@ -99,7 +99,7 @@ func New(client Client, table string, opts ...Option) (*Store, error) {
 // returned by New is valid; a nil or zero Store is not.
 func (st *Store) Validate() error {
 	if st == nil || st.client == nil {
-		return &idem.OptionError{Option: "store", Reason: "nil store (use dynamostore.New)"}
+		return &idem.OptionError{Option: "dynamostore.Store", Reason: "nil or zero Store: use dynamostore.New"}
 	}
 	return nil
 }

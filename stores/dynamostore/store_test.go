@@ -778,12 +778,12 @@ func TestInvalidConfiguration(t *testing.T) {
 		t.Fatalf("nil store: %v", err)
 	}
 	_, err := dynamostore.New(nil, "", dynamostore.WithRetention(-1), nil, dynamostore.WithClock(nil))
-	storetest.CheckOptionErrors(t, err, "client", "table", "WithRetention", "New", "WithClock")
-	if want := "idem: WithRetention: retention must not be negative, got -1ns"; !strings.Contains(err.Error(), want) {
+	storetest.CheckOptionErrors(t, err, "dynamostore.New", "dynamostore.New", "dynamostore.WithRetention", "dynamostore.New", "dynamostore.WithClock")
+	if want := "idem: dynamostore.WithRetention: retention must not be negative, got -1ns"; !strings.Contains(err.Error(), want) {
 		t.Errorf("got %q, want it to contain %q", err, want)
 	}
 	err = dynamostore.CreateTable(context.Background(), nil, "", nil)
-	storetest.CheckOptionErrors(t, err, "client", "table", "CreateTable")
+	storetest.CheckOptionErrors(t, err, "dynamostore.CreateTable", "dynamostore.CreateTable", "dynamostore.CreateTable")
 	if _, err := (&dynamostore.Store{}).Get(context.Background(), storageKey()); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Errorf("zero Store: got %v, want an error matching idem.ErrInvalidOption", err)
 	}

@@ -92,9 +92,9 @@ var _ idem.Store = (*Store)(nil)
 // and reports every invalid argument or option, joined, each an
 // *idem.OptionError matching idem.ErrInvalidOption.
 func New(dir string, opts ...Option) (*Store, error) {
-	c := config{Options: storekit.Options{Now: time.Now, Retention: DefaultRetention}, sync: true}
+	c := config{Options: storekit.Options{Store: "filestore", Now: time.Now, Retention: DefaultRetention}, sync: true}
 	if dir == "" {
-		c.Invalid("dir", "directory is empty")
+		c.Invalid("New", "directory is empty")
 	}
 	for _, o := range opts {
 		if o == nil {

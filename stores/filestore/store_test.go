@@ -462,8 +462,8 @@ func TestOptions(t *testing.T) {
 	_, err := filestore.New("")
 	require.ErrorIs(t, err, idem.ErrInvalidOption)
 	_, err = filestore.New("", filestore.WithClock(nil), nil, filestore.WithRetention(-time.Second))
-	storetest.CheckOptionErrors(t, err, "dir", "WithClock", "New", "WithRetention")
-	assert.Contains(t, err.Error(), "idem: WithRetention: retention must not be negative, got -1s")
+	storetest.CheckOptionErrors(t, err, "filestore.New", "filestore.WithClock", "filestore.New", "filestore.WithRetention")
+	assert.Contains(t, err.Error(), "idem: filestore.WithRetention: retention must not be negative, got -1s")
 
 	s, err := filestore.New(filepath.Join(dir, "nosync"), filestore.WithoutSync())
 	require.NoError(t, err)

@@ -71,7 +71,7 @@ func WithRetention(d time.Duration) Option {
 // New returns an empty Store. Every invalid option is reported, joined,
 // each an *idem.OptionError matching idem.ErrInvalidOption.
 func New(opts ...Option) (*Store, error) {
-	c := config{storekit.Options{Now: time.Now, Retention: DefaultRetention}}
+	c := config{storekit.Options{Store: "memstore", Now: time.Now, Retention: DefaultRetention}}
 	for _, o := range opts {
 		if o == nil {
 			c.Invalid("New", "nil option")

@@ -43,8 +43,8 @@ func TestOptions(t *testing.T) {
 		}
 	}
 	_, err := memstore.New(memstore.WithClock(nil), nil, memstore.WithRetention(-time.Second))
-	storetest.CheckOptionErrors(t, err, "WithClock", "New", "WithRetention")
-	if want := "idem: WithRetention: retention must not be negative, got -1s"; !strings.Contains(err.Error(), want) {
+	storetest.CheckOptionErrors(t, err, "memstore.WithClock", "memstore.New", "memstore.WithRetention")
+	if want := "idem: memstore.WithRetention: retention must not be negative, got -1s"; !strings.Contains(err.Error(), want) {
 		t.Errorf("got %q, want it to contain %q", err, want)
 	}
 }

@@ -270,7 +270,7 @@ type config struct {
 }
 
 func (c *config) invalid(option, format string, args ...any) {
-	c.errs = append(c.errs, &idem.OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
+	c.errs = append(c.errs, &idem.OptionError{Option: "redisstore." + option, Reason: fmt.Sprintf(format, args...)})
 }
 
 // WithPrefix puts prefix in front of every Redis key and channel of the
@@ -516,7 +516,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 		health:       DefaultHealthInterval,
 	}
 	if client == nil {
-		c.invalid("client", "client is nil")
+		c.invalid("New", "client is nil")
 	}
 	for _, o := range opts {
 		if o == nil {

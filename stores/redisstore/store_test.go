@@ -346,8 +346,8 @@ func TestOptionsAndInput(t *testing.T) {
 		})
 	}
 	_, err := redisstore.New(nil, redisstore.WithPrefix("{"), nil, redisstore.WithReplicaAck(0, 0))
-	storetest.CheckOptionErrors(t, err, "client", "WithPrefix", "New", "WithReplicaAck", "WithReplicaAck")
-	assert.Contains(t, err.Error(), "idem: WithReplicaAck: replica count must be at least 1, got 0")
+	storetest.CheckOptionErrors(t, err, "redisstore.New", "redisstore.WithPrefix", "redisstore.New", "redisstore.WithReplicaAck", "redisstore.WithReplicaAck")
+	assert.Contains(t, err.Error(), "idem: redisstore.WithReplicaAck: replica count must be at least 1, got 0")
 	s := mustNew(t, c, redisstore.WithRetention(0), redisstore.WithReplicaAck(1, time.Millisecond))
 	_, err = s.Claim(ctx, claimReq("", "n"))
 	assert.ErrorIs(t, err, idem.ErrInvalidKey)

@@ -54,10 +54,10 @@ func (s *Store) Listen() (*WatchingStore, error) {
 		return nil, err
 	}
 	if s.dialect != Postgres {
-		return nil, &idem.OptionError{Option: "Listen", Reason: "LISTEN/NOTIFY needs PostgreSQL"}
+		return nil, &idem.OptionError{Option: "sqlstore.Listen", Reason: "LISTEN/NOTIFY needs PostgreSQL"}
 	}
 	if !pgxDriver(s.db.Driver()) {
-		return nil, &idem.OptionError{Option: "Listen",
+		return nil, &idem.OptionError{Option: "sqlstore.Listen",
 			Reason: fmt.Sprintf("driver %T is not pgx's database/sql driver (%s)", s.db.Driver(), pgxStdlibPkg)}
 	}
 	return &WatchingStore{Store: s}, nil

@@ -62,7 +62,7 @@ type config struct {
 }
 
 func (c *config) fail(option, reason string) {
-	c.errs = append(c.errs, &idem.OptionError{Option: option, Reason: reason})
+	c.errs = append(c.errs, &idem.OptionError{Option: "sqlstore." + option, Reason: reason})
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

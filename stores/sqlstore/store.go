@@ -44,10 +44,10 @@ var _ idem.Store = (*Store)(nil)
 func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 	cfg := config{table: DefaultTable, retention: DefaultRetention}
 	if db == nil {
-		cfg.fail("db", "*sql.DB is nil")
+		cfg.fail("New", "*sql.DB is nil")
 	}
 	if dialect != Postgres && dialect != MySQL {
-		cfg.fail("dialect", fmt.Sprintf("unknown dialect %d", int(dialect)))
+		cfg.fail("New", fmt.Sprintf("unknown dialect %d", int(dialect)))
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -66,7 +66,7 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 // always valid; the method lets idem.New check any store the same way.
 func (s *Store) Validate() error {
 	if s == nil || s.db == nil {
-		return &idem.OptionError{Option: "store", Reason: "nil store (use sqlstore.New)"}
+		return &idem.OptionError{Option: "sqlstore.Store", Reason: "nil or zero Store: use sqlstore.New"}
 	}
 	return nil
 }

@@ -53,8 +53,8 @@ func TestOptionsRejected(t *testing.T) {
 		})
 	}
 	_, err := sqlstore.New(nil, 0, sqlstore.WithRetention(-1), nil, sqlstore.WithTable(""))
-	storetest.CheckOptionErrors(t, err, "db", "dialect", "WithRetention", "New", "WithTable")
-	assert.Contains(t, err.Error(), "idem: WithRetention: retention must not be negative, got -1ns")
+	storetest.CheckOptionErrors(t, err, "sqlstore.New", "sqlstore.New", "sqlstore.WithRetention", "sqlstore.New", "sqlstore.WithTable")
+	assert.Contains(t, err.Error(), "idem: sqlstore.WithRetention: retention must not be negative, got -1ns")
 	s, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithTable("idem.keys_v2"), sqlstore.WithRetention(0))
 	require.NoError(t, err)
 	assert.NoError(t, s.Validate())
