@@ -199,7 +199,23 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []by
 	if limit < math.MaxInt64 {
 		limit++ // one byte more tells a body over the limit
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit))
+	var err error
+	if cl := r.ContentLength; cl >= 0 {
+		// The length is known: one buffer, with a byte more to tell a body
+		// longer than announced.
+		buf := make([]byte, cl+1)
+		n, rerr := io.ReadFull(r.Body, buf)
+		switch {
+		case rerr == io.EOF || rerr == io.ErrUnexpectedEOF:
+			body = buf[:n]
+		case rerr != nil:
+			err = rerr
+		default: // more than announced: read on, up to the limit
+			body, err = io.ReadAll(io.LimitReader(io.MultiReader(bytes.NewReader(buf), r.Body), limit))
+		}
+	} else {
+		body, err = io.ReadAll(io.LimitReader(r.Body, limit))
+	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		// A limit set before the middleware (http.MaxBytesReader) is

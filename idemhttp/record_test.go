@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"testing"
 )
@@ -133,3 +134,24 @@ func nilValues(h http.Header) http.Header {
 	}
 	return out
 }
+
+// TestReadBodyLengthMismatch checks that a body longer or shorter than its
+// announced length is read as it is.
+func TestReadBodyLengthMismatch(t *testing.T) {
+	m := &Middleware{cfg: config{maxBody: 5}}
+	for _, c := range []struct {
+		announced int64
+		body      string
+		ok        bool
+	}{{3, "abcd", true}, {3, "abcdef", false}, {5, "ab", true}, {0, "", true}, {1, "abcde", true}} {
+		r, _ := http.NewRequest("POST", "/", bytes.NewReader([]byte(c.body)))
+		r.ContentLength = c.announced
+		w := httptestRecorder()
+		got, ok := m.readBody(w, r)
+		if ok != c.ok || (ok && string(got) != c.body) {
+			t.Errorf("announced %d, body %q: read %q, %v", c.announced, c.body, got, ok)
+		}
+	}
+}
+
+func httptestRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
