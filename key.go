@@ -83,16 +83,27 @@ func appendField(b []byte, s string) []byte {
 
 // sum returns the hex digest of b: SHA-256, or HMAC-SHA256 under the secret.
 func (k keyer) sum(prefix string, b []byte) string {
-	var digest [sha256.Size]byte
 	if k.macs == nil {
-		digest = sha256.Sum256(b)
-	} else {
-		h := k.macs.Get().(hash.Hash)
-		h.Reset()
-		h.Write(b)
-		h.Sum(digest[:0])
-		k.macs.Put(h)
+		return hexSum(prefix, sha256.Sum256(b))
 	}
+	return k.macSum(prefix, b)
+}
+
+// macSum is sum under the secret. It is apart from sum because b escapes
+// here (the hash is an interface): a caller's stack buffer handed to sum
+// stays on the stack when there is no secret.
+func (k keyer) macSum(prefix string, b []byte) string {
+	var digest [sha256.Size]byte
+	h := k.macs.Get().(hash.Hash)
+	h.Reset()
+	h.Write(append([]byte(nil), b...))
+	h.Sum(digest[:0])
+	k.macs.Put(h)
+	return hexSum(prefix, digest)
+}
+
+// hexSum returns prefix and digest in hex, in one allocation.
+func hexSum(prefix string, digest [sha256.Size]byte) string {
 	var hexed [2 * sha256.Size]byte
 	hex.Encode(hexed[:], digest[:])
 	var out strings.Builder // one allocation: the string itself

@@ -27,16 +27,8 @@ func Token() string {
 
 // RandomHex returns n random bytes in hex.
 func RandomHex(n int) string {
-	if n <= 16 {
-		// On the stack: one allocation, the string.
-		var b [16]byte
-		var h [32]byte
-		_, _ = rand.Read(b[:n]) // crypto/rand.Read never returns an error
-		hex.Encode(h[:], b[:n])
-		return string(h[:2*n])
-	}
 	b := make([]byte, n)
-	_, _ = rand.Read(b)
+	_, _ = rand.Read(b) // crypto/rand.Read never returns an error
 	return hex.EncodeToString(b)
 }
 
