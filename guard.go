@@ -47,12 +47,52 @@ type engine struct {
 // this process share: one claim (and the fn it runs), or one wait.
 type flight struct {
 	payloadHash string
-	running     bool          // the flight holds a claim and fn runs; set before decided closes
-	decided     chan struct{} // closed once the flight runs fn or has finished
-	waiting     chan struct{} // closed when the flight starts waiting on a live claim with its payload
-	done        chan struct{} // closed when the flight has finished
-	final       *Record       // set before done closes: the record that decides for followers, or nil
+	running     bool    // the flight holds a claim and fn runs; set before decided fires
+	final       *Record // set before done fires: the record that decides for followers, or nil
+	// What followers wait for, guarded by the Guard's mu. A signal makes
+	// its channel only when a follower waits on it, so a flight that has
+	// none (nearly every replay) allocates no channel.
+	decided signal // fn runs, or the flight has finished
+	waiting signal // the flight waits on a live claim with its payload
+	done    signal // the flight has finished
 }
+
+// signal is an event that fires once, with a channel made on demand.
+type signal struct {
+	ch    chan struct{}
+	fired bool
+}
+
+// fire marks the signal fired and wakes whoever waits. Call it under the
+// Guard's mu.
+func (s *signal) fire() {
+	s.fired = true
+	if s.ch != nil {
+		close(s.ch)
+	}
+}
+
+// wait returns a channel closed once the signal fired. Call it under the
+// Guard's mu.
+func (s *signal) wait() <-chan struct{} {
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+		if s.fired {
+			close(s.ch)
+		}
+	}
+	return s.ch
+}
+
+// fire fires a signal of a flight.
+func (g *Guard[T]) fire(s *signal) {
+	g.mu.Lock()
+	s.fire()
+	g.mu.Unlock()
+}
+
+// signals are a follower's channels of a flight's signals.
+type signals struct{ decided, waiting, done <-chan struct{} }
 
 // New returns a Guard over store, configured by opts. It fails with an error
 // matching ErrInvalidOption if an option (or the store's own configuration,
@@ -145,7 +185,7 @@ func (g *Guard[T]) Do(ctx context.Context, key string, fn func(context.Context) 
 		var zero T
 		return zero, err
 	}
-	return g.call(ctx, key, opts, func(c *claim) (T, error) { return g.runFn(c, fn) })
+	return g.call(ctx, key, opts, fn, nil)
 }
 
 // check is the argument check of every method that runs a call.
@@ -165,9 +205,12 @@ func errZeroGuard(method string) error {
 	return &OptionError{Option: method, Reason: "the Guard is nil or zero; make one with New"}
 }
 
-// call runs one call of key: the same-process flight, the claim, and body
-// under the claim when this caller gets it.
-func (g *Guard[T]) call(ctx context.Context, key string, opts []CallOption, body func(*claim) (T, error)) (T, error) {
+// txRunner is RunTx's run.
+type txRunner[T any] func(ctx context.Context, c *TxClaim[T]) (v T, fnErr, commitErr error)
+
+// call runs one call of key: the same-process flight, the claim, and under
+// the claim, when this caller gets it, fn (Do) or run (RunTx).
+func (g *Guard[T]) call(ctx context.Context, key string, opts []CallOption, fn func(context.Context) (T, error), run txRunner[T]) (T, error) {
 	var zero T
 	sk, err := g.keys.storageKey(key)
 	if err != nil {
@@ -190,7 +233,7 @@ func (g *Guard[T]) call(ctx context.Context, key string, opts []CallOption, body
 		return v, err
 	}
 	for {
-		f, leader, rec := g.join(sk, ph)
+		f, leader, sig, rec := g.join(sk, ph)
 		var (
 			v     T
 			again bool
@@ -199,9 +242,9 @@ func (g *Guard[T]) call(ctx context.Context, key string, opts []CallOption, body
 		case rec != nil: // the cache was filled meanwhile
 			v, err, _ = g.decide(ctx, rec, ph)
 		case leader:
-			v, err, again = g.lead(ctx, sk, ph, f, body)
+			v, err, again = g.lead(ctx, sk, ph, f, fn, run)
 		default:
-			v, err, again = g.follow(ctx, sk, ph, f)
+			v, err, again = g.follow(ctx, sk, ph, f, sig)
 		}
 		if !again {
 			return v, err
@@ -210,41 +253,42 @@ func (g *Guard[T]) call(ctx context.Context, key string, opts []CallOption, body
 }
 
 // join returns the flight of sk, and whether this caller leads it (made
-// it). A flight that ended since the caller looked at the cache filled the
-// cache before it left the map: then the cached record is returned instead.
-func (g *Guard[T]) join(sk, ph string) (f *flight, leader bool, cached *Record) {
+// it); a follower gets the channels of its signals. A flight that ended
+// since the caller looked at the cache filled the cache before it left the
+// map: then the cached record is returned instead.
+func (g *Guard[T]) join(sk, ph string) (f *flight, leader bool, sig signals, cached *Record) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if f, ok := g.flights[sk]; ok {
-		return f, false, nil
+		return f, false, signals{f.decided.wait(), f.waiting.wait(), f.done.wait()}, nil
 	}
 	if rec := g.cached(sk); rec != nil {
-		return nil, false, rec
+		return nil, false, sig, rec
 	}
-	f = &flight{payloadHash: ph, decided: make(chan struct{}), waiting: make(chan struct{}), done: make(chan struct{})}
+	f = &flight{payloadHash: ph}
 	g.flights[sk] = f
-	return f, true, nil
+	return f, true, sig, nil
 }
 
 // land ends the flight f of sk: later callers start a flight of their own,
 // followers read f.final.
 func (g *Guard[T]) land(sk string, f *flight) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	delete(g.flights, sk)
-	g.mu.Unlock()
 	if !f.running {
-		close(f.decided)
+		f.decided.fire()
 	}
-	close(f.done)
+	f.done.fire()
 }
 
 // follow makes a same-process duplicate share the flight f: it is told what
 // a caller in another process would be told, without a store round trip.
-func (g *Guard[T]) follow(ctx context.Context, sk, ph string, f *flight) (v T, err error, again bool) {
+func (g *Guard[T]) follow(ctx context.Context, sk, ph string, f *flight, sig signals) (v T, err error, again bool) {
 	var waitStart time.Time // set when this caller waits on the flight's fn
 	select {
-	case <-f.decided:
-	case <-f.waiting:
+	case <-sig.decided:
+	case <-sig.waiting:
 		// The flight waits on a live claim made with its payload: a caller
 		// with another payload is told so now, as the store would tell it.
 		if f.payloadHash != ph {
@@ -252,7 +296,7 @@ func (g *Guard[T]) follow(ctx context.Context, sk, ph string, f *flight) (v T, e
 			return v, ErrPayloadMismatch, false
 		}
 		select {
-		case <-f.decided:
+		case <-sig.decided:
 		case <-ctx.Done():
 			return v, waitCancelled(ctx), false
 		}
@@ -271,7 +315,7 @@ func (g *Guard[T]) follow(ctx context.Context, sk, ph string, f *flight) (v T, e
 		waitStart = time.Now()
 	}
 	select {
-	case <-f.done:
+	case <-sig.done:
 		if !waitStart.IsZero() {
 			g.observe(ctx, Event{Kind: EventWaitDone, StorageKey: sk, Duration: time.Since(waitStart)})
 		}
@@ -356,7 +400,7 @@ func (g *Guard[T]) inProgress(ctx context.Context, sk string, attempt int64) err
 // lead is the store interaction of a flight: claim, then run body, replay,
 // or wait. again is true when the caller should start over (a waited-for
 // call was released or lost, or this caller's claim did not stick).
-func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, body func(*claim) (T, error)) (v T, err error, again bool) {
+func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, fn func(context.Context) (T, error), run txRunner[T]) (v T, err error, again bool) {
 	defer g.land(sk, f)
 	w := g.newWaiter(sk)
 	defer w.close()
@@ -370,8 +414,12 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, body func
 			c.announce(EventClaim, EventTakeover)
 			c.f = f
 			f.running = true
-			close(f.decided)
-			v, err = body(c)
+			g.fire(&f.decided)
+			if run != nil {
+				v, err = g.runTx(c, run)
+			} else {
+				v, err = g.runFn(c, fn)
+			}
 			return v, err, false
 		}
 		v, err, wait := g.decide(ctx, rec, ph)
@@ -385,7 +433,7 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, body func
 		}
 		// Wait for the live call to finish, then claim again.
 		if w.begin(ctx, rec.Attempt) {
-			close(f.waiting)
+			g.fire(&f.waiting)
 		}
 		if err := w.wait(ctx, rec.Attempt); err != nil {
 			return v, err, false

@@ -1170,14 +1170,13 @@ func TestHeartbeatLapseCancelsFn(t *testing.T) {
 		return nil
 	}
 	g := newGuard[string](t, inst, idem.WithTakeoverAfter(200*time.Millisecond), idem.WithHeartbeat(40*time.Millisecond))
-	start := time.Now()
 	var cause error
 	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (string, error) {
 		select {
 		case <-ctx.Done():
 			cause = context.Cause(ctx)
 			return "stopped", nil
-		case <-time.After(5 * time.Second):
+		case <-time.After(time.Minute):
 			return "ran on", nil
 		}
 	})
@@ -1189,9 +1188,6 @@ func TestHeartbeatLapseCancelsFn(t *testing.T) {
 	}
 	if !errors.Is(cause, idem.ErrLostOwnership) {
 		t.Errorf("got %v, want %v", cause, idem.ErrLostOwnership)
-	}
-	if got := time.Since(start); got >= 2*time.Second {
-		t.Errorf("fn was stopped before the claim could go stale: got %v, want < %v", got, 2*time.Second)
 	}
 	got, err := g.Do(context.Background(), "k", func(ctx context.Context) (string, error) { return "again", nil })
 	if err != nil {
@@ -1267,7 +1263,6 @@ func TestPermanentCompletionFailureNotRetried(t *testing.T) {
 		return nil
 	}
 	g := newGuard[int](t, inst, idem.WithTakeoverAfter(time.Minute))
-	start := time.Now()
 	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 4, nil })
 	if v != 4 {
 		t.Errorf("got %v, want %v", v, 4)
@@ -1280,9 +1275,6 @@ func TestPermanentCompletionFailureNotRetried(t *testing.T) {
 	}
 	if got := inst.Count(storetest.OpComplete); got != 2 {
 		t.Errorf("the outcome, then the outcome without its result: got %v, want %v", got, 2)
-	}
-	if got := time.Since(start); got >= 10*time.Second {
-		t.Errorf("got %v, want < %v", got, 10*time.Second)
 	}
 }
 

@@ -69,7 +69,7 @@ type keyer struct {
 func newKeyer(tenant, scope string, secret []byte) keyer {
 	k := keyer{tenant: tenant, scope: scope, secret: secret}
 	if len(secret) > 0 {
-		k.macs = &sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }}
+		k.macs = &sync.Pool{New: func() any { return &macState{h: hmac.New(sha256.New, secret)} }}
 	}
 	return k
 }
@@ -81,29 +81,34 @@ func appendField(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
+// macState is a pooled HMAC and the buffers it reads from and writes to.
+type macState struct {
+	h       hash.Hash
+	in, out []byte
+}
+
+// mac returns the HMAC-SHA256 of b under the secret. b is copied into the
+// pooled buffer before it goes through the hash.Hash interface, so that it
+// does not escape: callers keep their key bytes on the stack.
+func (k keyer) mac(b []byte) (d [sha256.Size]byte) {
+	m := k.macs.Get().(*macState)
+	m.in = append(m.in[:0], b...)
+	m.h.Reset()
+	m.h.Write(m.in)
+	m.out = m.h.Sum(m.out[:0])
+	copy(d[:], m.out)
+	k.macs.Put(m)
+	return d
+}
+
 // sum returns the hex digest of b: SHA-256, or HMAC-SHA256 under the secret.
 func (k keyer) sum(prefix string, b []byte) string {
-	if k.macs == nil {
-		return hexSum(prefix, sha256.Sum256(b))
-	}
-	return k.macSum(prefix, b)
-}
-
-// macSum is sum under the secret. It is apart from sum because b escapes
-// here (the hash is an interface): a caller's stack buffer handed to sum
-// stays on the stack when there is no secret.
-func (k keyer) macSum(prefix string, b []byte) string {
 	var digest [sha256.Size]byte
-	h := k.macs.Get().(hash.Hash)
-	h.Reset()
-	h.Write(append([]byte(nil), b...))
-	h.Sum(digest[:0])
-	k.macs.Put(h)
-	return hexSum(prefix, digest)
-}
-
-// hexSum returns prefix and digest in hex, in one allocation.
-func hexSum(prefix string, digest [sha256.Size]byte) string {
+	if k.macs == nil {
+		digest = sha256.Sum256(b)
+	} else {
+		digest = k.mac(b)
+	}
 	var hexed [2 * sha256.Size]byte
 	hex.Encode(hexed[:], digest[:])
 	var out strings.Builder // one allocation: the string itself

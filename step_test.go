@@ -259,16 +259,25 @@ func (s failCallHeartbeats) Heartbeat(ctx context.Context, key, nonce string, tt
 // claim; the new attempt waits for its outcome instead of running it.
 func TestStepOwnerAliveAfterTakeover(t *testing.T) {
 	mem := mustMemStore(t)
-	opts := []idem.Option{idem.WithTakeoverAfter(300 * time.Millisecond), idem.WithHeartbeat(50 * time.Millisecond), idem.OnDuplicate(idem.Wait)}
+	// A long threshold next to the heartbeat: A's step claim, heartbeated
+	// every 100ms, cannot go stale on a slow machine while B waits on it.
+	opts := []idem.Option{idem.WithTakeoverAfter(2 * time.Second), idem.WithHeartbeat(100 * time.Millisecond), idem.OnDuplicate(idem.Wait)}
 	probe, err := idem.New[int](mem, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := idem.New[int](failCallHeartbeats{mem, storageKey(t, probe, "k")}, opts...)
+	callKey := storageKey(t, probe, "k")
+	a, err := idem.New[int](failCallHeartbeats{mem, callKey}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := idem.New[int](mem, opts...)
+	bWaits := make(chan struct{})
+	var once sync.Once
+	b, err := idem.New[int](mem, append(opts, idem.WithObserver(idem.ObserverFunc(func(_ context.Context, e idem.Event) {
+		if e.Kind == idem.EventWait && e.StorageKey != callKey { // B waits on the step
+			once.Do(func() { close(bWaits) })
+		}
+	})))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,28 +297,67 @@ func TestStepOwnerAliveAfterTakeover(t *testing.T) {
 	<-inStep
 	// A's call claim lapses (its heartbeats fail); B takes the call over
 	// (Wait waits for the stale claim), reaches the step and waits on it.
-	bDone := make(chan struct{})
-	var bv int
-	var berr error
-	go func() { bv, berr = b.Do(context.Background(), "k", fn); close(bDone) }()
-	for {
-		rec := record(t, probe, "k")
-		if rec != nil && rec.Attempt == 2 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	type result struct {
+		v   int
+		err error
 	}
+	bDone := make(chan result, 1)
+	go func() { v, err := b.Do(context.Background(), "k", fn); bDone <- result{v, err} }()
 	select {
-	case <-bDone:
-		t.Fatalf("B finished (%d, %v) while A's step was alive", bv, berr)
-	case <-time.After(600 * time.Millisecond): // 2 thresholds: a stale step claim would have been taken over
+	case <-bWaits:
+	case r := <-bDone:
+		t.Fatalf("B finished (%d, %v) while A's step was alive", r.v, r.err)
 	}
 	close(release)
-	<-bDone
-	if berr != nil || bv != 11 || runs.Load() != 1 {
-		t.Fatalf("B = %d, %v after %d step runs; want A's 11 and one run", bv, berr, runs.Load())
+	r := <-bDone
+	if r.err != nil || r.v != 11 || runs.Load() != 1 {
+		t.Fatalf("B = %d, %v after %d step runs; want A's 11 and one run", r.v, r.err, runs.Load())
 	}
 	if err := <-aDone; !errors.Is(err, idem.ErrLostOwnership) {
 		t.Fatalf("A = %v, want ErrLostOwnership", err)
+	}
+}
+
+// A panic in a step's fn releases the step's claim and the call's, and is
+// raised again; the retry runs the step again.
+func TestStepPanic(t *testing.T) {
+	g, _ := memGuard[int](t)
+	runs := 0
+	fn := func(ctx context.Context) (int, error) {
+		return idem.Step(ctx, "p", func(context.Context) (int, error) {
+			runs++
+			if runs == 1 {
+				panic("step boom")
+			}
+			return 4, nil
+		})
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != "step boom" {
+				t.Fatalf("recovered %v, want the step's panic", p)
+			}
+		}()
+		_, _ = g.Do(context.Background(), "k", fn)
+	}()
+	if v, err := g.Do(context.Background(), "k", fn); err != nil || v != 4 || runs != 2 {
+		t.Fatalf("retry = %d, %v after %d runs; want the step run again", v, err, runs)
+	}
+}
+
+// Steps work inside a transactional call too: the runner's context carries
+// the call.
+func TestStepInsideRunTx(t *testing.T) {
+	g, _ := memGuard[int](t)
+	ctx := txCtx(g)
+	runs := 0
+	fn := func(ctx context.Context) (int, error) {
+		return idem.Step(ctx, "s", func(context.Context) (int, error) { runs++; return 8, nil })
+	}
+	if v, err := idem.RunTx(ctx, g, "k", fakeTx(fn, errors.New("commit failed"))); err == nil {
+		t.Fatalf("RunTx = %d, nil; want the commit failure", v)
+	}
+	if v, err := idem.RunTx(ctx, g, "k", fakeTx(fn, nil)); err != nil || v != 8 || runs != 1 {
+		t.Fatalf("RunTx = %d, %v after %d step runs; want 8 with the step replayed", v, err, runs)
 	}
 }

@@ -82,7 +82,7 @@ func RunTx[T any](ctx context.Context, g *Guard[T], key string,
 		var zero T
 		return zero, err
 	}
-	return g.call(ctx, key, opts, func(c *claim) (T, error) { return g.runTx(c, run) })
+	return g.call(ctx, key, opts, nil, run)
 }
 
 // txOut is what a transaction runner returned.
@@ -93,7 +93,7 @@ type txOut[T any] struct {
 
 // runTx runs a transaction runner under the claim c and ends the claim as
 // its outcome says (see RunTx).
-func (g *Guard[T]) runTx(c *claim, run func(context.Context, *TxClaim[T]) (T, error, error)) (T, error) {
+func (g *Guard[T]) runTx(c *claim, run txRunner[T]) (T, error) {
 	var zero T
 	tc := &TxClaim[T]{Key: c.sk, Nonce: c.rec.Nonce, Attempt: c.rec.Attempt, g: g, c: c}
 	c.begin(c.callContext())

@@ -49,7 +49,7 @@ var backends = []backend{
 	{name: "filestore", open: openFile},
 	{name: "redis", open: openRedis},
 	{name: "postgres", open: openPostgres},
-	{name: "mariadb", open: openMySQL},
+	{name: "mysql", open: openMySQL},
 	{name: "dynamodb", open: openDynamo},
 }
 

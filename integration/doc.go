@@ -5,4 +5,21 @@
 // meet only here.
 //
 // It has no API and is never imported: it exists for its tests.
+//
+// # Linearizability
+//
+// TestLinearizable runs random concurrent histories (4 clients, 30
+// operations each, 3 keys: claims with fresh and retried nonces, takeover
+// thresholds of 2, 10 and 40 ms and 10 minutes, heartbeats, completions,
+// releases, reads and deletes) against memstore, filestore, Redis,
+// PostgreSQL, MySQL/MariaDB and DynamoDB Local, and checks each with
+// porcupine against a sequential model of the idem.Store contract
+// (model_test.go explains how it treats the stores' clocks). An illegal
+// history is logged with the operations on its key and the path of
+// porcupine's visualization. Flags:
+//
+//	go test -run TestLinearizable/redis -lin.histories=500 -lin.seed=42 .
+//
+// TestBrokenStoresRejected shows the check failing on two broken stores,
+// and TestModel the model on hand-written histories.
 package integration

@@ -1,13 +1,16 @@
+// Not published: tests that need several stores at once; users never import it.
 module github.com/idem-go/idem/integration
 
-go 1.25
+go 1.26.0
 
 require (
 	github.com/aws/aws-sdk-go-v2 v1.47.7
 	github.com/aws/aws-sdk-go-v2/credentials v1.20.15
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1
 	github.com/go-sql-driver/mysql v1.10.1
+	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/idemhttp v0.1.0
 	github.com/idem-go/idem/stores/dynamostore v0.1.0
 	github.com/idem-go/idem/stores/filestore v0.1.0
 	github.com/idem-go/idem/stores/redisstore v0.1.0
@@ -15,6 +18,8 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
+
+require github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect

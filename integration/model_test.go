@@ -17,11 +17,15 @@ import (
 // Time. A store decides expiry and staleness with its own clock (its
 // server's where it has one), which a history cannot observe. The model
 // treats the store's now as a nondeterministic choice, bounded by the
-// operation: an operation that took effect read a now between its call and
-// its return (the test records both in Unix milliseconds on the same host
-// as the servers, with clockSlack on either side for rounding), and the
-// store's clock never runs backwards along the linearization, so now is
-// also at least the call time of every operation linearized before it.
+// operation: an operation read a now between its call and its return (the
+// test records both in Unix milliseconds on the same host as the servers,
+// with clockSlack on either side for rounding), and a store's clock never
+// runs backwards along the linearization: an operation linearized after a
+// write reads a now no earlier than the write's call. Only writes bound
+// later operations so: a store may answer a read (Get, a claim that finds a
+// live record) without the key's lock, between the moment a write read its
+// now and the moment it took effect, so a read linearized before a write
+// says nothing about the write's now.
 //
 // The histories are built so that only staleness depends on time: leases
 // and completion TTLs (historyLease) are far longer than a history, so a
@@ -138,8 +142,8 @@ type linState struct {
 	// HbLo and HbHi bound the instant (store clock, Unix ms) the record's
 	// heartbeat was last set.
 	HbLo, HbHi int64
-	// Clock is a lower bound on the store's now: no operation linearized
-	// later can read an earlier time.
+	// Clock is a lower bound on the store's now: the call time of the
+	// last write. No operation linearized later reads an earlier time.
 	Clock int64
 }
 
@@ -161,8 +165,7 @@ func step(s linState, in linInput, out linOutput) (bool, linState) {
 	if nowLo > nowHi {
 		return false, s
 	}
-	next := s
-	next.Clock = nowLo
+	next := s // a write sets next.Clock = nowLo
 	owned := s.Exists && s.Rec.Nonce == in.Nonce
 	switch in.Op {
 	case opClaim:
@@ -181,6 +184,7 @@ func step(s linState, in linInput, out linOutput) (bool, linState) {
 			}
 			next.Exists, next.Live, next.Rec = true, true, want
 			next.TakeoverMs = in.TakeoverMs
+			next.Clock = nowLo
 			next.HbLo, next.HbHi = nowLo, nowHi
 			return true, next
 		}
@@ -212,6 +216,7 @@ func step(s linState, in linInput, out linOutput) (bool, linState) {
 	case opHeartbeat:
 		if owned && s.Live && s.Rec.Status == idem.StatusInProgress {
 			next.HbLo, next.HbHi = nowLo, nowHi
+			next.Clock = nowLo
 			return out.Err == errNone, next
 		}
 		return out.Err == errLost, next
@@ -221,12 +226,14 @@ func step(s linState, in linInput, out linOutput) (bool, linState) {
 		if owned {
 			next.Live = true
 			next.Rec.Status, next.Rec.Result = in.Status, in.Result
+			next.Clock = nowLo
 			return out.Err == errNone, next
 		}
 		return out.Err == errLost, next
 	case opRelease:
 		if owned && s.Rec.Status == idem.StatusInProgress {
 			next.Live = false
+			next.Clock = nowLo
 			return out.Err == errNone, next
 		}
 		return out.Err == errLost, next
@@ -236,7 +243,13 @@ func step(s linState, in linInput, out linOutput) (bool, linState) {
 		}
 		return out.Err == errNotFound, next
 	case opDelete:
-		return out.Err == errNone, linState{Clock: next.Clock}
+		if !s.Exists {
+			// Nothing to remove: a read, which bounds no later now (a
+			// store's DELETE need not wait for a claim that has read its
+			// now and not yet made its record visible).
+			return out.Err == errNone, next
+		}
+		return out.Err == errNone, linState{Clock: nowLo}
 	}
 	return false, s
 }

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # test.sh: the whole test suite on a fresh machine. It starts (installing
 # if needed) every backend the suite talks to, then runs format and lint
-# checks, the race-enabled tests of every package of every module, short fuzzing runs and
-# the store-operation budget check.
+# checks, the module check (scripts/proxycheck.sh: every module installs
+# from a module proxy built from the tree; the core pulls in no third-party
+# module), the race-enabled tests of every package of every module, short
+# fuzzing runs and the store-operation budget check.
 #
 #   scripts/test.sh                         # backends may be skipped if absent
 #   IDEM_REQUIRE_BACKENDS=1 scripts/test.sh # a missing backend fails (CI)
@@ -36,8 +38,8 @@ step "staticcheck"
 go run "$STATICCHECK" -version
 go run "$STATICCHECK" $PKGS
 
-step "module rule: the core module requires no third-party module"
-scripts/core-deps.sh
+step "modules install from a module proxy; the core requires no third-party module"
+scripts/proxycheck.sh
 
 step "go test -race"
 go test -race -count=1 -timeout 25m $PKGS

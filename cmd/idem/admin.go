@@ -145,8 +145,8 @@ const unlockAbout = `Releases the in-progress claim of KEY, so the next run of K
 command at once instead of waiting for the claim to go stale. The record is
 kept, expired, so fencing tokens keep counting up. A completed or failed
 record is refused (exit 77) unless -force is given; -force deletes the record
-whatever its state, and a run still holding it stops its command at its next
-heartbeat.
+whatever its state (and its steps, as Guard.Forget does), and a run still
+holding it stops its command at its next heartbeat.
 `
 
 func (c *cli) unlockCmd(ctx context.Context, args []string) int {
@@ -163,7 +163,13 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) int {
 	}
 	defer st.Close()
 	if *force {
-		if err := st.Delete(ctx, sk); err != nil {
+		// Guard.Forget, as a program would forget the key: the record and
+		// its steps, whatever its state.
+		g, _, code := c.storageKey(st, &k)
+		if code != 0 {
+			return code
+		}
+		if err := g.Forget(ctx, k.key); err != nil {
 			c.errorf("%v", err)
 			return exitFor(err)
 		}
@@ -190,8 +196,8 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) int {
 	return exitOK
 }
 
-const purgeAbout = `Deletes expired records from a file store. Redis and DynamoDB expire
-records natively, so there is nothing to do there.
+const purgeAbout = `Deletes expired records from a file or SQL store. Redis and DynamoDB
+expire records natively, so there is nothing to do there.
 `
 
 func (c *cli) purgeCmd(ctx context.Context, args []string) int {
@@ -236,6 +242,13 @@ func (c *cli) purgeCmd(ctx context.Context, args []string) int {
 		fmt.Fprintln(c.stdout, "nothing to purge: Redis deletes expired records itself (PEXPIREAT at expiry plus a safety buffer)")
 	case kindDynamoDB:
 		fmt.Fprintln(c.stdout, "nothing to purge: DynamoDB deletes expired records itself (TTL attribute \"ttl\"; deletion can lag by hours, and expired records never count)")
+	case kindSQL:
+		n, err := st.purge(ctx, *grace)
+		if err != nil {
+			c.errorf("%v", err)
+			return exitFor(err)
+		}
+		fmt.Fprintf(c.stdout, "purged %d expired records from %s\n", n, st.desc)
 	}
 	return exitOK
 }

@@ -298,8 +298,8 @@ func TestStoreSpecs(t *testing.T) {
 		code      int
 		stderrHas string
 	}{
-		{"nonsense", exitConfig, "want file:DIR"},
-		{"ftp://host/x", exitConfig, "unknown store kind"},
+		{"nonsense", exitConfig, "want one of file:DIR"},
+		{"ftp://host/x", exitConfig, "unknown store kind \"ftp\"; the kinds are file:DIR"},
 		{"file://otherhost/x", exitConfig, "local"},
 		{"file:" + unsafe, exitConfig, "writable"},
 		{"redis://user:hunter2@127.0.0.1:1/0?bogus=1", exitConfig, "xxxxx"},

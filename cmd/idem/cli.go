@@ -59,8 +59,13 @@ Stores (-store, default $IDEM_STORE, else a directory in the user cache):
   file:/path/to/dir                     processes on one host
   redis://[user:pass@]host:port/db[?prefix=P]   (rediss:// for TLS)
   redis-cluster://host:port[?addr=host2:port2&prefix=P]
+      with replicas, one of: replica-ack=N[&replica-ack-timeout=100ms]
+      (wait for N replicas) or async-replication=accept
   dynamodb://TABLE[?region=R&endpoint=URL&create=1&pk=pk&sk=sk&prefix=P]
+  postgres://user:pass@host:port/db[?table=T&migrate=1&sslmode=...]
+  mysql://user:pass@host:port/db[?table=T&migrate=1&tls=...]   (MySQL or MariaDB)
   mem:[NAME]                            in memory, for tests
+  migrate=1 creates the SQL table if it is missing: give it on the first run.
 
 Environment:
   IDEM_SECRET         HMAC secret for storage keys and payload hashes (shared by all hosts)
@@ -171,7 +176,7 @@ type keyFlags struct {
 
 func (c *cli) addStoreFlag(fs *flag.FlagSet, dst *string) {
 	def := c.getenv("IDEM_STORE")
-	help := "`URL` of the store where records live: file:DIR, redis://..., redis-cluster://..., dynamodb://TABLE?..., mem:"
+	help := "`URL` of the store where records live: file:DIR, redis://..., redis-cluster://..., dynamodb://TABLE?..., postgres://..., mysql://..., mem:"
 	if def == "" {
 		help += " (default $IDEM_STORE, else file:" + defaultStoreDir() + ")"
 	}
@@ -217,7 +222,7 @@ func (c *cli) storageKey(st idem.Store, k *keyFlags, extra ...idem.Option) (*ide
 	}
 	g, err := idem.New[outcome](st, append(opts, extra...)...)
 	if err != nil {
-		c.errorf("%v", err)
+		c.errorf("%s", flagMessage(err))
 		return nil, "", exitUsage
 	}
 	sk, err := g.StorageKey(k.key)
@@ -312,4 +317,43 @@ func formatMs(ms int64) string {
 		return ""
 	}
 	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+// optionFlags names the flag or environment variable behind each Guard
+// option the command sets, so that a rejected option is reported in the
+// shell user's terms rather than as a Go option name.
+var optionFlags = map[string]string{
+	"WithTTL":           "-ttl",
+	"WithTakeoverAfter": "-takeover-after",
+	"WithHeartbeat":     "-heartbeat",
+	"OnDuplicate":       "-on-duplicate",
+	"OnFailure":         "-on-failure",
+	"WithNamespace":     "-tenant/-scope",
+	"WithSecret":        "IDEM_SECRET",
+	"RequireSecret":     "-require-secret",
+}
+
+// flagMessage is err as a shell user should read it: every
+// *idem.OptionError of the command's own options becomes "-flag: reason",
+// joined by "; ".
+func flagMessage(err error) string {
+	var msgs []string
+	var walk func(error)
+	walk = func(e error) {
+		if oe, ok := e.(*idem.OptionError); ok {
+			if f, ok := optionFlags[oe.Option]; ok {
+				msgs = append(msgs, f+": "+oe.Reason)
+				return
+			}
+		}
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		msgs = append(msgs, e.Error())
+	}
+	walk(err)
+	return strings.Join(msgs, "; ")
 }

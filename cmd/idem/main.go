@@ -123,11 +123,20 @@
 //	redis://[user:pass@]host:port/db?prefix=P
 //	rediss://...                 Redis (TLS); hosts sharing one server
 //	redis-cluster://host:port?addr=host2:port2&prefix=P
-//	                             Redis Cluster
+//	                             Redis Cluster; a master with replicas needs
+//	                             replica-ack=N (and replica-ack-timeout=D,
+//	                             default 100ms) or async-replication=accept
 //	dynamodb://TABLE?region=R&endpoint=URL&create=1
 //	                             DynamoDB; credentials from the default AWS
 //	                             chain (environment, profile, instance role);
 //	                             create=1 creates the table if it is missing
+//	postgres://user:pass@host:port/db?table=T&migrate=1
+//	                             PostgreSQL (pgx driver; its parameters, such
+//	                             as sslmode, pass through)
+//	mysql://user:pass@host:port/db?table=T&migrate=1
+//	                             MySQL or MariaDB (go-sql-driver/mysql; its
+//	                             parameters, such as tls, pass through);
+//	                             migrate=1 creates the table if it is missing
 //	mem:[NAME]                   in memory, for tests: nothing outlives the process
 //
 // Redis URLs take go-redis's query options (dial_timeout, read_timeout,

@@ -2,16 +2,22 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem"
@@ -19,6 +25,7 @@ import (
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/redisstore"
+	"github.com/idem-go/idem/stores/sqlstore"
 )
 
 // Store kinds.
@@ -27,7 +34,11 @@ const (
 	kindMem      = "mem"
 	kindRedis    = "redis"
 	kindDynamoDB = "dynamodb"
+	kindSQL      = "sql"
 )
+
+// knownStoreKinds is what -store accepts, for messages.
+const knownStoreKinds = "file:DIR, mem:[NAME], redis://, rediss://, redis-cluster://, dynamodb://TABLE, postgres://, mysql://"
 
 // Default and DynamoDB limits of the captured standard output.
 const (
@@ -45,6 +56,8 @@ type openedStore struct {
 	file  *filestore.Store
 	mem   *memstore.Store
 	close func() error
+	// purge deletes the records expired for longer than grace (SQL).
+	purge func(ctx context.Context, grace time.Duration) (int, error)
 }
 
 // Close releases the store's connections.
@@ -88,7 +101,7 @@ func openStore(ctx context.Context, spec string) (*openedStore, error) {
 	}
 	scheme, rest, ok := strings.Cut(spec, ":")
 	if !ok {
-		return nil, &StoreConfigError{spec, "want file:DIR, redis://..., redis-cluster://..., dynamodb://TABLE or mem:"}
+		return nil, &StoreConfigError{spec, "want one of " + knownStoreKinds}
 	}
 	switch strings.ToLower(scheme) {
 	case "file":
@@ -112,8 +125,12 @@ func openStore(ctx context.Context, spec string) (*openedStore, error) {
 		return openRedis(spec, true)
 	case "dynamodb":
 		return openDynamo(ctx, spec)
+	case "postgres", "postgresql":
+		return openSQL(ctx, spec, sqlstore.Postgres)
+	case "mysql":
+		return openSQL(ctx, spec, sqlstore.MySQL)
 	}
-	return nil, &StoreConfigError{redact(spec), "unknown store kind " + scheme}
+	return nil, &StoreConfigError{redact(spec), fmt.Sprintf("unknown store kind %q; the kinds are %s", scheme, knownStoreKinds)}
 }
 
 func openFile(spec, rest string) (*openedStore, error) {
@@ -165,6 +182,30 @@ func openRedis(spec string, cluster bool) (*openedStore, error) {
 	var opts []redisstore.Option
 	if prefix != "" {
 		opts = append(opts, redisstore.WithPrefix(prefix))
+	}
+	// A master with replicas needs an explicit choice (redisstore refuses
+	// to claim otherwise): replica-ack=N[&replica-ack-timeout=D] waits for
+	// N replicas, async-replication=accept accepts that a claim lost in a
+	// failover can run the command twice.
+	if v := takeParam(u, "replica-ack"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, &StoreConfigError{redact(spec), "replica-ack: not a number: " + v}
+		}
+		timeout := 100 * time.Millisecond
+		if tv := takeParam(u, "replica-ack-timeout"); tv != "" {
+			if timeout, err = time.ParseDuration(tv); err != nil {
+				return nil, &StoreConfigError{redact(spec), "replica-ack-timeout: " + err.Error()}
+			}
+		}
+		opts = append(opts, redisstore.WithReplicaAck(n, timeout))
+	}
+	switch v := takeParam(u, "async-replication"); v {
+	case "":
+	case "accept":
+		opts = append(opts, redisstore.AcceptAsyncReplication())
+	default:
+		return nil, &StoreConfigError{redact(spec), "async-replication: want accept, got " + v}
 	}
 	var client interface {
 		redisstore.Client
@@ -264,6 +305,101 @@ func openDynamo(ctx context.Context, spec string) (*openedStore, error) {
 		return nil, &StoreConfigError{redact(spec), "create must be 1 or 0"}
 	}
 	return &openedStore{Store: s, kind: kindDynamoDB, desc: "dynamodb table " + table}, nil
+}
+
+// openSQL opens a PostgreSQL (postgres://, with the pgx driver) or
+// MySQL/MariaDB (mysql://user:pass@host:port/db, with go-sql-driver/mysql)
+// store. Its own parameters are table (default sqlstore's) and migrate=1,
+// which creates the table if it is missing; every other parameter goes to
+// the driver.
+func openSQL(ctx context.Context, spec string, dialect sqlstore.Dialect) (*openedStore, error) {
+	u, err := url.Parse(spec)
+	if err != nil {
+		return nil, &StoreConfigError{redact(spec), "not a URL"}
+	}
+	table := takeParam(u, "table")
+	migrate := takeParam(u, "migrate")
+	var driver, dsn string
+	switch dialect {
+	case sqlstore.Postgres:
+		driver, dsn = "pgx", u.String()
+	case sqlstore.MySQL:
+		driver = "mysql"
+		if dsn, err = mysqlDSN(u); err != nil {
+			return nil, &StoreConfigError{redact(spec), err.Error()}
+		}
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		return nil, &StoreConfigError{redact(spec), err.Error()}
+	}
+	var opts []sqlstore.Option
+	if table != "" {
+		opts = append(opts, sqlstore.WithTable(table))
+	}
+	s, err := sqlstore.New(db, dialect, opts...)
+	if err != nil {
+		_ = db.Close()
+		return nil, &StoreConfigError{redact(spec), err.Error()}
+	}
+	closeAll := func() error {
+		err := s.Close()
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	}
+	switch migrate {
+	case "", "0", "false":
+	case "1", "true":
+		if err := s.Migrate(ctx); err != nil {
+			_ = closeAll()
+			return nil, fmt.Errorf("migrate: %w", &idem.StoreError{Op: "migrate", Err: err})
+		}
+	default:
+		_ = closeAll()
+		return nil, &StoreConfigError{redact(spec), "migrate must be 1 or 0"}
+	}
+	return &openedStore{
+		Store: s, kind: kindSQL, desc: dialect.String() + " " + redact(spec),
+		close: closeAll,
+		purge: func(ctx context.Context, grace time.Duration) (int, error) {
+			p, err := sqlstore.New(db, dialect, append(opts, sqlstore.WithRetention(grace))...)
+			if err != nil {
+				return 0, err
+			}
+			return p.Purge(ctx)
+		},
+	}, nil
+}
+
+// mysqlDSN turns mysql://user:pass@host:port/db?params into the driver's
+// user:pass@tcp(host:port)/db?params.
+func mysqlDSN(u *url.URL) (string, error) {
+	cfg := mysql.NewConfig()
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	cfg.Net = "tcp"
+	cfg.Addr = u.Host
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:3306"
+	} else if u.Port() == "" {
+		cfg.Addr = net.JoinHostPort(u.Hostname(), "3306")
+	}
+	cfg.DBName = strings.TrimPrefix(u.Path, "/")
+	if cfg.DBName == "" || strings.Contains(cfg.DBName, "/") {
+		return "", fmt.Errorf("want mysql://user:pass@host:port/DATABASE")
+	}
+	dsn := cfg.FormatDSN()
+	if u.RawQuery != "" {
+		dsn += "?" + u.RawQuery
+	}
+	if _, err := mysql.ParseDSN(dsn); err != nil {
+		return "", err
+	}
+	return dsn, nil
 }
 
 // redact hides the password of a store URL.

@@ -41,26 +41,14 @@ const tmpPrefix = ".tmp-"
 type Option func(*config)
 
 type config struct {
-	clock     func() time.Time
-	retention time.Duration
-	sync      bool
-	errs      []error
-}
-
-func (c *config) invalid(option, format string, args ...any) {
-	c.errs = append(c.errs, &idem.OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
+	storekit.Options
+	sync bool
 }
 
 // WithClock sets the clock that decides expiry and staleness (default
 // time.Now). Tests use it to drive time.
 func WithClock(now func() time.Time) Option {
-	return func(c *config) {
-		if now == nil {
-			c.invalid("WithClock", "clock is nil")
-			return
-		}
-		c.clock = now
-	}
+	return func(c *config) { c.SetClock(now) }
 }
 
 // DefaultRetention is how long a record is kept past its ExpiresAt before
@@ -73,13 +61,7 @@ const DefaultRetention = time.Minute
 // token, of a recently expired or released key monotonic for that long.
 // Every store of this module has this option with this meaning.
 func WithRetention(d time.Duration) Option {
-	return func(c *config) {
-		if d < 0 {
-			c.invalid("WithRetention", "retention must not be negative, got %v", d)
-			return
-		}
-		c.retention = d
-	}
+	return func(c *config) { c.SetRetention(d) }
 }
 
 // WithoutSync skips the fsync of each written record and of the directory.
@@ -110,19 +92,19 @@ var _ idem.Store = (*Store)(nil)
 // and reports every invalid argument or option, joined, each an
 // *idem.OptionError matching idem.ErrInvalidOption.
 func New(dir string, opts ...Option) (*Store, error) {
-	c := config{clock: time.Now, sync: true, retention: DefaultRetention}
+	c := config{Options: storekit.Options{Now: time.Now, Retention: DefaultRetention}, sync: true}
 	if dir == "" {
-		c.invalid("dir", "directory is empty")
+		c.Invalid("dir", "directory is empty")
 	}
 	for _, o := range opts {
 		if o == nil {
-			c.invalid("New", "nil option")
+			c.Invalid("New", "nil option")
 			continue
 		}
 		o(&c)
 	}
-	if len(c.errs) > 0 {
-		return nil, errors.Join(c.errs...)
+	if err := c.Err(); err != nil {
+		return nil, err
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -141,13 +123,13 @@ func New(dir string, opts ...Option) (*Store, error) {
 	}
 	s := &Store{
 		dir:       abs,
-		now:       c.clock,
-		retention: c.retention,
+		now:       c.Now,
+		retention: c.Retention,
 		sync:      c.sync,
 		stripes:   newStripes(lockDir),
 		hub:       hubFor(canon),
 	}
-	s.kit = storekit.NewLocked(files{s}, storekit.LockedConfig{Name: "filestore", Now: c.clock, Changed: s.hub.Notify})
+	s.kit = storekit.NewLocked(files{s}, storekit.LockedConfig{Name: "filestore", Now: c.Now, Changed: s.hub.Notify})
 	return s, nil
 }
 

@@ -14,8 +14,6 @@ package memstore
 import (
 	"container/heap"
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -50,26 +48,12 @@ type entry struct {
 // invalid one as an *idem.OptionError matching idem.ErrInvalidOption.
 type Option func(*config)
 
-type config struct {
-	now       func() time.Time
-	retention time.Duration
-	errs      []error
-}
-
-func (c *config) invalid(option, format string, args ...any) {
-	c.errs = append(c.errs, &idem.OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
-}
+type config struct{ storekit.Options }
 
 // WithClock sets the store's clock (default time.Now), for tests and for
 // users with a trusted time source. A nil clock is an invalid option.
 func WithClock(now func() time.Time) Option {
-	return func(c *config) {
-		if now == nil {
-			c.invalid("WithClock", "clock is nil")
-			return
-		}
-		c.now = now
-	}
+	return func(c *config) { c.SetClock(now) }
 }
 
 // DefaultRetention is how long a record is kept past its ExpiresAt before
@@ -81,31 +65,25 @@ const DefaultRetention = time.Minute
 // after goes on counting attempts and fencing tokens stay monotonic.
 // Default one minute; 0 purges at once; negative is an invalid option.
 func WithRetention(d time.Duration) Option {
-	return func(c *config) {
-		if d < 0 {
-			c.invalid("WithRetention", "retention must not be negative, got %v", d)
-			return
-		}
-		c.retention = d
-	}
+	return func(c *config) { c.SetRetention(d) }
 }
 
 // New returns an empty Store. Every invalid option is reported, joined,
 // each an *idem.OptionError matching idem.ErrInvalidOption.
 func New(opts ...Option) (*Store, error) {
-	c := config{now: time.Now, retention: DefaultRetention}
+	c := config{storekit.Options{Now: time.Now, Retention: DefaultRetention}}
 	for _, o := range opts {
 		if o == nil {
-			c.invalid("New", "nil option")
+			c.Invalid("New", "nil option")
 			continue
 		}
 		o(&c)
 	}
-	if len(c.errs) > 0 {
-		return nil, errors.Join(c.errs...)
+	if err := c.Err(); err != nil {
+		return nil, err
 	}
 	m := &memory{
-		now: c.now, sweepN: 16, retention: c.retention,
+		now: c.Now, sweepN: 16, retention: c.Retention,
 		records: make(map[string]*entry),
 	}
 	kit := storekit.NewLocked(m, storekit.LockedConfig{Name: "memstore", Now: m.now, Changed: m.watch.Notify})

@@ -152,6 +152,10 @@ func TestFaultResetNoRetry(t *testing.T) {
 		tok, _ := idem.FencingToken(ctx)
 		return int(tok), nil
 	}
+	// A first claim elsewhere, so the store's replica check is done
+	// before the fault.
+	_, err = s.Claim(ctx, claimReq(storageKey(), "warm-up"))
+	require.NoError(t, err)
 	fp.add("reset", "reset_peer", "downstream", map[string]any{"timeout": 0})
 	_, err = g.Do(ctx, "k", fn)
 	require.Error(t, err)

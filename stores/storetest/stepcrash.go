@@ -275,10 +275,12 @@ func stepChild(cfg StepCrashConfig) int {
 		case point == "in2" && c == "stop2":
 			// Stopped here; once resumed, the step's own claim has been
 			// taken over: wait until its heartbeat notices (the step's
-			// context ends) or a few thresholds, then return.
+			// context ends), then return. (The minute is a safety net
+			// only: a slow parent may take long to send SIGSTOP, and the
+			// step must still be in flight when it does.)
 			select {
 			case <-ctx.Done():
-			case <-time.After(4 * to):
+			case <-time.After(time.Minute):
 			}
 		case point == "in2":
 			time.Sleep(time.Hour) // killed here

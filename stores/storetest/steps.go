@@ -208,11 +208,13 @@ func (su *suite) stepsRunOnce(t *testing.T, s idem.Store) {
 	if err != nil || v != "s1=a s2=a s3=a" {
 		t.Fatalf("Do = %q, %v", v, err)
 	}
-	if n := inst.Total(); n != 9 {
+	// Heartbeats are left out: on a slow machine a step may outlast the
+	// suite's short heartbeat interval.
+	if n := inst.Total() - inst.Count(OpHeartbeat); n != 9 {
 		t.Errorf("a fresh call of three steps cost %d store operations, want 9 (claim, epoch, 3 x 2, complete)", n)
 	}
 	inst.Reset()
-	if v, err = g.Do(ctxT(t), key, fn); err != nil || v != "s1=a s2=a s3=a" || inst.Total() != 1 {
+	if v, err = g.Do(ctxT(t), key, fn); err != nil || v != "s1=a s2=a s3=a" || inst.Total()-inst.Count(OpHeartbeat) != 1 {
 		t.Errorf("replay = %q, %v with %d store operations, want the result with 1", v, err, inst.Total())
 	}
 	checkStepRuns(t, runs, false)

@@ -1,0 +1,127 @@
+package integration
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+	"github.com/idem-go/idem/stores/memstore"
+)
+
+// nonceBlindStore is a memstore whose Complete ignores the nonce: it
+// completes whatever live record holds the key, as a store that forgot the
+// ownership check would.
+type nonceBlindStore struct{ *memstore.Store }
+
+func (s nonceBlindStore) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+	if rec, err := s.Get(ctx, key); err == nil {
+		nonce = rec.Nonce
+	}
+	return s.Store.Complete(ctx, key, nonce, c)
+}
+
+// checkThenSetStore is a map store whose Claim reads the record, decides,
+// and writes in a second step: a claim by another caller can run in
+// between. Its other operations hold the lock throughout, as memstore's do.
+type checkThenSetStore struct {
+	mu   sync.Mutex
+	recs map[string]*idem.Record
+}
+
+func nowMs() int64 { return time.Now().UnixMilli() }
+
+func (s *checkThenSetStore) Claim(_ context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+	s.mu.Lock()
+	cur := s.recs[req.Key].Clone()
+	s.mu.Unlock()
+	time.Sleep(50 * time.Microsecond) // the gap between the check and the set
+	d := storekit.DecideClaim(cur, req, nowMs())
+	if d.Write {
+		s.mu.Lock()
+		s.recs[req.Key] = d.Record.Clone()
+		s.mu.Unlock()
+	}
+	return d.Result(), nil
+}
+
+// update applies f to key's record under the lock.
+func (s *checkThenSetStore) update(key string, f func(cur *idem.Record, now int64) (*idem.Record, error)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next, err := f(s.recs[key], nowMs())
+	if err == nil {
+		s.recs[key] = next
+	}
+	return err
+}
+
+func (s *checkThenSetStore) Heartbeat(_ context.Context, key, nonce string, leaseTTL time.Duration) error {
+	return s.update(key, func(cur *idem.Record, now int64) (*idem.Record, error) {
+		return storekit.ApplyHeartbeat(cur, nonce, leaseTTL, now)
+	})
+}
+
+func (s *checkThenSetStore) Complete(_ context.Context, key, nonce string, c idem.Completion) error {
+	return s.update(key, func(cur *idem.Record, now int64) (*idem.Record, error) {
+		return storekit.ApplyComplete(cur, nonce, c, now)
+	})
+}
+
+func (s *checkThenSetStore) Release(_ context.Context, key, nonce string) error {
+	return s.update(key, func(cur *idem.Record, now int64) (*idem.Record, error) {
+		return storekit.ApplyRelease(cur, nonce, now)
+	})
+}
+
+func (s *checkThenSetStore) Get(_ context.Context, key string) (*idem.Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return storekit.Found(s.recs[key].Clone(), nowMs())
+}
+
+func (s *checkThenSetStore) Delete(_ context.Context, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.recs, key)
+	return nil
+}
+
+// TestBrokenStoresRejected: the check is able to fail. Two stores that break
+// the contract under concurrency must each produce a history porcupine
+// finds illegal, within a bounded number of random histories (in practice
+// the first few).
+func TestBrokenStoresRejected(t *testing.T) {
+	const maxHistories = 300
+	for _, tc := range []struct {
+		name string
+		open func(t *testing.T) idem.Store
+	}{
+		{"complete_ignores_nonce", func(t *testing.T) idem.Store { return nonceBlindStore{openMem(t).(*memstore.Store)} }},
+		{"claim_check_then_set", func(*testing.T) idem.Store { return &checkThenSetStore{recs: map[string]*idem.Record{}} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := tc.open(t)
+			seed := firstSeed()
+			for i := range maxHistories {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				ops, err := runHistory(ctx, s, defaultHistory, seed+uint64(i))
+				cancel()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v := check(ops); v.result == porcupine.Illegal {
+					t.Logf("rejected after %d histories (seed %d); on the illegal key:\n%s",
+						i+1, seed+uint64(i), formatKeyHistory(ops, illegalKeys(ops)[0]))
+					return
+				}
+			}
+			t.Fatalf("porcupine accepted %d histories of a broken store (seeds from %d)", maxHistories, seed)
+		})
+	}
+}
