@@ -134,10 +134,31 @@ func (k keyer) storageKey(key string) (string, error) {
 }
 
 func (k keyer) payloadHash(v any) (string, error) {
+	if s, ok := v.(string); ok && plainASCII(s) {
+		// The canonical JSON of a string of printable ASCII other than
+		// '"' and '\\' is the string in double quotes (nothing to escape):
+		// no encoder needed for the common payload of a hash or an id.
+		var buf [256]byte
+		b := appendField(buf[:0], "idem/payload/v1")
+		b = append(b, '"')
+		b = append(b, s...)
+		b = append(b, '"')
+		return k.sum("", b), nil
+	}
 	c, err := CanonicalJSON(v)
 	if err != nil {
 		return "", &KeyError{Reason: "payload cannot be encoded", Err: err, Payload: true}
 	}
 	b := appendField(make([]byte, 0, 32+len(c)), "idem/payload/v1")
 	return k.sum("", append(b, c...)), nil
+}
+
+// plainASCII reports whether s is printable ASCII without '"' or '\\'.
+func plainASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }

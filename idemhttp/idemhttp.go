@@ -13,7 +13,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
-	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/idem-go/idem"
@@ -30,6 +30,8 @@ const ReplayedHeader = "Idempotent-Replayed"
 type Middleware struct {
 	cfg   config
 	guard *idem.Guard[response]
+	// anonymous is the key prefix of the empty principal (no WithPrincipal).
+	anonymous string
 }
 
 // response is what is recorded for a replay.
@@ -40,6 +42,12 @@ type response struct {
 	// Omitted is set when the body was over the record limit: the first
 	// caller got it, replays get ProblemResponseNotRecorded.
 	Omitted bool `json:"omitted,omitempty"`
+
+	// wire is the header section of a record in the current format, and
+	// wireValues its number of values: decoded into the replay's header
+	// map directly (see setHeaders), not into Header.
+	wire       []byte
+	wireValues int
 }
 
 // errNotRecorded makes the Guard release the claim of a response the
@@ -65,7 +73,9 @@ func New(store idem.Store, opts ...Option) (*Middleware, error) {
 		}
 		o(&c)
 	}
-	g, err := idem.New[response](store, c.guardOpts...)
+	// The recorded response has a format of its own (see record.go): a
+	// codec given to WithGuard is overridden.
+	g, err := idem.New[response](store, append(c.guardOpts[:len(c.guardOpts):len(c.guardOpts)], idem.WithCodec(recordCodec{}))...)
 	if err != nil {
 		c.errs = append(c.errs, err)
 	} else if g.Policies().Failure == idem.Lock {
@@ -74,7 +84,7 @@ func New(store idem.Store, opts ...Option) (*Middleware, error) {
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
 	}
-	return &Middleware{cfg: c, guard: g}, nil
+	return &Middleware{cfg: c, guard: g, anonymous: principalPrefix("")}, nil
 }
 
 // Handler returns next guarded by m. It panics if next is nil, as
@@ -121,10 +131,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	fp := m.fingerprint(r, body)
-	// The principal is hashed to a fixed length, so no principal/key pair
-	// can be spelled like another.
-	ph := sha256.Sum256([]byte(principal))
-	scoped := hex.EncodeToString(ph[:]) + ":" + key
+	scoped := m.anonymous + key
+	if principal != "" {
+		scoped = principalPrefix(principal) + key
+	}
 
 	ran := false
 	v, err := m.guard.Do(r.Context(), scoped, func(ctx context.Context) (response, error) {
@@ -161,6 +171,16 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 }
 
+// principalPrefix is the key prefix of a principal: its hash, so no
+// principal/key pair can be spelled like another, and a colon.
+func principalPrefix(principal string) string {
+	ph := sha256.Sum256([]byte(principal))
+	var b [2*sha256.Size + 1]byte
+	hex.Encode(b[:], ph[:])
+	b[len(b)-1] = ':'
+	return string(b[:])
+}
+
 // readBody reads the whole request body, up to the limit, and hands the
 // request a copy. ok is false when a problem has been written instead.
 func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []byte, ok bool) {
@@ -179,7 +199,23 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []by
 	if limit < math.MaxInt64 {
 		limit++ // one byte more tells a body over the limit
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit))
+	var err error
+	if cl := r.ContentLength; cl >= 0 {
+		// The length is known: one buffer, with a byte more to tell a body
+		// longer than announced.
+		buf := make([]byte, cl+1)
+		n, rerr := io.ReadFull(r.Body, buf)
+		switch {
+		case rerr == io.EOF || rerr == io.ErrUnexpectedEOF:
+			body = buf[:n]
+		case rerr != nil:
+			err = rerr
+		default: // more than announced: read on, up to the limit
+			body, err = io.ReadAll(io.LimitReader(io.MultiReader(bytes.NewReader(buf), r.Body), limit))
+		}
+	} else {
+		body, err = io.ReadAll(io.LimitReader(r.Body, limit))
+	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		// A limit set before the middleware (http.MaxBytesReader) is
@@ -204,21 +240,16 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []by
 // query, the SHA-256 of the body, and the fingerprinted headers (Host read
 // from r.Host, where net/http puts it), each length-prefixed.
 func (m *Middleware) fingerprint(r *http.Request, body []byte) string {
-	h := sha256.New()
-	field := func(s string) {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-		h.Write(n[:])
-		h.Write([]byte(s))
-	}
-	field("idemhttp/fingerprint/v1")
-	field(r.Method)
-	field(r.URL.EscapedPath())
-	field(r.URL.RawQuery)
+	var buf [512]byte
+	b := appendField(buf[:0], "idemhttp/fingerprint/v1")
+	b = appendField(b, r.Method)
+	b = appendField(b, r.URL.EscapedPath())
+	b = appendField(b, r.URL.RawQuery)
 	bs := sha256.Sum256(body)
-	field(string(bs[:]))
+	b = binary.BigEndian.AppendUint64(b, uint64(len(bs)))
+	b = append(b, bs[:]...)
 	for _, name := range m.cfg.fpHeaders {
-		field(name)
+		b = appendField(b, name)
 		vals := r.Header.Values(name)
 		if name == "Host" {
 			// net/http moves a server request's Host header to r.Host.
@@ -227,12 +258,24 @@ func (m *Middleware) fingerprint(r *http.Request, body []byte) string {
 				vals = []string{r.Host}
 			}
 		}
-		field(fmt.Sprint(len(vals)))
+		var n [20]byte
+		count := strconv.AppendInt(n[:0], int64(len(vals)), 10)
+		b = binary.BigEndian.AppendUint64(b, uint64(len(count)))
+		b = append(b, count...)
 		for _, v := range vals {
-			field(v)
+			b = appendField(b, v)
 		}
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	sum := sha256.Sum256(b)
+	var hexed [2 * sha256.Size]byte
+	hex.Encode(hexed[:], sum[:])
+	return string(hexed[:])
+}
+
+// appendField appends s, length-prefixed.
+func appendField(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+	return append(b, s...)
 }
 
 // run serves a first request: the handler writes to the client through a
@@ -241,7 +284,10 @@ func (m *Middleware) run(ctx context.Context, w http.ResponseWriter, r *http.Req
 	rec := &recorder{w: w, max: m.cfg.maxRecordedBody}
 	// Headers set in front of the middleware (a request id, CORS) are not
 	// the handler's: the layers in front set them on each replay too.
-	before := w.Header().Clone()
+	var before http.Header
+	if len(w.Header()) > 0 {
+		before = w.Header().Clone()
+	}
 	r2 := r.WithContext(ctx)
 	if body != nil {
 		r2.Body = io.NopCloser(bytes.NewReader(body))
@@ -305,9 +351,10 @@ func handlerSet(before, sent http.Header) http.Header {
 // (and those named in Connection), trailers (those named in Trailer, which
 // net/http sends after the body, not as headers), the middleware's own, and
 // Set-Cookie unless WithReplaySetCookie. The Connection and Trailer fields
-// are read from sent, the whole header map.
+// are read from sent, the whole header map. h is changed in place (it is
+// the map handlerSet made).
 func (m *Middleware) recordable(h, sent http.Header) http.Header {
-	out := h.Clone()
+	out := h
 	for _, c := range append(sent.Values("Connection"), sent.Values("Trailer")...) {
 		for _, name := range strings.Split(c, ",") {
 			if name = textproto.TrimString(name); name != "" {
@@ -343,14 +390,7 @@ func (m *Middleware) replay(w http.ResponseWriter, v response) {
 			OriginalStatus: v.Status}, 0)
 		return
 	}
-	keys := make([]string, 0, len(v.Header))
-	for k := range v.Header {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		h[k] = append([]string(nil), v.Header[k]...)
-	}
+	v.setHeaders(h)
 	h.Set(ReplayedHeader, "true")
 	w.WriteHeader(v.Status)
 	if len(v.Body) > 0 {

@@ -201,7 +201,9 @@ func WithReplaySetCookie() Option {
 // instead of getting a 409). The failure policy must stay at its default
 // (idem.Unlock): the middleware uses it to release the claim of a response
 // it does not record, so New refuses idem.OnFailure(idem.Lock) (to replay
-// 5xx responses instead, use WithRecordStatus).
+// 5xx responses instead, use WithRecordStatus). Recorded responses have a
+// versioned format of the middleware's own: an idem.WithCodec given here
+// is overridden.
 func WithGuard(opts ...idem.Option) Option {
 	return func(c *config) { c.guardOpts = append(c.guardOpts, opts...) }
 }

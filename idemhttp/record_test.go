@@ -1,0 +1,157 @@
+package idemhttp
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"testing"
+)
+
+// headersOf returns the headers a replay of r sets.
+func headersOf(r *response) http.Header {
+	h := http.Header{}
+	r.setHeaders(h)
+	return h
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	for _, r := range []response{
+		{Status: 201, Header: http.Header{"Content-Type": {"application/json"}, "X-Multi": {"a", "b"}, "Date": nil}, Body: []byte(`{"id":1}`)},
+		{Status: 200},
+		{Status: 204, Header: http.Header{"X-Empty": {""}}},
+		{Status: 409, Omitted: true},
+		{Status: 999, Body: bytes.Repeat([]byte{0, 1, 0xff}, 1000)},
+	} {
+		b, err := recordCodec{}.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got response
+		if err := (recordCodec{}).Unmarshal(b, &got); err != nil {
+			t.Fatalf("%+v: %v", r, err)
+		}
+		if got.Status != r.Status || got.Omitted != r.Omitted || !bytes.Equal(got.Body, r.Body) {
+			t.Fatalf("decoded %+v, want %+v", got, r)
+		}
+		want := http.Header{}
+		for k, v := range r.Header {
+			want[k] = append([]string(nil), v...)
+		}
+		if h := headersOf(&got); !reflect.DeepEqual(h, want) {
+			t.Fatalf("headers %#v, want %#v", h, want)
+		}
+	}
+}
+
+// TestRecordDecodesVersion1 checks that a record written by earlier
+// releases (JSON, the body in base64) still replays.
+func TestRecordDecodesVersion1(t *testing.T) {
+	v1 := []byte(`{"status":201,"header":{"Content-Type":["application/json"],"Date":null},"body":"eyJpZCI6MX0="}`)
+	var got response
+	if err := (recordCodec{}).Unmarshal(v1, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != 201 || string(got.Body) != `{"id":1}` {
+		t.Fatalf("decoded %+v", got)
+	}
+	if h := headersOf(&got); !reflect.DeepEqual(h, http.Header{"Content-Type": {"application/json"}, "Date": nil}) {
+		t.Fatalf("headers %#v", h)
+	}
+	if err := (recordCodec{}).Unmarshal([]byte(`{"omitted":true,"status":201}`), &got); err != nil || !got.Omitted {
+		t.Fatalf("omitted: %+v, %v", got, err)
+	}
+}
+
+func TestRecordRefusesMalformed(t *testing.T) {
+	good, _ := recordCodec{}.Marshal(response{Status: 200, Header: http.Header{"A": {"b"}}})
+	for name, b := range map[string][]byte{
+		"empty":          nil,
+		"unknown format": {9, 200, 1, 0},
+		"status 0":       {recordV2, 0, 0, 0},
+		"status 1000":    {recordV2, 0xe8, 0x07, 0, 0},
+		"unknown flag":   {recordV2, 200, 1, 2, 0},
+		"truncated":      good[:len(good)-1],
+		"huge count":     {recordV2, 200, 1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f},
+		"json status 0":  []byte(`{"status":0}`),
+		"bad json":       []byte(`{"status":`),
+	} {
+		var r response
+		if err := (recordCodec{}).Unmarshal(b, &r); err == nil {
+			t.Errorf("%s: decoded %+v", name, r)
+		} else if name != "bad json" && !errors.Is(err, errBadRecord) {
+			t.Errorf("%s: %v, want errBadRecord", name, err)
+		}
+	}
+}
+
+// FuzzRecordDecode checks that no input makes the decoder panic, and that
+// what it accepts encodes back to a record that decodes alike.
+func FuzzRecordDecode(f *testing.F) {
+	for _, r := range []response{
+		{Status: 201, Header: http.Header{"Content-Type": {"application/json"}, "X-Multi": {"a", "b"}, "Date": nil}, Body: []byte(`{"id":1}`)},
+		{Status: 409, Omitted: true},
+	} {
+		b, _ := recordCodec{}.Marshal(r)
+		f.Add(b)
+		j, _ := json.Marshal(r)
+		f.Add(j)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var r response
+		if err := (recordCodec{}).Unmarshal(data, &r); err != nil {
+			return
+		}
+		h := headersOf(&r)
+		again := response{Status: r.Status, Omitted: r.Omitted, Header: h, Body: r.Body}
+		b, err := recordCodec{}.Marshal(again)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r2 response
+		if err := (recordCodec{}).Unmarshal(b, &r2); err != nil {
+			t.Fatalf("re-encoded record does not decode: %v", err)
+		}
+		if r2.Status != r.Status || r2.Omitted != r.Omitted || !bytes.Equal(r2.Body, r.Body) {
+			t.Fatalf("round trip: %+v, want %+v", r2, r)
+		}
+		if h2 := headersOf(&r2); !reflect.DeepEqual(h2, nilValues(h)) {
+			t.Fatalf("round trip headers: %#v, want %#v", h2, h)
+		}
+	})
+}
+
+// nilValues returns h with empty value lists as nil, as a replay sets them.
+func nilValues(h http.Header) http.Header {
+	out := http.Header{}
+	for k, v := range h {
+		if len(v) == 0 {
+			v = nil
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// TestReadBodyLengthMismatch checks that a body longer or shorter than its
+// announced length is read as it is.
+func TestReadBodyLengthMismatch(t *testing.T) {
+	m := &Middleware{cfg: config{maxBody: 5}}
+	for _, c := range []struct {
+		announced int64
+		body      string
+		ok        bool
+	}{{3, "abcd", true}, {3, "abcdef", false}, {5, "ab", true}, {0, "", true}, {1, "abcde", true}} {
+		r, _ := http.NewRequest("POST", "/", bytes.NewReader([]byte(c.body)))
+		r.ContentLength = c.announced
+		w := httptestRecorder()
+		got, ok := m.readBody(w, r)
+		if ok != c.ok || (ok && string(got) != c.body) {
+			t.Errorf("announced %d, body %q: read %q, %v", c.announced, c.body, got, ok)
+		}
+	}
+}
+
+func httptestRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
