@@ -24,6 +24,7 @@ type config struct {
 	monotonic     bool
 	retryFailed   bool
 	acquireTries  int
+	revalidate    time.Duration
 	errs          optionErrors
 }
 
@@ -84,6 +85,16 @@ func WithRequestTTL(d time.Duration) Option {
 	return atLeastSecond("WithRequestTTL", d, func(c *config) { c.requestTTL = d })
 }
 
+// WithDefaultRevalidate sets the freshness window of a page whose META
+// carries no revalidate_seconds, nor the VER# row it points to (default
+// 60s, the Handler's default WithRevalidate; whole seconds, at least 1s): a
+// recipe-B writer that sets only current_sk and version. Lookup and
+// Regenerate fill it in (Meta.RevalidateMissing tells); a recipe-A META
+// without revalidate_seconds stays corrupt.
+func WithDefaultRevalidate(d time.Duration) Option {
+	return atLeastSecond("WithDefaultRevalidate", d, func(c *config) { c.revalidate = d })
+}
+
 // WithPointerSwap makes Publish and Regenerate use recipe B (VER#<id> item
 // plus META pointer with optimistic version) instead of recipe A (in-place
 // META put).
@@ -119,6 +130,7 @@ func NewCoordinator(table Table, opts ...Option) (*Coordinator, error) {
 		requestTTL:    24 * time.Hour,
 		retryFailed:   true,
 		acquireTries:  4,
+		revalidate:    60 * time.Second,
 	}
 	if table == nil {
 		cfg.errs.invalid("table", "table is nil")
@@ -151,12 +163,33 @@ func (c *Coordinator) Table() Table { return c.table }
 func (c *Coordinator) Now() time.Time { return c.cfg.clock() }
 
 // Lookup returns META for pk, or ErrNotFound. Use Meta.Fresh with Now to
-// decide whether to serve or regenerate.
+// decide whether to serve or regenerate. A META whose revalidate_seconds
+// is missing (Meta.RevalidateMissing) gets the WithDefaultRevalidate
+// window.
 func (c *Coordinator) Lookup(ctx context.Context, pk string) (Meta, error) {
 	if err := c.check(); err != nil {
 		return Meta{}, err
 	}
-	return c.table.GetMeta(ctx, pk)
+	return c.getMeta(ctx, pk)
+}
+
+// getMeta is the table's META for pk with the default freshness window
+// filled in.
+func (c *Coordinator) getMeta(ctx context.Context, pk string) (Meta, error) {
+	m, err := c.table.GetMeta(ctx, pk)
+	if err != nil {
+		return Meta{}, err
+	}
+	return c.withDefaults(m), nil
+}
+
+// withDefaults is m with the default freshness window when it has none of
+// its own (RevalidateMissing, as a Table reads it).
+func (c *Coordinator) withDefaults(m Meta) Meta {
+	if m.RevalidateMissing && m.RevalidateSeconds == 0 && m.RevalidateSecondsN == "" {
+		m.RevalidateSeconds = seconds(c.cfg.revalidate)
+	}
+	return m
 }
 
 // TryAcquire acquires the lease on pk for the configured duration, with a
@@ -410,7 +443,7 @@ func (c *Coordinator) Regenerate(ctx context.Context, pk string, req *RequestSpe
 	if render == nil {
 		return Result{}, invalid("render", "nil RenderFunc")
 	}
-	meta, err := c.table.GetMeta(ctx, pk)
+	meta, err := c.getMeta(ctx, pk)
 	hasMeta := err == nil
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Result{}, err
@@ -438,7 +471,7 @@ func (c *Coordinator) RegenerateFrom(ctx context.Context, pk string, seen *Meta,
 	if seen == nil {
 		return c.regenerate(ctx, pk, Meta{}, false, req, render)
 	}
-	return c.regenerate(ctx, pk, *seen, true, req, render)
+	return c.regenerate(ctx, pk, c.withDefaults(*seen), true, req, render)
 }
 
 func (c *Coordinator) regenerate(ctx context.Context, pk string, meta Meta, hasMeta bool, req *RequestSpec, render RenderFunc) (Result, error) {
@@ -482,7 +515,7 @@ func (c *Coordinator) regenerate(ctx context.Context, pk string, meta Meta, hasM
 		return Result{Outcome: OutcomeInProgress, Meta: meta, HasMeta: hasMeta}, nil
 	case errors.Is(err, ErrMetaChanged):
 		abandon()
-		m, gerr := c.table.GetMeta(ctx, pk)
+		m, gerr := c.getMeta(ctx, pk)
 		if gerr != nil {
 			return Result{}, gerr
 		}

@@ -96,12 +96,13 @@ func TestTableNameFromEnv(t *testing.T) {
 func TestCoordinatorOptions(t *testing.T) {
 	tb := isr.NewMemoryTable()
 	for name, opt := range map[string]isr.Option{
-		"clock":  isr.WithClock(nil),
-		"lease":  isr.WithLeaseDuration(500 * time.Millisecond),
-		"buffer": isr.WithTTLBuffer(0),
-		"meta":   isr.WithMetaTTL(-time.Second),
-		"req":    isr.WithRequestTTL(0),
-		"nil":    nil,
+		"clock":              isr.WithClock(nil),
+		"lease":              isr.WithLeaseDuration(500 * time.Millisecond),
+		"buffer":             isr.WithTTLBuffer(0),
+		"default revalidate": isr.WithDefaultRevalidate(0),
+		"meta":               isr.WithMetaTTL(-time.Second),
+		"req":                isr.WithRequestTTL(0),
+		"nil":                nil,
 	} {
 		c, err := isr.NewCoordinator(tb, opt)
 		if c != nil || !errors.Is(err, idem.ErrInvalidOption) {

@@ -126,4 +126,11 @@
 //     progress" about work nobody is doing.
 //   - Recipe A replaces META whole (Put): mixing recipes on one cache key
 //     drops current_sk and version; use one recipe per table.
+//   - Under recipe B the VER# row META points to decides s3_key,
+//     generated_at and etag; META's own copies are optional. A META that
+//     is only the pointer ({current_sk, version}, as a service publishing
+//     recipe B from scratch writes it) takes revalidate_seconds from the
+//     VER# row when the row has it, else the Coordinator's
+//     WithDefaultRevalidate (default 60s); Meta.RevalidateMissing tells.
+//     A recipe-A META without revalidate_seconds is corrupt.
 package isr

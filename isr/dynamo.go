@@ -692,15 +692,22 @@ func (d *decoder) exact(attr string, v int64) string {
 
 func decodeMeta(pk string, item map[string]types.AttributeValue) (Meta, error) {
 	d := decoder{pk: pk, sk: SKMeta, item: item}
+	// Under recipe B (current_sk present) revalidate_seconds may be absent
+	// from META and from the VER# row (merged in by getMeta): a writer that
+	// sets only the pointer and the version. The Coordinator then applies
+	// its default (WithDefaultRevalidate); a recipe-A META must carry it.
+	_, hasPointer := item[attrCurrentSK]
+	_, hasRevalidate := item[attrRevalidate]
 	m := Meta{
 		PK:                pk,
 		S3Key:             d.s(attrS3Key, true),
 		GeneratedAt:       d.n(attrGeneratedAt, true),
-		RevalidateSeconds: d.n(attrRevalidate, true),
+		RevalidateSeconds: d.n(attrRevalidate, !hasPointer),
 		ETag:              d.s(attrETag, false),
 		TTL:               d.ttl(),
 		CurrentSK:         d.s(attrCurrentSK, false),
 		Version:           d.n(attrVersion, false),
+		RevalidateMissing: !hasRevalidate,
 	}
 	m.GeneratedAtN = d.exact(attrGeneratedAt, m.GeneratedAt)
 	m.RevalidateSecondsN = d.exact(attrRevalidate, m.RevalidateSeconds)

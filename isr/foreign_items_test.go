@@ -206,6 +206,58 @@ func testForeignItems(t *testing.T, r rawTable) {
 			t.Fatalf("GetMeta = %+v, %v", m, err)
 		}
 	})
+	t.Run("pointer-only META without revalidate_seconds takes the coordinator's default", func(t *testing.T) {
+		// META = {current_sk, version} only, as a recipe-B writer starting
+		// from scratch writes it; the VER# row has no revalidate_seconds
+		// either.
+		pk := isrtest.NewPK(t)
+		r.put(t, pk, "VER#v1", map[string]any{"pk": pk, "sk": "VER#v1", "s3_key": "pages/v1", "generated_at": sn(unix - 30), "etag": `"e1"`})
+		r.put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "current_sk": "VER#v1", "version": rawN("1")})
+		m, err := tb.GetMeta(ctx, pk)
+		if err != nil || m.S3Key != "pages/v1" || m.GeneratedAt != unix-30 || m.RevalidateSeconds != 0 || !m.RevalidateMissing || m.Version != 1 {
+			t.Fatalf("GetMeta = %+v, %v", m, err)
+		}
+		clock := func() time.Time { return now }
+		c := mustCoordinator(t, tb, isr.WithClock(clock), isr.WithDefaultRevalidate(time.Minute))
+		m, err = c.Lookup(ctx, pk)
+		if err != nil || m.RevalidateSeconds != 60 || !m.RevalidateMissing || !m.Fresh(now) || m.Fresh(now.Add(31*time.Second)) {
+			t.Fatalf("Lookup = %+v, %v", m, err)
+		}
+		res, err := c.Regenerate(ctx, pk, nil, func(context.Context, isr.Lease) (isr.Page, error) {
+			return isr.Page{}, errors.New("must not render: fresh by the default window")
+		})
+		if err != nil || res.Outcome != isr.OutcomeFresh {
+			t.Fatalf("Regenerate = %+v, %v", res, err)
+		}
+		// Past the default window it is stale and regenerated over the
+		// pointer, version continuing.
+		later := mustCoordinator(t, tb, isr.WithClock(func() time.Time { return now.Add(time.Minute) }), isr.WithDefaultRevalidate(time.Minute), isr.WithPointerSwap())
+		res, err = later.Regenerate(ctx, pk, nil, func(context.Context, isr.Lease) (isr.Page, error) {
+			return isr.Page{S3Key: "pages/v2", RevalidateSeconds: 30, VersionID: "v2"}, nil
+		})
+		if err != nil || res.Outcome != isr.OutcomeRegenerated || res.Meta.Version != 2 {
+			t.Fatalf("Regenerate when stale = %+v, %v", res, err)
+		}
+		if m, err := tb.GetMeta(ctx, pk); err != nil || m.RevalidateMissing || m.RevalidateSeconds != 30 || m.CurrentSK != "VER#v2" {
+			t.Fatalf("GetMeta after Go's publish = %+v, %v", m, err)
+		}
+
+		// The VER# row's revalidate_seconds wins over the default.
+		pk2 := isrtest.NewPK(t)
+		r.put(t, pk2, "VER#v1", map[string]any{"pk": pk2, "sk": "VER#v1", "s3_key": "pages/v1", "generated_at": sn(unix), "revalidate_seconds": rawN("5")})
+		r.put(t, pk2, "META", map[string]any{"pk": pk2, "sk": "META", "current_sk": "VER#v1", "version": rawN("1")})
+		if m, err := c.Lookup(ctx, pk2); err != nil || m.RevalidateSeconds != 5 || m.RevalidateMissing {
+			t.Fatalf("Lookup with the VER# row's revalidate_seconds = %+v, %v", m, err)
+		}
+
+		// A recipe-A META (no pointer) without revalidate_seconds is still
+		// corrupt.
+		pk3 := isrtest.NewPK(t)
+		r.put(t, pk3, "META", map[string]any{"pk": pk3, "sk": "META", "s3_key": "p", "generated_at": sn(unix)})
+		if _, err := c.Lookup(ctx, pk3); !errors.Is(err, isr.ErrCorruptItem) {
+			t.Fatalf("Lookup of a recipe-A META without revalidate_seconds = %v, want ErrCorruptItem", err)
+		}
+	})
 	t.Run("pointer swapped over a recipe-A META serves the pointed version", func(t *testing.T) {
 		pk := isrtest.NewPK(t)
 		r.put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "s3_key": "pages/old", "generated_at": rawN("1000"), "etag": `"old"`, "revalidate_seconds": rawN("60"), "current_sk": "VER#v2"})

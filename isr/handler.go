@@ -80,7 +80,9 @@ func WithKeyFunc(f KeyFunc) HandlerOption {
 }
 
 // WithRevalidate sets the freshness window of pages the Handler renders
-// (revalidate_seconds; default 60s; whole seconds, at least 1s).
+// (revalidate_seconds; default 60s; whole seconds, at least 1s). A page
+// another writer published without revalidate_seconds (a pointer-only
+// META) is fresh for the Coordinator's WithDefaultRevalidate instead.
 func WithRevalidate(d time.Duration) HandlerOption {
 	return func(c *handlerConfig) {
 		if d < time.Second {

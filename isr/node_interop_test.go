@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -342,6 +343,60 @@ func TestNodeInterop(t *testing.T) {
 		nm := r["meta"].(map[string]any)
 		if nm["current_sk"] != "VER#go1" || nm["s3_key"] != "pages/go-b" || nm["etag"] != `"go"` || fmt.Sprint(nm["version"]) != "2" || fmt.Sprint(nm["generated_at"]) != itoa(now+120) || r["fresh"] != true {
 			t.Fatalf("node reads go's pointer swap as %v", r)
+		}
+	})
+
+	t.Run("node recipe B from scratch, META without freshness fields, go serves", func(t *testing.T) {
+		// META = {current_sk, version} and nothing else: Go takes
+		// generated_at from the VER# row and revalidate_seconds from the
+		// row when it has one, else from the coordinator's default.
+		bodies := body.NewMemory()
+		if _, err := bodies.Put(ctx, "pages/scratch", []byte("node scratch"), "text/html"); err != nil {
+			t.Fatal(err)
+		}
+		var renders atomic.Int32
+		handler := func(coord *isr.Coordinator) *isr.Handler {
+			return mustHandler(t, coord, bodies, func(context.Context, string, string) ([]byte, string, error) {
+				renders.Add(1)
+				return []byte("go render"), "text/html", nil
+			})
+		}
+		pk, err := isr.PK("", "/node-scratch")
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.must(t, "publishPointerOnly", map[string]any{"pk": pk, "id": "s1", "s3_key": "pages/scratch", "generated_at": now - 100, "etag": `"s1"`})
+		meta := typedItem(t, node.must(t, "get", map[string]any{"pk": pk, "sk": isr.SKMeta}))
+		wantAttrs(t, "node's META", meta, map[string][2]string{"pk": {"S", pk}, "sk": {"S", "META"}, "current_sk": {"S", "VER#s1"}, "version": {"N", "1"}})
+
+		// Within the default window (300 s): served fresh, no render.
+		fresh := handler(mustCoordinator(t, tb, isr.WithClock(clock), isr.WithDefaultRevalidate(5*time.Minute)))
+		res := get(fresh, "/node-scratch")
+		if res.code != 200 || res.body != "node scratch" || res.cache != isr.CacheHit || res.hdr.Get("ETag") != `"s1"` || res.hdr.Get("Cache-Control") != "s-maxage=200, stale-while-revalidate=86400" {
+			t.Fatalf("served %d %s %q etag %s cache-control %q", res.code, res.cache, res.body, res.hdr.Get("ETag"), res.hdr.Get("Cache-Control"))
+		}
+		// Past it (the default 60 s): served stale and regenerated.
+		stale := handler(mustCoordinator(t, tb, isr.WithClock(clock), isr.WithPointerSwap()))
+		if res := get(stale, "/node-scratch"); res.code != 200 || res.body != "node scratch" || res.cache != isr.CacheStale {
+			t.Fatalf("served %d %s %q", res.code, res.cache, res.body)
+		}
+		if err := stale.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := renders.Load(); n != 1 {
+			t.Fatalf("renders = %d, want 1", n)
+		}
+		r := node.must(t, "getMeta", map[string]any{"pk": pk, "now": now})
+		if nm := r["meta"].(map[string]any); fmt.Sprint(nm["version"]) != "2" || fmt.Sprint(nm["revalidate_seconds"]) != "60" || r["fresh"] != true {
+			t.Fatalf("node reads go's regeneration over its pointer as %v", r)
+		}
+
+		// A VER# row carrying revalidate_seconds: that window, not the
+		// default.
+		pk2, _ := isr.PK("", "/node-scratch-2")
+		node.must(t, "publishPointerOnly", map[string]any{"pk": pk2, "id": "s1", "s3_key": "pages/scratch", "generated_at": now - 100, "etag": `"s1"`, "revalidate_seconds": 3600})
+		if res := get(stale, "/node-scratch-2"); res.code != 200 || res.cache != isr.CacheHit || res.hdr.Get("Cache-Control") != "s-maxage=3500, stale-while-revalidate=86400" {
+			t.Fatalf("served %d %s cache-control %q", res.code, res.cache, res.hdr.Get("Cache-Control"))
 		}
 	})
 

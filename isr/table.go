@@ -18,6 +18,14 @@ type Meta struct {
 	CurrentSK         string // current_sk: "VER#<id>" (recipe B), "" when absent
 	Version           int64  // version: optimistic version (recipe B), 0 when absent
 
+	// RevalidateMissing reports that revalidate_seconds is in neither
+	// META nor the VER# row it points to: a recipe-B writer that sets only
+	// current_sk and version (a recipe-A META without it is corrupt). A
+	// Table then returns RevalidateSeconds 0; the Coordinator's Lookup and
+	// Regenerate (and so the Handler) fill in its default freshness window
+	// (WithDefaultRevalidate) and keep this flag set to say so.
+	RevalidateMissing bool
+
 	// GeneratedAtN and RevalidateSecondsN are generated_at and
 	// revalidate_seconds exactly as stored, in DynamoDB's number text
 	// ("1795385591.7", "1.7953855917e9"), as every Table reads them; ""

@@ -5,17 +5,22 @@
 // a call shorter than the heartbeat interval no heartbeat.
 //
 // With a Redis address (-redis, default $IDEM_REDIS_ADDR) and a Cluster
-// (-redis-cluster, default $IDEM_REDIS_CLUSTER) it also prints, for each, in
-// one run (64 goroutines, alternating rounds, median round): raw fresh (SET
-// NX PX + SET), raw GET, idem fresh (claim + complete), idem replay, and the
-// ratios, with prototype rows that locate the replay cost (an EVALSHA of a
-// bare GET; one of GET + TIME sent with as many arguments as a claim; the
-// store's claim, and claim + complete, without a Guard).
+// (-redis-cluster, default $IDEM_REDIS_CLUSTER) it also prints, for each,
+// in one run: per call, the server's command time (INFO commandstats,
+// CONFIG RESETSTAT between phases) and the client's user CPU (rusage) for
+// raw GET, idem replay, raw SET NX PX + SET and idem fresh (-redis-cost-calls
+// each, 40000 by default), with the ratios; and the throughput ratio
+// idem/raw for replays and fresh calls with -redis-latency (200µs) added in
+// each direction by an in-process delaying pipe under every connection
+// (alternating rounds, median). -redis-table adds the longer throughput
+// table of earlier releases (idem vs raw and the prototype rows).
 //
 // With a PostgreSQL DSN (-postgres, default $IDEM_POSTGRES_DSN) it also
 // prints the median and 90th percentile Wait wake-up of a waiter in another
 // Guard after the owner returns, woken by LISTEN/NOTIFY against the Guard's
-// poll (-postgres-samples calls each, 15 by default: a few seconds).
+// poll (-postgres-samples calls each, 15 by default: a few seconds), and
+// what a sqlstore.DoTx whose fn inserts one row costs next to the same
+// INSERT in a plain transaction (time and round trips per call).
 //
 //	go run ./cmd/idem-bench
 //	go run ./cmd/idem-bench -redis 127.0.0.1:6379 -redis-cluster 127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
@@ -25,10 +30,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"testing"
 	"text/tabwriter"
+	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/filestore"
@@ -43,8 +50,11 @@ func main() {
 	testing.Init()
 	redisAddr := flag.String("redis", os.Getenv("IDEM_REDIS_ADDR"), "Redis address for the Redis table (empty: skip)")
 	clusterAddrs := flag.String("redis-cluster", os.Getenv("IDEM_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses (empty: skip)")
-	calls := flag.Int("redis-calls", 10000, "calls per variant per round in the Redis table")
-	rounds := flag.Int("redis-rounds", 5, "alternating rounds in the Redis table (the median round is reported)")
+	calls := flag.Int("redis-calls", 4000, "calls per variant per round in the Redis throughput tables")
+	rounds := flag.Int("redis-rounds", 3, "alternating rounds in the Redis throughput tables (the median round is reported)")
+	costCalls := flag.Int("redis-cost-calls", 40000, "calls per phase in the Redis cost table")
+	latency := flag.Duration("redis-latency", 200*time.Microsecond, "latency added in each direction in the Redis latency table")
+	longTable := flag.Bool("redis-table", false, "also print the long Redis throughput table (idem vs raw, prototype rows)")
 	pgDSN := flag.String("postgres", os.Getenv("IDEM_POSTGRES_DSN"), "PostgreSQL DSN for the Wait wake-up table (empty: skip)")
 	pgSamples := flag.Int("postgres-samples", 15, "Wait wake-up samples per waiter kind in the PostgreSQL table")
 	flag.Parse()
@@ -109,11 +119,11 @@ func main() {
 	fmt.Println("fresh = 2 store operations, replay = 1, no heartbeat for short calls;")
 	fmt.Println("a step that runs = 2, a replayed step = 1, plus 1 per attempt that uses steps (the steps epoch)")
 
+	ctx := context.Background()
 	if *redisAddr != "" {
-		gc, rc := redisbench.NewClient(*redisAddr), redisbench.NewClient(*redisAddr)
-		err := redisTable("Redis "+*redisAddr, gc, rc, *calls, *rounds)
-		_ = gc.Close()
-		_ = rc.Close()
+		err := redisTables(ctx, "Redis "+*redisAddr, func(dial dialer) (redis.UniversalClient, redis.UniversalClient) {
+			return redisClient(*redisAddr, dial), redisClient(*redisAddr, dial)
+		}, *costCalls, *calls, *rounds, *latency, *longTable)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "redis:", err)
 			os.Exit(1)
@@ -121,10 +131,9 @@ func main() {
 	}
 	if *clusterAddrs != "" {
 		addrs := strings.Split(*clusterAddrs, ",")
-		gc, rc := redisbench.NewClusterClient(addrs), redisbench.NewClusterClient(addrs)
-		err := redisTable("Redis Cluster "+*clusterAddrs, gc, rc, *calls, *rounds)
-		_ = gc.Close()
-		_ = rc.Close()
+		err := redisTables(ctx, "Redis Cluster "+*clusterAddrs, func(dial dialer) (redis.UniversalClient, redis.UniversalClient) {
+			return clusterClient(addrs, dial), clusterClient(addrs, dial)
+		}, *costCalls, *calls, *rounds, *latency, *longTable)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "redis cluster:", err)
 			os.Exit(1)
@@ -135,10 +144,40 @@ func main() {
 			fmt.Fprintln(os.Stderr, "postgres:", err)
 			os.Exit(1)
 		}
+		if err := sqlbench.TxTable(context.Background(), os.Stdout, *pgDSN, 200); err != nil {
+			fmt.Fprintln(os.Stderr, "postgres DoTx:", err)
+			os.Exit(1)
+		}
 	}
 }
 
-// redisTable prints the Redis table of one deployment (redisbench.Table).
-func redisTable(name string, gc, rc redis.UniversalClient, calls, rounds int) error {
-	return redisbench.Table(context.Background(), os.Stdout, name, gc, rc, calls, rounds)
+type dialer = func(ctx context.Context, network, addr string) (net.Conn, error)
+
+func redisClient(addr string, dial dialer) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: redisbench.Workers,
+		MinIdleConns: redisbench.Workers, Dialer: dial})
+}
+
+func clusterClient(addrs []string, dial dialer) *redis.ClusterClient {
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: redisbench.Workers,
+		MinIdleConns: redisbench.Workers, Dialer: dial})
+}
+
+// redisTables prints the cost table and the latency table of one
+// deployment (and the long throughput table when asked).
+func redisTables(ctx context.Context, name string, pair func(dialer) (redis.UniversalClient, redis.UniversalClient),
+	costCalls, calls, rounds int, latency time.Duration, long bool) error {
+	gc, rc := pair(nil)
+	defer gc.Close()
+	defer rc.Close()
+	if err := redisbench.CostTable(ctx, os.Stdout, name, gc, rc, costCalls); err != nil {
+		return err
+	}
+	if err := redisbench.LatencyTable(ctx, os.Stdout, name, latency, pair, calls, rounds); err != nil {
+		return err
+	}
+	if long {
+		return redisbench.Table(ctx, os.Stdout, name, gc, rc, calls, 5)
+	}
+	return nil
 }

@@ -59,6 +59,8 @@ Stores (-store, default $IDEM_STORE, else a directory in the user cache):
   file:/path/to/dir                     processes on one host
   redis://[user:pass@]host:port/db[?prefix=P]   (rediss:// for TLS)
   redis-cluster://host:port[?addr=host2:port2&prefix=P]
+      with replicas, one of: replica-ack=N[&replica-ack-timeout=100ms]
+      (wait for N replicas) or async-replication=accept
   dynamodb://TABLE[?region=R&endpoint=URL&create=1&pk=pk&sk=sk&prefix=P]
   postgres://user:pass@host:port/db[?table=T&migrate=1&sslmode=...]
   mysql://user:pass@host:port/db[?table=T&migrate=1&tls=...]   (MySQL or MariaDB)

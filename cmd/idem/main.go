@@ -123,7 +123,9 @@
 //	redis://[user:pass@]host:port/db?prefix=P
 //	rediss://...                 Redis (TLS); hosts sharing one server
 //	redis-cluster://host:port?addr=host2:port2&prefix=P
-//	                             Redis Cluster
+//	                             Redis Cluster; a master with replicas needs
+//	                             replica-ack=N (and replica-ack-timeout=D,
+//	                             default 100ms) or async-replication=accept
 //	dynamodb://TABLE?region=R&endpoint=URL&create=1
 //	                             DynamoDB; credentials from the default AWS
 //	                             chain (environment, profile, instance role);

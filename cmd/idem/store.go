@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -181,6 +182,30 @@ func openRedis(spec string, cluster bool) (*openedStore, error) {
 	var opts []redisstore.Option
 	if prefix != "" {
 		opts = append(opts, redisstore.WithPrefix(prefix))
+	}
+	// A master with replicas needs an explicit choice (redisstore refuses
+	// to claim otherwise): replica-ack=N[&replica-ack-timeout=D] waits for
+	// N replicas, async-replication=accept accepts that a claim lost in a
+	// failover can run the command twice.
+	if v := takeParam(u, "replica-ack"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, &StoreConfigError{redact(spec), "replica-ack: not a number: " + v}
+		}
+		timeout := 100 * time.Millisecond
+		if tv := takeParam(u, "replica-ack-timeout"); tv != "" {
+			if timeout, err = time.ParseDuration(tv); err != nil {
+				return nil, &StoreConfigError{redact(spec), "replica-ack-timeout: " + err.Error()}
+			}
+		}
+		opts = append(opts, redisstore.WithReplicaAck(n, timeout))
+	}
+	switch v := takeParam(u, "async-replication"); v {
+	case "":
+	case "accept":
+		opts = append(opts, redisstore.AcceptAsyncReplication())
+	default:
+		return nil, &StoreConfigError{redact(spec), "async-replication: want accept, got " + v}
 	}
 	var client interface {
 		redisstore.Client

@@ -165,6 +165,34 @@
 // threshold use a longer WithTakeoverAfter, or a store that decides with
 // the server's clock (redisstore, sqlstore).
 //
+// # Transactions
+//
+// DoTx runs fn like Guard.Do and sends the writes fn added to its Tx
+// (Put, Update, Delete, ConditionCheck, on any table, at most MaxTxItems)
+// with the call's completed record in one TransactWriteItems: the record's
+// update is conditioned on the claim's nonce, on the record still being in
+// progress, and on no fence for this transaction (see below), so fn's
+// writes commit exactly when the outcome does. The cost of a fresh call is
+// two requests, the claim and the transaction; fn's writes add none.
+// Outcomes: a lost claim cancels the transaction (idem.ErrLostOwnership,
+// nothing written, nothing released); fn's own failing condition cancels it
+// with a *TxCanceledError naming the item (index, table, reason), and the
+// claim is released; a cancellation caused only by concurrent transactions
+// (TransactionConflict, for instance with this claim's last heartbeat) is
+// sent again, with a new ClientRequestToken, up to 4 times. A send whose
+// outcome is unknown (any other error: a timeout, a cut connection) was
+// made with a ClientRequestToken, so the SDK's retries of it apply at most
+// once, and is then settled by a fence: a conditional UpdateItem that
+// writes the transaction's token into the record (attribute tx_fence)
+// while the record carries this claim's nonce in progress. The
+// transaction's condition excludes that token, so once the fence applied
+// the transaction can never apply, even if its request is still on its
+// way: nothing was committed, the claim is released and a retry runs fn
+// again. A fence refused because the record is completed with this nonce
+// means the transaction applied. If the fence gets no answer either, DoTx
+// returns idem.ErrOutcomeUnknown. Under OnFailure(Lock) an error from fn is
+// recorded after the (unsent) transaction, as Do records it.
+//
 // # Limits
 //
 // A DynamoDB item is at most 400 KB, so an encoded result must stay below

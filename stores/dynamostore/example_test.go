@@ -2,11 +2,14 @@ package dynamostore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/dynamostore"
@@ -47,4 +50,63 @@ func Example() {
 		log.Fatal(err)
 	}
 	fmt.Println(inv.ID)
+}
+
+type Order struct {
+	ID    string
+	Total int64
+}
+
+// ExampleDoTx writes an order row and decrements the stock in the same
+// transaction as the call's outcome: a crash before the commit leaves
+// neither, a retry after it replays the order without writing again. The
+// stock's own condition (enough left) failing cancels everything with a
+// *dynamostore.TxCanceledError naming that item, and the claim is released.
+func ExampleDoTx() {
+	ctx := context.Background()
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := dynamodb.NewFromConfig(cfg)
+	store, err := dynamostore.New(client, "app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	g, err := idem.New[Order](store)
+	if err != nil {
+		log.Fatal(err)
+	}
+	order, err := dynamostore.DoTx(ctx, g, "checkout-5678", func(ctx context.Context, tx *dynamostore.Tx) (Order, error) {
+		o := Order{ID: "ord-5678", Total: 4200}
+		if err := tx.Put(types.Put{
+			TableName: aws.String("orders"),
+			Item: map[string]types.AttributeValue{
+				"pk": &types.AttributeValueMemberS{Value: o.ID},
+				"sk": &types.AttributeValueMemberS{Value: "ORDER"},
+			},
+			ConditionExpression: aws.String("attribute_not_exists(pk)"),
+		}); err != nil {
+			return Order{}, err
+		}
+		if err := tx.Update(types.Update{
+			TableName:                 aws.String("stock"),
+			Key:                       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "sku-1"}, "sk": &types.AttributeValueMemberS{Value: "STOCK"}},
+			UpdateExpression:          aws.String("SET qty = qty - :one"),
+			ConditionExpression:       aws.String("qty >= :one"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":one": &types.AttributeValueMemberN{Value: "1"}},
+		}); err != nil {
+			return Order{}, err
+		}
+		return o, nil
+	})
+	var canceled *dynamostore.TxCanceledError
+	switch {
+	case errors.As(err, &canceled):
+		fmt.Printf("refused by item %d on %s: %s\n", canceled.Index, canceled.Table, canceled.Code)
+	case err != nil:
+		log.Fatal(err)
+	default:
+		fmt.Println(order.ID)
+	}
 }

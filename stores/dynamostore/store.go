@@ -17,7 +17,8 @@ import (
 	"github.com/idem-go/idem/storekit"
 )
 
-// Client is the part of the DynamoDB API the store and CreateTable use.
+// Client is the part of the DynamoDB API the store, CreateTable and DoTx
+// use.
 // *dynamodb.Client implements it; tests wrap it for fault injection.
 type Client interface {
 	CreateTable(ctx context.Context, in *dynamodb.CreateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
@@ -28,6 +29,7 @@ type Client interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 }
 
 // Store is an idem.Store kept in one DynamoDB table. It is safe for

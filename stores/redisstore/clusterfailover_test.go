@@ -121,10 +121,11 @@ func TestClusterFailoverWithReplicaAck(t *testing.T) {
 	}
 	c.ReloadState(ctx)
 	time.Sleep(200 * time.Millisecond) // ReloadState is lazy
-	// A second Guard, its own client, no acks, finds the claim.
+	// A second Guard, its own client, no acks (said explicitly: the
+	// Cluster has replicas), finds the claim.
 	c2 := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{replica}})
 	t.Cleanup(func() { _ = c2.Close() })
-	gb, err := idem.New[string](mustNew(t, c2, pfx), gopts...)
+	gb, err := idem.New[string](mustNew(t, c2, pfx, redisstore.AcceptAsyncReplication()), gopts...)
 	require.NoError(t, err)
 	_, err = gb.Do(ctx, "k", r.fn("k", nil))
 	assert.ErrorIs(t, err, idem.ErrInProgress, "the acknowledged claim survived the failover")

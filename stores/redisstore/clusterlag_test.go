@@ -105,7 +105,9 @@ func lagCluster(t *testing.T, base int) deployment {
 // lagging replica never received is lost by CLUSTER FAILOVER FORCE and fn
 // runs twice with fencing token 1.
 func TestClusterFailoverWithoutReplicaAckDuplicates(t *testing.T) {
-	r, lagErr := failoverScenario(t, lagCluster(t, 7261))
+	d := lagCluster(t, 7261)
+	assertDefaultRefuses(t, d)
+	r, lagErr := failoverScenario(t, d, redisstore.AcceptAsyncReplication())
 	assertUnsafeDuplicates(t, r, lagErr)
 }
 

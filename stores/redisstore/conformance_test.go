@@ -24,6 +24,6 @@ func corrupter(c backend) storetest.Option {
 
 func TestConformance(t *testing.T) {
 	both(t, func(t *testing.T, c backend) {
-		storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, c) }, corrupter(c))
+		storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, c) }, corrupter(c), storetest.WithNativeExpiry())
 	})
 }

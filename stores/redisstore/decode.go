@@ -9,11 +9,20 @@ import (
 	"github.com/idem-go/idem"
 )
 
-// The record encoding (version 2): one string value per key, a fixed-width
+// The record encoding (version 3): one string value per key, a fixed-width
 // ASCII header that the scripts check with string.sub and one anchored
 // pattern, then the variable parts. See lua/common.lua for the offsets.
+//
+// Version 3 has the layout of version 2; what changed is what the key's
+// native expiry means and one flag. A version-3 completed or failed record
+// expires natively at its expires_at exactly, so one that is present is
+// live; a version-2 one was kept a retention longer, so its liveness needs
+// the server's clock. The flags byte is a hex digit in version 3 (+8: a
+// waiter watches the key, so a completion publishes), a digit 0-7 in
+// version 2. Version-2 records still decode; every write makes version 3.
 const (
-	magic     = "R2" // 'R' and the encoding version
+	magic     = "R3" // 'R' and the encoding version
+	magicV2   = "R2" // the previous version, still read
 	headerLen = 122
 
 	offStatus    = 2
@@ -38,6 +47,7 @@ const (
 	flagResult   = 1
 	flagError    = 2
 	flagRelative = 4 // a fresh claim's times, relative to the key's expiry
+	flagWatched  = 8 // version 3: a waiter watches the key
 
 	maxSmall = 99999
 	maxBig   = 9999999999
@@ -88,7 +98,7 @@ func digits(s string) (int64, bool) {
 	return n, true
 }
 
-// encode returns the value of r in encoding version 1. The stores' scripts
+// encode returns the value of r in encoding version 3. The stores' scripts
 // write records themselves; encode serves tests and tools.
 func encode(r *idem.Record) (string, error) {
 	if err := r.Validate(); err != nil {
@@ -114,7 +124,7 @@ func encode(r *idem.Record) (string, error) {
 	}
 	b := make([]byte, 0, headerLen+len(r.Nonce)+len(r.PayloadHash)+len(r.Key)+len(r.Result)+len(msg)+len(typ))
 	b = append(b, magic...)
-	b = append(b, statusChar[r.Status], '0'+flags)
+	b = append(b, statusChar[r.Status], hexDigit(flags))
 	for _, n := range []int64{r.ExpiresAt, r.HeartbeatAt, r.StartedAt, r.CompletedAt, r.Attempt, r.TakeoverMs} {
 		b = pad(b, n, numWidth)
 	}
@@ -134,7 +144,7 @@ func encode(r *idem.Record) (string, error) {
 }
 
 // decode turns a stored value into a Record. Anything that is not a valid
-// version-2 record for key is an *idem.CorruptRecordError. It applies the
+// version-3 (or version-2) record for key is an *idem.CorruptRecordError. It applies the
 // same rules as get() and check() in lua/common.lua, plus the key and
 // Record.Validate. pexpire is the key's absolute expiry (PEXPIRETIME, read
 // with the value), which a fresh claim's relative times are counted from;
@@ -143,7 +153,7 @@ func decode(key, v string, pexpire int64) (*idem.Record, error) {
 	corrupt := func(format string, args ...any) error {
 		return &idem.CorruptRecordError{Key: key, Err: fmt.Errorf(format, args...)}
 	}
-	if len(v) < 2 || v[:2] != magic {
+	if len(v) < 2 || v[:2] != magic && v[:2] != magicV2 {
 		return nil, corrupt("unsupported record encoding")
 	}
 	if len(v) < headerLen {
@@ -153,11 +163,10 @@ func decode(key, v string, pexpire int64) (*idem.Record, error) {
 	if !ok {
 		return nil, corrupt("unknown status %q", v[offStatus])
 	}
-	f := v[offFlags]
-	if f < '0' || f > '7' {
-		return nil, corrupt("bad flags %q", f)
+	flags, ok := flagsOf(v)
+	if !ok {
+		return nil, corrupt("bad flags %q", v[offFlags])
 	}
-	flags := f - '0'
 	field := func(off, w int) (int64, error) {
 		n, ok := digits(v[off : off+w])
 		if !ok {
@@ -271,7 +280,7 @@ func claimValue(req idem.ClaimRequest, retention time.Duration) (string, error) 
 	}
 	b := make([]byte, 0, headerLen+len(req.Nonce)+len(req.PayloadHash)+len(req.Key))
 	b = append(b, magic...)
-	b = append(b, 'P', '0'+flagRelative)
+	b = append(b, 'P', hexDigit(flagRelative))
 	b = pad(b, req.LeaseTTL.Milliseconds(), numWidth)
 	b = append(b, "00000000000000000000000000"...) // heartbeat_at, started_at
 	b = pad(b, retention.Milliseconds(), numWidth)
@@ -294,10 +303,30 @@ func outcome(c idem.Completion) (sf, lens, body string, err error) {
 	if int64(len(c.Result)) > maxBig || int64(len(msg)) > maxBig || len(typ) > maxSmall {
 		return "", "", "", errors.New("result or error too long for the record encoding")
 	}
-	sf = string([]byte{statusChar[c.Status], '0' + flags})
+	sf = string([]byte{statusChar[c.Status], hexDigit(flags)})
 	l := make([]byte, 0, 2*bigWidth+smallWidth)
 	l = pad(l, int64(len(c.Result)), bigWidth)
 	l = pad(l, int64(len(msg)), bigWidth)
 	l = pad(l, int64(len(typ)), smallWidth)
 	return sf, string(l), string(c.Result) + msg + typ, nil
+}
+
+// hexDigit is the flags byte of version 3 for flags 0-15.
+func hexDigit(f byte) byte { return "0123456789abcdef"[f&15] }
+
+// flagsOf reads the flags byte of a value at least offFlags+1 long: a hex
+// digit in version 3, a digit 0-7 in version 2.
+func flagsOf(v string) (byte, bool) {
+	c := v[offFlags]
+	switch {
+	case c >= '0' && c <= '7':
+		return c - '0', true
+	case v[1] == '2':
+		return 0, false
+	case c >= '8' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }

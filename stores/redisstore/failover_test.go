@@ -163,9 +163,9 @@ func failoverScenario(t *testing.T, d deployment, opts ...redisstore.Option) (*r
 	}
 	d.failover(t)
 
-	// The promoted replica has no replica of its own: the second Guard
-	// does not ask for acknowledgements.
-	gb, err := idem.New[string](mustNew(t, d.after(t), pfx), gopts...)
+	// The second Guard does not ask for acknowledgements (it only reads
+	// what survived, and the promoted replica may have none to give).
+	gb, err := idem.New[string](mustNew(t, d.after(t), pfx, redisstore.AcceptAsyncReplication()), gopts...)
 	require.NoError(t, err)
 	v, err = gb.Do(ctx, "synced", r.fn("synced", nil))
 	require.NoError(t, err, "the synced key must replay from the promoted replica")
@@ -195,12 +195,46 @@ func assertAckedOnce(t *testing.T, r *runs, lagErr error) {
 	assert.Equal(t, []int64{1}, r.of("lagging"), "zero duplicates")
 }
 
+// assertDefaultRefuses: a store made with no replication choice on a
+// master that has replicas refuses to claim, with an error matching
+// ErrAsyncReplication and idem.ErrInvalidOption, and a Guard over it does
+// not run fn; nothing is written.
+func assertDefaultRefuses(t *testing.T, d deployment) {
+	t.Helper()
+	ctx := ctxT(t)
+	c := d.before(t)
+	s := mustNew(t, c, redisstore.WithPrefix(prefix()))
+	t.Cleanup(func() { _ = s.Close() })
+	key := storageKey()
+	_, err := s.Claim(ctx, claimReq(key, "n"))
+	require.Error(t, err)
+	assert.ErrorIs(t, err, redisstore.ErrAsyncReplication)
+	assert.ErrorIs(t, err, idem.ErrInvalidOption)
+	var re *redisstore.ReplicationError
+	require.True(t, errors.As(err, &re), "%T: %v", err, err)
+	assert.Positive(t, re.Replicas)
+	t.Logf("default store: %v", err)
+	g, err := idem.New[string](s)
+	require.NoError(t, err)
+	_, err = g.Do(ctx, "k", func(context.Context) (string, error) {
+		t.Error("fn ran on a store that refused")
+		return "", nil
+	})
+	assert.ErrorIs(t, err, redisstore.ErrAsyncReplication)
+	_, err = s.Get(ctx, key)
+	assert.ErrorIs(t, err, idem.ErrNotFound, "the refused claim wrote nothing")
+}
+
 // TestFailoverWithoutReplicaAckDuplicates shows the hole WithReplicaAck
-// closes: a claim acknowledged by a master whose replica lags is lost when
-// the replica is promoted, and the function runs twice, both times with
-// fencing token 1.
+// closes, and that the default does not leave it open silently: a store
+// with no choice refuses a master with replicas; with
+// AcceptAsyncReplication (today's behaviour, chosen by name) a claim
+// acknowledged by a master whose replica lags is lost when the replica is
+// promoted, and the function runs twice, both times with fencing token 1.
 func TestFailoverWithoutReplicaAckDuplicates(t *testing.T) {
-	r, lagErr := failoverScenario(t, direct(t, 7211, 7212))
+	d := direct(t, 7211, 7212)
+	assertDefaultRefuses(t, d)
+	r, lagErr := failoverScenario(t, d, redisstore.AcceptAsyncReplication())
 	assertUnsafeDuplicates(t, r, lagErr)
 }
 

@@ -106,10 +106,12 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 // setup reports whether cmd is part of setting up a connection (go-redis
-// sends these through the hooks when it dials), not a request.
+// sends these through the hooks when it dials), or the store's replica
+// check (INFO replication, at the first claim and once a minute), not a
+// request.
 func setup(cmd redis.Cmder) bool {
 	switch strings.ToLower(cmd.Name()) {
-	case "hello", "client", "auth", "select", "readonly":
+	case "hello", "client", "auth", "select", "readonly", "info":
 		return true
 	}
 	return false

@@ -4,19 +4,36 @@
 // # Layout
 //
 // A record is one Redis string at <prefix>{<storage key>}: a fixed-width
-// ASCII header of 122 bytes, then the variable parts. The header is "R2"
+// ASCII header of 122 bytes, then the variable parts. The header is "R3"
 // (the encoding version), a status byte (P in_progress, C completed, F
-// failed), a flags byte (has result, has error, relative times), expires_at,
-// heartbeat_at, started_at, completed_at, attempt and the owner's takeover
-// threshold as 13-digit zero-padded decimals (times in Unix ms), and the
-// lengths of the nonce, payload hash, key, result, error message and error
-// type; the variable parts follow in that order. lua/common.lua lists the
-// offsets. A script reads the few header fields it needs with string.sub and
-// checks the whole header with one anchored pattern before it writes; the Go
-// client decodes the rest. A later encoding changes the version bytes, so it
-// can read this one. The hash tag makes every key of one operation (the
-// record and its change channel <prefix>{<storage key>}:changed) hash to the
-// same Cluster slot and Ring shard.
+// failed), a flags byte (a hex digit: has result, has error, relative
+// times, watched), expires_at, heartbeat_at, started_at, completed_at,
+// attempt and the owner's takeover threshold as 13-digit zero-padded
+// decimals (times in Unix ms), and the lengths of the nonce, payload hash,
+// key, result, error message and error type; the variable parts follow in
+// that order. lua/common.lua lists the offsets. A script reads the few
+// header fields it needs with string.sub and checks the whole header with
+// one anchored pattern before it writes; the Go client decodes the rest.
+// Records of the previous encoding ("R2", same layout, flags 0-7) still
+// decode and are answered by the scripts; every write makes version 3. A
+// process of an earlier release reads a version-3 record as corrupt (it
+// fails closed and never overwrites it): upgrade every process before
+// relying on the new one's records being read everywhere. The hash tag
+// makes every key of one operation (the record and its change channel
+// <prefix>{<storage key>}:changed) hash to the same Cluster slot and Ring
+// shard.
+//
+// # Expiry
+//
+// Redis deletes an expired key exactly, by its own clock, on every access
+// (DESIGN rules 9 and 10), so a completed or failed record's native expiry
+// is its expires_at itself: a completed or failed record that is present is
+// live. Once it has expired it is gone, and so is its attempt number: a
+// later claim starts again at attempt 1. An in-progress record (a released
+// one too: Release keeps it with expires_at = now) is kept past its
+// expires_at for the retention (WithRetention, default one minute), so the
+// fencing token keeps counting up across a takeover of an expired claim and
+// across a release, while an owner that stopped may still be running.
 //
 // A fresh claim is written by the client, which does not know the server's
 // time: its times are relative (flag +4). expires_at holds the lease,
@@ -26,24 +43,25 @@
 // PEXPIRETIME - retention, heartbeat_at = started_at = expires_at - lease.
 // Every script and the Go decoder make such a record absolute before they
 // look at it; a relative record on anything but a fresh claim, or on a key
-// without an expiry, does not decode.
+// without an expiry, does not decode. The record Claim returns for a fresh
+// claim carries the client's clock at the send as its times (the Guard uses
+// only its nonce and attempt); Get returns the stored, server-clock times.
 //
 // # Atomicity, round trips and time
 //
-// Claim is one transaction of native commands: MULTI, SET key value NX GET
-// PX lease+retention, PEXPIRETIME key, PTTL key, EXEC. When the key is
-// absent the SET is the claim. When it holds a record, the SET writes
-// nothing and returns it, and PEXPIRETIME - PTTL is the server's clock
-// inside the same transaction (no other client's command runs between; the
-// clock may have moved on by a moment since the SET, which only makes the
-// answer below more cautious): when storekit.DecideClaim has nothing to
-// write (a live completed or failed record, another caller's live claim
-// that is not stale by its owner's threshold, or this nonce's own claim
-// retried), the store answers with it. So a replay runs no script and costs
-// the server about what a GET does. Everything else (a takeover, an expired
-// record, a value that does not decode, a key of another type) goes to the
-// claim script, a second round trip on paths where a call takes over
-// anyway.
+// Claim is one native command: SET key value NX GET PX lease+retention. No
+// script, no transaction, no clock read. When the key is absent the SET is
+// the claim. When it holds a version-3 completed or failed record, the SET
+// writes nothing and returns it, and the record is the answer (Existing,
+// or Claimed when it carries the claim's own nonce: an earlier try of this
+// claim, applied). So a replay costs the server about what a GET does.
+// When the key holds an in-progress record of another caller, whether it
+// is stale needs the server's clock: the claim takes a second round trip,
+// the claim script (atomic), which returns it untouched or takes it over.
+// That is a duplicate of a running call or a takeover, both rare next to
+// fresh calls and replays (DESIGN rule 2 allows it). A released or expired
+// in-progress record, a version-2 record, and a value that does not decode
+// (or a key of another type) go to the claim script too.
 //
 // Heartbeat, complete, release, get and delete are one embedded Lua script
 // each (lua/*.lua, go:embed), run with EVALSHA and falling back to EVAL when
@@ -51,27 +69,27 @@
 // is a claim and a complete (2 round trips); a replay is one claim (1). The
 // scripts implement the rules of storekit.DecideClaim,
 // storekit.ApplyHeartbeat, storekit.ApplyComplete and storekit.ApplyRelease
-// natively. Now is the Redis server's clock (TIME in a script, PEXPIRETIME
-// - PTTL in the claim's transaction), so clients with skewed clocks agree on
-// expiry and staleness. Staleness is judged by the takeover threshold
-// stored with the claim (the caller's only for a record that has none).
-//
-// Liveness is decided by the record's own expires_at, compared with the
-// server's clock. The native expiry is garbage collection only: it is
-// expires_at plus the retention (WithRetention, default one minute), so a
-// record stays readable, and keeps its attempt number, for the retention
-// after it stops counting. Release keeps the record with expires_at = now,
-// so the fencing token (Attempt) stays monotonic across a release for as
-// long as the record exists.
+// natively. Now is the Redis server's clock (TIME in a script; a present
+// version-3 completed record is live by the server's own expiry), so
+// clients with skewed clocks agree on expiry and staleness. Staleness is
+// judged by the takeover threshold stored with the claim (the caller's
+// only for a record that has none).
 //
 // # Replicated Redis
 //
 // Redis replicates asynchronously: a claim acknowledged by a master that
 // dies before its replica received it is lost on failover, and a second
-// caller would run fn again. WithReplicaAck(n, timeout) sends a WAIT n
+// caller would run fn again. So a store does not run silently on a master
+// with replicas: its first claim (and one a minute after that) asks the
+// deployment (INFO replication connected_slaves on the master, on every
+// master of a Cluster, on every shard of a Ring; New does no I/O), and
+// when a master has replicas and neither WithReplicaAck nor
+// AcceptAsyncReplication was given, every claim fails before writing
+// anything with a *ReplicationError matching ErrAsyncReplication and
+// idem.ErrInvalidOption. WithReplicaAck(n, timeout) sends a WAIT n
 // timeout in the same pipeline (the same connection, one round trip) as the
-// claim's transaction (MULTI and EXEC then go by hand, so the WAIT follows
-// EXEC) and the complete script. On a Cluster the pipeline goes to the
+// claim's SET NX GET (the claim script, when it runs) and the complete
+// script. On a Cluster the pipeline goes to the
 // key's master, so the WAIT counts the replicas of the node that took the
 // write. A claim that fewer than n replicas acknowledged in time is released
 // and Claim returns a *ReplicaAckError matching ErrNotReplicated, so the
@@ -92,15 +110,26 @@
 //
 // # Push wake-ups
 //
-// Store implements idem.Watcher with pub/sub. The complete, release,
-// takeover and delete scripts PUBLISH on the record's channel. The store
-// keeps one shared subscription connection per Redis server it has to
-// listen to (one for a standalone server or a Cluster, one per shard for a
-// Ring) and multiplexes every watched key over it; Watch returns only after
-// the server confirmed the subscription, so no publish after Watch returns
-// is missed. When the subscription connection breaks, every watcher is woken
-// (a spurious wake is safe: the Guard re-checks), and the connection is
-// re-established and resubscribed by go-redis.
+// Store implements idem.Watcher with pub/sub. Completions are not
+// published by default: nobody waits on almost every key. Watch subscribes
+// the key's change channel and, once the server confirmed the
+// subscription, marks the record watched (flag +8, one script; a Guard
+// watches only while it waits). The complete, release and takeover scripts
+// PUBLISH only on a watched record, delete always. No wake-up is lost: a
+// change that lands before the mark is seen by the waiter's next look (the
+// Guard claims again as soon as Watch returns), and one after the mark is
+// published to a subscription that already exists (TestNoLostWakeUp
+// interleaves the completion at each point). A process of an earlier
+// release waiting on a key does not mark it, so it finds the outcome with
+// its safety poll instead of a push. The store keeps one shared
+// subscription connection per Redis server it has to listen to (one for a
+// standalone server or a Cluster, one per shard for a Ring) and
+// multiplexes every watched key over it; Watch returns only after the
+// server confirmed the subscription and the record is marked, so no
+// publish after Watch returns is missed. When the subscription connection
+// breaks, every watcher is woken (a spurious wake is safe: the Guard
+// re-checks), and the connection is re-established and resubscribed by
+// go-redis.
 //
 // On a Cluster the scripts use classic PUBLISH, which Redis Cluster
 // broadcasts to every node, so one subscription on any node hears every key.
@@ -109,8 +138,8 @@
 // first channel, so multiplexing keys would need one subscription per master
 // plus resubscription on every slot migration. One small message per
 // completion broadcast over the cluster bus is the cheaper trade at the
-// publish rate of an idempotency store (one per completed call), and it
-// keeps working through resharding.
+// publish rate of an idempotency store (one per completion that somebody
+// waits for), and it keeps working through resharding.
 //
 // # Errors
 //
@@ -130,6 +159,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -137,12 +167,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Client is what the store needs from go-redis: running scripts and
-// subscribing. *redis.Client (also from redis.NewFailoverClient),
+// Client is what the store needs from go-redis: SET with arguments (the
+// claim), running scripts and subscribing. *redis.Client (also from redis.NewFailoverClient),
 // *redis.Ring and *redis.ClusterClient satisfy it.
 type Client interface {
 	redis.Scripter
-	TxPipeline() redis.Pipeliner
+	SetArgs(ctx context.Context, key string, value any, a redis.SetArgs) *redis.StatusCmd
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
@@ -175,6 +205,8 @@ var (
 	srcGet string
 	//go:embed lua/delete.lua
 	srcDelete string
+	//go:embed lua/watch.lua
+	srcWatch string
 
 	scriptClaim     = redis.NewScript(srcCommon + srcClaim)
 	scriptHeartbeat = redis.NewScript(srcCommon + srcHeartbeat)
@@ -182,6 +214,7 @@ var (
 	scriptRelease   = redis.NewScript(srcCommon + srcRelease)
 	scriptGet       = redis.NewScript(srcCommon + srcGet)
 	scriptDelete    = redis.NewScript(srcCommon + srcDelete)
+	scriptWatch     = redis.NewScript(srcCommon + srcWatch)
 )
 
 // Defaults.
@@ -232,6 +265,7 @@ type config struct {
 	health       time.Duration
 	ackN         int
 	ackTimeout   time.Duration
+	acceptAsync  bool
 	errs         []error
 }
 
@@ -252,10 +286,12 @@ func WithPrefix(prefix string) Option {
 	}
 }
 
-// WithRetention sets how long past its expires_at a record is kept before
-// Redis deletes it (native expiry = expires_at + d). Default
-// DefaultRetention; it must not be negative. While a record is retained its
-// attempt number, and so the fencing token, keeps counting up.
+// WithRetention sets how long past its expires_at an in-progress record (a
+// claim whose lease ran out, a released claim) is kept before Redis deletes
+// it (native expiry = expires_at + d). Default DefaultRetention; it must not
+// be negative. While a record is retained its attempt number, and so the
+// fencing token, keeps counting up. Completed and failed records are not
+// retained: they expire at their expires_at (see Expiry in the package doc).
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
@@ -312,6 +348,139 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 	}
 }
 
+// AcceptAsyncReplication declares that the store may run on a Redis
+// master with replicas without waiting for them: a claim the master
+// acknowledged and lost in a failover before a replica received it lets a
+// second caller run fn again, with the same fencing token. Without it (and
+// without WithReplicaAck), a store whose master has replicas refuses to
+// claim (see ErrAsyncReplication). It cannot be combined with
+// WithReplicaAck.
+func AcceptAsyncReplication() Option {
+	return func(c *config) { c.acceptAsync = true }
+}
+
+// ErrAsyncReplication is matched by the error Claim returns when the store
+// found that its Redis master has replicas (INFO replication
+// connected_slaves on a standalone or Sentinel master, replicas in CLUSTER
+// on every master of a Cluster and every shard of a Ring) and neither WithReplicaAck nor
+// AcceptAsyncReplication was given: Redis replicates asynchronously, so a
+// claim lost in a failover would run fn twice. The error is a
+// *ReplicationError, which also matches idem.ErrInvalidOption.
+var ErrAsyncReplication = errors.New("redisstore: the Redis master has replicas and replicates asynchronously: choose WithReplicaAck(n, timeout) or AcceptAsyncReplication()")
+
+// ReplicationError says where the store found replicas without an explicit
+// choice. It matches ErrAsyncReplication and idem.ErrInvalidOption.
+type ReplicationError struct {
+	Where    string // the server or the Cluster node with replicas
+	Replicas int    // how many replicas it reported
+}
+
+func (e *ReplicationError) Error() string {
+	return fmt.Sprintf("%v (%s has %d connected replicas)", ErrAsyncReplication, e.Where, e.Replicas)
+}
+
+// Is makes a ReplicationError match ErrAsyncReplication and
+// idem.ErrInvalidOption.
+func (e *ReplicationError) Is(target error) bool {
+	return target == ErrAsyncReplication || target == idem.ErrInvalidOption
+}
+
+// replicaCheckEvery is how long a finding about replicas is trusted before
+// the next claim checks again (a replica attached later is noticed).
+const replicaCheckEvery = time.Minute
+
+// replicaState is what the last replica check found.
+type replicaState struct {
+	at  time.Time
+	err error // nil: no replicas; a *ReplicationError: replicas
+}
+
+// replicas returns the cached finding of the replica check, checking
+// again (one caller at a time, inline) when it is older than
+// replicaCheckEvery. A check that fails keeps the previous finding; with
+// none, its error is returned (the claim fails, nothing is written).
+func (s *Store) replicas(ctx context.Context, now time.Time) error {
+	st := s.replicaState.Load()
+	if st != nil && now.Sub(st.at) < replicaCheckEvery {
+		return st.err
+	}
+	if !s.replicaMu.TryLock() {
+		if st != nil {
+			return st.err
+		}
+		s.replicaMu.Lock() // the first check: wait for it
+	}
+	defer s.replicaMu.Unlock()
+	if cur := s.replicaState.Load(); cur != st && cur != nil {
+		return cur.err
+	}
+	found, err := checkReplicas(ctx, s.client)
+	if err != nil {
+		if st != nil {
+			return st.err
+		}
+		return fmt.Errorf("redisstore: replica check: %w", err)
+	}
+	st = &replicaState{at: now}
+	if found != nil {
+		st.err = found
+	}
+	s.replicaState.Store(st)
+	return st.err
+}
+
+// checkReplicas asks the deployment whether a master has replicas: a
+// *ReplicationError when one has, nil when none has. A client of another
+// type is not checked.
+func checkReplicas(ctx context.Context, c Client) (*ReplicationError, error) {
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		return eachReplicas(ctx, c.ForEachMaster)
+	case *redis.Ring:
+		return eachReplicas(ctx, c.ForEachShard)
+	case *redis.Client:
+		return infoReplicas(ctx, c)
+	}
+	return nil, nil
+}
+
+// eachReplicas runs infoReplicas on every master (shard) each visits.
+func eachReplicas(ctx context.Context, each func(context.Context, func(context.Context, *redis.Client) error) error) (*ReplicationError, error) {
+	var mu sync.Mutex
+	var found *ReplicationError
+	err := each(ctx, func(ctx context.Context, c *redis.Client) error {
+		e, err := infoReplicas(ctx, c)
+		mu.Lock()
+		if e != nil && found == nil {
+			found = e
+		}
+		mu.Unlock()
+		return err
+	})
+	return found, err
+}
+
+// infoReplicas reads connected_slaves from INFO replication.
+func infoReplicas(ctx context.Context, c *redis.Client) (*ReplicationError, error) {
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, fmt.Errorf("INFO replication: connected_slaves %q", v)
+			}
+			if n > 0 {
+				return &ReplicationError{Where: c.Options().Addr, Replicas: n}, nil
+			}
+			return nil, nil
+		}
+	}
+	return nil, nil
+}
+
 // Store is an idem.Store and idem.Watcher on Redis. It is safe for
 // concurrent use. Close stops its subscriptions; it does not close the
 // client.
@@ -324,6 +493,10 @@ type Store struct {
 	health       time.Duration
 	ackN         int64
 	ackTimeout   time.Duration
+	acceptAsync  bool
+
+	replicaMu    sync.Mutex
+	replicaState atomic.Pointer[replicaState]
 
 	mu     sync.Mutex
 	hubs   map[string]*hub
@@ -333,9 +506,9 @@ type Store struct {
 	wg     sync.WaitGroup
 }
 
-// New returns a store on client. It does no I/O. A nil client and every
-// invalid option are reported, joined, each an *idem.OptionError matching
-// idem.ErrInvalidOption.
+// New returns a store on client. It does no I/O (the replica check runs at
+// the first claim). A nil client and every invalid option are reported,
+// joined, each an *idem.OptionError matching idem.ErrInvalidOption.
 func New(client Client, opts ...Option) (*Store, error) {
 	c := config{
 		retention:    DefaultRetention,
@@ -351,6 +524,9 @@ func New(client Client, opts ...Option) (*Store, error) {
 			continue
 		}
 		o(&c)
+	}
+	if c.acceptAsync && c.ackN > 0 {
+		c.invalid("AcceptAsyncReplication", "contradicts WithReplicaAck")
 	}
 	if c.ackN > 0 && client != nil {
 		switch client.(type) {
@@ -375,6 +551,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 		health:       c.health,
 		ackN:         int64(c.ackN),
 		ackTimeout:   c.ackTimeout,
+		acceptAsync:  c.acceptAsync,
 		hubs:         make(map[string]*hub),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -481,6 +658,8 @@ func srcOf(sc *redis.Script) string {
 		return srcCommon + srcRelease
 	case scriptGet:
 		return srcCommon + srcGet
+	case scriptWatch:
+		return srcCommon + srcWatch
 	default:
 		return srcCommon + srcDelete
 	}
@@ -499,35 +678,29 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 	if err != nil {
 		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: %w", req.Key, err)
 	}
+	sent := time.Now()
+	if s.ackN == 0 && !s.acceptAsync {
+		if err := s.replicas(ctx, sent); err != nil {
+			return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: %w", req.Key, err)
+		}
+	}
 	n, err := s.setNX(ctx, req.Key, value, req.LeaseTTL)
 	if err != nil {
 		return idem.ClaimResult{}, err
 	}
 	if n.claimed {
-		// Our value, with the times the server gave it.
-		exp := n.pexpire - s.retention.Milliseconds()
-		rec := &idem.Record{
-			Key: req.Key, Status: idem.StatusInProgress, Nonce: req.Nonce, PayloadHash: req.PayloadHash,
-			ExpiresAt: exp, HeartbeatAt: exp - req.LeaseTTL.Milliseconds(), StartedAt: exp - req.LeaseTTL.Milliseconds(),
-			Attempt: 1, TakeoverMs: req.TakeoverAfter.Milliseconds(),
-		}
 		if err := s.acked(ctx, req, n.acked, n.ackErr); err != nil {
 			return idem.ClaimResult{}, err
 		}
-		return idem.ClaimResult{Outcome: idem.Claimed, Record: rec}, nil
+		return idem.ClaimResult{Outcome: idem.Claimed, Record: freshRecord(req, sent)}, nil
 	}
-	if n.old != "" && n.pttl >= 0 {
-		// The record the key holds, and the server's clock in the same
-		// transaction (now = PEXPIRETIME - PTTL), answer the claim when
-		// storekit's decision writes nothing: a live record that is not this
-		// caller's to take, or this nonce's own claim retried. A takeover, an
-		// expired record and a value that does not decode are for the claim
-		// script, which writes atomically.
-		if rec, err := decode(req.Key, n.old, n.pexpire); err == nil {
-			if d := storekit.DecideClaim(rec, req, n.pexpire-n.pttl); !d.Write {
-				return d.Result(), nil
+	if res, ok := answer(req, n.old, sent); ok {
+		if res.Outcome == idem.Claimed {
+			if err := s.acked(ctx, req, n.acked, n.ackErr); err != nil {
+				return idem.ClaimResult{}, err
 			}
 		}
+		return res, nil
 	}
 	tail, err := claimTail(req)
 	if err != nil {
@@ -568,6 +741,64 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 	return idem.ClaimResult{Outcome: out, Record: rec}, nil
 }
 
+// freshRecord is the record a claim written by SET NX holds. Its stored
+// times are relative to the key's expiry, which the server's clock set; the
+// times returned here are the client's clock at the send, as close to them
+// as the client can tell without asking (the Guard uses only the nonce and
+// the attempt of its own claim; Get returns the server's times).
+func freshRecord(req idem.ClaimRequest, sent time.Time) *idem.Record {
+	now := sent.UnixMilli()
+	return &idem.Record{
+		Key: req.Key, Status: idem.StatusInProgress, Nonce: req.Nonce, PayloadHash: req.PayloadHash,
+		ExpiresAt: now + req.LeaseTTL.Milliseconds(), HeartbeatAt: now, StartedAt: now,
+		Attempt: 1, TakeoverMs: req.TakeoverAfter.Milliseconds(),
+	}
+}
+
+// answer decides a claim from the record SET NX GET found, when that needs
+// no clock: a version-3 completed or failed record (present, so live: its
+// native expiry is its expires_at) is Existing, or Claimed when it carries
+// req.Nonce (this claim, applied by an earlier try); an in-progress record
+// that carries req.Nonce is this claim's own first try (Claimed). Anything
+// else (another caller's in-progress record, which may be stale; a
+// version-2 record, whose liveness needs the server's clock; a value that
+// does not decode) is for the claim script.
+func answer(req idem.ClaimRequest, v string, sent time.Time) (idem.ClaimResult, bool) {
+	if len(v) < headerLen || v[:2] != magic {
+		return idem.ClaimResult{}, false
+	}
+	nl, ok := digits(v[offNonceLen : offNonceLen+smallWidth])
+	if !ok || int64(len(v)) < headerLen+nl {
+		return idem.ClaimResult{}, false
+	}
+	own := v[headerLen:headerLen+nl] == req.Nonce
+	switch v[offStatus] {
+	case 'C', 'F':
+	case 'P':
+		if !own {
+			return idem.ClaimResult{}, false
+		}
+		if f, ok := flagsOf(v); ok && f&flagRelative != 0 {
+			// Our own SET NX, retried after a lost reply: its stored times
+			// are relative, so answer as for a fresh claim.
+			if _, err := decode(req.Key, v, 1<<40); err != nil {
+				return idem.ClaimResult{}, false
+			}
+			return idem.ClaimResult{Outcome: idem.Claimed, Record: freshRecord(req, sent)}, true
+		}
+	default:
+		return idem.ClaimResult{}, false
+	}
+	rec, err := decode(req.Key, v, -1)
+	if err != nil {
+		return idem.ClaimResult{}, false
+	}
+	if own {
+		return idem.ClaimResult{Outcome: idem.Claimed, Record: rec}, true
+	}
+	return idem.ClaimResult{Outcome: idem.Existing, Record: rec}, true
+}
+
 // acked checks that a claim this call made is held by the replicas
 // WithReplicaAck asks for. One that is not may not survive a failover: it
 // is released, so nobody waits for it and fn does not run on a claim that
@@ -587,101 +818,58 @@ func (s *Store) acked(ctx context.Context, req idem.ClaimRequest, acked int64, a
 	return ackErr
 }
 
-// nx is what a SET NX GET transaction found.
+// nx is what a claim's SET NX GET found.
 type nx struct {
 	claimed bool   // the key was absent: value is stored
 	old     string // the value the key held, when not claimed
-	pexpire int64  // the key's PEXPIRETIME after the SET
-	pttl    int64  // its PTTL, in the same transaction
 	acked   int64  // replicas that acknowledged (WithReplicaAck)
 	ackErr  *ReplicaAckError
 }
 
-// setNX stores value under key's record unless the key exists, in one
-// round trip: MULTI, SET NX GET PX (lease + retention), PEXPIRETIME, PTTL,
-// EXEC (and WAIT, with WithReplicaAck). No script runs, so a replay costs
-// the server about what a GET does. A reply that is not a string value
-// (a key of another type) is left to the claim script, which reports it.
+// setNX stores value under key's record unless the key exists, with one
+// native command: SET key value NX GET PX lease+retention (followed by
+// WAIT in the same pipeline with WithReplicaAck). No script runs and no
+// clock is read. A reply that is not a string value (a key of another
+// type) is left to the claim script, which reports it.
 func (s *Store) setNX(ctx context.Context, key, value string, lease time.Duration) (nx, error) {
 	rk := s.Key(key)
-	px := lease.Milliseconds() + s.retention.Milliseconds()
+	args := redis.SetArgs{Mode: "NX", Get: true, TTL: lease + s.retention}
 	var (
-		p      redis.Pipeliner
-		manual bool // MULTI and EXEC sent by hand, so WAIT can follow EXEC
+		set *redis.StatusCmd
+		w   *redis.Cmd
 	)
 	if s.ackN > 0 {
 		pl, err := s.ackPipeliner(ctx, rk)
 		if err != nil {
 			return nx{}, fmt.Errorf("redisstore: claim %s: %w", key, err)
 		}
-		p, manual = pl.Pipeline(), true
-		p.Do(ctx, "multi")
-	} else {
-		p = s.client.TxPipeline()
-	}
-	set := p.Do(ctx, "set", rk, value, "nx", "get", "px", px)
-	pe := p.Do(ctx, "pexpiretime", rk)
-	pt := p.Do(ctx, "pttl", rk)
-	var ex, w *redis.Cmd
-	if manual {
-		ex = p.Do(ctx, "exec")
+		p := pl.Pipeline()
+		set = p.SetArgs(ctx, rk, value, args)
 		w = p.Do(ctx, "wait", s.ackN, s.ackTimeout.Milliseconds())
+		_, _ = p.Exec(ctx)
+	} else {
+		set = s.client.SetArgs(ctx, rk, value, args)
 	}
-	_, _ = p.Exec(ctx)
 	var n nx
-	var setV any
-	var setErr error
-	if manual {
-		vals, err := ex.Slice()
-		if err != nil {
+	old, err := set.Result()
+	switch {
+	case err == redis.Nil:
+		n.claimed = true
+	case err != nil:
+		var rerr redis.Error
+		if !errors.As(err, &rerr) {
 			return nx{}, fmt.Errorf("redisstore: claim %s: %w", key, err)
 		}
-		if len(vals) != 3 {
-			return nx{}, fmt.Errorf("redisstore: claim %s: EXEC returned %d replies", key, len(vals))
-		}
-		setV = vals[0]
-		if e, ok := setV.(error); ok {
-			setErr, setV = e, nil
-		}
-		var ok1, ok2 bool
-		n.pexpire, ok1 = vals[1].(int64)
-		n.pttl, ok2 = vals[2].(int64)
-		if !ok1 || !ok2 {
-			return nx{}, fmt.Errorf("redisstore: claim %s: unexpected EXEC reply %v", key, vals)
-		}
+		// Not a string (WRONGTYPE): the script reports what the key holds.
+	default:
+		n.old = old
+	}
+	if w != nil {
 		if got, werr := w.Int64(); werr != nil {
 			n.ackErr = &ReplicaAckError{Op: "claim", Key: key, Want: s.ackN, Err: werr}
 		} else {
 			n.acked = got
 		}
-	} else {
-		setV, setErr = set.Result()
-		var err error
-		if n.pexpire, err = pe.Int64(); err == nil {
-			n.pttl, err = pt.Int64()
-		}
-		if err != nil && setErr == nil {
-			return nx{}, fmt.Errorf("redisstore: claim %s: %w", key, err)
-		}
-	}
-	switch {
-	case setErr == redis.Nil || (setErr == nil && setV == nil):
-		n.claimed = true
-		if n.pexpire < 0 {
-			return nx{}, fmt.Errorf("redisstore: claim %s: claimed key has no expiry (%d)", key, n.pexpire)
-		}
-	case setErr != nil:
-		var rerr redis.Error
-		if !errors.As(setErr, &rerr) {
-			return nx{}, fmt.Errorf("redisstore: claim %s: %w", key, setErr)
-		}
-		// Not a string (WRONGTYPE): the script reports what the key holds.
-	default:
-		str, ok := setV.(string)
-		if !ok {
-			return nx{}, fmt.Errorf("redisstore: claim %s: unexpected SET reply %T", key, setV)
-		}
-		n.old = str
 	}
 	return n, nil
 }
@@ -802,7 +990,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // optional: without it the first call of each script falls back to EVAL
 // once per server.
 func (s *Store) LoadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{scriptClaim, scriptHeartbeat, scriptComplete, scriptRelease, scriptGet, scriptDelete} {
+	for _, sc := range []*redis.Script{scriptClaim, scriptHeartbeat, scriptComplete, scriptRelease, scriptGet, scriptDelete, scriptWatch} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("redisstore: load scripts: %w", err)
 		}

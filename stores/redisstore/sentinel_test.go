@@ -100,7 +100,9 @@ func viaSentinel(t *testing.T, masterPort, replicaPort, sentinelPort int) deploy
 // TestSentinelFailoverWithoutReplicaAckDuplicates: the same hole through
 // Redis Sentinel and redis.NewFailoverClient.
 func TestSentinelFailoverWithoutReplicaAckDuplicates(t *testing.T) {
-	r, lagErr := failoverScenario(t, viaSentinel(t, 7231, 7232, 7233))
+	d := viaSentinel(t, 7231, 7232, 7233)
+	assertDefaultRefuses(t, d)
+	r, lagErr := failoverScenario(t, d, redisstore.AcceptAsyncReplication())
 	assertUnsafeDuplicates(t, r, lagErr)
 }
 

@@ -91,10 +91,10 @@ func TestLifecycle(t *testing.T) {
 		assert.Equal(t, idem.Existing, res.Outcome)
 		assert.Equal(t, got, res.Record)
 
-		// Native expiry = expires_at + buffer.
+		// A completed record expires natively at its expires_at exactly.
 		pexp, err := c.PExpireTime(ctx, s.Key(key)).Result()
 		require.NoError(t, err)
-		assert.EqualValues(t, got.ExpiresAt+redisstore.DefaultRetention.Milliseconds(), pexp.Milliseconds())
+		assert.EqualValues(t, got.ExpiresAt, pexp.Milliseconds())
 
 		require.NoError(t, s.Delete(ctx, key))
 		require.NoError(t, s.Delete(ctx, key))
@@ -246,10 +246,11 @@ func TestCorruptRecords(t *testing.T) {
 		ctx := ctxT(t)
 		s := newStore(t, c)
 		cases := map[string]func(key string) string{
-			"version 3":         func(k string) string { return splice(rawRecord(t, k), 0, "R3") },
+			"version 4":         func(k string) string { return splice(rawRecord(t, k), 0, "R4") },
 			"version 1":         func(k string) string { return splice(rawRecord(t, k), 0, "R1") },
 			"unknown status":    func(k string) string { return splice(rawRecord(t, k), 2, "Z") },
-			"bad flags":         func(k string) string { return splice(rawRecord(t, k), 3, "9") },
+			"bad flags":         func(k string) string { return splice(rawRecord(t, k), 3, "g") },
+			"v2 hex flags":      func(k string) string { return splice(splice(rawRecord(t, k), 0, "R2"), 3, "8") },
 			"garbled attempt":   func(k string) string { return splice(rawRecord(t, k), 56, "00000000000x1") },
 			"spaced heartbeat":  func(k string) string { return splice(rawRecord(t, k), 17, "            1") },
 			"exponent started":  func(k string) string { return splice(rawRecord(t, k), 30, "0000000001e03") },
@@ -261,7 +262,7 @@ func TestCorruptRecords(t *testing.T) {
 			"result no flag":    func(k string) string { return splice(rawRecord(t, k)+"r", 97, "0000000001") },
 			"error type no err": func(k string) string { return splice(rawRecord(t, k)+"e", 117, "00001") },
 			"other key":         func(k string) string { return rawRecord(t, "idem:other"+k[len("idem:other"):]) },
-			"short":             func(k string) string { return "R2P0" },
+			"short":             func(k string) string { return "R3P0" },
 			"relative no expiry": func(k string) string {
 				v, err := redisstore.ClaimValue(idem.ClaimRequest{Key: k, Nonce: "n", LeaseTTL: time.Minute}, time.Minute)
 				require.NoError(t, err)
@@ -329,6 +330,9 @@ func TestOptionsAndInput(t *testing.T) {
 		"nil option":         func() (*redisstore.Store, error) { return redisstore.New(c, nil) },
 		"ack zero replicas":  func() (*redisstore.Store, error) { return redisstore.New(c, redisstore.WithReplicaAck(0, time.Second)) },
 		"ack zero timeout":   func() (*redisstore.Store, error) { return redisstore.New(c, redisstore.WithReplicaAck(1, 0)) },
+		"ack and async": func() (*redisstore.Store, error) {
+			return redisstore.New(c, redisstore.WithReplicaAck(1, time.Second), redisstore.AcceptAsyncReplication())
+		},
 		"ack on a ring": func() (*redisstore.Store, error) {
 			return redisstore.New(ring, redisstore.WithReplicaAck(1, time.Second))
 		},

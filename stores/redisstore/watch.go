@@ -45,6 +45,14 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func(),
 	defer timer.Stop()
 	select {
 	case <-ready:
+		// The subscription exists: mark the record watched, so its
+		// completion publishes (completions of unwatched records do not).
+		// A change that landed before the mark is found by the caller's
+		// next look, one after it is published to this subscription.
+		if err := s.mark(ctx, key); err != nil {
+			stop()
+			return nil, nil, err
+		}
 		return w.c, stop, nil
 	case <-w.c:
 		// Woken before the subscription was confirmed: the connection
@@ -57,6 +65,19 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func(),
 		stop()
 		return nil, nil, fmt.Errorf("redisstore: watch %s: subscription not confirmed within %v", key, s.watchTimeout)
 	}
+}
+
+// mark runs the watch script: a live in-progress record of key is marked
+// watched.
+func (s *Store) mark(ctx context.Context, key string) error {
+	v, _, err := s.run(ctx, "watch", scriptWatch, key, false, key)
+	if err != nil {
+		return err
+	}
+	if str, ok := v.(string); ok && str != "" && str[0] == 'X' {
+		return corruptReply(key, str)
+	}
+	return nil
 }
 
 // hubFor returns the shared subscription that hears channel ch, creating

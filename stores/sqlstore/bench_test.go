@@ -3,6 +3,7 @@ package sqlstore_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -127,5 +128,99 @@ func BenchmarkGuard(b *testing.B) {
 				b.ReportMetric(guardNs/rawNs, "guard/raw")
 			})
 		}
+	}
+}
+
+// BenchmarkMySQLReplay compares a replay on MariaDB through INSERT ...
+// RETURNING (one round trip) with INSERT IGNORE + SELECT (two, what a
+// MySQL server without RETURNING gets), one goroutine and 16 goroutines on
+// one key.
+func BenchmarkMySQLReplay(b *testing.B) {
+	for _, ret := range []bool{true, false} {
+		for _, par := range []int{1, 16} {
+			name := "returning"
+			if !ret {
+				name = "insert-ignore+select"
+			}
+			b.Run(fmt.Sprintf("%s/goroutines=%d", name, par), func(b *testing.B) {
+				e := newEnv(b, sqlstore.MySQL)
+				sqlstore.SetReturning(e.store, ret)
+				g := newGuard[int](b, e.store)
+				ctx := context.Background()
+				fn := func(context.Context) (int, error) { return 42, nil }
+				if _, err := g.Do(ctx, "replayed", fn); err != nil {
+					b.Fatal(err)
+				}
+				b.SetParallelism(par)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					gg := newGuard[int](b, e.store) // its own Guard: no in-process coalescing
+					for pb.Next() {
+						if _, err := gg.Do(ctx, "replayed", fn); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkDoTx compares a fresh DoTx whose fn inserts one row with the
+// same INSERT in a plain transaction, one goroutine, on each dialect.
+func BenchmarkDoTx(b *testing.B) {
+	for _, d := range dialects {
+		b.Run(d.String(), func(b *testing.B) {
+			e := newEnv(b, d)
+			side := sideTable(b, d)
+			g := newGuard[int](b, e.store)
+			ctx := context.Background()
+			prefix := randHex(4) + "-"
+			call := func(i int) error {
+				k := prefix + strconv.Itoa(i)
+				_, err := sqlstore.DoTx(ctx, g, k, func(ctx context.Context, tx *sql.Tx) (int, error) {
+					return 1, insertSide(ctx, tx, d, side, k)
+				})
+				return err
+			}
+			plain := func(i int) error {
+				tx, err := e.db.BeginTx(ctx, nil)
+				if err != nil {
+					return err
+				}
+				if err := insertSide(ctx, tx, d, side, "raw"+strconv.Itoa(i)); err != nil {
+					_ = tx.Rollback()
+					return err
+				}
+				return tx.Commit()
+			}
+			for i := range 10 {
+				if err := call(-1 - i); err != nil {
+					b.Fatal(err)
+				}
+				if err := plain(-1 - i); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				if err := call(i); err != nil {
+					b.Fatal(err)
+				}
+			}
+			txNs := float64(time.Since(start).Nanoseconds()) / float64(b.N)
+			b.StopTimer()
+			start = time.Now()
+			for i := 0; i < b.N; i++ {
+				if err := plain(i); err != nil {
+					b.Fatal(err)
+				}
+			}
+			rawNs := float64(time.Since(start).Nanoseconds()) / float64(b.N)
+			b.ReportMetric(rawNs, "plain-tx-ns/op")
+			b.ReportMetric(txNs/rawNs, "dotx/plain")
+		})
 	}
 }

@@ -23,7 +23,9 @@ const (
 	stRelease
 	stDelete
 	stPurge
-	stWatch // Postgres: mark a row watched, so that its changes notify
+	stWatch      // Postgres: mark a row watched, so that its changes notify
+	stCompleteTx // DoTx's completion inside its transaction (MySQL: hands back the connection id)
+	stClaimRet   // MariaDB 10.5+: the claim's insert returning the row it wrote or found
 	numStmts
 )
 
@@ -31,6 +33,9 @@ const (
 type queries struct {
 	create []string
 	text   [numStmts]string
+	// readBack is DoTx's locking read of a record row after a failed
+	// commit (not prepared: it is rare).
+	readBack string
 }
 
 // quote returns the quoted, possibly schema-qualified table name and the
@@ -50,16 +55,35 @@ func quote(d Dialect, table string) (qtable, index string) {
 }
 
 // Server clock expressions: the database's time in Unix milliseconds.
-// PostgreSQL's clock_timestamp() is the time it is evaluated (each
-// statement evaluates it once, in a materialized CTE or an InitPlan, so
-// every column the statement writes gets the same value); MySQL's
-// UTC_TIMESTAMP(6) is NOW(6) in UTC, the time the statement started,
-// constant within the statement and free of the session time zone (the
-// UNIX_TIMESTAMP(NOW(6)) spelling is ambiguous in the hour a daylight
-// saving change repeats).
+//
+// PostgreSQL's clock_timestamp() is the time it is evaluated. The claim's
+// first read and Get read it once per statement (a materialized CTE, an
+// InitPlan); the writes that can wait for a row lock (the claim's conflict
+// update, Heartbeat, Complete, Release) evaluate it in the row's WHERE and
+// SET, which PostgreSQL evaluates after the lock is held (ON CONFLICT DO
+// UPDATE locks the row before its WHERE; an UPDATE that finds its row
+// changed by the transaction it waited for evaluates the row again,
+// EvalPlanQual), so a write that waited behind another judges the row it
+// waited for with the time after the wait.
+//
+// MySQL's UTC_TIMESTAMP(6) is NOW(6) in UTC: the time the statement
+// started, constant within the statement and free of the session time
+// zone (the UNIX_TIMESTAMP(NOW(6)) spelling is ambiguous in the hour a
+// daylight saving change repeats). mysqlNow is used where nothing waits
+// (Get, Purge). mysqlExecNow adds the time elapsed since the statement
+// started (SYSDATE(6), the time it is evaluated, minus NOW(6), both in the
+// session zone), so a write evaluates it after InnoDB handed it the locked
+// row; a statement that writes it in several columns writes it once and
+// refers to that column (MySQL evaluates an UPDATE's assignments, and an
+// INSERT's values, from left to right, with the values already assigned).
+// SYSDATE is not frozen by SET timestamp, and a server started with
+// --sysdate-is-now makes it NOW again (then a write that waited judges the
+// row with the time it started, as before).
 const (
-	pgNow    = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
-	mysqlNow = `(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)`
+	pgNow        = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
+	mysqlNow     = `(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)`
+	mysqlExecNow = `((TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) + ` +
+		`TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) DIV 1000)`
 )
 
 // maxChannelLen is PostgreSQL's limit on a channel name (NAMEDATALEN - 1).
@@ -129,7 +153,19 @@ func buildQueries(d Dialect, table string) queries {
 		// to the newest committed version of the row: it has expired, or
 		// it is an in-progress claim with the same payload hash, another
 		// nonce and a stale heartbeat (and in both cases it is decodable).
-		// Inside the conflict update EXCLUDED.started_at is clk.ms. When
+		// The conflict update judges expiry, and writes the row, with the
+		// server's clock read after the row is locked (not clk.ms, read
+		// before a wait for a concurrent writer: a claim that waited behind
+		// a Release must see the released row as released, and re-claim
+		// it, not take it over); its SET reads the clock once, in a
+		// sub-SELECT evaluated for the locked row. Staleness (a takeover)
+		// is judged with clk.ms (EXCLUDED.started_at), the earlier time:
+		// a heartbeat stale then is stale after the wait too, and one that
+		// is not is refused here (the statement is sent again, with a
+		// newer clock, when its snapshot says the row was claimable), so
+		// claims queued behind a takeover's lock do not take over the
+		// claim they waited for as soon as their wait outlasts the
+		// threshold. When
 		// nothing is written, the last branch returns cur (see
 		// claimPostgres for why that snapshot is checked). Every row
 		// returned carries clk.ms, so the store checks it by the same clock.
@@ -140,32 +176,28 @@ func buildQueries(d Dialect, table string) queries {
     AND (%[1]s.expires_at <= %[2]s
       OR (%[1]s.status = 'in_progress' AND %[1]s.payload_hash = $5
           AND %[1]s.claim_nonce <> $4
-          AND %[2]s - %[1]s.heartbeat_at >= CASE WHEN %[1]s.takeover_ms > 0 THEN %[1]s.takeover_ms ELSE $7 END))`
+          AND %[3]s - %[1]s.heartbeat_at >= CASE WHEN %[1]s.takeover_ms > 0 THEN %[1]s.takeover_ms ELSE $7 END))`
 		q.text[stClaim] = fmt.Sprintf(clk+`, cur AS (
   SELECT %[2]s FROM %[1]s WHERE key_hash = $3
 ), w AS (
   INSERT INTO %[1]s AS r (tenant, scope, key_hash, record_version, claim_nonce, status, attempt_count,
     payload_hash, result, error_message, error_type, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms)
   SELECT $1, $2, $3, 1, $4, 'in_progress', 1, $5, NULL, NULL, NULL, clk.ms, clk.ms, 0, clk.ms + $6, 0, $7 FROM clk
-  WHERE NOT EXISTS (SELECT 1 FROM cur) OR EXISTS (SELECT 1 FROM cur, clk WHERE `+fmt.Sprintf(claimable, "cur", "clk.ms")+`)
+  WHERE NOT EXISTS (SELECT 1 FROM cur) OR EXISTS (SELECT 1 FROM cur, clk WHERE `+fmt.Sprintf(claimable, "cur", "clk.ms", "clk.ms")+`)
   ON CONFLICT (key_hash) DO UPDATE SET
-    tenant        = EXCLUDED.tenant,
-    scope         = EXCLUDED.scope,
-    claim_nonce   = EXCLUDED.claim_nonce,
-    status        = 'in_progress',
-    attempt_count = r.attempt_count + 1,
-    payload_hash  = EXCLUDED.payload_hash,
-    result        = CASE WHEN r.expires_at <= EXCLUDED.started_at THEN NULL ELSE r.result END,
-    error_message = CASE WHEN r.expires_at <= EXCLUDED.started_at THEN NULL ELSE r.error_message END,
-    error_type    = CASE WHEN r.expires_at <= EXCLUDED.started_at THEN NULL ELSE r.error_type END,
-    started_at    = EXCLUDED.started_at,
-    heartbeat_at  = EXCLUDED.started_at,
-    completed_at  = CASE WHEN r.expires_at <= EXCLUDED.started_at THEN 0 ELSE r.completed_at END,
-    expires_at    = CASE WHEN r.expires_at <= EXCLUDED.started_at THEN EXCLUDED.expires_at
-                         ELSE GREATEST(r.expires_at, EXCLUDED.expires_at) END,
-    taken_over_at = CASE WHEN r.expires_at <= EXCLUDED.started_at THEN 0 ELSE EXCLUDED.started_at END,
-    takeover_ms   = EXCLUDED.takeover_ms
-  WHERE `+fmt.Sprintf(claimable, "r", "EXCLUDED.started_at")+`
+    (tenant, scope, claim_nonce, status, attempt_count, payload_hash, result, error_message, error_type,
+     started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms) =
+    (SELECT EXCLUDED.tenant, EXCLUDED.scope, EXCLUDED.claim_nonce, 'in_progress', r.attempt_count + 1, EXCLUDED.payload_hash,
+       CASE WHEN r.expires_at <= n.ck THEN NULL ELSE r.result END,
+       CASE WHEN r.expires_at <= n.ck THEN NULL ELSE r.error_message END,
+       CASE WHEN r.expires_at <= n.ck THEN NULL ELSE r.error_type END,
+       n.ck, n.ck,
+       CASE WHEN r.expires_at <= n.ck THEN 0 ELSE r.completed_at END,
+       CASE WHEN r.expires_at <= n.ck THEN n.ck + $6 ELSE GREATEST(r.expires_at, n.ck + $6) END,
+       CASE WHEN r.expires_at <= n.ck THEN 0 ELSE n.ck END,
+       EXCLUDED.takeover_ms
+     FROM (SELECT `+pgNow+` AS ck) n)
+  WHERE `+fmt.Sprintf(claimable, "r", pgNow, "EXCLUDED.started_at")+`
   RETURNING r.record_version, r.claim_nonce, r.status, r.attempt_count, r.payload_hash, r.result,
     r.error_message, r.error_type, r.started_at, r.heartbeat_at, r.completed_at, r.expires_at, r.taken_over_at, r.takeover_ms
 )
@@ -174,19 +206,26 @@ UNION ALL
 SELECT 'e'::text, clk.ms, cur.* FROM cur, clk WHERE NOT EXISTS (SELECT 1 FROM w)`, t, cols)
 		// The server's now rides along (an InitPlan, evaluated once).
 		q.text[stGet] = `SELECT ` + cols + `, (SELECT ` + pgNow + `) FROM ` + t + ` WHERE ` + where
+		// Heartbeat, Complete and Release read the clock in the row's WHERE
+		// and SET (pgNow, not clk), so that a write that waited for the row
+		// lock judges the row it waited for with the time after the wait
+		// (EvalPlanQual evaluates both again for the newest version).
 		// $1 key, $2 nonce, $3 lease in ms
-		q.text[stHeartbeat] = clk + ` UPDATE ` + t + ` SET heartbeat_at = clk.ms, expires_at = GREATEST(expires_at, clk.ms + $3) ` +
-			`FROM clk WHERE ` + where + ` AND claim_nonce = $2 AND status = 'in_progress' AND expires_at > clk.ms`
+		q.text[stHeartbeat] = `UPDATE ` + t + ` SET (heartbeat_at, expires_at) = ` +
+			`(SELECT n.ck, GREATEST(expires_at, n.ck + $3) FROM (SELECT ` + pgNow + ` AS ck) n) ` +
+			`WHERE ` + where + ` AND claim_nonce = $2 AND status = 'in_progress' AND expires_at > ` + pgNow
 		// $1 key, $2 nonce, $3 status, $4 result, $5 error message, $6 error
 		// type, $7 ttl in ms. The notification is sent when the statement
 		// commits, only if it changed the row; affected rows are the rows
 		// of the final SELECT.
-		q.text[stComplete] = clk + `, u AS (UPDATE ` + t + ` SET status = $3, result = $4, error_message = $5, error_type = $6, ` +
-			`completed_at = clk.ms, heartbeat_at = clk.ms, expires_at = clk.ms + $7 FROM clk WHERE ` + where +
-			` AND claim_nonce = $2 RETURNING key_hash, watched) ` + notify
+		q.text[stComplete] = `WITH u AS (UPDATE ` + t + ` SET status = $3, result = $4, error_message = $5, error_type = $6, ` +
+			`(completed_at, heartbeat_at, expires_at) = (SELECT n.ck, n.ck, n.ck + $7 FROM (SELECT ` + pgNow + ` AS ck) n) ` +
+			`WHERE ` + where + ` AND claim_nonce = $2 RETURNING key_hash, watched) ` + notify
 		// $1 key, $2 nonce
-		q.text[stRelease] = clk + `, u AS (UPDATE ` + t + ` SET expires_at = clk.ms FROM clk WHERE ` + where +
+		q.text[stRelease] = `WITH u AS (UPDATE ` + t + ` SET expires_at = ` + pgNow + ` WHERE ` + where +
 			` AND claim_nonce = $2 AND status = 'in_progress' RETURNING key_hash, watched) ` + notify
+		q.readBack = `SELECT claim_nonce, status FROM ` + t + ` WHERE ` + where + ` FOR UPDATE`
+		q.text[stCompleteTx] = q.text[stComplete]
 		q.text[stDelete] = `WITH u AS (DELETE FROM ` + t + ` WHERE ` + where + ` RETURNING key_hash, watched) ` + notify
 		// $1 key. Sent by Watch; the flag stays for the row's life (a
 		// takeover keeps it, so the new owner's completion wakes waiters
@@ -225,30 +264,58 @@ SELECT 'e'::text, clk.ms, cur.* FROM cur, clk WHERE NOT EXISTS (SELECT 1 FROM w)
 		// LAST_INSERT_ID(expr) hands the server's now back in the OK
 		// packet (Result.LastInsertId; the table has no AUTO_INCREMENT
 		// column), so the claim learns the times it wrote without another
-		// round trip.
+		// round trip. The later values refer to started_at, so every time
+		// written is that one reading of the clock.
+		x := mysqlExecNow
 		q.text[stClaim] = `INSERT IGNORE INTO ` + t + ` (tenant, scope, key_hash, record_version, claim_nonce, status, ` +
 			`attempt_count, payload_hash, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms) ` +
-			`VALUES (?, ?, ?, 1, ?, 'in_progress', 1, ?, LAST_INSERT_ID(` + n + `), ` + n + `, 0, ` + n + ` + ?, 0, ?)`
+			`VALUES (?, ?, ?, 1, ?, 'in_progress', 1, ?, LAST_INSERT_ID(` + x + `), started_at, 0, started_at + ?, 0, ?)`
+		// MariaDB 10.5+ (INSERT ... RETURNING): the same insert, whose
+		// duplicate-key branch changes nothing (key_hash = key_hash) and
+		// returns the row found instead, with the server's now read after
+		// the row's lock: one round trip for a new key and for a replay.
+		q.text[stClaimRet] = `INSERT INTO ` + t + ` (tenant, scope, key_hash, record_version, claim_nonce, status, ` +
+			`attempt_count, payload_hash, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms) ` +
+			`VALUES (?, ?, ?, 1, ?, 'in_progress', 1, ?, ` + x + `, started_at, 0, started_at + ?, 0, ?) ` +
+			`ON DUPLICATE KEY UPDATE key_hash = key_hash RETURNING ` + cols + `, ` + x
 		// new: nonce, attempt, payload hash, result, error message, error
 		// type, completed_at, the expiry floor, lease ms, whether it is a
 		// takeover, takeover_ms, tenant, scope; then key; then the row as
 		// read: nonce, attempt, status, heartbeat_at, expires_at. The times
 		// are the server's now at the UPDATE, handed back by LAST_INSERT_ID.
 		q.text[stCAS] = `UPDATE ` + t + ` SET claim_nonce = ?, status = 'in_progress', attempt_count = ?, ` +
-			`payload_hash = ?, result = ?, error_message = ?, error_type = ?, started_at = LAST_INSERT_ID(` + n + `), ` +
-			`heartbeat_at = ` + n + `, completed_at = ?, expires_at = GREATEST(?, ` + n + ` + ?), ` +
-			`taken_over_at = CASE WHEN ? THEN ` + n + ` ELSE 0 END, takeover_ms = ?, tenant = ?, scope = ? WHERE ` + where +
+			`payload_hash = ?, result = ?, error_message = ?, error_type = ?, started_at = LAST_INSERT_ID(` + x + `), ` +
+			`heartbeat_at = started_at, completed_at = ?, expires_at = GREATEST(?, started_at + ?), ` +
+			`taken_over_at = CASE WHEN ? THEN started_at ELSE 0 END, takeover_ms = ?, tenant = ?, scope = ? WHERE ` + where +
 			` AND claim_nonce = ? AND attempt_count = ? AND status = ? AND heartbeat_at = ? AND expires_at = ? AND record_version = 1`
 		q.text[stGet] = `SELECT ` + cols + `, ` + n + ` FROM ` + t + ` WHERE ` + where
+		// Heartbeat, Complete and Release: MySQL counts a row whose values
+		// did not change as not affected (a retried complete, two heartbeats
+		// in one millisecond), so the affected rows cannot tell a match
+		// from a miss. Each sets a column to LAST_INSERT_ID(now) instead: an
+		// assignment is evaluated only for a row the WHERE matched, and the
+		// OK packet's insert id is then that now, or 0 when no row matched
+		// (owned reads Result.LastInsertId). One statement, one answer.
 		// lease ms, key, nonce
-		q.text[stHeartbeat] = `UPDATE ` + t + ` SET heartbeat_at = ` + n + `, expires_at = GREATEST(expires_at, ` + n + ` + ?) WHERE ` +
-			where + ` AND claim_nonce = ? AND status = 'in_progress' AND expires_at > ` + n
+		q.text[stHeartbeat] = `UPDATE ` + t + ` SET heartbeat_at = LAST_INSERT_ID(` + x + `), ` +
+			`expires_at = GREATEST(expires_at, heartbeat_at + ?) WHERE ` +
+			where + ` AND claim_nonce = ? AND status = 'in_progress' AND expires_at > ` + x
 		// status, result, error message, error type, ttl ms, key, nonce
 		q.text[stComplete] = `UPDATE ` + t + ` SET status = ?, result = ?, error_message = ?, error_type = ?, ` +
-			`completed_at = ` + n + `, heartbeat_at = ` + n + `, expires_at = ` + n + ` + ? WHERE ` + where + ` AND claim_nonce = ?`
+			`completed_at = LAST_INSERT_ID(` + x + `), heartbeat_at = completed_at, expires_at = completed_at + ? ` +
+			`WHERE ` + where + ` AND claim_nonce = ?`
 		// key, nonce
-		q.text[stRelease] = `UPDATE ` + t + ` SET expires_at = ` + n + ` WHERE ` + where +
+		q.text[stRelease] = `UPDATE ` + t + ` SET expires_at = LAST_INSERT_ID(` + x + `) WHERE ` + where +
 			` AND claim_nonce = ? AND status = 'in_progress'`
+		q.readBack = `SELECT claim_nonce, status FROM ` + t + ` WHERE ` + where + ` FOR UPDATE`
+		// DoTx's completion: as stComplete, but the matched row's mark is
+		// the connection's id (LAST_INSERT_ID(CONNECTION_ID()), never 0),
+		// so that a transaction whose COMMIT goes unanswered can be ended
+		// with KILL from another connection. Same arguments.
+		q.text[stCompleteTx] = `UPDATE ` + t + ` SET status = ?, result = ?, error_message = ?, error_type = ?, ` +
+			`completed_at = ` + x + `, heartbeat_at = completed_at, expires_at = completed_at + ?, ` +
+			`record_version = IF(LAST_INSERT_ID(CONNECTION_ID()) > 0, record_version, record_version) ` +
+			`WHERE ` + where + ` AND claim_nonce = ?`
 		q.text[stDelete] = `DELETE FROM ` + t + ` WHERE ` + where
 		// retention ms
 		q.text[stPurge] = `DELETE FROM ` + t + ` WHERE expires_at < ` + n + ` - ?`

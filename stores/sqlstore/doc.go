@@ -82,9 +82,21 @@
 // a race on a brand-new key can take two round trips; the tests see this
 // in about half of the losers when 16 claims start on one new key at once.
 //
-// MySQL/MariaDB. The dialect has no RETURNING, so Claim is an INSERT IGNORE
+// MariaDB 10.5 and later. Claim is one INSERT ... ON DUPLICATE KEY
+// UPDATE key_hash = key_hash RETURNING: a new key is inserted and its row
+// returned; an existing row is left as it is (the no-op update only locks
+// it for the statement) and returned, with the server's now read after
+// that lock. A replay of a completed key, a live claim and a new key are
+// therefore one round trip, as on PostgreSQL; when the row is claimable
+// (expired, released, stale) an UPDATE writes the DecideClaim outcome
+// conditioned on the row being exactly as returned (the compare-and-swap
+// below). The store asks the server's version once (SELECT VERSION()).
+//
+// MySQL (no RETURNING), and MariaDB before 10.5: Claim is an INSERT IGNORE
 // of a fresh claim (one round trip when the key is new) and, when the key
-// exists, a SELECT of the row and the server's now; when the row is
+// exists, a SELECT of the row and the server's now (so a replay is two
+// round trips there: the floor without RETURNING or multi-statements,
+// which the store cannot assume a DSN allows); when the row is
 // claimable at that now, an UPDATE writes the DecideClaim outcome
 // conditioned on the row being exactly as read (claim_nonce,
 // attempt_count, status, heartbeat_at, expires_at: a compare-and-swap; a
@@ -93,33 +105,55 @@
 // (LAST_INSERT_ID(expr), read as Result.LastInsertId; the table has no
 // AUTO_INCREMENT column), so the returned record holds the written times
 // without another round trip. MySQL counts an UPDATE that
-// writes the values a row already has as zero affected rows, so a zero from
-// Heartbeat, Complete or Release is checked with a SELECT before it
-// becomes idem.ErrLostOwnership (a retried complete succeeds).
+// writes the values a row already has as zero affected rows, so Heartbeat,
+// Complete and Release do not read the affected rows there: each assigns
+// LAST_INSERT_ID(now) to a column, which only a row the WHERE matched
+// evaluates, and the OK packet's insert id (now, or 0 for no match) is the
+// answer. No second statement decides it (a SELECT after the UPDATE could
+// see a row a concurrent claim of the same nonce wrote since, and report a
+// write that never happened; TestOwnedAnswerIsTheUpdates).
+//
+// A write that waits for a row lock (behind a Release, a Complete, a
+// DoTx transaction) judges the row with the database's clock read after
+// the wait, not when the statement started (see Time): a heartbeat that
+// waited behind its owner's Release finds the record released instead of
+// reviving it (TestHeartbeatBehindRelease), and a claim that waited behind
+// a Release re-claims the record instead of taking it over
+// (TestClaimBehindRelease).
 //
 // Round trips per operation (TestRoundTrips counts them on the wire):
 //
-//	                      PostgreSQL   MySQL/MariaDB
-//	Claim, new key        1            1 (INSERT IGNORE)
-//	Claim, live key       1            2 (INSERT IGNORE, SELECT)
-//	Claim, re-claim or    1            3 (INSERT IGNORE, SELECT, UPDATE)
+//	                      PostgreSQL   MariaDB 10.5+   MySQL
+//	Claim, new key        1            1               1 (INSERT IGNORE)
+//	Claim, live key       1            1               2 (INSERT IGNORE, SELECT)
+//	Claim, re-claim or    1            2               3 (INSERT IGNORE, SELECT, UPDATE)
 //	  takeover
-//	Heartbeat, Complete,  1            1 (2 when no row changed: same
-//	  Release                          values, or ownership lost)
-//	Get, Delete, Purge    1            1
+//	Heartbeat, Complete,  1            1               1
+//	  Release
+//	Get, Delete, Purge    1            1               1
 //
-// A guarded fresh call is two round trips on both (claim, complete); a
-// replay of a completed key is one on PostgreSQL and two on MySQL. The
+// A guarded fresh call is two round trips on all (claim, complete); a
+// replay of a completed key is one on PostgreSQL and MariaDB 10.5+ and two
+// on MySQL (TestRoundTrips). The
 // first use of a statement on a connection adds the round trip that
 // prepares it.
 //
 // # Time
 //
 // Freshness, staleness and expiry are decided with the database's clock,
-// inside the statements that act on them: PostgreSQL's clock_timestamp(),
-// read once per statement (a materialized CTE, or an InitPlan in Get and
-// Purge), and MySQL's UTC_TIMESTAMP(6), which is NOW(6) in UTC: constant
-// within a statement and free of the session time zone. Times in the row
+// inside the statements that act on them: PostgreSQL's clock_timestamp()
+// and MySQL's UTC_TIMESTAMP(6) (NOW(6) in UTC, free of the session time
+// zone). A statement that only reads takes the time once (a materialized
+// CTE or an InitPlan on PostgreSQL; NOW is constant within a MySQL
+// statement). A statement that writes reads it where the row is judged,
+// after the row lock is held: on PostgreSQL in the UPDATE's WHERE and SET
+// (evaluated again for the row version a wait ended on) and in the claim's
+// ON CONFLICT DO UPDATE (which locks before it judges); on MySQL as
+// UTC_TIMESTAMP(6) plus the time since the statement started
+// (SYSDATE(6) - NOW(6)), written once per row and referred to by the other
+// columns. (SET timestamp does not freeze SYSDATE; a server run with
+// --sysdate-is-now judges a write that waited with its start time.)
+// Times in the row
 // stay BIGINT Unix milliseconds. The caller's clock is never read, so
 // application hosts whose clocks disagree still agree on every decision
 // (TestSkewedProcessClocks: two Guards 2x the takeover threshold apart
@@ -180,6 +214,26 @@
 // the socket), so closing a statement prepared earlier on that connection
 // (another Store's Close on the same *sql.DB) is not held up
 // (TestCloseNotHeldByListener).
+//
+// # Transactions
+//
+// DoTx runs a guarded fn inside a database transaction and writes the
+// completed record in the same transaction, conditioned on the claim's
+// nonce, before it commits: fn's writes (in the same database) and the
+// outcome commit together or not at all, so a crash in the middle of fn
+// leaves neither and a takeover runs fn again on a clean slate; for
+// writes in the same database that is exactly once
+// (TestDoTxKilledOwner, TestDoTxProcesses). A claim lost while fn's
+// transaction is open rolls it back (idem.ErrLostOwnership). A commit
+// that fails or is never answered is read back with SELECT ... FOR
+// UPDATE, which waits for the transaction holding the record row's lock
+// to end: recorded or not, never guessed (TestDoTxCommitReplyLost). The
+// heartbeat runs on other connections and never waits for fn's
+// transaction, which locks the record row only after fn returned and the
+// heartbeat was stopped. See DoTx for the locks and what it costs:
+// PostgreSQL, a fresh DoTx whose fn does one INSERT is 5 round trips
+// against 3 for the same INSERT in a plain transaction (claim and
+// completion added; BenchmarkDoTx).
 //
 // # Purge
 //

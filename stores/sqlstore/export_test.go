@@ -37,3 +37,13 @@ func SetListenHealth(d time.Duration) (restore func()) {
 	listenHealth = d
 	return func() { listenHealth = old }
 }
+
+// SetReturning makes a MySQL store use INSERT ... RETURNING for its claims
+// (on) or the INSERT IGNORE + SELECT of servers without it (off).
+func SetReturning(s *Store, on bool) {
+	if on {
+		s.returning.Store(1)
+	} else {
+		s.returning.Store(2)
+	}
+}

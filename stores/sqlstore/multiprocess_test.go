@@ -28,3 +28,24 @@ func TestMultiProcessExactlyOnce(t *testing.T) {
 		})
 	})
 }
+
+// TestStepCrash: storetest's step crash harness on each dialect: an owner
+// process SIGKILLed after a step or inside one, or SIGSTOPped inside one,
+// and the call taken over by other processes (steps are ordinary records,
+// so the store needs nothing of its own for them).
+func TestStepCrash(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		table := "idem_st_" + randHex(6)
+		t.Cleanup(func() { _, _ = sharedDB(t, d).Exec("DROP TABLE IF EXISTS " + table) })
+		storetest.RunStepCrash(t, storetest.StepCrashConfig{
+			Namespace: table,
+			NewStore: func(table string) (idem.Store, error) {
+				s, err := sqlstore.New(sharedDB(t, d), d, sqlstore.WithTable(table))
+				if err != nil {
+					return nil, err
+				}
+				return s, s.Migrate(context.Background())
+			},
+		})
+	})
+}

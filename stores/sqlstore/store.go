@@ -29,6 +29,7 @@ type Store struct {
 	resent atomic.Int64 // claim statements sent again after a race (tests read it)
 
 	maxPacket atomic.Int64 // MySQL's @@max_allowed_packet, once read (0: not yet)
+	returning atomic.Int32 // MySQL: 1 when the server has INSERT ... RETURNING (MariaDB 10.5+), 2 when not, 0 not yet known
 
 	lmu sync.Mutex
 	lis *listener // the listening connection of Listen, started by the first Watch
@@ -205,8 +206,28 @@ func transient(err error) bool {
 	return false
 }
 
+// ErrNoTable is matched (errors.Is) by the error of an operation on a table
+// that does not exist: Store.Migrate, which creates it, has not run (or ran
+// with another WithTable). It comes wrapped in an *idem.StoreError, beside
+// the driver's error.
+var ErrNoTable = errors.New("sqlstore: the table does not exist (call Store.Migrate to create it)")
+
 func storeErr(op string, err error) error {
+	if noTable(err) {
+		err = fmt.Errorf("%w: %w", ErrNoTable, err)
+	}
 	return &idem.StoreError{Op: op, Err: err, Permanent: permanent(err)}
+}
+
+// noTable reports a database error that says the table does not exist:
+// PostgreSQL's undefined_table (SQLSTATE 42P01), MySQL's ER_NO_SUCH_TABLE
+// (1146).
+func noTable(err error) bool {
+	if n, _, ok := mysqlServerError(err); ok {
+		return n == 1146
+	}
+	var se interface{ SQLState() string }
+	return errors.As(err, &se) && se.SQLState() == "42P01"
 }
 
 // permanent reports a database error that sending the same values again
@@ -417,31 +438,111 @@ func (s *Store) claimPostgres(ctx context.Context, req idem.ClaimRequest) (idem.
 // (nonce, attempt, status, heartbeat, expiry: a compare-and-swap). done is
 // false when the row changed between the statements.
 func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, bool, error) {
-	ins, err := s.execResult(ctx, stClaim, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
-		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds())
-	var n, now int64
-	if err == nil {
-		n, err = ins.RowsAffected()
+	var (
+		cur *idem.Record
+		now int64
+	)
+	if s.hasReturning(ctx) {
+		var err error
+		cur, now, err = s.claimReturning(ctx, req)
+		if err != nil {
+			if retryable(err) {
+				return idem.ClaimResult{}, false, nil
+			}
+			return idem.ClaimResult{}, false, err
+		}
+	} else {
+		ins, err := s.execResult(ctx, stClaim, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
+			req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds())
+		var n int64
+		if err == nil {
+			n, err = ins.RowsAffected()
+		}
+		if err == nil {
+			now, err = ins.LastInsertId() // the server's now (LAST_INSERT_ID(expr))
+		}
+		if err != nil {
+			if retryable(err) {
+				return idem.ClaimResult{}, false, nil
+			}
+			return idem.ClaimResult{}, false, storeErr("claim", err)
+		}
+		if n == 1 {
+			return storekit.DecideClaim(nil, req, now).Result(), true, nil
+		}
+		cur, now, err = s.read(ctx, "claim", req.Key) // now: the server's, at the read
+		if errors.Is(err, errNoRow) {
+			return idem.ClaimResult{}, false, nil // deleted since the insert
+		}
+		if err != nil {
+			return idem.ClaimResult{}, false, err
+		}
 	}
-	if err == nil {
-		now, err = ins.LastInsertId() // the server's now (LAST_INSERT_ID(expr))
+	return s.casMySQL(ctx, req, cur, now)
+}
+
+// hasReturning reports whether the MySQL server has INSERT ... RETURNING
+// (MariaDB 10.5 and later), asking once per store (SELECT VERSION()); while
+// it cannot tell, it reports false.
+func (s *Store) hasReturning(ctx context.Context) bool {
+	switch s.returning.Load() {
+	case 1:
+		return true
+	case 2:
+		return false
 	}
+	var v string
+	if err := s.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+		return false
+	}
+	ok := mariaDBReturning(v)
+	if ok {
+		s.returning.Store(1)
+	} else {
+		s.returning.Store(2)
+	}
+	return ok
+}
+
+// mariaDBReturning reports whether a VERSION() string is MariaDB 10.5 or
+// later.
+func mariaDBReturning(v string) bool {
+	if !strings.Contains(v, "MariaDB") {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 10 || major == 10 && minor >= 5
+}
+
+// claimReturning sends the MariaDB claim (stClaimRet): it inserts a fresh
+// claim, or finds the row, and returns the row it wrote or found and the
+// server's now after the row's lock.
+func (s *Store) claimReturning(ctx context.Context, req idem.ClaimRequest) (*idem.Record, int64, error) {
+	st, err := s.stmt(ctx, stClaimRet)
+	if err != nil {
+		return nil, 0, storeErr("claim", err)
+	}
+	var raw rawRecord
+	var now int64
+	err = st.QueryRowContext(ctx, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
+		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds()).Scan(append(raw.dest(), &now)...)
 	if err != nil {
 		if retryable(err) {
-			return idem.ClaimResult{}, false, nil
+			return nil, 0, err
 		}
-		return idem.ClaimResult{}, false, storeErr("claim", err)
+		return nil, 0, storeErr("claim", err)
 	}
-	if n == 1 {
-		return storekit.DecideClaim(nil, req, now).Result(), true, nil
-	}
-	cur, now, err := s.read(ctx, "claim", req.Key) // now: the server's, at the read
-	if errors.Is(err, errNoRow) {
-		return idem.ClaimResult{}, false, nil // deleted since the insert
-	}
-	if err != nil {
-		return idem.ClaimResult{}, false, err
-	}
+	rec, err := raw.record(req.Key)
+	return rec, now, err
+}
+
+// casMySQL decides the claim on the row cur found at now, and when the
+// row is claimable writes the decision with an UPDATE conditioned on the
+// row being exactly as read. done is false when the row changed meanwhile.
+func (s *Store) casMySQL(ctx context.Context, req idem.ClaimRequest, cur *idem.Record, now int64) (idem.ClaimResult, bool, error) {
 	d := storekit.DecideClaim(cur, req, now)
 	res := d.Result()
 	if !d.Write { // untouched, or ours already
@@ -466,6 +567,7 @@ func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 	args = append(args, s.keyArgs(req.Key)...)
 	args = append(args, cur.Nonce, cur.Attempt, string(cur.Status), cur.HeartbeatAt, cur.ExpiresAt)
 	upd, err := s.execResult(ctx, stCAS, args...)
+	var n int64
 	if err == nil {
 		n, err = upd.RowsAffected()
 	}
@@ -530,7 +632,7 @@ func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.
 	} else {
 		args = append(append([]any{leaseTTL.Milliseconds()}, s.keyArgs(key)...), nonce)
 	}
-	return s.owned(ctx, "heartbeat", stHeartbeat, key, nonce, true, args)
+	return s.owned(ctx, "heartbeat", stHeartbeat, key, nonce, args)
 }
 
 // Complete implements idem.Store: one UPDATE conditioned on the nonce.
@@ -559,7 +661,7 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completi
 		args = append(append([]any{string(c.Status), result, msg, typ, c.TTL.Milliseconds()},
 			s.keyArgs(key)...), nonce)
 	}
-	return s.owned(ctx, "complete", stComplete, key, nonce, false, args)
+	return s.owned(ctx, "complete", stComplete, key, nonce, args)
 }
 
 // statementSlack is a bound on what a completion statement adds to its
@@ -604,30 +706,33 @@ func (s *Store) Release(ctx context.Context, key, nonce string) error {
 	if err := s.checkOwner("release", key, nonce); err != nil {
 		return err
 	}
-	return s.owned(ctx, "release", stRelease, key, nonce, true, append(s.keyArgs(key), nonce))
+	return s.owned(ctx, "release", stRelease, key, nonce, append(s.keyArgs(key), nonce))
 }
 
-// owned runs an UPDATE conditioned on the nonce and maps zero rows to
-// idem.ErrLostOwnership. MySQL reports zero affected rows also when the
-// update wrote the values the row already had (a retried complete, two
-// heartbeats in one millisecond); there, a zero is checked with a read.
-func (s *Store) owned(ctx context.Context, op string, id stmtID, key, nonce string, inProgress bool, args []any) error {
-	n, err := s.exec(ctx, id, args...)
+// owned runs an UPDATE conditioned on the nonce and maps no matched row to
+// idem.ErrLostOwnership. PostgreSQL counts a matched row as affected.
+// MySQL reports zero affected rows also when the update wrote the values
+// the row already had (a retried complete, two heartbeats in one
+// millisecond), so there the statement marks a match itself: it assigns
+// LAST_INSERT_ID(now) to a column, which only a matched row evaluates, and
+// the OK packet carries that now (0: no row matched). No second statement:
+// a read after the UPDATE could see a row changed since (a claim of the
+// same nonce) and report a write that never happened.
+func (s *Store) owned(ctx context.Context, op string, id stmtID, key, nonce string, args []any) error {
+	res, err := s.execResult(ctx, id, args...)
+	var n int64
+	if err == nil {
+		if s.dialect == MySQL {
+			n, err = res.LastInsertId()
+		} else {
+			n, err = res.RowsAffected()
+		}
+	}
 	if err != nil {
 		return storeErr(op, err)
 	}
 	if n > 0 {
 		return nil
-	}
-	if s.dialect == MySQL {
-		cur, now, err := s.read(ctx, op, key)
-		if err != nil && !errors.Is(err, errNoRow) {
-			return err
-		}
-		if cur != nil && cur.Nonce == nonce && (!inProgress || cur.Status == idem.StatusInProgress) &&
-			(id != stHeartbeat || cur.Live(now)) {
-			return nil
-		}
 	}
 	return fmt.Errorf("sqlstore: %s %s: %w", op, key, idem.ErrLostOwnership)
 }

@@ -471,3 +471,25 @@ func TestPrepareDoesNotHoldUpOtherCalls(t *testing.T) {
 		<-done
 	})
 }
+
+// TestNoTable: a Guard on a store whose table was never created says so,
+// and says what to do: an error matching sqlstore.ErrNoTable, in an
+// *idem.StoreError, whose text names Migrate. Before, the caller got the
+// driver's "relation ... does not exist (SQLSTATE 42P01)" or MySQL's 1146.
+func TestNoTable(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		s, err := sqlstore.New(sharedDB(t, d), d, sqlstore.WithTable("idem_none_"+randHex(6)))
+		require.NoError(t, err)
+		g := newGuard[int](t, s)
+		ran := false
+		_, err = g.Do(ctxT(t), "k", func(context.Context) (int, error) { ran = true; return 1, nil })
+		require.Error(t, err)
+		assert.False(t, ran)
+		assert.ErrorIs(t, err, sqlstore.ErrNoTable)
+		var se *idem.StoreError
+		assert.ErrorAs(t, err, &se)
+		assert.Contains(t, err.Error(), "call Store.Migrate")
+		_, err = s.Get(ctxT(t), storageKey())
+		assert.ErrorIs(t, err, sqlstore.ErrNoTable)
+	})
+}

@@ -142,6 +142,31 @@ const steps = {
     return { current_sk: verSK };
   },
 
+  // publishPointerOnly: recipe B from scratch, as a TypeScript service
+  // that follows the recipe's sketch writes it: put VER#<id> if absent
+  // (s3_key, generated_at, etag, and revalidate_seconds only when given),
+  // then set META to the pointer alone: current_sk and version+1, no
+  // freshness fields at all.
+  async publishPointerOnly(table, a) {
+    const verSK = 'VER#' + a.id;
+    const ver = { pk: a.pk, sk: verSK, s3_key: a.s3_key, generated_at: num(a.generated_at), etag: a.etag };
+    if (a.revalidate_seconds !== undefined) ver.revalidate_seconds = num(a.revalidate_seconds);
+    await doc.send(new TransactWriteCommand({
+      TransactItems: [
+        { Put: { TableName: table, Item: ver, ConditionExpression: 'attribute_not_exists(pk)' } },
+        {
+          Update: {
+            TableName: table,
+            Key: { pk: a.pk, sk: 'META' },
+            UpdateExpression: 'SET current_sk = :c, version = if_not_exists(version, :zero) + :one',
+            ExpressionAttributeValues: { ':c': verSK, ':zero': 0, ':one': 1 },
+          },
+        },
+      ],
+    }));
+    return { current_sk: verSK };
+  },
+
   // acquire: the lease acquire of the schema: put LOCK if absent or
   // lease_expires_at <= now.
   async acquire(table, a) {

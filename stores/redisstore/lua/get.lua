@@ -5,8 +5,9 @@
 local v, why = get(KEYS[1])
 if v == nil then return 'X' .. why end
 if not v then return false end
-if string.sub(v, 1, 2) ~= 'R2' then return 'Xunsupported record version' end
-if string.byte(v, 4) and string.byte(v, 4) >= 52 then
+local m = string.sub(v, 1, 2)
+if m ~= 'R3' and m ~= 'R2' then return 'Xunsupported record version' end
+if flags(v) < 16 and bit.band(flags(v), 4) ~= 0 then
   return 'Xrelative times on a record that is not a fresh claim'
 end
 local exp = num(v, 5, 17)

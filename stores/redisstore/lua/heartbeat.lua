@@ -13,6 +13,6 @@ if string.byte(v, 3) ~= 80 or exp <= now or string.sub(v, 123, 122 + nl) ~= ARGV
 end
 local e = now + tonumber(ARGV[3])
 if exp > e then e = exp end
-redis.call('SET', k, string.sub(v, 1, 4) .. fmt(e) .. fmt(now) .. string.sub(v, 31),
+redis.call('SET', k, 'R3' .. string.sub(v, 3, 4) .. fmt(e) .. fmt(now) .. string.sub(v, 31),
   'PXAT', string.format('%.0f', e + tonumber(ARGV[4])))
 return 1

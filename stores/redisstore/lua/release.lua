@@ -1,6 +1,7 @@
 -- release: KEYS[1] record; ARGV: channel, nonce, retention ms, key.
--- The record is kept with expires_at = now so the next claim continues its
--- attempt number.
+-- The record is kept (in progress, expires_at = now) for the retention so
+-- the next claim continues its attempt number. It publishes only when a
+-- waiter marked the record (watch.lua).
 -- Reply: 1 done, 0 not the owner, 'X'..why corrupt.
 local k = KEYS[1]
 local v, why = get(k)
@@ -12,7 +13,7 @@ if string.byte(v, 3) ~= 80 or string.sub(v, 123, 122 + nl) ~= ARGV[2] then
   return 0
 end
 local now = now_ms()
-redis.call('SET', k, string.sub(v, 1, 4) .. fmt(now) .. string.sub(v, 18),
+redis.call('SET', k, 'R3' .. string.sub(v, 3, 4) .. fmt(now) .. string.sub(v, 18),
   'PXAT', string.format('%.0f', now + tonumber(ARGV[3])))
-redis.call('PUBLISH', ARGV[1], 'r')
+if watched(v) then redis.call('PUBLISH', ARGV[1], 'r') end
 return 1

@@ -1,0 +1,16 @@
+-- watch: KEYS[1] record; ARGV: key.
+-- Marks a live in-progress record watched (flag +8), so its completion,
+-- release or takeover publishes on the change channel. The store calls it
+-- after the server confirmed the waiter's subscription: a change before
+-- the mark is found by the waiter's next look, a change after it is
+-- published to a subscription that exists.
+-- Reply: 1 marked (or already), 0 nothing to mark, 'X'..why corrupt.
+local k = KEYS[1]
+local v, why = get(k)
+if v == nil then return 'X' .. why end
+if not v or string.byte(v, 3) ~= 80 then return 0 end
+local nl, pl = check(v, ARGV[1])
+if nl == nil then return 'X' .. pl end
+if watched(v) and string.byte(v, 2) == 51 then return 1 end
+redis.call('SET', k, 'R3P' .. flagchar(bit.bor(flags(v), 8)) .. string.sub(v, 5), 'KEEPTTL')
+return 1

@@ -1,0 +1,274 @@
+package redisbench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/redis/go-redis/v9"
+)
+
+// servers runs fn on every server that takes the benchmark's commands: the
+// one server of a Client, every master of a ClusterClient.
+func servers(ctx context.Context, c redis.UniversalClient, fn func(context.Context, *redis.Client) error) error {
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, fn)
+	case *redis.Client:
+		return fn(ctx, c)
+	}
+	return fmt.Errorf("redisbench: client %T not supported", c)
+}
+
+// commandUsec returns the microseconds each command spent executing since
+// the last CONFIG RESETSTAT, summed over the servers (INFO commandstats;
+// a script's time includes the commands it runs, which are also counted
+// under their own names).
+func commandUsec(ctx context.Context, c redis.UniversalClient) (map[string]float64, map[string]int64, error) {
+	var mu sync.Mutex
+	usec, calls := map[string]float64{}, map[string]int64{}
+	err := servers(ctx, c, func(ctx context.Context, s *redis.Client) error {
+		info, err := s.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, line := range strings.Split(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || !strings.HasPrefix(name, "cmdstat_") {
+				continue
+			}
+			name = strings.TrimPrefix(name, "cmdstat_")
+			for _, kv := range strings.Split(rest, ",") {
+				k, v, _ := strings.Cut(kv, "=")
+				switch k {
+				case "usec":
+					f, _ := strconv.ParseFloat(v, 64)
+					usec[name] += f
+				case "calls":
+					n, _ := strconv.ParseInt(v, 10, 64)
+					calls[name] += n
+				}
+			}
+		}
+		return nil
+	})
+	return usec, calls, err
+}
+
+func resetStats(ctx context.Context, c redis.UniversalClient) error {
+	return servers(ctx, c, func(ctx context.Context, s *redis.Client) error { return s.ConfigResetStat(ctx).Err() })
+}
+
+// userCPU is the process's user CPU time so far.
+func userCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano())
+}
+
+// Cost is what one phase of calls cost, per call.
+type Cost struct {
+	Name       string
+	ServerUsec float64 // server command time (top-level commands)
+	ClientUsec float64 // the client process's user CPU
+	Rate       float64 // calls per second
+}
+
+// measure runs n calls of run and reads the server's command time of the
+// top-level commands (top: which commands were sent by the client, not
+// from a script) and the client's user CPU.
+func measure(ctx context.Context, admin redis.UniversalClient, name string, n int,
+	run func(context.Context, int) (time.Duration, error), top func(usec map[string]float64) float64) (Cost, error) {
+	if err := resetStats(ctx, admin); err != nil {
+		return Cost{}, err
+	}
+	cpu := userCPU()
+	el, err := run(ctx, n)
+	cpu = userCPU() - cpu
+	if err != nil {
+		return Cost{}, fmt.Errorf("%s: %w", name, err)
+	}
+	usec, _, err := commandUsec(ctx, admin)
+	if err != nil {
+		return Cost{}, err
+	}
+	return Cost{Name: name, ServerUsec: top(usec) / float64(n),
+		ClientUsec: float64(cpu.Microseconds()) / float64(n), Rate: float64(n) / el.Seconds()}, nil
+}
+
+func sum(names ...string) func(map[string]float64) float64 {
+	return func(u map[string]float64) float64 {
+		t := 0.0
+		for _, n := range names {
+			t += u[n]
+		}
+		return t
+	}
+}
+
+// StoreClaims runs n Store.Claim calls on new keys (claims only): the
+// server's time of a claim that writes, which a fresh call's top-level SET
+// costs.
+func (s *Setup) StoreClaims(ctx context.Context, n int) (time.Duration, error) {
+	r := strconv.FormatInt(round.Add(1), 10)
+	return parallel(n, func(i int) error {
+		k := "idem:claims-" + s.prefix + r + "-" + strconv.Itoa(i)
+		_, err := s.Store.Claim(ctx, idem.ClaimRequest{Key: k, Nonce: "nonce-" + strconv.Itoa(i), LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second})
+		return err
+	})
+}
+
+// CostTable prints, for the deployment gc (the Guard's client) and rc (raw
+// commands, and INFO/CONFIG RESETSTAT on every master) reach, per call:
+// the server's command time (INFO commandstats, reset between phases) and
+// the client process's user CPU (rusage), for raw GET, idem replay, raw
+// SET NX PX + SET and idem fresh, calls calls each, with the ratios and
+// the targets. A fresh call's top-level commands are its claim's
+// SET and the complete script's EVALSHA (which includes the commands it
+// runs); the claim SET's time comes from a phase of claims alone, since
+// INFO counts it under "set" together with the script's own SET.
+func CostTable(ctx context.Context, w io.Writer, name string, gc, rc redis.UniversalClient, calls int) error {
+	s, err := NewSetup(ctx, gc, rc)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := s.PrepareReplays(ctx); err != nil {
+		return err
+	}
+	get, err := measure(ctx, rc, "raw GET", calls, s.RawReplay, sum("get"))
+	if err != nil {
+		return err
+	}
+	replay, err := measure(ctx, rc, "idem replay", calls, s.GuardReplay, sum("set"))
+	if err != nil {
+		return err
+	}
+	pair, err := measure(ctx, rc, "raw SET NX PX + SET", calls, s.RawFresh, sum("set", "setnx"))
+	if err != nil {
+		return err
+	}
+	claims, err := measure(ctx, rc, "claims alone", calls, s.StoreClaims, sum("set"))
+	if err != nil {
+		return err
+	}
+	fresh, err := measure(ctx, rc, "idem fresh", calls, s.GuardFresh, func(u map[string]float64) float64 {
+		return u["evalsha"] + claims.ServerUsec*float64(calls)
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\n%s: cost per call, %d calls per phase, %d goroutines (server: INFO commandstats usec of the commands the client sent; client: user CPU from rusage)\n",
+		name, calls, Workers)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phase\tserver µs\tclient user µs\tcalls/s\tserver ratio\tclient ratio\ttargets\t")
+	row := func(c Cost, base *Cost, target string) {
+		if base == nil {
+			fmt.Fprintf(tw, "%s\t%.2f\t%.1f\t%.0f\t\t\t\t\n", c.Name, c.ServerUsec, c.ClientUsec, c.Rate)
+			return
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%.1f\t%.0f\t%.2fx\t%.2fx\t%s\t\n", c.Name, c.ServerUsec, c.ClientUsec, c.Rate,
+			c.ServerUsec/base.ServerUsec, c.ClientUsec/base.ClientUsec, target)
+	}
+	row(get, nil, "")
+	row(replay, &get, "server <= 1.5x, client <= 1.3x")
+	row(pair, nil, "")
+	row(fresh, &pair, "server <= 1.5x, client <= 1.0x")
+	row(claims, nil, "")
+	return tw.Flush()
+}
+
+// LatencyTable prints the throughput ratio idem/raw for replays and fresh
+// calls with delay added to every chunk in each direction (an in-process
+// delaying pipe under every connection), rounds alternating rounds of
+// calls calls each, median round. newPair makes the Guard's and the raw
+// client with the given dialer.
+func LatencyTable(ctx context.Context, w io.Writer, name string, delay time.Duration,
+	newPair func(dial func(ctx context.Context, network, addr string) (net.Conn, error)) (gc, rc redis.UniversalClient),
+	calls, rounds int) error {
+	gc, rc := newPair(DelayDialer(delay))
+	defer gc.Close()
+	defer rc.Close()
+	s, err := NewSetup(ctx, gc, rc)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := s.PrepareReplays(ctx); err != nil {
+		return err
+	}
+	rp, err := Compare(ctx, "replay", calls, rounds, s.GuardReplay, s.RawReplay)
+	if err != nil {
+		return err
+	}
+	fp, err := Compare(ctx, "fresh", calls, rounds, s.GuardFresh, s.RawFresh)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%s: %v added each way, %d goroutines, %d calls x %d alternating rounds, median: replay %.0f vs GET %.0f calls/s = %.2f; fresh %.0f vs SET NX PX + SET %.0f = %.2f (target >= 0.95)\n",
+		name, delay, Workers, calls, rounds, rp.GuardOps, rp.RawOps, rp.Ratio(), fp.GuardOps, fp.RawOps, fp.Ratio())
+	return nil
+}
+
+// DelayDialer dials the server and puts an in-process pipe in front of the
+// connection that delivers every chunk, in each direction, delay after it
+// was sent: a network with that one-way latency.
+func DelayDialer(delay time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		srv, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cli, mine := net.Pipe()
+		go delayCopy(srv, mine, delay)
+		go delayCopy(mine, srv, delay)
+		return cli, nil
+	}
+}
+
+type chunk struct {
+	b   []byte
+	due time.Time
+}
+
+// delayCopy copies src to dst, each chunk delay after it was read.
+func delayCopy(dst io.WriteCloser, src io.ReadCloser, delay time.Duration) {
+	q := make(chan chunk, 1024)
+	go func() {
+		defer close(q)
+		for {
+			b := make([]byte, 32<<10)
+			n, err := src.Read(b)
+			if n > 0 {
+				q <- chunk{b[:n], time.Now().Add(delay)}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for c := range q {
+		if d := time.Until(c.due); d > 0 {
+			time.Sleep(d)
+		}
+		if _, err := dst.Write(c.b); err != nil {
+			break
+		}
+	}
+	_ = dst.Close()
+	_ = src.Close()
+	for range q {
+		// drain, so the reader is not blocked
+	}
+}

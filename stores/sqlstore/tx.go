@@ -1,0 +1,255 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idem-go/idem"
+)
+
+// DoTx runs fn like g.Do, inside a database transaction on the Guard's
+// store, and writes the completed record in the same transaction,
+// conditioned on the claim's nonce, before it commits: fn's writes and the
+// outcome commit together or not at all. The Guard's store must be a
+// *Store or the *WatchingStore of its Listen (any other store, a nil Guard
+// or a nil fn is an error matching idem.ErrInvalidOption). PostgreSQL and
+// MySQL/MariaDB.
+//
+// fn must do its writes through tx, in the store's database. Duplicates,
+// payloads, waits and heartbeats are as in Do. What the caller is told:
+//
+//   - fn returned an error: the transaction is rolled back and the Guard's
+//     OnFailure applies (Unlock: the claim is released; Lock: the failure
+//     is recorded after the rollback, outside the transaction).
+//   - fn succeeded and the commit was acknowledged: the value, nil.
+//   - the claim was lost (taken over by another caller while fn ran; the
+//     completion's nonce condition matched no row): rolled back, an error
+//     matching idem.ErrLostOwnership; nothing of fn's is visible.
+//   - the commit failed, or its reply never came (a dropped connection, no
+//     answer within the takeover threshold): the record row is read back
+//     with a locking read (SELECT ... FOR UPDATE) on another connection,
+//     which the database answers only once the transaction holding the
+//     row's lock has ended, committed or not. Completed with the call's
+//     nonce: the commit applied, and the caller gets the value. Still in
+//     progress with the call's nonce: the transaction ended without
+//     committing, for certain, the claim is released and the caller gets a
+//     *idem.StoreError{Op: "commit"}, so a retry runs fn again. If the read
+//     itself fails, the error matches idem.ErrOutcomeUnknown (never a
+//     guess) and the claim is left to go stale.
+//
+// A panic in fn rolls the transaction back, releases the claim and is
+// raised again. The context handed to fn is the transaction's: it carries
+// the fencing token (idem.FencingToken) and is cancelled when the claim is
+// lost, which rolls the transaction back (database/sql does that for a
+// transaction whose context ends).
+//
+// # Locks
+//
+// The claim, the heartbeats and any release are statements of their own,
+// on other connections of the pool, each holding the record row's lock
+// only while it runs. fn's transaction takes no lock on the record row
+// while fn runs, so the heartbeat, which keeps the claim alive meanwhile,
+// never waits for fn. When fn has returned, the heartbeat is stopped
+// (idem.TxClaim.Complete waits for a heartbeat in flight) before the
+// transaction's completion UPDATE takes the record row's lock, which it
+// holds until the commit or rollback: a claim of the same key meanwhile
+// that would write the row (a takeover attempt, MariaDB's claim, whose
+// no-op update locks the row) waits for that lock and then sees the
+// outcome; one that only reads (PostgreSQL's duplicate of a live claim)
+// sees the claim in progress. Whatever locks fn takes on its own rows are its own; fn
+// must not write the record table. The read-back after a failed commit
+// takes the record row's lock (FOR UPDATE) on another connection, for the
+// length of one statement.
+//
+// # Cost
+//
+// On top of fn's statements: the claim (one round trip, before the
+// transaction), BEGIN and COMMIT (database/sql sends each as a round trip),
+// and one statement in the transaction, the completion UPDATE. A plain
+// transaction doing fn's writes costs BEGIN, the writes and COMMIT; DoTx
+// adds the claim and the completion (TestDoTxRoundTrips).
+func DoTx[T any](ctx context.Context, g *idem.Guard[T], key string, fn func(context.Context, *sql.Tx) (T, error), opts ...idem.CallOption) (T, error) {
+	var zero T
+	if g == nil {
+		return zero, &idem.OptionError{Option: "DoTx", Reason: "nil Guard"}
+	}
+	if fn == nil {
+		return zero, &idem.OptionError{Option: "DoTx", Reason: "nil fn"}
+	}
+	var s *Store
+	switch st := g.Store().(type) {
+	case *Store:
+		s = st
+	case *WatchingStore:
+		if st != nil {
+			s = st.Store
+		}
+	}
+	if s == nil || s.db == nil {
+		return zero, &idem.OptionError{Option: "DoTx", Reason: fmt.Sprintf("the Guard's store is %T, not a *sqlstore.Store", g.Store())}
+	}
+	commitWait := g.Policies().TakeoverAfter
+	return idem.RunTx(ctx, g, key, func(ctx context.Context, c *idem.TxClaim[T]) (T, error, error) {
+		return runTx(ctx, s, c, fn, commitWait)
+	}, opts...)
+}
+
+// runTx is DoTx's transaction runner (see idem.RunTx for what it reports).
+func runTx[T any](ctx context.Context, s *Store, c *idem.TxClaim[T], fn func(context.Context, *sql.Tx) (T, error), commitWait time.Duration) (v T, fnErr, commitErr error) {
+	var zero T
+	// The completion statement is prepared (once per store) before the
+	// transaction holds a connection, so that a pool of one connection
+	// does not wait for itself; inside the transaction database/sql
+	// prepares it on the transaction's connection once.
+	complete, err := s.stmt(ctx, stCompleteTx)
+	if err != nil {
+		return zero, nil, storeErr("complete", err)
+	}
+	_ = s.checkPacket(ctx, 0) // MySQL: reads max_allowed_packet once, outside the transaction
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	tx, err := s.db.BeginTx(tctx, nil)
+	if err != nil {
+		return zero, nil, storeErr("begin", err)
+	}
+	ended := false
+	defer func() {
+		if !ended { // fn panicked
+			_ = tx.Rollback()
+		}
+	}()
+	v, err = fn(tctx, tx)
+	if err != nil {
+		ended = true
+		_ = tx.Rollback()
+		return v, err, nil
+	}
+	comp, err := c.Complete(v)
+	if err != nil {
+		ended = true
+		_ = tx.Rollback()
+		return zero, nil, err
+	}
+	// The completion and the commit are given the takeover threshold
+	// (at least a second) to be answered. Then the transaction's context
+	// is cancelled, which closes its connection (pgx, and the MySQL driver
+	// inside a statement) or at least stops waiting for it (the MySQL
+	// driver does not watch the context during COMMIT: the commit's
+	// goroutine is left to end with its connection), and the record is
+	// read back: the server either has the COMMIT, or the transaction
+	// ends without one when its connection does.
+	timer := time.AfterFunc(max(commitWait, time.Second), cancel)
+	defer timer.Stop()
+	connID, err := s.completeTx(tctx, tx, complete, c.Key, c.Nonce, comp)
+	if err != nil {
+		ended = true
+		_ = tx.Rollback() // no COMMIT was sent: nothing is committed
+		return zero, nil, err
+	}
+	ended = true
+	done := make(chan error, 1)
+	go func() { done <- tx.Commit() }()
+	select {
+	case err = <-done:
+	case <-tctx.Done():
+		select {
+		case err = <-done:
+		default:
+			err = fmt.Errorf("sqlstore: no reply to the commit: %w", tctx.Err())
+			if s.dialect == MySQL {
+				// The driver does not watch the context during COMMIT:
+				// end the connection from the server's side, so the
+				// transaction either has committed or rolls back now,
+				// and the goroutine waiting for the reply ends with it.
+				kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), max(commitWait, time.Second))
+				_, _ = s.db.ExecContext(kctx, fmt.Sprintf("KILL CONNECTION %d", connID))
+				kcancel()
+			}
+		}
+	}
+	if err == nil {
+		return v, nil, nil
+	}
+	committed, rerr := s.readBack(ctx, c.Key, c.Nonce, err, commitWait)
+	if committed {
+		return v, nil, nil
+	}
+	return zero, nil, rerr
+}
+
+// completeTx writes the completion inside tx with st (stCompleteTx),
+// conditioned on the nonce: on PostgreSQL the Complete statement itself
+// (its notification is sent at the commit). No matched row is
+// idem.ErrLostOwnership. On MySQL it returns the connection's id.
+func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, st *sql.Stmt, key, nonce string, c idem.Completion) (int64, error) {
+	var msg, typ any
+	if c.Error != nil {
+		msg, typ = c.Error.Message, c.Error.Type
+	}
+	result := c.Result
+	if len(result) == 0 {
+		result = nil
+	}
+	if s.dialect == MySQL && s.maxPacket.Load() > 0 && // read before the transaction
+		s.checkPacket(ctx, len(result)+len(key)+len(nonce)+statementSlack(c)) != nil {
+		result = nil // as Do: completed without a result (replays: idem.ErrResultUnavailable)
+	}
+	var args []any
+	if s.dialect == Postgres {
+		args = append(s.keyArgs(key), nonce, string(c.Status), result, msg, typ, c.TTL.Milliseconds())
+	} else {
+		args = append(append([]any{string(c.Status), result, msg, typ, c.TTL.Milliseconds()},
+			s.keyArgs(key)...), nonce)
+	}
+	res, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	var n int64
+	if err == nil {
+		if s.dialect == MySQL {
+			n, err = res.LastInsertId() // the connection id of a matched row, else 0
+		} else {
+			n, err = res.RowsAffected()
+		}
+	}
+	if err != nil {
+		return 0, storeErr("complete", err)
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("sqlstore: complete %s: %w", key, idem.ErrLostOwnership)
+	}
+	return n, nil
+}
+
+// errNotCommitted is the commit error when the read-back found the
+// transaction ended without committing.
+var errNotCommitted = errors.New("sqlstore: the transaction did not commit (read back: the claim is still in progress)")
+
+// readBack learns whether a transaction whose commit failed committed its
+// completion, with a locking read of the record row, which waits for the
+// transaction holding the row's lock (ours, if its COMMIT is still on its
+// way) to end. It reports committed, or else the commit error to return:
+// idem.ErrLostOwnership (another claim holds the row), errNotCommitted
+// (our claim still in progress: the transaction ended without a commit),
+// or an *idem.OutcomeUnknownError when the row could not be read.
+func (s *Store) readBack(ctx context.Context, key, nonce string, cerr error, wait time.Duration) (bool, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(4*wait, 10*time.Second))
+	defer cancel()
+	var gotNonce, status string
+	err := retryTransient(rctx, func() error {
+		return s.db.QueryRowContext(rctx, s.q.readBack, s.keyArgs(key)...).Scan(&gotNonce, &status)
+	})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, fmt.Errorf("sqlstore: commit %s: the record is gone: %w", key, idem.ErrLostOwnership)
+	case err != nil:
+		return false, &idem.OutcomeUnknownError{Err: storeErr("commit", cerr), ReadErr: storeErr("commit read-back", err)}
+	case gotNonce != nonce:
+		return false, fmt.Errorf("sqlstore: commit %s: %w", key, idem.ErrLostOwnership)
+	case status == string(idem.StatusInProgress):
+		return false, fmt.Errorf("%w: %w", errNotCommitted, cerr)
+	default:
+		return true, nil
+	}
+}
