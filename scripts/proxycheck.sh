@@ -96,6 +96,7 @@ go get "github.com/idem-go/idem@$version" "github.com/idem-go/idem/stores/rediss
 go mod tidy
 go build -o app . && ./app
 echo "the program's go.mod:"; sed 's/^/    /' go.mod | grep -v '// indirect'
+echo "its module graph (go list -m all): $(go list -m all | wc -l) modules"; go list -m all | sed 's/^/    /'
 
 echo "-- every published module resolves${rev:+ and builds}"
 newmod "$tmp/all" example.com/all

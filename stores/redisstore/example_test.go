@@ -1,0 +1,69 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/redisstore"
+	"github.com/idem-go/idem/stores/storetest/testenv"
+)
+
+// ExampleNew guards a charge with a Redis store that every server of the
+// service shares. It needs a Redis server, so it has no Output comment: go
+// test compiles it but does not run it; TestExampleNew runs the same steps
+// against the Redis of the test environment.
+func ExampleNew() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	store, err := redisstore.New(client, redisstore.WithPrefix("billing:"))
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	g, err := idem.New[string](store, idem.OnDuplicate(idem.Wait))
+	if err != nil {
+		panic(err)
+	}
+	charge := func(ctx context.Context) (string, error) {
+		return "ch_1", nil // the side effect: a card charged
+	}
+	first, err := g.Do(context.Background(), "order-7", charge)
+	if err != nil {
+		panic(err)
+	}
+	retry, err := g.Do(context.Background(), "order-7", charge) // a replay: charge does not run
+	fmt.Println(first, retry, err)
+}
+
+// TestExampleNew runs ExampleNew's steps on the test Redis: the retry is
+// a replay of the first call's result and runs nothing.
+func TestExampleNew(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer client.Close()
+	store, err := redisstore.New(client, redisstore.WithPrefix("example-"+prefix()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	g, err := idem.New[string](store, idem.OnDuplicate(idem.Wait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	charge := func(ctx context.Context) (string, error) {
+		runs++
+		return "ch_1", nil
+	}
+	first, err := g.Do(context.Background(), "order-7", charge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry, err := g.Do(context.Background(), "order-7", charge)
+	if first != "ch_1" || retry != "ch_1" || err != nil || runs != 1 {
+		t.Fatalf("first %q, retry %q, err %v, runs %d; want ch_1 twice, nil, one run", first, retry, err, runs)
+	}
+}
