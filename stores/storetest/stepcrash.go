@@ -254,6 +254,12 @@ func stepChild(cfg StepCrashConfig) int {
 		fmt.Println("NewStore:", err)
 		return 2
 	}
+	if role != "owner" {
+		// Only the owner is taken over, by its own (stored) threshold; a
+		// short one elsewhere would only let a slow store lapse the
+		// taker's claim and cancel its fn.
+		to = stepLong
+	}
 	opts := append([]idem.Option{idem.WithTakeoverAfter(to), idem.WithHeartbeat(to / 4), idem.OnDuplicate(idem.Wait)}, cfg.Options...)
 	g, err := idem.New[string](store, opts...)
 	if err != nil {
