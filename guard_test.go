@@ -78,18 +78,30 @@ func TestFreshThenReplay(t *testing.T) {
 	}
 }
 
+// TestHeartbeatsWhileRunning: a long fn's claim is refreshed while fn
+// runs. fn runs until it has seen three heartbeats (a long threshold, so a
+// late heartbeat on a loaded machine is no lapse); without heartbeats it
+// would wait for its generous deadline and the test fails.
 func TestHeartbeatsWhileRunning(t *testing.T) {
 	s := storetest.Instrument(newMem(t))
-	g := newGuard[int](t, s, idem.WithHeartbeat(20*time.Millisecond), idem.WithTakeoverAfter(200*time.Millisecond))
-	_, err := g.Do(context.Background(), "slow", func(ctx context.Context) (int, error) {
-		time.Sleep(150 * time.Millisecond)
+	g := newGuard[int](t, s, idem.WithHeartbeat(20*time.Millisecond), idem.WithTakeoverAfter(time.Minute))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := g.Do(ctx, "slow", func(ctx context.Context) (int, error) {
+		for s.Count(storetest.OpHeartbeat) < 3 {
+			select {
+			case <-ctx.Done():
+				return 0, nil
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
 		return 1, nil
 	})
 	if err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
 	if got := s.Count(storetest.OpHeartbeat); got < 3 {
-		t.Errorf("got %v, want >= %v", got, 3)
+		t.Errorf("heartbeats while fn ran for 30s: got %v, want >= %v", got, 3)
 	}
 }
 
