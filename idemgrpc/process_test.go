@@ -41,9 +41,14 @@ const (
 	hangEnv    = "IDEMGRPC_TEST_HANG"    // set: a request "hang" blocks the handler after its side effect
 )
 
-// takeoverAfter is the children's takeover threshold (their heartbeat is a
-// fifth of it).
-const takeoverAfter = time.Second
+// takeoverAfter is the takeover threshold of children that are killed
+// (hangEnv set); their heartbeat is a fifth of it. Children that no test
+// kills use liveTakeoverAfter: a live call must never be taken over merely
+// because a loaded machine delayed its heartbeats past a short threshold.
+const (
+	takeoverAfter     = time.Second
+	liveTakeoverAfter = 30 * time.Second
+)
 
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
@@ -84,6 +89,10 @@ func serveChild(spec string) error {
 	}
 	var opts []grpc.ServerOption
 	if os.Getenv(bareEnv) == "" {
+		threshold := liveTakeoverAfter
+		if os.Getenv(hangEnv) != "" {
+			threshold = takeoverAfter
+		}
 		ic, err := idemgrpc.New(store,
 			idemgrpc.WithMethods(methodCreate),
 			idemgrpc.WithPrincipal(func(ctx context.Context) (string, error) {
@@ -94,7 +103,7 @@ func serveChild(spec string) error {
 				return "", errors.New("no client")
 			}),
 			idemgrpc.WithGuard(idem.OnDuplicate(idem.Wait), idem.WithNamespace(os.Getenv(nsEnv), "payments.create"),
-				idem.WithTakeoverAfter(takeoverAfter), idem.WithHeartbeat(takeoverAfter/5)),
+				idem.WithTakeoverAfter(threshold), idem.WithHeartbeat(threshold/5)),
 		)
 		if err != nil {
 			return err

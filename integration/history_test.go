@@ -189,7 +189,7 @@ func apply(ctx context.Context, s idem.Store, in linInput, c int, base time.Time
 	case opComplete:
 		cpl := idem.Completion{Status: in.Status, TTL: historyLease}
 		if in.Status == idem.StatusFailed {
-			cpl.Error = &idem.StoredError{Message: in.Result, Type: "test"}
+			cpl.Error = &idem.RecordedFailure{Message: in.Result, Type: "test"}
 		} else {
 			cpl.Result = []byte(in.Result)
 		}

@@ -249,7 +249,9 @@ func TestFaultLatency(t *testing.T) {
 // run and restarts it (append-only file, fsync always, so acknowledged
 // writes survive). Calls during the outage fail with wrapped errors; the
 // callers retry, every key completes once the server is back, and no key
-// runs twice.
+// runs twice unless a caller was told ErrNotRecorded (a completion that
+// could not be sent before the Guard gave up: true, and the retry runs the
+// key again).
 func TestFaultRedisRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts a server")
@@ -271,6 +273,7 @@ func TestFaultRedisRestart(t *testing.T) {
 	const keys = 40
 	var mu sync.Mutex
 	execs := map[int]int{}
+	told := map[int]bool{} // keys whose caller was told ErrNotRecorded
 	var failures atomic.Int64
 	var unwrapped []error
 
@@ -315,6 +318,15 @@ func TestFaultRedisRestart(t *testing.T) {
 						break
 					}
 					failures.Add(1)
+					if errors.Is(err, idem.ErrNotRecorded) {
+						// The caller is told its run was not recorded:
+						// its retry may run the key again (a completion
+						// that could not even be sent during the outage).
+						mu.Lock()
+						told[key] = true
+						mu.Unlock()
+						t.Logf("key %d: %v", key, err)
+					}
 					var se *idem.StoreError
 					var nr *idem.NotRecordedError
 					if !errors.As(err, &se) && !errors.As(err, &nr) {
@@ -340,6 +352,10 @@ func TestFaultRedisRestart(t *testing.T) {
 	assert.Empty(t, unwrapped, "every failure is a wrapped store error")
 	require.Len(t, execs, keys)
 	for k, n := range execs {
-		assert.Equal(t, 1, n, "executions of key %d", k)
+		if told[k] {
+			assert.LessOrEqual(t, n, 2, "executions of key %d (one caller told ErrNotRecorded)", k)
+			continue
+		}
+		assert.Equal(t, 1, n, "executions of key %d, no caller told ErrNotRecorded", k)
 	}
 }

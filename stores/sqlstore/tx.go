@@ -113,7 +113,7 @@ func runTx[T any](ctx context.Context, s *Store, c *idem.TxClaim[T], fn func(con
 	defer cancel()
 	tx, err := s.db.BeginTx(tctx, nil)
 	if err != nil {
-		return zero, nil, storeErr("begin", err)
+		return zero, nil, lostOr(ctx, storeErr("begin", err))
 	}
 	ended := false
 	defer func() {
@@ -147,7 +147,7 @@ func runTx[T any](ctx context.Context, s *Store, c *idem.TxClaim[T], fn func(con
 	if err != nil {
 		ended = true
 		_ = tx.Rollback() // no COMMIT was sent: nothing is committed
-		return zero, nil, err
+		return zero, nil, lostOr(ctx, err)
 	}
 	ended = true
 	done := make(chan error, 1)
@@ -178,6 +178,16 @@ func runTx[T any](ctx context.Context, s *Store, c *idem.TxClaim[T], fn func(con
 		return v, nil, nil
 	}
 	return zero, nil, rerr
+}
+
+// lostOr returns the cause of ctx's end when it is the claim's loss (the
+// Guard cancels the call's context with it), else err: a transaction that
+// failed because the claim was lost is reported as the loss.
+func lostOr(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, idem.ErrLostOwnership) {
+		return cause
+	}
+	return err
 }
 
 // completeTx writes the completion inside tx with st (stCompleteTx),

@@ -327,7 +327,9 @@ func txChild(t *testing.T) {
 		var wg sync.WaitGroup
 		var failed atomic.Bool
 		for range 16 {
-			g := newGuard[int](t, s, idem.OnDuplicate(idem.Wait), idem.WithTakeoverAfter(2*time.Second))
+			// A long threshold: nobody is killed here, and a slow machine
+			// must not lapse a live claim.
+			g := newGuard[int](t, s, idem.OnDuplicate(idem.Wait), idem.WithTakeoverAfter(20*time.Second))
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

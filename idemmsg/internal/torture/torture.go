@@ -86,8 +86,10 @@ const (
 )
 
 // GuardOptions are the Guard options of every consumer: a SIGKILLed
-// consumer's claim goes stale after a second.
-var GuardOptions = []idem.Option{idem.WithTakeoverAfter(time.Second), idem.WithHeartbeat(250 * time.Millisecond)}
+// consumer's claim goes stale after two seconds. A live consumer whose
+// heartbeats a loaded machine delays is cut off (its handler's context
+// cancelled) before that, and the side effect checks the context last.
+var GuardOptions = []idem.Option{idem.WithTakeoverAfter(2 * time.Second), idem.WithHeartbeat(400 * time.Millisecond)}
 
 // Run runs the torture test. Call it from a test function of its own: the
 // test binary is re-executed as the consumer processes, which run that
@@ -336,6 +338,9 @@ func child(cfg Config) int {
 		case <-t.C:
 		case <-ctx.Done():
 			return context.Cause(ctx)
+		}
+		if err := ctx.Err(); err != nil {
+			return context.Cause(ctx) // claim lost or lapsed: another consumer may run it
 		}
 		_, err := log.Write([]byte(key + "\n")) // one write: O_APPEND keeps lines whole
 		return err

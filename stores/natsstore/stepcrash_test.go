@@ -1,0 +1,28 @@
+package natsstore_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/natsstore"
+	"github.com/idem-go/idem/stores/storetest"
+)
+
+// TestStepCrash runs the step crash cases with real processes on one
+// bucket: an owner SIGKILLed after a step or inside one, and one SIGSTOPped
+// inside a step, each taken over by another process.
+func TestStepCrash(t *testing.T) {
+	url := natsURL(t)
+	storetest.RunStepCrash(t, storetest.StepCrashConfig{
+		Namespace: randName("idemsteps_"),
+		NewStore: func(bucket string) (idem.Store, error) {
+			_, js := connect(t, url)
+			kv, err := natsstore.CreateBucket(context.Background(), js, bucket)
+			if err != nil {
+				return nil, err
+			}
+			return natsstore.New(kv)
+		},
+	})
+}
