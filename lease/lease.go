@@ -109,21 +109,25 @@ type Refresher struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu      sync.Mutex
-	next    *time.Timer // sends the next refresh
-	lapse   *time.Timer // fires at the lapse deadline
-	lastOK  time.Time   // send time of the last successful refresh
-	lastErr error       // error of the last refresh, nil after a success
-	stopped bool
-	lost    bool
-	busy    sync.WaitGroup // a refresh in flight
+	mu     sync.Mutex
+	next   *time.Timer // sends the next refresh
+	lapse  *time.Timer // fires at the lapse deadline
+	lastOK time.Time   // send time of the last successful refresh
+	// deadline is the current lapse deadline. The lapse timer checks it:
+	// a refresh that succeeds just as the timer fires resets the timer
+	// after it has already fired, and must not be overruled by it.
+	deadline time.Time
+	lastErr  error // error of the last refresh, nil after a success
+	stopped  bool
+	lost     bool
+	busy     sync.WaitGroup // a refresh in flight
 }
 
 // Start starts refreshing a lease that was acquired (or last refreshed) by
 // a request sent at since and is valid for valid from then. Refreshes use
 // ctx; cancel cancels the work. Stop must be called when the work ends.
 func Start(ctx context.Context, cancel context.CancelCauseFunc, since time.Time, valid time.Duration, cfg Config) *Refresher {
-	r := &Refresher{cfg: cfg, ctx: ctx, cancel: cancel, lastOK: since}
+	r := &Refresher{cfg: cfg, ctx: ctx, cancel: cancel, lastOK: since, deadline: since.Add(valid - cfg.Margin)}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lapse = time.AfterFunc(valid-cfg.Margin-time.Since(since), r.lapsed)
@@ -147,6 +151,11 @@ func (r *Refresher) Stop() (lost bool) {
 func (r *Refresher) lapsed() {
 	r.mu.Lock()
 	if r.stopped {
+		r.mu.Unlock()
+		return
+	}
+	if now := time.Now(); now.Before(r.deadline) {
+		// A refresh succeeded while this timer fired, and reset it.
 		r.mu.Unlock()
 		return
 	}
@@ -189,6 +198,7 @@ func (r *Refresher) refresh() {
 		left := valid - r.cfg.Margin - time.Since(sent)
 		r.mu.Lock()
 		r.lastOK, r.lastErr = sent, nil
+		r.deadline = sent.Add(valid - r.cfg.Margin)
 		if !r.stopped {
 			r.lapse.Reset(left)
 		}

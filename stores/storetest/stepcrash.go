@@ -28,9 +28,12 @@ type StepCrashConfig struct {
 	// Namespace is handed to NewStore in every process: a key prefix, a
 	// table name, a directory. Default: a fresh random string.
 	Namespace string
-	// TakeoverAfter is the Guards' takeover threshold (default 1s; the
+	// TakeoverAfter is the owner's takeover threshold (default 1s; the
 	// heartbeat is a quarter of it). A killed owner's claims are taken
-	// over once it has passed.
+	// over once it has passed. The taking Guards use a long one of their
+	// own. When the owner's claim lapses before it reaches its crash point
+	// (a store too slow to refresh it in time), the case starts over with
+	// twice the threshold.
 	TakeoverAfter time.Duration
 	// Options are extra Guard options.
 	Options []idem.Option
@@ -129,23 +132,26 @@ func parentName(t *testing.T) string {
 	return name[:strings.LastIndex(name, "/")]
 }
 
-// waitLog waits until the shared log has a line starting with prefix.
-func (p *stepProcs) waitLog(prefix string, owner *exec.Cmd, out *bytes.Buffer) {
+// waitLog waits until the shared log has a line starting with prefix; it
+// returns false if the owner exited first (ownerDone closed).
+func (p *stepProcs) waitLog(prefix string, ownerDone <-chan struct{}) bool {
 	p.t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		raw, _ := os.ReadFile(p.log)
 		for _, line := range strings.Split(string(raw), "\n") {
 			if strings.HasPrefix(line, prefix) {
-				return
+				return true
 			}
 		}
-		if owner.ProcessState != nil {
-			break
+		select {
+		case <-ownerDone:
+			return false
+		case <-time.After(10 * time.Millisecond):
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	p.t.Fatalf("the owner never logged %q; its output:\n%s", prefix, out)
+	p.t.Fatalf("the owner never logged %q in 2 minutes", prefix)
+	return false
 }
 
 func (p *stepProcs) runs() []stepRun {
@@ -175,7 +181,24 @@ func result(out *bytes.Buffer) string {
 	return "(no result) " + out.String()
 }
 
+// stepCrashCase runs case c, starting over with twice the owner's takeover
+// threshold when the owner's call ended before it reached its crash point
+// (a store too slow for the owner to refresh its claim in time).
 func stepCrashCase(t *testing.T, cfg StepCrashConfig, c string) {
+	th := cfg.TakeoverAfter
+	for range stepOwnerTries {
+		cfg.TakeoverAfter = th
+		if stepCrashTry(t, cfg, c) {
+			return
+		}
+		th *= 2
+	}
+	t.Fatalf("the owner's call ended before its crash point %d times, up to a takeover threshold of %v", stepOwnerTries, th/2)
+}
+
+// stepCrashTry runs case c once; it returns false when the owner's call
+// ended before it reached its crash point.
+func stepCrashTry(t *testing.T, cfg StepCrashConfig, c string) bool {
 	parts := strings.Split(parentName(t), "/")
 	for i, s := range parts {
 		parts[i] = "^" + regexp.QuoteMeta(s) + "$"
@@ -186,8 +209,17 @@ func stepCrashCase(t *testing.T, cfg StepCrashConfig, c string) {
 		t.Fatal(err)
 	}
 	owner, ownerOut := p.start("owner-"+c, false)
+	ownerDone := make(chan struct{})
+	var ownerErr error
+	go func() { ownerErr = owner.Wait(); close(ownerDone) }()
 	waitFor := map[string]string{"after1": "after1", "in2": "run step2", "stop2": "run step2"}[c]
-	p.waitLog(waitFor, owner, ownerOut)
+	if !p.waitLog(waitFor, ownerDone) {
+		if got := result(ownerOut); ownerErr == nil && strings.HasPrefix(got, "ERROR") {
+			t.Logf("the owner's call ended before %s (takeover threshold %v): %s; starting over with twice the threshold", waitFor, cfg.TakeoverAfter, got)
+			return false
+		}
+		t.Fatalf("the owner exited (%v) before it logged %q; its output:\n%s", ownerErr, waitFor, ownerOut)
+	}
 	if c == "stop2" {
 		if err := owner.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
@@ -196,7 +228,7 @@ func stepCrashCase(t *testing.T, cfg StepCrashConfig, c string) {
 		if err := owner.Process.Kill(); err != nil {
 			t.Fatal(err)
 		}
-		_ = owner.Wait()
+		<-ownerDone
 	}
 	taker, takerOut := p.start("taker-"+c, c == "stop2")
 	if err := taker.Wait(); err != nil {
@@ -207,7 +239,7 @@ func stepCrashCase(t *testing.T, cfg StepCrashConfig, c string) {
 			t.Errorf("the takeover's result: %q, want %q", got, want)
 		}
 		checkStepRuns(t, p.runs(), c == "in2")
-		return
+		return true
 	}
 	if got := result(takerOut); !strings.HasPrefix(got, "ERROR") {
 		t.Errorf("the taker's fn was to fail; it returned %q", got)
@@ -217,8 +249,9 @@ func stepCrashCase(t *testing.T, cfg StepCrashConfig, c string) {
 	if err := owner.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	if err := owner.Wait(); err != nil {
-		t.Fatalf("resumed owner: %v\n%s", err, ownerOut)
+	<-ownerDone
+	if ownerErr != nil {
+		t.Fatalf("resumed owner: %v\n%s", ownerErr, ownerOut)
 	}
 	if got := result(ownerOut); !strings.HasPrefix(got, "ERROR") {
 		t.Errorf("the resumed owner's call returned %q after it was taken over; want an error", got)
@@ -231,6 +264,7 @@ func stepCrashCase(t *testing.T, cfg StepCrashConfig, c string) {
 		t.Errorf("the third attempt's result: %q, want %q (step 2 as the takeover recorded it)", got, want)
 	}
 	checkStepRuns(t, p.runs(), true)
+	return true
 }
 
 // stepChild is the work of one child of RunStepCrash: it runs the call
@@ -253,6 +287,12 @@ func stepChild(cfg StepCrashConfig) int {
 	if err != nil {
 		fmt.Println("NewStore:", err)
 		return 2
+	}
+	if role != "owner" {
+		// Only the owner is taken over, by its own (stored) threshold; a
+		// short one elsewhere would only let a slow store lapse the
+		// taker's claim and cancel its fn.
+		to = stepLong
 	}
 	opts := append([]idem.Option{idem.WithTakeoverAfter(to), idem.WithHeartbeat(to / 4), idem.OnDuplicate(idem.Wait)}, cfg.Options...)
 	g, err := idem.New[string](store, opts...)

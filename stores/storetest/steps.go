@@ -178,19 +178,46 @@ func (o *owner) Delete(ctx context.Context, key string) error {
 	return o.Store.Delete(ctx, key)
 }
 
-// stepGuardOptions are the Guard options of the step cases: the suite's
-// takeover threshold, so that its sleep makes an abandoned claim stale.
-func stepGuardOptions() []idem.Option {
-	return []idem.Option{idem.WithTakeoverAfter(takeover), idem.WithHeartbeat(takeover / 4), idem.OnDuplicate(idem.Wait), idem.WithTTL(time.Hour)}
+// stepGuardOptions are the Guard options of the step cases with takeover
+// threshold th. A Guard that need not be taken over uses stepLong, so that
+// a slow store never lets its claim lapse (the lapse cut-off would cancel
+// fn's context); only an owner that a case takes over uses a short one.
+func stepGuardOptions(th time.Duration) []idem.Option {
+	return []idem.Option{idem.WithTakeoverAfter(th), idem.WithHeartbeat(th / 4), idem.OnDuplicate(idem.Wait), idem.WithTTL(time.Hour)}
 }
 
-func stepGuard(t *testing.T, s idem.Store) *idem.Guard[string] {
+// stepLong is the takeover threshold of a Guard no case takes over.
+const stepLong = time.Minute
+
+// stepOwnerTries bounds how often a crash case starts over with twice the
+// owner's threshold when the owner's claim lapsed before it reached the
+// point where it crashes (a store too slow to refresh the claim in time):
+// the threshold goes from the suite's takeover up to 32 times it.
+const stepOwnerTries = 6
+
+func stepGuard(t *testing.T, s idem.Store, th time.Duration) *idem.Guard[string] {
 	t.Helper()
-	g, err := idem.New[string](s, stepGuardOptions()...)
+	g, err := idem.New[string](s, stepGuardOptions(th)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return g
+}
+
+// stepOwnerThresholds runs try with the owner's takeover threshold doubling
+// from the suite's takeover while try reports that the owner ended before
+// it reached its crash or pause point.
+func stepOwnerThresholds(t *testing.T, try func(th time.Duration) (reached bool)) {
+	t.Helper()
+	th := takeover
+	for range stepOwnerTries {
+		if try(th) {
+			return
+		}
+		t.Logf("the owner's claim lapsed (takeover threshold %v) before it reached its crash point; starting over with twice the threshold", th)
+		th *= 2
+	}
+	t.Fatalf("the owner's claim lapsed before it reached its crash point %d times, up to a takeover threshold of %v", stepOwnerTries, th/2)
 }
 
 // stepsRunOnce: a call of three steps runs each once and costs 2 store
@@ -198,7 +225,7 @@ func stepGuard(t *testing.T, s idem.Store) *idem.Guard[string] {
 // costs 1.
 func (su *suite) stepsRunOnce(t *testing.T, s idem.Store) {
 	inst := Instrument(s)
-	g := stepGuard(t, inst)
+	g := stepGuard(t, inst, stepLong)
 	key := "steps-" + NewNonce()
 	var mu sync.Mutex
 	var runs []stepRun
@@ -227,39 +254,50 @@ func (su *suite) stepsRunOnce(t *testing.T, s idem.Store) {
 // the owner died inside it (with the same StepKey), and step 3 once.
 func stepsCrash(point string) func(*suite, *testing.T, idem.Store) {
 	return func(su *suite, t *testing.T, s idem.Store) {
-		key := "steps-" + NewNonce()
-		var mu sync.Mutex
-		var runs []stepRun
-		logRun := func(r stepRun) { mu.Lock(); runs = append(runs, r); mu.Unlock() }
-		o := &owner{Store: s}
-		a := stepGuard(t, o)
-		crashed, hang := make(chan struct{}), make(chan struct{})
-		aDone := make(chan struct{})
-		t.Cleanup(func() { close(hang); <-aDone })
-		go func() {
-			defer close(aDone)
-			_, _ = a.Do(context.Background(), key, threeSteps("a", logRun, func(ctx context.Context, p string) error {
-				if p == point {
-					o.dead.Store(true)
-					close(crashed)
-					<-hang // a dead process runs nothing more
-					return errDead
-				}
-				return nil
-			}, false))
-		}()
-		<-crashed
-		su.sleep(stale)
-		b := stepGuard(t, s)
-		v, err := b.Do(ctxT(t), key, threeSteps("b", logRun, func(context.Context, string) error { return nil }, false))
-		want := "s1=a s2=b s3=b"
-		if err != nil || v != want {
-			t.Fatalf("the takeover returned %q, %v; want %q", v, err, want)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		checkStepRuns(t, runs, point == "in2")
+		stepOwnerThresholds(t, func(th time.Duration) bool { return su.stepsCrashOnce(t, s, point, th) })
 	}
+}
+
+// stepsCrashOnce runs a crash case with the owner's takeover threshold th;
+// it returns false when the owner's call ended before it reached point.
+func (su *suite) stepsCrashOnce(t *testing.T, s idem.Store, point string, th time.Duration) bool {
+	key := "steps-" + NewNonce()
+	var mu sync.Mutex
+	var runs []stepRun
+	logRun := func(r stepRun) { mu.Lock(); runs = append(runs, r); mu.Unlock() }
+	o := &owner{Store: s}
+	a := stepGuard(t, o, th)
+	crashed, hang := make(chan struct{}), make(chan struct{})
+	aDone := make(chan struct{})
+	t.Cleanup(func() { close(hang); <-aDone })
+	go func() {
+		defer close(aDone)
+		_, _ = a.Do(context.Background(), key, threeSteps("a", logRun, func(ctx context.Context, p string) error {
+			if p == point {
+				o.dead.Store(true)
+				close(crashed)
+				<-hang // a dead process runs nothing more
+				return errDead
+			}
+			return nil
+		}, false))
+	}()
+	select {
+	case <-crashed:
+	case <-aDone:
+		return false
+	}
+	su.sleep(th * 3 / 2) // the owner's claim is stale by its own threshold
+	b := stepGuard(t, s, stepLong)
+	v, err := b.Do(ctxT(t), key, threeSteps("b", logRun, func(context.Context, string) error { return nil }, false))
+	want := "s1=a s2=b s3=b"
+	if err != nil || v != want {
+		t.Fatalf("the takeover returned %q, %v; want %q", v, err, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	checkStepRuns(t, runs, point == "in2")
+	return true
 }
 
 // stepsStaleOwner: an owner paused inside step 2 (its store operations
@@ -268,12 +306,19 @@ func stepsCrash(point string) func(*suite, *testing.T, idem.Store) {
 // The paused owner, resumed, must not record over the new attempt's step:
 // the third attempt replays step 2's value from the second.
 func (su *suite) stepsStaleOwner(t *testing.T, s idem.Store) {
+	stepOwnerThresholds(t, func(th time.Duration) bool { return su.stepsStaleOwnerOnce(t, s, th) })
+}
+
+// stepsStaleOwnerOnce runs stepsStaleOwner with the owner's takeover
+// threshold th; it returns false when the owner's call ended before it
+// reached its pause.
+func (su *suite) stepsStaleOwnerOnce(t *testing.T, s idem.Store, th time.Duration) bool {
 	key := "steps-" + NewNonce()
 	var mu sync.Mutex
 	var runs []stepRun
 	logRun := func(r stepRun) { mu.Lock(); runs = append(runs, r); mu.Unlock() }
 	o := &owner{Store: s}
-	a := stepGuard(t, o)
+	a := stepGuard(t, o, th)
 	paused, resumed := make(chan struct{}), make(chan struct{})
 	aErr := make(chan error, 1)
 	go func() {
@@ -287,9 +332,13 @@ func (su *suite) stepsStaleOwner(t *testing.T, s idem.Store) {
 		}, false))
 		aErr <- err
 	}()
-	<-paused
-	su.sleep(stale)
-	b := stepGuard(t, s)
+	select {
+	case <-paused:
+	case <-aErr:
+		return false
+	}
+	su.sleep(th * 3 / 2) // the owner's claim is stale by its own threshold
+	b := stepGuard(t, s, stepLong)
 	if _, err := b.Do(ctxT(t), key, threeSteps("b", logRun, func(context.Context, string) error { return nil }, true)); err == nil {
 		t.Fatal("the takeover's fn was to fail")
 	}
@@ -298,7 +347,7 @@ func (su *suite) stepsStaleOwner(t *testing.T, s idem.Store) {
 	if err := <-aErr; err == nil {
 		t.Error("the paused owner's call succeeded after it was taken over")
 	}
-	c := stepGuard(t, s)
+	c := stepGuard(t, s, stepLong)
 	v, err := c.Do(ctxT(t), key, threeSteps("c", logRun, func(context.Context, string) error { return nil }, false))
 	if want := "s1=a s2=b s3=b"; err != nil || v != want {
 		t.Fatalf("the third attempt returned %q, %v; want %q (step 2 as the takeover recorded it)", v, err, want)
@@ -306,12 +355,13 @@ func (su *suite) stepsStaleOwner(t *testing.T, s idem.Store) {
 	mu.Lock()
 	defer mu.Unlock()
 	checkStepRuns(t, runs, true)
+	return true
 }
 
 // stepsForget: Forget removes a call and its steps; the next call of the
 // key runs every step again, under new StepKeys.
 func (su *suite) stepsForget(t *testing.T, s idem.Store) {
-	g := stepGuard(t, s)
+	g := stepGuard(t, s, stepLong)
 	key := "steps-" + NewNonce()
 	var runs []stepRun
 	logRun := func(r stepRun) { runs = append(runs, r) }
