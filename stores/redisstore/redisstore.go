@@ -778,14 +778,22 @@ func answer(req idem.ClaimRequest, v string, sent time.Time) (idem.ClaimResult, 
 		if !own {
 			return idem.ClaimResult{}, false
 		}
-		if f, ok := flagsOf(v); ok && f&flagRelative != 0 {
-			// Our own SET NX, retried after a lost reply: its stored times
-			// are relative, so answer as for a fresh claim.
-			if _, err := decode(req.Key, v, 1<<40); err != nil {
-				return idem.ClaimResult{}, false
-			}
-			return idem.ClaimResult{Outcome: idem.Claimed, Record: freshRecord(req, sent)}, true
+		f, ok := flagsOf(v)
+		if !ok || f&flagRelative == 0 {
+			// Our own claim, with absolute times: it may have been released
+			// (or have expired) since, which only the server's clock can
+			// tell, so the claim script decides.
+			return idem.ClaimResult{}, false
 		}
+		// Our own SET NX, retried after a lost reply: its stored times are
+		// relative, so answer as for a fresh claim, with what it stored.
+		stored, err := decode(req.Key, v, 1<<40)
+		if err != nil {
+			return idem.ClaimResult{}, false
+		}
+		rec := freshRecord(req, sent)
+		rec.PayloadHash = stored.PayloadHash
+		return idem.ClaimResult{Outcome: idem.Claimed, Record: rec}, true
 	default:
 		return idem.ClaimResult{}, false
 	}
