@@ -172,7 +172,7 @@ var (
 	exprHeartbeatOnly   = "SET #hb = :now, #sta = :now + if_not_exists(#tm, :zero)"
 	exprHeartbeatLive   = "#n = :n AND #st = :ip AND #ea > :now"
 	heartbeatOnlyNames  = placeholders("#hb", "#n", "#st", "#ea", "#sta", "#tm")
-	exprRelease         = "SET #ea = :now, #ttl = :ttl"
+	exprRelease         = "SET #ea = :zero, #ttl = :ttl"
 	exprReleaseCond     = "#n = :n AND #st = :ip"
 	releaseNames        = placeholders("#ea", "#ttl", "#n", "#st")
 	exprTakeover        = "SET #n = :n, #a = #a + :one, #sa = :now, #hb = :now, #tm = :tm, #sta = :sta"
@@ -600,8 +600,11 @@ func (st *Store) Complete(ctx context.Context, key, nonce string, c idem.Complet
 	return st.ownershipErr("complete", err)
 }
 
-// Release implements idem.Store: the record stays, with expires_at = now,
-// so the next claim continues its attempt numbers.
+// Release implements idem.Store: the record stays, so the next claim
+// continues its attempt numbers, with expires_at = 0: not live at anyone's
+// clock, so a heartbeat of the old owner whose clock reading predates the
+// release cannot find it live and revive it (its ttl still keeps it for
+// the retention).
 func (st *Store) Release(ctx context.Context, key, nonce string) error {
 	k, err := st.begin("release", key, storekit.ValidateOwner(key, nonce))
 	if err != nil {
@@ -615,7 +618,7 @@ func (st *Store) Release(ctx context.Context, key, nonce string) error {
 		ConditionExpression:      &exprReleaseCond,
 		ExpressionAttributeNames: releaseNames,
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":now": attrN(now), ":ttl": attrN(st.ttlAt(now)), ":n": attrS(nonce), ":ip": inProgressValue,
+			":zero": zeroValue, ":ttl": attrN(st.ttlAt(now)), ":n": attrS(nonce), ":ip": inProgressValue,
 		},
 	})
 	if err == nil {

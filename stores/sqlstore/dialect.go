@@ -221,8 +221,10 @@ SELECT 'e'::text, clk.ms, cur.* FROM cur, clk WHERE NOT EXISTS (SELECT 1 FROM w)
 		q.text[stComplete] = `WITH u AS (UPDATE ` + t + ` SET status = $3, result = $4, error_message = $5, error_type = $6, ` +
 			`(completed_at, heartbeat_at, expires_at) = (SELECT n.ck, n.ck, n.ck + $7 FROM (SELECT ` + pgNow + ` AS ck) n) ` +
 			`WHERE ` + where + ` AND claim_nonce = $2 RETURNING key_hash, watched) ` + notify
-		// $1 key, $2 nonce
-		q.text[stRelease] = `WITH u AS (UPDATE ` + t + ` SET expires_at = ` + pgNow + ` WHERE ` + where +
+		// $1 key, $2 nonce. LEAST: a release never moves the expiry of a
+		// record already released (or expired) forward, where a Get
+		// that read its now before would see it live again.
+		q.text[stRelease] = `WITH u AS (UPDATE ` + t + ` SET expires_at = LEAST(expires_at, ` + pgNow + `) WHERE ` + where +
 			` AND claim_nonce = $2 AND status = 'in_progress' RETURNING key_hash, watched) ` + notify
 		q.readBack = `SELECT claim_nonce, status FROM ` + t + ` WHERE ` + where + ` FOR UPDATE`
 		q.text[stCompleteTx] = q.text[stComplete]
@@ -304,8 +306,8 @@ SELECT 'e'::text, clk.ms, cur.* FROM cur, clk WHERE NOT EXISTS (SELECT 1 FROM w)
 		q.text[stComplete] = `UPDATE ` + t + ` SET status = ?, result = ?, error_message = ?, error_type = ?, ` +
 			`completed_at = LAST_INSERT_ID(` + x + `), heartbeat_at = completed_at, expires_at = completed_at + ? ` +
 			`WHERE ` + where + ` AND claim_nonce = ?`
-		// key, nonce
-		q.text[stRelease] = `UPDATE ` + t + ` SET expires_at = LAST_INSERT_ID(` + x + `) WHERE ` + where +
+		// key, nonce. LEAST: a release never moves an expiry forward.
+		q.text[stRelease] = `UPDATE ` + t + ` SET expires_at = LEAST(expires_at, LAST_INSERT_ID(` + x + `)) WHERE ` + where +
 			` AND claim_nonce = ? AND status = 'in_progress'`
 		q.readBack = `SELECT claim_nonce, status FROM ` + t + ` WHERE ` + where + ` FOR UPDATE`
 		// DoTx's completion: as stComplete, but the matched row's mark is
