@@ -159,9 +159,9 @@
 // checks the fencing token refuses the old owner's writes. A claimant whose
 // clock is behind never takes over early, only s late. Expiry moves by s
 // too: a completed record expires s early for a caller ahead (which matters
-// only for TTLs of the order of the skew), and a released record
-// (expires_at = the releaser's now) looks live to a caller behind until
-// its clock reaches the release time. Keep hosts on NTP; for skew near the
+// only for TTLs of the order of the skew). A released record has
+// expires_at = 0, so it is claimable at once at every clock, and a late
+// heartbeat of its old owner cannot revive it. Keep hosts on NTP; for skew near the
 // threshold use a longer WithTakeoverAfter, or a store that decides with
 // the server's clock (redisstore, sqlstore).
 //

@@ -99,18 +99,15 @@ func TestSkewedGuardClocks(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Released by the Guard ahead (Unlock): expires_at is the ahead clock's
-	// now, still to come for the Guard behind.
+	// Released by the Guard ahead (Unlock): a released record's expires_at
+	// is 0, in the past at every clock, so the Guard behind re-claims it at
+	// once, whatever the skew.
 	if _, err := gAhead.Do(ctx, "released", func(context.Context) (int64, error) { return 0, errors.New("boom") }); err == nil {
 		t.Fatal("the failing call succeeded")
 	}
-	if _, err := gBehind.Do(ctx, "released", func(context.Context) (int64, error) { return -1, nil }); !errors.Is(err, idem.ErrInProgress) {
-		t.Fatalf("a claim released ahead, seen from behind: %v, want ErrInProgress", err)
-	}
-	base.Advance(skew + time.Millisecond)
 	v, err = gBehind.Do(ctx, "released", func(ctx context.Context) (int64, error) { return token(ctx), nil })
 	if err != nil || v != 2 {
-		t.Fatalf("once the behind clock passed the release: %d, %v; want a re-claim under token 2", v, err)
+		t.Fatalf("a claim released ahead, seen from behind: %d, %v; want a re-claim under token 2", v, err)
 	}
 }
 
