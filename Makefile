@@ -1,4 +1,4 @@
-# make run   runs the example program (file store in a temporary directory)
+# make run   runs the example programs (file stores in temporary directories)
 # make test  starts the backends and runs every check (scripts/test.sh)
 # make bench prints the cost tables
 
@@ -6,6 +6,7 @@
 
 run:
 	go run ./examples/invoice
+	go run ./examples/checkout
 
 test:
 	scripts/test.sh

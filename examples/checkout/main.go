@@ -1,0 +1,242 @@
+// Command checkout shows idem's steps surviving a crash in the middle of a
+// guarded function: the card is charged once and the receipt e-mailed once,
+// although the process running the checkout is killed half-way.
+//
+// A checkout is two side effects, each a recorded step:
+//
+//	charge, _ := idem.Step(ctx, "charge", ...) // POST /charges, Idempotency-Key: idem.StepKey
+//	_, _ = idem.Step(ctx, "email", ...)        // POST /emails
+//
+// The program plays two stories, each with two worker processes on one file
+// store. The first worker is SIGKILLed: after the charge step returned (its
+// result recorded), or inside the charge step (the provider charged, the
+// step's result not yet recorded). The second worker takes the call over
+// once the first one's claim has gone stale: it gets the recorded charge
+// without charging again, or runs the charge step again with the same
+// Idempotency-Key, which the payment provider (a fake here, honouring the
+// header as real providers do) answers with the charge it already made.
+// Either way: charged once, e-mailed once.
+//
+//	go run ./examples/checkout
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/filestore"
+)
+
+// Receipt is what a checkout returns, and what replays get back.
+type Receipt struct {
+	Order  string `json:"order"`
+	Charge string `json:"charge"`
+	Email  string `json:"email"`
+}
+
+const takeoverAfter = time.Second
+
+func main() {
+	worker := flag.String("worker", "", "run as a worker: the store directory")
+	provider := flag.String("provider", "", "worker: the payment and mail provider's URL")
+	order := flag.String("order", "", "worker: the order to check out")
+	crash := flag.String("crash", "", "worker: kill this process \"after-charge\" or \"in-charge\"")
+	flag.Parse()
+	if *worker != "" {
+		if err := work(*worker, *provider, *order, *crash); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	if err := run(os.Stdout); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// run plays both stories and checks what the provider saw.
+func run(out *os.File) error {
+	p := newProvider()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	defer srv.Close()
+	url := "http://" + l.Addr().String()
+
+	dir, err := os.MkdirTemp("", "idem-checkout-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	for _, story := range []struct{ order, crash, what string }{
+		{"order-1001", "after-charge", "killed after the charge step returned"},
+		{"order-1002", "in-charge", "killed inside the charge step, after the provider charged"},
+	} {
+		fmt.Fprintf(out, "%s: worker 1 %s\n", story.order, story.what)
+		if err := worker(dir, url, story.order, story.crash).Run(); err == nil {
+			return fmt.Errorf("%s: worker 1 was not killed", story.order)
+		}
+		cmd := worker(dir, url, story.order, "")
+		b, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("%s: worker 2: %w", story.order, err)
+		}
+		fmt.Fprint(out, string(b))
+		charges, emails := p.count(story.order)
+		fmt.Fprintf(out, "%s: the provider made %d charge(s) and sent %d e-mail(s)\n", story.order, charges, emails)
+		if charges != 1 || emails != 1 {
+			return fmt.Errorf("%s: %d charges, %d e-mails; want 1 and 1", story.order, charges, emails)
+		}
+	}
+	fmt.Fprintln(out, "charged once, e-mailed once")
+	return nil
+}
+
+func worker(dir, url, order, crash string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-worker", dir, "-provider", url, "-order", order, "-crash", crash)
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+// work is one worker process: it checks the order out under a Guard.
+func work(dir, url, order, crash string) error {
+	store, err := filestore.New(dir)
+	if err != nil {
+		return err
+	}
+	g, err := idem.New[Receipt](store,
+		idem.OnDuplicate(idem.Wait), // the second worker waits for the first one's claim to go stale
+		idem.WithTakeoverAfter(takeoverAfter), idem.WithHeartbeat(takeoverAfter/4))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var charged bool // this process ran the charge step
+	r, err := g.Do(ctx, order, func(ctx context.Context) (Receipt, error) {
+		token, _ := idem.FencingToken(ctx)
+		if token > 1 {
+			fmt.Printf("%s: worker 2 took the checkout over (fencing token %d)\n", order, token)
+		}
+		charge, err := idem.Step(ctx, "charge", func(ctx context.Context) (string, error) {
+			key, _ := idem.StepKey(ctx)
+			id, err := post(ctx, url+"/charges", order, key)
+			if err == nil && crash == "in-charge" {
+				die()
+			}
+			charged = true
+			return id, err
+		})
+		if err != nil {
+			return Receipt{}, err
+		}
+		if crash == "after-charge" {
+			die()
+		}
+		if !charged {
+			fmt.Printf("%s: worker 2 got the recorded charge %s without charging\n", order, charge)
+		} else if token > 1 {
+			fmt.Printf("%s: worker 2 ran the charge step again with the same Idempotency-Key: the provider answered %s\n", order, charge)
+		}
+		email, err := idem.Step(ctx, "email", func(ctx context.Context) (string, error) {
+			key, _ := idem.StepKey(ctx)
+			return post(ctx, url+"/emails", order, key)
+		})
+		if err != nil {
+			return Receipt{}, err
+		}
+		return Receipt{Order: order, Charge: charge, Email: email}, nil
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s: receipt %s, e-mail %s\n", order, r.Charge, r.Email)
+	return nil
+}
+
+// die is a crash: the process ends at once, recording nothing more.
+func die() {
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+// post asks the provider for a charge or an e-mail, under key.
+func post(ctx context.Context, url, order, key string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"order":"`+order+`"}`))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Idempotency-Key", key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	var v struct{ ID string }
+	if err := json.NewDecoder(res.Body).Decode(&v); err != nil || res.StatusCode != http.StatusOK {
+		return "", errors.Join(fmt.Errorf("provider: %s", res.Status), err)
+	}
+	return v.ID, nil
+}
+
+// provider is a fake payment and mail provider that honours
+// Idempotency-Key as real ones do: a request with a key it has seen gets
+// the first answer again, and nothing is charged or sent twice.
+type provider struct {
+	mu     sync.Mutex
+	byKey  map[string]string
+	counts map[string][2]int // order -> charges, e-mails
+}
+
+func newProvider() *provider {
+	return &provider{byKey: map[string]string{}, counts: map[string][2]int{}}
+}
+
+func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var body struct{ Order string }
+	key := r.Header.Get("Idempotency-Key")
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || key == "" {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	p.mu.Lock()
+	id, seen := p.byKey[r.URL.Path+" "+key]
+	if !seen {
+		c := p.counts[body.Order]
+		if r.URL.Path == "/charges" {
+			c[0]++
+			id = fmt.Sprintf("ch_%s_%d", body.Order, c[0])
+		} else {
+			c[1]++
+			id = fmt.Sprintf("em_%s_%d", body.Order, c[1])
+		}
+		p.counts[body.Order] = c
+		p.byKey[r.URL.Path+" "+key] = id
+	}
+	p.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]string{"id": id})
+}
+
+func (p *provider) count(order string) (charges, emails int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.counts[order]
+	return c[0], c[1]
+}
