@@ -2,8 +2,6 @@ package amqp_test
 
 import (
 	"context"
-	"os"
-	"strings"
 	"testing"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -11,22 +9,8 @@ import (
 
 	"github.com/idem-go/idem/idemmsg/amqp"
 	"github.com/idem-go/idem/idemmsg/internal/torture"
+	"github.com/idem-go/idem/stores/storetest/testenv"
 )
-
-// amqpURL is IDEM_AMQP_URL (scripts/backends.sh exports it); without it the
-// test is skipped, or fails when IDEM_REQUIRE_BACKENDS=1.
-func amqpURL(t testing.TB) string {
-	t.Helper()
-	u := strings.TrimSpace(os.Getenv("IDEM_AMQP_URL"))
-	if u == "" {
-		why := "RabbitMQ (IDEM_AMQP_URL is not set; run scripts/backends.sh)"
-		if os.Getenv("IDEM_REQUIRE_BACKENDS") == "1" {
-			t.Fatalf("backend required but unavailable: %s", why)
-		}
-		t.Skipf("backend unavailable: %s", why)
-	}
-	return u
-}
 
 // dropAcker loses the ack of a delivery the way AMQP loses one: the
 // connection goes down before the ack is sent, and RabbitMQ redelivers
@@ -84,7 +68,7 @@ func channel(url string) (*amqp091.Connection, *amqp091.Channel, error) {
 }
 
 func tortureConfig(t *testing.T, guarded bool) torture.Config {
-	url := amqpURL(t)
+	url := testenv.AMQPURL(t)
 	return torture.Config{
 		Guarded: guarded,
 		Setup: func(t *testing.T, ns string, msgs []torture.Message) {

@@ -16,13 +16,14 @@ import (
 	"github.com/idem-go/idem/idemmsg"
 	"github.com/idem-go/idem/idemmsg/jetstream"
 	"github.com/idem-go/idem/stores/memstore"
+	"github.com/idem-go/idem/stores/storetest/testenv"
 )
 
 // TestAnswers: a redelivery with another body under the same key is
 // terminated and never runs; a handler error is redelivered and runs
 // again; a done message is acked.
 func TestAnswers(t *testing.T) {
-	nc, err := nats.Connect(natsURL(t))
+	nc, err := nats.Connect(testenv.NATSURL(t))
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := natsjs.New(nc)

@@ -2,8 +2,6 @@ package jetstream_test
 
 import (
 	"context"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,22 +11,8 @@ import (
 
 	"github.com/idem-go/idem/idemmsg/internal/torture"
 	"github.com/idem-go/idem/idemmsg/jetstream"
+	"github.com/idem-go/idem/stores/storetest/testenv"
 )
-
-// natsURL is IDEM_NATS_URL (scripts/backends.sh exports it); without it the
-// test is skipped, or fails when IDEM_REQUIRE_BACKENDS=1.
-func natsURL(t testing.TB) string {
-	t.Helper()
-	u := strings.TrimSpace(os.Getenv("IDEM_NATS_URL"))
-	if u == "" {
-		why := "NATS with JetStream (IDEM_NATS_URL is not set; run scripts/backends.sh)"
-		if os.Getenv("IDEM_REQUIRE_BACKENDS") == "1" {
-			t.Fatalf("backend required but unavailable: %s", why)
-		}
-		t.Skipf("backend unavailable: %s", why)
-	}
-	return u
-}
 
 const ackWait = time.Second // shorter than the torture's slow handlers
 
@@ -46,7 +30,7 @@ func (m dropAck) Ack() error {
 }
 
 func tortureConfig(t *testing.T, guarded bool) torture.Config {
-	url := natsURL(t)
+	url := testenv.NATSURL(t)
 	js := func() (natsjs.JetStream, func()) {
 		nc, err := nats.Connect(url, nats.MaxReconnects(-1))
 		if err != nil {

@@ -3,8 +3,6 @@ package watermill_test
 import (
 	"context"
 	"errors"
-	"os"
-	"strings"
 	"sync"
 	"testing"
 
@@ -16,22 +14,8 @@ import (
 
 	"github.com/idem-go/idem/idemmsg/internal/torture"
 	"github.com/idem-go/idem/idemmsg/watermill"
+	"github.com/idem-go/idem/stores/storetest/testenv"
 )
-
-// amqpURL is IDEM_AMQP_URL (scripts/backends.sh exports it); without it the
-// test is skipped, or fails when IDEM_REQUIRE_BACKENDS=1.
-func amqpURL(t testing.TB) string {
-	t.Helper()
-	u := strings.TrimSpace(os.Getenv("IDEM_AMQP_URL"))
-	if u == "" {
-		why := "RabbitMQ (IDEM_AMQP_URL is not set; run scripts/backends.sh)"
-		if os.Getenv("IDEM_REQUIRE_BACKENDS") == "1" {
-			t.Fatalf("backend required but unavailable: %s", why)
-		}
-		t.Skipf("backend unavailable: %s", why)
-	}
-	return u
-}
 
 var errDropped = errors.New("ack dropped")
 
@@ -56,7 +40,7 @@ func dropAcks(env torture.Env) message.HandlerMiddleware {
 }
 
 func tortureConfig(t *testing.T, guarded bool) torture.Config {
-	url := amqpURL(t)
+	url := testenv.AMQPURL(t)
 	logger := wm.NopLogger{}
 	return torture.Config{
 		Guarded: guarded,

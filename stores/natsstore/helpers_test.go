@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,22 +13,6 @@ import (
 
 	"github.com/idem-go/idem/stores/natsstore"
 )
-
-// natsURL is the NATS server (with JetStream) the tests use:
-// IDEM_NATS_URL, which scripts/backends.sh exports. Without it the test is
-// skipped, or fails when IDEM_REQUIRE_BACKENDS=1.
-func natsURL(t testing.TB) string {
-	t.Helper()
-	u := strings.TrimSpace(os.Getenv("IDEM_NATS_URL"))
-	if u == "" {
-		why := "NATS with JetStream (IDEM_NATS_URL is not set; run scripts/backends.sh)"
-		if os.Getenv("IDEM_REQUIRE_BACKENDS") == "1" {
-			t.Fatalf("backend required but unavailable: %s", why)
-		}
-		t.Skipf("backend unavailable: %s", why)
-	}
-	return u
-}
 
 func connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()

@@ -7,13 +7,14 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/natsstore"
 	"github.com/idem-go/idem/stores/storetest"
+	"github.com/idem-go/idem/stores/storetest/testenv"
 )
 
 // TestStepCrash runs the step crash cases with real processes on one
 // bucket: an owner SIGKILLed after a step or inside one, and one SIGSTOPped
 // inside a step, each taken over by another process.
 func TestStepCrash(t *testing.T) {
-	url := natsURL(t)
+	url := testenv.NATSURL(t)
 	storetest.RunStepCrash(t, storetest.StepCrashConfig{
 		Namespace: randName("idemsteps_"),
 		NewStore: func(bucket string) (idem.Store, error) {

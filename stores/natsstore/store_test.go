@@ -15,6 +15,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/natsstore"
 	"github.com/idem-go/idem/stores/storetest"
+	"github.com/idem-go/idem/stores/storetest/testenv"
 )
 
 // buckets remembers the bucket under each store, for the corrupter.
@@ -29,7 +30,7 @@ func corrupt(t *testing.T, s idem.Store, key string) {
 }
 
 func TestConformance(t *testing.T) {
-	_, js := connect(t, natsURL(t))
+	_, js := connect(t, testenv.NATSURL(t))
 	storetest.Run(t, func(t *testing.T) idem.Store {
 		kv := newBucket(t, js)
 		s, err := natsstore.New(kv)
@@ -40,7 +41,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestConformanceClock(t *testing.T) {
-	_, js := connect(t, natsURL(t))
+	_, js := connect(t, testenv.NATSURL(t))
 	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) idem.Store {
 		kv := newBucket(t, js)
 		s, err := natsstore.New(kv, natsstore.WithClock(c.Now))
@@ -51,7 +52,7 @@ func TestConformanceClock(t *testing.T) {
 }
 
 func TestProcesses(t *testing.T) {
-	url := natsURL(t)
+	url := testenv.NATSURL(t)
 	storetest.RunProcesses(t, storetest.ProcessConfig{
 		NewStore: func(ns string) (idem.Store, error) {
 			_, js := connect(t, url)
@@ -105,7 +106,7 @@ func (c *counting) Create(ctx context.Context, key string, value []byte, opts ..
 }
 
 func TestRoundTrips(t *testing.T) {
-	_, js := connect(t, natsURL(t))
+	_, js := connect(t, testenv.NATSURL(t))
 	kv := &counting{KeyValue: newBucket(t, js)}
 	s, err := natsstore.New(kv)
 	require.NoError(t, err)
@@ -139,7 +140,7 @@ func TestRoundTrips(t *testing.T) {
 // TestOwnerWritesFollowTakeover checks that the revision a store remembers
 // for its own claim never lets it write over a takeover made elsewhere.
 func TestOwnerWritesFollowTakeover(t *testing.T) {
-	_, js := connect(t, natsURL(t))
+	_, js := connect(t, testenv.NATSURL(t))
 	kv := newBucket(t, js)
 	clock := storetest.NewClock()
 	a, err := natsstore.New(kv, natsstore.WithClock(clock.Now))
@@ -170,7 +171,7 @@ func TestOwnerWritesFollowTakeover(t *testing.T) {
 }
 
 func TestPurge(t *testing.T) {
-	_, js := connect(t, natsURL(t))
+	_, js := connect(t, testenv.NATSURL(t))
 	kv := newBucket(t, js)
 	clock := storetest.NewClock()
 	s, err := natsstore.New(kv, natsstore.WithClock(clock.Now), natsstore.WithRetention(time.Second))
@@ -204,7 +205,7 @@ func TestPurge(t *testing.T) {
 // TestWatchWakesWaiter: a Guard in Wait mode is woken by the KV watch, not
 // by its slow safety poll.
 func TestWatchWakesWaiter(t *testing.T) {
-	_, js := connect(t, natsURL(t))
+	_, js := connect(t, testenv.NATSURL(t))
 	s, err := natsstore.New(newBucket(t, js))
 	require.NoError(t, err)
 	ctx := ctxT(t)

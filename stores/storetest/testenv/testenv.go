@@ -69,6 +69,13 @@ func PostgresDSN(t testing.TB) string { return Lookup(t, "IDEM_POSTGRES_DSN", "P
 // may create and drop tables in (go-sql-driver/mysql syntax).
 func MySQLDSN(t testing.TB) string { return Lookup(t, "IDEM_MYSQL_DSN", "MySQL/MariaDB") }
 
+// NATSURL is the URL of a NATS server with JetStream.
+func NATSURL(t testing.TB) string { return Lookup(t, "IDEM_NATS_URL", "NATS with JetStream") }
+
+// AMQPURL is the URL of a RabbitMQ (AMQP 0-9-1) server the tests may
+// declare and delete queues on.
+func AMQPURL(t testing.TB) string { return Lookup(t, "IDEM_AMQP_URL", "RabbitMQ") }
+
 // WaitStopped waits until process pid is in the stopped state after a
 // SIGSTOP. kill(2) returns before the signal takes effect, so a test that
 // sends SIGSTOP and then acts as if the process were paused must wait for
