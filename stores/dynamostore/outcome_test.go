@@ -18,7 +18,10 @@ import (
 // again.)
 func TestOversizedResultCompletesWithoutResult(t *testing.T) {
 	s := newEnv(t).store
-	g, err := idem.New[[]byte](s, idem.WithTakeoverAfter(300*time.Millisecond), idem.WithHeartbeat(100*time.Millisecond))
+	// The threshold bounds the completion's retries too: long enough for
+	// a loaded DynamoDB Local to answer a 500 KB write.
+	const threshold = 2 * time.Second
+	g, err := idem.New[[]byte](s, idem.WithTakeoverAfter(threshold), idem.WithHeartbeat(threshold/4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +32,7 @@ func TestOversizedResultCompletesWithoutResult(t *testing.T) {
 	if err != nil || !bytes.Equal(v, big) {
 		t.Fatalf("first call: %d bytes, %v; want the result and no error", len(v), err)
 	}
-	time.Sleep(400 * time.Millisecond) // past the threshold
+	time.Sleep(threshold + threshold/4) // past the threshold
 	if _, err := g.Do(context.Background(), "big", fn); !errors.Is(err, idem.ErrResultUnavailable) {
 		t.Fatalf("replay: %v, want ErrResultUnavailable", err)
 	}

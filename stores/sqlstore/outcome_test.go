@@ -56,14 +56,17 @@ func TestOversizedResultCompletesWithoutResult(t *testing.T) {
 func TestLockFailureWithNULStored(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
 		s := newEnv(t, d).store
-		g := newGuard[int](t, s, idem.OnFailure(idem.Lock), idem.WithTakeoverAfter(300*time.Millisecond), idem.WithHeartbeat(100*time.Millisecond))
+		// The threshold bounds the completion's retries too: long enough
+		// for a loaded database.
+		const threshold = 2 * time.Second
+		g := newGuard[int](t, s, idem.OnFailure(idem.Lock), idem.WithTakeoverAfter(threshold), idem.WithHeartbeat(threshold/4))
 		var runs atomic.Int32
 		fn := func(ctx context.Context) (int, error) { runs.Add(1); return 0, errors.New("card\x00declined \xff") }
 		_, err := g.Do(context.Background(), "nul", fn)
 		if err == nil || errors.Is(err, idem.ErrNotRecorded) {
 			t.Fatalf("first call: %v; want fn's error alone", err)
 		}
-		time.Sleep(400 * time.Millisecond) // past the threshold
+		time.Sleep(threshold + threshold/4) // past the threshold
 		_, err = g.Do(context.Background(), "nul", fn)
 		var se *idem.StoredError
 		if !errors.As(err, &se) || se.Message != "card\uFFFDdeclined \uFFFD" {
