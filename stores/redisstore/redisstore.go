@@ -604,7 +604,9 @@ func (s *Store) Key(storageKey string) string { return s.prefix + "{" + storageK
 
 // Channel returns the pub/sub channel the store publishes changes of
 // storageKey on.
-func (s *Store) Channel(storageKey string) string { return s.Key(storageKey) + ":changed" }
+func (s *Store) Channel(storageKey string) string {
+	return s.prefix + "{" + storageKey + "}:changed"
+}
 
 // checked wraps the verdict of a storekit check of an op on key.
 func checked(op, key string, err error) error {
@@ -692,7 +694,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 	if err := checked("claim", req.Key, storekit.ValidateClaim(req)); err != nil {
 		return idem.ClaimResult{}, err
 	}
-	value, err := claimValue(req, s.retention)
+	value, err := claimBytes(req, s.retention)
 	if err != nil {
 		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: %w", req.Key, err)
 	}
@@ -710,7 +712,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 		if err := s.acked(ctx, req, n.acked, n.ackErr); err != nil {
 			return idem.ClaimResult{}, err
 		}
-		s.rememberFresh(req.Key, req.Nonce, value)
+		s.rememberFresh(req.Key, req.Nonce, string(value))
 		return idem.ClaimResult{Outcome: idem.Claimed, Record: freshRecord(req, sent)}, nil
 	}
 	if res, ok := answer(req, n.old, sent); ok {
@@ -858,7 +860,7 @@ type nx struct {
 // WAIT in the same pipeline with WithReplicaAck). No script runs and no
 // clock is read. A reply that is not a string value (a key of another
 // type) is left to the claim script, which reports it.
-func (s *Store) setNX(ctx context.Context, key, value string, lease time.Duration) (nx, error) {
+func (s *Store) setNX(ctx context.Context, key string, value []byte, lease time.Duration) (nx, error) {
 	rk := s.Key(key)
 	args := redis.SetArgs{Mode: "NX", Get: true, TTL: lease + s.retention}
 	var (
@@ -1009,7 +1011,8 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completi
 	if err != nil {
 		return &idem.StoreError{Op: "complete", Err: fmt.Errorf("redisstore: complete %s: %w", key, err), Permanent: true}
 	}
-	return s.write(ctx, "complete", scriptComplete, key, true, s.Channel(key), nonce, ms(c.TTL), s.retentionArg, sf, lens, body, key,
+	// ARGV[4] is unused: an empty string costs no allocation.
+	return s.write(ctx, "complete", scriptComplete, key, true, s.Channel(key), nonce, ms(c.TTL), "", sf, lens, body, key,
 		s.takeFresh(key, nonce))
 }
 
