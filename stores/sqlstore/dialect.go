@@ -158,8 +158,13 @@ func buildQueries(d Dialect, table string) queries {
 		// before a wait for a concurrent writer: a claim that waited behind
 		// a Release must see the released row as released, and re-claim
 		// it, not take it over); its SET reads the clock once, in a
-		// sub-SELECT evaluated for the locked row. Staleness (a takeover)
-		// is judged with clk.ms (EXCLUDED.started_at), the earlier time:
+		// sub-SELECT evaluated for the locked row. A new row's times are
+		// lk.ms: the clock read after a lock on the key's row (lk is only
+		// evaluated when the INSERT selects its row, so a replay locks
+		// nothing): an insert that waited for a concurrent Delete to commit
+		// carries the time after the wait, not clk.ms, which would make the
+		// new claim's heartbeat older than the claim. Staleness (a takeover)
+		// is judged with clk.ms, the earlier time:
 		// a heartbeat stale then is stale after the wait too, and one that
 		// is not is refused here (the statement is sent again, with a
 		// newer clock, when its snapshot says the row was claimable), so
@@ -179,10 +184,13 @@ func buildQueries(d Dialect, table string) queries {
           AND %[3]s - %[1]s.heartbeat_at >= CASE WHEN %[1]s.takeover_ms > 0 THEN %[1]s.takeover_ms ELSE $7 END))`
 		q.text[stClaim] = fmt.Sprintf(clk+`, cur AS (
   SELECT %[2]s FROM %[1]s WHERE key_hash = $3
+), lk AS MATERIALIZED (
+  SELECT CASE WHEN (SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE key_hash = $3 FOR UPDATE) l) >= 0
+    THEN `+pgNow+` END AS ms
 ), w AS (
   INSERT INTO %[1]s AS r (tenant, scope, key_hash, record_version, claim_nonce, status, attempt_count,
     payload_hash, result, error_message, error_type, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms)
-  SELECT $1, $2, $3, 1, $4, 'in_progress', 1, $5, NULL, NULL, NULL, clk.ms, clk.ms, 0, clk.ms + $6, 0, $7 FROM clk
+  SELECT $1, $2, $3, 1, $4, 'in_progress', 1, $5, NULL, NULL, NULL, lk.ms, lk.ms, 0, lk.ms + $6, 0, $7 FROM lk
   WHERE NOT EXISTS (SELECT 1 FROM cur) OR EXISTS (SELECT 1 FROM cur, clk WHERE `+fmt.Sprintf(claimable, "cur", "clk.ms", "clk.ms")+`)
   ON CONFLICT (key_hash) DO UPDATE SET
     (tenant, scope, claim_nonce, status, attempt_count, payload_hash, result, error_message, error_type,
@@ -197,7 +205,7 @@ func buildQueries(d Dialect, table string) queries {
        CASE WHEN r.expires_at <= n.ck THEN 0 ELSE n.ck END,
        EXCLUDED.takeover_ms
      FROM (SELECT `+pgNow+` AS ck) n)
-  WHERE `+fmt.Sprintf(claimable, "r", pgNow, "EXCLUDED.started_at")+`
+  WHERE `+fmt.Sprintf(claimable, "r", pgNow, "(SELECT ms FROM clk)")+`
   RETURNING r.record_version, r.claim_nonce, r.status, r.attempt_count, r.payload_hash, r.result,
     r.error_message, r.error_type, r.started_at, r.heartbeat_at, r.completed_at, r.expires_at, r.taken_over_at, r.takeover_ms
 )

@@ -67,7 +67,7 @@ func TestLockFailureWithNULStored(t *testing.T) {
 		}
 		time.Sleep(threshold + threshold/4) // past the threshold
 		_, err = g.Do(context.Background(), "nul", fn)
-		var se *idem.StoredError
+		var se *idem.RecordedFailure
 		if !errors.As(err, &se) || se.Message != "card\uFFFDdeclined \uFFFD" {
 			t.Fatalf("replay: %v; want the sanitised stored failure", err)
 		}
