@@ -2,6 +2,7 @@ package natsstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -244,11 +245,30 @@ func TestLeaderKilledReplicated(t *testing.T) {
 			name := randName("idemr3c_")
 			kv, err := natsstore.CreateBucket(ctxT(t), js, name, natsstore.WithReplicas(2))
 			require.NoError(t, err)
+			waitAnswering(t, kv)
 			s, err := natsstore.New(kv)
 			require.NoError(t, err)
 			return s
 		})
 	})
+}
+
+// waitAnswering waits until a bucket just created answers reads: with one
+// server of three dead, the new stream may still be electing its leader,
+// and a read then fails with "no responders".
+func waitAnswering(t *testing.T, kv jetstream.KeyValue) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := kv.Get(ctxT(t), "probe")
+		if err == nil || errors.Is(err, jetstream.ErrKeyNotFound) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bucket %s does not answer after a minute: %v", kv.Bucket(), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // TestLeaderKilledUnreplicated is the same run on a bucket kept by one
