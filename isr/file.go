@@ -17,6 +17,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/gofrs/flock"
+
+	"github.com/idem-go/idem/storekit"
 )
 
 // FileOption configures a FileTable. NewFileTable reports every invalid
@@ -24,8 +26,8 @@ import (
 type FileOption func(*fileConfig)
 
 type fileConfig struct {
+	storekit.Options
 	sync bool
-	errs optionErrors
 }
 
 // WithoutFileSync skips the fsync of each written item and of its
@@ -86,21 +88,21 @@ var _ Table = (*FileTable)(nil)
 // option are reported, joined, each an *idem.OptionError matching
 // idem.ErrInvalidOption.
 func NewFileTable(dir string, opts ...FileOption) (*FileTable, error) {
-	c := fileConfig{sync: true}
+	c := fileConfig{Options: storekit.Options{Store: "isr"}, sync: true}
 	if strings.TrimSpace(dir) == "" {
-		c.errs.invalid("NewFileTable", "directory is empty")
+		c.Invalid("NewFileTable", "directory is empty")
 	} else if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
-		c.errs.invalid("NewFileTable", "%s is not a directory", dir)
+		c.Invalid("NewFileTable", "%s is not a directory", dir)
 	}
 	for _, o := range opts {
 		if o == nil {
-			c.errs.invalid("NewFileTable", "nil option")
+			c.Invalid("NewFileTable", "nil option")
 			continue
 		}
 		o(&c)
 	}
-	if len(c.errs) > 0 {
-		return nil, errors.Join(c.errs...)
+	if err := c.Err(); err != nil {
+		return nil, err
 	}
 	t := &FileTable{dir: dir, sync: c.sync}
 	locks := filepath.Join(dir, fileLockDir)

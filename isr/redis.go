@@ -3,13 +3,14 @@ package isr
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem/storekit"
 )
 
 // RedisClient is what RedisTable needs from go-redis: running scripts and
@@ -66,8 +67,8 @@ const DefaultRedisPrefix = "isr:"
 type RedisOption func(*redisConfig)
 
 type redisConfig struct {
+	storekit.Options
 	prefix string
-	errs   optionErrors
 }
 
 // WithRedisPrefix sets the prefix of every key (default "isr:"), so several
@@ -76,7 +77,7 @@ type redisConfig struct {
 func WithRedisPrefix(prefix string) RedisOption {
 	return func(c *redisConfig) {
 		if strings.ContainsAny(prefix, "{}") {
-			c.errs.invalid("WithRedisPrefix", "prefix %q contains '{' or '}'", prefix)
+			c.Invalid("WithRedisPrefix", "prefix %q contains '{' or '}'", prefix)
 			return
 		}
 		c.prefix = prefix
@@ -122,19 +123,19 @@ type RedisTable struct {
 // client and every invalid option are reported, joined, each an
 // *idem.OptionError matching idem.ErrInvalidOption.
 func NewRedisTable(client RedisClient, opts ...RedisOption) (*RedisTable, error) {
-	c := redisConfig{prefix: DefaultRedisPrefix}
+	c := redisConfig{Options: storekit.Options{Store: "isr"}, prefix: DefaultRedisPrefix}
 	if client == nil {
-		c.errs.invalid("NewRedisTable", "Redis client is nil")
+		c.Invalid("NewRedisTable", "Redis client is nil")
 	}
 	for _, o := range opts {
 		if o == nil {
-			c.errs.invalid("NewRedisTable", "nil option")
+			c.Invalid("NewRedisTable", "nil option")
 			continue
 		}
 		o(&c)
 	}
-	if len(c.errs) > 0 {
-		return nil, errors.Join(c.errs...)
+	if err := c.Err(); err != nil {
+		return nil, err
 	}
 	return &RedisTable{client: client, prefix: c.prefix}, nil
 }
