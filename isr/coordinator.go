@@ -152,11 +152,23 @@ func (c *Coordinator) check() error {
 	return nil
 }
 
-// Table returns the table the Coordinator works on.
-func (c *Coordinator) Table() Table { return c.table }
+// Table returns the table the Coordinator works on (nil for a nil or zero
+// Coordinator).
+func (c *Coordinator) Table() Table {
+	if c == nil {
+		return nil
+	}
+	return c.table
+}
 
-// Now returns the Coordinator's clock reading.
-func (c *Coordinator) Now() time.Time { return c.cfg.Now() }
+// Now returns the Coordinator's clock reading (the zero time for a nil or
+// zero Coordinator, which every Table refuses).
+func (c *Coordinator) Now() time.Time {
+	if c.check() != nil {
+		return time.Time{}
+	}
+	return c.cfg.Now()
+}
 
 // Lookup returns META for pk, or ErrNotFound. Use Meta.Fresh with Now to
 // decide whether to serve or regenerate. A META whose revalidate_seconds

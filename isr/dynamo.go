@@ -89,8 +89,13 @@ func (t *DynamoTable) check() error {
 	return nil
 }
 
-// Name returns the table name.
-func (t *DynamoTable) Name() string { return t.table }
+// Name returns the table name ("" for a nil DynamoTable).
+func (t *DynamoTable) Name() string {
+	if t == nil {
+		return ""
+	}
+	return t.table
+}
 
 // CreateTable creates a table with the ISR shape (pk S hash key, sk S range
 // key, on-demand billing) and waits until it is active. It is idempotent:

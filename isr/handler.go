@@ -296,10 +296,21 @@ func NewHandler(coord *Coordinator, bodies body.Store, render PageFunc, opts ...
 	return h, nil
 }
 
+// check refuses a Handler that NewHandler did not make.
+func (h *Handler) check() error {
+	if h == nil || h.flights == nil {
+		return unmade("Handler", "NewHandler")
+	}
+	return nil
+}
+
 // Wait blocks until every background regeneration started so far has
 // finished, or ctx is done. It may be called while requests are still being
 // served; regenerations they start after the call are not waited for.
 func (h *Handler) Wait(ctx context.Context) error {
+	if err := h.check(); err != nil {
+		return err
+	}
 	h.mu.Lock()
 	pending := make([]*flight, 0, len(h.flights))
 	for _, f := range h.flights {
@@ -328,8 +339,8 @@ const HeaderCache = "X-Isr-Cache"
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h == nil || h.flights == nil {
-		http.Error(w, "isr handler not made by NewHandler", http.StatusInternalServerError)
+	if err := h.check(); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {

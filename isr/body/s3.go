@@ -91,11 +91,22 @@ func (s *S3) Validate() error {
 	return nil
 }
 
-// Bucket returns the bucket name.
-func (s *S3) Bucket() string { return s.bucket }
+// Bucket returns the bucket name ("" for a nil or zero S3).
+func (s *S3) Bucket() string {
+	if s.Validate() != nil {
+		return ""
+	}
+	return s.bucket
+}
 
-// ObjectKey returns the S3 object key that holds key.
-func (s *S3) ObjectKey(key string) string { return s.prefix + key }
+// ObjectKey returns the S3 object key that holds key ("" for a nil or zero
+// S3).
+func (s *S3) ObjectKey(key string) string {
+	if s.Validate() != nil {
+		return ""
+	}
+	return s.prefix + key
+}
 
 func (s *S3) check(key string) error {
 	if err := s.Validate(); err != nil {
