@@ -417,7 +417,7 @@ func joinErr(a, b error) error {
 // half the threshold.
 func (c *claim) heartbeat() *lease.Refresher {
 	e := c.e
-	return lease.Start(c.bg, c.cancel, c.sent, e.takeover, lease.Config{
+	cfg := lease.Config{
 		Interval: e.beat,
 		Margin:   e.beat / 2,
 		Refresh: func(hctx context.Context) (time.Duration, error) {
@@ -429,15 +429,18 @@ func (c *claim) heartbeat() *lease.Refresher {
 			}
 			return nil
 		},
-		OnRefresh: func(left time.Duration) {
-			e.observe(c.bg, Event{Kind: EventRefresh, StorageKey: c.sk, Attempt: c.rec.Attempt, Duration: left})
-		},
-		OnError: func(err error) {
-			e.observe(c.bg, Event{Kind: EventHeartbeatError, StorageKey: c.sk, Attempt: c.rec.Attempt, Err: err})
-		},
 		OnLapse: func(since time.Duration, _ error) error {
 			e.observe(c.bg, Event{Kind: EventLapse, StorageKey: c.sk, Attempt: c.rec.Attempt, Duration: max(e.takeover-since, 0)})
 			return &LapseError{Since: since.Round(time.Millisecond)}
 		},
-	})
+	}
+	if e.observer != nil { // only an observer sees these (and a call without one allocates no closure for them)
+		cfg.OnRefresh = func(left time.Duration) {
+			e.observe(c.bg, Event{Kind: EventRefresh, StorageKey: c.sk, Attempt: c.rec.Attempt, Duration: left})
+		}
+		cfg.OnError = func(err error) {
+			e.observe(c.bg, Event{Kind: EventHeartbeatError, StorageKey: c.sk, Attempt: c.rec.Attempt, Err: err})
+		}
+	}
+	return lease.Start(c.bg, c.cancel, c.sent, e.takeover, cfg)
 }

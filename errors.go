@@ -75,10 +75,11 @@ type RecordedFailure struct {
 }
 
 // StoredError is the former name of RecordedFailure, kept so that code
-// written against it still compiles. Use RecordedFailure: StoredError is
-// one letter from StoreError, which means the opposite (the store failed,
-// not fn). It is to be marked deprecated once the repository's own
-// modules have moved over, and removed before 1.0.
+// written against it still compiles: StoredError is one letter from
+// StoreError, which means the opposite (the store failed, not fn). It will
+// be removed before 1.0.
+//
+// Deprecated: Use RecordedFailure.
 type StoredError = RecordedFailure
 
 func (e *RecordedFailure) Error() string {

@@ -85,7 +85,7 @@ func ExampleOnFailure() {
 	_, err := g.Do(ctx, "k", fail)
 	fmt.Println(err)
 	_, err = g.Do(ctx, "k", fail)
-	var stored *idem.StoredError
+	var stored *idem.RecordedFailure
 	fmt.Println(errors.Is(err, idem.ErrPreviousFailure), errors.As(err, &stored), stored.Message)
 	// Output:
 	// card declined

@@ -445,7 +445,7 @@ func TestFailurePolicies(t *testing.T) {
 		if !errors.Is(err, idem.ErrPreviousFailure) {
 			t.Errorf("got %v, want %v", err, idem.ErrPreviousFailure)
 		}
-		var se *idem.StoredError
+		var se *idem.RecordedFailure
 		if !errors.As(err, &se) {
 			t.Fatalf("got %v, want a %T", err, se)
 		}

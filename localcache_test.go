@@ -200,7 +200,7 @@ func TestLocalCacheLockFailureCached(t *testing.T) {
 		t.Fatalf("first replay: %v, %d ops", err, ops)
 	}
 	_, ops, err := doOps(t, g, inst, "k", fn)
-	var se *idem.StoredError
+	var se *idem.RecordedFailure
 	if !errors.As(err, &se) || se.Message != "card declined" || ops != 0 {
 		t.Fatalf("cached replay: %v, %d ops; want the stored failure with 0 ops", err, ops)
 	}

@@ -82,7 +82,7 @@ func TestRefusedFailureStoredShort(t *testing.T) {
 	}
 	clk.Advance(150 * time.Millisecond)
 	_, err = g.Do(context.Background(), "k", fn)
-	var se *idem.StoredError
+	var se *idem.RecordedFailure
 	if !errors.As(err, &se) {
 		t.Fatalf("got %v, want a %T", err, se)
 	}
@@ -115,7 +115,7 @@ func TestFailureMessageSanitised(t *testing.T) {
 		t.Fatalf("got no error")
 	}
 	_, err = g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { t.Fatal("ran again"); return 0, nil })
-	var se *idem.StoredError
+	var se *idem.RecordedFailure
 	if !errors.As(err, &se) {
 		t.Fatalf("got %v, want a %T", err, se)
 	}
@@ -307,5 +307,15 @@ func TestPayloadCanonicalEquality(t *testing.T) {
 		if v != 1 {
 			t.Errorf("%v: got %v, want %v", name, v, 1)
 		}
+	}
+}
+
+// StoredError still names the recorded failure (code written against the
+// former name compiles and matches).
+func TestStoredErrorAlias(t *testing.T) {
+	var target *idem.StoredError
+	err := error(&idem.RecordedFailure{Message: "declined"})
+	if !errors.As(err, &target) || target.Message != "declined" {
+		t.Fatalf("errors.As(%v, *idem.StoredError) = false", err)
 	}
 }

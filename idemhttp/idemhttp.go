@@ -216,24 +216,31 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []by
 	} else {
 		body, err = io.ReadAll(io.LimitReader(r.Body, limit))
 	}
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		// A limit set before the middleware (http.MaxBytesReader) is
-		// lower than ours: the body is too large all the same.
-		writeProblem(w, problem{Type: ProblemBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
-			Detail: fmt.Sprintf("The request body is over %d bytes.", mbe.Limit)}, 0)
-		return nil, false
-	}
 	if err != nil {
-		writeProblem(w, problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest,
-			Detail: "The request body could not be read."}, 0)
-		return nil, false
+		return nil, readFailed(w, err)
 	}
 	if int64(len(body)) > m.cfg.maxBody {
 		tooLarge()
 		return nil, false
 	}
 	return body, true
+}
+
+// readFailed writes the problem for a request body that could not be read
+// (a function of its own, so that errors.As's target is allocated only on
+// this path). It returns false.
+func readFailed(w http.ResponseWriter, err error) bool {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		// A limit set before the middleware (http.MaxBytesReader) is
+		// lower than ours: the body is too large all the same.
+		writeProblem(w, problem{Type: ProblemBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
+			Detail: fmt.Sprintf("The request body is over %d bytes.", mbe.Limit)}, 0)
+		return false
+	}
+	writeProblem(w, problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest,
+		Detail: "The request body could not be read."}, 0)
+	return false
 }
 
 // fingerprint is the hash a replay must match: method, escaped path, raw
@@ -290,8 +297,8 @@ func (m *Middleware) run(ctx context.Context, w http.ResponseWriter, r *http.Req
 	}
 	r2 := r.WithContext(ctx)
 	if body != nil {
-		r2.Body = io.NopCloser(bytes.NewReader(body))
-		r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		r2.Body = newBodyReader(body)
+		r2.GetBody = func() (io.ReadCloser, error) { return newBodyReader(body), nil }
 	}
 	next.ServeHTTP(rec, r2)
 	if rec.hijacked {
@@ -325,14 +332,32 @@ func (m *Middleware) run(ctx context.Context, w http.ResponseWriter, r *http.Req
 	return resp, nil
 }
 
+// bodyReader is a request body read from memory: a bytes.Reader with a
+// Close that does nothing (one allocation, where io.NopCloser over a
+// bytes.Reader makes two).
+type bodyReader struct{ bytes.Reader }
+
+func newBodyReader(b []byte) *bodyReader {
+	r := new(bodyReader)
+	r.Reset(b)
+	return r
+}
+
+// Close does nothing.
+func (*bodyReader) Close() error { return nil }
+
 // hopByHop are the response headers that describe one connection, not the
 // response (RFC 9110 section 7.6.1), and are never recorded.
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 // handlerSet returns the headers of sent that the handler set: those whose
 // values differ from before (the map as the handler got it), and, with no
-// value, those it deleted.
+// value, those it deleted. sent is the caller's own copy: with nothing set
+// before the handler ran, it is returned as it is.
 func handlerSet(before, sent http.Header) http.Header {
+	if len(before) == 0 {
+		return sent
+	}
 	out := http.Header{}
 	for k, v := range sent {
 		if bv, had := before[k]; !had || !slices.Equal(v, bv) || (v == nil) != (bv == nil) {

@@ -1,8 +1,9 @@
 // Package integration holds tests that need several stores at once: the
 // linearizability checks of every store against its real backend, and
 // tests of packages built on the stores (such as idemhttp) run on more than
-// one of them. It is a module of its own so that the stores' dependencies
-// meet only here.
+// one of them, and the stores' fault-injection tests that need toxiproxy
+// (packages redisfaults and dynamofaults). It is a module of its own so
+// that the stores' dependencies, and those of these tests, meet only here.
 //
 // It has no API and is never imported: it exists for its tests.
 //

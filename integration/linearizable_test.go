@@ -120,21 +120,6 @@ func runAndCheck(t *testing.T, name string, s idem.Store, n int) {
 	t.Logf("%s: %d histories (%d operations, seeds %d..%d) in %v: %d illegal, %d undecided",
 		name, total, nops.Load(), seed, seed+uint64(n)-1, time.Since(began).Round(time.Millisecond), illegal, unknown)
 	if illegal > 0 {
-		if why, ok := knownIllegal[name]; ok && !*linStrict {
-			t.Logf("%s: %d of %d histories are not linearizable: KNOWN, not yet fixed (%s); -lin.strict fails on it", name, illegal, total, why)
-			return
-		}
 		t.Errorf("%s: %d of %d histories are not linearizable", name, illegal, total)
 	}
-}
-
-// linStrict fails on the known illegal histories too.
-var linStrict = flag.Bool("lin.strict", false, "fail on the stores' known illegal histories too")
-
-// knownIllegal lists the stores whose rare illegal histories are known and
-// not fixed yet, with the symptom: each is reported in the log (with its
-// porcupine visualization) instead of failing the run. Every other store,
-// and any store under -lin.strict, fails on a single illegal history.
-var knownIllegal = map[string]string{
-	"postgres": "about 1 history in 150-300: a claim after a delete of the key, by the same client, answered took_over with attempt 2, as if the deleted row were still there",
 }

@@ -96,7 +96,8 @@ type Config struct {
 // A Refresher refreshes a lease every Interval while work runs and cancels
 // the work when the lease is lost or about to lapse. It is a pair of
 // timers, not a goroutine, so work that ends within one interval costs no
-// refresh at all.
+// refresh at all (and one timer: the lapse timer is armed with the first
+// refresh, when the deadline is later than that).
 //
 // The lapse deadline is the send time of the last successful refresh plus
 // the validity it reported, minus the margin. Counting from the send, not
@@ -130,7 +131,12 @@ func Start(ctx context.Context, cancel context.CancelCauseFunc, since time.Time,
 	r := &Refresher{cfg: cfg, ctx: ctx, cancel: cancel, lastOK: since, deadline: since.Add(valid - cfg.Margin)}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.lapse = time.AfterFunc(valid-cfg.Margin-time.Since(since), r.lapsed)
+	// The lapse timer is armed by the first refresh when the deadline
+	// comes after it (work that ends within one interval then costs one
+	// timer), and here when it does not.
+	if left := valid - cfg.Margin - time.Since(since); left <= cfg.Interval {
+		r.lapse = time.AfterFunc(left, r.lapsed)
+	}
 	r.next = time.AfterFunc(cfg.Interval, r.refresh)
 	return r
 }
@@ -142,7 +148,9 @@ func (r *Refresher) Stop() (lost bool) {
 	r.mu.Lock()
 	r.stopped = true
 	r.next.Stop()
-	r.lapse.Stop()
+	if r.lapse != nil {
+		r.lapse.Stop()
+	}
 	r.mu.Unlock()
 	r.busy.Wait()
 	return r.lost
@@ -169,6 +177,9 @@ func (r *Refresher) refresh() {
 	if r.stopped || r.ctx.Err() != nil {
 		r.mu.Unlock()
 		return
+	}
+	if r.lapse == nil {
+		r.lapse = time.AfterFunc(time.Until(r.deadline), r.lapsed)
 	}
 	r.busy.Add(1)
 	r.mu.Unlock()

@@ -2,10 +2,10 @@
 # redis-replicas.sh makes sure the binaries the Redis failover tests need are
 # installed: redis-server and redis-cli (masters and replicas) and
 # redis-sentinel (Debian's redis-sentinel package). The tests in
-# stores/redisstore start their own servers on ports 7200-7299 (master,
-# replica replicating through an in-process proxy, sentinel) and kill them
-# when they end; this script starts nothing and touches no running server.
-# Everything it prints goes to stderr.
+# stores/redisstore and integration/redisfaults start their own servers on
+# ports 7200-7299 (master, replica replicating through an in-process proxy,
+# sentinel) and kill them when they end; this script starts nothing and
+# touches no running server. Everything it prints goes to stderr.
 set -euo pipefail
 log() { echo "redis-replicas: $*" >&2; }
 updated=0

@@ -12,7 +12,7 @@ import (
 func TestRecordRoundTrip(t *testing.T) {
 	r := &idem.Record{
 		Key: "idem:ab", Status: idem.StatusFailed, Result: []byte{0, 1, 2, 255},
-		Error: &idem.StoredError{Message: "m", Type: "t"}, PayloadHash: "ph", Nonce: "n",
+		Error: &idem.RecordedFailure{Message: "m", Type: "t"}, PayloadHash: "ph", Nonce: "n",
 		Attempt: 3, StartedAt: 1, HeartbeatAt: 2, CompletedAt: 3, ExpiresAt: 4, TakeoverMs: 30000,
 	}
 	b, err := storekit.EncodeRecord(r)

@@ -15,31 +15,31 @@ import (
 
 // record is what idem inspect prints.
 type record struct {
-	Key            string            `json:"key"`
-	Tenant         string            `json:"tenant,omitempty"`
-	Scope          string            `json:"scope,omitempty"`
-	StorageKey     string            `json:"storage_key"`
-	Store          string            `json:"store"`
-	Status         idem.Status       `json:"status"`
-	Attempt        int64             `json:"attempt"`
-	StartedAt      string            `json:"started_at"`
-	StartedAtMs    int64             `json:"started_at_ms"`
-	HeartbeatAt    string            `json:"heartbeat_at"`
-	HeartbeatAtMs  int64             `json:"heartbeat_at_ms"`
-	HeartbeatAgeMs *int64            `json:"heartbeat_age_ms,omitempty"`
-	Stale          *bool             `json:"stale,omitempty"`
-	CompletedAt    string            `json:"completed_at,omitempty"`
-	CompletedAtMs  int64             `json:"completed_at_ms,omitempty"`
-	ExpiresAt      string            `json:"expires_at"`
-	ExpiresAtMs    int64             `json:"expires_at_ms"`
-	PayloadHash    string            `json:"payload_hash"`
-	ResultBytes    int               `json:"result_bytes"`
-	ExitCode       *int              `json:"exit_code,omitempty"`
-	StdoutBytes    *int              `json:"stdout_bytes,omitempty"`
-	StdoutTotal    *int64            `json:"stdout_total_bytes,omitempty"`
-	Truncated      *bool             `json:"stdout_truncated,omitempty"`
-	Error          *idem.StoredError `json:"error,omitempty"`
-	ResultError    string            `json:"result_error,omitempty"`
+	Key            string                `json:"key"`
+	Tenant         string                `json:"tenant,omitempty"`
+	Scope          string                `json:"scope,omitempty"`
+	StorageKey     string                `json:"storage_key"`
+	Store          string                `json:"store"`
+	Status         idem.Status           `json:"status"`
+	Attempt        int64                 `json:"attempt"`
+	StartedAt      string                `json:"started_at"`
+	StartedAtMs    int64                 `json:"started_at_ms"`
+	HeartbeatAt    string                `json:"heartbeat_at"`
+	HeartbeatAtMs  int64                 `json:"heartbeat_at_ms"`
+	HeartbeatAgeMs *int64                `json:"heartbeat_age_ms,omitempty"`
+	Stale          *bool                 `json:"stale,omitempty"`
+	CompletedAt    string                `json:"completed_at,omitempty"`
+	CompletedAtMs  int64                 `json:"completed_at_ms,omitempty"`
+	ExpiresAt      string                `json:"expires_at"`
+	ExpiresAtMs    int64                 `json:"expires_at_ms"`
+	PayloadHash    string                `json:"payload_hash"`
+	ResultBytes    int                   `json:"result_bytes"`
+	ExitCode       *int                  `json:"exit_code,omitempty"`
+	StdoutBytes    *int                  `json:"stdout_bytes,omitempty"`
+	StdoutTotal    *int64                `json:"stdout_total_bytes,omitempty"`
+	Truncated      *bool                 `json:"stdout_truncated,omitempty"`
+	Error          *idem.RecordedFailure `json:"error,omitempty"`
+	ResultError    string                `json:"result_error,omitempty"`
 }
 
 const inspectAbout = `Prints the live record of KEY as JSON (or, with -stdout, its recorded

@@ -73,7 +73,7 @@ func decodeItem(key string, item map[string]types.AttributeValue) (*idem.Record,
 	_, hasType := item[attrErrType]
 	switch {
 	case hasMsg:
-		e := &idem.StoredError{}
+		e := &idem.RecordedFailure{}
 		if e.Message, err = strAttr(item, attrErrMessage); err != nil {
 			return nil, err
 		}

@@ -58,7 +58,7 @@ func TestGuardRoundTrips(t *testing.T) {
 	}
 	wantOps(t, e, "PutItem", "UpdateItem")
 	_, err = locked.Do(ctx, "order-2", fn)
-	var se *idem.StoredError
+	var se *idem.RecordedFailure
 	if !errors.Is(err, idem.ErrPreviousFailure) || !errors.As(err, &se) || se.Message != "card declined" {
 		t.Fatalf("replayed failure: %v", err)
 	}

@@ -216,12 +216,12 @@ func TestReclaimAfterExpiryIncrementsAttempt(t *testing.T) {
 	key := storageKey()
 	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
 	if err := e.store.Complete(ctx, key, "A", idem.Completion{
-		Status: idem.StatusFailed, Error: &idem.StoredError{Message: "boom", Type: "*errors.errorString"}, Result: []byte("r"), TTL: time.Second,
+		Status: idem.StatusFailed, Error: &idem.RecordedFailure{Message: "boom", Type: "*errors.errorString"}, Result: []byte("r"), TTL: time.Second,
 	}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := e.store.Get(ctx, key)
-	if err != nil || rec.Status != idem.StatusFailed || rec.Error == nil || *rec.Error != (idem.StoredError{Message: "boom", Type: "*errors.errorString"}) {
+	if err != nil || rec.Status != idem.StatusFailed || rec.Error == nil || *rec.Error != (idem.RecordedFailure{Message: "boom", Type: "*errors.errorString"}) {
 		t.Fatalf("failed record %+v, %v", rec, err)
 	}
 	clock.Advance(time.Second)
@@ -331,9 +331,9 @@ func TestCompleteVariants(t *testing.T) {
 		{"result", idem.Completion{Status: idem.StatusCompleted, Result: []byte("hello"), TTL: time.Hour}},
 		{"empty result", idem.Completion{Status: idem.StatusCompleted, Result: []byte{}, TTL: time.Hour}},
 		{"no result", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}},
-		{"unavailable", idem.Completion{Status: idem.StatusCompleted, Error: &idem.StoredError{Message: "cannot encode", Type: idem.ResultUnavailableType}, TTL: time.Hour}},
-		{"failed", idem.Completion{Status: idem.StatusFailed, Error: &idem.StoredError{Message: "card declined"}, TTL: time.Hour}},
-		{"failed empty message", idem.Completion{Status: idem.StatusFailed, Error: &idem.StoredError{}, TTL: time.Hour}},
+		{"unavailable", idem.Completion{Status: idem.StatusCompleted, Error: &idem.RecordedFailure{Message: "cannot encode", Type: idem.ResultUnavailableType}, TTL: time.Hour}},
+		{"failed", idem.Completion{Status: idem.StatusFailed, Error: &idem.RecordedFailure{Message: "card declined"}, TTL: time.Hour}},
+		{"failed empty message", idem.Completion{Status: idem.StatusFailed, Error: &idem.RecordedFailure{}, TTL: time.Hour}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -59,7 +59,7 @@ func TestLockFailureStoredBounded(t *testing.T) {
 	})
 	require.Error(t, err)
 	_, err = g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 1, nil })
-	var se *idem.StoredError
+	var se *idem.RecordedFailure
 	require.ErrorAs(t, err, &se)
 	assert.NotContains(t, se.Message, "\x00")
 	assert.LessOrEqual(t, len(se.Message), 4096)

@@ -232,7 +232,7 @@ func TestCompleteAndFail(t *testing.T) {
 	k2 := key(8)
 	_, err = s.Claim(ctx, req(k2, "m1"))
 	require.NoError(t, err)
-	se := &idem.StoredError{Message: "boom", Type: "*errors.errorString"}
+	se := &idem.RecordedFailure{Message: "boom", Type: "*errors.errorString"}
 	require.NoError(t, s.Complete(ctx, k2, "m1", idem.Completion{Status: idem.StatusFailed, Error: se, TTL: time.Hour}))
 	got, err = s.Get(ctx, k2)
 	require.NoError(t, err)

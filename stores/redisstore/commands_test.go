@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/storetest/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -50,9 +51,9 @@ func commandStats(t *testing.T, c *redis.Client) (map[string]int, map[string]flo
 // no PUBLISH, since nobody waits); a replay is the same SET alone: no
 // script, no transaction, no clock.
 func TestCommandsInsideScripts(t *testing.T) {
-	srv := startRedis(t, 7221)
+	srv := testenv.StartRedis(t, 7221)
 	ctx := ctxT(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = c.Close() })
 	s := newStore(t, c)
 	require.NoError(t, s.LoadScripts(ctx))

@@ -228,7 +228,7 @@ func decode(key, v string, pexpire int64) (*idem.Record, error) {
 		r.Result = []byte(parts[3])
 	}
 	if flags&flagError != 0 {
-		r.Error = &idem.StoredError{Message: parts[4], Type: parts[5]}
+		r.Error = &idem.RecordedFailure{Message: parts[4], Type: parts[5]}
 	}
 	if err := r.Validate(); err != nil {
 		return nil, &idem.CorruptRecordError{Key: key, Err: err}

@@ -17,7 +17,7 @@ func FuzzDecode(f *testing.F) {
 	for _, r := range []*idem.Record{
 		{Key: key, Status: idem.StatusInProgress, Nonce: "n", Attempt: 1, StartedAt: 1, HeartbeatAt: 1, ExpiresAt: 2, TakeoverMs: 30000, PayloadHash: "ph"},
 		{Key: key, Status: idem.StatusCompleted, Nonce: "n", Attempt: 3, Result: []byte(`{"a":1}`), CompletedAt: 5, ExpiresAt: 9},
-		{Key: key, Status: idem.StatusFailed, Nonce: "n", Attempt: 2, Error: &idem.StoredError{Message: "boom", Type: "T"}},
+		{Key: key, Status: idem.StatusFailed, Nonce: "n", Attempt: 2, Error: &idem.RecordedFailure{Message: "boom", Type: "T"}},
 		{Key: key, Status: idem.StatusCompleted, Nonce: "n", Attempt: 1, Result: []byte{}},
 	} {
 		v, err := encode(r)

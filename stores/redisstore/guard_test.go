@@ -264,7 +264,7 @@ func TestWatchAfterPubSubKill(t *testing.T) {
 // every shard it needs.
 func TestRing(t *testing.T) {
 	ctx := ctxT(t)
-	shards := map[string]string{"a": testenv.RedisAddr(t), "b": startRedis(t, 7202).addr}
+	shards := map[string]string{"a": testenv.RedisAddr(t), "b": testenv.StartRedis(t, 7202).Addr}
 	ring := redis.NewRing(&redis.RingOptions{Addrs: shards})
 	defer ring.Close()
 	s := newStore(t, ring)

@@ -14,7 +14,7 @@ import (
 // record back, finds its own outcome, and tells the caller it was recorded.
 // (Before: ErrNotRecorded, while the record held the result.)
 func TestCompletionReplyLostIsReadBack(t *testing.T) {
-	proxy := testenv.NewDropProxy(t, testenv.RedisAddr(t))
+	proxy := testenv.NewProxy(t, testenv.RedisAddr(t))
 	c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true, PoolSize: 2})
 	t.Cleanup(func() { _ = c.Close() })
 	if err := c.Ping(context.Background()).Err(); err != nil {

@@ -111,7 +111,7 @@ func TestFailedAndEmptyResults(t *testing.T) {
 		k1 := storageKey()
 		_, err := s.Claim(ctx, claimReq(k1, "a"))
 		require.NoError(t, err)
-		serr := &idem.StoredError{Message: "card declined", Type: "*pay.Error"}
+		serr := &idem.RecordedFailure{Message: "card declined", Type: "*pay.Error"}
 		require.NoError(t, s.Complete(ctx, k1, "a", idem.Completion{Status: idem.StatusFailed, Error: serr, TTL: time.Hour}))
 		got, err := s.Get(ctx, k1)
 		require.NoError(t, err)
@@ -134,7 +134,7 @@ func TestFailedAndEmptyResults(t *testing.T) {
 		bin := []byte{0, 1, 2, 0xff, '\r', '\n', 0}
 		_, err = s.Claim(ctx, claimReq(k3, "c"))
 		require.NoError(t, err)
-		unavailable := &idem.StoredError{Message: "cannot encode", Type: idem.ResultUnavailableType}
+		unavailable := &idem.RecordedFailure{Message: "cannot encode", Type: idem.ResultUnavailableType}
 		require.NoError(t, s.Complete(ctx, k3, "c", idem.Completion{Status: idem.StatusCompleted, Result: bin, Error: unavailable, TTL: time.Hour}))
 		got, err = s.Get(ctx, k3)
 		require.NoError(t, err)

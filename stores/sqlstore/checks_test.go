@@ -34,7 +34,7 @@ func TestInvalidRequests(t *testing.T) {
 		}
 		_, err := s.Claim(ctx, idem.ClaimRequest{Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: time.Second})
 		assert.ErrorIs(t, err, idem.ErrInvalidKey)
-		failed := &idem.StoredError{Message: "m", Type: "t"}
+		failed := &idem.RecordedFailure{Message: "m", Type: "t"}
 		for name, c := range map[string]idem.Completion{
 			"unknown status":     {Status: "done", TTL: time.Minute},
 			"in_progress status": {Status: idem.StatusInProgress, TTL: time.Minute},

@@ -55,7 +55,7 @@ func (r *rawRecord) record(key string) (*idem.Record, error) {
 		rec.Result = r.result
 	}
 	if r.errMessage.Valid {
-		rec.Error = &idem.StoredError{Message: r.errMessage.String, Type: r.errType.String}
+		rec.Error = &idem.RecordedFailure{Message: r.errMessage.String, Type: r.errType.String}
 	}
 	if err := rec.Validate(); err != nil {
 		return nil, corrupt(err)

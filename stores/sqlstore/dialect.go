@@ -80,7 +80,10 @@ func quote(d Dialect, table string) (qtable, index string) {
 // --sysdate-is-now makes it NOW again (then a write that waited judges the
 // row with the time it started, as before).
 const (
-	pgNow        = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
+	pgNow = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
+	// pgKeyLock takes the transaction-level advisory lock of the key $3,
+	// which a claim that inserts and a Delete hold until they commit.
+	pgKeyLock    = `pg_advisory_xact_lock(hashtextextended($3, 0))`
 	mysqlNow     = `(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)`
 	mysqlExecNow = `((TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) + ` +
 		`TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) DIV 1000)`
@@ -158,8 +161,19 @@ func buildQueries(d Dialect, table string) queries {
 		// before a wait for a concurrent writer: a claim that waited behind
 		// a Release must see the released row as released, and re-claim
 		// it, not take it over); its SET reads the clock once, in a
-		// sub-SELECT evaluated for the locked row. Staleness (a takeover)
-		// is judged with clk.ms (EXCLUDED.started_at), the earlier time:
+		// sub-SELECT evaluated for the locked row. A new row's times are
+		// lk.ms: the clock read after the key's advisory lock and a lock on
+		// the key's row in the snapshot (lk is only evaluated when the
+		// INSERT selects its row, so a replay locks nothing). The insert's
+		// values are built before it meets a conflicting row, and when that
+		// row is being deleted it waits, then inserts them: a Delete holds
+		// the advisory lock (so does a claim that inserts, whose row a
+		// later Delete may remove while this one waits), and Purge's rows
+		// were in the snapshot, so the clock lk reads is never older than
+		// the delete the insert waited for (TestClaimBehindDelete). With
+		// clk.ms instead, the new claim's heartbeat would be older than
+		// the claim by the wait. Staleness (a takeover)
+		// is judged with clk.ms, the earlier time:
 		// a heartbeat stale then is stale after the wait too, and one that
 		// is not is refused here (the statement is sent again, with a
 		// newer clock, when its snapshot says the row was claimable), so
@@ -179,10 +193,14 @@ func buildQueries(d Dialect, table string) queries {
           AND %[3]s - %[1]s.heartbeat_at >= CASE WHEN %[1]s.takeover_ms > 0 THEN %[1]s.takeover_ms ELSE $7 END))`
 		q.text[stClaim] = fmt.Sprintf(clk+`, cur AS (
   SELECT %[2]s FROM %[1]s WHERE key_hash = $3
+), lk AS MATERIALIZED (
+  SELECT CASE WHEN (SELECT count(*) FROM (SELECT `+pgKeyLock+`) a) = 1 THEN
+    CASE WHEN (SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE key_hash = $3 FOR UPDATE) l) >= 0
+      THEN `+pgNow+` END END AS ms
 ), w AS (
   INSERT INTO %[1]s AS r (tenant, scope, key_hash, record_version, claim_nonce, status, attempt_count,
     payload_hash, result, error_message, error_type, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms)
-  SELECT $1, $2, $3, 1, $4, 'in_progress', 1, $5, NULL, NULL, NULL, clk.ms, clk.ms, 0, clk.ms + $6, 0, $7 FROM clk
+  SELECT $1, $2, $3, 1, $4, 'in_progress', 1, $5, NULL, NULL, NULL, lk.ms, lk.ms, 0, lk.ms + $6, 0, $7 FROM lk
   WHERE NOT EXISTS (SELECT 1 FROM cur) OR EXISTS (SELECT 1 FROM cur, clk WHERE `+fmt.Sprintf(claimable, "cur", "clk.ms", "clk.ms")+`)
   ON CONFLICT (key_hash) DO UPDATE SET
     (tenant, scope, claim_nonce, status, attempt_count, payload_hash, result, error_message, error_type,
@@ -197,7 +215,7 @@ func buildQueries(d Dialect, table string) queries {
        CASE WHEN r.expires_at <= n.ck THEN 0 ELSE n.ck END,
        EXCLUDED.takeover_ms
      FROM (SELECT `+pgNow+` AS ck) n)
-  WHERE `+fmt.Sprintf(claimable, "r", pgNow, "EXCLUDED.started_at")+`
+  WHERE `+fmt.Sprintf(claimable, "r", pgNow, "(SELECT ms FROM clk)")+`
   RETURNING r.record_version, r.claim_nonce, r.status, r.attempt_count, r.payload_hash, r.result,
     r.error_message, r.error_type, r.started_at, r.heartbeat_at, r.completed_at, r.expires_at, r.taken_over_at, r.takeover_ms
 )
@@ -228,7 +246,10 @@ SELECT 'e'::text, clk.ms, cur.* FROM cur, clk WHERE NOT EXISTS (SELECT 1 FROM w)
 			` AND claim_nonce = $2 AND status = 'in_progress' RETURNING key_hash, watched) ` + notify
 		q.readBack = `SELECT claim_nonce, status FROM ` + t + ` WHERE ` + where + ` FOR UPDATE`
 		q.text[stCompleteTx] = q.text[stComplete]
-		q.text[stDelete] = `WITH u AS (DELETE FROM ` + t + ` WHERE ` + where + ` RETURNING key_hash, watched) ` + notify
+		// The key's lock first (see stClaim's lk): a claim inserting the
+		// key after this delete reads its clock after the delete commits.
+		q.text[stDelete] = `WITH l AS MATERIALIZED (SELECT ` + strings.ReplaceAll(pgKeyLock, "$3", "$1") + `), ` +
+			`u AS (DELETE FROM ` + t + ` WHERE ` + where + ` AND EXISTS (SELECT 1 FROM l) RETURNING key_hash, watched) ` + notify
 		// $1 key. Sent by Watch; the flag stays for the row's life (a
 		// takeover keeps it, so the new owner's completion wakes waiters
 		// still watching), and only rows once waited on pay for a

@@ -119,7 +119,17 @@
 // waited behind its owner's Release finds the record released instead of
 // reviving it (TestHeartbeatBehindRelease), and a claim that waited behind
 // a Release re-claims the record instead of taking it over
-// (TestClaimBehindRelease).
+// (TestClaimBehindRelease). On PostgreSQL a claim that meets a row first
+// locks it (only when its snapshot says the row is claimable, so a replay
+// takes no lock) and reads the clock after that lock, so a new record
+// inserted once a concurrent Delete of the key commits carries the time
+// after the wait, not the time the statement began (TestClaimBehindDelete).
+// MySQL and MariaDB build an inserted row, times included, before InnoDB's
+// duplicate check waits for a deleting transaction: a claim inserted
+// behind a Delete of the same key carries its statement's start time, so
+// its first heartbeat is older than the claim by the Delete's duration
+// (reading the clock after a locking read instead cost gap-lock deadlocks
+// between claims of new keys).
 //
 // Round trips per operation (TestRoundTrips counts them on the wire):
 //

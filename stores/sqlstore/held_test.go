@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,105 +17,25 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
+	"github.com/idem-go/idem/stores/storetest/testenv"
 )
 
-// holdProxy forwards TCP between clients and a server. While armed, the
-// next request a client sends (on whichever connection) is held for hold
-// and then delivered, with whatever follows it on that connection queued
-// behind: a request delayed by the network, not lost. It is delivered
-// even when the client has given up on it and closed the connection.
-type holdProxy struct {
-	armed     atomic.Bool
-	hold      time.Duration
-	delivered atomic.Int64 // Unix ns when the held request was delivered
-
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup
-}
-
-func newHoldProxy(t testing.TB, target string, hold time.Duration) *holdProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &holdProxy{ln: ln, target: target, hold: hold}
-	t.Cleanup(func() { _ = ln.Close(); p.wg.Wait() })
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.wg.Add(1)
-			go func() { defer p.wg.Done(); p.serve(c) }()
-		}
-	}()
-	return p
-}
-
-func (p *holdProxy) serve(c net.Conn) {
-	defer c.Close()
-	s, err := net.Dial("tcp", p.target)
-	if err != nil {
-		return
-	}
-	defer s.Close()
-	go func() {
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := s.Read(buf)
-			if n > 0 {
-				_, _ = c.Write(buf[:n])
-			}
-			if err != nil {
-				_ = c.Close()
-				return
-			}
-		}
-	}()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := c.Read(buf)
-		if n > 0 {
-			if p.armed.CompareAndSwap(true, false) {
-				time.Sleep(p.hold)
-				p.delivered.Store(time.Now().UnixNano())
-			}
-			if _, werr := s.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			// Let the server answer what was delivered before the close.
-			time.Sleep(100 * time.Millisecond)
-			return
-		}
-	}
-}
-
-func (p *holdProxy) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	var d net.Dialer
-	return d.DialContext(ctx, "tcp", p.ln.Addr().String())
-}
-
-// heldDB opens a pool for d through a holdProxy.
-func heldDB(t *testing.T, d sqlstore.Dialect, hold time.Duration) (*sql.DB, *holdProxy) {
+// heldDB opens a pool for d through a testenv.Proxy.
+func heldDB(t *testing.T, d sqlstore.Dialect) (*sql.DB, *testenv.Proxy) {
 	t.Helper()
 	if d == sqlstore.Postgres {
 		cfg, err := pgx.ParseConfig(dsn(t, d))
 		require.NoError(t, err)
-		p := newHoldProxy(t, fmt.Sprintf("%s:%d", cfg.Host, cfg.Port), hold)
-		cfg.DialFunc = p.dial
+		p := testenv.NewProxy(t, fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
+		cfg.DialFunc = p.Dial
 		db := stdlib.OpenDB(*cfg)
 		t.Cleanup(func() { _ = db.Close() })
 		return db, p
 	}
 	cfg, err := mysql.ParseDSN(dsn(t, d))
 	require.NoError(t, err)
-	p := newHoldProxy(t, cfg.Addr, hold)
-	cfg.DialFunc = p.dial
+	p := testenv.NewProxy(t, cfg.Addr)
+	cfg.DialFunc = p.Dial
 	conn, err := mysql.NewConnector(cfg)
 	require.NoError(t, err)
 	db := sql.OpenDB(conn)
@@ -136,7 +54,7 @@ func heldDB(t *testing.T, d sqlstore.Dialect, hold time.Duration) (*sql.DB, *hol
 func TestHeldCompletionNotRecordedOnlyWhenTrue(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
 		const takeover = time.Second
-		db, proxy := heldDB(t, d, takeover+300*time.Millisecond)
+		db, proxy := heldDB(t, d)
 		e := newEnvOn(t, d, db, nil)
 		g := newGuard[int](t, e.store, idem.WithTakeoverAfter(takeover), idem.WithHeartbeat(takeover/2))
 		ctx := ctxT(t)
@@ -146,18 +64,20 @@ func TestHeldCompletionNotRecordedOnlyWhenTrue(t *testing.T) {
 		var runs atomic.Int32
 		v, err := g.Do(ctx, "held", func(context.Context) (int, error) {
 			runs.Add(1)
-			proxy.armed.Store(true) // the next request, the completion, is held
+			// The next request, the completion, is held by the network.
+			proxy.HoldNext(takeover + 300*time.Millisecond)
 			return 7, nil
 		})
 		returned := time.Now()
 		t.Logf("Do: %d, %v", v, err)
 		// Let the held request land, then look at the record.
-		for proxy.delivered.Load() == 0 && time.Since(returned) < 30*time.Second {
-			time.Sleep(10 * time.Millisecond)
+		select {
+		case <-proxy.Delivered():
+		case <-time.After(30 * time.Second):
+			t.Fatal("the completion was held and never delivered")
 		}
-		require.NotZero(t, proxy.delivered.Load(), "the completion was held and delivered")
+		t.Logf("held completion delivered %v after Do returned", time.Since(returned))
 		time.Sleep(500 * time.Millisecond)
-		t.Logf("held completion delivered %v after Do returned", time.Unix(0, proxy.delivered.Load()).Sub(returned))
 		rec, gerr := e.store.Get(ctx, storageKeyOf(t, e, "held"))
 		require.NoError(t, gerr)
 		if rec.Status == idem.StatusCompleted {

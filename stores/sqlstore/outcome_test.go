@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,7 +67,7 @@ func TestLockFailureWithNULStored(t *testing.T) {
 		}
 		time.Sleep(threshold + threshold/4) // past the threshold
 		_, err = g.Do(context.Background(), "nul", fn)
-		var se *idem.StoredError
+		var se *idem.RecordedFailure
 		if !errors.As(err, &se) || se.Message != "card\uFFFDdeclined \uFFFD" {
 			t.Fatalf("replay: %v; want the sanitised stored failure", err)
 		}
@@ -86,11 +85,8 @@ func TestCompletionReplyLostIsReadBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := testenv.NewDropProxy(t, fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
-	cfg.DialFunc = func(ctx context.Context, network, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "tcp", proxy.Addr())
-	}
+	proxy := testenv.NewProxy(t, fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
+	cfg.DialFunc = proxy.Dial
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(1)
 	t.Cleanup(func() { _ = db.Close() })

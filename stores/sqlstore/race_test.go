@@ -284,3 +284,62 @@ func TestClaimBehindRelease(t *testing.T) {
 		assert.EqualValues(t, 2, res.Record.Attempt)
 	})
 }
+
+// A claim whose statement waited for the row lock behind a Delete of the
+// key inserts a new record once the delete commits: that record's times
+// are the server's clock after the wait, not when the statement started.
+// Before, PostgreSQL's insert carried the clock read at the statement's
+// start (its values are built before the insert meets the locked row), so
+// the new claim's heartbeat was older than the claim itself by the wait,
+// and a claim right after it could take it over that much early.
+func TestClaimBehindDelete(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		if d == sqlstore.MySQL {
+			// Known and documented (doc.go): an insert builds its row,
+			// times included, before InnoDB's duplicate check waits for
+			// the deleting transaction, and reading the clock after a
+			// locking read instead cost gap-lock deadlocks between claims
+			// of new keys (45 and 167 in 9,600 claims, 2-3x slower).
+			t.Skip("MySQL/MariaDB: a claim inserted behind a Delete carries its statement's start time")
+		}
+		claimBehindDelete(t, newEnv(t, d))
+	})
+}
+
+func claimBehindDelete(t *testing.T, e *env) {
+	d := e.dialect
+	ctx, key := ctxT(t), storageKey()
+	r := claimReq(key)
+	_, err := e.store.Claim(ctx, r)
+	require.NoError(t, err)
+	require.NoError(t, e.store.Release(ctx, key, r.Nonce)) // claimable again
+
+	tx, err := sharedDB(t, d).BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	_, err = tx.ExecContext(ctx, ph(d, "SELECT key_hash FROM "+e.table+" WHERE key_hash = ? FOR UPDATE"), key)
+	require.NoError(t, err)
+	var res idem.ClaimResult
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		res, err = e.store.Claim(ctx, claimReq(key))
+		done <- err
+	}()
+	waitLockWait(t, d, e.table, done)
+	time.Sleep(20 * time.Millisecond) // the delete's clock is past the waiting statement's start
+	var deletedAt int64
+	require.NoError(t, tx.QueryRowContext(ctx, "SELECT "+nowSQL(d)).Scan(&deletedAt))
+	_, err = tx.ExecContext(ctx, ph(d, "DELETE FROM "+e.table+" WHERE key_hash = ?"), key)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	require.NoError(t, <-done)
+
+	assert.Equal(t, idem.Claimed, res.Outcome)
+	assert.EqualValues(t, 1, res.Record.Attempt, "a new record after the delete")
+	assert.GreaterOrEqual(t, res.Record.HeartbeatAt, deletedAt, "the claim's heartbeat is read after the wait")
+	assert.GreaterOrEqual(t, res.Record.StartedAt, deletedAt, "the claim's start is read after the wait")
+	got, err := e.store.Get(ctx, key)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, got.HeartbeatAt, deletedAt, "the stored heartbeat is read after the wait")
+}

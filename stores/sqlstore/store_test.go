@@ -143,7 +143,7 @@ func TestAttemptsContinue(t *testing.T) {
 		assert.ErrorIs(t, err, idem.ErrNotFound, "a released record does not count")
 		r = claim(idem.Claimed, 2)
 		require.NoError(t, s.Complete(ctx, key, r.Nonce, idem.Completion{
-			Status: idem.StatusFailed, Error: &idem.StoredError{Message: "boom", Type: "x"}, TTL: time.Minute,
+			Status: idem.StatusFailed, Error: &idem.RecordedFailure{Message: "boom", Type: "x"}, TTL: time.Minute,
 		}))
 		claim(idem.Existing, 2)
 		age(t, e, key, time.Minute)
@@ -395,7 +395,7 @@ func TestRefusedValuesArePermanent(t *testing.T) {
 		e := newEnv(t, d)
 		ctx := ctxT(t)
 		failed := func(msg, typ string) idem.Completion {
-			return idem.Completion{Status: idem.StatusFailed, Error: &idem.StoredError{Message: msg, Type: typ}, TTL: time.Hour}
+			return idem.Completion{Status: idem.StatusFailed, Error: &idem.RecordedFailure{Message: msg, Type: typ}, TTL: time.Hour}
 		}
 		cases := map[string]idem.Completion{"invalid UTF-8": failed("bad \xff byte", "t")}
 		if d == sqlstore.MySQL {

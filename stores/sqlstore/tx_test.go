@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -180,28 +179,22 @@ func TestDoTxStolenClaim(t *testing.T) {
 }
 
 // proxiedDB opens a pool for d whose connections go through a
-// testenv.DropProxy and whose statements run h's hook.
-func proxiedDB(t *testing.T, d sqlstore.Dialect, h *hooks) (*sql.DB, *testenv.DropProxy) {
+// testenv.Proxy and whose statements run h's hook.
+func proxiedDB(t *testing.T, d sqlstore.Dialect, h *hooks) (*sql.DB, *testenv.Proxy) {
 	t.Helper()
-	dial := func(p *testenv.DropProxy) func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var dl net.Dialer
-			return dl.DialContext(ctx, "tcp", p.Addr())
-		}
-	}
 	if d == sqlstore.Postgres {
 		cfg, err := pgx.ParseConfig(dsn(t, d))
 		require.NoError(t, err)
-		p := testenv.NewDropProxy(t, fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
-		cfg.DialFunc = dial(p)
+		p := testenv.NewProxy(t, fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
+		cfg.DialFunc = p.Dial
 		db := sql.OpenDB(hookConnector{Connector: stdlib.GetConnector(*cfg), h: h})
 		t.Cleanup(func() { _ = db.Close() })
 		return db, p
 	}
 	cfg, err := mysql.ParseDSN(dsn(t, d))
 	require.NoError(t, err)
-	p := testenv.NewDropProxy(t, cfg.Addr)
-	cfg.DialFunc = dial(p)
+	p := testenv.NewProxy(t, cfg.Addr)
+	cfg.DialFunc = p.Dial
 	conn, err := mysql.NewConnector(cfg)
 	require.NoError(t, err)
 	db := sql.OpenDB(hookConnector{Connector: conn, h: h})
@@ -226,13 +219,13 @@ func TestDoTxCommitReplyLost(t *testing.T) {
 			runs.Add(1)
 			// The completion UPDATE is the next statement; the reply
 			// after its reply (the COMMIT's) is lost.
-			h.arm(func(q string) bool { return strings.Contains(q, "completed_at") }, func() { proxy.Armed.Store(true) })
+			h.arm(func(q string) bool { return strings.Contains(q, "completed_at") }, proxy.DropNextReply)
 			return 7, insertSide(ctx, tx, d, side, "k")
 		}
 		v, err := sqlstore.DoTx(ctx, g, "k", fn)
 		require.NoError(t, err, "the commit applied: read back, it is the call's outcome")
 		assert.Equal(t, 7, v)
-		assert.False(t, proxy.Armed.Load(), "a reply was lost")
+		assert.Equal(t, 1, proxy.Dropped(), "a reply was lost")
 		v, err = sqlstore.DoTx(ctx, g, "k", fn)
 		require.NoError(t, err)
 		assert.Equal(t, 7, v)
@@ -261,7 +254,7 @@ func TestDoTxCompletionReplyLost(t *testing.T) {
 				if err := insertSide(ctx, tx, d, side, "k"); err != nil {
 					return 0, err
 				}
-				proxy.Armed.Store(true) // the next reply: the completion's
+				proxy.DropNextReply() // the next reply: the completion's
 				return 7, nil
 			}
 			return 0, errors.New("ran twice in one call")

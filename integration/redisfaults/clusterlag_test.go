@@ -1,4 +1,4 @@
-package redisstore_test
+package redisfaults_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem/stores/redisstore"
+	"github.com/idem-go/idem/stores/storetest/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -26,12 +27,12 @@ func lagCluster(t *testing.T, base int) deployment {
 	proxy := newFaultProxy(t, "127.0.0.1:"+strconv.Itoa(mport))
 	_, pport, _ := strings.Cut(proxy.addr(), ":")
 	cl := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0"}
-	m := startRedis(t, mport, append(cl, "--cluster-announce-port", pport, "--cluster-announce-bus-port", strconv.Itoa(mport+10000))...)
-	r := startRedis(t, rport, cl...)
-	n2 := startRedis(t, base+2, cl...)
-	n3 := startRedis(t, base+3, cl...)
-	cli := func(s *server) *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: s.addr})
+	m := testenv.StartRedis(t, mport, append(cl, "--cluster-announce-port", pport, "--cluster-announce-bus-port", strconv.Itoa(mport+10000))...)
+	r := testenv.StartRedis(t, rport, cl...)
+	n2 := testenv.StartRedis(t, base+2, cl...)
+	n3 := testenv.StartRedis(t, base+3, cl...)
+	cli := func(s *testenv.RedisServer) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr})
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
@@ -67,20 +68,20 @@ func lagCluster(t *testing.T, base int) deployment {
 		return func(context.Context) ([]redis.ClusterSlot, error) {
 			return []redis.ClusterSlot{
 				{Start: 0, End: 16381, Nodes: []redis.ClusterNode{{Addr: first}}},
-				{Start: 16382, End: 16382, Nodes: []redis.ClusterNode{{Addr: n2.addr}}},
-				{Start: 16383, End: 16383, Nodes: []redis.ClusterNode{{Addr: n3.addr}}},
+				{Start: 16382, End: 16382, Nodes: []redis.ClusterNode{{Addr: n2.Addr}}},
+				{Start: 16383, End: 16383, Nodes: []redis.ClusterNode{{Addr: n3.Addr}}},
 			}, nil
 		}
 	}
 	rs := &replicated{master: m, replica: r, proxy: proxy}
 	return deployment{rs: rs,
 		before: func(t *testing.T) redisstore.Client {
-			c := redis.NewClusterClient(&redis.ClusterOptions{ClusterSlots: topo(m.addr), MaxRetries: -1})
+			c := redis.NewClusterClient(&redis.ClusterOptions{ClusterSlots: topo(m.Addr), MaxRetries: -1})
 			t.Cleanup(func() { _ = c.Close() })
 			return c
 		},
 		failover: func(t *testing.T) {
-			m.stop()
+			m.Stop()
 			require.NoError(t, rc.Do(ctx, "CLUSTER", "FAILOVER", "FORCE").Err())
 			deadline := time.Now().Add(20 * time.Second)
 			for {
@@ -94,7 +95,7 @@ func lagCluster(t *testing.T, base int) deployment {
 			}
 		},
 		after: func(t *testing.T) redisstore.Client {
-			c := redis.NewClusterClient(&redis.ClusterOptions{ClusterSlots: topo(r.addr)})
+			c := redis.NewClusterClient(&redis.ClusterOptions{ClusterSlots: topo(r.Addr)})
 			t.Cleanup(func() { _ = c.Close() })
 			return c
 		},

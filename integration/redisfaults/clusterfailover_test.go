@@ -1,4 +1,4 @@
-package redisstore_test
+package redisfaults_test
 
 import (
 	"context"
@@ -25,9 +25,9 @@ func startCluster(t *testing.T, base int) []string {
 	}
 	var addrs []string
 	for i := range 6 {
-		s := startRedis(t, base+i, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		s := testenv.StartRedis(t, base+i, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0")
-		addrs = append(addrs, s.addr)
+		addrs = append(addrs, s.Addr)
 	}
 	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...),
 		"--cluster-replicas", "1", "--cluster-yes")...).CombinedOutput()

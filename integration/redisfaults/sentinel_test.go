@@ -1,4 +1,4 @@
-package redisstore_test
+package redisfaults_test
 
 import (
 	"context"
@@ -26,7 +26,7 @@ func startSentinel(t *testing.T, port int, rs *replicated) string {
 	conf := filepath.Join(dir, "sentinel.conf")
 	require.NoError(t, os.WriteFile(conf, []byte("bind 127.0.0.1\nport "+strconv.Itoa(port)+"\n"+
 		"dir "+dir+"\nlogfile "+filepath.Join(dir, "sentinel.log")+"\n"+
-		"sentinel monitor m 127.0.0.1 "+strconv.Itoa(rs.master.port)+" 1\n"+
+		"sentinel monitor m 127.0.0.1 "+strconv.Itoa(rs.master.Port)+" 1\n"+
 		"sentinel down-after-milliseconds m 500\nsentinel failover-timeout m 5000\n"), 0o600))
 	var cmd *exec.Cmd
 	if p, err := exec.LookPath("redis-sentinel"); err == nil {
@@ -67,10 +67,10 @@ func viaSentinel(t *testing.T, masterPort, replicaPort, sentinelPort int) deploy
 	}
 	return deployment{rs: rs, before: client, after: client,
 		failover: func(t *testing.T) {
-			rs.master.stop()
+			rs.master.Stop()
 			sc := redis.NewSentinelClient(&redis.Options{Addr: addr})
 			defer sc.Close()
-			want := strconv.Itoa(rs.replica.port)
+			want := strconv.Itoa(rs.replica.Port)
 			deadline := time.Now().Add(30 * time.Second)
 			for {
 				m, err := sc.GetMasterAddrByName(context.Background(), "m").Result()
@@ -83,7 +83,7 @@ func viaSentinel(t *testing.T, masterPort, replicaPort, sentinelPort int) deploy
 				time.Sleep(100 * time.Millisecond)
 			}
 			// The promoted replica accepts writes once it left read-only.
-			c := redis.NewClient(&redis.Options{Addr: rs.replica.addr})
+			c := redis.NewClient(&redis.Options{Addr: rs.replica.Addr})
 			defer c.Close()
 			for time.Now().Before(deadline) {
 				role, err := c.Do(context.Background(), "ROLE").Slice()

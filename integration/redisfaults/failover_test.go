@@ -1,4 +1,4 @@
-package redisstore_test
+package redisfaults_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/redisstore"
+	"github.com/idem-go/idem/stores/storetest/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -20,17 +21,17 @@ import (
 // so the test can hold the replication stream (the replica lags) and then
 // kill the master and promote the replica.
 type replicated struct {
-	master, replica *server
+	master, replica *testenv.RedisServer
 	proxy           *faultProxy
 }
 
 func startReplicated(t *testing.T, masterPort, replicaPort int) *replicated {
 	t.Helper()
-	m := startRedis(t, masterPort, "--repl-diskless-sync-delay", "0")
-	p := newFaultProxy(t, m.addr)
+	m := testenv.StartRedis(t, masterPort, "--repl-diskless-sync-delay", "0")
+	p := newFaultProxy(t, m.Addr)
 	host, port, _ := strings.Cut(p.addr(), ":")
-	r := startRedis(t, replicaPort, "--replicaof", host, port)
-	rc := redis.NewClient(&redis.Options{Addr: m.addr})
+	r := testenv.StartRedis(t, replicaPort, "--replicaof", host, port)
+	rc := redis.NewClient(&redis.Options{Addr: m.Addr})
 	defer rc.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -41,7 +42,7 @@ func startReplicated(t *testing.T, masterPort, replicaPort int) *replicated {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("replica on %s never synced: %v %d", r.addr, err, n)
+			t.Fatalf("replica on %s never synced: %v %d", r.Addr, err, n)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -56,8 +57,8 @@ func (r *replicated) lag() {
 // failover kills the master and promotes the replica.
 func (r *replicated) failover(t *testing.T) {
 	t.Helper()
-	r.master.stop()
-	c := redis.NewClient(&redis.Options{Addr: r.replica.addr})
+	r.master.Stop()
+	c := redis.NewClient(&redis.Options{Addr: r.replica.Addr})
 	defer c.Close()
 	require.NoError(t, c.Do(context.Background(), "REPLICAOF", "NO", "ONE").Err())
 }
@@ -104,13 +105,13 @@ func direct(t *testing.T, masterPort, replicaPort int) deployment {
 	rs := startReplicated(t, masterPort, replicaPort)
 	return deployment{rs: rs,
 		before: func(t *testing.T) redisstore.Client {
-			c := redis.NewClient(&redis.Options{Addr: rs.master.addr, MaxRetries: -1})
+			c := redis.NewClient(&redis.Options{Addr: rs.master.Addr, MaxRetries: -1})
 			t.Cleanup(func() { _ = c.Close() })
 			return c
 		},
 		failover: rs.failover,
 		after: func(t *testing.T) redisstore.Client {
-			c := redis.NewClient(&redis.Options{Addr: rs.replica.addr})
+			c := redis.NewClient(&redis.Options{Addr: rs.replica.Addr})
 			t.Cleanup(func() { _ = c.Close() })
 			return c
 		},
@@ -135,7 +136,7 @@ func failoverScenario(t *testing.T, d deployment, opts ...redisstore.Option) (*r
 	require.NoError(t, err)
 	require.Equal(t, "done synced", v)
 	// Let the replica catch up on "synced" in both variants.
-	mc := redis.NewClient(&redis.Options{Addr: d.rs.master.addr})
+	mc := redis.NewClient(&redis.Options{Addr: d.rs.master.Addr})
 	n, err := mc.Do(ctx, "WAIT", 1, 5000).Int64()
 	_ = mc.Close()
 	require.NoError(t, err)
@@ -251,7 +252,7 @@ func TestFailoverWithReplicaAck(t *testing.T) {
 func TestReplicaAckCompletion(t *testing.T) {
 	ctx := ctxT(t)
 	rs := startReplicated(t, 7215, 7216)
-	mc := redis.NewClient(&redis.Options{Addr: rs.master.addr})
+	mc := redis.NewClient(&redis.Options{Addr: rs.master.Addr})
 	t.Cleanup(func() { _ = mc.Close() })
 	s := mustNew(t, mc, redisstore.WithPrefix(prefix()), redisstore.WithReplicaAck(1, 200*time.Millisecond))
 	g, err := idem.New[string](s, idem.WithTakeoverAfter(time.Minute))

@@ -1,4 +1,4 @@
-package dynamostore_test
+package dynamofaults_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package redisstore_test
+package redisfaults_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/redisstore"
+	"github.com/idem-go/idem/stores/storetest/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -257,11 +258,11 @@ func TestFaultRedisRestart(t *testing.T) {
 		t.Skip("restarts a server")
 	}
 	ctx := ctxT(t)
-	srv := startRedisAOF(t, 7201)
+	srv := testenv.StartRedisAOF(t, 7201)
 	pfx := redisstore.WithPrefix(prefix())
 	var guards []*idem.Guard[int]
 	for range 2 {
-		c := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: 2, DialTimeout: 200 * time.Millisecond})
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: 2, DialTimeout: 200 * time.Millisecond})
 		t.Cleanup(func() { _ = c.Close() })
 		s := mustNew(t, c, pfx, redisstore.WithWatchTimeout(500*time.Millisecond))
 		t.Cleanup(func() { _ = s.Close() })
@@ -284,15 +285,15 @@ func TestFaultRedisRestart(t *testing.T) {
 	go func() {
 		defer close(restarted)
 		<-kill // a quarter of the keys have run; the rest are in flight or queued
-		srv.stop()
+		srv.Stop()
 		// During the outage a store call fails with a wrapped error.
-		oc := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+		oc := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 		os, _ := redisstore.New(oc)
 		_, err := os.Get(ctx, "idem:outage")
 		_ = oc.Close()
 		outageErr = err
 		time.Sleep(1500 * time.Millisecond) // well past go-redis's own retries
-		srv.start()
+		srv.Start()
 	}()
 	var wg sync.WaitGroup
 	for gi := range 16 {

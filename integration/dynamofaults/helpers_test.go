@@ -1,0 +1,175 @@
+package dynamofaults_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/dynamostore"
+	"github.com/idem-go/idem/stores/storetest/testenv"
+)
+
+// testTable is shared by all tests of this package; every store gets its
+// own key prefix.
+const testTable = "idem_dynamofaults_test"
+
+// requestLog records the operation name of every HTTP request the SDK
+// sends, retries included.
+type requestLog struct {
+	mu  sync.Mutex
+	ops []string
+}
+
+func (l *requestLog) add(op string) {
+	l.mu.Lock()
+	l.ops = append(l.ops, op)
+	l.mu.Unlock()
+}
+
+// take returns the operations logged since the last take and clears the log.
+func (l *requestLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ops := l.ops
+	l.ops = nil
+	return ops
+}
+
+// apiOption adds a Finalize-step middleware, after the retry middleware, so
+// it sees each attempt that goes on the wire.
+func (l *requestLog) apiOption(o *dynamodb.Options) {
+	o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+		return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("idemCountRequests",
+			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+				l.add(awsmiddleware.GetOperationName(ctx))
+				return next.HandleFinalize(ctx, in)
+			}), middleware.After)
+	})
+}
+
+type clientConfig struct {
+	endpoint string
+	log      *requestLog
+	extra    []func(*dynamodb.Options)
+}
+
+func newClient(cc clientConfig) *dynamodb.Client {
+	return dynamodb.New(dynamodb.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(cc.endpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
+	}, func(o *dynamodb.Options) {
+		if cc.log != nil {
+			cc.log.apiOption(o)
+		}
+	}, func(o *dynamodb.Options) {
+		for _, f := range cc.extra {
+			f(o)
+		}
+	})
+}
+
+var (
+	tableOnce sync.Once
+	tableErr  error
+)
+
+// ensureTable creates the shared test table once per process.
+func ensureTable(t testing.TB, c *dynamodb.Client) {
+	t.Helper()
+	tableOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		tableErr = dynamostore.CreateTable(ctx, c, testTable)
+	})
+	if tableErr != nil {
+		t.Fatalf("create table: %v", tableErr)
+	}
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// storageKey returns a key shaped like the ones a Guard passes.
+func storageKey() string { return "idem:" + randHex(32) }
+
+type env struct {
+	endpoint string
+	client   *dynamodb.Client
+	log      *requestLog
+	prefix   string
+	store    *dynamostore.Store
+}
+
+// newEnv returns a store on the shared table with a fresh key prefix, over
+// a client whose requests are logged.
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	e := &env{endpoint: testenv.DynamoDBEndpoint(t), log: &requestLog{}, prefix: "t" + randHex(6) + "#"}
+	e.client = newClient(clientConfig{endpoint: e.endpoint, log: e.log})
+	ensureTable(t, e.client)
+	e.store = mustNew(t, e.client, testTable, dynamostore.WithKeyPrefix(e.prefix))
+	if err := e.store.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	e.log.take()
+	return e
+}
+
+// mustNew returns a store, failing the test on an option error.
+func mustNew(t testing.TB, c dynamostore.Client, table string, opts ...dynamostore.Option) *dynamostore.Store {
+	t.Helper()
+	s, err := dynamostore.New(c, table, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newGuard[T any](t *testing.T, s idem.Store, opts ...idem.Option) *idem.Guard[T] {
+	t.Helper()
+	g, err := idem.New[T](s, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func claimReq(key, nonce string) idem.ClaimRequest {
+	return idem.ClaimRequest{Key: key, Nonce: nonce, PayloadHash: "ph", LeaseTTL: time.Minute, TakeoverAfter: 10 * time.Second}
+}
+
+func mustClaim(t *testing.T, s idem.Store, req idem.ClaimRequest, want idem.ClaimOutcome) *idem.Record {
+	t.Helper()
+	res, err := s.Claim(context.Background(), req)
+	if err != nil {
+		t.Fatalf("claim %s: %v", req.Nonce, err)
+	}
+	if res.Outcome != want {
+		t.Fatalf("claim %s: outcome %v, want %v (record %+v)", req.Nonce, res.Outcome, want, res.Record)
+	}
+	return res.Record
+}
+
+func wantOps(t *testing.T, e *env, want ...string) {
+	t.Helper()
+	if got := e.log.take(); !slices.Equal(got, want) {
+		t.Fatalf("requests %v, want %v", got, want)
+	}
+}
