@@ -9,20 +9,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/dynamostore"
+	"github.com/idem-go/idem/stores/dynamostore/dynamotest"
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/stores/sqlstore"
 	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/redis/go-redis/v9"
+
+	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 )
 
 func randHex(n int) string {
@@ -172,11 +172,7 @@ func openDynamo(t testing.TB) idem.Store {
 	t.Helper()
 	endpoint := testenv.DynamoDBEndpoint(t)
 	dynamoOnce.Do(func() {
-		dynamoClient = dynamodb.New(dynamodb.Options{
-			Region:       "us-east-1",
-			BaseEndpoint: aws.String(endpoint),
-			Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
-		})
+		dynamoClient = dynamotest.NewLocalClient(endpoint)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		dynamoErr = dynamostore.CreateTable(ctx, dynamoClient, dynamoTable)

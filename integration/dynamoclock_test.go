@@ -8,12 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/dynamostore"
+	"github.com/idem-go/idem/stores/dynamostore/dynamotest"
 	"github.com/idem-go/idem/stores/storetest"
 	"github.com/idem-go/idem/stores/storetest/testenv"
 )
@@ -60,12 +59,7 @@ func TestDynamoDBHeartbeatAfterRelease(t *testing.T) {
 	endpoint := testenv.DynamoDBEndpoint(t)
 	openDynamo(t) // creates the table
 	hc := &holdingClient{}
-	client := dynamodb.New(dynamodb.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(endpoint),
-		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
-		HTTPClient:   hc,
-	})
+	client := dynamotest.NewLocalClient(endpoint, func(o *dynamodb.Options) { o.HTTPClient = hc })
 	clock := storetest.NewClock()
 	s, err := dynamostore.New(client, dynamoTable, dynamostore.WithKeyPrefix("lin"+randHex(6)+"#"), dynamostore.WithClock(clock.Now))
 	if err != nil {

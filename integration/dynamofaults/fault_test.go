@@ -26,6 +26,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/dynamostore"
+	"github.com/idem-go/idem/stores/dynamostore/dynamotest"
 )
 
 // faultEnv is a store whose client talks to DynamoDB Local through an
@@ -64,7 +65,7 @@ func newFaultEnv(t *testing.T, retries int, keepAlive bool, opts ...dynamostore.
 		t.Fatal(err)
 	}
 	t.Cleanup(proxy.Stop)
-	f := &faultEnv{proxy: proxy, env: &env{endpoint: base.endpoint, log: &requestLog{}, prefix: base.prefix}}
+	f := &faultEnv{proxy: proxy, env: &env{endpoint: base.endpoint, log: &dynamotest.RequestLog{}, prefix: base.prefix}}
 	httpClient := awshttp.NewBuildableClient().
 		WithTimeout(3 * time.Second). // a timeout toxic holds the response forever; generous for a loaded machine
 		WithTransportOptions(func(tr *http.Transport) {
@@ -310,7 +311,7 @@ func TestRandomConnectionCutsNoDuplicateExecution(t *testing.T) {
 			}
 		}
 	}
-	ops := f.log.take()
+	ops := f.log.Take()
 	if len(ops) == 0 || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatal("no requests or timed out")
 	}

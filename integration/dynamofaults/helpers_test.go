@@ -9,14 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/smithy-go/middleware"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/dynamostore"
+	"github.com/idem-go/idem/stores/dynamostore/dynamotest"
 	"github.com/idem-go/idem/stores/storetest/testenv"
 )
 
@@ -24,54 +21,16 @@ import (
 // own key prefix.
 const testTable = "idem_dynamofaults_test"
 
-// requestLog records the operation name of every HTTP request the SDK
-// sends, retries included.
-type requestLog struct {
-	mu  sync.Mutex
-	ops []string
-}
-
-func (l *requestLog) add(op string) {
-	l.mu.Lock()
-	l.ops = append(l.ops, op)
-	l.mu.Unlock()
-}
-
-// take returns the operations logged since the last take and clears the log.
-func (l *requestLog) take() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ops := l.ops
-	l.ops = nil
-	return ops
-}
-
-// apiOption adds a Finalize-step middleware, after the retry middleware, so
-// it sees each attempt that goes on the wire.
-func (l *requestLog) apiOption(o *dynamodb.Options) {
-	o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
-		return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("idemCountRequests",
-			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-				l.add(awsmiddleware.GetOperationName(ctx))
-				return next.HandleFinalize(ctx, in)
-			}), middleware.After)
-	})
-}
-
 type clientConfig struct {
 	endpoint string
-	log      *requestLog
+	log      *dynamotest.RequestLog
 	extra    []func(*dynamodb.Options)
 }
 
 func newClient(cc clientConfig) *dynamodb.Client {
-	return dynamodb.New(dynamodb.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(cc.endpoint),
-		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
-	}, func(o *dynamodb.Options) {
+	return dynamotest.NewLocalClient(cc.endpoint, func(o *dynamodb.Options) {
 		if cc.log != nil {
-			cc.log.apiOption(o)
+			cc.log.Option(o)
 		}
 	}, func(o *dynamodb.Options) {
 		for _, f := range cc.extra {
@@ -112,7 +71,7 @@ func storageKey() string { return "idem:" + randHex(32) }
 type env struct {
 	endpoint string
 	client   *dynamodb.Client
-	log      *requestLog
+	log      *dynamotest.RequestLog
 	prefix   string
 	store    *dynamostore.Store
 }
@@ -121,14 +80,14 @@ type env struct {
 // a client whose requests are logged.
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{endpoint: testenv.DynamoDBEndpoint(t), log: &requestLog{}, prefix: "t" + randHex(6) + "#"}
+	e := &env{endpoint: testenv.DynamoDBEndpoint(t), log: &dynamotest.RequestLog{}, prefix: "t" + randHex(6) + "#"}
 	e.client = newClient(clientConfig{endpoint: e.endpoint, log: e.log})
 	ensureTable(t, e.client)
 	e.store = mustNew(t, e.client, testTable, dynamostore.WithKeyPrefix(e.prefix))
 	if err := e.store.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	e.log.take()
+	e.log.Take()
 	return e
 }
 
@@ -169,7 +128,7 @@ func mustClaim(t *testing.T, s idem.Store, req idem.ClaimRequest, want idem.Clai
 
 func wantOps(t *testing.T, e *env, want ...string) {
 	t.Helper()
-	if got := e.log.take(); !slices.Equal(got, want) {
+	if got := e.log.Take(); !slices.Equal(got, want) {
 		t.Fatalf("requests %v, want %v", got, want)
 	}
 }

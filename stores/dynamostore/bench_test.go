@@ -72,7 +72,7 @@ type variant struct {
 
 func runVariants(b *testing.B, e *env, vs []*variant, baseline int) {
 	b.Helper()
-	e.log.take()
+	e.log.Take()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		for _, v := range vs {
@@ -81,7 +81,7 @@ func runVariants(b *testing.B, e *env, vs []*variant, baseline int) {
 				b.Fatalf("%s: %v", v.name, err)
 			}
 			v.d += time.Since(start)
-			v.reqs += len(e.log.take())
+			v.reqs += len(e.log.Take())
 		}
 	}
 	b.StopTimer()

@@ -29,7 +29,7 @@ func TestClaimPaths(t *testing.T) {
 	if err := e.store.Release(ctx, key, "A"); err != nil {
 		t.Fatal(err)
 	}
-	e.log.take()
+	e.log.Take()
 	if rec := mustClaim(t, e.store, claimReq(key, "C"), idem.Claimed); rec.Attempt != 2 {
 		t.Fatalf("re-claim after release: attempt %d", rec.Attempt)
 	}
@@ -44,7 +44,7 @@ func TestClaimPaths(t *testing.T) {
 	if err := other.Release(ctx, key2, "A"); err != nil {
 		t.Fatal(err)
 	}
-	e.log.take()
+	e.log.Take()
 	if rec := mustClaim(t, e.store, claimReq(key2, "B"), idem.Claimed); rec.Attempt != 2 {
 		t.Fatalf("re-claim of a record released elsewhere: attempt %d", rec.Attempt)
 	}
@@ -55,7 +55,7 @@ func TestClaimPaths(t *testing.T) {
 	if rec := mustClaim(t, other, claimReq(key, "D"), idem.Claimed); rec.Attempt != 3 {
 		t.Fatalf("claim by the other store: attempt %d", rec.Attempt)
 	}
-	e.log.take()
+	e.log.Take()
 	if rec := mustClaim(t, e.store, claimReq(key, "E"), idem.Existing); rec.Nonce != "D" {
 		t.Fatalf("existing %+v", rec)
 	}
@@ -70,7 +70,7 @@ func TestClaimPaths(t *testing.T) {
 	if err := other.Delete(ctx, key3); err != nil {
 		t.Fatal(err)
 	}
-	e.log.take()
+	e.log.Take()
 	if rec := mustClaim(t, e.store, claimReq(key3, "B"), idem.Claimed); rec.Attempt != 1 {
 		t.Fatalf("claim after delete: attempt %d", rec.Attempt)
 	}

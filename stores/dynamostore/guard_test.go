@@ -97,7 +97,7 @@ func TestGuardTakeoverOfACrashedOwner(t *testing.T) {
 		t.Fatalf("while the claim is fresh: %v", err)
 	}
 	time.Sleep(400 * time.Millisecond)
-	e.log.take()
+	e.log.Take()
 	v, err := g.Do(ctx, "job-7", func(ctx context.Context) (int64, error) {
 		tok, _ := idem.FencingToken(ctx)
 		return tok, nil

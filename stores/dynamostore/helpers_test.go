@@ -9,13 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/smithy-go/middleware"
 
 	"github.com/idem-go/idem/stores/dynamostore"
+	"github.com/idem-go/idem/stores/dynamostore/dynamotest"
 	"github.com/idem-go/idem/stores/storetest/testenv"
 )
 
@@ -23,59 +20,21 @@ import (
 // processes); every store gets its own key prefix.
 const testTable = "idem_dynamostore_test"
 
-// requestLog records the operation name of every HTTP request the SDK
-// sends, retries included.
-type requestLog struct {
-	mu  sync.Mutex
-	ops []string
-}
-
-func (l *requestLog) add(op string) {
-	l.mu.Lock()
-	l.ops = append(l.ops, op)
-	l.mu.Unlock()
-}
-
-// take returns the operations logged since the last take and clears the log.
-func (l *requestLog) take() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ops := l.ops
-	l.ops = nil
-	return ops
-}
-
-// apiOption adds a Finalize-step middleware, after the retry middleware, so
-// it sees each attempt that goes on the wire.
-func (l *requestLog) apiOption(o *dynamodb.Options) {
-	o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
-		return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("idemCountRequests",
-			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-				l.add(awsmiddleware.GetOperationName(ctx))
-				return next.HandleFinalize(ctx, in)
-			}), middleware.After)
-	})
-}
-
 type clientConfig struct {
 	endpoint   string
-	log        *requestLog
+	log        *dynamotest.RequestLog
 	httpClient *http.Client
 	maxRetries int
 	extra      []func(*dynamodb.Options)
 }
 
 func newClient(cc clientConfig) *dynamodb.Client {
-	return dynamodb.New(dynamodb.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(cc.endpoint),
-		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
-	}, func(o *dynamodb.Options) {
+	return dynamotest.NewLocalClient(cc.endpoint, func(o *dynamodb.Options) {
 		if cc.httpClient != nil {
 			o.HTTPClient = cc.httpClient
 		}
 		if cc.log != nil {
-			cc.log.apiOption(o)
+			cc.log.Option(o)
 		}
 		if cc.maxRetries > 0 {
 			o.RetryMaxAttempts = cc.maxRetries
@@ -119,7 +78,7 @@ func storageKey() string { return "idem:" + randHex(32) }
 type env struct {
 	endpoint string
 	client   *dynamodb.Client
-	log      *requestLog
+	log      *dynamotest.RequestLog
 	prefix   string
 	store    *dynamostore.Store
 }
@@ -128,14 +87,14 @@ type env struct {
 // a client whose requests are logged.
 func newEnv(t testing.TB, opts ...dynamostore.Option) *env {
 	t.Helper()
-	e := &env{endpoint: testenv.DynamoDBEndpoint(t), log: &requestLog{}, prefix: "t" + randHex(6) + "#"}
+	e := &env{endpoint: testenv.DynamoDBEndpoint(t), log: &dynamotest.RequestLog{}, prefix: "t" + randHex(6) + "#"}
 	e.client = newClient(clientConfig{endpoint: e.endpoint, log: e.log})
 	ensureTable(t, e.client)
 	e.store = mustNew(t, e.client, testTable, append([]dynamostore.Option{dynamostore.WithKeyPrefix(e.prefix)}, opts...)...)
 	if err := e.store.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	e.log.take()
+	e.log.Take()
 	return e
 }
 

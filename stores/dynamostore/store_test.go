@@ -42,7 +42,7 @@ func mustClaim(t *testing.T, s idem.Store, req idem.ClaimRequest, want idem.Clai
 
 func wantOps(t *testing.T, e *env, want ...string) {
 	t.Helper()
-	if got := e.log.take(); !slices.Equal(got, want) {
+	if got := e.log.Take(); !slices.Equal(got, want) {
 		t.Fatalf("requests %v, want %v", got, want)
 	}
 }
@@ -60,7 +60,7 @@ func rawItem(t *testing.T, e *env, key string) map[string]types.AttributeValue {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.log.take()
+	e.log.Take()
 	return out.Item
 }
 
@@ -159,7 +159,7 @@ func TestTakeoverIncrementsAttemptAndFencesOldOwner(t *testing.T) {
 	other.PayloadHash = "other"
 	clock.Advance(2 * time.Second)
 	mustClaim(t, e.store, other, idem.Existing) // stale, but another payload
-	e.log.take()
+	e.log.Take()
 
 	rec := mustClaim(t, e.store, claimReq(key, "B"), idem.TookOver)
 	wantOps(t, e, "PutItem", "UpdateItem") // refused with the stale record, then taken over
@@ -201,7 +201,7 @@ func TestTakeoverKeepsALaterExpiry(t *testing.T) {
 	long.LeaseTTL = 10 * time.Minute
 	first := mustClaim(t, e.store, long, idem.Claimed)
 	clock.Advance(11 * time.Second)
-	e.log.take()
+	e.log.Take()
 	rec := mustClaim(t, e.store, claimReq(key, "B"), idem.TookOver)
 	wantOps(t, e, "PutItem", "UpdateItem") // refused with the stale record, then the compare-and-swap
 	if rec.ExpiresAt != first.ExpiresAt || rec.Attempt != 2 || rec.Nonce != "B" || rec.HeartbeatAt != clock.Now().UnixMilli() {
@@ -228,7 +228,7 @@ func TestReclaimAfterExpiryIncrementsAttempt(t *testing.T) {
 	if _, err := e.store.Get(ctx, key); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("get after expiry: %v", err)
 	}
-	e.log.take()
+	e.log.Take()
 	rec = mustClaim(t, e.store, claimReq(key, "B"), idem.Claimed)
 	wantOps(t, e, "PutItem", "UpdateItem") // refused with the expired record, then re-claimed
 	if rec.Attempt != 2 || rec.Result != nil || rec.Error != nil || rec.CompletedAt != 0 {
@@ -254,7 +254,7 @@ func TestReleaseMakesClaimableAndKeepsAttempt(t *testing.T) {
 	if err := e.store.Release(ctx, key, "B"); !errors.Is(err, idem.ErrLostOwnership) {
 		t.Fatalf("release with another nonce: %v", err)
 	}
-	e.log.take()
+	e.log.Take()
 	if err := e.store.Release(ctx, key, "A"); err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestHeartbeat(t *testing.T) {
 	key := storageKey()
 	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
 	clock.Advance(40 * time.Second)
-	e.log.take()
+	e.log.Take()
 	if err := e.store.Heartbeat(ctx, key, "A", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func TestHeartbeat(t *testing.T) {
 	}
 	// A shorter lease keeps the later expiry (a second, heartbeat-only write).
 	clock.Advance(time.Second)
-	e.log.take()
+	e.log.Take()
 	if err := e.store.Heartbeat(ctx, key, "A", time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +386,7 @@ func TestDelete(t *testing.T) {
 		t.Fatalf("delete missing: %v", err)
 	}
 	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
-	e.log.take()
+	e.log.Take()
 	if err := e.store.Delete(ctx, key); err != nil {
 		t.Fatal(err)
 	}
@@ -844,7 +844,7 @@ func TestInvalidRequests(t *testing.T) {
 			t.Errorf("%s: %v, want a *idem.KeyError", op, err)
 		}
 	}
-	if got := e.log.take(); len(got) != 0 {
+	if got := e.log.Take(); len(got) != 0 {
 		t.Fatalf("invalid requests were sent: %v", got)
 	}
 }

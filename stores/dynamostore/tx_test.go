@@ -96,12 +96,12 @@ func TestDoTxCommitsWritesWithTheOutcome(t *testing.T) {
 		}
 		return "done", nil
 	}
-	e.log.take()
+	e.log.Take()
 	v, err := dynamostore.DoTx(ctx, g, "k1", fn)
 	if err != nil || v != "done" {
 		t.Fatalf("DoTx = %q, %v", v, err)
 	}
-	ops := e.log.take()
+	ops := e.log.Take()
 	if countOps(ops, "TransactWriteItems") != 1 || countOps(ops, "UpdateItem") != 0 {
 		t.Fatalf("requests %v: want the claim and one TransactWriteItems, no separate completion", ops)
 	}
@@ -124,7 +124,7 @@ func TestDoTxBadInput(t *testing.T) {
 	g := newGuard[string](t, e.store)
 	ctx := context.Background()
 
-	e.log.take()
+	e.log.Take()
 	var tooMany error
 	_, err := dynamostore.DoTx(ctx, g, "many", func(ctx context.Context, tx *dynamostore.Tx) (string, error) {
 		for i := range 100 {
@@ -144,7 +144,7 @@ func TestDoTxBadInput(t *testing.T) {
 	if !errors.As(err, &ie) || ie.Index != 99 {
 		t.Fatalf("error %v, want a *TxItemError for item 99", err)
 	}
-	if ops := e.log.take(); countOps(ops, "TransactWriteItems") != 0 {
+	if ops := e.log.Take(); countOps(ops, "TransactWriteItems") != 0 {
 		t.Fatalf("requests %v: a transaction was sent", ops)
 	}
 	if got := rows(t, e.client, table, "many"); len(got) != 0 {

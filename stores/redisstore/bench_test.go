@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -71,6 +72,52 @@ func BenchmarkWakeup(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(redisbench.Median(lat).Microseconds()), "wake-µs(median)")
+		})
+	}
+}
+
+// BenchmarkCall runs one call at a time, so allocs/op and a CPU profile
+// show the client's own work per call: a guarded replay and fresh call,
+// and the raw GET and SET NX PX + SET they are held against.
+func BenchmarkCall(b *testing.B) {
+	s := benchSetup(b)
+	ctx := context.Background()
+	if err := s.PrepareReplays(ctx); err != nil {
+		b.Fatal(err)
+	}
+	fn := func(context.Context) (redisbench.Invoice, error) {
+		return redisbench.Invoice{ID: "inv_0123456789", Amount: 4200}, nil
+	}
+	raw := s.Raw
+	prefix := redisbench.RandPrefix()
+	var n int
+	next := func() string { n++; return prefix + strconv.Itoa(n) }
+	gk := prefix + "get"
+	if err := raw.Set(ctx, gk, `{"ID":"inv_0123456789","Amount":4200}`, time.Minute).Err(); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		run  func() error
+	}{
+		{"replay", func() error { _, err := s.Guard.Do(ctx, "replay-0", fn); return err }},
+		{"raw-GET", func() error { return raw.Get(ctx, gk).Err() }},
+		{"fresh", func() error { _, err := s.Guard.Do(ctx, next(), fn); return err }},
+		{"raw-SET-NX-PX+SET", func() error {
+			k := next()
+			if err := raw.SetNX(ctx, k, "in_progress", 30*time.Second).Err(); err != nil {
+				return err
+			}
+			return raw.Set(ctx, k, "v", time.Minute).Err()
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.run(); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

@@ -272,11 +272,18 @@ func appendTail(b []byte, req idem.ClaimRequest) []byte {
 // status in progress, attempt 1, and times relative to the key's expiry,
 // which the server sets from its own clock.
 func claimValue(req idem.ClaimRequest, retention time.Duration) (string, error) {
+	b, err := claimBytes(req, retention)
+	return string(b), err
+}
+
+// claimBytes is claimValue as bytes (the claim sends them as they are: a
+// replay, which does not keep the value, converts nothing).
+func claimBytes(req idem.ClaimRequest, retention time.Duration) ([]byte, error) {
 	if err := checkClaim(req); err != nil {
-		return "", err
+		return nil, err
 	}
 	if l, r := req.LeaseTTL.Milliseconds(), retention.Milliseconds(); l > maxNum || r > maxNum {
-		return "", fmt.Errorf("lease %v or retention %v out of range", req.LeaseTTL, retention)
+		return nil, fmt.Errorf("lease %v or retention %v out of range", req.LeaseTTL, retention)
 	}
 	b := make([]byte, 0, headerLen+len(req.Nonce)+len(req.PayloadHash)+len(req.Key))
 	b = append(b, magic...)
@@ -285,8 +292,13 @@ func claimValue(req idem.ClaimRequest, retention time.Duration) (string, error) 
 	b = append(b, "00000000000000000000000000"...) // heartbeat_at, started_at
 	b = pad(b, retention.Milliseconds(), numWidth)
 	b = pad(b, 1, numWidth)
-	return string(appendTail(b, req)), nil
+	return appendTail(b, req), nil
 }
+
+// sfTable holds the status-and-flags argument of the complete script for
+// each completed and failed outcome (flags 0-3), so building one allocates
+// nothing.
+const sfTable = "C0C1C2C3F0F1F2F3"
 
 // outcome returns the status-and-flags, lengths and body arguments of the
 // complete script.
@@ -303,12 +315,16 @@ func outcome(c idem.Completion) (sf, lens, body string, err error) {
 	if int64(len(c.Result)) > maxBig || int64(len(msg)) > maxBig || len(typ) > maxSmall {
 		return "", "", "", errors.New("result or error too long for the record encoding")
 	}
-	sf = string([]byte{statusChar[c.Status], hexDigit(flags)})
-	l := make([]byte, 0, 2*bigWidth+smallWidth)
-	l = pad(l, int64(len(c.Result)), bigWidth)
-	l = pad(l, int64(len(msg)), bigWidth)
-	l = pad(l, int64(len(typ)), smallWidth)
-	return sf, string(l), string(c.Result) + msg + typ, nil
+	base := 0 // sfTable: completed, then failed
+	if c.Status == idem.StatusFailed {
+		base = 8
+	}
+	sf = sfTable[base+2*int(flags) : base+2*int(flags)+2]
+	var l [2*bigWidth + smallWidth]byte
+	b := pad(l[:0], int64(len(c.Result)), bigWidth)
+	b = pad(b, int64(len(msg)), bigWidth)
+	b = pad(b, int64(len(typ)), smallWidth)
+	return sf, string(b), string(c.Result) + msg + typ, nil
 }
 
 // hexDigit is the flags byte of version 3 for flags 0-15.

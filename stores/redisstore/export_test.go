@@ -8,3 +8,22 @@ var ClaimValue = claimValue
 
 // CompleteSHA is the SHA1 the complete script is run with (EVALSHA).
 var CompleteSHA = scriptComplete.Hash()
+
+// RemembersFresh reports whether the store holds the value of the fresh
+// claim by nonce (the completion's fast path).
+func (s *Store) RemembersFresh(nonce string) bool {
+	s.freshMu.Lock()
+	defer s.freshMu.Unlock()
+	_, ok := s.fresh[nonce]
+	return ok
+}
+
+// SetFresh replaces what the store remembers of the fresh claim of key by
+// nonce ("" forgets it).
+func (s *Store) SetFresh(key, nonce, value string) {
+	if value == "" {
+		s.takeFresh(key, nonce)
+		return
+	}
+	s.rememberFresh(key, nonce, value)
+}

@@ -75,6 +75,18 @@
 // judged by the takeover threshold stored with the claim (the caller's
 // only for a record that has none).
 //
+// The complete script has a fast path in front of the shared prelude
+// (lua/complete_fresh.lua). The store remembers the value each fresh claim
+// it made wrote with SET NX, until that claim's complete, release or
+// heartbeat (at most a few thousand; the oldest are forgotten all at once),
+// and sends it with the completion. A key that still holds exactly that
+// value holds this caller's claim as its own client built it (valid,
+// relative times, nobody watching: a heartbeat, a waiter's mark or a
+// takeover would have rewritten it), so the script completes it with the
+// server's clock without the prelude's pattern and checks, and publishes
+// nothing. Any other value (or none remembered) takes the full script, in
+// the same call: the round trips and the answers are the same either way.
+//
 // # Replicated Redis
 //
 // Redis replicates asynchronously: a claim acknowledged by a master that
@@ -199,6 +211,8 @@ var (
 	srcHeartbeat string
 	//go:embed lua/complete.lua
 	srcComplete string
+	//go:embed lua/complete_fresh.lua
+	srcCompleteFresh string
 	//go:embed lua/release.lua
 	srcRelease string
 	//go:embed lua/get.lua
@@ -210,7 +224,7 @@ var (
 
 	scriptClaim     = redis.NewScript(srcCommon + srcClaim)
 	scriptHeartbeat = redis.NewScript(srcCommon + srcHeartbeat)
-	scriptComplete  = redis.NewScript(srcCommon + srcComplete)
+	scriptComplete  = redis.NewScript(srcCompleteFresh + srcCommon + srcComplete)
 	scriptRelease   = redis.NewScript(srcCommon + srcRelease)
 	scriptGet       = redis.NewScript(srcCommon + srcGet)
 	scriptDelete    = redis.NewScript(srcCommon + srcDelete)
@@ -489,6 +503,9 @@ type Store struct {
 	replicaMu    sync.Mutex
 	replicaState atomic.Pointer[replicaState]
 
+	freshMu sync.Mutex
+	fresh   map[string]freshClaim // by nonce; see rememberFresh
+
 	mu     sync.Mutex
 	hubs   map[string]*hub
 	closed bool
@@ -544,6 +561,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 		ackTimeout:   c.ackTimeout,
 		acceptAsync:  c.acceptAsync,
 		hubs:         make(map[string]*hub),
+		fresh:        make(map[string]freshClaim),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
@@ -577,7 +595,9 @@ func (s *Store) Key(storageKey string) string { return s.prefix + "{" + storageK
 
 // Channel returns the pub/sub channel the store publishes changes of
 // storageKey on.
-func (s *Store) Channel(storageKey string) string { return s.Key(storageKey) + ":changed" }
+func (s *Store) Channel(storageKey string) string {
+	return s.prefix + "{" + storageKey + "}:changed"
+}
 
 // checked wraps the verdict of a storekit check of an op on key.
 func checked(op, key string, err error) error {
@@ -644,7 +664,7 @@ func srcOf(sc *redis.Script) string {
 	case scriptHeartbeat:
 		return srcCommon + srcHeartbeat
 	case scriptComplete:
-		return srcCommon + srcComplete
+		return srcCompleteFresh + srcCommon + srcComplete
 	case scriptRelease:
 		return srcCommon + srcRelease
 	case scriptGet:
@@ -665,7 +685,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 	if err := checked("claim", req.Key, storekit.ValidateClaim(req)); err != nil {
 		return idem.ClaimResult{}, err
 	}
-	value, err := claimValue(req, s.retention)
+	value, err := claimBytes(req, s.retention)
 	if err != nil {
 		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: %w", req.Key, err)
 	}
@@ -683,6 +703,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 		if err := s.acked(ctx, req, n.acked, n.ackErr); err != nil {
 			return idem.ClaimResult{}, err
 		}
+		s.rememberFresh(req.Key, req.Nonce, string(value))
 		return idem.ClaimResult{Outcome: idem.Claimed, Record: freshRecord(req, sent)}, nil
 	}
 	if res, ok := answer(req, n.old, sent); ok {
@@ -830,7 +851,7 @@ type nx struct {
 // WAIT in the same pipeline with WithReplicaAck). No script runs and no
 // clock is read. A reply that is not a string value (a key of another
 // type) is left to the claim script, which reports it.
-func (s *Store) setNX(ctx context.Context, key, value string, lease time.Duration) (nx, error) {
+func (s *Store) setNX(ctx context.Context, key string, value []byte, lease time.Duration) (nx, error) {
 	rk := s.Key(key)
 	args := redis.SetArgs{Mode: "NX", Get: true, TTL: lease + s.retention}
 	var (
@@ -921,11 +942,51 @@ func (s *Store) write(ctx context.Context, op string, sc *redis.Script, key stri
 	return nil
 }
 
+// maxFresh bounds the fresh claims a store remembers. A claim that is never
+// completed nor released (its caller stopped) stays until the map is full,
+// which then starts again empty: forgetting a claim's value only sends its
+// completion down the full path.
+const maxFresh = 4096
+
+// freshClaim is the value a fresh claim wrote with SET NX, and its key.
+type freshClaim struct{ key, value string }
+
+// rememberFresh keeps the value a fresh claim of key by nonce wrote, for the
+// completion's fast path (lua/complete_fresh.lua): a key that still holds
+// exactly that value holds this claim untouched, which the script completes
+// without the prelude's checks. The value is only a hint: the script
+// compares it with what the key holds, so a stale or forgotten one costs
+// the full path, never a wrong write.
+func (s *Store) rememberFresh(key, nonce, value string) {
+	s.freshMu.Lock()
+	if len(s.fresh) >= maxFresh {
+		clear(s.fresh)
+	}
+	s.fresh[nonce] = freshClaim{key: key, value: value}
+	s.freshMu.Unlock()
+}
+
+// takeFresh returns and forgets the value the fresh claim of key by nonce
+// wrote, or "" when the store does not have it.
+func (s *Store) takeFresh(key, nonce string) string {
+	s.freshMu.Lock()
+	f, ok := s.fresh[nonce]
+	if ok {
+		delete(s.fresh, nonce)
+	}
+	s.freshMu.Unlock()
+	if !ok || f.key != key {
+		return ""
+	}
+	return f.value
+}
+
 // Heartbeat implements idem.Store.
 func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
 	if err := checked("heartbeat", key, storekit.ValidateOwner(key, nonce)); err != nil {
 		return err
 	}
+	s.takeFresh(key, nonce) // the heartbeat rewrites the record
 	return s.write(ctx, "heartbeat", scriptHeartbeat, key, false, s.Channel(key), nonce, ms(leaseTTL), s.retentionArg, key)
 }
 
@@ -941,7 +1002,9 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completi
 	if err != nil {
 		return &idem.StoreError{Op: "complete", Err: fmt.Errorf("redisstore: complete %s: %w", key, err), Permanent: true}
 	}
-	return s.write(ctx, "complete", scriptComplete, key, true, s.Channel(key), nonce, ms(c.TTL), s.retentionArg, sf, lens, body, key)
+	// ARGV[4] is unused: an empty string costs no allocation.
+	return s.write(ctx, "complete", scriptComplete, key, true, s.Channel(key), nonce, ms(c.TTL), "", sf, lens, body, key,
+		s.takeFresh(key, nonce))
 }
 
 // Release implements idem.Store.
@@ -949,6 +1012,7 @@ func (s *Store) Release(ctx context.Context, key, nonce string) error {
 	if err := checked("release", key, storekit.ValidateOwner(key, nonce)); err != nil {
 		return err
 	}
+	s.takeFresh(key, nonce)
 	return s.write(ctx, "release", scriptRelease, key, false, s.Channel(key), nonce, s.retentionArg, key)
 }
 

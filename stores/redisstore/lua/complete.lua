@@ -1,6 +1,7 @@
 -- complete: KEYS[1] record; ARGV: channel, nonce, ttl ms, unused,
 -- status and flags (2 bytes), outcome lengths (25 bytes), outcome (result,
--- error message, error type), key.
+-- error message, error type), key, the claim's value or '' (read by
+-- complete_fresh.lua, which runs first).
 -- The completed or failed record expires natively at its expires_at (a
 -- record that is present is live, so a claim answers with it without a
 -- clock). It publishes only when a waiter marked the record (watch.lua).
