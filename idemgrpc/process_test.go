@@ -1,7 +1,6 @@
 package idemgrpc_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,11 +8,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -249,9 +246,10 @@ func (perAttemptKey) GetRequestMetadata(context.Context, ...string) (map[string]
 func (perAttemptKey) RequireTransportSecurity() bool { return false }
 
 // startServers starts n server processes on one store (a file store in a
-// new directory, or the Redis server at redisAddr) and returns their
-// addresses and the side-effect log's path.
-func startServers(t *testing.T, n int, bare bool, redisAddr string, env ...[]string) (addrs []string, effects string, procs []*os.Process) {
+// new directory, or the Redis server at redisAddr) and returns them, their
+// addresses and the side-effect log's path. env[i] is extra environment
+// for server i.
+func startServers(t *testing.T, n int, bare bool, redisAddr string, env ...[]string) (addrs []string, effects string, procs []*testenv.Child) {
 	dir := t.TempDir()
 	effects = dir + "/effects.log"
 	spec := "file:" + dir + "/store"
@@ -260,56 +258,21 @@ func startServers(t *testing.T, n int, bare bool, redisAddr string, env ...[]str
 	}
 	ns := fmt.Sprintf("idemgrpc-test-%d-%d", os.Getpid(), rand.Uint64())
 	for i := 0; i < n; i++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"="+spec, nsEnv+"="+ns, effectsEnv+"="+effects)
+		cfg := testenv.ChildConfig{
+			Env:   []string{childEnv + "=" + spec, nsEnv + "=" + ns, effectsEnv + "=" + effects},
+			Grace: 20 * time.Second, // a server stops when its stdin closes
+		}
 		if bare {
-			cmd.Env = append(cmd.Env, bareEnv+"=1")
+			cfg.Env = append(cfg.Env, bareEnv+"=1")
 		}
 		if i < len(env) {
-			cmd.Env = append(cmd.Env, env[i]...)
+			cfg.Env = append(cfg.Env, env[i]...)
 		}
-		cmd.Stderr = os.Stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			stdin.Close()
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case err := <-done:
-				if err != nil && !killed(cmd.ProcessState) {
-					t.Errorf("server %d: %v", cmd.Process.Pid, err)
-				}
-			case <-time.After(20 * time.Second):
-				cmd.Process.Kill()
-				<-done
-				t.Errorf("server %d did not stop", cmd.Process.Pid)
-			}
-		})
-		line, err := bufio.NewReader(stdout).ReadString('\n')
-		addr, ok := strings.CutPrefix(strings.TrimSpace(line), "ADDR ")
-		if err != nil || !ok {
-			t.Fatalf("server %d: %q %v", i, line, err)
-		}
-		addrs = append(addrs, addr)
-		procs = append(procs, cmd.Process)
+		c := testenv.StartChild(t, cfg)
+		addrs = append(addrs, c.Expect(t, "ADDR ", time.Minute))
+		procs = append(procs, c)
 	}
 	return addrs, effects, procs
-}
-
-// killed reports whether the process was killed by SIGKILL (by a test).
-func killed(ps *os.ProcessState) bool {
-	ws, ok := ps.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
 
 // TestKilledServerTakeover: a server process killed while its handler runs
@@ -337,9 +300,7 @@ func TestKilledServerTakeover(t *testing.T) {
 			t.Fatal("the first server never ran the handler")
 		}
 	}
-	if err := procs[0].Kill(); err != nil {
-		t.Fatal(err)
-	}
+	procs[0].Kill(t)
 	if err := <-errc; status.Code(err) != codes.Unavailable {
 		t.Errorf("the call to the killed server: %v, want Unavailable", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/lease"
+	"github.com/idem-go/idem/storekit"
 )
 
 // Option configures a Coordinator. NewCoordinator reports every invalid
@@ -15,17 +16,16 @@ import (
 type Option func(*config)
 
 type config struct {
-	clock         func() time.Time
-	leaseDuration time.Duration
-	ttlBuffer     time.Duration
-	metaTTL       time.Duration
-	requestTTL    time.Duration
-	pointerSwap   bool
-	monotonic     bool
-	retryFailed   bool
-	acquireTries  int
-	revalidate    time.Duration
-	errs          optionErrors
+	storekit.Options // Now
+	leaseDuration    time.Duration
+	ttlBuffer        time.Duration
+	metaTTL          time.Duration
+	requestTTL       time.Duration
+	pointerSwap      bool
+	monotonic        bool
+	retryFailed      bool
+	acquireTries     int
+	revalidate       time.Duration
 }
 
 // WithClock sets the clock that decides freshness and lease expiry (default
@@ -33,11 +33,7 @@ type config struct {
 // fraction of the lease duration of each other.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) {
-		if now == nil {
-			c.errs.invalid("WithClock", "clock is nil")
-			return
-		}
-		c.clock = now
+		c.SetClock(now)
 	}
 }
 
@@ -58,7 +54,7 @@ func WithTTLBuffer(d time.Duration) Option {
 func atLeastSecond(name string, d time.Duration, set func(*config)) Option {
 	return func(c *config) {
 		if d < time.Second {
-			c.errs.invalid(name, "must be at least 1s, got %v", d)
+			c.Invalid(name, "must be at least 1s, got %v", d)
 			return
 		}
 		set(c)
@@ -71,7 +67,7 @@ func atLeastSecond(name string, d time.Duration, set func(*config)) Option {
 func WithMetaTTL(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
-			c.errs.invalid("WithMetaTTL", "must not be negative, got %v", d)
+			c.Invalid("WithMetaTTL", "must not be negative, got %v", d)
 			return
 		}
 		c.metaTTL = d
@@ -124,7 +120,7 @@ type Coordinator struct {
 // *idem.OptionError matching idem.ErrInvalidOption.
 func NewCoordinator(table Table, opts ...Option) (*Coordinator, error) {
 	cfg := config{
-		clock:         time.Now,
+		Options:       storekit.Options{Store: "isr", Now: time.Now},
 		leaseDuration: 30 * time.Second,
 		ttlBuffer:     time.Hour,
 		requestTTL:    24 * time.Hour,
@@ -133,17 +129,17 @@ func NewCoordinator(table Table, opts ...Option) (*Coordinator, error) {
 		revalidate:    60 * time.Second,
 	}
 	if table == nil {
-		cfg.errs.invalid("NewCoordinator", "table is nil")
+		cfg.Invalid("NewCoordinator", "table is nil")
 	}
 	for _, o := range opts {
 		if o == nil {
-			cfg.errs.invalid("NewCoordinator", "nil option")
+			cfg.Invalid("NewCoordinator", "nil option")
 			continue
 		}
 		o(&cfg)
 	}
-	if len(cfg.errs) > 0 {
-		return nil, errors.Join(cfg.errs...)
+	if err := cfg.Err(); err != nil {
+		return nil, err
 	}
 	return &Coordinator{table: table, cfg: cfg}, nil
 }
@@ -156,11 +152,23 @@ func (c *Coordinator) check() error {
 	return nil
 }
 
-// Table returns the table the Coordinator works on.
-func (c *Coordinator) Table() Table { return c.table }
+// Table returns the table the Coordinator works on (nil for a nil or zero
+// Coordinator).
+func (c *Coordinator) Table() Table {
+	if c == nil {
+		return nil
+	}
+	return c.table
+}
 
-// Now returns the Coordinator's clock reading.
-func (c *Coordinator) Now() time.Time { return c.cfg.clock() }
+// Now returns the Coordinator's clock reading (the zero time for a nil or
+// zero Coordinator, which every Table refuses).
+func (c *Coordinator) Now() time.Time {
+	if c.check() != nil {
+		return time.Time{}
+	}
+	return c.cfg.Now()
+}
 
 // Lookup returns META for pk, or ErrNotFound. Use Meta.Fresh with Now to
 // decide whether to serve or regenerate. A META whose revalidate_seconds
@@ -213,7 +221,7 @@ func (c *Coordinator) TryAcquire(ctx context.Context, pk string, seen *Meta) (Le
 		if terr != nil {
 			return Lease{}, terr
 		}
-		now := c.cfg.clock()
+		now := c.cfg.Now()
 		exp := ceilUnix(now) + seconds(c.cfg.leaseDuration)
 		in := AcquireInput{PK: pk, Token: token, Now: now, ExpiresAt: exp, TTL: exp + seconds(c.cfg.ttlBuffer)}
 		if seen != nil {
@@ -236,7 +244,7 @@ func (c *Coordinator) Refresh(ctx context.Context, lease Lease) (Lease, error) {
 	if err := c.check(); err != nil {
 		return Lease{}, err
 	}
-	return c.refreshAt(ctx, lease, c.cfg.clock())
+	return c.refreshAt(ctx, lease, c.cfg.Now())
 }
 
 // refreshAt is Refresh with the clock read at now.
@@ -320,7 +328,7 @@ func onlyConflict(err error) bool {
 }
 
 func (c *Coordinator) publishOnce(ctx context.Context, lease Lease, page Page, req *RequestCompletion) (Meta, error) {
-	now := c.cfg.clock()
+	now := c.cfg.Now()
 	gen := page.GeneratedAt
 	if gen.IsZero() {
 		gen = now
@@ -475,12 +483,12 @@ func (c *Coordinator) RegenerateFrom(ctx context.Context, pk string, seen *Meta,
 }
 
 func (c *Coordinator) regenerate(ctx context.Context, pk string, meta Meta, hasMeta bool, req *RequestSpec, render RenderFunc) (Result, error) {
-	if hasMeta && meta.Fresh(c.cfg.clock()) {
+	if hasMeta && meta.Fresh(c.cfg.Now()) {
 		return Result{Outcome: OutcomeFresh, Meta: meta, HasMeta: true}, nil
 	}
 	var started bool
 	if req != nil {
-		now := c.cfg.clock()
+		now := c.cfg.Now()
 		r, created, err := c.table.BeginRequest(ctx, BeginRequestInput{
 			PK: pk, Key: req.Key, Hash: req.Hash, Now: now,
 			TTL: now.Unix() + seconds(c.cfg.requestTTL), RetryFailed: c.cfg.retryFailed,
@@ -586,14 +594,14 @@ func (c *Coordinator) renderWithRefresh(ctx context.Context, l Lease, render Ren
 	)
 	// valid is how long lease l is held from a send at now, by the clock.
 	valid := func(l Lease, now time.Time) time.Duration { return time.Unix(l.ExpiresAt, 0).Sub(now) }
-	r := lease.Start(rctx, cancel, time.Now(), valid(l, c.cfg.clock()), lease.Config{
+	r := lease.Start(rctx, cancel, time.Now(), valid(l, c.cfg.Now()), lease.Config{
 		Interval: interval,
 		Margin:   interval / 2,
 		Refresh: func(hctx context.Context) (time.Duration, error) {
 			mu.Lock()
 			old := current
 			mu.Unlock()
-			now := c.cfg.clock()
+			now := c.cfg.Now()
 			nl, err := c.refreshAt(hctx, old, now)
 			if err != nil {
 				return 0, err

@@ -133,4 +133,8 @@
 //     VER# row when the row has it, else the Coordinator's
 //     WithDefaultRevalidate (default 60s); Meta.RevalidateMissing tells.
 //     A recipe-A META without revalidate_seconds is corrupt.
+//   - A Coordinator, Handler or table its constructor did not make (a nil
+//     pointer, a zero value) is not usable: every method that returns an
+//     error returns an *idem.OptionError matching idem.ErrInvalidOption,
+//     the others a zero result; none panics.
 package isr

@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/idem-go/idem/storekit"
 )
 
 // DynamoAPI is the subset of *dynamodb.Client that DynamoTable uses, so
@@ -62,19 +64,19 @@ var _ Table = (*DynamoTable)(nil)
 // table name are reported, joined, each an *idem.OptionError matching
 // idem.ErrInvalidOption.
 func NewDynamoTable(client DynamoAPI, table string) (*DynamoTable, error) {
-	var errs optionErrors
+	errs := storekit.Options{Store: "isr"}
 	if client == nil {
-		errs.invalid("NewDynamoTable", "DynamoDB client is nil")
+		errs.Invalid("NewDynamoTable", "DynamoDB client is nil")
 	}
 	if table == "" {
 		name, err := TableNameFromEnv()
 		if err != nil {
-			errs.invalid("NewDynamoTable", "table name is empty and %s is not set", EnvTableName)
+			errs.Invalid("NewDynamoTable", "table name is empty and %s is not set", EnvTableName)
 		}
 		table = name
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if err := errs.Err(); err != nil {
+		return nil, err
 	}
 	return &DynamoTable{client: client, table: table}, nil
 }
@@ -87,8 +89,13 @@ func (t *DynamoTable) check() error {
 	return nil
 }
 
-// Name returns the table name.
-func (t *DynamoTable) Name() string { return t.table }
+// Name returns the table name ("" for a nil DynamoTable).
+func (t *DynamoTable) Name() string {
+	if t == nil {
+		return ""
+	}
+	return t.table
+}
 
 // CreateTable creates a table with the ISR shape (pk S hash key, sk S range
 // key, on-demand billing) and waits until it is active. It is idempotent:

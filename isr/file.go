@@ -17,6 +17,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/gofrs/flock"
+
+	"github.com/idem-go/idem/storekit"
 )
 
 // FileOption configures a FileTable. NewFileTable reports every invalid
@@ -24,8 +26,8 @@ import (
 type FileOption func(*fileConfig)
 
 type fileConfig struct {
+	storekit.Options
 	sync bool
-	errs optionErrors
 }
 
 // WithoutFileSync skips the fsync of each written item and of its
@@ -86,21 +88,21 @@ var _ Table = (*FileTable)(nil)
 // option are reported, joined, each an *idem.OptionError matching
 // idem.ErrInvalidOption.
 func NewFileTable(dir string, opts ...FileOption) (*FileTable, error) {
-	c := fileConfig{sync: true}
+	c := fileConfig{Options: storekit.Options{Store: "isr"}, sync: true}
 	if strings.TrimSpace(dir) == "" {
-		c.errs.invalid("NewFileTable", "directory is empty")
+		c.Invalid("NewFileTable", "directory is empty")
 	} else if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
-		c.errs.invalid("NewFileTable", "%s is not a directory", dir)
+		c.Invalid("NewFileTable", "%s is not a directory", dir)
 	}
 	for _, o := range opts {
 		if o == nil {
-			c.errs.invalid("NewFileTable", "nil option")
+			c.Invalid("NewFileTable", "nil option")
 			continue
 		}
 		o(&c)
 	}
-	if len(c.errs) > 0 {
-		return nil, errors.Join(c.errs...)
+	if err := c.Err(); err != nil {
+		return nil, err
 	}
 	t := &FileTable{dir: dir, sync: c.sync}
 	locks := filepath.Join(dir, fileLockDir)
@@ -116,8 +118,21 @@ func NewFileTable(dir string, opts ...FileOption) (*FileTable, error) {
 	return t, nil
 }
 
-// Dir returns the table's directory.
-func (t *FileTable) Dir() string { return t.dir }
+// check refuses a FileTable that NewFileTable did not make.
+func (t *FileTable) check() error {
+	if t == nil || t.dir == "" || t.stripes[0].sem == nil {
+		return unmade("FileTable", "NewFileTable")
+	}
+	return nil
+}
+
+// Dir returns the table's directory ("" for a nil or zero FileTable).
+func (t *FileTable) Dir() string {
+	if t.check() != nil {
+		return ""
+	}
+	return t.dir
+}
 
 func sumHex(s string) string {
 	h := sha256.Sum256([]byte(s))
@@ -126,8 +141,12 @@ func sumHex(s string) string {
 
 func (t *FileTable) pkDir(pk string) string { return filepath.Join(t.dir, sumHex(pk)) }
 
-// Path returns the file of the item (pk, sk).
+// Path returns the file of the item (pk, sk) ("" for a nil or zero
+// FileTable).
 func (t *FileTable) Path(pk, sk string) string {
+	if t.check() != nil {
+		return ""
+	}
 	name := sk
 	for _, p := range []string{RequestSKPrefix, VersionSKPrefix} {
 		if rest, ok := strings.CutPrefix(sk, p); ok {
@@ -339,21 +358,33 @@ func (t *FileTable) syncDir(dir string) error {
 
 // GetMeta implements Table.
 func (t *FileTable) GetMeta(ctx context.Context, pk string) (Meta, error) {
+	if err := t.check(); err != nil {
+		return Meta{}, err
+	}
 	return getMeta(ctx, t.get, pk)
 }
 
 // GetLease implements Table.
 func (t *FileTable) GetLease(ctx context.Context, pk string) (Lease, error) {
+	if err := t.check(); err != nil {
+		return Lease{}, err
+	}
 	return getLease(ctx, t.get, pk)
 }
 
 // GetRequest implements Table.
 func (t *FileTable) GetRequest(ctx context.Context, pk, k string) (Request, error) {
+	if err := t.check(); err != nil {
+		return Request{}, err
+	}
 	return getRequest(ctx, t.get, pk, k)
 }
 
 // GetVersion implements Table.
 func (t *FileTable) GetVersion(ctx context.Context, pk, id string) (Version, error) {
+	if err := t.check(); err != nil {
+		return Version{}, err
+	}
 	return getVersion(ctx, t.get, pk, id)
 }
 
@@ -396,6 +427,9 @@ func (t *FileTable) checkRequest(tx *txCheck, pk string, rc *RequestCompletion) 
 
 // AcquireLease implements Table.
 func (t *FileTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, error) {
+	if err := t.check(); err != nil {
+		return Lease{}, err
+	}
 	if err := validateAcquire(in); err != nil {
 		return Lease{}, err
 	}
@@ -468,6 +502,9 @@ func (t *FileTable) seenGeneratedAt(pk string) (string, bool, error) {
 
 // RefreshLease implements Table.
 func (t *FileTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease, error) {
+	if err := t.check(); err != nil {
+		return Lease{}, err
+	}
 	if err := validateRefresh(in); err != nil {
 		return Lease{}, err
 	}
@@ -497,6 +534,9 @@ func (t *FileTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease, e
 
 // ReleaseLease implements Table.
 func (t *FileTable) ReleaseLease(ctx context.Context, lease Lease) error {
+	if err := t.check(); err != nil {
+		return err
+	}
 	if err := validateLease(lease); err != nil {
 		return err
 	}
@@ -526,6 +566,9 @@ func (t *FileTable) complete(pk string, rc *RequestCompletion, req fileItem, s3K
 
 // Publish implements Table (recipe A). Items, in order: LOCK, META, REQ#.
 func (t *FileTable) Publish(ctx context.Context, in PublishInput) error {
+	if err := t.check(); err != nil {
+		return err
+	}
 	if err := validatePublish(in); err != nil {
 		return err
 	}
@@ -573,6 +616,9 @@ func (t *FileTable) Publish(ctx context.Context, in PublishInput) error {
 // PublishPointer implements Table (recipe B). Items, in order: LOCK, VER#,
 // META, REQ#.
 func (t *FileTable) PublishPointer(ctx context.Context, in PublishPointerInput) (Meta, error) {
+	if err := t.check(); err != nil {
+		return Meta{}, err
+	}
 	if err := validatePointer(in); err != nil {
 		return Meta{}, err
 	}
@@ -646,6 +692,9 @@ func (t *FileTable) PublishPointer(ctx context.Context, in PublishPointerInput) 
 
 // BeginRequest implements Table.
 func (t *FileTable) BeginRequest(ctx context.Context, in BeginRequestInput) (Request, bool, error) {
+	if err := t.check(); err != nil {
+		return Request{}, false, err
+	}
 	if err := validateBegin(in); err != nil {
 		return Request{}, false, err
 	}
@@ -678,6 +727,9 @@ func (t *FileTable) BeginRequest(ctx context.Context, in BeginRequestInput) (Req
 
 // FailRequest implements Table.
 func (t *FileTable) FailRequest(ctx context.Context, pk, k, hash string) error {
+	if err := t.check(); err != nil {
+		return err
+	}
 	return t.requestOp(ctx, "fail-request", pk, k, hash, func(req fileItem) error {
 		req[attrStatus] = string(RequestFailed)
 		return t.write(pk, RequestSKPrefix+k, req)
@@ -686,6 +738,9 @@ func (t *FileTable) FailRequest(ctx context.Context, pk, k, hash string) error {
 
 // AbandonRequest implements Table.
 func (t *FileTable) AbandonRequest(ctx context.Context, pk, k, hash string) error {
+	if err := t.check(); err != nil {
+		return err
+	}
 	return t.requestOp(ctx, "abandon-request", pk, k, hash, func(fileItem) error {
 		return t.remove(pk, RequestSKPrefix+k)
 	})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idem-go/idem/isr/body"
 	"github.com/idem-go/idem/lease"
+	"github.com/idem-go/idem/storekit"
 )
 
 // PageFunc renders the page for a cache key. It returns the body and its
@@ -53,6 +54,7 @@ func DefaultKey(r *http.Request) (string, string, error) {
 type HandlerOption func(*handlerConfig)
 
 type handlerConfig struct {
+	storekit.Options
 	key            KeyFunc
 	revalidate     time.Duration
 	swr            time.Duration
@@ -64,7 +66,6 @@ type handlerConfig struct {
 	bodyCacheBytes int64
 	logger         *slog.Logger
 	onRegenerate   func(pk string, res Result, err error)
-	errs           optionErrors
 }
 
 // WithKeyFunc sets how a request maps to a tenant and cache key (default
@@ -72,7 +73,7 @@ type handlerConfig struct {
 func WithKeyFunc(f KeyFunc) HandlerOption {
 	return func(c *handlerConfig) {
 		if f == nil {
-			c.errs.invalid("WithKeyFunc", "KeyFunc is nil")
+			c.Invalid("WithKeyFunc", "KeyFunc is nil")
 			return
 		}
 		c.key = f
@@ -86,7 +87,7 @@ func WithKeyFunc(f KeyFunc) HandlerOption {
 func WithRevalidate(d time.Duration) HandlerOption {
 	return func(c *handlerConfig) {
 		if d < time.Second {
-			c.errs.invalid("WithRevalidate", "must be at least 1s")
+			c.Invalid("WithRevalidate", "must be at least 1s")
 			return
 		}
 		c.revalidate = d
@@ -98,7 +99,7 @@ func WithRevalidate(d time.Duration) HandlerOption {
 func WithStaleWhileRevalidate(d time.Duration) HandlerOption {
 	return func(c *handlerConfig) {
 		if d < 0 {
-			c.errs.invalid("WithStaleWhileRevalidate", "must not be negative, got %v", d)
+			c.Invalid("WithStaleWhileRevalidate", "must not be negative, got %v", d)
 			return
 		}
 		c.swr = d
@@ -111,7 +112,7 @@ func WithStaleWhileRevalidate(d time.Duration) HandlerOption {
 func WithWaitTimeout(d time.Duration) HandlerOption {
 	return func(c *handlerConfig) {
 		if d <= 0 {
-			c.errs.invalid("WithWaitTimeout", "must be positive")
+			c.Invalid("WithWaitTimeout", "must be positive")
 			return
 		}
 		c.waitTimeout = d
@@ -123,7 +124,7 @@ func WithWaitTimeout(d time.Duration) HandlerOption {
 func WithRenderTimeout(d time.Duration) HandlerOption {
 	return func(c *handlerConfig) {
 		if d <= 0 {
-			c.errs.invalid("WithRenderTimeout", "must be positive")
+			c.Invalid("WithRenderTimeout", "must be positive")
 			return
 		}
 		c.renderTimeout = d
@@ -136,7 +137,7 @@ func WithRenderTimeout(d time.Duration) HandlerOption {
 func WithPollBackoff(min, max time.Duration) HandlerOption {
 	return func(c *handlerConfig) {
 		if min <= 0 || max < min {
-			c.errs.invalid("WithPollBackoff", "need 0 < min <= max")
+			c.Invalid("WithPollBackoff", "need 0 < min <= max")
 			return
 		}
 		c.pollMin, c.pollMax = min, max
@@ -149,7 +150,7 @@ func WithPollBackoff(min, max time.Duration) HandlerOption {
 func WithBodyPrefix(prefix string) HandlerOption {
 	return func(c *handlerConfig) {
 		if len(prefix) > 256 {
-			c.errs.invalid("WithBodyPrefix", "longer than 256 bytes")
+			c.Invalid("WithBodyPrefix", "longer than 256 bytes")
 			return
 		}
 		c.bodyPrefix = prefix
@@ -163,7 +164,7 @@ func WithBodyPrefix(prefix string) HandlerOption {
 func WithBodyCache(maxBytes int64) HandlerOption {
 	return func(c *handlerConfig) {
 		if maxBytes < 0 {
-			c.errs.invalid("WithBodyCache", "must not be negative, got %d", maxBytes)
+			c.Invalid("WithBodyCache", "must not be negative, got %d", maxBytes)
 			return
 		}
 		c.bodyCacheBytes = maxBytes
@@ -175,7 +176,7 @@ func WithBodyCache(maxBytes int64) HandlerOption {
 func WithLogger(l *slog.Logger) HandlerOption {
 	return func(c *handlerConfig) {
 		if l == nil {
-			c.errs.invalid("WithLogger", "logger is nil")
+			c.Invalid("WithLogger", "logger is nil")
 			return
 		}
 		c.logger = l
@@ -250,6 +251,7 @@ type flightResult struct {
 // matching idem.ErrInvalidOption.
 func NewHandler(coord *Coordinator, bodies body.Store, render PageFunc, opts ...HandlerOption) (*Handler, error) {
 	cfg := handlerConfig{
+		Options:        storekit.Options{Store: "isr"},
 		key:            DefaultKey,
 		revalidate:     60 * time.Second,
 		swr:            24 * time.Hour,
@@ -262,23 +264,23 @@ func NewHandler(coord *Coordinator, bodies body.Store, render PageFunc, opts ...
 		logger:         slog.Default(),
 	}
 	if err := coord.check(); err != nil {
-		cfg.errs.invalid("NewHandler", "coordinator is nil or not made by NewCoordinator")
+		cfg.Invalid("NewHandler", "coordinator is nil or not made by NewCoordinator")
 	}
 	if bodies == nil {
-		cfg.errs.invalid("NewHandler", "body store is nil")
+		cfg.Invalid("NewHandler", "body store is nil")
 	}
 	if render == nil {
-		cfg.errs.invalid("NewHandler", "render function is nil")
+		cfg.Invalid("NewHandler", "render function is nil")
 	}
 	for _, o := range opts {
 		if o == nil {
-			cfg.errs.invalid("NewHandler", "nil option")
+			cfg.Invalid("NewHandler", "nil option")
 			continue
 		}
 		o(&cfg)
 	}
-	if len(cfg.errs) > 0 {
-		return nil, errors.Join(cfg.errs...)
+	if err := cfg.Err(); err != nil {
+		return nil, err
 	}
 	h := &Handler{
 		coord:   coord,
@@ -294,10 +296,21 @@ func NewHandler(coord *Coordinator, bodies body.Store, render PageFunc, opts ...
 	return h, nil
 }
 
+// check refuses a Handler that NewHandler did not make.
+func (h *Handler) check() error {
+	if h == nil || h.flights == nil {
+		return unmade("Handler", "NewHandler")
+	}
+	return nil
+}
+
 // Wait blocks until every background regeneration started so far has
 // finished, or ctx is done. It may be called while requests are still being
 // served; regenerations they start after the call are not waited for.
 func (h *Handler) Wait(ctx context.Context) error {
+	if err := h.check(); err != nil {
+		return err
+	}
 	h.mu.Lock()
 	pending := make([]*flight, 0, len(h.flights))
 	for _, f := range h.flights {
@@ -326,8 +339,8 @@ const HeaderCache = "X-Isr-Cache"
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h == nil || h.flights == nil {
-		http.Error(w, "isr handler not made by NewHandler", http.StatusInternalServerError)
+	if err := h.check(); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -702,73 +701,27 @@ func TestHandlerDynamoS3(t *testing.T) {
 
 const handlerChildEnv = "ISR_HANDLER_CHILD"
 
-// handlerChild is a re-executed test binary running
+// startHandlerChild starts a re-executed test binary running
 // TestHandlerHelperProcess: its own Handler and HTTP server on the shared
-// DynamoDB table and body directory.
-type handlerChild struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-}
-
-func startHandlerChild(t *testing.T, rendering *atomic.Int64, env ...string) *handlerChild {
+// DynamoDB table and body directory. Its RENDERING lines count renders in
+// rendering.
+func startHandlerChild(t *testing.T, rendering *atomic.Int64, env ...string) *testenv.Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHandlerHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), append([]string{handlerChildEnv + "=1"}, env...)...)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &handlerChild{cmd: cmd, stdin: stdin, lines: make(chan string, 16)}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if sc.Text() == "RENDERING" {
+	return testenv.StartChild(t, testenv.ChildConfig{
+		Run: "^TestHandlerHelperProcess$",
+		Env: append([]string{handlerChildEnv + "=1"}, env...),
+		OnLine: func(line string) bool {
+			if line == "RENDERING" {
 				rendering.Add(1)
-				continue
+				return true
 			}
-			c.lines <- sc.Text()
-		}
-		close(c.lines)
-		_ = cmd.Wait()
-	}()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	return c
+			return false
+		},
+	})
 }
 
-func (c *handlerChild) expect(t *testing.T, prefix string) string {
-	t.Helper()
-	timeout := time.After(90 * time.Second)
-	for {
-		select {
-		case line, ok := <-c.lines:
-			if !ok {
-				t.Fatalf("child exited before %q", prefix)
-			}
-			if rest, ok := strings.CutPrefix(line, prefix); ok {
-				return strings.TrimSpace(rest)
-			}
-			t.Logf("child: %s", line)
-		case <-timeout:
-			t.Fatalf("no %q from child", prefix)
-		}
-	}
-}
-
-func (c *handlerChild) send(t *testing.T, line string) {
-	t.Helper()
-	if _, err := io.WriteString(c.stdin, line+"\n"); err != nil {
-		t.Fatal(err)
-	}
-}
+// handlerChildTimeout bounds each wait for a handler child's answer.
+const handlerChildTimeout = 90 * time.Second
 
 func fields(t *testing.T, s string) map[string]string {
 	t.Helper()
@@ -816,19 +769,19 @@ func TestHandlerStaleAcrossProcesses(t *testing.T) {
 	}
 
 	var rendering atomic.Int64
-	var children []*handlerChild
+	var children []*testenv.Child
 	for i := 0; i < procs; i++ {
 		c := startHandlerChild(t, &rendering, "ISR_TABLE="+table, "ISR_BODY_DIR="+dir,
 			"ISR_CACHE_KEY=/shared", "ISR_REQUESTS="+strconv.Itoa(perProc))
-		c.expect(t, "READY")
+		c.Expect(t, "READY", handlerChildTimeout)
 		children = append(children, c)
 	}
 	for _, c := range children {
-		c.send(t, "GO")
+		c.Send(t, "GO")
 	}
 	served := 0
 	for i, c := range children {
-		s := fields(t, c.expect(t, "SERVED"))
+		s := fields(t, c.Expect(t, "SERVED", handlerChildTimeout))
 		t.Logf("process %d: %v", i, s)
 		if s["ok"] != strconv.Itoa(perProc) || s["stale"] != strconv.Itoa(perProc) || s["oldbody"] != strconv.Itoa(perProc) {
 			t.Fatalf("process %d answered %v, want all %d stale with the old body", i, s, perProc)
@@ -844,11 +797,11 @@ func TestHandlerStaleAcrossProcesses(t *testing.T) {
 		t.Fatalf("%d renders running once every request was answered, want 1", rendering.Load())
 	}
 	for _, c := range children {
-		c.send(t, "RELEASE")
+		c.Send(t, "RELEASE")
 	}
 	var renders int64
 	for i, c := range children {
-		s := fields(t, c.expect(t, "DONE"))
+		s := fields(t, c.Expect(t, "DONE", handlerChildTimeout))
 		n, _ := strconv.ParseInt(s["renders"], 10, 64)
 		t.Logf("process %d: %v", i, s)
 		renders += n

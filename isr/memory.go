@@ -31,9 +31,20 @@ func NewMemoryTable() *MemoryTable {
 
 var _ Table = (*MemoryTable)(nil)
 
+// check refuses a MemoryTable that NewMemoryTable did not make.
+func (t *MemoryTable) check() error {
+	if t == nil || t.meta == nil {
+		return unmade("MemoryTable", "NewMemoryTable")
+	}
+	return nil
+}
+
 // Requests returns how many Table calls the MemoryTable has served (each is
-// one request to a real store).
+// one request to a real store; 0 for a nil or zero MemoryTable).
 func (t *MemoryTable) Requests() int64 {
+	if t.check() != nil {
+		return 0
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.requests
@@ -64,6 +75,9 @@ func lookup[K comparable, V any](ctx context.Context, t *MemoryTable, m map[K]V,
 
 // GetMeta implements Table.
 func (t *MemoryTable) GetMeta(ctx context.Context, pk string) (Meta, error) {
+	if err := t.check(); err != nil {
+		return Meta{}, err
+	}
 	if err := checkPK(pk); err != nil {
 		return Meta{}, err
 	}
@@ -72,6 +86,9 @@ func (t *MemoryTable) GetMeta(ctx context.Context, pk string) (Meta, error) {
 
 // GetLease implements Table.
 func (t *MemoryTable) GetLease(ctx context.Context, pk string) (Lease, error) {
+	if err := t.check(); err != nil {
+		return Lease{}, err
+	}
 	if err := checkPK(pk); err != nil {
 		return Lease{}, err
 	}
@@ -80,6 +97,9 @@ func (t *MemoryTable) GetLease(ctx context.Context, pk string) (Lease, error) {
 
 // GetRequest implements Table.
 func (t *MemoryTable) GetRequest(ctx context.Context, pk, key string) (Request, error) {
+	if err := t.check(); err != nil {
+		return Request{}, err
+	}
 	if err := checkRequestKey(pk, key); err != nil {
 		return Request{}, err
 	}
@@ -88,6 +108,9 @@ func (t *MemoryTable) GetRequest(ctx context.Context, pk, key string) (Request, 
 
 // GetVersion implements Table.
 func (t *MemoryTable) GetVersion(ctx context.Context, pk, id string) (Version, error) {
+	if err := t.check(); err != nil {
+		return Version{}, err
+	}
 	if err := checkVersionKey(pk, id); err != nil {
 		return Version{}, err
 	}
@@ -96,6 +119,9 @@ func (t *MemoryTable) GetVersion(ctx context.Context, pk, id string) (Version, e
 
 // AcquireLease implements Table.
 func (t *MemoryTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, error) {
+	if err := t.check(); err != nil {
+		return Lease{}, err
+	}
 	if err := validateAcquire(in); err != nil {
 		return Lease{}, err
 	}
@@ -125,6 +151,9 @@ func (t *MemoryTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease,
 
 // RefreshLease implements Table.
 func (t *MemoryTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease, error) {
+	if err := t.check(); err != nil {
+		return Lease{}, err
+	}
 	if err := validateRefresh(in); err != nil {
 		return Lease{}, err
 	}
@@ -143,6 +172,9 @@ func (t *MemoryTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease,
 
 // ReleaseLease implements Table.
 func (t *MemoryTable) ReleaseLease(ctx context.Context, lease Lease) error {
+	if err := t.check(); err != nil {
+		return err
+	}
 	if err := validateLease(lease); err != nil {
 		return err
 	}
@@ -180,6 +212,9 @@ func (t *MemoryTable) completeRequest(pk string, rc *RequestCompletion, s3Key st
 
 // Publish implements Table (recipe A).
 func (t *MemoryTable) Publish(ctx context.Context, in PublishInput) error {
+	if err := t.check(); err != nil {
+		return err
+	}
 	if err := validatePublish(in); err != nil {
 		return err
 	}
@@ -216,6 +251,9 @@ func (t *MemoryTable) Publish(ctx context.Context, in PublishInput) error {
 
 // PublishPointer implements Table (recipe B).
 func (t *MemoryTable) PublishPointer(ctx context.Context, in PublishPointerInput) (Meta, error) {
+	if err := t.check(); err != nil {
+		return Meta{}, err
+	}
 	if err := validatePointer(in); err != nil {
 		return Meta{}, err
 	}
@@ -258,6 +296,9 @@ func (t *MemoryTable) PublishPointer(ctx context.Context, in PublishPointerInput
 
 // BeginRequest implements Table.
 func (t *MemoryTable) BeginRequest(ctx context.Context, in BeginRequestInput) (Request, bool, error) {
+	if err := t.check(); err != nil {
+		return Request{}, false, err
+	}
 	if err := validateBegin(in); err != nil {
 		return Request{}, false, err
 	}
@@ -279,6 +320,9 @@ func (t *MemoryTable) BeginRequest(ctx context.Context, in BeginRequestInput) (R
 
 // FailRequest implements Table.
 func (t *MemoryTable) FailRequest(ctx context.Context, pk, key, hash string) error {
+	if err := t.check(); err != nil {
+		return err
+	}
 	if err := validateRequestRef(pk, key, hash); err != nil {
 		return err
 	}
@@ -298,6 +342,9 @@ func (t *MemoryTable) FailRequest(ctx context.Context, pk, key, hash string) err
 
 // AbandonRequest implements Table.
 func (t *MemoryTable) AbandonRequest(ctx context.Context, pk, key, hash string) error {
+	if err := t.check(); err != nil {
+		return err
+	}
 	if err := validateRequestRef(pk, key, hash); err != nil {
 		return err
 	}

@@ -5,14 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,75 +18,19 @@ import (
 	"github.com/idem-go/idem/stores/storetest/testenv"
 )
 
-// The tests below re-execute the test binary as worker processes: the
-// child runs TestHelperProcess with ISR_HELPER_ROLE set and talks to the
-// parent over stdin/stdout, one line per message.
+// The tests below re-execute the test binary as worker processes
+// (testenv.StartChild): the child runs TestHelperProcess with
+// ISR_HELPER_ROLE set and talks to the parent over stdin/stdout, one line
+// per message.
 
 const helperEnv = "ISR_HELPER_ROLE"
 
-type child struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-	done  chan error
-}
-
-func startChild(t *testing.T, role string, env ...string) *child {
+func startChild(t *testing.T, role string, env ...string) *testenv.Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), append([]string{helperEnv + "=" + role}, env...)...)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{cmd: cmd, stdin: stdin, lines: make(chan string, 64), done: make(chan error, 1)}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-		close(c.lines)
-		c.done <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
+	return testenv.StartChild(t, testenv.ChildConfig{
+		Run: "^TestHelperProcess$",
+		Env: append([]string{helperEnv + "=" + role}, env...),
 	})
-	return c
-}
-
-// expect reads lines until one starts with prefix and returns the rest.
-func (c *child) expect(t *testing.T, prefix string, timeout time.Duration) string {
-	t.Helper()
-	deadline := time.After(timeout)
-	for {
-		select {
-		case line, ok := <-c.lines:
-			if !ok {
-				t.Fatalf("child exited before %q", prefix)
-			}
-			if strings.HasPrefix(line, prefix) {
-				return strings.TrimSpace(strings.TrimPrefix(line, prefix))
-			}
-		case <-deadline:
-			t.Fatalf("child did not say %q within %v", prefix, timeout)
-		}
-	}
-}
-
-func (c *child) send(t *testing.T, line string) {
-	t.Helper()
-	if _, err := io.WriteString(c.stdin, line+"\n"); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestHelperProcess is the worker process body; it does nothing in a
@@ -309,15 +250,12 @@ func TestDynamoPausedWriter(t *testing.T) {
 	seedStale(t, tb, pk)
 
 	ch := startChild(t, "paused-writer", append(b.env, "ISR_PK="+pk)...)
-	exp, err := strconv.ParseInt(ch.expect(t, "ACQUIRED", 30*time.Second), 10, 64)
+	exp, err := strconv.ParseInt(ch.Expect(t, "ACQUIRED", 30*time.Second), 10, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitStopped(t, ch.cmd.Process.Pid) // before "GO" can reach it
-	ch.send(t, "GO")                           // buffered in the pipe until the child runs again
+	ch.Stop(t)       // stopped before "GO" can reach it
+	ch.Send(t, "GO") // buffered in the pipe until the child runs again
 
 	ctx := context.Background()
 	c := mustCoordinator(t, tb, isr.WithLeaseDuration(30*time.Second))
@@ -343,10 +281,8 @@ func TestDynamoPausedWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	if got := ch.expect(t, "RESULT", 30*time.Second); got != "LEASE_LOST" {
+	ch.Continue(t)
+	if got := ch.Expect(t, "RESULT", 30*time.Second); got != "LEASE_LOST" {
 		t.Fatalf("paused writer after takeover: %s, want LEASE_LOST", got)
 	}
 	if got, err := c.Lookup(ctx, pk); err != nil || got != mine {
@@ -365,15 +301,12 @@ func TestDynamoPausedWriterBeforePublish(t *testing.T) {
 	seedStale(t, tb, pk)
 
 	ch := startChild(t, "paused-writer", append(b.env, "ISR_PK="+pk)...)
-	exp, err := strconv.ParseInt(ch.expect(t, "ACQUIRED", 30*time.Second), 10, 64)
+	exp, err := strconv.ParseInt(ch.Expect(t, "ACQUIRED", 30*time.Second), 10, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitStopped(t, ch.cmd.Process.Pid) // before "GO" can reach it
-	ch.send(t, "GO")
+	ch.Stop(t) // stopped before "GO" can reach it
+	ch.Send(t, "GO")
 	ctx := context.Background()
 	c := mustCoordinator(t, tb, isr.WithLeaseDuration(30*time.Second))
 	seen, _ := c.Lookup(ctx, pk)
@@ -384,10 +317,8 @@ func TestDynamoPausedWriterBeforePublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	if got := ch.expect(t, "RESULT", 30*time.Second); got != "LEASE_LOST" {
+	ch.Continue(t)
+	if got := ch.Expect(t, "RESULT", 30*time.Second); got != "LEASE_LOST" {
 		t.Fatalf("paused writer: %s, want LEASE_LOST", got)
 	}
 	if got, _ := c.Lookup(ctx, pk); got != seen {
@@ -406,20 +337,20 @@ func runProcesses(t *testing.T, b *procBackend, role string, procs, goroutines i
 	pk := isrtest.NewPK(t)
 	seedStale(t, b.tb, pk)
 	total := (procs + 1) * goroutines
-	var children []*child
+	var children []*testenv.Child
 	for i := 0; i < procs; i++ {
 		ch := startChild(t, role, append(b.env, "ISR_PK="+pk, "ISR_GOROUTINES="+strconv.Itoa(goroutines), "ISR_TOTAL="+strconv.Itoa(total))...)
-		ch.expect(t, "READY", 30*time.Second)
+		ch.Expect(t, "READY", 30*time.Second)
 		children = append(children, ch)
 	}
 	for _, ch := range children {
-		ch.send(t, "GO")
+		ch.Send(t, "GO")
 	}
 	// The parent process joins in too.
 	local := runWorkers(context.Background(), b, pk, role, goroutines, total)
 	sums := []map[string]int64{parseSummary(t, local)}
 	for i, ch := range children {
-		s := ch.expect(t, "DONE", workersDeadline+time.Minute)
+		s := ch.Expect(t, "DONE", workersDeadline+time.Minute)
 		t.Logf("process %d: %s", i, s)
 		sums = append(sums, parseSummary(t, s))
 	}

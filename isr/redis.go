@@ -3,13 +3,14 @@ package isr
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem/storekit"
 )
 
 // RedisClient is what RedisTable needs from go-redis: running scripts and
@@ -66,8 +67,8 @@ const DefaultRedisPrefix = "isr:"
 type RedisOption func(*redisConfig)
 
 type redisConfig struct {
+	storekit.Options
 	prefix string
-	errs   optionErrors
 }
 
 // WithRedisPrefix sets the prefix of every key (default "isr:"), so several
@@ -76,7 +77,7 @@ type redisConfig struct {
 func WithRedisPrefix(prefix string) RedisOption {
 	return func(c *redisConfig) {
 		if strings.ContainsAny(prefix, "{}") {
-			c.errs.invalid("WithRedisPrefix", "prefix %q contains '{' or '}'", prefix)
+			c.Invalid("WithRedisPrefix", "prefix %q contains '{' or '}'", prefix)
 			return
 		}
 		c.prefix = prefix
@@ -122,28 +123,44 @@ type RedisTable struct {
 // client and every invalid option are reported, joined, each an
 // *idem.OptionError matching idem.ErrInvalidOption.
 func NewRedisTable(client RedisClient, opts ...RedisOption) (*RedisTable, error) {
-	c := redisConfig{prefix: DefaultRedisPrefix}
+	c := redisConfig{Options: storekit.Options{Store: "isr"}, prefix: DefaultRedisPrefix}
 	if client == nil {
-		c.errs.invalid("NewRedisTable", "Redis client is nil")
+		c.Invalid("NewRedisTable", "Redis client is nil")
 	}
 	for _, o := range opts {
 		if o == nil {
-			c.errs.invalid("NewRedisTable", "nil option")
+			c.Invalid("NewRedisTable", "nil option")
 			continue
 		}
 		o(&c)
 	}
-	if len(c.errs) > 0 {
-		return nil, errors.Join(c.errs...)
+	if err := c.Err(); err != nil {
+		return nil, err
 	}
 	return &RedisTable{client: client, prefix: c.prefix}, nil
 }
 
-// Key returns the Redis key of the item (pk, sk).
-func (t *RedisTable) Key(pk, sk string) string { return t.prefix + "{" + pk + "}:" + sk }
+// check refuses a RedisTable that NewRedisTable did not make.
+func (t *RedisTable) check() error {
+	if t == nil || t.client == nil {
+		return unmade("RedisTable", "NewRedisTable")
+	}
+	return nil
+}
+
+// Key returns the Redis key of the item (pk, sk) ("" for a nil or zero
+// RedisTable).
+func (t *RedisTable) Key(pk, sk string) string {
+	if t.check() != nil {
+		return ""
+	}
+	return t.key(pk, sk)
+}
+
+func (t *RedisTable) key(pk, sk string) string { return t.prefix + "{" + pk + "}:" + sk }
 
 func (t *RedisTable) get(ctx context.Context, pk, sk string) (map[string]types.AttributeValue, error) {
-	h, err := t.client.HGetAll(ctx, t.Key(pk, sk)).Result()
+	h, err := t.client.HGetAll(ctx, t.key(pk, sk)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("isr: get %s/%s: %w", pk, sk, err)
 	}
@@ -155,21 +172,33 @@ func (t *RedisTable) get(ctx context.Context, pk, sk string) (map[string]types.A
 
 // GetMeta implements Table.
 func (t *RedisTable) GetMeta(ctx context.Context, pk string) (Meta, error) {
+	if err := t.check(); err != nil {
+		return Meta{}, err
+	}
 	return getMeta(ctx, t.get, pk)
 }
 
 // GetLease implements Table.
 func (t *RedisTable) GetLease(ctx context.Context, pk string) (Lease, error) {
+	if err := t.check(); err != nil {
+		return Lease{}, err
+	}
 	return getLease(ctx, t.get, pk)
 }
 
 // GetRequest implements Table.
 func (t *RedisTable) GetRequest(ctx context.Context, pk, k string) (Request, error) {
+	if err := t.check(); err != nil {
+		return Request{}, err
+	}
 	return getRequest(ctx, t.get, pk, k)
 }
 
 // GetVersion implements Table.
 func (t *RedisTable) GetVersion(ctx context.Context, pk, id string) (Version, error) {
+	if err := t.check(); err != nil {
+		return Version{}, err
+	}
 	return getVersion(ctx, t.get, pk, id)
 }
 
@@ -268,6 +297,9 @@ func boolArg(b bool) string {
 
 // AcquireLease implements Table.
 func (t *RedisTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, error) {
+	if err := t.check(); err != nil {
+		return Lease{}, err
+	}
 	if err := validateAcquire(in); err != nil {
 		return Lease{}, err
 	}
@@ -275,7 +307,7 @@ func (t *RedisTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, 
 	if in.IfMetaNotNewer != nil {
 		seen = seenN(in)
 	}
-	r, err := t.run(ctx, "acquire", in.PK, scriptAcquire, []string{t.Key(in.PK, SKLock), t.Key(in.PK, SKMeta)},
+	r, err := t.run(ctx, "acquire", in.PK, scriptAcquire, []string{t.key(in.PK, SKLock), t.key(in.PK, SKMeta)},
 		in.PK, in.Token, timeN(in.Now), i64(in.ExpiresAt), i64(in.TTL), seen)
 	if err != nil {
 		return Lease{}, err
@@ -303,11 +335,14 @@ func (t *RedisTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, 
 
 // RefreshLease implements Table.
 func (t *RedisTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease, error) {
+	if err := t.check(); err != nil {
+		return Lease{}, err
+	}
 	if err := validateRefresh(in); err != nil {
 		return Lease{}, err
 	}
 	pk := in.Lease.PK
-	r, err := t.run(ctx, "refresh", pk, scriptRefresh, []string{t.Key(pk, SKLock)},
+	r, err := t.run(ctx, "refresh", pk, scriptRefresh, []string{t.key(pk, SKLock)},
 		in.Lease.Token, timeN(in.Now), i64(in.ExpiresAt), i64(in.TTL))
 	if err != nil {
 		return Lease{}, err
@@ -323,10 +358,13 @@ func (t *RedisTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease, 
 
 // ReleaseLease implements Table.
 func (t *RedisTable) ReleaseLease(ctx context.Context, lease Lease) error {
+	if err := t.check(); err != nil {
+		return err
+	}
 	if err := validateLease(lease); err != nil {
 		return err
 	}
-	r, err := t.run(ctx, "release", lease.PK, scriptRelease, []string{t.Key(lease.PK, SKLock)}, lease.Token)
+	r, err := t.run(ctx, "release", lease.PK, scriptRelease, []string{t.key(lease.PK, SKLock)}, lease.Token)
 	if err != nil {
 		return err
 	}
@@ -353,14 +391,17 @@ func refused(op, pk string, reasons []string, sentinel func(int) error) error {
 
 // Publish implements Table (recipe A). Items, in order: LOCK, META, REQ#.
 func (t *RedisTable) Publish(ctx context.Context, in PublishInput) error {
+	if err := t.check(); err != nil {
+		return err
+	}
 	if err := validatePublish(in); err != nil {
 		return err
 	}
 	pk := in.Lease.PK
-	keys := []string{t.Key(pk, SKLock), t.Key(pk, SKMeta)}
+	keys := []string{t.key(pk, SKLock), t.key(pk, SKMeta)}
 	hash := ""
 	if in.Request != nil {
-		keys = append(keys, t.Key(pk, RequestSKPrefix+in.Request.Key))
+		keys = append(keys, t.key(pk, RequestSKPrefix+in.Request.Key))
 		hash = in.Request.Hash
 	}
 	m := in.Meta
@@ -382,16 +423,19 @@ func (t *RedisTable) Publish(ctx context.Context, in PublishInput) error {
 // PublishPointer implements Table (recipe B). Items, in order: LOCK, VER#,
 // META, REQ#.
 func (t *RedisTable) PublishPointer(ctx context.Context, in PublishPointerInput) (Meta, error) {
+	if err := t.check(); err != nil {
+		return Meta{}, err
+	}
 	if err := validatePointer(in); err != nil {
 		return Meta{}, err
 	}
 	pk := in.Lease.PK
 	m := pointerMeta(pk, in)
 	v := in.Version
-	keys := []string{t.Key(pk, SKLock), t.Key(pk, m.CurrentSK), t.Key(pk, SKMeta)}
+	keys := []string{t.key(pk, SKLock), t.key(pk, m.CurrentSK), t.key(pk, SKMeta)}
 	hash := ""
 	if in.Request != nil {
-		keys = append(keys, t.Key(pk, RequestSKPrefix+in.Request.Key))
+		keys = append(keys, t.key(pk, RequestSKPrefix+in.Request.Key))
 		hash = in.Request.Hash
 	}
 	r, err := t.run(ctx, "publish-pointer", pk, scriptPublishPointer, keys,
@@ -415,11 +459,14 @@ func (t *RedisTable) PublishPointer(ctx context.Context, in PublishPointerInput)
 
 // BeginRequest implements Table.
 func (t *RedisTable) BeginRequest(ctx context.Context, in BeginRequestInput) (Request, bool, error) {
+	if err := t.check(); err != nil {
+		return Request{}, false, err
+	}
 	if err := validateBegin(in); err != nil {
 		return Request{}, false, err
 	}
 	sk := RequestSKPrefix + in.Key
-	r, err := t.run(ctx, "begin-request", in.PK, scriptBegin, []string{t.Key(in.PK, sk)},
+	r, err := t.run(ctx, "begin-request", in.PK, scriptBegin, []string{t.key(in.PK, sk)},
 		in.PK, sk, in.Hash, timeN(in.Now), i64(in.TTL), boolArg(in.RetryFailed))
 	if err != nil {
 		return Request{}, false, err
@@ -435,11 +482,17 @@ func (t *RedisTable) BeginRequest(ctx context.Context, in BeginRequestInput) (Re
 
 // FailRequest implements Table.
 func (t *RedisTable) FailRequest(ctx context.Context, pk, k, hash string) error {
+	if err := t.check(); err != nil {
+		return err
+	}
 	return t.requestOp(ctx, "fail-request", scriptFail, pk, k, hash)
 }
 
 // AbandonRequest implements Table.
 func (t *RedisTable) AbandonRequest(ctx context.Context, pk, k, hash string) error {
+	if err := t.check(); err != nil {
+		return err
+	}
 	return t.requestOp(ctx, "abandon-request", scriptAbandon, pk, k, hash)
 }
 
@@ -447,7 +500,7 @@ func (t *RedisTable) requestOp(ctx context.Context, op string, s *redis.Script, 
 	if err := validateRequestRef(pk, k, hash); err != nil {
 		return err
 	}
-	r, err := t.run(ctx, op, pk, s, []string{t.Key(pk, RequestSKPrefix+k)}, hash)
+	r, err := t.run(ctx, op, pk, s, []string{t.key(pk, RequestSKPrefix+k)}, hash)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,8 @@ import (
 // all of them joined), and the clock and retention of the stores that
 // decide with the caller's clock. A store's option struct embeds it; its
 // options call Invalid, SetClock and SetRetention; its New returns Err.
+// The isr tables, Coordinator, Handler and body stores collect their
+// options with it too.
 type Options struct {
 	// Store is the store's package name ("memstore"): option names in
 	// errors are qualified with it ("memstore.WithRetention").

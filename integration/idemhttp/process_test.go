@@ -1,7 +1,6 @@
 package idemhttp_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -256,44 +254,14 @@ func runRetryingClients(t *testing.T, spec string, conflicts bool) {
 	ns := fmt.Sprintf("idemhttp-test-%d-%d", os.Getpid(), rand.Uint64())
 	var addrs []string
 	for i := 0; i < processes; i++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"="+spec, nsEnv+"="+ns, effectsEnv+"="+effects)
+		cfg := testenv.ChildConfig{
+			Env:   []string{childEnv + "=" + spec, nsEnv + "=" + ns, effectsEnv + "=" + effects},
+			Grace: 10 * time.Second, // a server stops when its stdin closes
+		}
 		if conflicts {
-			cmd.Env = append(cmd.Env, returnEnv+"=1")
+			cfg.Env = append(cfg.Env, returnEnv+"=1")
 		}
-		cmd.Stderr = os.Stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			stdin.Close()
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("server %d: %v", cmd.Process.Pid, err)
-				}
-			case <-time.After(10 * time.Second):
-				cmd.Process.Kill()
-				<-done
-				t.Errorf("server %d did not stop", cmd.Process.Pid)
-			}
-		})
-		line, err := bufio.NewReader(stdout).ReadString('\n')
-		addr, ok := strings.CutPrefix(strings.TrimSpace(line), "ADDR ")
-		if err != nil || !ok {
-			t.Fatalf("server %d: %q %v", i, line, err)
-		}
-		addrs = append(addrs, addr)
+		addrs = append(addrs, testenv.StartChild(t, cfg).Expect(t, "ADDR ", time.Minute))
 	}
 	px := startProxy(t, addrs, 0.33)
 

@@ -18,7 +18,9 @@
 //
 // Put overwrites. Get of an absent key returns an error matching ErrNotFound.
 // Delete of an absent key is not an error. An empty or otherwise unusable key
-// returns a *KeyError (matching ErrInvalidKey), never a panic.
+// returns a *KeyError (matching ErrInvalidKey), never a panic. A store its
+// constructor did not make (nil, or a zero File, Memory or S3) returns an
+// *idem.OptionError matching idem.ErrInvalidOption.
 package body
 
 import (

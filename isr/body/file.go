@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/idem-go/idem"
 )
 
 // fileMagic starts every body file; the media type follows on the same line.
@@ -30,9 +32,10 @@ type File struct {
 }
 
 // NewFile returns a store rooted at dir, creating it (mode 0700) if needed.
+// An empty dir is an *idem.OptionError matching idem.ErrInvalidOption.
 func NewFile(dir string) (*File, error) {
 	if strings.TrimSpace(dir) == "" {
-		return nil, errors.New("body: NewFile: empty directory")
+		return nil, &idem.OptionError{Option: "body.NewFile", Reason: "directory is empty"}
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -44,11 +47,28 @@ func NewFile(dir string) (*File, error) {
 	return &File{dir: abs}, nil
 }
 
-// Dir returns the store's root directory.
-func (f *File) Dir() string { return f.dir }
+// check refuses a File that NewFile did not make.
+func (f *File) check() error {
+	if f == nil || f.dir == "" {
+		return &idem.OptionError{Option: "body.File", Reason: "nil or zero File: use NewFile"}
+	}
+	return nil
+}
 
-// Path returns the file that holds key. It is always inside Dir.
+// Dir returns the store's root directory ("" for a nil or zero File).
+func (f *File) Dir() string {
+	if f.check() != nil {
+		return ""
+	}
+	return f.dir
+}
+
+// Path returns the file that holds key. It is always inside Dir ("" for a
+// nil or zero File).
 func (f *File) Path(key string) string {
+	if f.check() != nil {
+		return ""
+	}
 	sum := sha256.Sum256([]byte(key))
 	h := hex.EncodeToString(sum[:])
 	return filepath.Join(f.dir, h[:2], h[2:])
@@ -56,6 +76,9 @@ func (f *File) Path(key string) string {
 
 // Put implements Store.
 func (f *File) Put(ctx context.Context, key string, content []byte, contentType string) (string, error) {
+	if err := f.check(); err != nil {
+		return "", err
+	}
 	if err := checkKey(key); err != nil {
 		return "", err
 	}
@@ -104,6 +127,9 @@ func (f *File) Put(ctx context.Context, key string, content []byte, contentType 
 
 // Get implements Store.
 func (f *File) Get(ctx context.Context, key string) (*Object, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
@@ -131,6 +157,9 @@ func (f *File) Get(ctx context.Context, key string) (*Object, error) {
 
 // Delete implements Store.
 func (f *File) Delete(ctx context.Context, key string) error {
+	if err := f.check(); err != nil {
+		return err
+	}
 	if err := checkKey(key); err != nil {
 		return err
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/idem-go/idem"
 )
 
 // Memory is a Store held in process memory. The zero value is not usable;
@@ -18,6 +20,9 @@ func NewMemory() *Memory { return &Memory{objects: make(map[string]Object)} }
 
 // Put implements Store.
 func (m *Memory) Put(ctx context.Context, key string, content []byte, contentType string) (string, error) {
+	if err := m.check(); err != nil {
+		return "", err
+	}
 	if err := checkKey(key); err != nil {
 		return "", err
 	}
@@ -36,6 +41,9 @@ func (m *Memory) Put(ctx context.Context, key string, content []byte, contentTyp
 
 // Get implements Store. The returned content is a copy.
 func (m *Memory) Get(ctx context.Context, key string) (*Object, error) {
+	if err := m.check(); err != nil {
+		return nil, err
+	}
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
@@ -54,6 +62,9 @@ func (m *Memory) Get(ctx context.Context, key string) (*Object, error) {
 
 // Delete implements Store.
 func (m *Memory) Delete(ctx context.Context, key string) error {
+	if err := m.check(); err != nil {
+		return err
+	}
 	if err := checkKey(key); err != nil {
 		return err
 	}
@@ -66,8 +77,19 @@ func (m *Memory) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// Len returns the number of stored objects.
+// check refuses a Memory that NewMemory did not make.
+func (m *Memory) check() error {
+	if m == nil || m.objects == nil {
+		return &idem.OptionError{Option: "body.Memory", Reason: "nil or zero Memory: use NewMemory"}
+	}
+	return nil
+}
+
+// Len returns the number of stored objects (0 for a nil or zero Memory).
 func (m *Memory) Len() int {
+	if m.check() != nil {
+		return 0
+	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return len(m.objects)

@@ -16,6 +16,7 @@ import (
 
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // S3API is the part of *s3.Client the S3 store uses.
@@ -42,12 +43,8 @@ type S3 struct {
 type S3Option func(*s3Config)
 
 type s3Config struct {
+	storekit.Options
 	prefix string
-	errs   []error
-}
-
-func (c *s3Config) invalid(option, format string, args ...any) {
-	c.errs = append(c.errs, &idem.OptionError{Option: "body." + option, Reason: fmt.Sprintf(format, args...)})
 }
 
 // WithPrefix puts every object under prefix (for example "pages/"), at
@@ -55,7 +52,7 @@ func (c *s3Config) invalid(option, format string, args ...any) {
 func WithPrefix(prefix string) S3Option {
 	return func(c *s3Config) {
 		if len(prefix) > maxKeyLen/2 {
-			c.invalid("WithPrefix", "prefix longer than %d bytes", maxKeyLen/2)
+			c.Invalid("WithPrefix", "prefix longer than %d bytes", maxKeyLen/2)
 			return
 		}
 		c.prefix = prefix
@@ -66,22 +63,22 @@ func WithPrefix(prefix string) S3Option {
 // bucket name and every invalid option are reported, joined, each an
 // *idem.OptionError matching idem.ErrInvalidOption.
 func NewS3(client S3API, bucket string, opts ...S3Option) (*S3, error) {
-	var c s3Config
+	c := s3Config{Options: storekit.Options{Store: "body"}}
 	if client == nil {
-		c.invalid("NewS3", "S3 client is nil")
+		c.Invalid("NewS3", "S3 client is nil")
 	}
 	if strings.TrimSpace(bucket) == "" {
-		c.invalid("NewS3", "bucket name is empty")
+		c.Invalid("NewS3", "bucket name is empty")
 	}
 	for _, o := range opts {
 		if o == nil {
-			c.invalid("NewS3", "nil option")
+			c.Invalid("NewS3", "nil option")
 			continue
 		}
 		o(&c)
 	}
-	if len(c.errs) > 0 {
-		return nil, errors.Join(c.errs...)
+	if err := c.Err(); err != nil {
+		return nil, err
 	}
 	return &S3{client: client, bucket: bucket, prefix: c.prefix}, nil
 }
@@ -94,11 +91,22 @@ func (s *S3) Validate() error {
 	return nil
 }
 
-// Bucket returns the bucket name.
-func (s *S3) Bucket() string { return s.bucket }
+// Bucket returns the bucket name ("" for a nil or zero S3).
+func (s *S3) Bucket() string {
+	if s.Validate() != nil {
+		return ""
+	}
+	return s.bucket
+}
 
-// ObjectKey returns the S3 object key that holds key.
-func (s *S3) ObjectKey(key string) string { return s.prefix + key }
+// ObjectKey returns the S3 object key that holds key ("" for a nil or zero
+// S3).
+func (s *S3) ObjectKey(key string) string {
+	if s.Validate() != nil {
+		return ""
+	}
+	return s.prefix + key
+}
 
 func (s *S3) check(key string) error {
 	if err := s.Validate(); err != nil {

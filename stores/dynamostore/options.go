@@ -1,11 +1,9 @@
 package dynamostore
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // Defaults of the options.
@@ -23,39 +21,33 @@ const (
 type Option func(*config)
 
 type config struct {
-	pk, sk    string
-	skValue   string
-	prefix    string
-	retention time.Duration
-	now       func() time.Time
-	errs      []error
+	storekit.Options // Now, Retention
+	pk, sk           string
+	skValue          string
+	prefix           string
 }
 
 // newConfig checks the arguments of fn (New or CreateTable) and applies
 // opts: every mistake is reported, joined.
 func newConfig(fn string, client Client, table string, opts []Option) (config, error) {
 	c := config{
-		pk: DefaultPartitionKey, sk: DefaultSortKey, skValue: DefaultSortKeyValue,
-		retention: DefaultRetention, now: time.Now,
+		Options: storekit.Options{Store: "dynamostore", Now: time.Now, Retention: DefaultRetention},
+		pk:      DefaultPartitionKey, sk: DefaultSortKey, skValue: DefaultSortKeyValue,
 	}
 	if client == nil {
-		c.fail(fn, "client is nil")
+		c.Invalid(fn, "client is nil")
 	}
 	if table == "" {
-		c.fail(fn, "table name is empty")
+		c.Invalid(fn, "table name is empty")
 	}
 	for _, o := range opts {
 		if o == nil {
-			c.fail(fn, "nil option")
+			c.Invalid(fn, "nil option")
 			continue
 		}
 		o(&c)
 	}
-	return c, errors.Join(c.errs...)
-}
-
-func (c *config) fail(option, reason string) {
-	c.errs = append(c.errs, &idem.OptionError{Option: "dynamostore." + option, Reason: reason})
+	return c, c.Err()
 }
 
 // WithKeyAttributes names the table's partition key and sort key
@@ -65,13 +57,13 @@ func WithKeyAttributes(partitionKey, sortKey string) Option {
 	return func(c *config) {
 		switch {
 		case partitionKey == "":
-			c.fail("WithKeyAttributes", "partition key name is empty")
+			c.Invalid("WithKeyAttributes", "partition key name is empty")
 		case partitionKey == sortKey:
-			c.fail("WithKeyAttributes", "partition and sort key have the same name")
+			c.Invalid("WithKeyAttributes", "partition and sort key have the same name")
 		case recordAttrs[partitionKey]:
-			c.fail("WithKeyAttributes", fmt.Sprintf("partition key name %q is a record attribute", partitionKey))
+			c.Invalid("WithKeyAttributes", "partition key name %q is a record attribute", partitionKey)
 		case recordAttrs[sortKey]:
-			c.fail("WithKeyAttributes", fmt.Sprintf("sort key name %q is a record attribute", sortKey))
+			c.Invalid("WithKeyAttributes", "sort key name %q is a record attribute", sortKey)
 		}
 		c.pk, c.sk = partitionKey, sortKey
 	}
@@ -82,7 +74,7 @@ func WithKeyAttributes(partitionKey, sortKey string) Option {
 func WithSortKeyValue(v string) Option {
 	return func(c *config) {
 		if v == "" {
-			c.fail("WithSortKeyValue", "sort key value is empty")
+			c.Invalid("WithSortKeyValue", "sort key value is empty")
 		}
 		c.skValue = v
 	}
@@ -93,7 +85,7 @@ func WithSortKeyValue(v string) Option {
 func WithKeyPrefix(prefix string) Option {
 	return func(c *config) {
 		if len(prefix) >= maxPartitionKeyBytes {
-			c.fail("WithKeyPrefix", "prefix leaves no room for the key")
+			c.Invalid("WithKeyPrefix", "prefix leaves no room for the key")
 		}
 		c.prefix = prefix
 	}
@@ -105,10 +97,7 @@ func WithKeyPrefix(prefix string) Option {
 // negative.
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
-		if d < 0 {
-			c.fail("WithRetention", fmt.Sprintf("retention must not be negative, got %v", d))
-		}
-		c.retention = d
+		c.SetRetention(d)
 	}
 }
 
@@ -120,9 +109,6 @@ func WithRetention(d time.Duration) Option {
 // heartbeat latency.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) {
-		if now == nil {
-			c.fail("WithClock", "clock is nil")
-		}
-		c.now = now
+		c.SetClock(now)
 	}
 }

@@ -238,7 +238,7 @@ func (st *Store) begin(op, key string, check error) (map[string]types.AttributeV
 	return k, nil
 }
 
-func (st *Store) nowMs() int64 { return st.cfg.now().UnixMilli() }
+func (st *Store) nowMs() int64 { return st.cfg.Now().UnixMilli() }
 
 // ttlAt is the ttl attribute for a record that stops counting at expiresAt
 // (Unix ms): epoch seconds, rounded up, plus the buffer.
@@ -247,7 +247,7 @@ func (st *Store) ttlAt(expiresAt int64) int64 {
 	if expiresAt%1000 > 0 {
 		sec++
 	}
-	return sec + int64(st.cfg.retention/time.Second)
+	return sec + int64(st.cfg.Retention/time.Second)
 }
 
 func storeErr(op string, err error) error {

@@ -1,38 +1,22 @@
 package natsstore
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // Option configures a Store. Options are checked by New, which reports
 // every invalid one.
 type Option func(*config)
 
-type config struct {
-	now       func() time.Time
-	retention time.Duration
-	errs      []error
-}
-
-func (c *config) invalid(option, format string, args ...any) {
-	c.errs = append(c.errs, &idem.OptionError{Option: "natsstore." + option, Reason: fmt.Sprintf(format, args...)})
-}
-
-func (c *config) err() error { return errors.Join(c.errs...) }
+type config struct{ storekit.Options }
 
 // WithClock sets the store's clock (default time.Now), for tests and for
 // users with a trusted time source. A nil clock is an invalid option.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) {
-		if now == nil {
-			c.invalid("WithClock", "nil clock")
-			return
-		}
-		c.now = now
+		c.SetClock(now)
 	}
 }
 
@@ -45,11 +29,7 @@ const DefaultRetention = time.Minute
 // Default one minute; negative is an invalid option.
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
-		if d < 0 {
-			c.invalid("WithRetention", "negative retention %v", d)
-			return
-		}
-		c.retention = d
+		c.SetRetention(d)
 	}
 }
 
@@ -57,8 +37,8 @@ func WithRetention(d time.Duration) Option {
 type BucketOption func(*bucketConfig)
 
 type bucketConfig struct {
+	storekit.Options
 	replicas int
-	errs     []error
 }
 
 // WithReplicas sets how many servers hold the bucket's stream (1 to 5,
@@ -68,7 +48,7 @@ type bucketConfig struct {
 func WithReplicas(n int) BucketOption {
 	return func(c *bucketConfig) {
 		if n < 1 || n > 5 {
-			c.errs = append(c.errs, &idem.OptionError{Option: "natsstore.WithReplicas", Reason: fmt.Sprintf("%d replicas, want 1 to 5", n)})
+			c.Invalid("WithReplicas", "%d replicas, want 1 to 5", n)
 			return
 		}
 		c.replicas = n

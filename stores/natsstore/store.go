@@ -54,21 +54,21 @@ var (
 // New returns a Store on kv (a jetstream.KeyValue, from CreateBucket or
 // js.KeyValue). It checks its options and does no I/O.
 func New(kv KeyValue, opts ...Option) (*Store, error) {
-	c := config{now: time.Now, retention: DefaultRetention}
+	c := config{storekit.Options{Store: "natsstore", Now: time.Now, Retention: DefaultRetention}}
 	if kv == nil || (reflect.ValueOf(kv).Kind() == reflect.Pointer && reflect.ValueOf(kv).IsNil()) {
-		c.invalid("New", "nil key-value bucket")
+		c.Invalid("New", "nil key-value bucket")
 	}
 	for _, o := range opts {
 		if o == nil {
-			c.invalid("New", "nil option")
+			c.Invalid("New", "nil option")
 			continue
 		}
 		o(&c)
 	}
-	if err := c.err(); err != nil {
+	if err := c.Err(); err != nil {
 		return nil, err
 	}
-	return &Store{kv: kv, now: c.now, retention: c.retention, revs: make(map[string]entry)}, nil
+	return &Store{kv: kv, now: c.Now, retention: c.Retention, revs: make(map[string]entry)}, nil
 }
 
 // CreateBucket creates the KV bucket name for a Store (history 1, file
@@ -76,18 +76,18 @@ func New(kv KeyValue, opts ...Option) (*Store, error) {
 // the same settings is returned as it is; one with other settings is an
 // error.
 func CreateBucket(ctx context.Context, js jetstream.JetStream, name string, opts ...BucketOption) (jetstream.KeyValue, error) {
-	c := bucketConfig{replicas: 1}
+	c := bucketConfig{Options: storekit.Options{Store: "natsstore"}, replicas: 1}
 	if js == nil {
-		c.errs = append(c.errs, &idem.OptionError{Option: "natsstore.CreateBucket", Reason: "nil JetStream"})
+		c.Invalid("CreateBucket", "nil JetStream")
 	}
 	for _, o := range opts {
 		if o == nil {
-			c.errs = append(c.errs, &idem.OptionError{Option: "natsstore.CreateBucket", Reason: "nil option"})
+			c.Invalid("CreateBucket", "nil option")
 			continue
 		}
 		o(&c)
 	}
-	if err := errors.Join(c.errs...); err != nil {
+	if err := c.Err(); err != nil {
 		return nil, err
 	}
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{

@@ -71,16 +71,9 @@ func TestProcesses(t *testing.T) {
 
 func TestOptions(t *testing.T) {
 	_, err := natsstore.New(nil, natsstore.WithClock(nil), natsstore.WithRetention(-time.Second), nil)
-	require.ErrorIs(t, err, idem.ErrInvalidOption)
-	var oe *idem.OptionError
-	require.ErrorAs(t, err, &oe)
-	for _, want := range []string{"nil key-value bucket", "WithClock", "WithRetention", "nil option"} {
-		assert.Contains(t, err.Error(), want)
-	}
+	storetest.CheckOptionErrors(t, err, "natsstore.New", "natsstore.WithClock", "natsstore.WithRetention", "natsstore.New")
 	_, err = natsstore.CreateBucket(context.Background(), nil, "x", natsstore.WithReplicas(0))
-	require.ErrorIs(t, err, idem.ErrInvalidOption)
-	assert.Contains(t, err.Error(), "WithReplicas")
-	assert.Contains(t, err.Error(), "nil JetStream")
+	storetest.CheckOptionErrors(t, err, "natsstore.CreateBucket", "natsstore.WithReplicas")
 }
 
 // counting counts the bucket operations a store sends: each is one round

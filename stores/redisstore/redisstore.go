@@ -273,18 +273,13 @@ func (e *ReplicaAckError) Unwrap() error { return e.Err }
 type Option func(*config)
 
 type config struct {
-	prefix       string
-	retention    time.Duration
-	watchTimeout time.Duration
-	health       time.Duration
-	ackN         int
-	ackTimeout   time.Duration
-	acceptAsync  bool
-	errs         []error
-}
-
-func (c *config) invalid(option, format string, args ...any) {
-	c.errs = append(c.errs, &idem.OptionError{Option: "redisstore." + option, Reason: fmt.Sprintf(format, args...)})
+	storekit.Options // Retention
+	prefix           string
+	watchTimeout     time.Duration
+	health           time.Duration
+	ackN             int
+	ackTimeout       time.Duration
+	acceptAsync      bool
 }
 
 // WithPrefix puts prefix in front of every Redis key and channel of the
@@ -293,7 +288,7 @@ func (c *config) invalid(option, format string, args ...any) {
 func WithPrefix(prefix string) Option {
 	return func(c *config) {
 		if strings.ContainsAny(prefix, "{}") {
-			c.invalid("WithPrefix", "prefix %q contains '{' or '}'", prefix)
+			c.Invalid("WithPrefix", "prefix %q contains '{' or '}'", prefix)
 			return
 		}
 		c.prefix = prefix
@@ -308,11 +303,7 @@ func WithPrefix(prefix string) Option {
 // retained: they expire at their expires_at (see Expiry in the package doc).
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
-		if d < 0 {
-			c.invalid("WithRetention", "retention must not be negative, got %v", d)
-			return
-		}
-		c.retention = d
+		c.SetRetention(d)
 	}
 }
 
@@ -322,7 +313,7 @@ func WithRetention(d time.Duration) Option {
 func WithWatchTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
-			c.invalid("WithWatchTimeout", "timeout must be positive, got %v", d)
+			c.Invalid("WithWatchTimeout", "timeout must be positive, got %v", d)
 			return
 		}
 		c.watchTimeout = d
@@ -336,7 +327,7 @@ func WithWatchTimeout(d time.Duration) Option {
 func WithHealthInterval(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
-			c.invalid("WithHealthInterval", "interval must be positive, got %v", d)
+			c.Invalid("WithHealthInterval", "interval must be positive, got %v", d)
 			return
 		}
 		c.health = d
@@ -353,10 +344,10 @@ func WithHealthInterval(d time.Duration) Option {
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return func(c *config) {
 		if n < 1 {
-			c.invalid("WithReplicaAck", "replica count must be at least 1, got %d", n)
+			c.Invalid("WithReplicaAck", "replica count must be at least 1, got %d", n)
 		}
 		if timeout < time.Millisecond {
-			c.invalid("WithReplicaAck", "timeout must be at least 1ms, got %v", timeout)
+			c.Invalid("WithReplicaAck", "timeout must be at least 1ms, got %v", timeout)
 		}
 		c.ackN, c.ackTimeout = n, timeout
 	}
@@ -528,42 +519,42 @@ type Store struct {
 // joined, each an *idem.OptionError matching idem.ErrInvalidOption.
 func New(client Client, opts ...Option) (*Store, error) {
 	c := config{
-		retention:    DefaultRetention,
+		Options:      storekit.Options{Store: "redisstore", Retention: DefaultRetention},
 		watchTimeout: DefaultWatchTimeout,
 		health:       DefaultHealthInterval,
 	}
 	if client == nil {
-		c.invalid("New", "client is nil")
+		c.Invalid("New", "client is nil")
 	}
 	for _, o := range opts {
 		if o == nil {
-			c.invalid("New", "nil option")
+			c.Invalid("New", "nil option")
 			continue
 		}
 		o(&c)
 	}
 	if c.acceptAsync && c.ackN > 0 {
-		c.invalid("AcceptAsyncReplication", "contradicts WithReplicaAck")
+		c.Invalid("AcceptAsyncReplication", "contradicts WithReplicaAck")
 	}
 	if c.ackN > 0 && client != nil {
 		switch client.(type) {
 		case *redis.ClusterClient:
 		case *redis.Ring:
-			c.invalid("WithReplicaAck", "not supported on a Ring")
+			c.Invalid("WithReplicaAck", "not supported on a Ring")
 		default:
 			if _, ok := client.(pipeliner); !ok {
-				c.invalid("WithReplicaAck", "client %T has no Pipeline method", client)
+				c.Invalid("WithReplicaAck", "client %T has no Pipeline method", client)
 			}
 		}
 	}
-	if len(c.errs) > 0 {
-		return nil, errors.Join(c.errs...)
+	if err := c.Err(); err != nil {
+		return nil, err
 	}
 	s := &Store{
 		client:       client,
 		prefix:       c.prefix,
-		retention:    c.retention,
-		retentionArg: ms(c.retention),
+		retention:    c.Retention,
+		retentionArg: ms(c.Retention),
 		watchTimeout: c.watchTimeout,
 		health:       c.health,
 		ackN:         int64(c.ackN),

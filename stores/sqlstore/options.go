@@ -7,7 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // Dialect selects the SQL spoken to the database.
@@ -56,13 +56,8 @@ const (
 type Option func(*config)
 
 type config struct {
-	table     string
-	retention time.Duration
-	errs      []error
-}
-
-func (c *config) fail(option, reason string) {
-	c.errs = append(c.errs, &idem.OptionError{Option: "sqlstore." + option, Reason: reason})
+	storekit.Options // Retention
+	table            string
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -95,7 +90,7 @@ func validTable(name string) string {
 func WithTable(name string) Option {
 	return func(c *config) {
 		if why := validTable(name); why != "" {
-			c.fail("WithTable", why)
+			c.Invalid("WithTable", "%s", why)
 		}
 		c.table = name
 	}
@@ -125,9 +120,6 @@ func textProblem(s string) string {
 // starting again at 1. It must not be negative.
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
-		if d < 0 {
-			c.fail("WithRetention", fmt.Sprintf("retention must not be negative, got %v", d))
-		}
-		c.retention = d
+		c.SetRetention(d)
 	}
 }

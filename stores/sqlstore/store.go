@@ -42,22 +42,22 @@ var _ idem.Store = (*Store)(nil)
 // and every invalid option are reported, joined, each an
 // *idem.OptionError matching idem.ErrInvalidOption.
 func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
-	cfg := config{table: DefaultTable, retention: DefaultRetention}
+	cfg := config{Options: storekit.Options{Store: "sqlstore", Retention: DefaultRetention}, table: DefaultTable}
 	if db == nil {
-		cfg.fail("New", "*sql.DB is nil")
+		cfg.Invalid("New", "*sql.DB is nil")
 	}
 	if dialect != Postgres && dialect != MySQL {
-		cfg.fail("New", fmt.Sprintf("unknown dialect %d", int(dialect)))
+		cfg.Invalid("New", "unknown dialect %d", int(dialect))
 	}
 	for _, o := range opts {
 		if o == nil {
-			cfg.fail("New", "nil option")
+			cfg.Invalid("New", "nil option")
 			continue
 		}
 		o(&cfg)
 	}
-	if len(cfg.errs) > 0 {
-		return nil, errors.Join(cfg.errs...)
+	if err := cfg.Err(); err != nil {
+		return nil, err
 	}
 	return &Store{db: db, dialect: dialect, cfg: cfg, q: buildQueries(dialect, cfg.table)}, nil
 }
@@ -770,7 +770,7 @@ func (s *Store) Purge(ctx context.Context) (int, error) {
 	if err := s.Validate(); err != nil {
 		return 0, err
 	}
-	n, err := s.exec(ctx, stPurge, s.cfg.retention.Milliseconds())
+	n, err := s.exec(ctx, stPurge, s.cfg.Retention.Milliseconds())
 	if err != nil {
 		return 0, storeErr("purge", err)
 	}

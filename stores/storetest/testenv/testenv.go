@@ -6,7 +6,8 @@
 // can never pass by skipping its real backends.
 //
 // It also holds the fault-injection and process helpers those tests share
-// (Proxy, RedisServer, WaitStopped). It is a public package of the core module,
+// (Proxy; RedisServer; StartChild, which re-executes the test binary as a
+// child process; WaitStopped). It is a public package of the core module,
 // standard library only, so that every store module's tests can use it.
 package testenv
 
