@@ -6,9 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
+	"github.com/idem-go/idem/stores/sqlstore/sqlbench"
 	"github.com/idem-go/idem/stores/storetest/testenv"
 )
 
@@ -37,45 +36,12 @@ func dsn(t testing.TB, d sqlstore.Dialect) string {
 	return testenv.MySQLDSN(t)
 }
 
-// roundTrips counts request/response exchanges on the wire: a write that
-// follows a read (or is a connection's first) starts one.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) Load() int64 { return r.n.Load() }
-
-type countingConn struct {
-	net.Conn
-	rt      *roundTrips
-	writing atomic.Bool
-}
-
-func (c *countingConn) Write(b []byte) (int, error) {
-	if !c.writing.Swap(true) {
-		c.rt.n.Add(1)
-	}
-	return c.Conn.Write(b)
-}
-
-func (c *countingConn) Read(b []byte) (int, error) {
-	c.writing.Store(false)
-	return c.Conn.Read(b)
-}
-
-func (r *roundTrips) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &countingConn{Conn: c, rt: r}, nil
-}
-
 // openDB opens a pool whose connections count their round trips in rt
 // (nil: not counted).
-func openDB(t testing.TB, d sqlstore.Dialect, source string, rt *roundTrips) *sql.DB {
+func openDB(t testing.TB, d sqlstore.Dialect, source string, rt *sqlbench.RoundTrips) *sql.DB {
 	t.Helper()
 	if rt == nil {
-		rt = &roundTrips{}
+		rt = &sqlbench.RoundTrips{}
 	}
 	var db *sql.DB
 	switch d {
@@ -84,14 +50,14 @@ func openDB(t testing.TB, d sqlstore.Dialect, source string, rt *roundTrips) *sq
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.DialFunc = rt.dial
+		cfg.DialFunc = rt.Dial
 		db = stdlib.OpenDB(*cfg)
 	default:
 		cfg, err := mysql.ParseDSN(source)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.DialFunc = rt.dial
+		cfg.DialFunc = rt.Dial
 		conn, err := mysql.NewConnector(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -146,7 +112,7 @@ type env struct {
 	db      *sql.DB
 	table   string
 	store   *sqlstore.Store
-	rt      *roundTrips // nil on the shared pool
+	rt      *sqlbench.RoundTrips // nil on the shared pool
 }
 
 // newEnv returns a store on a fresh table of its own (dropped at the end of
@@ -160,14 +126,14 @@ func newEnv(t testing.TB, d sqlstore.Dialect, opts ...sqlstore.Option) *env {
 // with one connection, whose round trips are counted.
 func newCountedEnv(t testing.TB, d sqlstore.Dialect, opts ...sqlstore.Option) *env {
 	t.Helper()
-	rt := &roundTrips{}
+	rt := &sqlbench.RoundTrips{}
 	db := openDB(t, d, dsn(t, d), rt)
 	db.SetMaxOpenConns(1)
 	t.Cleanup(func() { _ = db.Close() })
 	return newEnvOn(t, d, db, rt, opts...)
 }
 
-func newEnvOn(t testing.TB, d sqlstore.Dialect, db *sql.DB, rt *roundTrips, opts ...sqlstore.Option) *env {
+func newEnvOn(t testing.TB, d sqlstore.Dialect, db *sql.DB, rt *sqlbench.RoundTrips, opts ...sqlstore.Option) *env {
 	t.Helper()
 	e := &env{dialect: d, db: db, table: "idem_t_" + randHex(6), rt: rt}
 	s, err := sqlstore.New(db, d, append([]sqlstore.Option{sqlstore.WithTable(e.table)}, opts...)...)

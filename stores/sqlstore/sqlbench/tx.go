@@ -19,13 +19,28 @@ import (
 	"github.com/idem-go/idem/stores/sqlstore"
 )
 
-// roundTrips counts request/response exchanges on the wire: a write that
-// follows a read (or is a connection's first) starts one.
-type roundTrips struct{ n atomic.Int64 }
+// RoundTrips counts request/response exchanges on the wire of the
+// connections Dial makes: a write that follows a read (or is a
+// connection's first) starts one. Its zero value is ready to use.
+type RoundTrips struct{ n atomic.Int64 }
+
+// Load returns the round trips counted so far.
+func (r *RoundTrips) Load() int64 { return r.n.Load() }
+
+// Dial dials like a net.Dialer and counts the connection's round trips
+// (a DialFunc for pgx and the MySQL driver).
+func (r *RoundTrips) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, rt: r}, nil
+}
 
 type countingConn struct {
 	net.Conn
-	rt      *roundTrips
+	rt      *RoundTrips
 	writing atomic.Bool
 }
 
@@ -61,15 +76,8 @@ func MeasureTx(ctx context.Context, dsn string, calls int) (_ TxCost, err error)
 	if err != nil {
 		return TxCost{}, err
 	}
-	rt := &roundTrips{}
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &countingConn{Conn: c, rt: rt}, nil
-	}
+	rt := &RoundTrips{}
+	cfg.DialFunc = rt.Dial
 	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
 	db.SetMaxOpenConns(1)
@@ -116,13 +124,13 @@ func MeasureTx(ctx context.Context, dsn string, calls int) (_ TxCost, err error)
 		return tx.Commit()
 	}
 	run := func(f func(string) error, name func(int) string) (ns, trips float64, err error) {
-		before, start := rt.n.Load(), time.Now()
+		before, start := rt.Load(), time.Now()
 		for i := range calls {
 			if err := f(name(i)); err != nil {
 				return 0, 0, err
 			}
 		}
-		return float64(time.Since(start).Nanoseconds()) / float64(calls), float64(rt.n.Load()-before) / float64(calls), nil
+		return float64(time.Since(start).Nanoseconds()) / float64(calls), float64(rt.Load()-before) / float64(calls), nil
 	}
 	for i := range 10 { // warm: statements prepared
 		if err := doTx(prefix + "w" + strconv.Itoa(i)); err != nil {
