@@ -8,6 +8,7 @@ package benchkit
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -40,14 +41,23 @@ func result(r testing.BenchmarkResult, ops, beats int) Result {
 
 // Fresh measures Do on keys never seen before: claim, fn, complete.
 func Fresh(b *testing.B, s idem.Store) (ops, beats int) {
+	return fresh(b, s, "fresh-", func(context.Context) (int, error) { return 42, nil })
+}
+
+// Replay measures Do on a completed key: one claim that returns the record.
+func Replay(b *testing.B, s idem.Store) (ops, beats int) {
+	return repeated(b, s, "replay-", func(context.Context) (int, error) { return 42, nil }, nil)
+}
+
+// fresh measures Do of fn on keys never seen before (named after prefix).
+func fresh(b *testing.B, s idem.Store, prefix string, fn func(context.Context) (int, error)) (ops, beats int) {
 	inst := storetest.Instrument(s)
 	g, err := idem.New[int](inst)
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	fn := func(context.Context) (int, error) { return 42, nil }
-	prefix := uniq("fresh-") + "-"
+	prefix = uniq(prefix) + "-"
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -60,24 +70,24 @@ func Fresh(b *testing.B, s idem.Store) (ops, beats int) {
 	return inst.Total(), inst.Count(storetest.OpHeartbeat)
 }
 
-// Replay measures Do on a completed key: one claim that returns the record.
-func Replay(b *testing.B, s idem.Store) (ops, beats int) {
+// repeated measures Do of fn on one key (named after name) after a first,
+// untimed call; every call must end in want (nil: success).
+func repeated(b *testing.B, s idem.Store, name string, fn func(context.Context) (int, error), want error) (ops, beats int) {
 	inst := storetest.Instrument(s)
 	g, err := idem.New[int](inst)
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	key := uniq("replay-")
-	fn := func(context.Context) (int, error) { return 42, nil }
-	if _, err := g.Do(ctx, key, fn); err != nil {
+	key := uniq(name)
+	if _, err := g.Do(ctx, key, fn); !errors.Is(err, want) {
 		b.Fatal(err)
 	}
 	inst.Reset()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := g.Do(ctx, key, fn); err != nil {
+		if _, err := g.Do(ctx, key, fn); !errors.Is(err, want) {
 			b.Fatal(err)
 		}
 	}
