@@ -45,6 +45,24 @@ func (b *beforeScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	return next
 }
 
+// hookedPair returns two stores of kind on one fresh prefix, each on a
+// client of its own: hooked, whose client runs hook's armed function right
+// before its next script (its scripts loaded, so that function runs before
+// the script itself, not before a script load), and other.
+func hookedPair(t *testing.T, kind string) (hooked *redisstore.Store, hook *beforeScript, other *redisstore.Store) {
+	t.Helper()
+	c, _ := counted(t, kind)
+	hook = &beforeScript{}
+	c.AddHook(hook)
+	oc, _ := counted(t, kind)
+	pfx := prefix()
+	hooked = mustNew(t, c, redisstore.WithPrefix(pfx))
+	other = mustNew(t, oc, redisstore.WithPrefix(pfx))
+	t.Cleanup(func() { _ = hooked.Close(); _ = other.Close() })
+	require.NoError(t, hooked.LoadScripts(ctxT(t)))
+	return hooked, hook, other
+}
+
 // TestClaimScriptAnswersItsOwnNonce reproduces a history that a
 // linearizability check found illegal: a claim's first command sees a
 // released record, so the claim goes on to the claim script; before the
@@ -56,15 +74,7 @@ func (b *beforeScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 func TestClaimScriptAnswersItsOwnNonce(t *testing.T) {
 	bothKinds(t, func(t *testing.T, kind string) {
 		ctx := ctxT(t)
-		c, _ := counted(t, kind)
-		hook := &beforeScript{}
-		c.AddHook(hook)
-		other, _ := counted(t, kind)
-		pfx := prefix()
-		s := mustNew(t, c, redisstore.WithPrefix(pfx))
-		o := mustNew(t, other, redisstore.WithPrefix(pfx))
-		t.Cleanup(func() { _ = s.Close(); _ = o.Close() })
-		require.NoError(t, s.LoadScripts(ctx))
+		s, hook, o := hookedPair(t, kind)
 
 		key := storageKey()
 		_, err := o.Claim(ctx, claimReq(key, "first"))

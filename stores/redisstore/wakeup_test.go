@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -22,15 +21,7 @@ func TestNoLostWakeUp(t *testing.T) {
 		for _, when := range []string{"before subscribe", "between subscribe and mark", "after mark"} {
 			t.Run(when, func(t *testing.T) {
 				ctx := ctxT(t)
-				c, _ := counted(t, kind)
-				hook := &beforeScript{}
-				c.AddHook(hook)
-				other, _ := counted(t, kind)
-				pfx := prefix()
-				waiter := mustNew(t, c, redisstore.WithPrefix(pfx))
-				owner := mustNew(t, other, redisstore.WithPrefix(pfx))
-				t.Cleanup(func() { _ = waiter.Close(); _ = owner.Close() })
-				require.NoError(t, waiter.LoadScripts(ctx))
+				waiter, hook, owner := hookedPair(t, kind)
 
 				key := storageKey()
 				_, err := owner.Claim(ctx, claimReq(key, "owner"))
