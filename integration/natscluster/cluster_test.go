@@ -1,4 +1,4 @@
-package natsstore_test
+package natscluster_test
 
 import (
 	"context"
