@@ -9,8 +9,8 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem/idemmsg/internal/torture"
 	"github.com/idem-go/idem/idemmsg/jetstream"
+	"github.com/idem-go/idem/integration/idemmsg/internal/torture"
 	"github.com/idem-go/idem/stores/storetest/testenv"
 )
 

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem/idemmsg/amqp"
-	"github.com/idem-go/idem/idemmsg/internal/torture"
+	"github.com/idem-go/idem/integration/idemmsg/internal/torture"
 	"github.com/idem-go/idem/stores/storetest/testenv"
 )
 

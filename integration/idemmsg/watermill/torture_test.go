@@ -12,8 +12,8 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem/idemmsg/internal/torture"
 	"github.com/idem-go/idem/idemmsg/watermill"
+	"github.com/idem-go/idem/integration/idemmsg/internal/torture"
 	"github.com/idem-go/idem/stores/storetest/testenv"
 )
 
