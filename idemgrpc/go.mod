@@ -4,8 +4,6 @@ go 1.26.0
 
 require (
 	github.com/idem-go/idem v0.1.0
-	github.com/idem-go/idem/stores/filestore v0.1.0
-	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
 	google.golang.org/grpc v1.85.0
@@ -13,13 +11,6 @@ require (
 )
 
 require (
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	go.uber.org/atomic v1.12.0 // indirect
-)
-
-require (
-	github.com/gofrs/flock v0.13.1 // indirect
-	github.com/idem-go/idem/stores/redisstore v0.1.0
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect

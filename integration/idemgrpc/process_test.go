@@ -428,9 +428,11 @@ func runRetries(t *testing.T, rr retryRun) retryResult {
 					}
 					// With a key of its own, the application may call
 					// again when grpc gave up (an answer lost after its
-					// headers arrived is not retried by grpc); a key the
-					// interceptor minted dies with the logical call.
-					if err == nil || !rr.shared || try == 20 || status.Code(err) != codes.Unavailable {
+					// headers arrived is not retried by grpc, and may
+					// surface as a bare EOF); a key the interceptor minted
+					// dies with the logical call.
+					lostAnswer := status.Code(err) == codes.Unavailable || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+					if err == nil || !rr.shared || try == 20 || !lostAnswer {
 						break
 					}
 					time.Sleep(10 * time.Millisecond)
