@@ -1,8 +1,11 @@
 // Package integration holds tests that need several stores at once: the
 // linearizability checks of every store against its real backend, and
 // tests of packages built on the stores (such as idemhttp) run on more than
-// one of them, and the stores' fault-injection tests that need toxiproxy
-// (packages redisfaults and dynamofaults). It is a module of its own so
+// one of them, the stores' fault-injection tests that need toxiproxy
+// (packages redisfaults and dynamofaults), natsstore's tests on a JetStream
+// cluster in the test process (natscluster), and the multi-process tests of
+// idemgrpc and idemmsg, which share a file or Redis store between server or
+// consumer processes (idemgrpc, idemmsg/...). It is a module of its own so
 // that the stores' dependencies, and those of these tests, meet only here.
 //
 // It has no API and is never imported: it exists for its tests.
