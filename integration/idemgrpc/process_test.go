@@ -24,6 +24,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemgrpc"
+	"github.com/idem-go/idem/integration/internal/dropproxy"
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/stores/storetest/testenv"
@@ -132,107 +133,6 @@ func serveChild(spec string) error {
 	fmt.Printf("ADDR %s\n", ln.Addr())
 	go func() { io.Copy(io.Discard, os.Stdin); s.Stop() }()
 	return s.Serve(ln)
-}
-
-// dropProxy forwards TCP connections to the backends in turn and, with
-// probability p for each chunk a backend answers, drops the client's
-// connection instead of forwarding the chunk: the server has answered, the
-// client never hears it, and grpc's retry policy sends the call again.
-type dropProxy struct {
-	ln       net.Listener
-	backends []string
-	p        float64
-	next     atomic.Int64
-	drops    atomic.Int64
-	wg       sync.WaitGroup
-	mu       sync.Mutex
-	conns    map[net.Conn]bool
-}
-
-func startProxy(t *testing.T, backends []string, p float64) *dropProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := &dropProxy{ln: ln, backends: backends, p: p, conns: map[net.Conn]bool{}}
-	px.wg.Add(1)
-	go px.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		px.mu.Lock()
-		for c := range px.conns {
-			c.Close()
-		}
-		px.mu.Unlock()
-		px.wg.Wait()
-	})
-	return px
-}
-
-func (px *dropProxy) accept() {
-	defer px.wg.Done()
-	for {
-		c, err := px.ln.Accept()
-		if err != nil {
-			return
-		}
-		px.wg.Add(1)
-		go func() {
-			defer px.wg.Done()
-			px.pipe(c)
-		}()
-	}
-}
-
-func (px *dropProxy) track(c net.Conn) {
-	px.mu.Lock()
-	px.conns[c] = true
-	px.mu.Unlock()
-}
-
-func (px *dropProxy) untrack(c net.Conn) {
-	px.mu.Lock()
-	delete(px.conns, c)
-	px.mu.Unlock()
-	c.Close()
-}
-
-func (px *dropProxy) pipe(client net.Conn) {
-	px.track(client)
-	defer px.untrack(client)
-	backend, err := net.Dial("tcp", px.backends[int(px.next.Add(1))%len(px.backends)])
-	if err != nil {
-		return
-	}
-	px.track(backend)
-	defer px.untrack(backend)
-	go func() {
-		io.Copy(backend, client)
-		backend.Close()
-	}()
-	buf := make([]byte, 32<<10)
-	first := true
-	for {
-		n, err := backend.Read(buf)
-		if n > 0 {
-			// The first chunk is the server's HTTP/2 preface: dropping it
-			// only makes the client reconnect.
-			if !first && rand.Float64() < px.p {
-				px.drops.Add(1)
-				if tc, ok := client.(*net.TCPConn); ok {
-					tc.SetLinger(0) // a reset, as a dying middlebox sends
-				}
-				return
-			}
-			first = false
-			if _, werr := client.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
 }
 
 // perAttemptKey mints a new key for every attempt grpc makes (per-RPC
@@ -377,7 +277,7 @@ const (
 // through grpc's own 5 attempts uses a lower rate than the others.
 func runRetries(t *testing.T, rr retryRun) retryResult {
 	addrs, effects, _ := startServers(t, retryProcesses, rr.bareServer, rr.redis)
-	px := startProxy(t, addrs, rr.drop)
+	px := dropproxy.Start(t, addrs, rr.drop, true)
 	var clients []*grpc.ClientConn
 	for c := 0; c < retryClients; c++ {
 		opts := []grpc.DialOption{
@@ -389,7 +289,7 @@ func runRetries(t *testing.T, rr retryRun) retryResult {
 		} else {
 			opts = append(opts, grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor()))
 		}
-		clients = append(clients, dial(t, px.ln.Addr().String(), opts...))
+		clients = append(clients, dial(t, px.Addr(), opts...))
 	}
 
 	res := retryResult{answers: map[string][]string{}}
@@ -452,7 +352,7 @@ func runRetries(t *testing.T, rr retryRun) retryResult {
 	wg.Wait()
 	elapsed := time.Since(start)
 	res.runs, res.effects = readEffects(t, effects)
-	res.calls, res.failed, res.drops, res.replays = retryCalls, int(failed.Load()), int(px.drops.Load()), int(replays.Load())
+	res.calls, res.failed, res.drops, res.replays = retryCalls, int(failed.Load()), int(px.Drops()), int(replays.Load())
 	t.Logf("store %s, server interceptor %v, client %s, shared keys %v: %d logical calls x %d clients via %d processes in %v: %d side effects, %d failed calls, %d answers dropped by the proxy, %d replayed responses",
 		map[bool]string{true: "redis", false: "file"}[rr.redis != ""], !rr.bareServer, map[bool]string{true: "per-attempt keys", false: "interceptor"}[rr.perAttemptKeys], rr.shared,
 		retryCalls, retryClients, retryProcesses, elapsed.Round(time.Millisecond), res.effects, res.failed, res.drops, res.replays)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/integration/internal/dropproxy"
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/stores/storetest/testenv"
@@ -115,104 +116,6 @@ func serveChild(spec string) error {
 	return err
 }
 
-// dropProxy forwards TCP connections to the backends in turn and, with
-// probability p for each chunk a backend answers, drops the client's
-// connection instead of forwarding the chunk: the server has answered, the
-// client never hears it and retries.
-type dropProxy struct {
-	ln       net.Listener
-	backends []string
-	p        float64
-	next     atomic.Int64
-	drops    atomic.Int64
-	wg       sync.WaitGroup
-	mu       sync.Mutex
-	conns    map[net.Conn]bool
-}
-
-func startProxy(t *testing.T, backends []string, p float64) *dropProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := &dropProxy{ln: ln, backends: backends, p: p, conns: map[net.Conn]bool{}}
-	px.wg.Add(1)
-	go px.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		px.mu.Lock()
-		for c := range px.conns {
-			c.Close()
-		}
-		px.mu.Unlock()
-		px.wg.Wait()
-	})
-	return px
-}
-
-func (px *dropProxy) accept() {
-	defer px.wg.Done()
-	for {
-		c, err := px.ln.Accept()
-		if err != nil {
-			return
-		}
-		px.wg.Add(1)
-		go func() {
-			defer px.wg.Done()
-			px.pipe(c)
-		}()
-	}
-}
-
-// track registers c to be closed when the proxy stops.
-func (px *dropProxy) track(c net.Conn) {
-	px.mu.Lock()
-	px.conns[c] = true
-	px.mu.Unlock()
-}
-
-func (px *dropProxy) untrack(c net.Conn) {
-	px.mu.Lock()
-	delete(px.conns, c)
-	px.mu.Unlock()
-	c.Close()
-}
-
-func (px *dropProxy) pipe(client net.Conn) {
-	px.track(client)
-	defer px.untrack(client)
-	backend, err := net.Dial("tcp", px.backends[int(px.next.Add(1))%len(px.backends)])
-	if err != nil {
-		return
-	}
-	px.track(backend)
-	defer px.untrack(backend)
-	go func() {
-		io.Copy(backend, client)
-		backend.Close()
-	}()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := backend.Read(buf)
-		if n > 0 {
-			if rand.Float64() < px.p {
-				px.drops.Add(1)
-				if tc, ok := client.(*net.TCPConn); ok {
-					tc.SetLinger(0) // a reset, as a dying middlebox sends
-				}
-				return
-			}
-			if _, werr := client.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
 // TestRetryingClientAcrossProcesses: a real retrying client
 // (hashicorp/go-retryablehttp) sends POSTs with Idempotency-Key through a
 // proxy that drops a third of the answers after the server sent them, to 4
@@ -263,7 +166,7 @@ func runRetryingClients(t *testing.T, spec string, conflicts bool) {
 		}
 		addrs = append(addrs, testenv.StartChild(t, cfg).Expect(t, "ADDR ", time.Minute))
 	}
-	px := startProxy(t, addrs, 0.33)
+	px := dropproxy.Start(t, addrs, 0.33, false)
 
 	client := retryablehttp.NewClient()
 	client.Logger = nil
@@ -305,7 +208,7 @@ func runRetryingClients(t *testing.T, spec string, conflicts bool) {
 			go func() {
 				defer wg.Done()
 				defer kw.Done()
-				req, err := retryablehttp.NewRequest("POST", "http://"+px.ln.Addr().String()+"/payments",
+				req, err := retryablehttp.NewRequest("POST", "http://"+px.Addr()+"/payments",
 					[]byte(fmt.Sprintf(`{"amount":%d,"currency":"EUR"}`, 100+k)))
 				if err != nil {
 					results[k][c].err = err
@@ -362,8 +265,8 @@ func runRetryingClients(t *testing.T, spec string, conflicts bool) {
 		t.Errorf("%d keys ran, want %d", len(runs), keys)
 	}
 	t.Logf("%s: %d keys x %d clients via %d processes in %v: %d side effects, %d answers dropped by the proxy, %d replayed responses",
-		strings.SplitN(spec, ":", 2)[0], keys, perKey, processes, elapsed.Round(time.Millisecond), len(strings.Split(strings.TrimSpace(string(data)), "\n")), px.drops.Load(), replays)
-	if px.drops.Load() == 0 {
+		strings.SplitN(spec, ":", 2)[0], keys, perKey, processes, elapsed.Round(time.Millisecond), len(strings.Split(strings.TrimSpace(string(data)), "\n")), px.Drops(), replays)
+	if px.Drops() == 0 {
 		t.Error("the proxy dropped nothing: the test proved nothing about retries")
 	}
 	if conflicts {
