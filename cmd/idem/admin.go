@@ -260,6 +260,7 @@ a string.
 
   idem key invoice 42 '"EUR"'        same as idem.Key("invoice", 42, "EUR")
   idem key -s nightly-report 2024-05-01
+  idem key -- "$NAME" ...            a NAME that may start with "-"
 `
 
 func (c *cli) keyCmd(args []string) int {

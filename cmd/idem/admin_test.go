@@ -327,6 +327,9 @@ func TestKey(t *testing.T) {
 		{[]string{"-s", "report", "2024-05-01", "42"}, "report", args{"2024-05-01", "42"}},
 		{[]string{"m", `{"b":1,"a":[true,null]}`}, "m", args{map[string]any{"a": []any{true, nil}, "b": 1}}},
 		{[]string{"big", "9007199254740992"}, "big", args{json.Number("9007199254740992")}},
+		// After "--" every word is NAME or ARG, even one that looks like a flag.
+		{[]string{"--", "-s", "1"}, "-s", args{1}},
+		{[]string{"--", "--", "0"}, "--", args{0}},
 	} {
 		want, err := idem.Key(c.name, c.args...)
 		if err != nil {

@@ -13,13 +13,17 @@ import (
 )
 
 // FuzzKey: idem key never panics, and when it prints a key, it is the one
-// idem.Key gives for the same JSON values.
+// idem.Key gives for the same JSON values. The arguments follow "--", as a
+// script passing names it does not control must write them: without it a
+// NAME of "--" or "-s" is read as a flag, as every Go command reads it.
 func FuzzKey(f *testing.F) {
 	f.Add("invoice", "42", `"EUR"`)
 	f.Add("m", `{"b":1,"a":[true,null]}`, "1e400")
 	f.Add("", "{", "")
+	f.Add("--", "0", "1")
+	f.Add("-s", `"x"`, "2")
 	f.Fuzz(func(t *testing.T, name, a, b string) {
-		iv := invoke(context.Background(), env{}, "key", name, a, b)
+		iv := invoke(context.Background(), env{}, "key", "--", name, a, b)
 		if iv.code != exitOK {
 			if iv.code != exitUsage {
 				t.Fatalf("exit %d", iv.code)
