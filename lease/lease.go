@@ -27,9 +27,16 @@ func Token() string {
 
 // RandomHex returns n random bytes in hex.
 func RandomHex(n int) string {
-	b := make([]byte, n)
+	var small [48]byte // a nonce's 16 bytes and their hex, without an allocation
+	var b, h []byte
+	if 3*n <= len(small) {
+		b, h = small[:n], small[n:3*n]
+	} else {
+		b, h = make([]byte, n), make([]byte, 2*n)
+	}
 	_, _ = rand.Read(b) // crypto/rand.Read never returns an error
-	return hex.EncodeToString(b)
+	hex.Encode(h, b)
+	return string(h)
 }
 
 // Jitter returns a duration drawn uniformly from [d/2, d], so that callers

@@ -12,7 +12,12 @@
 // each, 40000 by default), with the ratios; and the throughput ratio
 // idem/raw for replays and fresh calls with -redis-latency (200µs) added in
 // each direction by an in-process delaying pipe under every connection
-// (alternating rounds, median). -redis-table adds the longer throughput
+// (alternating rounds, median), for each of -redis-latency-callers (8 and
+// 64 concurrent callers: 8 are limited by the network, 64 on a two-core
+// machine by its CPU). The cost table's "floor" row is a claim and a
+// minimal script that checks the claim's value before it writes: the least
+// a completion that only its claim may make costs on a Redis without
+// SET ... IFEQ. -redis-table adds the longer throughput
 // table of earlier releases (idem vs raw and the prototype rows).
 //
 // With a PostgreSQL DSN (-postgres, default $IDEM_POSTGRES_DSN) it also
@@ -32,6 +37,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -54,10 +60,20 @@ func main() {
 	rounds := flag.Int("redis-rounds", 3, "alternating rounds in the Redis throughput tables (the median round is reported)")
 	costCalls := flag.Int("redis-cost-calls", 40000, "calls per phase in the Redis cost table")
 	latency := flag.Duration("redis-latency", 200*time.Microsecond, "latency added in each direction in the Redis latency table")
+	latencyCallers := flag.String("redis-latency-callers", "8,64", "comma-separated numbers of concurrent callers in the Redis latency table (1 to 64)")
 	longTable := flag.Bool("redis-table", false, "also print the long Redis throughput table (idem vs raw, prototype rows)")
 	pgDSN := flag.String("postgres", os.Getenv("IDEM_POSTGRES_DSN"), "PostgreSQL DSN for the Wait wake-up table (empty: skip)")
 	pgSamples := flag.Int("postgres-samples", 15, "Wait wake-up samples per waiter kind in the PostgreSQL table")
 	flag.Parse()
+	var callers []int
+	for _, f := range strings.Split(*latencyCallers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > redisbench.Workers {
+			fmt.Fprintf(os.Stderr, "-redis-latency-callers: %q is not a number of callers from 1 to %d\n", f, redisbench.Workers)
+			os.Exit(2)
+		}
+		callers = append(callers, n)
+	}
 	if *pgSamples < 1 {
 		fmt.Fprintln(os.Stderr, "-postgres-samples must be at least 1")
 		os.Exit(2)
@@ -123,7 +139,7 @@ func main() {
 	if *redisAddr != "" {
 		err := redisTables(ctx, "Redis "+*redisAddr, func(dial dialer) (redis.UniversalClient, redis.UniversalClient) {
 			return redisClient(*redisAddr, dial), redisClient(*redisAddr, dial)
-		}, *costCalls, *calls, *rounds, *latency, *longTable)
+		}, *costCalls, *calls, *rounds, *latency, callers, *longTable)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "redis:", err)
 			os.Exit(1)
@@ -133,7 +149,7 @@ func main() {
 		addrs := strings.Split(*clusterAddrs, ",")
 		err := redisTables(ctx, "Redis Cluster "+*clusterAddrs, func(dial dialer) (redis.UniversalClient, redis.UniversalClient) {
 			return clusterClient(addrs, dial), clusterClient(addrs, dial)
-		}, *costCalls, *calls, *rounds, *latency, *longTable)
+		}, *costCalls, *calls, *rounds, *latency, callers, *longTable)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "redis cluster:", err)
 			os.Exit(1)
@@ -166,14 +182,14 @@ func clusterClient(addrs []string, dial dialer) *redis.ClusterClient {
 // redisTables prints the cost table and the latency table of one
 // deployment (and the long throughput table when asked).
 func redisTables(ctx context.Context, name string, pair func(dialer) (redis.UniversalClient, redis.UniversalClient),
-	costCalls, calls, rounds int, latency time.Duration, long bool) error {
+	costCalls, calls, rounds int, latency time.Duration, callers []int, long bool) error {
 	gc, rc := pair(nil)
 	defer gc.Close()
 	defer rc.Close()
 	if err := redisbench.CostTable(ctx, os.Stdout, name, gc, rc, costCalls); err != nil {
 		return err
 	}
-	if err := redisbench.LatencyTable(ctx, os.Stdout, name, latency, pair, calls, rounds); err != nil {
+	if err := redisbench.LatencyTable(ctx, os.Stdout, name, latency, pair, calls, rounds, callers...); err != nil {
 		return err
 	}
 	if long {

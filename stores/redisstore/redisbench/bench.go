@@ -53,14 +53,15 @@ func NewClusterClient(addrs []string) *redis.ClusterClient {
 	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: Workers, MinIdleConns: Workers})
 }
 
-// parallel runs op(i) for i in [0, n) on Workers goroutines and returns the
-// elapsed time and the first error.
-func parallel(n int, op func(i int) error) (time.Duration, error) {
+// parallel runs op(i) for i in [0, n) on the Setup's callers (Workers
+// unless a table says otherwise) and returns the elapsed time and the first
+// error.
+func (s *Setup) parallel(n int, op func(i int) error) (time.Duration, error) {
 	var next atomic.Int64
 	var first atomic.Value
 	var wg sync.WaitGroup
 	start := time.Now()
-	for range Workers {
+	for range s.workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -101,6 +102,8 @@ type Setup struct {
 	Store  *redisstore.Store
 	Raw    redis.UniversalClient
 	prefix string
+	// workers is the number of concurrent callers of every measurement.
+	workers int
 }
 
 // NewSetup builds a Guard over a redisstore on gc and uses rc for raw
@@ -123,7 +126,7 @@ func NewSetup(ctx context.Context, gc, rc redis.UniversalClient) (*Setup, error)
 			return nil, err
 		}
 	}
-	return &Setup{Guard: g, Store: s, Raw: rc, prefix: pfx}, nil
+	return &Setup{Guard: g, Store: s, Raw: rc, prefix: pfx, workers: Workers}, nil
 }
 
 // Close closes the store (not the clients).
@@ -138,7 +141,7 @@ var round atomic.Int64
 // GuardFresh runs n guarded calls on new keys: claim + complete each.
 func (s *Setup) GuardFresh(ctx context.Context, n int) (time.Duration, error) {
 	r := strconv.FormatInt(round.Add(1), 10)
-	return parallel(n, func(i int) error {
+	return s.parallel(n, func(i int) error {
 		_, err := s.Guard.Do(ctx, "fresh-"+r+"-"+strconv.Itoa(i), s.fn)
 		return err
 	})
@@ -148,7 +151,7 @@ func (s *Setup) GuardFresh(ctx context.Context, n int) (time.Duration, error) {
 // new keys.
 func (s *Setup) RawFresh(ctx context.Context, n int) (time.Duration, error) {
 	r := strconv.FormatInt(round.Add(1), 10)
-	return parallel(n, func(i int) error {
+	return s.parallel(n, func(i int) error {
 		k := s.prefix + "raw-" + r + "-" + strconv.Itoa(i)
 		if err := s.Raw.SetNX(ctx, k, "in_progress", 30*time.Second).Err(); err != nil {
 			return err
@@ -161,7 +164,7 @@ const replayKeys = 4096
 
 // PrepareReplays completes the keys the replay measurements read.
 func (s *Setup) PrepareReplays(ctx context.Context) error {
-	_, err := parallel(replayKeys, func(i int) error {
+	_, err := s.parallel(replayKeys, func(i int) error {
 		if _, err := s.Guard.Do(ctx, "replay-"+strconv.Itoa(i), s.fn); err != nil {
 			return err
 		}
@@ -172,7 +175,7 @@ func (s *Setup) PrepareReplays(ctx context.Context) error {
 
 // GuardReplay runs n guarded calls on completed keys: one claim each.
 func (s *Setup) GuardReplay(ctx context.Context, n int) (time.Duration, error) {
-	return parallel(n, func(i int) error {
+	return s.parallel(n, func(i int) error {
 		v, err := s.Guard.Do(ctx, "replay-"+strconv.Itoa(i%replayKeys), s.fn)
 		if err == nil && v.Amount != 4200 {
 			err = fmt.Errorf("replay returned %+v", v)
@@ -183,7 +186,7 @@ func (s *Setup) GuardReplay(ctx context.Context, n int) (time.Duration, error) {
 
 // RawReplay runs n GETs of existing keys.
 func (s *Setup) RawReplay(ctx context.Context, n int) (time.Duration, error) {
-	return parallel(n, func(i int) error {
+	return s.parallel(n, func(i int) error {
 		return s.Raw.Get(ctx, s.prefix+"rawreplay-"+strconv.Itoa(i%replayKeys)).Err()
 	})
 }
@@ -257,7 +260,7 @@ func (s *Setup) StoreReplay(ctx context.Context, n int) (time.Duration, error) {
 		}
 		keys[i] = k
 	}
-	return parallel(n, func(i int) error {
+	return s.parallel(n, func(i int) error {
 		_, err := s.Store.Claim(ctx, idem.ClaimRequest{Key: keys[i%replayKeys], Nonce: "bench-nonce-" + strconv.Itoa(i),
 			LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second})
 		return err
@@ -269,7 +272,7 @@ func (s *Setup) StoreReplay(ctx context.Context, n int) (time.Duration, error) {
 func (s *Setup) StoreFresh(ctx context.Context, n int) (time.Duration, error) {
 	r := strconv.FormatInt(round.Add(1), 10)
 	res := []byte(value)
-	return parallel(n, func(i int) error {
+	return s.parallel(n, func(i int) error {
 		k := "idem:storefresh-" + s.prefix + r + "-" + strconv.Itoa(i)
 		nonce := "nonce-" + r + "-" + strconv.Itoa(i)
 		if _, err := s.Store.Claim(ctx, idem.ClaimRequest{Key: k, Nonce: nonce, LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second}); err != nil {
@@ -284,7 +287,7 @@ func (s *Setup) StoreFresh(ctx context.Context, n int) (time.Duration, error) {
 // value a claim's size, and decodes nothing: the floor of a replay.
 func (s *Setup) TxReplay(ctx context.Context, n int) (time.Duration, error) {
 	value := strings.Repeat("0", 122+32+70)
-	return parallel(n, func(i int) error {
+	return s.parallel(n, func(i int) error {
 		k := s.prefix + "rawreplay-" + strconv.Itoa(i%replayKeys)
 		p := s.Raw.TxPipeline()
 		set := p.Do(ctx, "set", k, value, "nx", "get", "px", 120000)
@@ -303,7 +306,7 @@ func (s *Setup) TxReplay(ctx context.Context, n int) (time.Duration, error) {
 // exactly (which would end the attempt count there, not a retention later).
 func (s *Setup) SetNXReplay(ctx context.Context, n int) (time.Duration, error) {
 	value := strings.Repeat("0", 122+32+70)
-	return parallel(n, func(i int) error {
+	return s.parallel(n, func(i int) error {
 		k := s.prefix + "rawreplay-" + strconv.Itoa(i%replayKeys)
 		return s.Raw.Do(ctx, "set", k, value, "nx", "get", "px", 120000).Err()
 	})
