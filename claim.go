@@ -79,9 +79,13 @@ func (c *claim) observe(kind EventKind, err error) {
 }
 
 // begin starts the work: its context (parent's values, the fencing token,
-// cancelled when the claim is lost) and the heartbeat.
+// cancelled when the claim is lost) and the heartbeat. A call's parent (see
+// callContext) carries the fencing token already.
 func (c *claim) begin(parent context.Context) {
-	c.fctx, c.cancel = context.WithCancelCause(context.WithValue(parent, fencingKey{}, c.rec.Attempt))
+	if _, ok := parent.(*callCtx); !ok {
+		parent = context.WithValue(parent, fencingKey{}, c.rec.Attempt)
+	}
+	c.fctx, c.cancel = context.WithCancelCause(parent)
 	c.start = time.Now()
 	c.hb = c.heartbeat()
 }

@@ -36,9 +36,26 @@ type stepCall struct {
 type stepInfo struct{ key string }
 
 // callContext is the parent of a call's fn context: ctx with the call in
-// it, for Step.
+// it, for Step, and the claim's fencing token.
 func (c *claim) callContext() context.Context {
-	return context.WithValue(c.ctx, callKey{}, &stepCall{e: c.e, sk: c.sk, ctx: c.ctx, attempt: c.rec.Attempt})
+	return &callCtx{Context: c.ctx, call: stepCall{e: c.e, sk: c.sk, ctx: c.ctx, attempt: c.rec.Attempt}}
+}
+
+// callCtx is a call's context values in one allocation: the call for Step
+// and the fencing token, the call's attempt.
+type callCtx struct {
+	context.Context
+	call stepCall
+}
+
+func (c *callCtx) Value(k any) any {
+	switch k.(type) {
+	case callKey:
+		return &c.call
+	case fencingKey:
+		return c.call.attempt
+	}
+	return c.Context.Value(k)
 }
 
 // Step runs fn as a recorded step of the guarded call whose context is ctx

@@ -25,7 +25,9 @@ type Backend interface {
 	// written. A record that cannot be decoded is reported (matching
 	// idem.ErrCorruptRecord) without calling fn, so it is never replaced.
 	// fn may keep cur and may modify neither cur nor the record it returns
-	// after returning it; Update must not hand fn a record it will change.
+	// after returning it; Update must not hand fn a record it will change,
+	// and may keep the record fn returns as it is (Locked hands its callers
+	// copies of the records it passes to and gets from Update).
 	Update(ctx context.Context, key string, fn func(cur *idem.Record) (*idem.Record, error)) error
 	// Delete removes the record under key whatever its state. Deleting a
 	// missing record is not an error.
@@ -110,6 +112,8 @@ func (l *Locked) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRe
 	if d.Write {
 		l.notify(req.Key)
 	}
+	// The record is the one Update stored or read: the caller gets a copy.
+	d.Record = d.Record.Clone()
 	return d.Result(), nil
 }
 

@@ -174,15 +174,17 @@ func (m *memory) Update(_ context.Context, key string, fn func(*idem.Record) (*i
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.purgeLocked(m.now().UnixMilli(), m.sweepN)
+	// A stored record is replaced, never changed, so fn gets the stored one
+	// itself, and the one it returns is stored as it is (the Backend
+	// contract: fn changes neither; Locked copies what it returns).
 	var cur *idem.Record
 	if e := m.records[key]; e != nil {
-		cur = e.rec.Clone()
+		cur = e.rec
 	}
 	next, err := fn(cur)
 	if err != nil || next == nil {
 		return err
 	}
-	next = next.Clone()
 	if e := m.records[key]; e != nil {
 		e.rec = next
 		heap.Fix(&m.expiry, e.index)
