@@ -31,7 +31,7 @@ type claim struct {
 	start  time.Time               // when the work began
 	fctx   context.Context         // the work's context
 	cancel context.CancelCauseFunc // cancels fctx
-	hb     *lease.Refresher
+	hb     lease.Refresher         // started by begin; c is its Holder
 
 	mu      sync.Mutex
 	stopped bool // the heartbeat was stopped
@@ -87,7 +87,7 @@ func (c *claim) begin(parent context.Context) {
 	}
 	c.fctx, c.cancel = context.WithCancelCause(parent)
 	c.start = time.Now()
-	c.hb = c.heartbeat()
+	c.heartbeat()
 }
 
 // stopHeartbeat stops the heartbeat (once) and reports whether it found the
@@ -409,35 +409,19 @@ func joinErr(a, b error) error {
 
 // heartbeat refreshes the claim while its work runs (see lease.Refresher:
 // a timer, not a goroutine, so work that returns within one interval costs
-// no heartbeat at all). Stop it with Stop, which reports whether ownership
-// was lost.
+// no heartbeat at all). Stop it with stopHeartbeat, which reports whether
+// ownership was lost. The claim is the Refresher's lease.Holder.
 //
 // If no heartbeat succeeds for takeover minus half an interval, another
 // caller may take the claim over before the next one could tell: the
-// work's context is cancelled with a *LapseError first. The lapse is
-// counted from when the last successful refresh was sent (the store's
-// HeartbeatAt is no earlier), and leaves half an interval, not a whole one,
-// so that the next heartbeat has time to succeed even when the interval is
-// half the threshold.
-func (c *claim) heartbeat() *lease.Refresher {
+// work's context is cancelled with a *LapseError first (see Lapsed). The
+// lapse is counted from when the last successful refresh was sent (the
+// store's HeartbeatAt is no earlier), and leaves half an interval, not a
+// whole one, so that the next heartbeat has time to succeed even when the
+// interval is half the threshold.
+func (c *claim) heartbeat() {
 	e := c.e
-	cfg := lease.Config{
-		Interval: e.beat,
-		Margin:   e.beat / 2,
-		Refresh: func(hctx context.Context) (time.Duration, error) {
-			return e.takeover, e.store.Heartbeat(hctx, c.sk, c.rec.Nonce, e.lease)
-		},
-		Lost: func(err error) error {
-			if errors.Is(err, ErrLostOwnership) {
-				return fmt.Errorf("idem: claim taken over: %w", ErrLostOwnership)
-			}
-			return nil
-		},
-		OnLapse: func(since time.Duration, _ error) error {
-			e.observe(c.bg, Event{Kind: EventLapse, StorageKey: c.sk, Attempt: c.rec.Attempt, Duration: max(e.takeover-since, 0)})
-			return &LapseError{Since: since.Round(time.Millisecond)}
-		},
-	}
+	cfg := lease.Config{Interval: e.beat, Margin: e.beat / 2}
 	if e.observer != nil { // only an observer sees these (and a call without one allocates no closure for them)
 		cfg.OnRefresh = func(left time.Duration) {
 			e.observe(c.bg, Event{Kind: EventRefresh, StorageKey: c.sk, Attempt: c.rec.Attempt, Duration: left})
@@ -446,5 +430,25 @@ func (c *claim) heartbeat() *lease.Refresher {
 			e.observe(c.bg, Event{Kind: EventHeartbeatError, StorageKey: c.sk, Attempt: c.rec.Attempt, Err: err})
 		}
 	}
-	return lease.Start(c.bg, c.cancel, c.sent, e.takeover, cfg)
+	c.hb.Start(c.bg, c.cancel, c.sent, e.takeover, c, cfg)
+}
+
+// Refresh implements lease.Holder: one heartbeat.
+func (c *claim) Refresh(ctx context.Context) (time.Duration, error) {
+	return c.e.takeover, c.e.store.Heartbeat(ctx, c.sk, c.rec.Nonce, c.e.lease)
+}
+
+// Lost implements lease.Holder: a refused heartbeat means the claim was
+// taken over; anything else is transient.
+func (c *claim) Lost(err error) error {
+	if errors.Is(err, ErrLostOwnership) {
+		return fmt.Errorf("idem: claim taken over: %w", ErrLostOwnership)
+	}
+	return nil
+}
+
+// Lapsed implements lease.Holder: the work is cut off with a *LapseError.
+func (c *claim) Lapsed(since time.Duration, _ error) error {
+	c.e.observe(c.bg, Event{Kind: EventLapse, StorageKey: c.sk, Attempt: c.rec.Attempt, Duration: max(c.e.takeover-since, 0)})
+	return &LapseError{Since: since.Round(time.Millisecond)}
 }

@@ -588,46 +588,12 @@ func (c *Coordinator) renderWithRefresh(ctx context.Context, l Lease, render Ren
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	interval := c.cfg.leaseDuration / 3
-	var (
-		mu      sync.Mutex
-		current = l
-	)
-	// valid is how long lease l is held from a send at now, by the clock.
-	valid := func(l Lease, now time.Time) time.Duration { return time.Unix(l.ExpiresAt, 0).Sub(now) }
-	r := lease.Start(rctx, cancel, time.Now(), valid(l, c.cfg.Now()), lease.Config{
-		Interval: interval,
-		Margin:   interval / 2,
-		Refresh: func(hctx context.Context) (time.Duration, error) {
-			mu.Lock()
-			old := current
-			mu.Unlock()
-			now := c.cfg.Now()
-			nl, err := c.refreshAt(hctx, old, now)
-			if err != nil {
-				return 0, err
-			}
-			mu.Lock()
-			current = nl
-			mu.Unlock()
-			return valid(nl, now), nil
-		},
-		Lost: func(err error) error {
-			if errors.Is(err, ErrLeaseLost) {
-				return err
-			}
-			return nil // transient; the next interval retries, the lapse timer runs on
-		},
-		OnLapse: func(_ time.Duration, last error) error {
-			mu.Lock()
-			defer mu.Unlock()
-			return &LapseError{PK: current.PK, ExpiresAt: current.ExpiresAt, Err: last}
-		},
-	})
+	h := &renderLease{c: c, current: l}
+	var r lease.Refresher
+	r.Start(rctx, cancel, time.Now(), h.valid(l, c.cfg.Now()), h, lease.Config{Interval: interval, Margin: interval / 2})
 	page, err := render(rctx, l)
 	r.Stop()
-	mu.Lock()
-	l = current
-	mu.Unlock()
+	l = h.lease()
 	if cause := context.Cause(rctx); cause != nil && errors.Is(cause, ErrLeaseLost) {
 		// The lease was lost, or could not be kept, during the render:
 		// that, not whatever the render made of its cancelled context, is
@@ -635,6 +601,53 @@ func (c *Coordinator) renderWithRefresh(ctx context.Context, l Lease, render Ren
 		return Page{}, l, cause
 	}
 	return page, l, err
+}
+
+// renderLease is the lease.Holder of a render: the lease as last
+// refreshed.
+type renderLease struct {
+	c       *Coordinator
+	mu      sync.Mutex
+	current Lease
+}
+
+func (h *renderLease) lease() Lease {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.current
+}
+
+// valid is how long lease l is held from a send at now, by the clock.
+func (h *renderLease) valid(l Lease, now time.Time) time.Duration {
+	return time.Unix(l.ExpiresAt, 0).Sub(now)
+}
+
+// Refresh implements lease.Holder.
+func (h *renderLease) Refresh(ctx context.Context) (time.Duration, error) {
+	now := h.c.cfg.Now()
+	nl, err := h.c.refreshAt(ctx, h.lease(), now)
+	if err != nil {
+		return 0, err
+	}
+	h.mu.Lock()
+	h.current = nl
+	h.mu.Unlock()
+	return h.valid(nl, now), nil
+}
+
+// Lost implements lease.Holder: ErrLeaseLost is for good; anything else is
+// transient (the next interval retries, the lapse timer runs on).
+func (h *renderLease) Lost(err error) error {
+	if errors.Is(err, ErrLeaseLost) {
+		return err
+	}
+	return nil
+}
+
+// Lapsed implements lease.Holder.
+func (h *renderLease) Lapsed(_ time.Duration, last error) error {
+	cur := h.lease()
+	return &LapseError{PK: cur.PK, ExpiresAt: cur.ExpiresAt, Err: last}
 }
 
 // NewToken returns a fresh random lease token (128 bits, hex). The error

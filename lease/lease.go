@@ -61,7 +61,32 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Config says how a Refresher refreshes a lease and what it reports.
+// A Holder holds a lease that a Refresher keeps alive: it refreshes the
+// lease, tells which refresh errors mean the lease is gone, and says what
+// the work is cancelled with when the lease lapses. (An interface, not
+// functions, so that a holder allocates nothing to be refreshed.)
+type Holder interface {
+	// Refresh refreshes the lease once. On success it reports for how long
+	// the lease is now valid, counted from the moment Refresh was called
+	// (the store counts from no earlier than that).
+	Refresh(ctx context.Context) (valid time.Duration, err error)
+
+	// Lost tells a failed refresh that means the lease is gone for good
+	// from a transient one. For the former it returns the cause to cancel
+	// the work with, and refreshing ends; for the latter nil, and the next
+	// interval tries again while the lapse timer runs on.
+	Lost(err error) (cause error)
+
+	// Lapsed is called when the lapse deadline passes with no successful
+	// refresh: since is the time since the last successful refresh (or the
+	// acquisition) was sent, lastErr the error of the last refresh if it
+	// failed. It returns the cause the work is cancelled with; it is called
+	// before the cancel, so what it reports is known by the time the work
+	// sees its context end.
+	Lapsed(since time.Duration, lastErr error) (cause error)
+}
+
+// Config says how often a Refresher refreshes a lease and what it reports.
 type Config struct {
 	// Interval is the time from one refresh's send to the next one's. Each
 	// refresh's context is also bounded by it, so a hanging refresh does
@@ -72,32 +97,12 @@ type Config struct {
 	// off, leaving room for the work to notice.
 	Margin time.Duration
 
-	// Refresh refreshes the lease once. On success it reports for how long
-	// the lease is now valid, counted from the moment Refresh was called
-	// (the store counts from no earlier than that). Required.
-	Refresh func(ctx context.Context) (valid time.Duration, err error)
-
-	// Lost tells a failed refresh that means the lease is gone for good
-	// from a transient one. For the former it returns the cause to cancel
-	// the work with, and refreshing ends; for the latter nil, and the next
-	// interval tries again while the lapse timer runs on. Nil treats every
-	// error as transient.
-	Lost func(err error) (cause error)
-
 	// OnRefresh, if set, is called after each successful refresh with the
 	// time left until the new lapse deadline.
 	OnRefresh func(left time.Duration)
 
 	// OnError, if set, is called with each transient refresh error.
 	OnError func(err error)
-
-	// OnLapse is called when the lapse deadline passes with no successful
-	// refresh: since is the time since the last successful refresh (or the
-	// acquisition) was sent, lastErr the error of the last refresh if it
-	// failed. It returns the cause the work is cancelled with; it is called
-	// before the cancel, so what it reports is known by the time the work
-	// sees its context end. Required.
-	OnLapse func(since time.Duration, lastErr error) (cause error)
 }
 
 // A Refresher refreshes a lease every Interval while work runs and cancels
@@ -113,6 +118,7 @@ type Config struct {
 // real end. The deadline has a timer of its own, so a refresh that hangs
 // does not delay it.
 type Refresher struct {
+	h      Holder
 	cfg    Config
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -131,13 +137,16 @@ type Refresher struct {
 	busy     sync.WaitGroup // a refresh in flight
 }
 
-// Start starts refreshing a lease that was acquired (or last refreshed) by
-// a request sent at since and is valid for valid from then. Refreshes use
-// ctx; cancel cancels the work. Stop must be called when the work ends.
-func Start(ctx context.Context, cancel context.CancelCauseFunc, since time.Time, valid time.Duration, cfg Config) *Refresher {
-	r := &Refresher{cfg: cfg, ctx: ctx, cancel: cancel, lastOK: since, deadline: since.Add(valid - cfg.Margin)}
+// Start starts refreshing h's lease, which was acquired (or last
+// refreshed) by a request sent at since and is valid for valid from then.
+// Refreshes use ctx; cancel cancels the work. r must be a zero Refresher
+// (one Start per Refresher, so that a holder can embed it), and Stop must be
+// called when the work ends.
+func (r *Refresher) Start(ctx context.Context, cancel context.CancelCauseFunc, since time.Time, valid time.Duration, h Holder, cfg Config) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.h, r.cfg, r.ctx, r.cancel = h, cfg, ctx, cancel
+	r.lastOK, r.deadline = since, since.Add(valid-cfg.Margin)
 	// The lapse timer is armed by the first refresh when the deadline
 	// comes after it (work that ends within one interval then costs one
 	// timer), and here when it does not.
@@ -145,7 +154,6 @@ func Start(ctx context.Context, cancel context.CancelCauseFunc, since time.Time,
 		r.lapse = time.AfterFunc(left, r.lapsed)
 	}
 	r.next = time.AfterFunc(cfg.Interval, r.refresh)
-	return r
 }
 
 // Stop ends the refreshing, waits for a refresh in flight, and reports
@@ -176,7 +184,7 @@ func (r *Refresher) lapsed() {
 	}
 	since, lastErr := time.Since(r.lastOK), r.lastErr
 	r.mu.Unlock()
-	r.cancel(r.cfg.OnLapse(since, lastErr))
+	r.cancel(r.h.Lapsed(since, lastErr))
 }
 
 func (r *Refresher) refresh() {
@@ -194,17 +202,15 @@ func (r *Refresher) refresh() {
 
 	sent := time.Now()
 	rctx, rcancel := context.WithTimeout(r.ctx, r.cfg.Interval)
-	valid, err := r.cfg.Refresh(rctx)
+	valid, err := r.h.Refresh(rctx)
 	rcancel()
 	if err != nil {
-		if r.cfg.Lost != nil {
-			if cause := r.cfg.Lost(err); cause != nil {
-				r.mu.Lock()
-				r.lost = true
-				r.mu.Unlock()
-				r.cancel(cause)
-				return
-			}
+		if cause := r.h.Lost(err); cause != nil {
+			r.mu.Lock()
+			r.lost = true
+			r.mu.Unlock()
+			r.cancel(cause)
+			return
 		}
 		r.mu.Lock()
 		r.lastErr = err

@@ -9,6 +9,36 @@ import (
 	"time"
 )
 
+// testConfig is a Holder's functions and a Config in one literal.
+type testConfig struct {
+	Interval, Margin time.Duration
+	Refresh          func(context.Context) (time.Duration, error)
+	Lost             func(error) error // nil: every error is transient
+	OnLapse          func(time.Duration, error) error
+	OnRefresh        func(time.Duration)
+	OnError          func(error)
+}
+
+type holder struct{ c testConfig }
+
+func (h holder) Refresh(ctx context.Context) (time.Duration, error) { return h.c.Refresh(ctx) }
+
+func (h holder) Lost(err error) error {
+	if h.c.Lost == nil {
+		return nil
+	}
+	return h.c.Lost(err)
+}
+
+func (h holder) Lapsed(since time.Duration, last error) error { return h.c.OnLapse(since, last) }
+
+// start starts a Refresher with c's functions as its Holder.
+func start(ctx context.Context, cancel context.CancelCauseFunc, since time.Time, valid time.Duration, c testConfig) *Refresher {
+	r := new(Refresher)
+	r.Start(ctx, cancel, since, valid, holder{c}, Config{Interval: c.Interval, Margin: c.Margin, OnRefresh: c.OnRefresh, OnError: c.OnError})
+	return r
+}
+
 // wait is how long a test waits for something that must happen: generous,
 // so that a loaded machine never fails a test; only a wrong outcome does.
 const wait = 10 * time.Second
@@ -75,7 +105,7 @@ func TestDeadlineCountsFromSend(t *testing.T) {
 	var calls atomic.Int32
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	r := Start(ctx, cancel, time.Now(), valid, Config{
+	r := start(ctx, cancel, time.Now(), valid, testConfig{
 		Interval: time.Millisecond,
 		Refresh: func(context.Context) (time.Duration, error) {
 			if calls.Add(1) == 1 {
@@ -109,7 +139,7 @@ func TestLapseDoesNotWaitForHangingRefresh(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	var lapses atomic.Int32
-	r := Start(ctx, cancel, time.Now(), 300*time.Millisecond, Config{
+	r := start(ctx, cancel, time.Now(), 300*time.Millisecond, testConfig{
 		Interval: 100 * time.Millisecond,
 		Margin:   50 * time.Millisecond,
 		Refresh: func(context.Context) (time.Duration, error) {
@@ -153,7 +183,7 @@ func TestTransientErrorsThenLapse(t *testing.T) {
 	var reported []error
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	r := Start(ctx, cancel, time.Now(), 400*time.Millisecond, Config{
+	r := start(ctx, cancel, time.Now(), 400*time.Millisecond, testConfig{
 		Interval: 20 * time.Millisecond,
 		Margin:   10 * time.Millisecond,
 		Refresh: func(context.Context) (time.Duration, error) {
@@ -193,7 +223,7 @@ func TestLostEndsRefreshing(t *testing.T) {
 	var calls atomic.Int32
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	r := Start(ctx, cancel, time.Now(), time.Hour, Config{
+	r := start(ctx, cancel, time.Now(), time.Hour, testConfig{
 		Interval: time.Millisecond,
 		Refresh: func(context.Context) (time.Duration, error) {
 			calls.Add(1)
@@ -230,7 +260,7 @@ func TestRefreshKeepsLease(t *testing.T) {
 	var calls atomic.Int32
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	r := Start(ctx, cancel, time.Now(), valid, Config{
+	r := start(ctx, cancel, time.Now(), valid, testConfig{
 		Interval: 10 * time.Millisecond,
 		Margin:   5 * time.Millisecond,
 		Refresh: func(context.Context) (time.Duration, error) {
@@ -266,7 +296,7 @@ func TestRefreshKeepsLease(t *testing.T) {
 func TestShortWorkSendsNothing(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	r := Start(ctx, cancel, time.Now(), time.Hour, Config{
+	r := start(ctx, cancel, time.Now(), time.Hour, testConfig{
 		Interval: time.Hour,
 		Refresh: func(context.Context) (time.Duration, error) {
 			t.Error("refresh sent")
