@@ -12,6 +12,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idem-go/idem/idemmsg"
 	"github.com/idem-go/idem/idemmsg/watermill"
 	"github.com/idem-go/idem/integration/idemmsg/internal/torture"
 	"github.com/idem-go/idem/stores/storetest/testenv"
@@ -79,7 +80,9 @@ func tortureConfig(t *testing.T, guarded bool) torture.Config {
 			}
 			router.AddMiddleware(dropAcks(env))
 			if env.Dedup != nil {
-				router.AddMiddleware(watermill.Middleware(env.Dedup))
+				router.AddMiddleware(watermill.Middleware(env.Dedup, watermill.WithReport(func(msg *message.Message, r idemmsg.Result) {
+					env.Decided(msg.UUID, r)
+				})))
 			}
 			router.AddConsumerHandler("pay", ns, sub, func(msg *message.Message) error {
 				return env.Effect(msg.Context(), msg.UUID)

@@ -43,6 +43,9 @@ type Env struct {
 	// DropAck reports whether to skip the ack of a message's first
 	// delivery (a consumer that loses its ack).
 	DropAck func() bool
+	// Decided logs the Dedup's decision for a delivery of key; a run that
+	// does not settle shows the last ones of each missing message.
+	Decided func(key string, r idemmsg.Result)
 }
 
 // Config is one torture run.
@@ -144,7 +147,13 @@ func defaults(cfg *Config) {
 // startLine is a consumer's notice that it started a slow handler.
 type startLine struct {
 	proc *exec.Cmd
+	key  string
 }
+
+// maxKillsPerKey bounds the kills inside one message's handler: a slow
+// message left for last would otherwise be killed on every attempt (one
+// kill every KillEvery, one takeover as often) and never finish.
+const maxKillsPerKey = 3
 
 type run struct {
 	t      *testing.T
@@ -177,9 +186,9 @@ func (r *run) start() {
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "SLOW ") {
+			if key, ok := strings.CutPrefix(sc.Text(), "SLOW "); ok {
 				select {
-				case r.starts <- startLine{proc: cmd}:
+				case r.starts <- startLine{proc: cmd, key: key}:
 				default:
 				}
 			}
@@ -226,13 +235,15 @@ func (r *run) loop(msgs []Message) Report {
 	}
 	deadline := time.Now().Add(r.cfg.Deadline)
 	nextKill := time.Now().Add(r.cfg.KillEvery)
+	kills := map[string]int{}
 	for time.Now().Before(deadline) {
 		select {
 		case s := <-r.starts:
-			if time.Now().After(nextKill) {
+			if time.Now().After(nextKill) && kills[s.key] < maxKillsPerKey {
 				time.Sleep(r.cfg.SlowFor / 10) // inside the handler's sleep, before its side effect
 				if r.kill(s.proc) {
 					rep.Kills++
+					kills[s.key]++
 					r.start()
 				}
 				nextKill = time.Now().Add(r.cfg.KillEvery)
@@ -266,9 +277,56 @@ func (r *run) loop(msgs []Message) Report {
 		return r.report(msgs, rep)
 	}
 	r.t.Errorf("torture run did not settle in %v", r.cfg.Deadline)
+	r.explain(msgs)
 	rep = r.report(msgs, rep)
 	rep.Pending = r.cfg.Pending(r.t, r.ns)
 	return rep
+}
+
+// explain logs, for every message whose side effect is missing, its record
+// in the consumers' store: a run that did not settle says where it stuck.
+func (r *run) explain(msgs []Message) {
+	if !r.cfg.Guarded {
+		return
+	}
+	store, err := filestore.New(r.dir + "/store")
+	if err != nil {
+		r.t.Logf("explain: %v", err)
+		return
+	}
+	g, err := idem.New[[]byte](store, GuardOptions...)
+	if err != nil {
+		r.t.Logf("explain: %v", err)
+		return
+	}
+	counts := r.effects()
+	decisions, _ := os.ReadFile(r.dir + "/decisions.log")
+	for _, m := range msgs {
+		if counts[m.Key] > 0 {
+			continue
+		}
+		var last []string
+		for _, line := range strings.Split(string(decisions), "\n") {
+			if strings.Contains(line, " "+m.Key+" ") {
+				last = append(last, line)
+			}
+		}
+		r.t.Logf("missing %s: %d decisions, the last: %s", m.Key, len(last), strings.Join(last[max(0, len(last)-8):], "\n\t"))
+		sk, err := g.StorageKey(m.Key)
+		if err != nil {
+			r.t.Logf("missing %s: %v", m.Key, err)
+			continue
+		}
+		rec, err := store.Get(context.Background(), sk)
+		if err != nil {
+			r.t.Logf("missing %s: record: %v", m.Key, err)
+			continue
+		}
+		now := time.Now().UnixMilli()
+		ms := func(d int64) time.Duration { return time.Duration(d) * time.Millisecond }
+		r.t.Logf("missing %s: record %s, attempt %d, started %v ago, heartbeat %v ago, expires in %v, error %+v",
+			m.Key, rec.Status, rec.Attempt, ms(now-rec.StartedAt), ms(now-rec.HeartbeatAt), ms(rec.ExpiresAt-now), rec.Error)
+	}
 }
 
 func (r *run) effects() map[string]int {
@@ -322,6 +380,16 @@ func child(cfg Config) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "effects log:", err)
 		return 2
+	}
+	decisions, err := os.OpenFile(dir+"/decisions.log", os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "decisions log:", err)
+		return 2
+	}
+	pid := os.Getpid()
+	env.Decided = func(key string, r idemmsg.Result) {
+		line := fmt.Sprintf("%s %s pid=%d action=%v ran=%v replayed=%v delay=%v err=%v", time.Now().Format("15:04:05.000"), key, pid, r.Action, r.Ran, r.Replayed, r.Delay, r.Err)
+		_, _ = decisions.Write([]byte(strings.ReplaceAll(line, "\n", " ") + "\n"))
 	}
 	var outMu sync.Mutex
 	env.Effect = func(ctx context.Context, key string) error {
