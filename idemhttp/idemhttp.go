@@ -48,6 +48,9 @@ type response struct {
 	// map directly (see setHeaders), not into Header.
 	wire       []byte
 	wireValues int
+	// raw is the whole record, as the middleware built it while the
+	// handler's response was sent (see recorder): what Marshal stores.
+	raw []byte
 }
 
 // errNotRecorded makes the Guard release the claim of a response the
@@ -288,12 +291,11 @@ func appendField(b []byte, s string) []byte {
 // run serves a first request: the handler writes to the client through a
 // recorder, and what it wrote becomes the record.
 func (m *Middleware) run(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next http.Handler) (response, error) {
-	rec := &recorder{w: w, max: m.cfg.maxRecordedBody}
+	rec := &recorder{w: w, m: m, max: m.cfg.maxRecordedBody}
 	// Headers set in front of the middleware (a request id, CORS) are not
 	// the handler's: the layers in front set them on each replay too.
-	var before http.Header
 	if len(w.Header()) > 0 {
-		before = w.Header().Clone()
+		rec.before = w.Header().Clone()
 	}
 	r2 := r.WithContext(ctx)
 	if body != nil {
@@ -304,7 +306,6 @@ func (m *Middleware) run(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if rec.hijacked {
 		return response{}, errNotRecorded
 	}
-	status, header := rec.status, rec.header
 	if !rec.wrote {
 		if ctx.Err() != nil {
 			// The handler gave up on a request whose client left (or whose
@@ -312,24 +313,17 @@ func (m *Middleware) run(ctx context.Context, w http.ResponseWriter, r *http.Req
 			return response{}, errNotRecorded
 		}
 		// net/http sends a 200 with the headers as they are now.
-		status, header = http.StatusOK, w.Header().Clone()
+		rec.status = http.StatusOK
+		rec.head(http.StatusOK, w.Header()) // an empty 200 whose headers alone are over the limit is too large
 	}
-	if !m.cfg.recordStatus(status) {
+	if !m.cfg.recordStatus(rec.status) {
 		return response{}, errNotRecorded
 	}
-	resp := response{Status: status}
-	if !rec.wrote && headerSize(header) > m.cfg.maxRecordedBody {
-		rec.tooLarge = true // an empty 200 whose headers alone are over the limit
-	}
 	if rec.tooLarge {
-		resp.Omitted = true // and neither headers nor body: the replay is a problem document
-	} else {
-		resp.Header = m.recordable(handlerSet(before, header), header)
-		if rec.body.Len() > 0 {
-			resp.Body = rec.body.Bytes()
-		}
+		// Neither headers nor body: the replay is a problem document.
+		return response{Status: rec.status, Omitted: true, raw: omitted(rec.status)}, nil
 	}
-	return resp, nil
+	return response{Status: rec.status, raw: rec.rec}, nil
 }
 
 // bodyReader is a request body read from memory: a bytes.Reader with a
@@ -350,59 +344,67 @@ func (*bodyReader) Close() error { return nil }
 // response (RFC 9110 section 7.6.1), and are never recorded.
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-// handlerSet returns the headers of sent that the handler set: those whose
+// appendHeaders appends to b, in the record's format (see record.go), the
+// headers of sent to record. Recorded are the headers the handler set: those whose
 // values differ from before (the map as the handler got it), and, with no
-// value, those it deleted. sent is the caller's own copy: with nothing set
-// before the handler ran, it is returned as it is.
-func handlerSet(before, sent http.Header) http.Header {
-	if len(before) == 0 {
-		return sent
-	}
-	out := http.Header{}
-	for k, v := range sent {
-		if bv, had := before[k]; !had || !slices.Equal(v, bv) || (v == nil) != (bv == nil) {
-			out[k] = v // a nil value too: h["Date"] = nil keeps net/http from adding one
-		}
-	}
-	for k := range before {
-		if _, ok := sent[k]; !ok {
-			out[k] = nil
-		}
-	}
-	return out
-}
-
-// recordable returns the headers of h to record: all but hop-by-hop ones
-// (and those named in Connection), trailers (those named in Trailer, which
-// net/http sends after the body, not as headers), the middleware's own, and
-// Set-Cookie unless WithReplaySetCookie. The Connection and Trailer fields
-// are read from sent, the whole header map. h is changed in place (it is
-// the map handlerSet made).
-func (m *Middleware) recordable(h, sent http.Header) http.Header {
-	out := h
-	for _, c := range append(sent.Values("Connection"), sent.Values("Trailer")...) {
-		for _, name := range strings.Split(c, ",") {
-			if name = textproto.TrimString(name); name != "" {
-				out.Del(name)
+// value, those it deleted; of them, all but hop-by-hop ones (and those
+// named in Connection), trailers (those named in Trailer, which net/http
+// sends after the body, not as headers), the middleware's own, and
+// Set-Cookie unless WithReplaySetCookie.
+func (m *Middleware) appendHeaders(b []byte, before, sent http.Header) []byte {
+	var named []string // named in Connection or Trailer: canonical
+	for _, field := range [2]string{"Connection", "Trailer"} {
+		for _, c := range sent[field] {
+			for name := range strings.SplitSeq(c, ",") {
+				if name = textproto.TrimString(name); name != "" {
+					named = append(named, textproto.CanonicalMIMEHeaderKey(name))
+				}
 			}
 		}
 	}
-	for _, name := range hopByHop {
-		out.Del(name)
+	drop := func(k string) bool {
+		return slices.Contains(hopByHop, k) || k == ReplayedHeader || !m.cfg.replayCookies && k == "Set-Cookie" ||
+			strings.HasPrefix(k, http.TrailerPrefix) || slices.Contains(named, k)
 	}
-	out.Del(ReplayedHeader)
-	if !m.cfg.replayCookies {
-		out.Del("Set-Cookie")
+	set := func(k string, v []string) bool {
+		bv, had := before[k]
+		return (!had || !slices.Equal(v, bv) || (v == nil) != (bv == nil)) && !drop(k)
 	}
-	for k := range out {
-		if strings.HasPrefix(k, http.TrailerPrefix) {
-			delete(out, k)
+	deleted := func(k string) bool {
+		_, ok := sent[k]
+		return !ok && !drop(k)
+	}
+	n := 0
+	for k, vs := range sent {
+		if set(k, vs) {
+			n++
 		}
 	}
-	if len(out) == 0 {
-		return nil
+	for k := range before {
+		if deleted(k) {
+			n++
+		}
 	}
-	return out
+	b = binary.AppendUvarint(b, uint64(n))
+	for k, vs := range sent {
+		if set(k, vs) {
+			b = binary.AppendUvarint(b, uint64(len(k)))
+			b = append(b, k...)
+			b = binary.AppendUvarint(b, uint64(len(vs)))
+			for _, v := range vs {
+				b = binary.AppendUvarint(b, uint64(len(v)))
+				b = append(b, v...)
+			}
+		}
+	}
+	for k := range before {
+		if deleted(k) {
+			b = binary.AppendUvarint(b, uint64(len(k)))
+			b = append(b, k...)
+			b = append(b, 0) // no value: h[k] = nil keeps net/http from adding one
+		}
+	}
+	return b
 }
 
 // replay writes a recorded response.

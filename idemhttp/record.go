@@ -38,6 +38,9 @@ func (recordCodec) Marshal(v any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("idemhttp: cannot encode %T", v)
 	}
+	if r.raw != nil {
+		return r.raw, nil
+	}
 	return r.appendTo(nil), nil
 }
 

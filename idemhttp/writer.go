@@ -2,7 +2,7 @@ package idemhttp
 
 import (
 	"bufio"
-	"bytes"
+	"encoding/binary"
 	"net"
 	"net/http"
 )
@@ -13,11 +13,13 @@ import (
 // the record, headers and body up to max bytes together.
 type recorder struct {
 	w        http.ResponseWriter
-	max      int64 // the record limit; less the headers' size once they are sent
+	m        *Middleware
+	before   http.Header // the headers set in front of the middleware
+	max      int64       // the record limit; less the headers' size once they are sent
 	status   int
-	header   http.Header // the headers as sent with the status line
 	wrote    bool
-	body     bytes.Buffer
+	rec      []byte // the recorded response as it is sent: format, status, flags, headers, then the body
+	bodyAt   int    // where the body starts in rec
 	tooLarge bool
 	hijacked bool // the connection was taken over: nothing to record
 }
@@ -37,12 +39,27 @@ func (r *recorder) WriteHeader(code int) {
 		r.hijacked = true
 	}
 	r.wrote, r.status = true, code
-	r.header = r.w.Header().Clone()
-	r.max -= headerSize(r.header)
+	r.head(code, r.w.Header())
+	r.w.WriteHeader(code)
+}
+
+// head starts the record with the status and the headers as sent (what
+// the handler set of them: see Middleware.appendHeaders): the snapshot a
+// replay sends, taken when net/http sends them.
+func (r *recorder) head(code int, sent http.Header) {
+	size := headerSize(sent)
+	// One buffer for the record: the headers are at most as long as sent,
+	// and room for a small body.
+	r.rec = make([]byte, 0, 16+size+512)
+	r.rec = append(r.rec, recordV2)
+	r.rec = binary.AppendUvarint(r.rec, uint64(code))
+	r.rec = append(r.rec, 0) // flags
+	r.rec = r.m.appendHeaders(r.rec, r.before, sent)
+	r.bodyAt = len(r.rec)
+	r.max -= size
 	if r.max < 0 {
 		r.tooLarge = true
 	}
-	r.w.WriteHeader(code)
 }
 
 func (r *recorder) Write(p []byte) (int, error) {
@@ -50,14 +67,21 @@ func (r *recorder) Write(p []byte) (int, error) {
 		r.WriteHeader(http.StatusOK)
 	}
 	if !r.tooLarge {
-		if int64(r.body.Len())+int64(len(p)) > r.max {
+		if int64(len(r.rec)-r.bodyAt)+int64(len(p)) > r.max {
 			r.tooLarge = true
-			r.body = bytes.Buffer{}
+			r.rec = r.rec[:r.bodyAt]
 		} else {
-			r.body.Write(p)
+			r.rec = append(r.rec, p...)
 		}
 	}
 	return r.w.Write(p)
+}
+
+// omitted is the record of a response over the limit: its status, no
+// headers, no body, flagOmitted.
+func omitted(status int) []byte {
+	b := binary.AppendUvarint([]byte{recordV2}, uint64(status))
+	return append(b, flagOmitted, 0)
 }
 
 // Flush implements http.Flusher.
