@@ -257,14 +257,15 @@ func (c *claim) complete(comp Completion) error {
 	}
 }
 
-// completed hands the flight's followers the record as comp left it.
+// completed hands the flight's followers the record as comp left it. The
+// claim's own record becomes it: the claim has ended (its heartbeat is
+// stopped, and nothing reads it after its completion but its attempt).
 func (c *claim) completed(comp Completion) {
 	if c.f == nil {
 		return
 	}
-	final := c.rec.Clone()
-	final.Status, final.Result, final.Error = comp.Status, comp.Result, comp.Error
-	c.f.final = final
+	c.rec.Status, c.rec.Result, c.rec.Error = comp.Status, comp.Result, comp.Error
+	c.f.final = c.rec
 }
 
 // unsettled answers a completion whose last attempt failed with err. It
