@@ -388,20 +388,12 @@ func (m *Middleware) appendHeaders(b []byte, before, sent http.Header) []byte {
 	b = binary.AppendUvarint(b, uint64(n))
 	for k, vs := range sent {
 		if set(k, vs) {
-			b = binary.AppendUvarint(b, uint64(len(k)))
-			b = append(b, k...)
-			b = binary.AppendUvarint(b, uint64(len(vs)))
-			for _, v := range vs {
-				b = binary.AppendUvarint(b, uint64(len(v)))
-				b = append(b, v...)
-			}
+			b = appendHeader(b, k, vs)
 		}
 	}
 	for k := range before {
 		if deleted(k) {
-			b = binary.AppendUvarint(b, uint64(len(k)))
-			b = append(b, k...)
-			b = append(b, 0) // no value: h[k] = nil keeps net/http from adding one
+			b = appendHeader(b, k, nil) // no value: h[k] = nil keeps net/http from adding one
 		}
 	}
 	return b

@@ -73,15 +73,22 @@ func (r *response) appendTo(b []byte) []byte {
 	b = append(b, flags)
 	b = binary.AppendUvarint(b, uint64(len(r.Header)))
 	for k, vs := range r.Header {
-		b = binary.AppendUvarint(b, uint64(len(k)))
-		b = append(b, k...)
-		b = binary.AppendUvarint(b, uint64(len(vs)))
-		for _, v := range vs {
-			b = binary.AppendUvarint(b, uint64(len(v)))
-			b = append(b, v...)
-		}
+		b = appendHeader(b, k, vs)
 	}
 	return append(b, r.Body...)
+}
+
+// appendHeader appends one header name and its values in the current
+// format.
+func appendHeader(b []byte, k string, vs []string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(k)))
+	b = append(b, k...)
+	b = binary.AppendUvarint(b, uint64(len(vs)))
+	for _, v := range vs {
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
+	}
+	return b
 }
 
 // decode sets r from a recorded response in either format. The headers of

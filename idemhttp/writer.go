@@ -80,8 +80,7 @@ func (r *recorder) Write(p []byte) (int, error) {
 // omitted is the record of a response over the limit: its status, no
 // headers, no body, flagOmitted.
 func omitted(status int) []byte {
-	b := binary.AppendUvarint([]byte{recordV2}, uint64(status))
-	return append(b, flagOmitted, 0)
+	return (&response{Status: status, Omitted: true}).appendTo(nil)
 }
 
 // Flush implements http.Flusher.
