@@ -42,7 +42,7 @@ func consume(ctx context.Context, url, ns string, env torture.Env, run func(cont
 			del.Acknowledger = dropAcker{conn}
 		}
 		if env.Dedup != nil {
-			amqp.Handle(ctx, env.Dedup, del, run)
+			env.Decided(del.MessageId, amqp.Handle(ctx, env.Dedup, del, run))
 			continue
 		}
 		if run(ctx, del) == nil {

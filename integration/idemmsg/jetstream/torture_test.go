@@ -9,6 +9,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idem-go/idem/idemmsg"
 	"github.com/idem-go/idem/idemmsg/jetstream"
 	"github.com/idem-go/idem/integration/idemmsg/internal/torture"
 	"github.com/idem-go/idem/stores/storetest/testenv"
@@ -69,7 +70,10 @@ func tortureConfig(t *testing.T, guarded bool) torture.Config {
 			}
 			var handle natsjs.MessageHandler
 			if env.Dedup != nil {
-				handle = jetstream.Handler(env.Dedup, run, jetstream.WithInProgress(ackWait/4))
+				handle = jetstream.Handler(env.Dedup, run, jetstream.WithInProgress(ackWait/4),
+					jetstream.WithReport(func(msg natsjs.Msg, r idemmsg.Result) {
+						env.Decided(msg.Headers().Get(natsjs.MsgIDHeader), r)
+					}))
 			} else {
 				handle = func(msg natsjs.Msg) {
 					if run(context.Background(), msg) == nil {
