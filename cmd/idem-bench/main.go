@@ -14,7 +14,8 @@
 // each direction by an in-process delaying pipe under every connection
 // (alternating rounds, median), for each of -redis-latency-callers (8 and
 // 64 concurrent callers: 8 are limited by the network, 64 on a two-core
-// machine by its CPU). The cost table's "floor" row is a claim and a
+// machine by its CPU), after measuring what the pipe really adds (a sleep
+// lasts as long as the machine's timers make it). The cost table's "floor" row is a claim and a
 // minimal script that checks the claim's value before it writes: the least
 // a completion that only its claim may make costs on a Redis without
 // SET ... IFEQ. -redis-table adds the longer throughput
