@@ -308,3 +308,10 @@ func TestShortWorkSendsNothing(t *testing.T) {
 		t.Fatal("lost")
 	}
 }
+
+func TestStopUnstarted(t *testing.T) {
+	var r Refresher
+	if r.Stop() {
+		t.Fatal("a Refresher never started reports its lease lost")
+	}
+}
