@@ -158,8 +158,8 @@ func (r *Refresher) Start(ctx context.Context, cancel context.CancelCauseFunc, s
 
 // Stop ends the refreshing, waits for a refresh in flight, and reports
 // whether the lease was found lost (a Refresher never started reports
-// false). The lapse timer is stopped too, so the
-// work is not cancelled after Stop returns.
+// false). The lapse timer is stopped too, so the work is not cancelled
+// after Stop returns.
 func (r *Refresher) Stop() (lost bool) {
 	r.mu.Lock()
 	r.stopped = true
