@@ -3,7 +3,8 @@
 //
 // # Layout
 //
-// A record is one Redis string at <prefix>{<storage key>}: a fixed-width
+// A record is one Redis string at <prefix>{<digest>}, where the digest is
+// 128 bits of the storage key in base64url (see Store.Key): a fixed-width
 // ASCII header of 122 bytes, then the variable parts. The header is "R3"
 // (the encoding version), a status byte (P in_progress, C completed, F
 // failed), a flags byte (a hex digit: has result, has error, relative
@@ -20,8 +21,10 @@
 // fails closed and never overwrites it): upgrade every process before
 // relying on the new one's records being read everywhere. The hash tag
 // makes every key of one operation (the record and its change channel
-// <prefix>{<storage key>}:changed) hash to the same Cluster slot and Ring
-// shard.
+// <prefix>{<digest>}:changed) hash to the same Cluster slot and Ring
+// shard. Keys of stores before the digest (<prefix>{<storage key>}) are
+// not read: a deployment moves to it with every process at once and with
+// its records of earlier keys left to expire.
 //
 // # Expiry
 //
@@ -165,7 +168,9 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
@@ -293,8 +298,8 @@ type config struct {
 }
 
 // WithPrefix puts prefix in front of every Redis key and channel of the
-// store (default none: keys are {<storage key>}). It must not contain '{'
-// or '}', which would move the hash tag.
+// store (default none: keys are {<digest>}, see Store.Key). It must not
+// contain '{' or '}', which would move the hash tag.
 func WithPrefix(prefix string) Option {
 	return func(c *config) {
 		if strings.ContainsAny(prefix, "{}") {
@@ -612,13 +617,60 @@ func (s *Store) Close() error {
 	return first
 }
 
-// Key returns the Redis key of the record for a storage key.
-func (s *Store) Key(storageKey string) string { return s.prefix + "{" + storageKey + "}" }
+// Key returns the Redis key of the record for a storage key: the prefix
+// and, as a hash tag, a 128-bit digest of the storage key in base64url,
+// 24 bytes where the storage key itself makes 71. Redis's time per command
+// grows with the length of its key (a GET of a 71-byte key costs about
+// twice one of a 22-byte key), and every operation names its key. A
+// storage key of the Guard's (idem.StorageKeyPrefix and the 64 hex digits
+// of a SHA-256) gives its first 128 bits; any other is hashed with
+// SHA-256. Two storage keys of one digest (about 2^-64 among 2^32 keys)
+// would share a Redis key: the record holds its whole storage key, and an
+// operation that finds another one there reports it corrupt rather than
+// answer for the wrong key (Delete, unconditional, would remove it).
+func (s *Store) Key(storageKey string) string { return s.tagged(storageKey, "") }
 
 // Channel returns the pub/sub channel the store publishes changes of
-// storageKey on.
-func (s *Store) Channel(storageKey string) string {
-	return s.prefix + "{" + storageKey + "}:changed"
+// storageKey on: its Redis key and ":changed", in the same hash slot.
+func (s *Store) Channel(storageKey string) string { return s.tagged(storageKey, ":changed") }
+
+// tagged is the prefix, the digest of storageKey as a hash tag, and suffix.
+func (s *Store) tagged(storageKey, suffix string) string {
+	var d [16]byte
+	if h, ok := strings.CutPrefix(storageKey, idem.StorageKeyPrefix); !ok || len(h) != 64 || !isLowerHex(h) {
+		sum := sha256.Sum256([]byte(storageKey))
+		copy(d[:], sum[:])
+	} else {
+		for i := range d {
+			d[i] = unhex(h[2*i])<<4 | unhex(h[2*i+1])
+		}
+	}
+	var enc [22]byte
+	base64.RawURLEncoding.Encode(enc[:], d[:])
+	var b strings.Builder
+	b.Grow(len(s.prefix) + len(enc) + 2 + len(suffix))
+	b.WriteString(s.prefix)
+	b.WriteByte('{')
+	b.Write(enc[:])
+	b.WriteByte('}')
+	b.WriteString(suffix)
+	return b.String()
+}
+
+func unhex(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c - 'a' + 10
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // checked wraps the verdict of a storekit check of an op on key.

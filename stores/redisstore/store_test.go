@@ -2,7 +2,11 @@ package redisstore_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -355,7 +359,31 @@ func TestOptionsAndInput(t *testing.T) {
 	assert.ErrorIs(t, err, idem.ErrInvalidKey)
 	_, err = s.Claim(ctx, claimReq("idem:x", ""))
 	assert.Error(t, err)
-	assert.Equal(t, "p:{idem:k}", mustNew(t, c, redisstore.WithPrefix("p:")).Key("idem:k"))
+}
+
+// TestKeys: a record's Redis key is the prefix and a 128-bit digest of the
+// storage key as a hash tag: the first half of a Guard storage key's
+// SHA-256, the SHA-256 of any other.
+func TestKeys(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	s := mustNew(t, c, redisstore.WithPrefix("p:"))
+	sum := sha256.Sum256([]byte("idem:k"))
+	assert.Equal(t, "p:{"+base64.RawURLEncoding.EncodeToString(sum[:16])+"}", s.Key("idem:k"))
+	assert.Equal(t, "p:{"+base64.RawURLEncoding.EncodeToString(sum[:16])+"}:changed", s.Channel("idem:k"))
+	g, err := idem.New[int](s)
+	require.NoError(t, err)
+	sk, err := g.StorageKey("order-1")
+	require.NoError(t, err)
+	raw, err := hex.DecodeString(strings.TrimPrefix(sk, idem.StorageKeyPrefix))
+	require.NoError(t, err)
+	assert.Equal(t, "p:{"+base64.RawURLEncoding.EncodeToString(raw[:16])+"}", s.Key(sk))
+	assert.Len(t, s.Key(sk), len("p:")+24)
+	// Not quite a Guard key (upper-case hex, one digit short): hashed.
+	for _, k := range []string{strings.ToUpper(sk), sk[:len(sk)-1]} {
+		sum := sha256.Sum256([]byte(k))
+		assert.Equal(t, "p:{"+base64.RawURLEncoding.EncodeToString(sum[:16])+"}", s.Key(k), k)
+	}
 }
 
 func TestRedisErrorsAreWrapped(t *testing.T) {
