@@ -124,7 +124,10 @@ func (o ClaimOutcome) String() string {
 // claim, and what the claim did.
 type ClaimResult struct {
 	Outcome ClaimOutcome
-	Record  *Record
+	// Record is the record as the claim left it, handed to the caller: a
+	// Guard changes it when the claim completes, so a store that needs the
+	// record later keeps a copy of its own.
+	Record *Record
 }
 
 // Completion is the outcome written by Store.Complete.

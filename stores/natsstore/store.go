@@ -180,7 +180,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 			return idem.ClaimResult{}, err
 		}
 		if !conflict {
-			s.own(req.Key, newRev, d.Record)
+			s.own(req.Key, newRev, d.Record.Clone()) // the caller gets d.Record (ClaimResult.Record)
 			return d.Result(), nil
 		}
 		if cur, rev, deleted, err = s.read(ctx, req.Key); err != nil {

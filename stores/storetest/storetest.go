@@ -181,6 +181,7 @@ func run(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, wit
 		{"CompleteFailed", (*suite).completeFailed},
 		{"CompleteRetrySameNonce", (*suite).completeRetry},
 		{"BinaryResult", (*suite).binaryResult},
+		{"ClaimRecordIsTheCallers", (*suite).claimRecordIsTheCallers},
 		{"Release", (*suite).release},
 		{"Expiry", (*suite).expiry},
 		{"GetMissing", (*suite).getMissing},
@@ -625,6 +626,38 @@ func (su *suite) completeRetry(t *testing.T, s idem.Store) {
 	}
 	if !bytes.Equal(rec.Result, []byte(`"ok"`)) {
 		t.Errorf("got %q, want %q", rec.Result, []byte(`"ok"`))
+	}
+}
+
+// claimRecordIsTheCallers: the record a claim returns is handed over
+// (idem.ClaimResult): a caller that changes it, as a Guard does when its
+// claim completes, changes nothing the store holds or decides with.
+func (su *suite) claimRecordIsTheCallers(t *testing.T, s idem.Store) {
+	ctx := ctxT(t)
+	key, n1 := NewKey(), NewNonce()
+	scribble := func(r *idem.Record) {
+		r.Nonce, r.Status, r.Attempt, r.Result = "scribbled", idem.StatusCompleted, 99, []byte(`"scribbled"`)
+		r.ExpiresAt, r.HeartbeatAt = 1, 1
+	}
+	scribble(mustClaim(t, s, req(key, n1, ""), idem.Claimed))
+	if err := s.Heartbeat(ctx, key, n1, time.Hour); err != nil {
+		t.Fatalf("heartbeat after the caller changed its copy: %v", err)
+	}
+	scribble(mustClaim(t, s, req(key, NewNonce(), ""), idem.Existing))
+	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"ok"`), TTL: time.Hour}); err != nil {
+		t.Fatalf("complete after the caller changed its copy: %v", err)
+	}
+	rec, err := s.Get(ctx, key)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if rec.Nonce != n1 || rec.Attempt != 1 || !bytes.Equal(rec.Result, []byte(`"ok"`)) {
+		t.Errorf("got nonce %q, attempt %d, result %q; want %q, 1, \"ok\"", rec.Nonce, rec.Attempt, rec.Result, n1)
+	}
+	scribble(rec)
+	rec, err = s.Get(ctx, key)
+	if err != nil || rec.Nonce != n1 {
+		t.Errorf("a record Get returned, changed, changed the store: %+v, %v", rec, err)
 	}
 }
 
