@@ -75,6 +75,32 @@ type Report struct {
 	Missing    int // messages whose side effect never happened
 	Kills      int // consumers SIGKILLed in a handler
 	Pending    int // messages left unacknowledged at the end
+	Guarded    bool
+}
+
+// Check fails t unless the run proved its point: guarded, every side
+// effect exactly once, nothing left unacknowledged, and consumers killed on
+// the way; unguarded, side effects repeated.
+func (rep Report) Check(t *testing.T) {
+	t.Helper()
+	if !rep.Guarded {
+		if rep.Duplicates <= 0 {
+			t.Fatal("the torture should repeat side effects without idemmsg")
+		}
+		return
+	}
+	if rep.Duplicates != 0 {
+		t.Fatalf("side effects repeated: %d", rep.Duplicates)
+	}
+	if rep.Missing != 0 {
+		t.Fatalf("side effects missing: %d", rep.Missing)
+	}
+	if rep.Pending != 0 {
+		t.Fatalf("messages left unacknowledged: %d", rep.Pending)
+	}
+	if rep.Kills <= 0 {
+		t.Fatal("no consumer was killed in a handler")
+	}
 }
 
 const (
@@ -115,6 +141,7 @@ func Run(t *testing.T, cfg Config) Report {
 	cfg.Setup(t, ns, msgs)
 	r := &run{t: t, cfg: cfg, ns: ns, dir: dir, starts: make(chan startLine, 64)}
 	rep := r.loop(msgs)
+	rep.Guarded = cfg.Guarded
 	t.Logf("guarded=%v: %d messages, %d consumers killed in a handler, %d side effects (%d duplicates, %d missing), %d left unacknowledged",
 		cfg.Guarded, cfg.Messages, rep.Kills, rep.Effects, rep.Duplicates, rep.Missing, rep.Pending)
 	return rep
