@@ -135,7 +135,10 @@ func TestCompletionReplyLostIsReadBack(t *testing.T) {
 				},
 			}})
 			s := mustNew(t, client, testTable, dynamostore.WithKeyPrefix(e.prefix))
-			g := newGuard[int](t, s, idem.WithTakeoverAfter(300*time.Millisecond), idem.WithHeartbeat(100*time.Millisecond))
+			// The read-back after the last failed completion is bounded by the
+			// heartbeat: 1s leaves DynamoDB Local room for a slow answer (250ms
+			// did not, once, under a CI run).
+			g := newGuard[int](t, s, idem.WithTakeoverAfter(2*time.Second), idem.WithHeartbeat(time.Second))
 			const key = "lost"
 			sk, err := g.StorageKey(key)
 			if err != nil {
