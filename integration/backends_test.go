@@ -144,6 +144,9 @@ func openSQL(t testing.TB, d sqlstore.Dialect) idem.Store {
 	t.Cleanup(func() {
 		_ = s.Close()
 		_, _ = db.Exec("DROP TABLE IF EXISTS " + table)
+		if d == sqlstore.MySQL {
+			_, _ = db.Exec("DROP PROCEDURE IF EXISTS " + table + "_claim_v1") // Migrate's claim procedure
+		}
 	})
 	return s
 }

@@ -108,19 +108,16 @@ func BenchmarkGuard(b *testing.B) {
 }
 
 // BenchmarkMySQLReplay compares a replay on MariaDB through INSERT ...
-// RETURNING (one round trip) with INSERT IGNORE + SELECT (two, what a
-// MySQL server without RETURNING gets), one goroutine and 16 goroutines on
-// one key.
+// RETURNING and through the claim procedure (one round trip each: what a
+// MySQL server gets) with INSERT IGNORE + SELECT (two, where the procedure
+// is missing), one goroutine and 16 goroutines on one key.
 func BenchmarkMySQLReplay(b *testing.B) {
-	for _, ret := range []bool{true, false} {
+	for _, name := range []string{"returning", "procedure", "insert-ignore+select"} {
 		for _, par := range []int{1, 16} {
-			name := "returning"
-			if !ret {
-				name = "insert-ignore+select"
-			}
 			b.Run(fmt.Sprintf("%s/goroutines=%d", name, par), func(b *testing.B) {
 				e := newEnv(b, sqlstore.MySQL)
-				sqlstore.SetReturning(e.store, ret)
+				sqlstore.SetReturning(e.store, name == "returning")
+				sqlstore.SetProcedure(e.store, name == "procedure")
 				g := newGuard[int](b, e.store)
 				ctx := context.Background()
 				fn := func(context.Context) (int, error) { return 42, nil }

@@ -48,14 +48,21 @@ func corrupt(t testing.TB, e *env, key, set string) {
 }
 
 // TestConformanceInsertIgnore runs the conformance suite on MariaDB with
-// the claim MySQL servers without INSERT ... RETURNING get (INSERT IGNORE,
-// then a SELECT), so that path stays checked where the test server has
+// the claims of MySQL servers without INSERT ... RETURNING: the claim
+// procedure, and INSERT IGNORE then a SELECT where the procedure is
+// missing, so that both paths stay checked where the test server has
 // RETURNING.
 func TestConformanceInsertIgnore(t *testing.T) {
+	t.Run("procedure", func(t *testing.T) { testConformanceMySQL(t, true) })
+	t.Run("two-statements", func(t *testing.T) { testConformanceMySQL(t, false) })
+}
+
+func testConformanceMySQL(t *testing.T, procedure bool) {
 	var envs sync.Map // idem.Store -> *env
 	storetest.Run(t, func(t *testing.T) idem.Store {
 		e := newEnv(t, sqlstore.MySQL)
 		sqlstore.SetReturning(e.store, false)
+		sqlstore.SetProcedure(e.store, procedure)
 		envs.Store(idem.Store(e.store), e)
 		return e.store
 	}, storetest.WithCorrupter(func(t *testing.T, s idem.Store, key string) {

@@ -26,6 +26,7 @@ const (
 	stWatch      // Postgres: mark a row watched, so that its changes notify
 	stCompleteTx // DoTx's completion inside its transaction (MySQL: hands back the connection id)
 	stClaimRet   // MariaDB 10.5+: the claim's insert returning the row it wrote or found
+	stClaimProc  // MySQL: CALL of the claim procedure Migrate creates (insert, or the row found)
 	numStmts
 )
 
@@ -52,6 +53,14 @@ func quote(d Dialect, table string) (qtable, index string) {
 	}
 	index = parts[len(parts)-1] + "_expires_idx"
 	return strings.Join(quoted, "."), q + index + q
+}
+
+// claimProcedure returns the quoted name of a MySQL table's claim
+// procedure: the table's name (and schema) with "_claim_v1", the version
+// of its body, so that a later body gets a name of its own.
+func claimProcedure(table string) string {
+	p, _ := quote(MySQL, table+"_claim_v1")
+	return p
 }
 
 // Server clock expressions: the database's time in Unix milliseconds.
@@ -301,6 +310,39 @@ SELECT 'e'::text, clk.ms, cur.* FROM cur, clk WHERE NOT EXISTS (SELECT 1 FROM w)
 			`attempt_count, payload_hash, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms) ` +
 			`VALUES (?, ?, ?, 1, ?, 'in_progress', 1, ?, ` + x + `, started_at, 0, started_at + ?, 0, ?) ` +
 			`ON DUPLICATE KEY UPDATE key_hash = key_hash RETURNING ` + cols + `, ` + x
+		// The claim procedure (MySQL without RETURNING): the INSERT IGNORE
+		// above and, when the key exists, the read of stGet, in one round
+		// trip. Each statement of a procedure commits on its own under
+		// autocommit, as the two statements sent one by one did. Its one
+		// result row is 'w' and the time written (LAST_INSERT_ID, as for
+		// stClaim) when it inserted, with placeholder columns; or 'r', the
+		// server's now and the row found (no row: deleted since the
+		// insert). The parameters are declared in the table's character
+		// set and collation, wider than the columns (the store checks
+		// every length before it calls), so nothing is converted or cut on
+		// the way in.
+		param := func(name string) string {
+			return name + " VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+		}
+		proc := claimProcedure(table)
+		q.create = append(q.create, `CREATE PROCEDURE `+proc+` (`+
+			strings.Join([]string{param("p_tenant"), param("p_scope"), param("p_key"), param("p_nonce"), param("p_hash")}, ", ")+
+			`, p_lease BIGINT, p_takeover BIGINT) MODIFIES SQL DATA SQL SECURITY INVOKER
+BEGIN
+  DECLARE wrote INT DEFAULT 0;
+  IF NOT EXISTS (SELECT 1 FROM `+t+` WHERE key_hash = p_key) THEN
+    INSERT IGNORE INTO `+t+` (tenant, scope, key_hash, record_version, claim_nonce, status, `+
+			`attempt_count, payload_hash, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms) `+
+			`VALUES (p_tenant, p_scope, p_key, 1, p_nonce, 'in_progress', 1, p_hash, LAST_INSERT_ID(`+x+`), started_at, 0, started_at + p_lease, 0, p_takeover);
+    SET wrote = ROW_COUNT();
+  END IF;
+  IF wrote = 1 THEN
+    SELECT 'w', LAST_INSERT_ID(), 1, '', 'in_progress', 1, '', NULL, NULL, NULL, 0, 0, 0, 0, 0, 0;
+  ELSE
+    SELECT 'r', `+n+`, `+cols+` FROM `+t+` WHERE key_hash = p_key;
+  END IF;
+END`)
+		q.text[stClaimProc] = `CALL ` + proc + `(?, ?, ?, ?, ?, ?, ?)`
 		// new: nonce, attempt, payload hash, result, error message, error
 		// type, completed_at, the expiry floor, lease ms, whether it is a
 		// takeover, takeover_ms, tenant, scope; then key; then the row as

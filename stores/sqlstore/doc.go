@@ -3,7 +3,7 @@
 //
 //	db, _ := sql.Open("pgx", dsn) // github.com/jackc/pgx/v5/stdlib
 //	store, err := sqlstore.New(db, sqlstore.Postgres)
-//	err = store.Migrate(ctx)       // CREATE TABLE / INDEX IF NOT EXISTS
+//	err = store.Migrate(ctx)       // CREATE TABLE / INDEX IF NOT EXISTS (MySQL: and its claim procedure)
 //	g, err := idem.New[Invoice](store)
 //
 // For MySQL or MariaDB use github.com/go-sql-driver/mysql and
@@ -93,10 +93,15 @@
 // below). The store asks the server's version once (SELECT VERSION()).
 //
 // MySQL (no RETURNING), and MariaDB before 10.5: Claim is an INSERT IGNORE
-// of a fresh claim (one round trip when the key is new) and, when the key
-// exists, a SELECT of the row and the server's now (so a replay is two
-// round trips there: the floor without RETURNING or multi-statements,
-// which the store cannot assume a DSN allows); when the row is
+// of a fresh claim and, when the key exists, a SELECT of the row and the
+// server's now, both inside the table's claim procedure, which Migrate
+// creates (`<table>_claim_v1`, SQL SECURITY INVOKER: Migrate needs the
+// CREATE ROUTINE privilege, callers EXECUTE on it), so that a new key and
+// a replay are one round trip (one CALL); each statement of the procedure
+// commits on its own, as when they are sent one by one. A store whose
+// table has no procedure (Migrate not run since this version, or the
+// procedure dropped) sends the two statements one by one, two round trips
+// for a replay, until Migrate runs again. When the row is
 // claimable at that now, an UPDATE writes the DecideClaim outcome
 // conditioned on the row being exactly as read (claim_nonce,
 // attempt_count, status, heartbeat_at, expires_at: a compare-and-swap; a
@@ -134,17 +139,20 @@
 // Round trips per operation (TestRoundTrips counts them on the wire):
 //
 //	                      PostgreSQL   MariaDB 10.5+   MySQL
-//	Claim, new key        1            1               1 (INSERT IGNORE)
-//	Claim, live key       1            1               2 (INSERT IGNORE, SELECT)
-//	Claim, re-claim or    1            2               3 (INSERT IGNORE, SELECT, UPDATE)
+//	Claim, new key        1            1               1 (CALL)
+//	Claim, live key       1            1               1 (CALL)
+//	Claim, re-claim or    1            2               2 (CALL, UPDATE)
 //	  takeover
+//	(MySQL without the procedure: INSERT IGNORE, then SELECT, then UPDATE:
+//	1, 2 and 3)
 //	Heartbeat, Complete,  1            1               1
 //	  Release
 //	Get, Delete, Purge    1            1               1
 //
 // A guarded fresh call is two round trips on all (claim, complete); a
-// replay of a completed key is one on PostgreSQL and MariaDB 10.5+ and two
-// on MySQL (TestRoundTrips). The
+// replay of a completed key is one (two on MySQL without the claim
+// procedure); TestRoundTrips counts them on the wire for each of the
+// three MySQL claims, on MariaDB. The
 // first use of a statement on a connection adds the round trip that
 // prepares it.
 //

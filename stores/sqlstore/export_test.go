@@ -47,3 +47,8 @@ func SetReturning(s *Store, on bool) {
 		s.returning.Store(2)
 	}
 }
+
+// SetProcedure makes a MySQL store without INSERT ... RETURNING claim
+// through its claim procedure (on) or in two statements (off), as when
+// the procedure is missing.
+func SetProcedure(s *Store, on bool) { s.noProc.Store(!on) }

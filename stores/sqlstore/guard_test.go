@@ -20,17 +20,21 @@ import (
 
 // wantTrips are the round trips on the wire per Guard call, per dialect
 // (statements prepared already).
-var wantTrips = map[sqlstore.Dialect]struct{ fresh, replay, failLock, release, heartbeat int64 }{
-	sqlstore.Postgres: {fresh: 2, replay: 1, failLock: 2, release: 2, heartbeat: 1},
-	sqlstore.MySQL:    {fresh: 2, replay: 1, failLock: 2, release: 2, heartbeat: 1}, // MariaDB 10.5+ (INSERT ... RETURNING); MySQL: replay 2
+var wantTrips = map[string]struct{ fresh, replay, failLock, release, heartbeat int64 }{
+	"Postgres":             {fresh: 2, replay: 1, failLock: 2, release: 2, heartbeat: 1},
+	"MySQL/returning":      {fresh: 2, replay: 1, failLock: 2, release: 2, heartbeat: 1},
+	"MySQL/procedure":      {fresh: 2, replay: 1, failLock: 2, release: 2, heartbeat: 1},
+	"MySQL/two-statements": {fresh: 2, replay: 2, failLock: 2, release: 2, heartbeat: 1},
 }
 
 // TestRoundTrips counts store operations per Guard call with
 // storetest.Instrument and request/response exchanges on the database
-// connection (one connection, statements already prepared).
+// connection (one connection, statements already prepared), for each
+// claim path.
 func TestRoundTrips(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+	forEachClaim(t, func(t *testing.T, name string, d sqlstore.Dialect, use func(*sqlstore.Store)) {
 		e := newCountedEnv(t, d)
+		use(e.store)
 		inst := storetest.Instrument(e.store)
 		ctx := ctxT(t)
 		g := newGuard[string](t, inst, idem.OnFailure(idem.Lock))
@@ -59,7 +63,7 @@ func TestRoundTrips(t *testing.T) {
 			assert.Equal(t, wantRT, rt, "%s: round trips", name)
 			t.Logf("%-22s %d store ops, %d round trips", name, inst.Total(), rt)
 		}
-		want := wantTrips[d]
+		want := wantTrips[name]
 		key := randHex(8)
 		measure("fresh", 2, want.fresh, func() {
 			v, err := g.Do(ctx, key, ok)
@@ -89,8 +93,9 @@ func TestRoundTrips(t *testing.T) {
 // goes to the database), call the same keys in random orders; fn runs once
 // per key and every caller gets its result.
 func TestGuardExactlyOnce(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+	forEachClaim(t, func(t *testing.T, _ string, d sqlstore.Dialect, use func(*sqlstore.Store)) {
 		e := newEnv(t, d)
+		use(e.store)
 		ctx := ctxT(t)
 		const goroutines, keys = 64, 30
 		runs := make([]atomic.Int32, keys)
@@ -161,4 +166,37 @@ func TestGuardTakeoverFencing(t *testing.T) {
 		err = e.store.Complete(ctx, sk, dead.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute})
 		assert.ErrorIs(t, err, idem.ErrLostOwnership)
 	})
+}
+
+// TestClaimProcedureMissing: a MySQL store without RETURNING whose claim
+// procedure is missing (dropped, or a table made before it) claims in two
+// statements, answering as before, and in one CALL again once Migrate has
+// run; Migrate over an existing procedure succeeds.
+func TestClaimProcedureMissing(t *testing.T) {
+	e := newCountedEnv(t, sqlstore.MySQL)
+	sqlstore.SetReturning(e.store, false)
+	ctx := ctxT(t)
+	r := claimReq(storageKey())
+	_, err := e.store.Claim(ctx, r)
+	require.NoError(t, err)
+	require.NoError(t, e.store.Complete(ctx, r.Key, r.Nonce, idem.Completion{Status: idem.StatusCompleted, Result: []byte("v"), TTL: time.Minute}))
+	replay := func() int64 {
+		t.Helper()
+		before := e.rt.Load()
+		res, err := e.store.Claim(ctx, claimReq(r.Key))
+		require.NoError(t, err)
+		require.Equal(t, idem.Existing, res.Outcome)
+		require.Equal(t, "v", string(res.Record.Result))
+		return e.rt.Load() - before
+	}
+	replay() // statements prepared
+	assert.EqualValues(t, 1, replay(), "with the procedure")
+	_, err = e.db.ExecContext(ctx, "DROP PROCEDURE "+e.table+"_claim_v1")
+	require.NoError(t, err)
+	replay() // finds it missing
+	assert.EqualValues(t, 2, replay(), "without it")
+	require.NoError(t, e.store.Migrate(ctx))
+	require.NoError(t, e.store.Migrate(ctx))
+	replay()
+	assert.EqualValues(t, 1, replay(), "after Migrate")
 }

@@ -29,6 +29,30 @@ func forEachDialect(t *testing.T, f func(t *testing.T, d sqlstore.Dialect)) {
 	}
 }
 
+// claimPaths are the claims a store can send: PostgreSQL's, and MySQL's
+// three (INSERT ... RETURNING on MariaDB 10.5+; the claim procedure, what
+// MySQL gets; INSERT IGNORE then SELECT, where the procedure is missing),
+// all three run on the test's MariaDB.
+var claimPaths = []string{"Postgres", "MySQL/returning", "MySQL/procedure", "MySQL/two-statements"}
+
+// forEachClaim runs f as a subtest per claim path, with the path's
+// dialect and use, which makes a store of that dialect take the path.
+func forEachClaim(t *testing.T, f func(t *testing.T, path string, d sqlstore.Dialect, use func(*sqlstore.Store))) {
+	for _, path := range claimPaths {
+		d := sqlstore.MySQL
+		if path == "Postgres" {
+			d = sqlstore.Postgres
+		}
+		use := func(s *sqlstore.Store) {
+			if d == sqlstore.MySQL {
+				sqlstore.SetReturning(s, path == "MySQL/returning")
+				sqlstore.SetProcedure(s, path == "MySQL/procedure")
+			}
+		}
+		t.Run(path, func(t *testing.T) { f(t, path, d, use) })
+	}
+}
+
 func dsn(t testing.TB, d sqlstore.Dialect) string {
 	if d == sqlstore.Postgres {
 		return testenv.PostgresDSN(t)
@@ -146,9 +170,17 @@ func newEnvOn(t testing.TB, d sqlstore.Dialect, db *sql.DB, rt *sqlbench.RoundTr
 	e.store = s
 	t.Cleanup(func() {
 		_ = s.Close()
-		_, _ = sharedDB(t, d).Exec("DROP TABLE IF EXISTS " + e.table)
+		dropTable(t, d, e.table)
 	})
 	return e
+}
+
+// dropTable drops a store's table and, on MySQL, its claim procedure.
+func dropTable(t testing.TB, d sqlstore.Dialect, table string) {
+	_, _ = sharedDB(t, d).Exec("DROP TABLE IF EXISTS " + table)
+	if d == sqlstore.MySQL {
+		_, _ = sharedDB(t, d).Exec("DROP PROCEDURE IF EXISTS " + table + "_claim_v1")
+	}
 }
 
 // age moves the times of key's row d into the past, which is what d

@@ -15,7 +15,7 @@ import (
 func TestMultiProcessExactlyOnce(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
 		table := "idem_p_" + randHex(6)
-		t.Cleanup(func() { _, _ = sharedDB(t, d).Exec("DROP TABLE IF EXISTS " + table) })
+		t.Cleanup(func() { dropTable(t, d, table) })
 		storetest.RunProcesses(t, storetest.ProcessConfig{
 			Namespace: table,
 			NewStore: func(table string) (idem.Store, error) {
@@ -36,7 +36,7 @@ func TestMultiProcessExactlyOnce(t *testing.T) {
 func TestStepCrash(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
 		table := "idem_st_" + randHex(6)
-		t.Cleanup(func() { _, _ = sharedDB(t, d).Exec("DROP TABLE IF EXISTS " + table) })
+		t.Cleanup(func() { dropTable(t, d, table) })
 		storetest.RunStepCrash(t, storetest.StepCrashConfig{
 			Namespace: table,
 			NewStore: func(table string) (idem.Store, error) {

@@ -30,6 +30,7 @@ type Store struct {
 
 	maxPacket atomic.Int64 // MySQL's @@max_allowed_packet, once read (0: not yet)
 	returning atomic.Int32 // MySQL: 1 when the server has INSERT ... RETURNING (MariaDB 10.5+), 2 when not, 0 not yet known
+	noProc    atomic.Bool  // MySQL: the claim procedure was found missing (Migrate looks again)
 
 	lmu sync.Mutex
 	lis *listener // the listening connection of Listen, started by the first Watch
@@ -77,20 +78,33 @@ func (s *Store) Table() string { return s.cfg.table }
 // Dialect returns the store's dialect.
 func (s *Store) Dialect() Dialect { return s.dialect }
 
-// Migrate creates the table and its expires_at index if they do not exist.
-// It is safe to run at every start; run it from one process at a time
-// (concurrent CREATE TABLE IF NOT EXISTS can fail on PostgreSQL).
+// Migrate creates the table and its expires_at index if they do not exist,
+// and on MySQL the table's claim procedure (see the package documentation:
+// it needs the CREATE ROUTINE privilege, and callers EXECUTE). It is safe
+// to run at every start; run it from one process at a time (concurrent
+// CREATE TABLE IF NOT EXISTS can fail on PostgreSQL).
 func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
 	for _, q := range s.q.create {
-		if _, err := s.db.ExecContext(ctx, q); err != nil {
+		_, err := s.db.ExecContext(ctx, q)
+		if n, _, ok := mysqlServerError(err); ok && n == errProcExists {
+			err = nil // made before (its name holds its version)
+		}
+		if err != nil {
 			return fmt.Errorf("sqlstore: migrate %s: %w", s.cfg.table, err)
 		}
 	}
+	s.noProc.Store(false)
 	return nil
 }
+
+// MySQL server errors about stored procedures.
+const (
+	errProcExists  = 1304 // ER_SP_ALREADY_EXISTS
+	errProcMissing = 1305 // ER_SP_DOES_NOT_EXIST
+)
 
 // Close closes the store's prepared statements and its listening
 // connection (see Listen), waking every watcher. It does not close the
@@ -441,18 +455,27 @@ func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 	var (
 		cur *idem.Record
 		now int64
+		err error
 	)
-	if s.hasReturning(ctx) {
-		var err error
+	switch {
+	case s.hasReturning(ctx):
 		cur, now, err = s.claimReturning(ctx, req)
-		if err != nil {
-			if retryable(err) {
-				return idem.ClaimResult{}, false, nil
-			}
-			return idem.ClaimResult{}, false, err
+	case !s.noProc.Load():
+		var wrote bool
+		cur, now, wrote, err = s.claimProcedure(ctx, req)
+		if n, _, ok := mysqlServerError(err); ok && n == errProcMissing {
+			s.noProc.Store(true) // not migrated since the procedure came: claim in two statements
+			return idem.ClaimResult{}, false, nil
 		}
-	} else {
-		ins, err := s.execResult(ctx, stClaim, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
+		if errors.Is(err, errNoRow) {
+			return idem.ClaimResult{}, false, nil // deleted since the insert
+		}
+		if err == nil && wrote {
+			return storekit.DecideClaim(nil, req, now).Result(), true, nil
+		}
+	default:
+		var ins sql.Result
+		ins, err = s.execResult(ctx, stClaim, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
 			req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds())
 		var n int64
 		if err == nil {
@@ -474,11 +497,45 @@ func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 		if errors.Is(err, errNoRow) {
 			return idem.ClaimResult{}, false, nil // deleted since the insert
 		}
-		if err != nil {
-			return idem.ClaimResult{}, false, err
+	}
+	if err != nil {
+		if retryable(err) {
+			return idem.ClaimResult{}, false, nil
 		}
+		return idem.ClaimResult{}, false, err
 	}
 	return s.casMySQL(ctx, req, cur, now)
+}
+
+// claimProcedure calls the claim procedure (stClaimProc): one round trip
+// that inserts a fresh claim (wrote, and now is the time written) or
+// returns the row found and the server's now at its read; errNoRow when
+// the row was deleted between the two. An error is returned as the driver
+// gave it when retryable, or is the missing procedure; wrapped otherwise.
+func (s *Store) claimProcedure(ctx context.Context, req idem.ClaimRequest) (rec *idem.Record, now int64, wrote bool, err error) {
+	st, err := s.stmt(ctx, stClaimProc)
+	if err != nil {
+		if n, _, ok := mysqlServerError(err); ok && n == errProcMissing {
+			return nil, 0, false, err
+		}
+		return nil, 0, false, storeErr("claim", err)
+	}
+	var src string
+	var raw rawRecord
+	err = st.QueryRowContext(ctx, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
+		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds()).Scan(append([]any{&src, &now}, raw.dest()...)...)
+	switch n, _, ok := mysqlServerError(err); {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, 0, false, errNoRow
+	case ok && (n == errProcMissing || n == 1213):
+		return nil, 0, false, err
+	case err != nil:
+		return nil, 0, false, storeErr("claim", err)
+	case src == "w":
+		return nil, now, true, nil
+	}
+	rec, err = raw.record(req.Key)
+	return rec, now, false, err
 }
 
 // hasReturning reports whether the MySQL server has INSERT ... RETURNING

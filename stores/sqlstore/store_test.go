@@ -312,8 +312,9 @@ func TestCorruptRows(t *testing.T) {
 // and the claim is sent again. Exactly one claim per key wins and every
 // other caller sees the winner's record.
 func TestConcurrentFreshClaims(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+	forEachClaim(t, func(t *testing.T, _ string, d sqlstore.Dialect, use func(*sqlstore.Store)) {
 		e := newEnv(t, d)
+		use(e.store)
 		ctx := ctxT(t)
 		const keys, callers = 60, 16
 		for range keys {
