@@ -168,9 +168,31 @@ func (s *Setup) PrepareReplays(ctx context.Context) error {
 		if _, err := s.Guard.Do(ctx, "replay-"+strconv.Itoa(i), s.fn); err != nil {
 			return err
 		}
-		return s.Raw.Set(ctx, s.prefix+"rawreplay-"+strconv.Itoa(i), value, 10*time.Minute).Err()
+		if err := s.Raw.Set(ctx, s.prefix+"rawreplay-"+strconv.Itoa(i), value, 10*time.Minute).Err(); err != nil {
+			return err
+		}
+		return s.Raw.Set(ctx, s.floorKey(i), floorRecord, 10*time.Minute).Err()
 	})
 	return err
+}
+
+// The floor rows' values: a claim and a completed record of the sizes
+// the store writes for this benchmark's keys and result (the header, a
+// 32-character nonce, the 70-byte storage key, and the result).
+var (
+	floorClaim  = strings.Repeat("0", 122+32+70)
+	floorRecord = strings.Repeat("1", 122+32+70+len(value))
+)
+
+func (s *Setup) floorKey(i int) string { return "idem:floor-replay-" + s.prefix + strconv.Itoa(i) }
+
+// FloorReplay runs n claim-sized SET NX GET PX commands on keys that hold
+// a record-sized value, with the raw client: a replay's command and bytes
+// on the wire, without the Guard, the record's decoding or the result's.
+func (s *Setup) FloorReplay(ctx context.Context, n int) (time.Duration, error) {
+	return s.parallel(n, func(i int) error {
+		return s.Raw.Do(ctx, "set", s.floorKey(i%replayKeys), floorClaim, "nx", "get", "px", 60000).Err()
+	})
 }
 
 // GuardReplay runs n guarded calls on completed keys: one claim each.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -93,6 +95,7 @@ func measure(ctx context.Context, admin redis.UniversalClient, name string, n in
 	if err := resetStats(ctx, admin); err != nil {
 		return Cost{}, err
 	}
+	runtime.GC() // the garbage of the phase before is collected on its time, not this one's
 	cpu := userCPU()
 	el, err := run(ctx, n)
 	cpu = userCPU() - cpu
@@ -129,7 +132,7 @@ var checkAndSet = redis.NewScript(`if redis.pcall('GET', KEYS[1]) == ARGV[1] the
 // nothing.
 func (s *Setup) FloorFresh(ctx context.Context, n int) (time.Duration, error) {
 	r := strconv.FormatInt(round.Add(1), 10)
-	claim, rec := strings.Repeat("0", 122+32+70), strings.Repeat("1", 122+32+70+len(value))
+	claim, rec := floorClaim, floorRecord
 	return s.parallel(n, func(i int) error {
 		k := "idem:floor-" + s.prefix + r + "-" + strconv.Itoa(i)
 		if err := s.Raw.Do(ctx, "set", k, claim, "nx", "get", "px", 60000).Err(); err != nil && err != redis.Nil {
@@ -151,15 +154,24 @@ func (s *Setup) StoreClaims(ctx context.Context, n int) (time.Duration, error) {
 	})
 }
 
+// CostRounds is how many alternating rounds CostTable splits its calls
+// into: every phase runs once per round, so a drift of the machine (another
+// process, a frequency change, the heap's growth) falls on all phases
+// alike instead of on whichever ran when it happened.
+const CostRounds = 4
+
 // CostTable prints, for the deployment gc (the Guard's client) and rc (raw
 // commands, and INFO/CONFIG RESETSTAT on every master) reach, per call:
 // the server's command time (INFO commandstats, reset between phases) and
 // the client process's user CPU (rusage), for raw GET, idem replay, raw
 // SET NX PX + SET and idem fresh, calls calls each, with the ratios and
-// the issue's targets. A fresh call's top-level commands are its claim's
-// SET and the complete script's EVALSHA (which includes the commands it
-// runs); the claim SET's time comes from a phase of claims alone, since
-// INFO counts it under "set" together with the script's own SET.
+// the issue's targets. The calls of each phase are split over CostRounds
+// alternating rounds; a row is the phase's total over the rounds divided
+// by its calls, and the ratio columns also give the lowest and highest
+// round's ratio. A fresh call's top-level commands are its claim's SET and
+// the complete script's EVALSHA (which includes the commands it runs); the
+// claim SET's time comes from a phase of claims alone, since INFO counts
+// it under "set" together with the script's own SET.
 func CostTable(ctx context.Context, w io.Writer, name string, gc, rc redis.UniversalClient, calls int) error {
 	s, err := NewSetup(ctx, gc, rc)
 	if err != nil {
@@ -169,52 +181,85 @@ func CostTable(ctx context.Context, w io.Writer, name string, gc, rc redis.Unive
 	if err := s.PrepareReplays(ctx); err != nil {
 		return err
 	}
-	get, err := measure(ctx, rc, "raw GET", calls, s.RawReplay, sum("get"))
-	if err != nil {
-		return err
+	const (
+		get = iota
+		replay
+		replayFloor
+		pair
+		claims
+		fresh
+		floor
+		phases
+	)
+	type phase struct {
+		name string
+		run  func(context.Context, int) (time.Duration, error)
+		top  func(usec map[string]float64, claimUsec float64) float64 // claimUsec: this round's server time per claim
 	}
-	replay, err := measure(ctx, rc, "idem replay", calls, s.GuardReplay, sum("set"))
-	if err != nil {
-		return err
+	plain := func(names ...string) func(map[string]float64, float64) float64 {
+		f := sum(names...)
+		return func(u map[string]float64, _ float64) float64 { return f(u) }
 	}
-	pair, err := measure(ctx, rc, "raw SET NX PX + SET", calls, s.RawFresh, sum("set", "setnx"))
-	if err != nil {
-		return err
+	per := calls / CostRounds
+	ps := [phases]phase{
+		get:         {"raw GET", s.RawReplay, plain("get")},
+		replay:      {"idem replay", s.GuardReplay, plain("set")},
+		replayFloor: {"floor: SET NX GET PX of a claim on a record", s.FloorReplay, plain("set")},
+		pair:        {"raw SET NX PX + SET", s.RawFresh, plain("set", "setnx")},
+		claims:      {"claims alone", s.StoreClaims, plain("set")},
+		fresh: {"idem fresh", s.GuardFresh, func(u map[string]float64, c float64) float64 {
+			return u["evalsha"] + c*float64(per)
+		}},
+		floor: {"floor: SET NX GET PX + check-and-SET script", s.FloorFresh, func(u map[string]float64, c float64) float64 {
+			return u["evalsha"] + u["eval"] + c*float64(per)
+		}},
 	}
-	claims, err := measure(ctx, rc, "claims alone", calls, s.StoreClaims, sum("set"))
-	if err != nil {
-		return err
+	var total [phases]Cost
+	var rounds [CostRounds][phases]Cost
+	for r := range CostRounds {
+		for i, p := range ps {
+			claimUsec := rounds[r][claims].ServerUsec
+			c, err := measure(ctx, rc, p.name, per, p.run, func(u map[string]float64) float64 { return p.top(u, claimUsec) })
+			if err != nil {
+				return err
+			}
+			rounds[r][i] = c
+			total[i].Name = p.name
+			total[i].ServerUsec += c.ServerUsec / CostRounds
+			total[i].ClientUsec += c.ClientUsec / CostRounds
+			total[i].Rate += c.Rate / CostRounds
+		}
 	}
-	fresh, err := measure(ctx, rc, "idem fresh", calls, s.GuardFresh, func(u map[string]float64) float64 {
-		return u["evalsha"] + claims.ServerUsec*float64(calls)
-	})
-	if err != nil {
-		return err
-	}
-	floor, err := measure(ctx, rc, "floor: SET NX GET PX + check-and-SET script", calls, s.FloorFresh, func(u map[string]float64) float64 {
-		return u["evalsha"] + u["eval"] + claims.ServerUsec*float64(calls)
-	})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "\n%s: cost per call, %d calls per phase, %d goroutines (server: INFO commandstats usec of the commands the client sent; client: user CPU from rusage)\n",
-		name, calls, Workers)
+	fmt.Fprintf(w, "\n%s: cost per call, %d calls per phase in %d alternating rounds, %d goroutines (server: INFO commandstats usec of the commands the client sent; client: user CPU from rusage; ratio: all rounds [lowest round, highest round])\n",
+		name, per*CostRounds, CostRounds, Workers)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "phase\tserver µs\tclient user µs\tcalls/s\tserver ratio\tclient ratio\ttargets\t")
-	row := func(c Cost, base *Cost, target string) {
-		if base == nil {
+	spread := func(i, base int, f func(Cost) float64) string {
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for r := range rounds {
+			x := f(rounds[r][i]) / f(rounds[r][base])
+			lo, hi = min(lo, x), max(hi, x)
+		}
+		return fmt.Sprintf("%.2fx [%.2f, %.2f]", f(total[i])/f(total[base]), lo, hi)
+	}
+	srv := func(c Cost) float64 { return c.ServerUsec }
+	cli := func(c Cost) float64 { return c.ClientUsec }
+	row := func(i, base int, target string) {
+		c := total[i]
+		if base < 0 {
 			fmt.Fprintf(tw, "%s\t%.2f\t%.1f\t%.0f\t\t\t\t\n", c.Name, c.ServerUsec, c.ClientUsec, c.Rate)
 			return
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%.1f\t%.0f\t%.2fx\t%.2fx\t%s\t\n", c.Name, c.ServerUsec, c.ClientUsec, c.Rate,
-			c.ServerUsec/base.ServerUsec, c.ClientUsec/base.ClientUsec, target)
+		fmt.Fprintf(tw, "%s\t%.2f\t%.1f\t%.0f\t%s\t%s\t%s\t\n", c.Name, c.ServerUsec, c.ClientUsec, c.Rate,
+			spread(i, base, srv), spread(i, base, cli), target)
 	}
-	row(get, nil, "")
-	row(replay, &get, "server <= 1.5x, client <= 1.3x")
-	row(pair, nil, "")
-	row(fresh, &pair, "server <= 1.5x, client <= 1.0x")
-	row(floor, &pair, "least a claim-checked completion costs without SET IFEQ")
-	row(claims, nil, "")
+	row(get, -1, "")
+	row(replay, get, "server <= 1.5x, client <= 1.3x")
+	row(replayFloor, get, "a replay's command and bytes, without the Guard and decoding")
+	row(pair, -1, "")
+	row(fresh, pair, "server <= 1.5x, client <= 1.0x")
+	row(floor, pair, "least a claim-checked completion costs without SET IFEQ")
+	row(claims, -1, "")
 	return tw.Flush()
 }
 
