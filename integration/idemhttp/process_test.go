@@ -20,9 +20,8 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/integration/internal/childstore"
 	"github.com/idem-go/idem/integration/internal/dropproxy"
-	"github.com/idem-go/idem/stores/filestore"
-	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/stores/storetest/testenv"
 )
 
@@ -49,22 +48,9 @@ func TestMain(m *testing.M) {
 // in front of a handler whose side effect is a line appended to a shared
 // file. It prints its address and serves until its stdin closes.
 func serveChild(spec string) error {
-	var store idem.Store
-	switch kind, arg, _ := strings.Cut(spec, ":"); kind {
-	case "file":
-		s, err := filestore.New(arg)
-		if err != nil {
-			return err
-		}
-		store = s
-	case "redis":
-		s, err := redisstore.New(redis.NewClient(&redis.Options{Addr: arg, PoolSize: 32}))
-		if err != nil {
-			return err
-		}
-		store = s
-	default:
-		return fmt.Errorf("unknown store %q", spec)
+	store, err := childstore.Open(spec)
+	if err != nil {
+		return err
 	}
 	effects, err := os.OpenFile(os.Getenv(effectsEnv), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
