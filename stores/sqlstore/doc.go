@@ -98,10 +98,10 @@
 // creates (`<table>_claim_v1`, SQL SECURITY INVOKER: Migrate needs the
 // CREATE ROUTINE privilege, callers EXECUTE on it), so that a new key and
 // a replay are one round trip (one CALL); each statement of the procedure
-// commits on its own, as when they are sent one by one. A store whose
-// table has no procedure (Migrate not run since this version, or the
-// procedure dropped) sends the two statements one by one, two round trips
-// for a replay, until Migrate runs again. When the row is
+// commits on its own, as when they are sent one by one. A store that
+// cannot call the procedure (Migrate not run since this version, the
+// procedure dropped, or no EXECUTE on it) sends the two statements one by
+// one, two round trips for a replay, until Migrate runs again. When the row is
 // claimable at that now, an UPDATE writes the DecideClaim outcome
 // conditioned on the row being exactly as read (claim_nonce,
 // attempt_count, status, heartbeat_at, expires_at: a compare-and-swap; a

@@ -1,6 +1,8 @@
 package sqlstore_test
 
 import (
+	"github.com/go-sql-driver/mysql"
+
 	"context"
 	"errors"
 	"fmt"
@@ -199,4 +201,43 @@ func TestClaimProcedureMissing(t *testing.T) {
 	require.NoError(t, e.store.Migrate(ctx))
 	replay()
 	assert.EqualValues(t, 1, replay(), "after Migrate")
+}
+
+// TestMigrateWithoutCreateRoutine: on an account without the CREATE
+// ROUTINE privilege, Migrate creates the table, then fails with an error
+// that names the procedure and the privilege; the store still claims, in
+// two statements.
+func TestMigrateWithoutCreateRoutine(t *testing.T) {
+	ctx := ctxT(t)
+	admin := sharedDB(t, sqlstore.MySQL)
+	cfg, err := mysql.ParseDSN(dsn(t, sqlstore.MySQL))
+	require.NoError(t, err)
+	const user = "idem_noroutine" // the test database's tables only, no routines
+	for _, q := range []string{
+		"CREATE USER IF NOT EXISTS '" + user + "'@'%'",
+		"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, INDEX, DROP ON `" + cfg.DBName + "`.* TO '" + user + "'@'%'",
+	} {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			t.Skipf("cannot make a restricted account (%v): the test needs a server account that can", err)
+		}
+	}
+	cfg.User, cfg.Passwd = user, ""
+	db := openDB(t, sqlstore.MySQL, cfg.FormatDSN(), nil)
+	t.Cleanup(func() { _ = db.Close() })
+	table := "idem_t_" + randHex(6)
+	t.Cleanup(func() { dropTable(t, sqlstore.MySQL, table) })
+	s, err := sqlstore.New(db, sqlstore.MySQL, sqlstore.WithTable(table))
+	require.NoError(t, err)
+	err = s.Migrate(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "CREATE ROUTINE")
+	assert.Contains(t, err.Error(), table+"_claim_v1")
+	sqlstore.SetReturning(s, false)
+	r := claimReq(storageKey())
+	res, err := s.Claim(ctx, r)
+	require.NoError(t, err)
+	assert.Equal(t, idem.Claimed, res.Outcome)
+	res, err = s.Claim(ctx, claimReq(r.Key))
+	require.NoError(t, err)
+	assert.Equal(t, idem.Existing, res.Outcome)
 }

@@ -92,6 +92,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if n, _, ok := mysqlServerError(err); ok && n == errProcExists {
 			err = nil // made before (its name holds its version)
 		}
+		if err != nil && strings.HasPrefix(q, "CREATE PROCEDURE") {
+			return fmt.Errorf("sqlstore: migrate %s: create the claim procedure %s (the account needs the CREATE ROUTINE privilege): %w",
+				s.cfg.table, claimProcedure(s.cfg.table), err)
+		}
 		if err != nil {
 			return fmt.Errorf("sqlstore: migrate %s: %w", s.cfg.table, err)
 		}
@@ -104,7 +108,15 @@ func (s *Store) Migrate(ctx context.Context) error {
 const (
 	errProcExists  = 1304 // ER_SP_ALREADY_EXISTS
 	errProcMissing = 1305 // ER_SP_DOES_NOT_EXIST
+	errProcDenied  = 1370 // ER_PROCACCESS_DENIED_ERROR: no EXECUTE on it (also said of one that does not exist)
 )
+
+// procUnusable reports an error that says the claim procedure cannot be
+// called: it is missing, or the account may not execute it.
+func procUnusable(err error) bool {
+	n, _, ok := mysqlServerError(err)
+	return ok && (n == errProcMissing || n == errProcDenied)
+}
 
 // Close closes the store's prepared statements and its listening
 // connection (see Listen), waking every watcher. It does not close the
@@ -463,8 +475,8 @@ func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 	case !s.noProc.Load():
 		var wrote bool
 		cur, now, wrote, err = s.claimProcedure(ctx, req)
-		if n, _, ok := mysqlServerError(err); ok && n == errProcMissing {
-			s.noProc.Store(true) // not migrated since the procedure came: claim in two statements
+		if procUnusable(err) {
+			s.noProc.Store(true) // not migrated since the procedure came, or no EXECUTE: claim in two statements
 			return idem.ClaimResult{}, false, nil
 		}
 		if errors.Is(err, errNoRow) {
@@ -515,7 +527,7 @@ func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 func (s *Store) claimProcedure(ctx context.Context, req idem.ClaimRequest) (rec *idem.Record, now int64, wrote bool, err error) {
 	st, err := s.stmt(ctx, stClaimProc)
 	if err != nil {
-		if n, _, ok := mysqlServerError(err); ok && n == errProcMissing {
+		if procUnusable(err) {
 			return nil, 0, false, err
 		}
 		return nil, 0, false, storeErr("claim", err)
@@ -524,10 +536,10 @@ func (s *Store) claimProcedure(ctx context.Context, req idem.ClaimRequest) (rec 
 	var raw rawRecord
 	err = st.QueryRowContext(ctx, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
 		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds()).Scan(append([]any{&src, &now}, raw.dest()...)...)
-	switch n, _, ok := mysqlServerError(err); {
+	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, 0, false, errNoRow
-	case ok && (n == errProcMissing || n == 1213):
+	case procUnusable(err) || retryable(err):
 		return nil, 0, false, err
 	case err != nil:
 		return nil, 0, false, storeErr("claim", err)
