@@ -50,6 +50,7 @@ var backends = []backend{
 	{name: "redis", open: openRedis},
 	{name: "postgres", open: openPostgres},
 	{name: "mysql", open: openMySQL},
+	{name: "mysql-procedure", open: openMySQLProcedure},
 	{name: "dynamodb", open: openDynamo},
 }
 
@@ -132,7 +133,12 @@ func sqlDB(t testing.TB, d sqlstore.Dialect) *sql.DB {
 
 func openSQL(t testing.TB, d sqlstore.Dialect) idem.Store {
 	t.Helper()
-	db := sqlDB(t, d)
+	return openSQLOn(t, sqlDB(t, d), d)
+}
+
+// openSQLOn opens a store of dialect d on a table of its own in db.
+func openSQLOn(t testing.TB, db *sql.DB, d sqlstore.Dialect) idem.Store {
+	t.Helper()
 	table := "idem_lin_" + randHex(6)
 	s, err := sqlstore.New(db, d, sqlstore.WithTable(table))
 	if err != nil {
