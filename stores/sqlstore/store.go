@@ -30,7 +30,7 @@ type Store struct {
 
 	maxPacket atomic.Int64 // MySQL's @@max_allowed_packet, once read (0: not yet)
 	returning atomic.Int32 // MySQL: 1 when the server has INSERT ... RETURNING (MariaDB 10.5+), 2 when not, 0 not yet known
-	noProc    atomic.Bool  // MySQL: the claim procedure was found missing (Migrate looks again)
+	noProc    atomic.Bool  // MySQL: the claim procedure cannot be called (missing, or no EXECUTE); Migrate clears it
 
 	lmu sync.Mutex
 	lis *listener // the listening connection of Listen, started by the first Watch
@@ -523,7 +523,8 @@ func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 // that inserts a fresh claim (wrote, and now is the time written) or
 // returns the row found and the server's now at its read; errNoRow when
 // the row was deleted between the two. An error is returned as the driver
-// gave it when retryable, or is the missing procedure; wrapped otherwise.
+// gave it when it is a deadlock (retryable) or says the procedure cannot
+// be called (procUnusable); wrapped otherwise.
 func (s *Store) claimProcedure(ctx context.Context, req idem.ClaimRequest) (rec *idem.Record, now int64, wrote bool, err error) {
 	st, err := s.stmt(ctx, stClaimProc)
 	if err != nil {
