@@ -33,7 +33,10 @@ const (
 // queries holds the text of every statement for one table and dialect.
 type queries struct {
 	create []string
-	text   [numStmts]string
+	// proc creates the MySQL claim procedure (empty on PostgreSQL); Migrate
+	// runs it after create.
+	proc string
+	text [numStmts]string
 	// readBack is DoTx's locking read of a record row after a failed
 	// commit (not prepared: it is rare).
 	readBack string
@@ -325,23 +328,23 @@ SELECT 'e'::text, clk.ms, cur.* FROM cur, clk WHERE NOT EXISTS (SELECT 1 FROM w)
 			return name + " VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
 		}
 		proc := claimProcedure(table)
-		q.create = append(q.create, `CREATE PROCEDURE `+proc+` (`+
-			strings.Join([]string{param("p_tenant"), param("p_scope"), param("p_key"), param("p_nonce"), param("p_hash")}, ", ")+
+		q.proc = `CREATE PROCEDURE ` + proc + ` (` +
+			strings.Join([]string{param("p_tenant"), param("p_scope"), param("p_key"), param("p_nonce"), param("p_hash")}, ", ") +
 			`, p_lease BIGINT, p_takeover BIGINT) MODIFIES SQL DATA SQL SECURITY INVOKER
 BEGIN
   DECLARE wrote INT DEFAULT 0;
-  IF NOT EXISTS (SELECT 1 FROM `+t+` WHERE key_hash = p_key) THEN
-    INSERT IGNORE INTO `+t+` (tenant, scope, key_hash, record_version, claim_nonce, status, `+
-			`attempt_count, payload_hash, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms) `+
-			`VALUES (p_tenant, p_scope, p_key, 1, p_nonce, 'in_progress', 1, p_hash, LAST_INSERT_ID(`+x+`), started_at, 0, started_at + p_lease, 0, p_takeover);
+  IF NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE key_hash = p_key) THEN
+    INSERT IGNORE INTO ` + t + ` (tenant, scope, key_hash, record_version, claim_nonce, status, ` +
+			`attempt_count, payload_hash, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms) ` +
+			`VALUES (p_tenant, p_scope, p_key, 1, p_nonce, 'in_progress', 1, p_hash, LAST_INSERT_ID(` + x + `), started_at, 0, started_at + p_lease, 0, p_takeover);
     SET wrote = ROW_COUNT();
   END IF;
   IF wrote = 1 THEN
     SELECT 'w', LAST_INSERT_ID(), 1, '', 'in_progress', 1, '', NULL, NULL, NULL, 0, 0, 0, 0, 0, 0;
   ELSE
-    SELECT 'r', `+n+`, `+cols+` FROM `+t+` WHERE key_hash = p_key;
+    SELECT 'r', ` + n + `, ` + cols + ` FROM ` + t + ` WHERE key_hash = p_key;
   END IF;
-END`)
+END`
 		q.text[stClaimProc] = `CALL ` + proc + `(?, ?, ?, ?, ?, ?, ?)`
 		// new: nonce, attempt, payload hash, result, error message, error
 		// type, completed_at, the expiry floor, lease ms, whether it is a

@@ -52,3 +52,6 @@ func SetReturning(s *Store, on bool) {
 // through its claim procedure (on) or in two statements (off), as when
 // the procedure is missing.
 func SetProcedure(s *Store, on bool) { s.noProc.Store(!on) }
+
+// ClaimProcedure is the quoted name of a MySQL table's claim procedure.
+var ClaimProcedure = claimProcedure

@@ -193,7 +193,7 @@ func TestClaimProcedureMissing(t *testing.T) {
 	}
 	replay() // statements prepared
 	assert.EqualValues(t, 1, replay(), "with the procedure")
-	_, err = e.db.ExecContext(ctx, "DROP PROCEDURE "+e.table+"_claim_v1")
+	_, err = e.db.ExecContext(ctx, "DROP PROCEDURE "+sqlstore.ClaimProcedure(e.table))
 	require.NoError(t, err)
 	replay() // finds it missing
 	assert.EqualValues(t, 2, replay(), "without it")

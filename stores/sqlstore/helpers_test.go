@@ -179,7 +179,7 @@ func newEnvOn(t testing.TB, d sqlstore.Dialect, db *sql.DB, rt *sqlbench.RoundTr
 func dropTable(t testing.TB, d sqlstore.Dialect, table string) {
 	_, _ = sharedDB(t, d).Exec("DROP TABLE IF EXISTS " + table)
 	if d == sqlstore.MySQL {
-		_, _ = sharedDB(t, d).Exec("DROP PROCEDURE IF EXISTS " + table + "_claim_v1")
+		_, _ = sharedDB(t, d).Exec("DROP PROCEDURE IF EXISTS " + sqlstore.ClaimProcedure(table))
 	}
 }
 

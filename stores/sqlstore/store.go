@@ -88,16 +88,18 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return err
 	}
 	for _, q := range s.q.create {
-		_, err := s.db.ExecContext(ctx, q)
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("sqlstore: migrate %s: %w", s.cfg.table, err)
+		}
+	}
+	if s.q.proc != "" {
+		_, err := s.db.ExecContext(ctx, s.q.proc)
 		if n, _, ok := mysqlServerError(err); ok && n == errProcExists {
 			err = nil // made before (its name holds its version)
 		}
-		if err != nil && strings.HasPrefix(q, "CREATE PROCEDURE") {
+		if err != nil {
 			return fmt.Errorf("sqlstore: migrate %s: create the claim procedure %s (the account needs the CREATE ROUTINE privilege): %w",
 				s.cfg.table, claimProcedure(s.cfg.table), err)
-		}
-		if err != nil {
-			return fmt.Errorf("sqlstore: migrate %s: %w", s.cfg.table, err)
 		}
 	}
 	s.noProc.Store(false)

@@ -132,13 +132,12 @@ var checkAndSet = redis.NewScript(`if redis.pcall('GET', KEYS[1]) == ARGV[1] the
 // nothing.
 func (s *Setup) FloorFresh(ctx context.Context, n int) (time.Duration, error) {
 	r := strconv.FormatInt(round.Add(1), 10)
-	claim, rec := floorClaim, floorRecord
 	return s.parallel(n, func(i int) error {
 		k := "idem:floor-" + s.prefix + r + "-" + strconv.Itoa(i)
-		if err := s.Raw.Do(ctx, "set", k, claim, "nx", "get", "px", 60000).Err(); err != nil && err != redis.Nil {
+		if err := s.Raw.Do(ctx, "set", k, floorClaim, "nx", "get", "px", 60000).Err(); err != nil && err != redis.Nil {
 			return err
 		}
-		return checkAndSet.Run(ctx, s.Raw, []string{k}, claim, rec, 600000).Err()
+		return checkAndSet.Run(ctx, s.Raw, []string{k}, floorClaim, floorRecord, 600000).Err()
 	})
 }
 
@@ -200,7 +199,7 @@ func CostTable(ctx context.Context, w io.Writer, name string, gc, rc redis.Unive
 		f := sum(names...)
 		return func(u map[string]float64, _ float64) float64 { return f(u) }
 	}
-	per := calls / CostRounds
+	per := max(calls/CostRounds, 1)
 	ps := [phases]phase{
 		get:         {"raw GET", s.RawReplay, plain("get")},
 		replay:      {"idem replay", s.GuardReplay, plain("set")},
