@@ -636,14 +636,10 @@ func (s *Store) Channel(storageKey string) string { return s.tagged(storageKey, 
 
 // tagged is the prefix, the digest of storageKey as a hash tag, and suffix.
 func (s *Store) tagged(storageKey, suffix string) string {
-	var d [16]byte
-	if h, ok := strings.CutPrefix(storageKey, idem.StorageKeyPrefix); !ok || len(h) != 64 || !isLowerHex(h) {
+	d, ok := guardDigest(storageKey)
+	if !ok {
 		sum := sha256.Sum256([]byte(storageKey))
 		copy(d[:], sum[:])
-	} else {
-		for i := range d {
-			d[i] = unhex(h[2*i])<<4 | unhex(h[2*i+1])
-		}
 	}
 	var enc [22]byte
 	base64.RawURLEncoding.Encode(enc[:], d[:])
@@ -657,21 +653,36 @@ func (s *Store) tagged(storageKey, suffix string) string {
 	return b.String()
 }
 
-func unhex(c byte) byte {
-	if c <= '9' {
-		return c - '0'
+// guardDigest returns the first 128 bits of a storage key of the Guard's
+// (idem.StorageKeyPrefix and 64 lowercase hex digits); ok is false for any
+// other storage key.
+func guardDigest(storageKey string) (d [16]byte, ok bool) {
+	h, ok := strings.CutPrefix(storageKey, idem.StorageKeyPrefix)
+	if !ok || len(h) != 64 {
+		return d, false
 	}
-	return c - 'a' + 10
-}
-
-func isLowerHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
+	var bad byte
+	for i := range 32 {
+		hi, lo := hexValue[h[2*i]], hexValue[h[2*i+1]]
+		bad |= hi | lo
+		if i < len(d) {
+			d[i] = hi<<4 | lo
 		}
 	}
-	return true
+	return d, bad < 16
 }
+
+// hexValue maps a lowercase hex digit to its value and any other byte to
+// 0xff, so that one OR over a string's values tells whether all were digits.
+var hexValue = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for i, c := range "0123456789abcdef" {
+		t[c] = byte(i)
+	}
+	return t
+}()
 
 // checked wraps the verdict of a storekit check of an op on key.
 func checked(op, key string, err error) error {

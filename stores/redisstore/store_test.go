@@ -379,8 +379,10 @@ func TestKeys(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "p:{"+base64.RawURLEncoding.EncodeToString(raw[:16])+"}", s.Key(sk))
 	assert.Len(t, s.Key(sk), len("p:")+24)
-	// Not quite a Guard key (upper-case hex, one digit short): hashed.
-	for _, k := range []string{strings.ToUpper(sk), sk[:len(sk)-1]} {
+	// Not quite a Guard key (upper-case hex, one digit short or one too
+	// many, a non-digit past the 128 bits the key keeps): hashed.
+	h := len(idem.StorageKeyPrefix)
+	for _, k := range []string{strings.ToUpper(sk), sk[:len(sk)-1], sk + "0", sk[:h+40] + "g" + sk[h+41:], sk[:len(sk)-1] + ":"} {
 		sum := sha256.Sum256([]byte(k))
 		assert.Equal(t, "p:{"+base64.RawURLEncoding.EncodeToString(sum[:16])+"}", s.Key(k), k)
 	}

@@ -8,6 +8,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -104,6 +106,10 @@ type Setup struct {
 	prefix string
 	// workers is the number of concurrent callers of every measurement.
 	workers int
+	// replayKeys are the storage keys of the completed replay keys
+	// (PrepareReplays), so that a phase of Store.Claim calls does not hash
+	// them on its time.
+	replayKeys []string
 }
 
 // NewSetup builds a Guard over a redisstore on gc and uses rc for raw
@@ -164,6 +170,14 @@ const replayKeys = 4096
 
 // PrepareReplays completes the keys the replay measurements read.
 func (s *Setup) PrepareReplays(ctx context.Context) error {
+	s.replayKeys = make([]string, replayKeys)
+	for i := range s.replayKeys {
+		k, err := s.Guard.StorageKey("replay-" + strconv.Itoa(i))
+		if err != nil {
+			return err
+		}
+		s.replayKeys[i] = k
+	}
 	_, err := s.parallel(replayKeys, func(i int) error {
 		if _, err := s.Guard.Do(ctx, "replay-"+strconv.Itoa(i), s.fn); err != nil {
 			return err
@@ -210,6 +224,26 @@ func (s *Setup) GuardReplay(ctx context.Context, n int) (time.Duration, error) {
 func (s *Setup) RawReplay(ctx context.Context, n int) (time.Duration, error) {
 	return s.parallel(n, func(i int) error {
 		return s.Raw.Get(ctx, s.prefix+"rawreplay-"+strconv.Itoa(i%replayKeys)).Err()
+	})
+}
+
+// RawReplayDecoded runs n GETs of existing keys and decodes each value
+// into an Invoice with encoding/json, as the Guard's default codec does: what
+// a caller of the raw client pays to use the value it read.
+func (s *Setup) RawReplayDecoded(ctx context.Context, n int) (time.Duration, error) {
+	return s.parallel(n, func(i int) error {
+		b, err := s.Raw.Get(ctx, s.prefix+"rawreplay-"+strconv.Itoa(i%replayKeys)).Bytes()
+		if err != nil {
+			return err
+		}
+		var v Invoice
+		if err := json.Unmarshal(b, &v); err != nil {
+			return err
+		}
+		if v.Amount != 4200 {
+			return fmt.Errorf("decoded %+v", v)
+		}
+		return nil
 	})
 }
 
@@ -272,19 +306,19 @@ func Median(d []time.Duration) time.Duration {
 	return d[len(d)/2]
 }
 
-// StoreReplay runs n Store.Claim calls on completed keys, without a Guard.
+// StoreReplay runs n Store.Claim calls on the completed keys of
+// PrepareReplays, without a Guard: the store's share of a replay (the
+// claim's value built, the command, the record decoded; no result decoded).
 func (s *Setup) StoreReplay(ctx context.Context, n int) (time.Duration, error) {
-	keys := make([]string, replayKeys)
-	for i := range keys {
-		k, err := s.Guard.StorageKey("replay-" + strconv.Itoa(i))
-		if err != nil {
-			return 0, err
-		}
-		keys[i] = k
+	if len(s.replayKeys) == 0 {
+		return 0, errors.New("redisbench: StoreReplay before PrepareReplays")
 	}
 	return s.parallel(n, func(i int) error {
-		_, err := s.Store.Claim(ctx, idem.ClaimRequest{Key: keys[i%replayKeys], Nonce: "bench-nonce-" + strconv.Itoa(i),
+		res, err := s.Store.Claim(ctx, idem.ClaimRequest{Key: s.replayKeys[i%replayKeys], Nonce: "bench-nonce-" + strconv.Itoa(i),
 			LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second})
+		if err == nil && res.Outcome != idem.Existing {
+			err = fmt.Errorf("claim of a completed key: %v", res.Outcome)
+		}
 		return err
 	})
 }

@@ -164,7 +164,10 @@ const CostRounds = 4
 // the server's command time (INFO commandstats, reset between phases) and
 // the client process's user CPU (rusage), for raw GET, idem replay, raw
 // SET NX PX + SET and idem fresh, calls calls each, with the ratios and
-// the targets. The calls of each phase are split over CostRounds
+// the targets. Rows between them split a replay's cost: its command alone
+// from the raw client (the floor), Store.Claim without a Guard, and a raw
+// GET whose value is decoded as the Guard decodes a result. The calls of
+// each phase are split over CostRounds
 // alternating rounds; a row is the phase's total over the rounds divided
 // by its calls, and the ratio columns also give the lowest and highest
 // round's ratio. A fresh call's top-level commands are its claim's SET and
@@ -182,8 +185,10 @@ func CostTable(ctx context.Context, w io.Writer, name string, gc, rc redis.Unive
 	}
 	const (
 		get = iota
+		getDecoded
 		replay
 		replayFloor
+		storeReplay
 		pair
 		claims
 		fresh
@@ -202,8 +207,10 @@ func CostTable(ctx context.Context, w io.Writer, name string, gc, rc redis.Unive
 	per := max(calls/CostRounds, 1)
 	ps := [phases]phase{
 		get:         {"raw GET", s.RawReplay, plain("get")},
+		getDecoded:  {"raw GET + json.Unmarshal of the value", s.RawReplayDecoded, plain("get")},
 		replay:      {"idem replay", s.GuardReplay, plain("set")},
 		replayFloor: {"floor: SET NX GET PX of a claim on a record", s.FloorReplay, plain("set")},
+		storeReplay: {"Store.Claim alone (no Guard, no result decoded)", s.StoreReplay, plain("set")},
 		pair:        {"raw SET NX PX + SET", s.RawFresh, plain("set", "setnx")},
 		claims:      {"claims alone", s.StoreClaims, plain("set")},
 		fresh: {"idem fresh", s.GuardFresh, func(u map[string]float64, c float64) float64 {
@@ -255,6 +262,8 @@ func CostTable(ctx context.Context, w io.Writer, name string, gc, rc redis.Unive
 	row(get, -1, "")
 	row(replay, get, "server <= 1.5x, client <= 1.3x")
 	row(replayFloor, get, "a replay's command and bytes, without the Guard and decoding")
+	row(storeReplay, get, "the floor + the store's work: claim value, key, record decoded")
+	row(getDecoded, get, "what the raw client's caller pays to use the value")
 	row(pair, -1, "")
 	row(fresh, pair, "server <= 1.5x, client <= 1.0x")
 	row(floor, pair, "least a claim-checked completion costs without SET IFEQ")
@@ -383,12 +392,16 @@ func delayCopy(dst io.WriteCloser, src io.ReadCloser, delay time.Duration) {
 			}
 		}
 	}()
-	for c := range q {
-		if d := time.Until(c.due); d > 0 {
-			time.Sleep(d)
-		}
-		if _, err := dst.Write(c.b); err != nil {
-			break
+	sl, err := newSleeper()
+	if err == nil {
+		defer sl.Close()
+		for c := range q {
+			if sl.until(c.due) != nil {
+				break
+			}
+			if _, err := dst.Write(c.b); err != nil {
+				break
+			}
 		}
 	}
 	_ = dst.Close()
