@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,6 +50,7 @@ var backends = []backend{
 	{name: "memstore", open: openMem},
 	{name: "filestore", open: openFile},
 	{name: "redis", open: openRedis},
+	{name: "valkey", open: openValkey},
 	{name: "postgres", open: openPostgres},
 	{name: "mysql", open: openMySQL},
 	{name: "mysql-procedure", open: openMySQLProcedure},
@@ -96,6 +99,68 @@ func openRedis(t testing.TB) idem.Store {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// openValkey opens a redisstore on the test Valkey 8.1, whose SET has
+// IFEQ: the store completes fresh claims with SET ... IFEQ (once it has
+// read the server's version and clock, in the background, at its first
+// completion). ifeqSets counts those completions for the store.
+func openValkey(t testing.TB) idem.Store {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: testenv.Lookup(t, "IDEM_VALKEY_ADDR", "valkey 8.1"), PoolSize: 16})
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Ping(ctxT(t)).Err(); err != nil {
+		testenv.Missing(t, "valkey ping: "+err.Error())
+	}
+	h := &ifeqCounter{}
+	c.AddHook(h)
+	s, err := redisstore.New(c, redisstore.WithPrefix("lin"+randHex(6)+":"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ifeqMu.Lock()
+	ifeqSets[s] = &h.n
+	ifeqMu.Unlock()
+	return s
+}
+
+var (
+	ifeqMu   sync.Mutex
+	ifeqSets = map[idem.Store]*atomic.Int64{}
+)
+
+// ifeqUsed returns how many SET ... IFEQ the client of s (opened by
+// openValkey) has sent; ok is false for any other store.
+func ifeqUsed(s idem.Store) (n int64, ok bool) {
+	ifeqMu.Lock()
+	defer ifeqMu.Unlock()
+	c, ok := ifeqSets[s]
+	if !ok {
+		return 0, false
+	}
+	return c.Load(), true
+}
+
+// ifeqCounter is a go-redis hook counting SET commands with IFEQ.
+type ifeqCounter struct{ n atomic.Int64 }
+
+func (h *ifeqCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *ifeqCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) > 3 && strings.EqualFold(cmd.Name(), "set") {
+			if a, ok := args[3].(string); ok && strings.EqualFold(a, "ifeq") {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *ifeqCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 var (

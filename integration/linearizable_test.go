@@ -86,6 +86,13 @@ func TestLinearizable(t *testing.T) {
 			t.Parallel()
 			s := b.open(t)
 			runAndCheck(t, b.name, s, *linHistories)
+			if n, ok := ifeqUsed(s); ok {
+				// The conditional completion is what this backend checks.
+				t.Logf("%s: %d completions by SET ... IFEQ", b.name, n)
+				if n == 0 {
+					t.Errorf("%s: no completion used SET ... IFEQ", b.name)
+				}
+			}
 		})
 	}
 }

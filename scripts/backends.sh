@@ -4,6 +4,8 @@
 #
 #   Redis            127.0.0.1:6379            IDEM_REDIS_ADDR
 #   Redis Cluster    127.0.0.1:7101-7103       IDEM_REDIS_CLUSTER (3 masters)
+#   Valkey 8.1       127.0.0.1:6390            IDEM_VALKEY_ADDR (SET ... IFEQ; Debian 13's
+#                                              package, in a debootstrapped root)
 #   DynamoDB Local   http://127.0.0.1:8765     IDEM_DYNAMODB_ENDPOINT
 #   S3 (s3rver)      http://127.0.0.1:8766     IDEM_S3_ENDPOINT (path-style; key/secret S3RVER)
 #   PostgreSQL       127.0.0.1:5432 db test    IDEM_POSTGRES_DSN (user postgres, trust on loopback)
@@ -76,6 +78,28 @@ if ! redis-cli -p 7101 cluster info 2>/dev/null | grep -q 'cluster_state:ok'; th
     sleep 0.1
   done
   redis-cli -p 7101 cluster info | grep -q 'cluster_state:ok' || { log "redis cluster not ok"; exit 1; }
+fi
+
+# --- Valkey 8.1 (a server whose SET has IFEQ) ---------------------------
+# Debian 12's Redis is 7.0, whose SET has no IFEQ; Debian 13 (trixie)
+# packages Valkey 8.1. Its binaries need trixie's libc, so the package is
+# installed into a minimal trixie root made with debootstrap (about 25 s
+# and 100 MB, once), and the server runs chrooted there, on loopback.
+VALKEY_PORT=6390
+VALKEY_ROOT=${IDEM_VALKEY_ROOT:-/var/lib/idem-trixie}
+if ! redis-cli -p "$VALKEY_PORT" ping >/dev/null 2>&1; then
+  if [ ! -x "$VALKEY_ROOT/usr/bin/valkey-server" ]; then
+    need_pkg debootstrap debootstrap
+    log "installing valkey-server from Debian trixie into $VALKEY_ROOT"
+    rm -rf "$VALKEY_ROOT"
+    debootstrap --variant=minbase --include=valkey-server trixie "$VALKEY_ROOT" \
+      http://deb.debian.org/debian >"$RUN/debootstrap.log" 2>&1 ||
+      { tail -20 "$RUN/debootstrap.log" >&2; exit 1; }
+  fi
+  log "starting valkey on $VALKEY_PORT"
+  chroot "$VALKEY_ROOT" valkey-server --daemonize yes --bind 127.0.0.1 --port "$VALKEY_PORT" \
+    --save "" --appendonly no --logfile /tmp/valkey.log >&2
+  wait_port 127.0.0.1 "$VALKEY_PORT" 10
 fi
 
 # --- DynamoDB Local ------------------------------------------------------
@@ -181,6 +205,7 @@ fi
 cat <<ENV
 export IDEM_REDIS_ADDR=127.0.0.1:6379
 export IDEM_REDIS_CLUSTER=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
+export IDEM_VALKEY_ADDR=127.0.0.1:$VALKEY_PORT
 export IDEM_DYNAMODB_ENDPOINT=http://127.0.0.1:$DDB_PORT
 export IDEM_S3_ENDPOINT=http://127.0.0.1:$S3_PORT
 export IDEM_POSTGRES_DSN='postgres://postgres@127.0.0.1:5432/test?sslmode=disable'

@@ -11,7 +11,7 @@ import (
 
 // TestExactlyOnceProcesses runs 4 OS processes (this test binary, re-run)
 // x 16 goroutines, each with its own client, store and Guard, all calling
-// Do on the same 24 keys, on standalone Redis and on the Cluster: each key
+// Do on the same 24 keys, on standalone Redis, the Cluster and Valkey: each key
 // runs once and every caller gets that run's result.
 func TestExactlyOnceProcesses(t *testing.T) {
 	if testing.Short() {
@@ -23,9 +23,12 @@ func TestExactlyOnceProcesses(t *testing.T) {
 			Options: []idem.Option{idem.WithHeartbeat(500 * time.Millisecond), idem.WithTakeoverAfter(5 * time.Second)},
 			NewStore: func(prefix string) (idem.Store, error) {
 				var c backend
-				if kind == "standalone" {
+				switch kind {
+				case "standalone":
 					c = standalone(t)
-				} else {
+				case "valkey":
+					c = valkey(t)
+				default:
 					c = cluster(t)
 				}
 				return redisstore.New(c, redisstore.WithPrefix(prefix))

@@ -1,5 +1,12 @@
 package redisstore
 
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
 // Encode exposes the record encoder to the tests.
 var Encode = encode
 
@@ -25,5 +32,21 @@ func (s *Store) SetFresh(key, nonce, value string) {
 		s.takeFresh(key, nonce)
 		return
 	}
-	s.rememberFresh(key, nonce, value)
+	s.rememberFresh(key, nonce, value, time.Now())
+}
+
+// ReadServerClock reads the server's version and clock now (as the store
+// does in the background at a completion) and reports whether the store
+// completes fresh claims with SET ... IFEQ.
+func (s *Store) ReadServerClock(ctx context.Context) (bool, error) {
+	c, ok := s.client.(*redis.Client)
+	if !ok {
+		return false, nil
+	}
+	clk, err := readServerClock(ctx, c)
+	if err != nil {
+		return false, err
+	}
+	s.srvClock.Store(clk)
+	return s.clock(time.Now()) != nil, nil
 }

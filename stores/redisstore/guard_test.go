@@ -21,6 +21,8 @@ func counted(t *testing.T, kind string) (backend, *counter) {
 	case "standalone":
 		cl := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 		c = cl
+	case "valkey":
+		c = redis.NewClient(&redis.Options{Addr: valkeyAddr(t)})
 	default:
 		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
 	}
@@ -32,8 +34,11 @@ func counted(t *testing.T, kind string) (backend, *counter) {
 	return c, h
 }
 
+// bothKinds runs f for each kind of deployment: standalone Redis, the
+// Cluster, and a standalone Valkey 8.1 (whose SET has IFEQ, so the store
+// completes fresh claims with it).
 func bothKinds(t *testing.T, f func(t *testing.T, kind string)) {
-	for _, k := range []string{"standalone", "cluster"} {
+	for _, k := range []string{"standalone", "cluster", "valkey"} {
 		t.Run(k, func(t *testing.T) { f(t, k) })
 	}
 }

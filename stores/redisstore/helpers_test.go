@@ -36,6 +36,20 @@ func standalone(t testing.TB) *redis.Client {
 	return c
 }
 
+// valkeyAddr is the address of the test Valkey 8.1 (IDEM_VALKEY_ADDR).
+func valkeyAddr(t testing.TB) string { return testenv.Lookup(t, "IDEM_VALKEY_ADDR", "valkey 8.1") }
+
+// valkey is a client of the test Valkey 8.1, a server whose SET has IFEQ.
+func valkey(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: valkeyAddr(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		testenv.Missing(t, "valkey ping: "+err.Error())
+	}
+	return c
+}
+
 func cluster(t testing.TB) *redis.ClusterClient {
 	t.Helper()
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
@@ -106,12 +120,13 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 // setup reports whether cmd is part of setting up a connection (go-redis
-// sends these through the hooks when it dials), or the store's replica
-// check (INFO replication, at the first claim and once a minute), not a
-// request.
+// sends these through the hooks when it dials), the store's replica check
+// (INFO replication, at the first claim and once a minute) or its reading
+// of the server's version and clock (INFO server and TIME, in the
+// background, for SET ... IFEQ), not a request.
 func setup(cmd redis.Cmder) bool {
 	switch strings.ToLower(cmd.Name()) {
-	case "hello", "client", "auth", "select", "readonly", "info":
+	case "hello", "client", "auth", "select", "readonly", "info", "time":
 		return true
 	}
 	return false

@@ -523,6 +523,9 @@ type Store struct {
 	freshMu sync.Mutex
 	fresh   map[string]freshClaim // by nonce; see rememberFresh
 
+	srvClock     atomic.Pointer[serverClock] // see ifeq.go
+	clockReading atomic.Bool
+
 	mu     sync.Mutex
 	hubs   map[string]*hub
 	closed bool
@@ -788,7 +791,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 		if err := s.acked(ctx, req, n.acked, n.ackErr); err != nil {
 			return idem.ClaimResult{}, err
 		}
-		s.rememberFresh(req.Key, req.Nonce, string(value))
+		s.rememberFresh(req.Key, req.Nonce, string(value), sent)
 		return idem.ClaimResult{Outcome: idem.Claimed, Record: freshRecord(req, sent)}, nil
 	}
 	if res, ok := answer(req, n.old, sent); ok {
@@ -1051,8 +1054,12 @@ func (s *Store) write(ctx context.Context, op string, sc *redis.Script, key stri
 // completion down the full path.
 const maxFresh = 4096
 
-// freshClaim is the value a fresh claim wrote with SET NX, and its key.
-type freshClaim struct{ key, value string }
+// freshClaim is the value a fresh claim wrote with SET NX, its key, and
+// when the claim was sent.
+type freshClaim struct {
+	key, value string
+	sent       time.Time
+}
 
 // rememberFresh keeps the value a fresh claim of key by nonce wrote, for the
 // completion's fast path (lua/complete_fresh.lua): a key that still holds
@@ -1060,18 +1067,18 @@ type freshClaim struct{ key, value string }
 // without the prelude's checks. The value is only a hint: the script
 // compares it with what the key holds, so a stale or forgotten one costs
 // the full path, never a wrong write.
-func (s *Store) rememberFresh(key, nonce, value string) {
+func (s *Store) rememberFresh(key, nonce, value string, sent time.Time) {
 	s.freshMu.Lock()
 	if len(s.fresh) >= maxFresh {
 		clear(s.fresh)
 	}
-	s.fresh[nonce] = freshClaim{key: key, value: value}
+	s.fresh[nonce] = freshClaim{key: key, value: value, sent: sent}
 	s.freshMu.Unlock()
 }
 
-// takeFresh returns and forgets the value the fresh claim of key by nonce
-// wrote, or "" when the store does not have it.
-func (s *Store) takeFresh(key, nonce string) string {
+// takeFresh returns and forgets the fresh claim of key by nonce (its value
+// "" when the store does not have it).
+func (s *Store) takeFresh(key, nonce string) freshClaim {
 	s.freshMu.Lock()
 	f, ok := s.fresh[nonce]
 	if ok {
@@ -1079,9 +1086,9 @@ func (s *Store) takeFresh(key, nonce string) string {
 	}
 	s.freshMu.Unlock()
 	if !ok || f.key != key {
-		return ""
+		return freshClaim{}
 	}
-	return f.value
+	return f
 }
 
 // Heartbeat implements idem.Store.
@@ -1105,9 +1112,19 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completi
 	if err != nil {
 		return &idem.StoreError{Op: "complete", Err: fmt.Errorf("redisstore: complete %s: %w", key, err), Permanent: true}
 	}
+	f := s.takeFresh(key, nonce)
+	if f.value != "" {
+		if clk := s.clock(time.Now()); clk != nil {
+			done, err := s.completeIfEq(ctx, key, f, clk, c, sf, lens, body)
+			if done || err != nil {
+				return err
+			}
+			f.value = "" // the key holds something else: the full script decides
+		}
+	}
 	// ARGV[4] is unused: an empty string costs no allocation.
 	return s.write(ctx, "complete", scriptComplete, key, true, s.Channel(key), nonce, ms(c.TTL), "", sf, lens, body, key,
-		s.takeFresh(key, nonce))
+		f.value)
 }
 
 // Release implements idem.Store.

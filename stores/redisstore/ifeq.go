@@ -1,0 +1,224 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/redis/go-redis/v9"
+)
+
+// The conditional completion. On a server whose SET has IFEQ (Valkey 8.1
+// and later, Redis 8.4 and later), the completion of a fresh claim that
+// nothing touched since its SET NX (no heartbeat, no waiter, no takeover,
+// no release: the key holds exactly the value the claim wrote) is one
+// native command, no script:
+//
+//	SET key record IFEQ claim PXAT expires_at
+//
+// The server writes only if the key still holds the claim's exact value,
+// which carries the claim's random nonce, so a paused owner whose claim
+// was taken over, released or expired writes nothing. The record is the
+// one lua/complete_fresh.lua would build, with its times from the server's
+// clock as the store reads it (serverClock): a native expiry that is its
+// expires_at exactly, as for every version-3 completed record. Anything
+// else (the values differ: a waiter marked the key, or the claim is no
+// longer there) runs the complete script, which decides as always: one
+// more round trip, only for a key that someone waits on or that this
+// caller no longer owns.
+//
+// The path is taken on a standalone or Sentinel client (*redis.Client)
+// without WithReplicaAck, once the store has read the server's version and
+// clock (in the background, at the first completion and every
+// clockMaxAge); until then, and on every other deployment, the complete
+// script runs.
+
+// clockMaxAge is how long a reading of the server's clock serves before the
+// store reads it again (in the background; completions meanwhile use the
+// reading they have).
+const clockMaxAge = 10 * time.Second
+
+// clockMaxUse is the oldest reading a completion uses (when reading again
+// keeps failing): past it, the complete script reads the server's clock.
+const clockMaxUse = 6 * clockMaxAge
+
+// clockMaxRTT is the slowest TIME round trip whose reading the store keeps:
+// the reading is the middle of the round trip, so half of it bounds the
+// reading's error.
+const clockMaxRTT = 20 * time.Millisecond
+
+// serverClock is a reading of the server's clock: the server's Unix time
+// at a local instant with a monotonic reading, so later server times are
+// that time plus the local monotonic time elapsed since (the local wall
+// clock, which may be set or skewed, is never read). ifeq is whether the
+// server's SET has IFEQ.
+type serverClock struct {
+	serverUs int64     // the server's Unix time, µs (TIME)
+	at       time.Time // the local instant it was read at (mid round trip)
+	ifeq     bool
+}
+
+// ms returns the server's Unix time in ms at the local instant t.
+func (c *serverClock) ms(t time.Time) int64 {
+	return (c.serverUs + t.Sub(c.at).Microseconds()) / 1000
+}
+
+// clock returns the store's reading of the server's clock for a conditional
+// completion, or nil when it has none that serves (not yet read, or the
+// server has no IFEQ). A reading older than clockMaxAge is read again in
+// the background.
+func (s *Store) clock(now time.Time) *serverClock {
+	if s.ackN > 0 {
+		return nil
+	}
+	if _, ok := s.client.(*redis.Client); !ok {
+		return nil
+	}
+	c := s.srvClock.Load()
+	if c == nil || now.Sub(c.at) >= clockMaxAge {
+		s.readClock()
+	}
+	if c == nil || !c.ifeq || now.Sub(c.at) >= clockMaxUse {
+		return nil
+	}
+	return c
+}
+
+// readClock starts one background reading of the server's version and
+// clock, unless one runs or the store is closed.
+func (s *Store) readClock() {
+	if !s.clockReading.CompareAndSwap(false, true) {
+		return
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.clockReading.Store(false)
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer s.clockReading.Store(false)
+		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+		defer cancel()
+		if c, err := readServerClock(ctx, s.client.(*redis.Client)); err == nil {
+			s.srvClock.Store(c)
+		}
+	}()
+}
+
+// readServerClock reads whether c's server has SET ... IFEQ (INFO server)
+// and its clock (TIME).
+func readServerClock(ctx context.Context, c *redis.Client) (*serverClock, error) {
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return nil, err
+	}
+	if !hasIfEq(info) {
+		return &serverClock{at: time.Now()}, nil
+	}
+	for range 3 {
+		t0 := time.Now()
+		tm, err := c.Time(ctx).Result()
+		rtt := time.Since(t0)
+		if err != nil {
+			return nil, err
+		}
+		if rtt <= clockMaxRTT {
+			return &serverClock{serverUs: tm.UnixMicro(), at: t0.Add(rtt / 2), ifeq: true}, nil
+		}
+	}
+	return nil, errors.New("redisstore: the server's clock took too long to read")
+}
+
+// hasIfEq reports whether the server INFO server describes has SET ...
+// IFEQ: Valkey 8.1 or later, Redis 8.4 or later.
+func hasIfEq(info string) bool {
+	fields := map[string]string{}
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
+		}
+	}
+	if v, ok := fields["valkey_version"]; ok {
+		return versionAtLeast(v, 8, 1)
+	}
+	if name := fields["server_name"]; name != "" && name != "redis" {
+		return false
+	}
+	return versionAtLeast(fields["redis_version"], 8, 4)
+}
+
+// versionAtLeast reports whether the version v ("8.1.1") is at least
+// major.minor; a version that does not parse is not.
+func versionAtLeast(v string, major, minor int) bool {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
+// completedRecord is the record a completion of the fresh claim whose value
+// is claim writes (as lua/complete_fresh.lua builds it): sf, lens and body
+// from outcome, times in Unix ms.
+func completedRecord(claim, sf, lens, body string, expires, now, started int64) string {
+	b := make([]byte, 0, len(claim)+len(body))
+	b = append(b, magic...)
+	b = append(b, sf...)
+	b = pad(b, expires, numWidth)
+	b = pad(b, now, numWidth) // heartbeat_at
+	b = pad(b, started, numWidth)
+	b = pad(b, now, numWidth)                        // completed_at
+	b = append(b, claim[offAttempt:offResultLen]...) // attempt, takeover, three lengths
+	b = append(b, lens...)
+	b = append(b, claim[headerLen:]...) // nonce, payload hash, key
+	b = append(b, body...)
+	return string(b)
+}
+
+// completeIfEq tries the conditional completion of the fresh claim f of key
+// with the server clock c. done is true when the record was written; false
+// (and no error) when the key no longer holds the claim's value, or the
+// server refused IFEQ (then the store stops using it until it reads the
+// server again): the complete script decides.
+func (s *Store) completeIfEq(ctx context.Context, key string, f freshClaim, c *serverClock, comp idem.Completion, sf, lens, body string) (done bool, err error) {
+	if len(f.value) < headerLen {
+		return false, nil
+	}
+	now := c.ms(time.Now())
+	expires := now + comp.TTL.Milliseconds()
+	started := min(c.ms(f.sent), now)
+	rec := completedRecord(f.value, sf, lens, body, expires, now, started)
+	cmd := redis.NewStatusCmd(ctx, "set", s.Key(key), rec, "ifeq", f.value, "pxat", expires)
+	_ = s.proc.Process(ctx, cmd)
+	switch err := cmd.Err(); {
+	case err == nil:
+		return true, nil
+	case err == redis.Nil:
+		return false, nil
+	default:
+		var rerr redis.Error
+		if !errors.As(err, &rerr) {
+			return false, checked("complete", key, err)
+		}
+		if strings.HasPrefix(err.Error(), "ERR syntax") {
+			// The server does not take IFEQ after all (a failover to an
+			// older server): no IFEQ until it is read again.
+			s.srvClock.Store(&serverClock{at: time.Now()})
+		}
+		// A server's error (the key holds another type, say): the script
+		// reports it.
+		return false, nil
+	}
+}
