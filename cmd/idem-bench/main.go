@@ -14,8 +14,10 @@
 // each direction by an in-process delaying pipe under every connection
 // (alternating rounds, median), for each of -redis-latency-callers (8 and
 // 64 concurrent callers: 8 are limited by the network, 64 on a two-core
-// machine by its CPU), after measuring what the pipe really adds (a sleep
-// lasts as long as the machine's timers make it). The cost table's "floor" row is a claim and a
+// machine by its CPU), after measuring what the pipe really adds. With a
+// server whose SET has IFEQ (-valkey, default $IDEM_VALKEY_ADDR) it prints
+// the same tables for it: there the store completes a fresh call with SET
+// ... IFEQ instead of a script. The cost table's "floor" row is a claim and a
 // minimal script that checks the claim's value before it writes: the least
 // a completion that only its claim may make costs on a Redis without
 // SET ... IFEQ. -redis-table adds the longer throughput
@@ -57,6 +59,7 @@ func main() {
 	testing.Init()
 	redisAddr := flag.String("redis", os.Getenv("IDEM_REDIS_ADDR"), "Redis address for the Redis table (empty: skip)")
 	clusterAddrs := flag.String("redis-cluster", os.Getenv("IDEM_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses (empty: skip)")
+	valkeyAddr := flag.String("valkey", os.Getenv("IDEM_VALKEY_ADDR"), "address of a Valkey 8.1+ or Redis 8.4+ server, whose SET has IFEQ, for the same tables (empty: skip)")
 	calls := flag.Int("redis-calls", 4000, "calls per variant per round in the Redis throughput tables")
 	rounds := flag.Int("redis-rounds", 3, "alternating rounds in the Redis throughput tables (the median round is reported)")
 	costCalls := flag.Int("redis-cost-calls", 40000, "calls per phase in the Redis cost table")
@@ -143,6 +146,15 @@ func main() {
 		}, *costCalls, *calls, *rounds, *latency, callers, *longTable)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "redis:", err)
+			os.Exit(1)
+		}
+	}
+	if *valkeyAddr != "" {
+		err := redisTables(ctx, "Valkey "+*valkeyAddr, func(dial dialer) (redis.UniversalClient, redis.UniversalClient) {
+			return redisClient(*valkeyAddr, dial), redisClient(*valkeyAddr, dial)
+		}, *costCalls, *calls, *rounds, *latency, callers, *longTable)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "valkey:", err)
 			os.Exit(1)
 		}
 	}

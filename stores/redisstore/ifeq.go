@@ -43,12 +43,16 @@ const clockMaxAge = 10 * time.Second
 
 // clockMaxUse is the oldest reading a completion uses (when reading again
 // keeps failing): past it, the complete script reads the server's clock.
-const clockMaxUse = 6 * clockMaxAge
+// A reading ages only by the rate difference of two clocks (parts per
+// million) and by a step of the server's clock, which the next reading
+// takes in.
+const clockMaxUse = 5 * time.Minute
 
-// clockMaxRTT is the slowest TIME round trip whose reading the store keeps:
-// the reading is the middle of the round trip, so half of it bounds the
-// reading's error.
-const clockMaxRTT = 20 * time.Millisecond
+// clockMaxRTT is the slowest TIME round trip whose reading the store keeps
+// (the best of three tries): the reading is the middle of the round trip,
+// so half of it bounds the reading's error. A busy client's round trip
+// includes its wait for a pooled connection.
+const clockMaxRTT = 100 * time.Millisecond
 
 // serverClock is a reading of the server's clock: the server's Unix time
 // at a local instant with a monotonic reading, so later server times are
@@ -122,6 +126,8 @@ func readServerClock(ctx context.Context, c *redis.Client) (*serverClock, error)
 	if !hasIfEq(info) {
 		return &serverClock{at: time.Now()}, nil
 	}
+	var best *serverClock
+	bestRTT := clockMaxRTT + 1
 	for range 3 {
 		t0 := time.Now()
 		tm, err := c.Time(ctx).Result()
@@ -129,11 +135,14 @@ func readServerClock(ctx context.Context, c *redis.Client) (*serverClock, error)
 		if err != nil {
 			return nil, err
 		}
-		if rtt <= clockMaxRTT {
-			return &serverClock{serverUs: tm.UnixMicro(), at: t0.Add(rtt / 2), ifeq: true}, nil
+		if rtt < bestRTT {
+			best, bestRTT = &serverClock{serverUs: tm.UnixMicro(), at: t0.Add(rtt / 2), ifeq: true}, rtt
 		}
 	}
-	return nil, errors.New("redisstore: the server's clock took too long to read")
+	if best == nil {
+		return nil, errors.New("redisstore: the server's clock took too long to read")
+	}
+	return best, nil
 }
 
 // hasIfEq reports whether the server INFO server describes has SET ...

@@ -90,6 +90,32 @@
 // nothing. Any other value (or none remembered) takes the full script, in
 // the same call: the round trips and the answers are the same either way.
 //
+// # Servers whose SET has IFEQ
+//
+// On Valkey 8.1 and later and Redis 8.4 and later, SET takes IFEQ: it
+// writes only if the key holds the given value. There the completion of a
+// fresh claim is one native command and no script (ifeq.go):
+//
+//	SET key record IFEQ claim PXAT expires_at
+//
+// with the record the fast path above would write, built by the client.
+// The claim's value carries its random nonce, so a paused owner whose
+// claim was taken over, released, or expired and claimed again writes
+// nothing. The record's times are the server's clock as the store reads it:
+// TIME, read in the background when the store first completes and every
+// 10 s after, kept as the server's time at a local monotonic instant (the
+// local wall clock is never read), so a completion's completed_at is the
+// server's time to within half that reading's round trip (at most 50 ms,
+// on loopback well under 1 ms), and its native expiry is its expires_at
+// exactly, as for every version-3 completed record. When the key holds
+// anything else (a waiter marked it, or the claim is gone) the IFEQ writes
+// nothing and the complete script decides, as above: one more round trip,
+// only then. The version comes from INFO server, read with the clock; a
+// server that refuses IFEQ after all (a failover to an older one) sends
+// the store back to the script until it reads the server again. This
+// path is taken on a standalone or Sentinel client (*redis.Client) without
+// WithReplicaAck; a Cluster, a Ring and WithReplicaAck keep the script.
+//
 // # Replicated Redis
 //
 // Redis replicates asynchronously: a claim acknowledged by a master that

@@ -173,7 +173,9 @@ const CostRounds = 4
 // round's ratio. A fresh call's top-level commands are its claim's SET and
 // the complete script's EVALSHA (which includes the commands it runs); the
 // claim SET's time comes from a phase of claims alone, since INFO counts
-// it under "set" together with the script's own SET.
+// it under "set" together with the script's own SET. On a server whose SET
+// has IFEQ, where the store completes with SET ... IFEQ and no script runs,
+// a fresh call's time is its two SETs.
 func CostTable(ctx context.Context, w io.Writer, name string, gc, rc redis.UniversalClient, calls int) error {
 	s, err := NewSetup(ctx, gc, rc)
 	if err != nil {
@@ -214,6 +216,11 @@ func CostTable(ctx context.Context, w io.Writer, name string, gc, rc redis.Unive
 		pair:        {"raw SET NX PX + SET", s.RawFresh, plain("set", "setnx")},
 		claims:      {"claims alone", s.StoreClaims, plain("set")},
 		fresh: {"idem fresh", s.GuardFresh, func(u map[string]float64, c float64) float64 {
+			if u["evalsha"]+u["eval"] == 0 {
+				// Completed by SET ... IFEQ: the claim's SET and the
+				// completion's, no script.
+				return u["set"]
+			}
 			return u["evalsha"] + c*float64(per)
 		}},
 		floor: {"floor: SET NX GET PX + check-and-SET script", s.FloorFresh, func(u map[string]float64, c float64) float64 {
