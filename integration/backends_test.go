@@ -51,6 +51,7 @@ var backends = []backend{
 	{name: "filestore", open: openFile},
 	{name: "redis", open: openRedis},
 	{name: "valkey", open: openValkey},
+	{name: "valkey-cluster", open: openValkeyCluster},
 	{name: "postgres", open: openPostgres},
 	{name: "mysql", open: openMySQL},
 	{name: "mysql-procedure", open: openMySQLProcedure},
@@ -107,7 +108,20 @@ func openRedis(t testing.TB) idem.Store {
 // completion). ifeqSets counts those completions for the store.
 func openValkey(t testing.TB) idem.Store {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: testenv.Lookup(t, "IDEM_VALKEY_ADDR", "valkey 8.1"), PoolSize: 16})
+	return openIfEq(t, redis.NewClient(&redis.Options{Addr: testenv.Lookup(t, "IDEM_VALKEY_ADDR", "valkey 8.1"), PoolSize: 16}))
+}
+
+// openValkeyCluster is openValkey on the test Valkey 8.1 Cluster.
+func openValkeyCluster(t testing.TB) idem.Store {
+	t.Helper()
+	addrs := strings.Split(testenv.Lookup(t, "IDEM_VALKEY_CLUSTER", "valkey 8.1 cluster"), ",")
+	return openIfEq(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 16}))
+}
+
+// openIfEq opens a redisstore on c, a client of a server whose SET has
+// IFEQ, counting the SET ... IFEQ c sends in ifeqSets.
+func openIfEq(t testing.TB, c redis.UniversalClient) idem.Store {
+	t.Helper()
 	t.Cleanup(func() { _ = c.Close() })
 	if err := c.Ping(ctxT(t)).Err(); err != nil {
 		testenv.Missing(t, "valkey ping: "+err.Error())

@@ -6,6 +6,7 @@
 #   Redis Cluster    127.0.0.1:7101-7103       IDEM_REDIS_CLUSTER (3 masters)
 #   Valkey 8.1       127.0.0.1:6390            IDEM_VALKEY_ADDR (SET ... IFEQ; Debian 13's
 #                                              package, in a debootstrapped root)
+#   Valkey Cluster   127.0.0.1:7301-7303       IDEM_VALKEY_CLUSTER (3 masters, the same root)
 #   DynamoDB Local   http://127.0.0.1:8765     IDEM_DYNAMODB_ENDPOINT
 #   S3 (s3rver)      http://127.0.0.1:8766     IDEM_S3_ENDPOINT (path-style; key/secret S3RVER)
 #   PostgreSQL       127.0.0.1:5432 db test    IDEM_POSTGRES_DSN (user postgres, trust on loopback)
@@ -100,6 +101,32 @@ if ! redis-cli -p "$VALKEY_PORT" ping >/dev/null 2>&1; then
   chroot "$VALKEY_ROOT" valkey-server --daemonize yes --bind 127.0.0.1 --port "$VALKEY_PORT" \
     --save "" --appendonly no --logfile /tmp/valkey.log >&2
   wait_port 127.0.0.1 "$VALKEY_PORT" 10
+fi
+valkey_cluster_ports=(7301 7302 7303)
+for p in "${valkey_cluster_ports[@]}"; do
+  if ! redis-cli -p "$p" ping >/dev/null 2>&1; then
+    log "starting valkey cluster node on $p"
+    mkdir -p "$VALKEY_ROOT/var/lib/idem-cluster-$p"
+    rm -f "$VALKEY_ROOT/var/lib/idem-cluster-$p/nodes.conf"
+    chroot "$VALKEY_ROOT" valkey-server --daemonize yes --bind 127.0.0.1 --port "$p" --save "" \
+      --appendonly no --cluster-enabled yes --cluster-config-file nodes.conf \
+      --cluster-node-timeout 2000 --dir "/var/lib/idem-cluster-$p" \
+      --logfile "/var/lib/idem-cluster-$p/valkey.log" >&2
+    wait_port 127.0.0.1 "$p" 10
+  fi
+done
+if ! redis-cli -p 7301 cluster info 2>/dev/null | grep -q 'cluster_state:ok'; then
+  if [ "$(redis-cli -p 7301 cluster info 2>/dev/null | grep cluster_known_nodes | tr -dc 0-9)" != "3" ]; then
+    log "creating valkey cluster"
+    for p in "${valkey_cluster_ports[@]}"; do redis-cli -p "$p" flushall >/dev/null 2>&1 || true; redis-cli -p "$p" cluster reset hard >/dev/null 2>&1 || true; done
+    redis-cli --cluster create 127.0.0.1:7301 127.0.0.1:7302 127.0.0.1:7303 \
+      --cluster-replicas 0 --cluster-yes >&2
+  fi
+  for ((i = 0; i < 100; i++)); do
+    redis-cli -p 7301 cluster info | grep -q 'cluster_state:ok' && break
+    sleep 0.1
+  done
+  redis-cli -p 7301 cluster info | grep -q 'cluster_state:ok' || { log "valkey cluster not ok"; exit 1; }
 fi
 
 # --- DynamoDB Local ------------------------------------------------------
@@ -206,6 +233,7 @@ cat <<ENV
 export IDEM_REDIS_ADDR=127.0.0.1:6379
 export IDEM_REDIS_CLUSTER=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
 export IDEM_VALKEY_ADDR=127.0.0.1:$VALKEY_PORT
+export IDEM_VALKEY_CLUSTER=127.0.0.1:7301,127.0.0.1:7302,127.0.0.1:7303
 export IDEM_DYNAMODB_ENDPOINT=http://127.0.0.1:$DDB_PORT
 export IDEM_S3_ENDPOINT=http://127.0.0.1:$S3_PORT
 export IDEM_POSTGRES_DSN='postgres://postgres@127.0.0.1:5432/test?sslmode=disable'

@@ -15,9 +15,10 @@
 // (alternating rounds, median), for each of -redis-latency-callers (8 and
 // 64 concurrent callers: 8 are limited by the network, 64 on a two-core
 // machine by its CPU), after measuring what the pipe really adds. With a
-// server whose SET has IFEQ (-valkey, default $IDEM_VALKEY_ADDR) it prints
-// the same tables for it: there the store completes a fresh call with SET
-// ... IFEQ instead of a script. The cost table's "floor" row is a claim and a
+// server whose SET has IFEQ (-valkey, default $IDEM_VALKEY_ADDR) and a
+// Cluster of them (-valkey-cluster, default $IDEM_VALKEY_CLUSTER) it prints
+// the same tables for each: there the store completes a fresh call with
+// SET ... IFEQ instead of a script. The cost table's "floor" row is a claim and a
 // minimal script that checks the claim's value before it writes: the least
 // a completion that only its claim may make costs on a Redis without
 // SET ... IFEQ. -redis-table adds the longer throughput
@@ -60,6 +61,7 @@ func main() {
 	redisAddr := flag.String("redis", os.Getenv("IDEM_REDIS_ADDR"), "Redis address for the Redis table (empty: skip)")
 	clusterAddrs := flag.String("redis-cluster", os.Getenv("IDEM_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses (empty: skip)")
 	valkeyAddr := flag.String("valkey", os.Getenv("IDEM_VALKEY_ADDR"), "address of a Valkey 8.1+ or Redis 8.4+ server, whose SET has IFEQ, for the same tables (empty: skip)")
+	valkeyCluster := flag.String("valkey-cluster", os.Getenv("IDEM_VALKEY_CLUSTER"), "comma-separated addresses of a Cluster of such servers (empty: skip)")
 	calls := flag.Int("redis-calls", 4000, "calls per variant per round in the Redis throughput tables")
 	rounds := flag.Int("redis-rounds", 3, "alternating rounds in the Redis throughput tables (the median round is reported)")
 	costCalls := flag.Int("redis-cost-calls", 40000, "calls per phase in the Redis cost table")
@@ -155,6 +157,16 @@ func main() {
 		}, *costCalls, *calls, *rounds, *latency, callers, *longTable)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "valkey:", err)
+			os.Exit(1)
+		}
+	}
+	if *valkeyCluster != "" {
+		addrs := strings.Split(*valkeyCluster, ",")
+		err := redisTables(ctx, "Valkey Cluster "+*valkeyCluster, func(dial dialer) (redis.UniversalClient, redis.UniversalClient) {
+			return clusterClient(addrs, dial), clusterClient(addrs, dial)
+		}, *costCalls, *calls, *rounds, *latency, callers, *longTable)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "valkey cluster:", err)
 			os.Exit(1)
 		}
 	}

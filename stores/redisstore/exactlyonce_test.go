@@ -11,7 +11,7 @@ import (
 
 // TestExactlyOnceProcesses runs 4 OS processes (this test binary, re-run)
 // x 16 goroutines, each with its own client, store and Guard, all calling
-// Do on the same 24 keys, on standalone Redis, the Cluster and Valkey: each key
+// Do on the same 24 keys, on standalone Redis, the Cluster and Valkey (standalone and Cluster): each key
 // runs once and every caller gets that run's result.
 func TestExactlyOnceProcesses(t *testing.T) {
 	if testing.Short() {
@@ -28,6 +28,8 @@ func TestExactlyOnceProcesses(t *testing.T) {
 					c = standalone(t)
 				case "valkey":
 					c = valkey(t)
+				case "valkey-cluster":
+					c = valkeyCluster(t)
 				default:
 					c = cluster(t)
 				}

@@ -35,18 +35,29 @@ func (s *Store) SetFresh(key, nonce, value string) {
 	s.rememberFresh(key, nonce, value, time.Now())
 }
 
-// ReadServerClock reads the server's version and clock now (as the store
-// does in the background at a completion) and reports whether the store
-// completes fresh claims with SET ... IFEQ.
-func (s *Store) ReadServerClock(ctx context.Context) (bool, error) {
-	c, ok := s.client.(*redis.Client)
-	if !ok {
+// ReadServerClock reads the version and clock of the server that holds
+// key's record now (as the store does in the background at a completion)
+// and reports whether the store completes key's fresh claims with SET ...
+// IFEQ.
+func (s *Store) ReadServerClock(ctx context.Context, key string) (bool, error) {
+	var node *redis.Client
+	switch c := s.client.(type) {
+	case *redis.Client:
+		node = c
+	case *redis.ClusterClient:
+		n, err := c.MasterForKey(ctx, s.Key(key))
+		if err != nil {
+			return false, err
+		}
+		node = n
+	default:
 		return false, nil
 	}
-	clk, err := readServerClock(ctx, c)
+	clk, err := readServerClock(ctx, node)
 	if err != nil {
 		return false, err
 	}
-	s.srvClock.Store(clk)
-	return s.clock(time.Now()) != nil, nil
+	v, _ := s.clocks.LoadOrStore(node.Options().Addr, &nodeClock{})
+	v.(*nodeClock).c.Store(clk)
+	return s.clock(ctx, s.Key(key), time.Now()) != nil, nil
 }

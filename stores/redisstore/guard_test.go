@@ -23,6 +23,8 @@ func counted(t *testing.T, kind string) (backend, *counter) {
 		c = cl
 	case "valkey":
 		c = redis.NewClient(&redis.Options{Addr: valkeyAddr(t)})
+	case "valkey-cluster":
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: valkeyClusterAddrs(t)})
 	default:
 		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
 	}
@@ -35,10 +37,10 @@ func counted(t *testing.T, kind string) (backend, *counter) {
 }
 
 // bothKinds runs f for each kind of deployment: standalone Redis, the
-// Cluster, and a standalone Valkey 8.1 (whose SET has IFEQ, so the store
-// completes fresh claims with it).
+// Cluster, and Valkey 8.1 standalone and Cluster (whose SET has IFEQ, so
+// the store completes fresh claims with it).
 func bothKinds(t *testing.T, f func(t *testing.T, kind string)) {
-	for _, k := range []string{"standalone", "cluster", "valkey"} {
+	for _, k := range []string{"standalone", "cluster", "valkey", "valkey-cluster"} {
 		t.Run(k, func(t *testing.T) { f(t, k) })
 	}
 }

@@ -50,6 +50,22 @@ func valkey(t testing.TB) *redis.Client {
 	return c
 }
 
+// valkeyCluster is a client of the test Valkey 8.1 Cluster
+// (IDEM_VALKEY_CLUSTER).
+func valkeyCluster(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: valkeyClusterAddrs(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		testenv.Missing(t, "valkey cluster ping: "+err.Error())
+	}
+	return c
+}
+
+func valkeyClusterAddrs(t testing.TB) []string {
+	return strings.Split(testenv.Lookup(t, "IDEM_VALKEY_CLUSTER", "valkey 8.1 cluster"), ",")
+}
+
 func cluster(t testing.TB) *redis.ClusterClient {
 	t.Helper()
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})

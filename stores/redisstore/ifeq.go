@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -30,11 +31,11 @@ import (
 // more round trip, only for a key that someone waits on or that this
 // caller no longer owns.
 //
-// The path is taken on a standalone or Sentinel client (*redis.Client)
-// without WithReplicaAck, once the store has read the server's version and
-// clock (in the background, at the first completion and every
-// clockMaxAge); until then, and on every other deployment, the complete
-// script runs.
+// The path is taken on a standalone or Sentinel client (*redis.Client) and
+// on a Cluster (each master's clock read apart), without WithReplicaAck,
+// once the store has read the server's version and clock (in the
+// background, at the first completion on it and every clockMaxAge); until
+// then, and on a Ring, the complete script runs.
 
 // clockMaxAge is how long a reading of the server's clock serves before the
 // store reads it again (in the background; completions meanwhile use the
@@ -70,20 +71,43 @@ func (c *serverClock) ms(t time.Time) int64 {
 	return (c.serverUs + t.Sub(c.at).Microseconds()) / 1000
 }
 
-// clock returns the store's reading of the server's clock for a conditional
-// completion, or nil when it has none that serves (not yet read, or the
-// server has no IFEQ). A reading older than clockMaxAge is read again in
-// the background.
-func (s *Store) clock(now time.Time) *serverClock {
+// nodeClock is the reading of one server's clock and whether a new
+// reading is under way.
+type nodeClock struct {
+	c       atomic.Pointer[serverClock]
+	reading atomic.Bool
+}
+
+// clock returns the reading of the clock of the server that holds the
+// Redis key rk, for a conditional completion, or nil when there is none
+// that serves (not yet read, the server has no IFEQ, or the deployment is
+// one the path is not taken on). A reading older than clockMaxAge is read
+// again in the background. On a Cluster each master has its own reading.
+func (s *Store) clock(ctx context.Context, rk string, now time.Time) *serverClock {
 	if s.ackN > 0 {
 		return nil
 	}
-	if _, ok := s.client.(*redis.Client); !ok {
+	var node *redis.Client
+	switch c := s.client.(type) {
+	case *redis.Client:
+		node = c
+	case *redis.ClusterClient:
+		n, err := c.MasterForKey(ctx, rk)
+		if err != nil {
+			return nil
+		}
+		node = n
+	default:
 		return nil
 	}
-	c := s.srvClock.Load()
+	v, ok := s.clocks.Load(node.Options().Addr)
+	if !ok {
+		v, _ = s.clocks.LoadOrStore(node.Options().Addr, &nodeClock{})
+	}
+	nc := v.(*nodeClock)
+	c := nc.c.Load()
 	if c == nil || now.Sub(c.at) >= clockMaxAge {
-		s.readClock()
+		s.readClock(nc, node)
 	}
 	if c == nil || !c.ifeq || now.Sub(c.at) >= clockMaxUse {
 		return nil
@@ -91,27 +115,27 @@ func (s *Store) clock(now time.Time) *serverClock {
 	return c
 }
 
-// readClock starts one background reading of the server's version and
-// clock, unless one runs or the store is closed.
-func (s *Store) readClock() {
-	if !s.clockReading.CompareAndSwap(false, true) {
+// readClock starts one background reading of node's version and clock
+// into nc, unless one runs or the store is closed.
+func (s *Store) readClock(nc *nodeClock, node *redis.Client) {
+	if !nc.reading.CompareAndSwap(false, true) {
 		return
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		s.clockReading.Store(false)
+		nc.reading.Store(false)
 		return
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
-		defer s.clockReading.Store(false)
+		defer nc.reading.Store(false)
 		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 		defer cancel()
-		if c, err := readServerClock(ctx, s.client.(*redis.Client)); err == nil {
-			s.srvClock.Store(c)
+		if c, err := readServerClock(ctx, node); err == nil {
+			nc.c.Store(c)
 		}
 	}()
 }
@@ -196,38 +220,41 @@ func completedRecord(claim, sf, lens, body string, expires, now, started int64) 
 	return string(b)
 }
 
-// completeIfEq tries the conditional completion of the fresh claim f of key
-// with the server clock c. done is true when the record was written; false
-// (and no error) when the key no longer holds the claim's value, or the
-// server refused IFEQ (then the store stops using it until it reads the
-// server again): the complete script decides.
-func (s *Store) completeIfEq(ctx context.Context, key string, f freshClaim, c *serverClock, comp idem.Completion, sf, lens, body string) (done bool, err error) {
-	if len(f.value) < headerLen {
-		return false, nil
+// completeIfEq tries the conditional completion of the fresh claim f of key.
+// done is true when the record was written. tried is true when the SET
+// ... IFEQ was sent and wrote nothing: the key no longer holds the claim's
+// value, or the server refused IFEQ (then the store stops using it until
+// it reads the server again). Either way the complete script decides; it
+// need not compare the value again when tried.
+func (s *Store) completeIfEq(ctx context.Context, key string, f freshClaim, comp idem.Completion, sf, lens, body string) (done, tried bool, err error) {
+	rk := s.Key(key)
+	c := s.clock(ctx, rk, time.Now())
+	if c == nil || len(f.value) < headerLen {
+		return false, false, nil
 	}
 	now := c.ms(time.Now())
 	expires := now + comp.TTL.Milliseconds()
 	started := min(c.ms(f.sent), now)
 	rec := completedRecord(f.value, sf, lens, body, expires, now, started)
-	cmd := redis.NewStatusCmd(ctx, "set", s.Key(key), rec, "ifeq", f.value, "pxat", expires)
+	cmd := redis.NewStatusCmd(ctx, "set", rk, rec, "ifeq", f.value, "pxat", expires)
 	_ = s.proc.Process(ctx, cmd)
 	switch err := cmd.Err(); {
 	case err == nil:
-		return true, nil
+		return true, true, nil
 	case err == redis.Nil:
-		return false, nil
+		return false, true, nil
 	default:
 		var rerr redis.Error
 		if !errors.As(err, &rerr) {
-			return false, checked("complete", key, err)
+			return false, true, checked("complete", key, err)
 		}
 		if strings.HasPrefix(err.Error(), "ERR syntax") {
 			// The server does not take IFEQ after all (a failover to an
 			// older server): no IFEQ until it is read again.
-			s.srvClock.Store(&serverClock{at: time.Now()})
+			s.clocks.Clear()
 		}
 		// A server's error (the key holds another type, say): the script
 		// reports it.
-		return false, nil
+		return false, true, nil
 	}
 }

@@ -113,8 +113,9 @@
 // only then. The version comes from INFO server, read with the clock; a
 // server that refuses IFEQ after all (a failover to an older one) sends
 // the store back to the script until it reads the server again. This
-// path is taken on a standalone or Sentinel client (*redis.Client) without
-// WithReplicaAck; a Cluster, a Ring and WithReplicaAck keep the script.
+// path is taken on a standalone or Sentinel client (*redis.Client) and on
+// a Cluster (each master's version and clock read apart), without
+// WithReplicaAck; a Ring and WithReplicaAck keep the script.
 //
 // # Replicated Redis
 //
@@ -549,8 +550,7 @@ type Store struct {
 	freshMu sync.Mutex
 	fresh   map[string]freshClaim // by nonce; see rememberFresh
 
-	srvClock     atomic.Pointer[serverClock] // see ifeq.go
-	clockReading atomic.Bool
+	clocks sync.Map // server address -> *nodeClock; see ifeq.go
 
 	mu     sync.Mutex
 	hubs   map[string]*hub
@@ -1140,11 +1140,11 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completi
 	}
 	f := s.takeFresh(key, nonce)
 	if f.value != "" {
-		if clk := s.clock(time.Now()); clk != nil {
-			done, err := s.completeIfEq(ctx, key, f, clk, c, sf, lens, body)
-			if done || err != nil {
-				return err
-			}
+		done, tried, err := s.completeIfEq(ctx, key, f, c, sf, lens, body)
+		if done || err != nil {
+			return err
+		}
+		if tried {
 			f.value = "" // the key holds something else: the full script decides
 		}
 	}

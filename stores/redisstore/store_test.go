@@ -25,11 +25,12 @@ type backend interface {
 }
 
 // both runs f against the standalone server and the Cluster, and against
-// a standalone Valkey 8.1, whose SET has IFEQ.
+// Valkey 8.1 standalone and Cluster, whose SET has IFEQ.
 func both(t *testing.T, f func(t *testing.T, c backend)) {
 	t.Run("standalone", func(t *testing.T) { f(t, standalone(t)) })
 	t.Run("cluster", func(t *testing.T) { f(t, cluster(t)) })
 	t.Run("valkey", func(t *testing.T) { f(t, valkey(t)) })
+	t.Run("valkey-cluster", func(t *testing.T) { f(t, valkeyCluster(t)) })
 }
 
 func claimReq(key, nonce string) idem.ClaimRequest {
