@@ -8,22 +8,36 @@ import (
 	"github.com/idem-go/idem/stores/storetest"
 )
 
-// TestStepCrash runs the step crash cases with real processes on
-// standalone Redis: an owner SIGKILLed after a step or inside one, and one
-// SIGSTOPped inside a step, each taken over by another process.
-func TestStepCrash(t *testing.T) {
+// stepCrash runs the step crash cases with real processes on the
+// deployment client returns: an owner SIGKILLed after a step or inside
+// one, and one SIGSTOPped inside a step, each taken over by another
+// process (the paused owner's writes, once it runs again, refused).
+func stepCrash(t *testing.T, client func(testing.TB) backend) {
 	storetest.RunStepCrash(t, storetest.StepCrashConfig{
 		NewStore: func(prefix string) (idem.Store, error) {
-			return redisstore.New(standalone(t), redisstore.WithPrefix(prefix))
+			return redisstore.New(client(t), redisstore.WithPrefix(prefix))
 		},
 	})
 }
 
-// TestStepCrashCluster runs the same cases on the Redis Cluster.
+// TestStepCrash runs the step crash cases on standalone Redis.
+func TestStepCrash(t *testing.T) {
+	stepCrash(t, func(t testing.TB) backend { return standalone(t) })
+}
+
+// TestStepCrashCluster runs them on the Redis Cluster.
 func TestStepCrashCluster(t *testing.T) {
-	storetest.RunStepCrash(t, storetest.StepCrashConfig{
-		NewStore: func(prefix string) (idem.Store, error) {
-			return redisstore.New(cluster(t), redisstore.WithPrefix(prefix))
-		},
-	})
+	stepCrash(t, func(t testing.TB) backend { return cluster(t) })
+}
+
+// TestStepCrashValkey runs them on Valkey 8.1, where a fresh claim is
+// completed with SET ... IFEQ: the paused owner's IFEQ finds the claim
+// taken over and writes nothing.
+func TestStepCrashValkey(t *testing.T) {
+	stepCrash(t, func(t testing.TB) backend { return valkey(t) })
+}
+
+// TestStepCrashValkeyCluster runs them on the Valkey 8.1 Cluster.
+func TestStepCrashValkeyCluster(t *testing.T) {
+	stepCrash(t, func(t testing.TB) backend { return valkeyCluster(t) })
 }
