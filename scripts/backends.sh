@@ -54,32 +54,41 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
 fi
 
 # --- Redis Cluster (3 masters, no replicas) ------------------------------
-cluster_ports=(7101 7102 7103)
-for p in "${cluster_ports[@]}"; do
-  if ! redis-cli -p "$p" ping >/dev/null 2>&1; then
-    log "starting redis cluster node on $p"
-    mkdir -p "$RUN/cluster-$p"
-    rm -f "$RUN/cluster-$p/nodes.conf"
-    redis-server --daemonize yes --bind 127.0.0.1 --port "$p" --save "" \
-      --appendonly no --cluster-enabled yes --cluster-config-file nodes.conf \
-      --cluster-node-timeout 2000 --dir "$RUN/cluster-$p" \
-      --logfile "$RUN/cluster-$p/redis.log" >&2
-    wait_port 127.0.0.1 "$p" 10
-  fi
-done
-if ! redis-cli -p 7101 cluster info 2>/dev/null | grep -q 'cluster_state:ok'; then
-  if [ "$(redis-cli -p 7101 cluster info 2>/dev/null | grep cluster_known_nodes | tr -dc 0-9)" != "3" ]; then
-    log "creating redis cluster"
-    for p in "${cluster_ports[@]}"; do redis-cli -p "$p" flushall >/dev/null 2>&1 || true; redis-cli -p "$p" cluster reset hard >/dev/null 2>&1 || true; done
-    redis-cli --cluster create 127.0.0.1:7101 127.0.0.1:7102 127.0.0.1:7103 \
-      --cluster-replicas 0 --cluster-yes >&2
-  fi
-  for ((i = 0; i < 100; i++)); do
-    redis-cli -p 7101 cluster info | grep -q 'cluster_state:ok' && break
-    sleep 0.1
+# cluster_up LABEL START PORT...: starts each node that does not answer
+# (START PORT starts one, cluster-enabled, on 127.0.0.1:PORT) and makes
+# the nodes one cluster of masters unless it is already ok.
+cluster_up() {
+  local label=$1 start=$2 p i
+  shift 2
+  for p in "$@"; do
+    if ! redis-cli -p "$p" ping >/dev/null 2>&1; then
+      log "starting $label node on $p"
+      "$start" "$p"
+      wait_port 127.0.0.1 "$p" 10
+    fi
   done
-  redis-cli -p 7101 cluster info | grep -q 'cluster_state:ok' || { log "redis cluster not ok"; exit 1; }
-fi
+  if ! redis-cli -p "$1" cluster info 2>/dev/null | grep -q 'cluster_state:ok'; then
+    if [ "$(redis-cli -p "$1" cluster info 2>/dev/null | grep cluster_known_nodes | tr -dc 0-9)" != "$#" ]; then
+      log "creating $label"
+      for p in "$@"; do redis-cli -p "$p" flushall >/dev/null 2>&1 || true; redis-cli -p "$p" cluster reset hard >/dev/null 2>&1 || true; done
+      redis-cli --cluster create $(printf '127.0.0.1:%s ' "$@") --cluster-replicas 0 --cluster-yes >&2
+    fi
+    for ((i = 0; i < 100; i++)); do
+      redis-cli -p "$1" cluster info | grep -q 'cluster_state:ok' && break
+      sleep 0.1
+    done
+    redis-cli -p "$1" cluster info | grep -q 'cluster_state:ok' || { log "$label not ok"; exit 1; }
+  fi
+}
+# The flags every cluster node of the tests runs with (after its port).
+cluster_flags=(--save "" --appendonly no --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000)
+redis_cluster_node() {
+  mkdir -p "$RUN/cluster-$1"
+  rm -f "$RUN/cluster-$1/nodes.conf"
+  redis-server --daemonize yes --bind 127.0.0.1 --port "$1" "${cluster_flags[@]}" \
+    --dir "$RUN/cluster-$1" --logfile "$RUN/cluster-$1/redis.log" >&2
+}
+cluster_up "redis cluster" redis_cluster_node 7101 7102 7103
 
 # --- Valkey 8.1 (a server whose SET has IFEQ) ---------------------------
 # Debian 12's Redis is 7.0, whose SET has no IFEQ; Debian 13 (trixie)
@@ -88,46 +97,30 @@ fi
 # and 100 MB, once), and the server runs chrooted there, on loopback.
 VALKEY_PORT=6390
 VALKEY_ROOT=${IDEM_VALKEY_ROOT:-/var/lib/idem-trixie}
+valkey_root() { # installs valkey-server into VALKEY_ROOT, once
+  [ -x "$VALKEY_ROOT/usr/bin/valkey-server" ] && return 0
+  need_pkg debootstrap debootstrap
+  log "installing valkey-server from Debian trixie into $VALKEY_ROOT"
+  rm -rf "$VALKEY_ROOT"
+  debootstrap --variant=minbase --include=valkey-server trixie "$VALKEY_ROOT" \
+    http://deb.debian.org/debian >"$RUN/debootstrap.log" 2>&1 ||
+    { tail -20 "$RUN/debootstrap.log" >&2; exit 1; }
+}
 if ! redis-cli -p "$VALKEY_PORT" ping >/dev/null 2>&1; then
-  if [ ! -x "$VALKEY_ROOT/usr/bin/valkey-server" ]; then
-    need_pkg debootstrap debootstrap
-    log "installing valkey-server from Debian trixie into $VALKEY_ROOT"
-    rm -rf "$VALKEY_ROOT"
-    debootstrap --variant=minbase --include=valkey-server trixie "$VALKEY_ROOT" \
-      http://deb.debian.org/debian >"$RUN/debootstrap.log" 2>&1 ||
-      { tail -20 "$RUN/debootstrap.log" >&2; exit 1; }
-  fi
+  valkey_root
   log "starting valkey on $VALKEY_PORT"
   chroot "$VALKEY_ROOT" valkey-server --daemonize yes --bind 127.0.0.1 --port "$VALKEY_PORT" \
     --save "" --appendonly no --logfile /tmp/valkey.log >&2
   wait_port 127.0.0.1 "$VALKEY_PORT" 10
 fi
-valkey_cluster_ports=(7301 7302 7303)
-for p in "${valkey_cluster_ports[@]}"; do
-  if ! redis-cli -p "$p" ping >/dev/null 2>&1; then
-    log "starting valkey cluster node on $p"
-    mkdir -p "$VALKEY_ROOT/var/lib/idem-cluster-$p"
-    rm -f "$VALKEY_ROOT/var/lib/idem-cluster-$p/nodes.conf"
-    chroot "$VALKEY_ROOT" valkey-server --daemonize yes --bind 127.0.0.1 --port "$p" --save "" \
-      --appendonly no --cluster-enabled yes --cluster-config-file nodes.conf \
-      --cluster-node-timeout 2000 --dir "/var/lib/idem-cluster-$p" \
-      --logfile "/var/lib/idem-cluster-$p/valkey.log" >&2
-    wait_port 127.0.0.1 "$p" 10
-  fi
-done
-if ! redis-cli -p 7301 cluster info 2>/dev/null | grep -q 'cluster_state:ok'; then
-  if [ "$(redis-cli -p 7301 cluster info 2>/dev/null | grep cluster_known_nodes | tr -dc 0-9)" != "3" ]; then
-    log "creating valkey cluster"
-    for p in "${valkey_cluster_ports[@]}"; do redis-cli -p "$p" flushall >/dev/null 2>&1 || true; redis-cli -p "$p" cluster reset hard >/dev/null 2>&1 || true; done
-    redis-cli --cluster create 127.0.0.1:7301 127.0.0.1:7302 127.0.0.1:7303 \
-      --cluster-replicas 0 --cluster-yes >&2
-  fi
-  for ((i = 0; i < 100; i++)); do
-    redis-cli -p 7301 cluster info | grep -q 'cluster_state:ok' && break
-    sleep 0.1
-  done
-  redis-cli -p 7301 cluster info | grep -q 'cluster_state:ok' || { log "valkey cluster not ok"; exit 1; }
-fi
+valkey_cluster_node() {
+  valkey_root
+  mkdir -p "$VALKEY_ROOT/var/lib/idem-cluster-$1"
+  rm -f "$VALKEY_ROOT/var/lib/idem-cluster-$1/nodes.conf"
+  chroot "$VALKEY_ROOT" valkey-server --daemonize yes --bind 127.0.0.1 --port "$1" "${cluster_flags[@]}" \
+    --dir "/var/lib/idem-cluster-$1" --logfile "/var/lib/idem-cluster-$1/valkey.log" >&2
+}
+cluster_up "valkey cluster" valkey_cluster_node 7301 7302 7303
 
 # --- DynamoDB Local ------------------------------------------------------
 DDB_PKG=amplify-dynamodb-simulator@2.9.30   # ships DynamoDBLocal.jar 1.25.1

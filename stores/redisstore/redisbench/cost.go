@@ -72,11 +72,16 @@ func resetStats(ctx context.Context, c redis.UniversalClient) error {
 	return servers(ctx, c, func(ctx context.Context, s *redis.Client) error { return s.ConfigResetStat(ctx).Err() })
 }
 
-// userCPU is the process's user CPU time so far.
-func userCPU() time.Duration {
+// cpuTimes is the process's user CPU time so far, and its user and system
+// CPU time together. A kernel that accounts by ticks (CONFIG_TICK_CPU_ACCOUNTING,
+// as on the machines these tables were made on) measures the total
+// exactly and splits it into user and system by sampling at each tick, so
+// the user time of a short phase scatters by several percent and the total
+// does not.
+func cpuTimes() (user, total time.Duration) {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano())
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // Cost is what one phase of calls cost, per call.
@@ -84,21 +89,23 @@ type Cost struct {
 	Name       string
 	ServerUsec float64 // server command time (top-level commands)
 	ClientUsec float64 // the client process's user CPU
+	ClientAll  float64 // the client process's user and system CPU
 	Rate       float64 // calls per second
 }
 
 // measure runs n calls of run and reads the server's command time of the
 // top-level commands (top: which commands were sent by the client, not
-// from a script) and the client's user CPU.
+// from a script) and the client's user CPU and its user and system CPU.
 func measure(ctx context.Context, admin redis.UniversalClient, name string, n int,
 	run func(context.Context, int) (time.Duration, error), top func(usec map[string]float64) float64) (Cost, error) {
 	if err := resetStats(ctx, admin); err != nil {
 		return Cost{}, err
 	}
 	runtime.GC() // the garbage of the phase before is collected on its time, not this one's
-	cpu := userCPU()
+	user, all := cpuTimes()
 	el, err := run(ctx, n)
-	cpu = userCPU() - cpu
+	user1, all1 := cpuTimes()
+	user, all = user1-user, all1-all
 	if err != nil {
 		return Cost{}, fmt.Errorf("%s: %w", name, err)
 	}
@@ -107,7 +114,8 @@ func measure(ctx context.Context, admin redis.UniversalClient, name string, n in
 		return Cost{}, err
 	}
 	return Cost{Name: name, ServerUsec: top(usec) / float64(n),
-		ClientUsec: float64(cpu.Microseconds()) / float64(n), Rate: float64(n) / el.Seconds()}, nil
+		ClientUsec: float64(user.Microseconds()) / float64(n), ClientAll: float64(all.Microseconds()) / float64(n),
+		Rate: float64(n) / el.Seconds()}, nil
 }
 
 func sum(names ...string) func(map[string]float64) float64 {
@@ -162,7 +170,7 @@ const CostRounds = 4
 // CostTable prints, for the deployment gc (the Guard's client) and rc (raw
 // commands, and INFO/CONFIG RESETSTAT on every master) reach, per call:
 // the server's command time (INFO commandstats, reset between phases) and
-// the client process's user CPU (rusage), for raw GET, idem replay, raw
+// the client process's user CPU and user + system CPU (rusage), for raw GET, idem replay, raw
 // SET NX PX + SET and idem fresh, calls calls each, with the ratios and
 // the targets. Rows between them split a replay's cost: its command alone
 // from the raw client (the floor), Store.Claim without a Guard, and a raw
@@ -240,13 +248,14 @@ func CostTable(ctx context.Context, w io.Writer, name string, gc, rc redis.Unive
 			total[i].Name = p.name
 			total[i].ServerUsec += c.ServerUsec / CostRounds
 			total[i].ClientUsec += c.ClientUsec / CostRounds
+			total[i].ClientAll += c.ClientAll / CostRounds
 			total[i].Rate += c.Rate / CostRounds
 		}
 	}
-	fmt.Fprintf(w, "\n%s: cost per call, %d calls per phase in %d alternating rounds, %d goroutines (server: INFO commandstats usec of the commands the client sent; client: user CPU from rusage; ratio: all rounds [lowest round, highest round])\n",
+	fmt.Fprintf(w, "\n%s: cost per call, %d calls per phase in %d alternating rounds, %d goroutines (server: INFO commandstats usec of the commands the client sent; client: user CPU, and user + system CPU, from rusage; ratio: all rounds [lowest round, highest round])\n",
 		name, per*CostRounds, CostRounds, Workers)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "phase\tserver µs\tclient user µs\tcalls/s\tserver ratio\tclient ratio\ttargets\t")
+	fmt.Fprintln(tw, "phase\tserver µs\tclient user µs\tclient user+sys µs\tcalls/s\tserver ratio\tclient user ratio\tclient user+sys ratio\ttargets\t")
 	spread := func(i, base int, f func(Cost) float64) string {
 		lo, hi := math.Inf(1), math.Inf(-1)
 		for r := range rounds {
@@ -257,14 +266,15 @@ func CostTable(ctx context.Context, w io.Writer, name string, gc, rc redis.Unive
 	}
 	srv := func(c Cost) float64 { return c.ServerUsec }
 	cli := func(c Cost) float64 { return c.ClientUsec }
+	all := func(c Cost) float64 { return c.ClientAll }
 	row := func(i, base int, target string) {
 		c := total[i]
 		if base < 0 {
-			fmt.Fprintf(tw, "%s\t%.2f\t%.1f\t%.0f\t\t\t\t\n", c.Name, c.ServerUsec, c.ClientUsec, c.Rate)
+			fmt.Fprintf(tw, "%s\t%.2f\t%.1f\t%.1f\t%.0f\t\t\t\t\t\n", c.Name, c.ServerUsec, c.ClientUsec, c.ClientAll, c.Rate)
 			return
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%.1f\t%.0f\t%s\t%s\t%s\t\n", c.Name, c.ServerUsec, c.ClientUsec, c.Rate,
-			spread(i, base, srv), spread(i, base, cli), target)
+		fmt.Fprintf(tw, "%s\t%.2f\t%.1f\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t\n", c.Name, c.ServerUsec, c.ClientUsec, c.ClientAll, c.Rate,
+			spread(i, base, srv), spread(i, base, cli), spread(i, base, all), target)
 	}
 	row(get, -1, "")
 	row(replay, get, "server <= 1.5x, client <= 1.3x")
