@@ -142,41 +142,29 @@ func main() {
 	fmt.Println("a step that runs = 2, a replayed step = 1, plus 1 per attempt that uses steps (the steps epoch)")
 
 	ctx := context.Background()
-	if *redisAddr != "" {
-		err := redisTables(ctx, "Redis "+*redisAddr, func(dial dialer) (redis.UniversalClient, redis.UniversalClient) {
-			return redisClient(*redisAddr, dial), redisClient(*redisAddr, dial)
-		}, *costCalls, *calls, *rounds, *latency, callers, *longTable)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "redis:", err)
-			os.Exit(1)
+	// Each deployment's tables, in this order: a standalone server and a
+	// Cluster of Redis 7, then of servers whose SET has IFEQ.
+	for _, d := range []struct {
+		name, addrs string
+		cluster     bool
+	}{
+		{"Redis", *redisAddr, false},
+		{"Redis Cluster", *clusterAddrs, true},
+		{"Valkey", *valkeyAddr, false},
+		{"Valkey Cluster", *valkeyCluster, true},
+	} {
+		if d.addrs == "" {
+			continue
 		}
-	}
-	if *valkeyAddr != "" {
-		err := redisTables(ctx, "Valkey "+*valkeyAddr, func(dial dialer) (redis.UniversalClient, redis.UniversalClient) {
-			return redisClient(*valkeyAddr, dial), redisClient(*valkeyAddr, dial)
-		}, *costCalls, *calls, *rounds, *latency, callers, *longTable)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "valkey:", err)
-			os.Exit(1)
+		addrs := strings.Split(d.addrs, ",")
+		pair := func(dial dialer) (redis.UniversalClient, redis.UniversalClient) {
+			if d.cluster {
+				return clusterClient(addrs, dial), clusterClient(addrs, dial)
+			}
+			return redisClient(d.addrs, dial), redisClient(d.addrs, dial)
 		}
-	}
-	if *valkeyCluster != "" {
-		addrs := strings.Split(*valkeyCluster, ",")
-		err := redisTables(ctx, "Valkey Cluster "+*valkeyCluster, func(dial dialer) (redis.UniversalClient, redis.UniversalClient) {
-			return clusterClient(addrs, dial), clusterClient(addrs, dial)
-		}, *costCalls, *calls, *rounds, *latency, callers, *longTable)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "valkey cluster:", err)
-			os.Exit(1)
-		}
-	}
-	if *clusterAddrs != "" {
-		addrs := strings.Split(*clusterAddrs, ",")
-		err := redisTables(ctx, "Redis Cluster "+*clusterAddrs, func(dial dialer) (redis.UniversalClient, redis.UniversalClient) {
-			return clusterClient(addrs, dial), clusterClient(addrs, dial)
-		}, *costCalls, *calls, *rounds, *latency, callers, *longTable)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "redis cluster:", err)
+		if err := redisTables(ctx, d.name+" "+d.addrs, pair, *costCalls, *calls, *rounds, *latency, callers, *longTable); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", d.name, err)
 			os.Exit(1)
 		}
 	}

@@ -22,18 +22,7 @@ func TestExactlyOnceProcesses(t *testing.T) {
 			Keys:    24,
 			Options: []idem.Option{idem.WithHeartbeat(500 * time.Millisecond), idem.WithTakeoverAfter(5 * time.Second)},
 			NewStore: func(prefix string) (idem.Store, error) {
-				var c backend
-				switch kind {
-				case "standalone":
-					c = standalone(t)
-				case "valkey":
-					c = valkey(t)
-				case "valkey-cluster":
-					c = valkeyCluster(t)
-				default:
-					c = cluster(t)
-				}
-				return redisstore.New(c, redisstore.WithPrefix(prefix))
+				return redisstore.New(dial(t, kind), redisstore.WithPrefix(prefix))
 			},
 		})
 	})

@@ -14,33 +14,18 @@ import (
 )
 
 // counted returns a fresh client of the same kind as c with a counting hook.
+// counted returns a client of kind with a counter hook.
 func counted(t *testing.T, kind string) (backend, *counter) {
 	t.Helper()
-	var c backend
-	switch kind {
-	case "standalone":
-		cl := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
-		c = cl
-	case "valkey":
-		c = redis.NewClient(&redis.Options{Addr: valkeyAddr(t)})
-	case "valkey-cluster":
-		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: valkeyClusterAddrs(t)})
-	default:
-		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	// Discover the cluster layout before counting.
-	require.NoError(t, c.Ping(context.Background()).Err())
+	c := dial(t, kind)
 	h := &counter{}
 	c.AddHook(h)
 	return c, h
 }
 
-// bothKinds runs f for each kind of deployment: standalone Redis, the
-// Cluster, and Valkey 8.1 standalone and Cluster (whose SET has IFEQ, so
-// the store completes fresh claims with it).
+// bothKinds runs f for each kind of deployment.
 func bothKinds(t *testing.T, f func(t *testing.T, kind string)) {
-	for _, k := range []string{"standalone", "cluster", "valkey", "valkey-cluster"} {
+	for _, k := range kinds {
 		t.Run(k, func(t *testing.T) { f(t, k) })
 	}
 }

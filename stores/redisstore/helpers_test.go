@@ -26,55 +26,39 @@ func storageKey() string { return "idem:" + randHex(32) }
 
 func prefix() string { return "t" + randHex(6) + ":" }
 
-func standalone(t testing.TB) *redis.Client {
+// kinds are the deployments the store's tests run on: standalone Redis
+// and the Cluster, and Valkey 8.1 standalone and Cluster, whose SET has
+// IFEQ (so the store completes fresh claims with it).
+var kinds = []string{"standalone", "cluster", "valkey", "valkey-cluster"}
+
+// dial returns a client of the test deployment kind, pinged (so a
+// Cluster's layout is known), closed at the end of t.
+func dial(t testing.TB, kind string) backend {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	var c backend
+	switch kind {
+	case "standalone":
+		c = redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	case "cluster":
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
+	case "valkey":
+		c = redis.NewClient(&redis.Options{Addr: testenv.Lookup(t, "IDEM_VALKEY_ADDR", "valkey 8.1")})
+	case "valkey-cluster":
+		addrs := strings.Split(testenv.Lookup(t, "IDEM_VALKEY_CLUSTER", "valkey 8.1 cluster"), ",")
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	default:
+		t.Fatalf("unknown deployment %q", kind)
+	}
 	t.Cleanup(func() { _ = c.Close() })
 	if err := c.Ping(context.Background()).Err(); err != nil {
-		testenv.Missing(t, "redis ping: "+err.Error())
+		testenv.Missing(t, kind+" ping: "+err.Error())
 	}
 	return c
 }
 
-// valkeyAddr is the address of the test Valkey 8.1 (IDEM_VALKEY_ADDR).
-func valkeyAddr(t testing.TB) string { return testenv.Lookup(t, "IDEM_VALKEY_ADDR", "valkey 8.1") }
+func standalone(t testing.TB) *redis.Client { return dial(t, "standalone").(*redis.Client) }
 
-// valkey is a client of the test Valkey 8.1, a server whose SET has IFEQ.
-func valkey(t testing.TB) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: valkeyAddr(t)})
-	t.Cleanup(func() { _ = c.Close() })
-	if err := c.Ping(context.Background()).Err(); err != nil {
-		testenv.Missing(t, "valkey ping: "+err.Error())
-	}
-	return c
-}
-
-// valkeyCluster is a client of the test Valkey 8.1 Cluster
-// (IDEM_VALKEY_CLUSTER).
-func valkeyCluster(t testing.TB) *redis.ClusterClient {
-	t.Helper()
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: valkeyClusterAddrs(t)})
-	t.Cleanup(func() { _ = c.Close() })
-	if err := c.Ping(context.Background()).Err(); err != nil {
-		testenv.Missing(t, "valkey cluster ping: "+err.Error())
-	}
-	return c
-}
-
-func valkeyClusterAddrs(t testing.TB) []string {
-	return strings.Split(testenv.Lookup(t, "IDEM_VALKEY_CLUSTER", "valkey 8.1 cluster"), ",")
-}
-
-func cluster(t testing.TB) *redis.ClusterClient {
-	t.Helper()
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
-	t.Cleanup(func() { _ = c.Close() })
-	if err := c.Ping(context.Background()).Err(); err != nil {
-		testenv.Missing(t, "redis cluster ping: "+err.Error())
-	}
-	return c
-}
+func cluster(t testing.TB) *redis.ClusterClient { return dial(t, "cluster").(*redis.ClusterClient) }
 
 // newStore returns a store with a fresh prefix, closed at the end of t.
 func newStore(t testing.TB, c redisstore.Client, opts ...redisstore.Option) *redisstore.Store {

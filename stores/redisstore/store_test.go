@@ -24,13 +24,9 @@ type backend interface {
 	redis.UniversalClient
 }
 
-// both runs f against the standalone server and the Cluster, and against
-// Valkey 8.1 standalone and Cluster, whose SET has IFEQ.
+// both runs f against a client of each kind of deployment.
 func both(t *testing.T, f func(t *testing.T, c backend)) {
-	t.Run("standalone", func(t *testing.T) { f(t, standalone(t)) })
-	t.Run("cluster", func(t *testing.T) { f(t, cluster(t)) })
-	t.Run("valkey", func(t *testing.T) { f(t, valkey(t)) })
-	t.Run("valkey-cluster", func(t *testing.T) { f(t, valkeyCluster(t)) })
+	bothKinds(t, func(t *testing.T, kind string) { f(t, dial(t, kind)) })
 }
 
 func claimReq(key, nonce string) idem.ClaimRequest {
