@@ -311,7 +311,8 @@ func (c *claim) fence(comp *Completion, err error) error {
 	deadline := time.Now().Add(c.e.takeover + c.e.beat)
 	backoff := 10 * time.Millisecond
 	var last error = err
-	for time.Now().Before(deadline) {
+	for {
+		tried := time.Now()
 		n, rec, _, cerr := c.e.tryClaim(c.bg, c.sk, c.ph)
 		switch {
 		case cerr != nil:
@@ -328,7 +329,15 @@ func (c *claim) fence(comp *Completion, err error) error {
 			c.observe(EventNotRecorded, err)
 			return &NotRecordedError{Err: storeErr("complete", err)}
 		}
-		time.Sleep(lease.Jitter(backoff))
+		// The claim is stale for certain by the deadline, so the last try
+		// is one that starts at or after it, however long the tries before
+		// took: a slow store could otherwise answer "live" to a try that
+		// started just before the claim went stale and end the loop past
+		// the deadline without a try that could see it.
+		if !tried.Before(deadline) {
+			break
+		}
+		time.Sleep(min(lease.Jitter(backoff), max(time.Until(deadline), 0)))
 		backoff = min(2*backoff, c.e.pollMax())
 	}
 	c.observe(EventNotRecorded, err)

@@ -217,6 +217,52 @@ func TestCompletionOutcomeUnknown(t *testing.T) {
 	}
 }
 
+// A completion that may have reached the store but did not land is fenced
+// off: the claim is taken over once stale, then released, and the caller
+// is told it was not recorded. A try that starts just before the claim
+// goes stale and answers only after the fence's deadline (one slow store
+// call) is followed by one more try, which finds the claim stale. (Before,
+// the fence gave up at its deadline with ErrOutcomeUnknown.)
+func TestFenceTriesAfterASlowAnswer(t *testing.T) {
+	const takeover = 200 * time.Millisecond
+	inst := storetest.Instrument(mustMem())
+	inst.Before = func(ctx context.Context, op storetest.Op, key string) error {
+		if op == storetest.OpComplete {
+			return errors.New("write: broken pipe") // may have been sent: never applied here
+		}
+		return nil
+	}
+	var claims atomic.Int32
+	inst.After = func(ctx context.Context, op storetest.Op, key string, err error) error {
+		// Claims: 1 the call's own, 2 the fence's takeover of it, 3 the
+		// first try of the second fence (of the takeover's claim, whose
+		// completion failed too): decided at once, answered past that
+		// fence's whole window (takeover + heartbeat).
+		if op == storetest.OpClaim && claims.Add(1) == 3 {
+			time.Sleep(3 * takeover)
+		}
+		return err
+	}
+	g := newGuard[int](t, inst, idem.WithTakeoverAfter(takeover), idem.WithHeartbeat(40*time.Millisecond))
+	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 5, nil })
+	if v != 5 {
+		t.Errorf("got %v, want %v", v, 5)
+	}
+	if !errors.Is(err, idem.ErrNotRecorded) || errors.Is(err, idem.ErrOutcomeUnknown) {
+		t.Fatalf("got %v, want %v only", err, idem.ErrNotRecorded)
+	}
+	if got := claims.Load(); got < 4 {
+		t.Errorf("%d claims: want a try after the slow one", got)
+	}
+	sk, err := g.StorageKey("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inst.Get(context.Background(), sk); !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("record: %v, want it released", err)
+	}
+}
+
 // Outcomes known not to be stored keep ErrNotRecorded: the store could not
 // be reached at all, or the record read back still shows the claim.
 func TestCompletionKnownNotRecorded(t *testing.T) {
