@@ -7,6 +7,7 @@
 #   Valkey 8.1       127.0.0.1:6390            IDEM_VALKEY_ADDR (SET ... IFEQ; Debian 13's
 #                                              package, in a debootstrapped root)
 #   Valkey Cluster   127.0.0.1:7301-7303       IDEM_VALKEY_CLUSTER (3 masters, the same root)
+#                                              IDEM_VALKEY_ROOT: the root, where tests start their own
 #   DynamoDB Local   http://127.0.0.1:8765     IDEM_DYNAMODB_ENDPOINT
 #   S3 (s3rver)      http://127.0.0.1:8766     IDEM_S3_ENDPOINT (path-style; key/secret S3RVER)
 #   PostgreSQL       127.0.0.1:5432 db test    IDEM_POSTGRES_DSN (user postgres, trust on loopback)
@@ -227,6 +228,7 @@ export IDEM_REDIS_ADDR=127.0.0.1:6379
 export IDEM_REDIS_CLUSTER=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
 export IDEM_VALKEY_ADDR=127.0.0.1:$VALKEY_PORT
 export IDEM_VALKEY_CLUSTER=127.0.0.1:7301,127.0.0.1:7302,127.0.0.1:7303
+export IDEM_VALKEY_ROOT=$VALKEY_ROOT
 export IDEM_DYNAMODB_ENDPOINT=http://127.0.0.1:$DDB_PORT
 export IDEM_S3_ENDPOINT=http://127.0.0.1:$S3_PORT
 export IDEM_POSTGRES_DSN='postgres://postgres@127.0.0.1:5432/test?sslmode=disable'

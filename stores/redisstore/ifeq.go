@@ -32,10 +32,10 @@ import (
 // caller no longer owns.
 //
 // The path is taken on a standalone or Sentinel client (*redis.Client) and
-// on a Cluster (each master's clock read apart), without WithReplicaAck,
-// once the store has read the server's version and clock (in the
-// background, at the first completion on it and every clockMaxAge); until
-// then, and on a Ring, the complete script runs.
+// on a Cluster (each master's clock read apart), with WAIT pipelined behind
+// the SET under WithReplicaAck, once the store has read the server's
+// version and clock (in the background, at the first completion on it and
+// every clockMaxAge); until then, and on a Ring, the complete script runs.
 
 // clockMaxAge is how long a reading of the server's clock serves before the
 // store reads it again (in the background; completions meanwhile use the
@@ -84,9 +84,6 @@ type nodeClock struct {
 // one the path is not taken on). A reading older than clockMaxAge is read
 // again in the background. On a Cluster each master has its own reading.
 func (s *Store) clock(ctx context.Context, rk string, now time.Time) *serverClock {
-	if s.ackN > 0 {
-		return nil
-	}
 	var node *redis.Client
 	switch c := s.client.(type) {
 	case *redis.Client:
@@ -237,9 +234,30 @@ func (s *Store) completeIfEq(ctx context.Context, key string, f freshClaim, comp
 	started := min(c.ms(f.sent), now)
 	rec := completedRecord(f.value, sf, lens, body, expires, now, started)
 	cmd := redis.NewStatusCmd(ctx, "set", rk, rec, "ifeq", f.value, "pxat", expires)
-	_ = s.proc.Process(ctx, cmd)
+	var wait *redis.Cmd
+	if s.ackN > 0 {
+		// WithReplicaAck: WAIT in the same pipeline, on the key's master.
+		pl, err := s.ackPipeliner(ctx, rk)
+		if err != nil {
+			return false, false, nil // the script's own try reports it
+		}
+		p := pl.Pipeline()
+		_ = p.Process(ctx, cmd)
+		wait = p.Do(ctx, "wait", s.ackN, s.ackTimeout.Milliseconds())
+		_, _ = p.Exec(ctx)
+	} else {
+		_ = s.proc.Process(ctx, cmd)
+	}
 	switch err := cmd.Err(); {
 	case err == nil:
+		if wait != nil {
+			acked, werr := wait.Int64()
+			var ackErr *ReplicaAckError
+			if werr != nil {
+				ackErr = &ReplicaAckError{Op: "complete", Key: key, Want: s.ackN, Err: werr}
+			}
+			return true, true, s.notAcked("complete", key, acked, ackErr)
+		}
 		return true, true, nil
 	case err == redis.Nil:
 		return false, true, nil

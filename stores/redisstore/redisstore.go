@@ -114,8 +114,9 @@
 // server that refuses IFEQ after all (a failover to an older one) sends
 // the store back to the script until it reads the server again. This
 // path is taken on a standalone or Sentinel client (*redis.Client) and on
-// a Cluster (each master's version and clock read apart), without
-// WithReplicaAck; a Ring and WithReplicaAck keep the script.
+// a Cluster (each master's version and clock read apart); with
+// WithReplicaAck the SET is followed by WAIT in the same pipeline, as the
+// script is. A Ring keeps the script.
 //
 // # Replicated Redis
 //
@@ -1062,16 +1063,25 @@ func (s *Store) write(ctx context.Context, op string, sc *redis.Script, key stri
 	default:
 		return fmt.Errorf("redisstore: %s %s: unexpected script reply %T", op, key, v)
 	}
-	if ack && s.ackN > 0 && (ackErr != nil || acked < s.ackN) {
-		if ackErr == nil {
-			ackErr = &ReplicaAckError{Op: op, Key: key, Want: s.ackN, Got: acked}
-		}
-		// The write was applied on the master but may not survive its
-		// failover: the outcome is reported as not recorded, at once (a
-		// retry would not make the replicas catch up sooner).
-		return &idem.NotRecordedError{Err: &idem.StoreError{Op: op, Err: ackErr}}
+	if ack {
+		return s.notAcked(op, key, acked, ackErr)
 	}
 	return nil
+}
+
+// notAcked is the answer to a write the master applied, given what the
+// WAIT behind it said (acked replicas, or ackErr): nil when WithReplicaAck
+// is not set or enough replicas hold it. Otherwise the write may not
+// survive the master's failover: the outcome is reported as not recorded,
+// at once (a retry would not make the replicas catch up sooner).
+func (s *Store) notAcked(op, key string, acked int64, ackErr *ReplicaAckError) error {
+	if s.ackN == 0 || ackErr == nil && acked >= s.ackN {
+		return nil
+	}
+	if ackErr == nil {
+		ackErr = &ReplicaAckError{Op: op, Key: key, Want: s.ackN, Got: acked}
+	}
+	return &idem.NotRecordedError{Err: &idem.StoreError{Op: op, Err: ackErr}}
 }
 
 // maxFresh bounds the fresh claims a store remembers. A claim that is never
