@@ -3,8 +3,6 @@ package redisstore
 import (
 	"context"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Encode exposes the record encoder to the tests.
@@ -40,24 +38,14 @@ func (s *Store) SetFresh(key, nonce, value string) {
 // and reports whether the store completes key's fresh claims with SET ...
 // IFEQ.
 func (s *Store) ReadServerClock(ctx context.Context, key string) (bool, error) {
-	var node *redis.Client
-	switch c := s.client.(type) {
-	case *redis.Client:
-		node = c
-	case *redis.ClusterClient:
-		n, err := c.MasterForKey(ctx, s.Key(key))
-		if err != nil {
-			return false, err
-		}
-		node = n
-	default:
+	node, nc := s.nodeClock(ctx, s.Key(key))
+	if node == nil {
 		return false, nil
 	}
 	clk, err := readServerClock(ctx, node)
 	if err != nil {
 		return false, err
 	}
-	v, _ := s.clocks.LoadOrStore(node.Options().Addr, &nodeClock{})
-	v.(*nodeClock).c.Store(clk)
+	nc.c.Store(clk)
 	return s.clock(ctx, s.Key(key), time.Now()) != nil, nil
 }

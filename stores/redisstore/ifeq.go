@@ -84,24 +84,10 @@ type nodeClock struct {
 // one the path is not taken on). A reading older than clockMaxAge is read
 // again in the background. On a Cluster each master has its own reading.
 func (s *Store) clock(ctx context.Context, rk string, now time.Time) *serverClock {
-	var node *redis.Client
-	switch c := s.client.(type) {
-	case *redis.Client:
-		node = c
-	case *redis.ClusterClient:
-		n, err := c.MasterForKey(ctx, rk)
-		if err != nil {
-			return nil
-		}
-		node = n
-	default:
+	node, nc := s.nodeClock(ctx, rk)
+	if node == nil {
 		return nil
 	}
-	v, ok := s.clocks.Load(node.Options().Addr)
-	if !ok {
-		v, _ = s.clocks.LoadOrStore(node.Options().Addr, &nodeClock{})
-	}
-	nc := v.(*nodeClock)
 	c := nc.c.Load()
 	if c == nil || now.Sub(c.at) >= clockMaxAge {
 		s.readClock(nc, node)
@@ -110,6 +96,30 @@ func (s *Store) clock(ctx context.Context, rk string, now time.Time) *serverCloc
 		return nil
 	}
 	return c
+}
+
+// nodeClock returns the server that holds the Redis key rk (the client
+// itself, or the key's master on a Cluster) and the store's reading of its
+// clock; node is nil on a deployment the conditional completion is not
+// taken on, or when a Cluster cannot say which master holds rk.
+func (s *Store) nodeClock(ctx context.Context, rk string) (node *redis.Client, nc *nodeClock) {
+	switch c := s.client.(type) {
+	case *redis.Client:
+		node = c
+	case *redis.ClusterClient:
+		n, err := c.MasterForKey(ctx, rk)
+		if err != nil {
+			return nil, nil
+		}
+		node = n
+	default:
+		return nil, nil
+	}
+	v, ok := s.clocks.Load(node.Options().Addr)
+	if !ok {
+		v, _ = s.clocks.LoadOrStore(node.Options().Addr, &nodeClock{})
+	}
+	return node, v.(*nodeClock)
 }
 
 // readClock starts one background reading of node's version and clock
