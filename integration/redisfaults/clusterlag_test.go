@@ -115,6 +115,6 @@ func TestClusterFailoverWithoutReplicaAckDuplicates(t *testing.T) {
 // TestClusterLagFailoverWithReplicaAck: with WithReplicaAck the lagging
 // claim fails cleanly and fn runs once across CLUSTER FAILOVER FORCE.
 func TestClusterLagFailoverWithReplicaAck(t *testing.T) {
-	r, lagErr := failoverScenario(t, lagCluster(t, 7271), redisstore.WithReplicaAck(1, 200*time.Millisecond))
+	r, lagErr := failoverScenario(t, lagCluster(t, 7271), redisstore.WithReplicaAck(1, ackWait))
 	assertAckedOnce(t, r, lagErr)
 }

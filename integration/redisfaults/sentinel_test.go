@@ -109,6 +109,6 @@ func TestSentinelFailoverWithoutReplicaAckDuplicates(t *testing.T) {
 // TestSentinelFailoverWithReplicaAck: through Sentinel, WithReplicaAck
 // fails the lagging claim cleanly and the key runs once.
 func TestSentinelFailoverWithReplicaAck(t *testing.T) {
-	r, lagErr := failoverScenario(t, viaSentinel(t, 7234, 7235, 7236), redisstore.WithReplicaAck(1, 200*time.Millisecond))
+	r, lagErr := failoverScenario(t, viaSentinel(t, 7234, 7235, 7236), redisstore.WithReplicaAck(1, ackWait))
 	assertAckedOnce(t, r, lagErr)
 }

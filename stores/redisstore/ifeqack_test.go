@@ -63,7 +63,7 @@ func TestCompleteIfEqReplicaAck(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond, "the replica is online")
 	h := &counter{}
 	c.AddHook(h)
-	s := newStore(t, c, redisstore.WithReplicaAck(1, 300*time.Millisecond))
+	s := newStore(t, c, redisstore.WithReplicaAck(1, 2*time.Second))
 	require.NoError(t, s.LoadScripts(ctx))
 	g, err := idem.New[int](s)
 	require.NoError(t, err)
