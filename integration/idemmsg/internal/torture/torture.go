@@ -74,6 +74,7 @@ type Report struct {
 	Duplicates int // side effects beyond one per message
 	Missing    int // messages whose side effect never happened
 	Kills      int // consumers SIGKILLed in a handler
+	Exits      int // consumers that exited on their own (and were replaced)
 	Pending    int // messages left unacknowledged at the end
 	Guarded    bool
 }
@@ -139,11 +140,11 @@ func Run(t *testing.T, cfg Config) Report {
 		t.Fatal(err)
 	}
 	cfg.Setup(t, ns, msgs)
-	r := &run{t: t, cfg: cfg, ns: ns, dir: dir, starts: make(chan startLine, 64)}
+	r := &run{t: t, cfg: cfg, ns: ns, dir: dir, starts: make(chan startLine, 64), exits: make(chan exitLine, 64)}
 	rep := r.loop(msgs)
 	rep.Guarded = cfg.Guarded
-	t.Logf("guarded=%v: %d messages, %d consumers killed in a handler, %d side effects (%d duplicates, %d missing), %d left unacknowledged",
-		cfg.Guarded, cfg.Messages, rep.Kills, rep.Effects, rep.Duplicates, rep.Missing, rep.Pending)
+	t.Logf("guarded=%v: %d messages, %d consumers killed in a handler, %d exited on their own, %d side effects (%d duplicates, %d missing), %d left unacknowledged",
+		cfg.Guarded, cfg.Messages, rep.Kills, rep.Exits, rep.Effects, rep.Duplicates, rep.Missing, rep.Pending)
 	return rep
 }
 
@@ -188,9 +189,18 @@ type run struct {
 	ns     string
 	dir    string
 	starts chan startLine
+	exits  chan exitLine
 
 	mu    sync.Mutex
 	procs []*exec.Cmd // running consumers, oldest first
+	ended bool        // killAll ran: exits are no longer told
+}
+
+// exitLine is the notice of a consumer that exited without being killed
+// (its Consume returned an error, or it crashed).
+type exitLine struct {
+	pid int
+	err error
 }
 
 func (r *run) start() {
@@ -220,7 +230,13 @@ func (r *run) start() {
 				}
 			}
 		}
-		_ = cmd.Wait()
+		err := cmd.Wait()
+		if r.forget(cmd) {
+			select {
+			case r.exits <- exitLine{pid: cmd.Process.Pid, err: err}:
+			default:
+			}
+		}
 	}()
 	r.mu.Lock()
 	r.procs = append(r.procs, cmd)
@@ -240,6 +256,27 @@ func (r *run) kill(cmd *exec.Cmd) bool {
 	return false
 }
 
+// forget removes cmd, which exited, from the running consumers; it reports
+// whether cmd exited on its own (it was neither killed nor the run over).
+func (r *run) forget(cmd *exec.Cmd) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, p := range r.procs {
+		if p == cmd {
+			r.procs = append(r.procs[:i], r.procs[i+1:]...)
+			return !r.ended
+		}
+	}
+	return false
+}
+
+// alive is how many consumers run.
+func (r *run) alive() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.procs)
+}
+
 func (r *run) killAll() {
 	r.mu.Lock()
 	procs := r.procs
@@ -253,9 +290,15 @@ func (r *run) killAll() {
 // loop keeps cfg.Consumers consumers running, kills one in the middle of a
 // slow handler every KillEvery, and ends once every message's side effect
 // happened and nothing is left unacknowledged, even with every consumer
-// gone.
+// gone. A consumer that exits on its own is logged and replaced, so that
+// the consumers never dwindle to none while messages wait.
 func (r *run) loop(msgs []Message) Report {
-	defer r.killAll()
+	defer func() {
+		r.mu.Lock()
+		r.ended = true
+		r.mu.Unlock()
+		r.killAll()
+	}()
 	var rep Report
 	for range r.cfg.Consumers {
 		r.start()
@@ -275,6 +318,10 @@ func (r *run) loop(msgs []Message) Report {
 				}
 				nextKill = time.Now().Add(r.cfg.KillEvery)
 			}
+		case e := <-r.exits:
+			rep.Exits++
+			r.t.Logf("consumer pid %d exited on its own (%v): starting another", e.pid, e.err)
+			r.start()
 		case <-time.After(250 * time.Millisecond):
 		}
 		counts := r.effects()
@@ -303,18 +350,26 @@ func (r *run) loop(msgs []Message) Report {
 		}
 		return r.report(msgs, rep)
 	}
-	r.t.Errorf("torture run did not settle in %v", r.cfg.Deadline)
-	r.explain(msgs)
 	rep = r.report(msgs, rep)
 	rep.Pending = r.cfg.Pending(r.t, r.ns)
+	r.t.Errorf("torture run did not settle in %v: %d side effects missing, %d messages waiting, %d consumers running, %d killed, %d exited on their own",
+		r.cfg.Deadline, rep.Missing, rep.Pending, r.alive(), rep.Kills, rep.Exits)
+	r.explain(msgs)
 	return rep
 }
 
 // explain logs, for every message whose side effect is missing, its record
-// in the consumers' store: a run that did not settle says where it stuck.
+// in the consumers' store, and the last decisions of the run: a run that did
+// not settle says where it stuck. A message that waits although its side
+// effect happened shows in the last decisions (its redelivery and what the
+// Dedup told it).
 func (r *run) explain(msgs []Message) {
 	if !r.cfg.Guarded {
 		return
+	}
+	if decisions, err := os.ReadFile(r.dir + "/decisions.log"); err == nil {
+		lines := strings.Split(strings.TrimSpace(string(decisions)), "\n")
+		r.t.Logf("the last decisions of %d:\n\t%s", len(lines), strings.Join(lines[max(0, len(lines)-20):], "\n\t"))
 	}
 	store, err := filestore.New(r.dir + "/store")
 	if err != nil {
