@@ -34,8 +34,9 @@ import (
 // The path is taken on a standalone or Sentinel client (*redis.Client) and
 // on a Cluster (each master's clock read apart), with WAIT pipelined behind
 // the SET under WithReplicaAck, once the store has read the server's
-// version and clock (in the background, at the first completion on it and
-// every clockMaxAge); until then, and on a Ring, the complete script runs.
+// version and clock (in LoadScripts, or in the background at the first
+// completion on it; again every clockMaxAge); until then, and on a Ring,
+// the complete script runs.
 
 // clockMaxAge is how long a reading of the server's clock serves before the
 // store reads it again (in the background; completions meanwhile use the

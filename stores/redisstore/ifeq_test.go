@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,4 +122,30 @@ func testCompleteIfEq(t *testing.T, kind string) {
 	rec, err = s.Get(ctx, key)
 	require.NoError(t, err)
 	assert.Equal(t, idem.StatusCompleted, rec.Status)
+}
+
+// TestLoadScriptsReadsClock: after LoadScripts the first fresh call on a
+// server whose SET has IFEQ already completes with it (LoadScripts read
+// every master's version and clock), and on Redis 7.0 with the script.
+func TestLoadScriptsReadsClock(t *testing.T) {
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			ctx := ctxT(t)
+			c, h := counted(t, kind)
+			s := newStore(t, c)
+			require.NoError(t, s.LoadScripts(ctx))
+			g, err := idem.New[int](s)
+			require.NoError(t, err)
+			want := []string{"set", "evalsha"}
+			if strings.HasPrefix(kind, "valkey") {
+				want = []string{"set", "set"}
+			}
+			for i := range 3 { // three keys: on a Cluster, on more than one master as a rule
+				h.reset()
+				_, err := g.Do(ctx, "first-"+strconv.Itoa(i), func(context.Context) (int, error) { return i, nil })
+				require.NoError(t, err)
+				assert.Equal(t, want, h.sent(), "call %d", i)
+			}
+		})
+	}
 }

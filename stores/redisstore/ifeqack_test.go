@@ -3,10 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,30 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// startValkey starts a valkey-server of its own on port, with args, from
-// the Valkey root scripts/backends.sh made (IDEM_VALKEY_ROOT), and waits
-// until it answers; it is killed when the test ends.
-func startValkey(t *testing.T, port int, args ...string) *exec.Cmd {
-	t.Helper()
-	root := testenv.Lookup(t, "IDEM_VALKEY_ROOT", "valkey 8.1 root")
-	dir, err := os.MkdirTemp(filepath.Join(root, "tmp"), "idem-test-")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	cmd := exec.Command("chroot", append([]string{root, "valkey-server", "--bind", "127.0.0.1",
-		"--port", strconv.Itoa(port), "--save", "", "--appendonly", "no", "--dir", strings.TrimPrefix(dir, root),
-		"--logfile", "valkey.log"}, args...)...)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port)})
-	defer c.Close()
-	require.Eventually(t, func() bool { return c.Ping(context.Background()).Err() == nil }, 10*time.Second, 20*time.Millisecond)
-	return cmd
-}
-
 // TestCompleteIfEqReplicaAck: with WithReplicaAck on Valkey 8.1 the
 // conditional completion is pipelined with WAIT (one round trip, no
 // script); a replica that does not acknowledge it (stopped while fn runs)
@@ -53,8 +25,8 @@ func TestCompleteIfEqReplicaAck(t *testing.T) {
 		t.Skip("starts servers")
 	}
 	ctx := ctxT(t)
-	startValkey(t, 7321)
-	replica := startValkey(t, 7322, "--replicaof", "127.0.0.1", "7321")
+	testenv.StartValkey(t, 7321)
+	replica := testenv.StartValkey(t, 7322, "--replicaof", "127.0.0.1", "7321")
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:7321"})
 	t.Cleanup(func() { _ = c.Close() })
 	require.Eventually(t, func() bool {
@@ -84,10 +56,10 @@ func TestCompleteIfEqReplicaAck(t *testing.T) {
 
 	h.reset()
 	v, err = g.Do(ctx, "order-2", func(context.Context) (int, error) {
-		require.NoError(t, replica.Process.Signal(syscall.SIGSTOP))
+		require.NoError(t, replica.Signal(syscall.SIGSTOP))
 		return 2, nil
 	})
-	require.NoError(t, replica.Process.Signal(syscall.SIGCONT))
+	require.NoError(t, replica.Signal(syscall.SIGCONT))
 	assert.Equal(t, 2, v)
 	assert.True(t, errors.Is(err, idem.ErrNotRecorded), "got %v", err)
 	assert.True(t, errors.Is(err, redisstore.ErrNotReplicated), "got %v", err)

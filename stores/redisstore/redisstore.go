@@ -1205,14 +1205,33 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 
 // LoadScripts loads every script of the store into the server's script
 // cache (on a Cluster, into every master), so the first call of each
-// operation is one EVALSHA instead of a failed EVALSHA plus EVAL. It is
-// optional: without it the first call of each script falls back to EVAL
-// once per server.
+// operation is one EVALSHA instead of a failed EVALSHA plus EVAL. It also
+// reads each master's version and clock (INFO server, TIME), which the
+// store otherwise reads in the background at its first completion there,
+// so that on a server whose SET has IFEQ the first fresh call already
+// completes with it. It is optional: without it the first call of each
+// script falls back to EVAL once per server, and the first completions on
+// each server run the complete script.
 func (s *Store) LoadScripts(ctx context.Context) error {
 	for _, sc := range []*redis.Script{scriptClaim, scriptHeartbeat, scriptComplete, scriptRelease, scriptGet, scriptDelete, scriptWatch} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("redisstore: load scripts: %w", err)
 		}
+	}
+	read := func(ctx context.Context, node *redis.Client) error {
+		c, err := readServerClock(ctx, node)
+		if err != nil {
+			return fmt.Errorf("redisstore: read the server's clock: %w", err)
+		}
+		v, _ := s.clocks.LoadOrStore(node.Options().Addr, &nodeClock{})
+		v.(*nodeClock).c.Store(c)
+		return nil
+	}
+	switch c := s.client.(type) {
+	case *redis.Client:
+		return read(ctx, c)
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, read)
 	}
 	return nil
 }

@@ -13,14 +13,17 @@ import (
 	"time"
 )
 
-// RedisServer is a redis-server a test started on a loopback port, so it
-// can be killed and restarted without touching the shared servers.
+// RedisServer is a redis-server (or valkey-server) a test started on a
+// loopback port, so it can be killed and restarted without touching the
+// shared servers.
 type RedisServer struct {
 	Port int
 	Addr string // 127.0.0.1:Port
 
 	t    testing.TB
-	dir  string
+	bin  string // redis-server or valkey-server
+	root string // the root bin runs chrooted in; "" for the host's
+	dir  string // its directory, inside root
 	args []string
 	cmd  *exec.Cmd
 }
@@ -34,10 +37,76 @@ func StartRedis(t testing.TB, port int, args ...string) *RedisServer {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		Missing(t, "redis-server binary not found")
 	}
-	s := &RedisServer{t: t, Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir(), args: args}
+	s := &RedisServer{t: t, Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), bin: "redis-server", dir: t.TempDir(), args: args}
 	s.Start()
 	t.Cleanup(s.Stop)
 	return s
+}
+
+// StartValkey is StartRedis for valkey-server (Valkey 8.1 or later, whose
+// SET has IFEQ), run chrooted in the root scripts/backends.sh installs it
+// in (IDEM_VALKEY_ROOT; a missing root is a missing backend). Running it
+// needs the right to chroot.
+func StartValkey(t testing.TB, port int, args ...string) *RedisServer {
+	t.Helper()
+	root := ValkeyRoot(t)
+	if err := os.MkdirAll(filepath.Join(root, "tmp"), 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(filepath.Join(root, "tmp"), "idem-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	s := &RedisServer{t: t, Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), bin: "valkey-server", root: root, dir: dir, args: args}
+	s.Start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Command returns the command that runs the server's binary (or another
+// one of its installation, such as a Sentinel: name is "server" or
+// "sentinel") with args: chrooted for a Valkey server, whose paths are
+// then inside its root (see Path).
+func (s *RedisServer) Command(name string, args ...string) *exec.Cmd {
+	bin := strings.TrimSuffix(s.bin, "-server") + "-" + name
+	if s.root == "" {
+		return exec.Command(bin, args...)
+	}
+	return exec.Command("chroot", append([]string{s.root, bin}, args...)...)
+}
+
+// Path returns the path the server's binary sees for the local path p
+// (inside the server's root).
+func (s *RedisServer) Path(p string) string {
+	if s.root == "" {
+		return p
+	}
+	return "/" + strings.TrimPrefix(strings.TrimPrefix(p, s.root), "/")
+}
+
+// TempDir returns a new directory the server's binaries can reach (inside
+// its root), removed when the test ends.
+func (s *RedisServer) TempDir() string {
+	s.t.Helper()
+	if s.root == "" {
+		return s.t.TempDir()
+	}
+	dir, err := os.MkdirTemp(filepath.Join(s.root, "tmp"), "idem-test-")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// Signal sends sig to the running server (SIGSTOP pauses it, SIGCONT
+// resumes it).
+func (s *RedisServer) Signal(sig os.Signal) error {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return os.ErrProcessDone
+	}
+	return s.cmd.Process.Signal(sig)
 }
 
 // StartRedisAOF starts a server that persists every write before replying
@@ -53,11 +122,11 @@ func StartRedisAOF(t testing.TB, port int) *RedisServer {
 func (s *RedisServer) Start() {
 	s.t.Helper()
 	args := append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.Port),
-		"--save", "", "--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log")}, s.args...)
-	s.cmd = exec.Command("redis-server", args...)
+		"--save", "", "--dir", s.Path(s.dir), "--logfile", "server.log"}, s.args...)
+	s.cmd = s.Command("server", args...)
 	s.cmd.Stdout, s.cmd.Stderr = os.Stderr, os.Stderr
 	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("start redis-server: %v", err)
+		s.t.Fatalf("start %s: %v", s.bin, err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -66,13 +135,14 @@ func (s *RedisServer) Start() {
 			return
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("redis-server on %s not ready: %v", s.Addr, err)
+			s.t.Fatalf("%s on %s not ready: %v", s.bin, s.Addr, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// Stop kills the server (SIGKILL: no graceful shutdown) and waits for it.
+// Stop kills the server (SIGKILL: no graceful shutdown; a paused server
+// dies too) and waits for it.
 func (s *RedisServer) Stop() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
@@ -82,7 +152,7 @@ func (s *RedisServer) Stop() {
 	s.cmd = nil
 }
 
-func (s *RedisServer) String() string { return "redis-server " + s.Addr }
+func (s *RedisServer) String() string { return s.bin + " " + s.Addr }
 
 // ping sends PING to the Redis server at addr and expects +PONG.
 func ping(addr string, timeout time.Duration) error {

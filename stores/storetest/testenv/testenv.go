@@ -48,6 +48,10 @@ func Missing(t testing.TB, why string) {
 // RedisAddr is the address of a standalone Redis server.
 func RedisAddr(t testing.TB) string { return Lookup(t, "IDEM_REDIS_ADDR", "redis") }
 
+// ValkeyRoot returns the root scripts/backends.sh installs Valkey 8.1 in,
+// where tests start servers of their own (StartValkey).
+func ValkeyRoot(t testing.TB) string { return Lookup(t, "IDEM_VALKEY_ROOT", "valkey 8.1 root") }
+
 // RedisClusterAddrs are the seed addresses of a Redis Cluster.
 func RedisClusterAddrs(t testing.TB) []string {
 	return strings.Split(Lookup(t, "IDEM_REDIS_CLUSTER", "redis cluster"), ",")
