@@ -20,17 +20,17 @@ import (
 // are given the real addresses (ClusterOptions.ClusterSlots). base..base+3
 // are the ports: master, replica, two more masters (their votes let the
 // replica take over with CLUSTER FAILOVER FORCE).
-func lagCluster(t *testing.T, base int) deployment {
+func lagCluster(t *testing.T, sv server, base int) deployment {
 	t.Helper()
 	ctx := context.Background()
 	mport, rport := base, base+1
 	proxy := newFaultProxy(t, "127.0.0.1:"+strconv.Itoa(mport))
 	_, pport, _ := strings.Cut(proxy.addr(), ":")
 	cl := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0"}
-	m := testenv.StartRedis(t, mport, append(cl, "--cluster-announce-port", pport, "--cluster-announce-bus-port", strconv.Itoa(mport+10000))...)
-	r := testenv.StartRedis(t, rport, cl...)
-	n2 := testenv.StartRedis(t, base+2, cl...)
-	n3 := testenv.StartRedis(t, base+3, cl...)
+	m := sv.start(t, mport, append(cl, "--cluster-announce-port", pport, "--cluster-announce-bus-port", strconv.Itoa(mport+10000))...)
+	r := sv.start(t, rport, cl...)
+	n2 := sv.start(t, base+2, cl...)
+	n3 := sv.start(t, base+3, cl...)
 	cli := func(s *testenv.RedisServer) *redis.Client {
 		c := redis.NewClient(&redis.Options{Addr: s.Addr})
 		t.Cleanup(func() { _ = c.Close() })
@@ -106,15 +106,23 @@ func lagCluster(t *testing.T, base int) deployment {
 // lagging replica never received is lost by CLUSTER FAILOVER FORCE and fn
 // runs twice with fencing token 1.
 func TestClusterFailoverWithoutReplicaAckDuplicates(t *testing.T) {
-	d := lagCluster(t, 7261)
-	assertDefaultRefuses(t, d)
-	r, lagErr := failoverScenario(t, d, redisstore.AcceptAsyncReplication())
-	assertUnsafeDuplicates(t, r, lagErr)
+	for _, sv := range servers(7261, 7251) {
+		t.Run(sv.name, func(t *testing.T) {
+			d := lagCluster(t, sv, sv.port)
+			assertDefaultRefuses(t, d)
+			r, lagErr := failoverScenario(t, d, redisstore.AcceptAsyncReplication())
+			assertUnsafeDuplicates(t, r, lagErr)
+		})
+	}
 }
 
 // TestClusterLagFailoverWithReplicaAck: with WithReplicaAck the lagging
 // claim fails cleanly and fn runs once across CLUSTER FAILOVER FORCE.
 func TestClusterLagFailoverWithReplicaAck(t *testing.T) {
-	r, lagErr := failoverScenario(t, lagCluster(t, 7271), redisstore.WithReplicaAck(1, ackWait))
-	assertAckedOnce(t, r, lagErr)
+	for _, sv := range servers(7271, 7255) {
+		t.Run(sv.name, func(t *testing.T) {
+			r, lagErr := failoverScenario(t, lagCluster(t, sv, sv.port), redisstore.WithReplicaAck(1, ackWait))
+			assertAckedOnce(t, r, lagErr)
+		})
+	}
 }

@@ -25,12 +25,27 @@ type replicated struct {
 	proxy           *faultProxy
 }
 
-func startReplicated(t *testing.T, masterPort, replicaPort int) *replicated {
+// server is the kind of server a failover test starts: testenv.StartRedis
+// (Redis 7.0, whose completions run the complete script) or
+// testenv.StartValkey (Valkey 8.1, whose completions are SET ... IFEQ).
+type server struct {
+	name  string
+	start func(t testing.TB, port int, args ...string) *testenv.RedisServer
+	port  int // the test's first port for this kind
+}
+
+// servers are both kinds, a test's ports starting at redisPort for Redis
+// and at valkeyPort for Valkey.
+func servers(redisPort, valkeyPort int) []server {
+	return []server{{"redis", testenv.StartRedis, redisPort}, {"valkey", testenv.StartValkey, valkeyPort}}
+}
+
+func startReplicated(t *testing.T, sv server, masterPort, replicaPort int) *replicated {
 	t.Helper()
-	m := testenv.StartRedis(t, masterPort, "--repl-diskless-sync-delay", "0")
+	m := sv.start(t, masterPort, "--repl-diskless-sync-delay", "0")
 	p := newFaultProxy(t, m.Addr)
 	host, port, _ := strings.Cut(p.addr(), ":")
-	r := testenv.StartRedis(t, replicaPort, "--replicaof", host, port)
+	r := sv.start(t, replicaPort, "--replicaof", host, port)
 	rc := redis.NewClient(&redis.Options{Addr: m.Addr})
 	defer rc.Close()
 	deadline := time.Now().Add(10 * time.Second)
@@ -101,8 +116,8 @@ type deployment struct {
 	after    func(t *testing.T) redisstore.Client
 }
 
-func direct(t *testing.T, masterPort, replicaPort int) deployment {
-	rs := startReplicated(t, masterPort, replicaPort)
+func direct(t *testing.T, sv server, masterPort, replicaPort int) deployment {
+	rs := startReplicated(t, sv, masterPort, replicaPort)
 	return deployment{rs: rs,
 		before: func(t *testing.T) redisstore.Client {
 			c := redis.NewClient(&redis.Options{Addr: rs.master.Addr, MaxRetries: -1})
@@ -129,7 +144,9 @@ func failoverScenario(t *testing.T, d deployment, opts ...redisstore.Option) (*r
 	pfx := redisstore.WithPrefix(prefix())
 	gopts := []idem.Option{idem.WithHeartbeat(time.Hour), idem.WithTakeoverAfter(2 * time.Hour), idem.WithTTL(time.Hour)}
 
-	ga, err := idem.New[string](mustNew(t, d.before(t), append([]redisstore.Option{pfx}, opts...)...), gopts...)
+	sa := mustNew(t, d.before(t), append([]redisstore.Option{pfx}, opts...)...)
+	require.NoError(t, sa.LoadScripts(ctx)) // on Valkey, the completions are SET ... IFEQ from the first
+	ga, err := idem.New[string](sa, gopts...)
 	require.NoError(t, err)
 	var r runs
 	v, err := ga.Do(ctx, "synced", r.fn("synced", nil))
@@ -233,39 +250,62 @@ func assertDefaultRefuses(t *testing.T, d deployment) {
 // acknowledged by a master whose replica lags is lost when the replica is
 // promoted, and the function runs twice, both times with fencing token 1.
 func TestFailoverWithoutReplicaAckDuplicates(t *testing.T) {
-	d := direct(t, 7211, 7212)
-	assertDefaultRefuses(t, d)
-	r, lagErr := failoverScenario(t, d, redisstore.AcceptAsyncReplication())
-	assertUnsafeDuplicates(t, r, lagErr)
+	for _, sv := range servers(7211, 7281) {
+		t.Run(sv.name, func(t *testing.T) {
+			d := direct(t, sv, sv.port, sv.port+1)
+			assertDefaultRefuses(t, d)
+			r, lagErr := failoverScenario(t, d, redisstore.AcceptAsyncReplication())
+			assertUnsafeDuplicates(t, r, lagErr)
+		})
+	}
 }
 
 // TestFailoverWithReplicaAck: with WithReplicaAck(1, ...) the claim the
 // lagging replica did not acknowledge fails without running fn, and after
 // the failover the key runs exactly once; the synced key replays.
 func TestFailoverWithReplicaAck(t *testing.T) {
-	r, lagErr := failoverScenario(t, direct(t, 7213, 7214), redisstore.WithReplicaAck(1, ackWait))
-	assertAckedOnce(t, r, lagErr)
+	for _, sv := range servers(7213, 7283) {
+		t.Run(sv.name, func(t *testing.T) {
+			r, lagErr := failoverScenario(t, direct(t, sv, sv.port, sv.port+1), redisstore.WithReplicaAck(1, ackWait))
+			assertAckedOnce(t, r, lagErr)
+		})
+	}
 }
 
 // TestReplicaAckCompletion: a completion the replica does not acknowledge
-// returns the result with an error matching idem.ErrNotRecorded at once.
+// returns the result with an error matching idem.ErrNotRecorded at once,
+// whether it was the complete script (Redis 7.0) or SET ... IFEQ (Valkey
+// 8.1), each followed by WAIT.
 func TestReplicaAckCompletion(t *testing.T) {
-	ctx := ctxT(t)
-	rs := startReplicated(t, 7215, 7216)
-	mc := redis.NewClient(&redis.Options{Addr: rs.master.Addr})
-	t.Cleanup(func() { _ = mc.Close() })
-	s := mustNew(t, mc, redisstore.WithPrefix(prefix()), redisstore.WithReplicaAck(1, ackWait))
-	g, err := idem.New[string](s, idem.WithTakeoverAfter(time.Minute))
-	require.NoError(t, err)
-	start := time.Now()
-	v, err := g.Do(ctx, "k", func(context.Context) (string, error) {
-		rs.lag()
-		return "v", nil
-	})
-	assert.Equal(t, "v", v)
-	assert.ErrorIs(t, err, idem.ErrNotRecorded)
-	assert.ErrorIs(t, err, redisstore.ErrNotReplicated)
-	assert.Less(t, time.Since(start), 30*time.Second, "reported at once, not retried for the takeover threshold")
+	for _, sv := range servers(7215, 7285) {
+		t.Run(sv.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			rs := startReplicated(t, sv, sv.port, sv.port+1)
+			mc := redis.NewClient(&redis.Options{Addr: rs.master.Addr})
+			t.Cleanup(func() { _ = mc.Close() })
+			var sent commands
+			mc.AddHook(&sent)
+			s := mustNew(t, mc, redisstore.WithPrefix(prefix()), redisstore.WithReplicaAck(1, ackWait))
+			require.NoError(t, s.LoadScripts(ctx))
+			g, err := idem.New[string](s, idem.WithTakeoverAfter(time.Minute))
+			require.NoError(t, err)
+			sent.reset()
+			start := time.Now()
+			v, err := g.Do(ctx, "k", func(context.Context) (string, error) {
+				rs.lag()
+				return "v", nil
+			})
+			assert.Equal(t, "v", v)
+			assert.ErrorIs(t, err, idem.ErrNotRecorded)
+			assert.ErrorIs(t, err, redisstore.ErrNotReplicated)
+			assert.Less(t, time.Since(start), 30*time.Second, "reported at once, not retried for the takeover threshold")
+			complete := "evalsha"
+			if sv.name == "valkey" {
+				complete = "set" // SET ... IFEQ
+			}
+			assert.Equal(t, []string{"set", "wait", complete, "wait"}, sent.sent(), "claim and completion, each with its WAIT")
+		})
+	}
 }
 
 // ackWait is how long the WithReplicaAck tests let WAIT wait: long enough

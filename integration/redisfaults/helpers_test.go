@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,4 +61,52 @@ func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// commands records the names of the commands a client sent, leaving out
+// those of setting up a connection and the store's background reads
+// (INFO, TIME, ROLE and the like).
+type commands struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (c *commands) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *commands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.add(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.add(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (c *commands) add(cmd redis.Cmder) {
+	switch cmd.Name() {
+	case "hello", "client", "auth", "select", "ping", "info", "time", "role", "config", "script":
+		return
+	}
+	c.mu.Lock()
+	c.names = append(c.names, cmd.Name())
+	c.mu.Unlock()
+}
+
+func (c *commands) reset() {
+	c.mu.Lock()
+	c.names = nil
+	c.mu.Unlock()
+}
+
+func (c *commands) sent() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.names...)
 }

@@ -3,7 +3,6 @@ package redisfaults_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -12,30 +11,22 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem/stores/redisstore"
-	"github.com/idem-go/idem/stores/storetest/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
-// startSentinel starts one Redis Sentinel (quorum 1, down after 500ms) on
-// port watching the master of rs as "m". It runs redis-sentinel, or
-// redis-server --sentinel when only the server is installed (the Debian
-// redis-sentinel package ships the same binary).
+// startSentinel starts one Sentinel (quorum 1, down after 500ms) on port
+// watching the master of rs as "m": the server binary of rs's kind
+// (redis-server or valkey-server) run with --sentinel, which is what the
+// Debian redis-sentinel and valkey-sentinel packages run.
 func startSentinel(t *testing.T, port int, rs *replicated) string {
 	t.Helper()
-	dir := t.TempDir()
+	dir := rs.master.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")
 	require.NoError(t, os.WriteFile(conf, []byte("bind 127.0.0.1\nport "+strconv.Itoa(port)+"\n"+
-		"dir "+dir+"\nlogfile "+filepath.Join(dir, "sentinel.log")+"\n"+
+		"dir "+rs.master.Path(dir)+"\nlogfile sentinel.log\n"+
 		"sentinel monitor m 127.0.0.1 "+strconv.Itoa(rs.master.Port)+" 1\n"+
 		"sentinel down-after-milliseconds m 500\nsentinel failover-timeout m 5000\n"), 0o600))
-	var cmd *exec.Cmd
-	if p, err := exec.LookPath("redis-sentinel"); err == nil {
-		cmd = exec.Command(p, conf)
-	} else if p, err := exec.LookPath("redis-server"); err == nil {
-		cmd = exec.Command(p, conf, "--sentinel")
-	} else {
-		testenv.Missing(t, "neither redis-sentinel nor redis-server found")
-	}
+	cmd := rs.master.Command("server", rs.master.Path(conf), "--sentinel")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
@@ -56,8 +47,8 @@ func startSentinel(t *testing.T, port int, rs *replicated) string {
 	}
 }
 
-func viaSentinel(t *testing.T, masterPort, replicaPort, sentinelPort int) deployment {
-	rs := startReplicated(t, masterPort, replicaPort)
+func viaSentinel(t *testing.T, sv server, masterPort, replicaPort, sentinelPort int) deployment {
+	rs := startReplicated(t, sv, masterPort, replicaPort)
 	addr := startSentinel(t, sentinelPort, rs)
 	client := func(t *testing.T) redisstore.Client {
 		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{addr},
@@ -100,15 +91,23 @@ func viaSentinel(t *testing.T, masterPort, replicaPort, sentinelPort int) deploy
 // TestSentinelFailoverWithoutReplicaAckDuplicates: the same hole through
 // Redis Sentinel and redis.NewFailoverClient.
 func TestSentinelFailoverWithoutReplicaAckDuplicates(t *testing.T) {
-	d := viaSentinel(t, 7231, 7232, 7233)
-	assertDefaultRefuses(t, d)
-	r, lagErr := failoverScenario(t, d, redisstore.AcceptAsyncReplication())
-	assertUnsafeDuplicates(t, r, lagErr)
+	for _, sv := range servers(7231, 7291) {
+		t.Run(sv.name, func(t *testing.T) {
+			d := viaSentinel(t, sv, sv.port, sv.port+1, sv.port+2)
+			assertDefaultRefuses(t, d)
+			r, lagErr := failoverScenario(t, d, redisstore.AcceptAsyncReplication())
+			assertUnsafeDuplicates(t, r, lagErr)
+		})
+	}
 }
 
 // TestSentinelFailoverWithReplicaAck: through Sentinel, WithReplicaAck
 // fails the lagging claim cleanly and the key runs once.
 func TestSentinelFailoverWithReplicaAck(t *testing.T) {
-	r, lagErr := failoverScenario(t, viaSentinel(t, 7234, 7235, 7236), redisstore.WithReplicaAck(1, ackWait))
-	assertAckedOnce(t, r, lagErr)
+	for _, sv := range servers(7234, 7294) {
+		t.Run(sv.name, func(t *testing.T) {
+			r, lagErr := failoverScenario(t, viaSentinel(t, sv, sv.port, sv.port+1, sv.port+2), redisstore.WithReplicaAck(1, ackWait))
+			assertAckedOnce(t, r, lagErr)
+		})
+	}
 }
