@@ -3,8 +3,10 @@ package integration
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha1"
 	"database/sql"
 	"encoding/hex"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,24 +84,13 @@ func openFile(t testing.TB) idem.Store {
 	return s
 }
 
-var (
-	redisOnce   sync.Once
-	redisClient *redis.Client
-)
-
+// openRedis opens a redisstore on the test Redis 7.0, whose SET has no
+// IFEQ: the store completes fresh claims with lua/set_ifeq.lua (once it has
+// read the server's clock, in the background, at its first completion).
+// ifeqSets counts those completions for the store.
 func openRedis(t testing.TB) idem.Store {
 	t.Helper()
-	addr := testenv.RedisAddr(t)
-	redisOnce.Do(func() { redisClient = redis.NewClient(&redis.Options{Addr: addr, PoolSize: 16}) })
-	if err := redisClient.Ping(ctxT(t)).Err(); err != nil {
-		testenv.Missing(t, "redis ping: "+err.Error())
-	}
-	s, err := redisstore.New(redisClient, redisstore.WithPrefix("lin"+randHex(6)+":"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return openIfEq(t, redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), PoolSize: 16}))
 }
 
 // openValkey opens a redisstore on the test Valkey 8.1, whose SET has
@@ -118,13 +109,14 @@ func openValkeyCluster(t testing.TB) idem.Store {
 	return openIfEq(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 16}))
 }
 
-// openIfEq opens a redisstore on c, a client of a server whose SET has
-// IFEQ, counting the SET ... IFEQ c sends in ifeqSets.
+// openIfEq opens a redisstore on c, counting the conditional completions
+// (SET ... IFEQ, or lua/set_ifeq.lua where SET has no IFEQ) c sends in
+// ifeqSets.
 func openIfEq(t testing.TB, c redis.UniversalClient) idem.Store {
 	t.Helper()
 	t.Cleanup(func() { _ = c.Close() })
 	if err := c.Ping(ctxT(t)).Err(); err != nil {
-		testenv.Missing(t, "valkey ping: "+err.Error())
+		testenv.Missing(t, "redis ping: "+err.Error())
 	}
 	h := &ifeqCounter{}
 	c.AddHook(h)
@@ -144,8 +136,8 @@ var (
 	ifeqSets = map[idem.Store]*atomic.Int64{}
 )
 
-// ifeqUsed returns how many SET ... IFEQ the client of s (opened by
-// openValkey) has sent; ok is false for any other store.
+// ifeqUsed returns how many conditional completions the client of s
+// (opened by openIfEq) has sent; ok is false for any other store.
 func ifeqUsed(s idem.Store) (n int64, ok bool) {
 	ifeqMu.Lock()
 	defer ifeqMu.Unlock()
@@ -156,18 +148,33 @@ func ifeqUsed(s idem.Store) (n int64, ok bool) {
 	return c.Load(), true
 }
 
-// ifeqCounter is a go-redis hook counting SET commands with IFEQ.
+// ifeqCounter is a go-redis hook counting the conditional completions: SET
+// commands with IFEQ, and runs of lua/set_ifeq.lua.
 type ifeqCounter struct{ n atomic.Int64 }
+
+// setIfEq is the source of redisstore's lua/set_ifeq.lua and its SHA1.
+var setIfEq = sync.OnceValues(func() (src, sha string) {
+	b, err := os.ReadFile("../stores/redisstore/lua/set_ifeq.lua")
+	if err != nil {
+		panic(err)
+	}
+	sum := sha1.Sum(b)
+	return string(b), hex.EncodeToString(sum[:])
+})
 
 func (h *ifeqCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *ifeqCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
-		if len(args) > 3 && strings.EqualFold(cmd.Name(), "set") {
+		src, sha := setIfEq()
+		switch name := strings.ToLower(cmd.Name()); {
+		case name == "set" && len(args) > 3:
 			if a, ok := args[3].(string); ok && strings.EqualFold(a, "ifeq") {
 				h.n.Add(1)
 			}
+		case name == "evalsha" && len(args) > 1 && args[1] == sha, name == "eval" && len(args) > 1 && args[1] == src:
+			h.n.Add(1)
 		}
 		return next(ctx, cmd)
 	}

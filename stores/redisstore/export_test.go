@@ -14,6 +14,15 @@ var ClaimValue = claimValue
 // CompleteSHA is the SHA1 the complete script is run with (EVALSHA).
 var CompleteSHA = scriptComplete.Hash()
 
+// SetIfEqSHA is the SHA1 of the script that completes a fresh claim on a
+// server whose SET has no IFEQ.
+var SetIfEqSHA = scriptSetIfEq.Hash()
+
+// ForgetServerClocks drops the store's readings of the servers' clocks, so
+// that the next completion on each server runs the complete script (and
+// starts a new reading).
+func (s *Store) ForgetServerClocks() { s.clocks.Clear() }
+
 // RemembersFresh reports whether the store holds the value of the fresh
 // claim by nonce (the completion's fast path).
 func (s *Store) RemembersFresh(nonce string) bool {
@@ -35,8 +44,8 @@ func (s *Store) SetFresh(key, nonce, value string) {
 
 // ReadServerClock reads the version and clock of the server that holds
 // key's record now (as the store does in the background at a completion)
-// and reports whether the store completes key's fresh claims with SET ...
-// IFEQ.
+// and reports whether the store completes key's fresh claims with the
+// native SET ... IFEQ (else, with the clock read, with lua/set_ifeq.lua).
 func (s *Store) ReadServerClock(ctx context.Context, key string) (bool, error) {
 	node, nc := s.nodeClock(ctx, s.Key(key))
 	if node == nil {
@@ -47,5 +56,6 @@ func (s *Store) ReadServerClock(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	nc.c.Store(clk)
-	return s.clock(ctx, s.Key(key), time.Now()) != nil, nil
+	c := s.clock(ctx, s.Key(key), time.Now())
+	return c != nil && c.ifeq, nil
 }

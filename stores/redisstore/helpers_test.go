@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -87,6 +88,7 @@ type counter struct {
 	commands atomic.Int64
 	mu       sync.Mutex
 	names    []string
+	shas     []string // of the EVALSHAs, in order
 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -140,6 +142,11 @@ func (c *counter) count(cmd redis.Cmder) {
 	switch strings.ToLower(cmd.Name()) {
 	case "evalsha":
 		c.evalsha.Add(1)
+		if args := cmd.Args(); len(args) > 1 {
+			c.mu.Lock()
+			c.shas = append(c.shas, fmt.Sprint(args[1]))
+			c.mu.Unlock()
+		}
 	case "eval":
 		c.eval.Add(1)
 	}
@@ -151,8 +158,15 @@ func (c *counter) reset() {
 	c.eval.Store(0)
 	c.commands.Store(0)
 	c.mu.Lock()
-	c.names = nil
+	c.names, c.shas = nil, nil
 	c.mu.Unlock()
+}
+
+// scripts lists the SHA1s of the EVALSHAs counted since the last reset.
+func (c *counter) scripts() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.shas...)
 }
 
 // sent lists the commands counted since the last reset.

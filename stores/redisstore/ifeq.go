@@ -12,24 +12,27 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The conditional completion. On a server whose SET has IFEQ (Valkey 8.1
-// and later, Redis 8.4 and later), the completion of a fresh claim that
-// nothing touched since its SET NX (no heartbeat, no waiter, no takeover,
-// no release: the key holds exactly the value the claim wrote) is one
-// native command, no script:
+// The conditional completion. The completion of a fresh claim that nothing
+// touched since its SET NX (no heartbeat, no waiter, no takeover, no
+// release: the key holds exactly the value the claim wrote) is one command
+// that writes the record the client built, and only if the key still holds
+// the claim's value:
 //
 //	SET key record IFEQ claim PXAT expires_at
 //
-// The server writes only if the key still holds the claim's exact value,
-// which carries the claim's random nonce, so a paused owner whose claim
-// was taken over, released or expired writes nothing. The record is the
-// one lua/complete_fresh.lua would build, with its times from the server's
-// clock as the store reads it (serverClock): a native expiry that is its
-// expires_at exactly, as for every version-3 completed record. Anything
-// else (the values differ: a waiter marked the key, or the claim is no
-// longer there) runs the complete script, which decides as always: one
-// more round trip, only for a key that someone waits on or that this
-// caller no longer owns.
+// natively where SET has IFEQ (Valkey 8.1 and later, Redis 8.4 and later),
+// and elsewhere lua/set_ifeq.lua, which does the same in four lines (one
+// GET, one SET: the least a script can do, far less than the complete
+// script's own fast path, which reads the claim's times and the server's
+// clock). The claim's value carries the claim's random nonce, so a paused
+// owner whose claim was taken over, released or expired writes nothing.
+// The record is the one lua/complete_fresh.lua would build, with its times
+// from the server's clock as the store reads it (serverClock): a native
+// expiry that is its expires_at exactly, as for every version-3 completed
+// record. Anything else (the values differ: a waiter marked the key, or
+// the claim is no longer there) runs the complete script, which decides as
+// always: one more round trip, only for a key that someone waits on or
+// that this caller no longer owns.
 //
 // The path is taken on a standalone or Sentinel client (*redis.Client) and
 // on a Cluster (each master's clock read apart), with WAIT pipelined behind
@@ -60,7 +63,7 @@ const clockMaxRTT = 100 * time.Millisecond
 // at a local instant with a monotonic reading, so later server times are
 // that time plus the local monotonic time elapsed since (the local wall
 // clock, which may be set or skewed, is never read). ifeq is whether the
-// server's SET has IFEQ.
+// server's SET has IFEQ (else the store runs lua/set_ifeq.lua).
 type serverClock struct {
 	serverUs int64     // the server's Unix time, µs (TIME)
 	at       time.Time // the local instant it was read at (mid round trip)
@@ -81,8 +84,8 @@ type nodeClock struct {
 
 // clock returns the reading of the clock of the server that holds the
 // Redis key rk, for a conditional completion, or nil when there is none
-// that serves (not yet read, the server has no IFEQ, or the deployment is
-// one the path is not taken on). A reading older than clockMaxAge is read
+// that serves (not yet read, or the deployment is one the path is not
+// taken on). A reading older than clockMaxAge is read
 // again in the background. On a Cluster each master has its own reading.
 func (s *Store) clock(ctx context.Context, rk string, now time.Time) *serverClock {
 	node, nc := s.nodeClock(ctx, rk)
@@ -93,7 +96,7 @@ func (s *Store) clock(ctx context.Context, rk string, now time.Time) *serverCloc
 	if c == nil || now.Sub(c.at) >= clockMaxAge {
 		s.readClock(nc, node)
 	}
-	if c == nil || !c.ifeq || now.Sub(c.at) >= clockMaxUse {
+	if c == nil || now.Sub(c.at) >= clockMaxUse {
 		return nil
 	}
 	return c
@@ -155,9 +158,7 @@ func readServerClock(ctx context.Context, c *redis.Client) (*serverClock, error)
 	if err != nil {
 		return nil, err
 	}
-	if !hasIfEq(info) {
-		return &serverClock{at: time.Now()}, nil
-	}
+	ifeq := hasIfEq(info)
 	var best *serverClock
 	bestRTT := clockMaxRTT + 1
 	for range 3 {
@@ -168,7 +169,7 @@ func readServerClock(ctx context.Context, c *redis.Client) (*serverClock, error)
 			return nil, err
 		}
 		if rtt < bestRTT {
-			best, bestRTT = &serverClock{serverUs: tm.UnixMicro(), at: t0.Add(rtt / 2), ifeq: true}, rtt
+			best, bestRTT = &serverClock{serverUs: tm.UnixMicro(), at: t0.Add(rtt / 2), ifeq: ifeq}, rtt
 		}
 	}
 	if best == nil {
@@ -229,11 +230,12 @@ func completedRecord(claim, sf, lens, body string, expires, now, started int64) 
 }
 
 // completeIfEq tries the conditional completion of the fresh claim f of key.
-// done is true when the record was written. tried is true when the SET
-// ... IFEQ was sent and wrote nothing: the key no longer holds the claim's
-// value, or the server refused IFEQ (then the store stops using it until
-// it reads the server again). Either way the complete script decides; it
-// need not compare the value again when tried.
+// done is true when the record was written. tried is true when the
+// conditional SET was sent and wrote nothing: the key no longer holds the
+// claim's value, or the server refused the command (then, for a refused
+// IFEQ, the store stops using it until it reads the server again). Either
+// way the complete script decides; it need not compare the value again
+// when tried.
 func (s *Store) completeIfEq(ctx context.Context, key string, f freshClaim, comp idem.Completion, sf, lens, body string) (done, tried bool, err error) {
 	rk := s.Key(key)
 	c := s.clock(ctx, rk, time.Now())
@@ -244,46 +246,59 @@ func (s *Store) completeIfEq(ctx context.Context, key string, f freshClaim, comp
 	expires := now + comp.TTL.Milliseconds()
 	started := min(c.ms(f.sent), now)
 	rec := completedRecord(f.value, sf, lens, body, expires, now, started)
-	cmd := redis.NewStatusCmd(ctx, "set", rk, rec, "ifeq", f.value, "pxat", expires)
-	var wait *redis.Cmd
-	if s.ackN > 0 {
-		// WithReplicaAck: WAIT in the same pipeline, on the key's master.
-		pl, err := s.ackPipeliner(ctx, rk)
-		if err != nil {
-			return false, false, nil // the script's own try reports it
+	for try := 0; ; try++ {
+		var cmd redis.Cmder
+		switch {
+		case c.ifeq:
+			cmd = redis.NewStatusCmd(ctx, "set", rk, rec, "ifeq", f.value, "pxat", expires)
+		case try == 0:
+			cmd = redis.NewCmd(ctx, "evalsha", scriptSetIfEq.Hash(), 1, rk, f.value, rec, expires)
+		default: // the server lost the script (a restart, SCRIPT FLUSH): EVAL caches it again
+			cmd = redis.NewCmd(ctx, "eval", srcSetIfEq, 1, rk, f.value, rec, expires)
 		}
-		p := pl.Pipeline()
-		_ = p.Process(ctx, cmd)
-		wait = p.Do(ctx, "wait", s.ackN, s.ackTimeout.Milliseconds())
-		_, _ = p.Exec(ctx)
-	} else {
-		_ = s.proc.Process(ctx, cmd)
-	}
-	switch err := cmd.Err(); {
-	case err == nil:
-		if wait != nil {
-			acked, werr := wait.Int64()
-			var ackErr *ReplicaAckError
-			if werr != nil {
-				ackErr = &ReplicaAckError{Op: "complete", Key: key, Want: s.ackN, Err: werr}
+		var wait *redis.Cmd
+		if s.ackN > 0 {
+			// WithReplicaAck: WAIT in the same pipeline, on the key's master.
+			pl, err := s.ackPipeliner(ctx, rk)
+			if err != nil {
+				return false, false, nil // the script's own try reports it
 			}
-			return true, true, s.notAcked("complete", key, acked, ackErr)
+			p := pl.Pipeline()
+			_ = p.Process(ctx, cmd)
+			wait = p.Do(ctx, "wait", s.ackN, s.ackTimeout.Milliseconds())
+			_, _ = p.Exec(ctx)
+		} else {
+			_ = s.proc.Process(ctx, cmd)
 		}
-		return true, true, nil
-	case err == redis.Nil:
-		return false, true, nil
-	default:
-		var rerr redis.Error
-		if !errors.As(err, &rerr) {
-			return false, true, checked("complete", key, err)
+		switch err := cmd.Err(); {
+		case err == nil:
+			if wait != nil {
+				acked, werr := wait.Int64()
+				var ackErr *ReplicaAckError
+				if werr != nil {
+					ackErr = &ReplicaAckError{Op: "complete", Key: key, Want: s.ackN, Err: werr}
+				}
+				return true, true, s.notAcked("complete", key, acked, ackErr)
+			}
+			return true, true, nil
+		case err == redis.Nil:
+			return false, true, nil
+		default:
+			var rerr redis.Error
+			if !errors.As(err, &rerr) {
+				return false, true, checked("complete", key, err)
+			}
+			if !c.ifeq && try == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				continue
+			}
+			if c.ifeq && strings.HasPrefix(err.Error(), "ERR syntax") {
+				// The server does not take IFEQ after all (a failover to an
+				// older server): no IFEQ until it is read again.
+				s.clocks.Clear()
+			}
+			// A server's error (the key holds another type, say): the script
+			// reports it.
+			return false, true, nil
 		}
-		if strings.HasPrefix(err.Error(), "ERR syntax") {
-			// The server does not take IFEQ after all (a failover to an
-			// older server): no IFEQ until it is read again.
-			s.clocks.Clear()
-		}
-		// A server's error (the key holds another type, say): the script
-		// reports it.
-		return false, true, nil
 	}
 }

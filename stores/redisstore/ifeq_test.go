@@ -14,25 +14,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestCompleteIfEq: on Valkey 8.1 a fresh call's completion is one native
-// SET ... IFEQ (no script); the record it writes is what the complete
-// script writes, with the server's times: completed_at within the reading's
-// error of the server's TIME, a native expiry that is its expires_at
-// exactly. A completion whose claim is gone writes nothing and reports the
-// lost ownership; one of a key a waiter watches falls back to the script,
-// which publishes. Standalone Redis 7.0 has no IFEQ: the store keeps the
-// script.
+// TestCompleteIfEq: a fresh call's completion is one conditional SET: on
+// Valkey 8.1 the native SET ... IFEQ (no script), on Redis 7.0 the
+// four-line lua/set_ifeq.lua (not the complete script). The record it
+// writes is what the complete script writes, with the server's times:
+// completed_at within the reading's error of the server's TIME, a native
+// expiry that is its expires_at exactly. A completion whose claim is gone
+// writes nothing and reports the lost ownership; one of a key a waiter
+// watches falls back to the complete script, which publishes.
 func TestCompleteIfEq(t *testing.T) {
-	for _, kind := range []string{"valkey", "valkey-cluster"} {
+	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) { testCompleteIfEq(t, kind) })
-	}
-	// Redis 7.0: no IFEQ, the script completes.
-	ctx := ctxT(t)
-	for _, c := range []backend{standalone(t), cluster(t)} {
-		r := newStore(t, c)
-		ok, err := r.ReadServerClock(ctx, storageKey())
-		require.NoError(t, err)
-		assert.False(t, ok, "Redis 7.0 has no SET ... IFEQ")
 	}
 }
 
@@ -41,12 +33,20 @@ func testCompleteIfEq(t *testing.T, kind string) {
 	c, h := counted(t, kind)
 	s := newStore(t, c)
 	require.NoError(t, s.LoadScripts(ctx))
+	native := strings.HasPrefix(kind, "valkey")
 	readClock := func(key string) {
 		t.Helper()
 		ok, err := s.ReadServerClock(ctx, key)
 		require.NoError(t, err)
-		require.True(t, ok, "Valkey 8.1 has SET ... IFEQ")
+		require.Equal(t, native, ok, "Valkey 8.1 has SET ... IFEQ, Redis 7.0 has not")
 	}
+	// set is the conditional SET as the hook sees it; set+script is it,
+	// then the complete script.
+	set, scripts := []string{"set"}, []string(nil)
+	if !native {
+		set, scripts = []string{"evalsha"}, []string{redisstore.SetIfEqSHA}
+	}
+	then := func(a []string, b ...string) []string { return append(append([]string(nil), a...), b...) }
 
 	g, err := idem.New[int](s)
 	require.NoError(t, err)
@@ -61,8 +61,8 @@ func testCompleteIfEq(t *testing.T, kind string) {
 	after, err := c.Time(ctx).Result()
 	require.NoError(t, err)
 	assert.Equal(t, 42, v)
-	assert.Equal(t, []string{"set", "set"}, h.sent(), "claim SET NX GET, complete SET IFEQ (the TIME reads around the call are not counted)")
-	assert.EqualValues(t, 0, h.evalsha.Load()+h.eval.Load())
+	assert.Equal(t, then([]string{"set"}, set...), h.sent(), "claim SET NX GET, complete with the conditional SET (the TIME reads around the call are not counted)")
+	assert.Equal(t, scripts, h.scripts(), "no complete script")
 
 	rec, err := s.Get(ctx, sk)
 	require.NoError(t, err)
@@ -96,7 +96,8 @@ func testCompleteIfEq(t *testing.T, kind string) {
 	h.reset()
 	err = s.Complete(ctx, key, "n1", idem.Completion{Status: idem.StatusCompleted, Result: []byte("1"), TTL: time.Minute})
 	require.True(t, errors.Is(err, idem.ErrLostOwnership), "got %v", err)
-	assert.Equal(t, []string{"set", "evalsha"}, h.sent(), "the IFEQ wrote nothing, the script told")
+	assert.Equal(t, then(set, "evalsha"), h.sent(), "the conditional SET wrote nothing, the script told")
+	assert.Equal(t, then(scripts, redisstore.CompleteSHA), h.scripts())
 	rec, err = s.Get(ctx, key)
 	require.NoError(t, err)
 	assert.Equal(t, idem.StatusInProgress, rec.Status)
@@ -113,7 +114,7 @@ func testCompleteIfEq(t *testing.T, kind string) {
 	defer stop()
 	h.reset()
 	require.NoError(t, s.Complete(ctx, key, "n3", idem.Completion{Status: idem.StatusCompleted, Result: []byte("3"), TTL: time.Minute}))
-	assert.Equal(t, []string{"set", "evalsha"}, h.sent(), "the IFEQ, then the script")
+	assert.Equal(t, then(set, "evalsha"), h.sent(), "the conditional SET, then the script")
 	select {
 	case <-changed:
 	case <-ctx.Done():
@@ -124,9 +125,10 @@ func testCompleteIfEq(t *testing.T, kind string) {
 	assert.Equal(t, idem.StatusCompleted, rec.Status)
 }
 
-// TestLoadScriptsReadsClock: after LoadScripts the first fresh call on a
-// server whose SET has IFEQ already completes with it (LoadScripts read
-// every master's version and clock), and on Redis 7.0 with the script.
+// TestLoadScriptsReadsClock: after LoadScripts the first fresh call
+// already completes with the conditional SET (LoadScripts read every
+// master's version and clock): on Valkey 8.1 SET ... IFEQ, on Redis 7.0
+// lua/set_ifeq.lua rather than the complete script.
 func TestLoadScriptsReadsClock(t *testing.T) {
 	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
@@ -136,15 +138,16 @@ func TestLoadScriptsReadsClock(t *testing.T) {
 			require.NoError(t, s.LoadScripts(ctx))
 			g, err := idem.New[int](s)
 			require.NoError(t, err)
-			want := []string{"set", "evalsha"}
+			want, scripts := []string{"set", "evalsha"}, []string{redisstore.SetIfEqSHA}
 			if strings.HasPrefix(kind, "valkey") {
-				want = []string{"set", "set"}
+				want, scripts = []string{"set", "set"}, nil
 			}
 			for i := range 3 { // three keys: on a Cluster, on more than one master as a rule
 				h.reset()
 				_, err := g.Do(ctx, "first-"+strconv.Itoa(i), func(context.Context) (int, error) { return i, nil })
 				require.NoError(t, err)
 				assert.Equal(t, want, h.sent(), "call %d", i)
+				assert.Equal(t, scripts, h.scripts(), "call %d", i)
 			}
 		})
 	}

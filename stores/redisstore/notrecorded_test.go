@@ -19,12 +19,23 @@ import (
 // delivered. Whatever the Guard answers, it never says ErrNotRecorded when
 // the record ends completed, with go-redis's ContextTimeoutEnabled on (the
 // request's context deadline cuts the wait) and off (the socket's read
-// timeout does).
+// timeout does), for a completion by the conditional SET (lua/set_ifeq.lua
+// on this Redis 7.0) and by the complete script (before the store read the
+// server's clock).
 func TestNotRecordedOnlyWhenTrue(t *testing.T) {
-	for _, ctxTimeout := range []bool{true, false} {
+	for _, tc := range []struct {
+		ctxTimeout bool
+		completion string // the script the held completion runs
+	}{{true, redisstore.SetIfEqSHA}, {false, redisstore.SetIfEqSHA}, {true, redisstore.CompleteSHA}, {false, redisstore.CompleteSHA}} {
+		ctxTimeout := tc.ctxTimeout
 		name := "ContextTimeoutEnabled=false"
 		if ctxTimeout {
 			name = "ContextTimeoutEnabled=true"
+		}
+		if tc.completion == redisstore.SetIfEqSHA {
+			name += "/conditional-set"
+		} else {
+			name += "/complete-script"
 		}
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)
@@ -35,13 +46,16 @@ func TestNotRecordedOnlyWhenTrue(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			s := newStore(t, c)
 			require.NoError(t, s.LoadScripts(ctx))
+			if tc.completion == redisstore.CompleteSHA {
+				s.ForgetServerClocks()
+			}
 			g, err := idem.New[string](s, idem.WithTakeoverAfter(takeover), idem.WithHeartbeat(takeover/4))
 			require.NoError(t, err)
 
-			// Every completion request (the complete script's SHA) sent
-			// within the hold of the first is held by the network until
-			// then, and delivered.
-			p.HoldMatching([]byte(redisstore.CompleteSHA), takeover+300*time.Millisecond)
+			// Every completion request (the script's SHA) sent within the
+			// hold of the first is held by the network until then, and
+			// delivered.
+			p.HoldMatching([]byte(tc.completion), takeover+300*time.Millisecond)
 			v, err := g.Do(ctx, "k", func(context.Context) (string, error) { return "v", nil })
 			t.Logf("Do = %q, %v", v, err)
 			assert.Equal(t, "v", v)

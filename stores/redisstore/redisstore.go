@@ -264,10 +264,13 @@ var (
 	srcDelete string
 	//go:embed lua/watch.lua
 	srcWatch string
+	//go:embed lua/set_ifeq.lua
+	srcSetIfEq string
 
 	scriptClaim     = redis.NewScript(srcCommon + srcClaim)
 	scriptHeartbeat = redis.NewScript(srcCommon + srcHeartbeat)
 	scriptComplete  = redis.NewScript(srcCompleteFresh + srcCommon + srcComplete)
+	scriptSetIfEq   = redis.NewScript(srcSetIfEq)
 	scriptRelease   = redis.NewScript(srcCommon + srcRelease)
 	scriptGet       = redis.NewScript(srcCommon + srcGet)
 	scriptDelete    = redis.NewScript(srcCommon + srcDelete)
@@ -786,6 +789,8 @@ func srcOf(sc *redis.Script) string {
 		return srcCommon + srcGet
 	case scriptWatch:
 		return srcCommon + srcWatch
+	case scriptSetIfEq:
+		return srcSetIfEq
 	default:
 		return srcCommon + srcDelete
 	}
@@ -1208,12 +1213,12 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // operation is one EVALSHA instead of a failed EVALSHA plus EVAL. It also
 // reads each master's version and clock (INFO server, TIME), which the
 // store otherwise reads in the background at its first completion there,
-// so that on a server whose SET has IFEQ the first fresh call already
-// completes with it. It is optional: without it the first call of each
-// script falls back to EVAL once per server, and the first completions on
-// each server run the complete script.
+// so that the first fresh call already completes conditionally (SET ...
+// IFEQ, or the script that does what it does). It is optional: without it
+// the first call of each script falls back to EVAL once per server, and
+// the first completions on each server run the complete script.
 func (s *Store) LoadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{scriptClaim, scriptHeartbeat, scriptComplete, scriptRelease, scriptGet, scriptDelete, scriptWatch} {
+	for _, sc := range []*redis.Script{scriptClaim, scriptHeartbeat, scriptComplete, scriptRelease, scriptGet, scriptDelete, scriptWatch, scriptSetIfEq} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("redisstore: load scripts: %w", err)
 		}

@@ -247,6 +247,48 @@ func (s *Setup) RawReplayDecoded(ctx context.Context, n int) (time.Duration, err
 	})
 }
 
+// LeastReplay runs n replays reduced to what any replay must do, with the
+// raw client: the key's storage key derived (Guard.StorageKey, an HMAC),
+// one GET of a stored result, and its value decoded into an Invoice with
+// encoding/json. No claim, no record, no Guard.
+func (s *Setup) LeastReplay(ctx context.Context, n int) (time.Duration, error) {
+	return s.parallel(n, func(i int) error {
+		if _, err := s.Guard.StorageKey("replay-" + strconv.Itoa(i%replayKeys)); err != nil {
+			return err
+		}
+		b, err := s.Raw.Get(ctx, s.prefix+"rawreplay-"+strconv.Itoa(i%replayKeys)).Bytes()
+		if err != nil {
+			return err
+		}
+		var v Invoice
+		return json.Unmarshal(b, &v)
+	})
+}
+
+// LeastFresh runs n fresh calls reduced to what any claim-then-record call
+// must do, with the raw client: the storage key derived, SET NX GET PX of a
+// claim-sized value on a new key (which answers nil), the result encoded
+// with encoding/json, and one SET PX of a record-sized value. No check
+// that the claim is still held, no record built, no Guard.
+func (s *Setup) LeastFresh(ctx context.Context, n int) (time.Duration, error) {
+	r := strconv.FormatInt(round.Add(1), 10)
+	return s.parallel(n, func(i int) error {
+		key := "least-" + r + "-" + strconv.Itoa(i)
+		if _, err := s.Guard.StorageKey(key); err != nil {
+			return err
+		}
+		k := s.prefix + key
+		if err := s.Raw.Do(ctx, "set", k, floorClaim, "nx", "get", "px", 60000).Err(); err != redis.Nil {
+			return fmt.Errorf("least fresh claim: %v", err)
+		}
+		b, err := json.Marshal(Invoice{ID: "inv_0123456789", Amount: 4200})
+		if err != nil {
+			return err
+		}
+		return s.Raw.Set(ctx, k, floorRecord[:len(floorRecord)-len(value)]+string(b), 10*time.Minute).Err()
+	})
+}
+
 // Compare measures guard and raw with n calls each per round, alternating
 // for rounds rounds so both see the same machine load, and reports the
 // median round of each.

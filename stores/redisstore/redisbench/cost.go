@@ -173,9 +173,14 @@ const CostRounds = 4
 // the client process's user CPU and user + system CPU (rusage), for raw GET, idem replay, raw
 // SET NX PX + SET and idem fresh, calls calls each, with the ratios and
 // the targets. Rows between them split a replay's cost: its command alone
-// from the raw client (the floor), Store.Claim without a Guard, and a raw
-// GET whose value is decoded as the Guard decodes a result. The calls of
-// each phase are split over CostRounds
+// from the raw client (the floor), Store.Claim without a Guard, a raw
+// GET whose value is decoded as the Guard decodes a result, and the least
+// any replay does (that, and the key's storage key derived). Rows after
+// idem fresh give the least a fresh call's commands cost on the server
+// without SET ... IFEQ (a claim-checking script), and the least any fresh
+// call does on the client (the storage key, the claim's SET NX GET PX, the
+// result encoded, the record's SET). The calls of each phase are split
+// over CostRounds
 // alternating rounds; a row is the phase's total over the rounds divided
 // by its calls, and the ratio columns also give the lowest and highest
 // round's ratio. A fresh call's top-level commands are its claim's SET and
@@ -196,6 +201,7 @@ func CostTable(ctx context.Context, w io.Writer, name string, gc, rc redis.Unive
 	const (
 		get = iota
 		getDecoded
+		leastReplay
 		replay
 		replayFloor
 		storeReplay
@@ -203,6 +209,7 @@ func CostTable(ctx context.Context, w io.Writer, name string, gc, rc redis.Unive
 		claims
 		fresh
 		floor
+		leastFresh
 		phases
 	)
 	type phase struct {
@@ -218,6 +225,7 @@ func CostTable(ctx context.Context, w io.Writer, name string, gc, rc redis.Unive
 	ps := [phases]phase{
 		get:         {"raw GET", s.RawReplay, plain("get")},
 		getDecoded:  {"raw GET + json.Unmarshal of the value", s.RawReplayDecoded, plain("get")},
+		leastReplay: {"least a replay does: storage key + raw GET + json.Unmarshal", s.LeastReplay, plain("get")},
 		replay:      {"idem replay", s.GuardReplay, plain("set")},
 		replayFloor: {"floor: SET NX GET PX of a claim on a record", s.FloorReplay, plain("set")},
 		storeReplay: {"Store.Claim alone (no Guard, no result decoded)", s.StoreReplay, plain("set")},
@@ -234,6 +242,7 @@ func CostTable(ctx context.Context, w io.Writer, name string, gc, rc redis.Unive
 		floor: {"floor: SET NX GET PX + check-and-SET script", s.FloorFresh, func(u map[string]float64, c float64) float64 {
 			return u["evalsha"] + u["eval"] + c*float64(per)
 		}},
+		leastFresh: {"least a fresh call does: storage key + SET NX GET PX + json.Marshal + SET", s.LeastFresh, plain("set")},
 	}
 	var total [phases]Cost
 	var rounds [CostRounds][phases]Cost
@@ -281,9 +290,11 @@ func CostTable(ctx context.Context, w io.Writer, name string, gc, rc redis.Unive
 	row(replayFloor, get, "a replay's command and bytes, without the Guard and decoding")
 	row(storeReplay, get, "the floor + the store's work: claim value, key, record decoded")
 	row(getDecoded, get, "what the raw client's caller pays to use the value")
+	row(leastReplay, get, "and to derive the key: the least any replay does")
 	row(pair, -1, "")
 	row(fresh, pair, "server <= 1.5x, client <= 1.0x")
 	row(floor, pair, "least a claim-checked completion costs without SET IFEQ")
+	row(leastFresh, pair, "claim read back, result encoded, record written: the least any fresh call does")
 	row(claims, -1, "")
 	return tw.Flush()
 }
