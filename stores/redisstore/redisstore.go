@@ -90,33 +90,36 @@
 // nothing. Any other value (or none remembered) takes the full script, in
 // the same call: the round trips and the answers are the same either way.
 //
-// # Servers whose SET has IFEQ
+// # The conditional completion
 //
-// On Valkey 8.1 and later and Redis 8.4 and later, SET takes IFEQ: it
-// writes only if the key holds the given value. There the completion of a
-// fresh claim is one native command and no script (ifeq.go):
+// Once the store has read the server's clock, the completion of a fresh
+// claim is one conditional SET that writes the record the client built,
+// and only if the key still holds exactly the claim's value (ifeq.go):
 //
 //	SET key record IFEQ claim PXAT expires_at
 //
-// with the record the fast path above would write, built by the client.
-// The claim's value carries its random nonce, so a paused owner whose
-// claim was taken over, released, or expired and claimed again writes
-// nothing. The record's times are the server's clock as the store reads it:
-// TIME, read in the background when the store first completes and every
-// 10 s after, kept as the server's time at a local monotonic instant (the
-// local wall clock is never read), so a completion's completed_at is the
-// server's time to within half that reading's round trip (at most 50 ms,
-// on loopback well under 1 ms), and its native expiry is its expires_at
-// exactly, as for every version-3 completed record. When the key holds
-// anything else (a waiter marked it, or the claim is gone) the IFEQ writes
-// nothing and the complete script decides, as above: one more round trip,
-// only then. The version comes from INFO server, read with the clock; a
-// server that refuses IFEQ after all (a failover to an older one) sends
-// the store back to the script until it reads the server again. This
-// path is taken on a standalone or Sentinel client (*redis.Client) and on
-// a Cluster (each master's version and clock read apart); with
-// WithReplicaAck the SET is followed by WAIT in the same pipeline, as the
-// script is. A Ring keeps the script.
+// natively on Valkey 8.1 and later and Redis 8.4 and later, whose SET
+// takes IFEQ, and elsewhere as lua/set_ifeq.lua, the same in a four-line
+// script (GET, compare, SET: no clock, no record built in Lua). The record
+// is the one the fast path above would write. The claim's value carries
+// its random nonce, so a paused owner whose claim was taken over,
+// released, or expired and claimed again writes nothing. The record's
+// times are the server's clock as the store reads it: TIME, read in
+// LoadScripts or in the background when the store first completes, and
+// every 10 s after, kept as the server's time at a local monotonic instant
+// (the local wall clock is never read), so a completion's completed_at is
+// the server's time to within half that reading's round trip (at most 50
+// ms, on loopback well under 1 ms), and its native expiry is its
+// expires_at exactly, as for every version-3 completed record. When the
+// key holds anything else (a waiter marked it, or the claim is gone) the
+// conditional SET writes nothing and the complete script decides, as
+// above: one more round trip, only then. The version comes from INFO
+// server, read with the clock; a server that refuses IFEQ after all (a
+// failover to an older one) sends the store back to the script until it
+// reads the server again. This path is taken on a standalone or Sentinel
+// client (*redis.Client) and on a Cluster (each master's version and clock
+// read apart); with WithReplicaAck the SET is followed by WAIT in the same
+// pipeline, as the script is. A Ring keeps the complete script.
 //
 // # Replicated Redis
 //
