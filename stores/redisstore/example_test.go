@@ -24,6 +24,11 @@ func ExampleNew() {
 		panic(err)
 	}
 	defer store.Close()
+	// Optional, at start-up: load the scripts and read the server's version
+	// and clock, so the first calls already take the shortest commands.
+	if err := store.LoadScripts(context.Background()); err != nil {
+		panic(err)
+	}
 	g, err := idem.New[string](store, idem.OnDuplicate(idem.Wait))
 	if err != nil {
 		panic(err)
@@ -49,6 +54,9 @@ func TestExampleNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
+	if err := store.LoadScripts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	g, err := idem.New[string](store, idem.OnDuplicate(idem.Wait))
 	if err != nil {
 		t.Fatal(err)
