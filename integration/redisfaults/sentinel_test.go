@@ -26,7 +26,7 @@ func startSentinel(t *testing.T, port int, rs *replicated) string {
 		"dir "+rs.master.Path(dir)+"\nlogfile sentinel.log\n"+
 		"sentinel monitor m 127.0.0.1 "+strconv.Itoa(rs.master.Port)+" 1\n"+
 		"sentinel down-after-milliseconds m 500\nsentinel failover-timeout m 5000\n"), 0o600))
-	cmd := rs.master.Command("server", rs.master.Path(conf), "--sentinel")
+	cmd := rs.master.Command(rs.master.Path(conf), "--sentinel")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })

@@ -37,7 +37,8 @@ func StartRedis(t testing.TB, port int, args ...string) *RedisServer {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		Missing(t, "redis-server binary not found")
 	}
-	s := &RedisServer{t: t, Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), bin: "redis-server", dir: t.TempDir(), args: args}
+	s := &RedisServer{t: t, Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), bin: "redis-server", args: args}
+	s.dir = s.TempDir()
 	s.Start()
 	t.Cleanup(s.Stop)
 	return s
@@ -53,27 +54,22 @@ func StartValkey(t testing.TB, port int, args ...string) *RedisServer {
 	if err := os.MkdirAll(filepath.Join(root, "tmp"), 0o1777); err != nil {
 		t.Fatal(err)
 	}
-	dir, err := os.MkdirTemp(filepath.Join(root, "tmp"), "idem-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	s := &RedisServer{t: t, Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), bin: "valkey-server", root: root, dir: dir, args: args}
+	s := &RedisServer{t: t, Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), bin: "valkey-server", root: root, args: args}
+	s.dir = s.TempDir()
 	s.Start()
 	t.Cleanup(s.Stop)
 	return s
 }
 
-// Command returns the command that runs the server's binary (or another
-// one of its installation, such as a Sentinel: name is "server" or
-// "sentinel") with args: chrooted for a Valkey server, whose paths are
-// then inside its root (see Path).
-func (s *RedisServer) Command(name string, args ...string) *exec.Cmd {
-	bin := strings.TrimSuffix(s.bin, "-server") + "-" + name
+// Command returns the command that runs the server's binary with args
+// (another server of the same kind, or a Sentinel with --sentinel):
+// chrooted for a Valkey server, whose paths are then inside its root (see
+// Path).
+func (s *RedisServer) Command(args ...string) *exec.Cmd {
 	if s.root == "" {
-		return exec.Command(bin, args...)
+		return exec.Command(s.bin, args...)
 	}
-	return exec.Command("chroot", append([]string{s.root, bin}, args...)...)
+	return exec.Command("chroot", append([]string{s.root, s.bin}, args...)...)
 }
 
 // Path returns the path the server's binary sees for the local path p
@@ -123,7 +119,7 @@ func (s *RedisServer) Start() {
 	s.t.Helper()
 	args := append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.Port),
 		"--save", "", "--dir", s.Path(s.dir), "--logfile", "server.log"}, s.args...)
-	s.cmd = s.Command("server", args...)
+	s.cmd = s.Command(args...)
 	s.cmd.Stdout, s.cmd.Stderr = os.Stderr, os.Stderr
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start %s: %v", s.bin, err)
