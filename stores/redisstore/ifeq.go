@@ -247,59 +247,68 @@ func (s *Store) completeIfEq(ctx context.Context, key string, f freshClaim, comp
 	expires := now + comp.TTL.Milliseconds()
 	started := min(c.ms(f.sent), now)
 	rec := completedRecord(f.value, sf, lens, body, expires, now, started)
-	for try := 0; ; try++ {
-		var cmd redis.Cmder
-		switch {
-		case c.ifeq:
-			cmd = redis.NewStatusCmd(ctx, "set", rk, rec, "ifeq", f.value, "pxat", expires)
-		case try == 0:
-			cmd = redis.NewCmd(ctx, "evalsha", scriptSetIfEq.Hash(), 1, rk, f.value, rec, expires)
-		default: // the server lost the script (a restart, SCRIPT FLUSH): EVAL caches it again
-			cmd = redis.NewCmd(ctx, "eval", srcSetIfEq, 1, rk, f.value, rec, expires)
-		}
-		var wait *redis.Cmd
-		if s.ackN > 0 {
-			// WithReplicaAck: WAIT in the same pipeline, on the key's master.
-			pl, err := s.ackPipeliner(ctx, rk)
-			if err != nil {
-				return false, false, nil // the script's own try reports it
-			}
-			p := pl.Pipeline()
-			_ = p.Process(ctx, cmd)
-			wait = p.Do(ctx, "wait", s.ackN, s.ackTimeout.Milliseconds())
-			_, _ = p.Exec(ctx)
-		} else {
-			_ = s.proc.Process(ctx, cmd)
-		}
-		switch err := cmd.Err(); {
-		case err == nil:
-			if wait != nil {
-				acked, werr := wait.Int64()
-				var ackErr *ReplicaAckError
-				if werr != nil {
-					ackErr = &ReplicaAckError{Op: "complete", Key: key, Want: s.ackN, Err: werr}
-				}
-				return true, true, s.notAcked("complete", key, acked, ackErr)
-			}
-			return true, true, nil
-		case err == redis.Nil:
-			return false, true, nil
-		default:
-			var rerr redis.Error
-			if !errors.As(err, &rerr) {
-				return false, true, checked("complete", key, err)
-			}
-			if !c.ifeq && try == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
-				continue
-			}
-			if c.ifeq && strings.HasPrefix(err.Error(), "ERR syntax") {
-				// The server does not take IFEQ after all (a failover to an
-				// older server): no IFEQ until it is read again.
-				s.clocks.Clear()
-			}
-			// A server's error (the key holds another type, say): the script
-			// reports it.
-			return false, true, nil
-		}
+	if !c.ifeq {
+		return s.setIfEqScript(ctx, key, f.value, rec, expires)
 	}
+	cmd := redis.NewStatusCmd(ctx, "set", rk, rec, "ifeq", f.value, "pxat", expires)
+	var wait *redis.Cmd
+	if s.ackN > 0 {
+		// WithReplicaAck: WAIT in the same pipeline, on the key's master.
+		pl, err := s.ackPipeliner(ctx, rk)
+		if err != nil {
+			return false, false, nil // the script's own try reports it
+		}
+		p := pl.Pipeline()
+		_ = p.Process(ctx, cmd)
+		wait = p.Do(ctx, "wait", s.ackN, s.ackTimeout.Milliseconds())
+		_, _ = p.Exec(ctx)
+	} else {
+		_ = s.proc.Process(ctx, cmd)
+	}
+	switch err := cmd.Err(); {
+	case err == nil:
+		if wait != nil {
+			acked, werr := wait.Int64()
+			var ackErr *ReplicaAckError
+			if werr != nil {
+				ackErr = &ReplicaAckError{Op: "complete", Key: key, Want: s.ackN, Err: werr}
+			}
+			return true, true, s.notAcked("complete", key, acked, ackErr)
+		}
+		return true, true, nil
+	case err == redis.Nil:
+		return false, true, nil
+	default:
+		var rerr redis.Error
+		if !errors.As(err, &rerr) {
+			return false, true, checked("complete", key, err)
+		}
+		if strings.HasPrefix(err.Error(), "ERR syntax") {
+			// The server does not take IFEQ after all (a failover to an
+			// older server): no IFEQ until it is read again.
+			s.clocks.Clear()
+		}
+		// A server's error (the key holds another type, say): the script
+		// reports it.
+		return false, true, nil
+	}
+}
+
+// setIfEqScript is completeIfEq on a server whose SET has no IFEQ:
+// lua/set_ifeq.lua, run as every script of the store is (EVALSHA, EVAL
+// when the server lost it; WAIT behind it under WithReplicaAck).
+func (s *Store) setIfEqScript(ctx context.Context, key, claim, rec string, expires int64) (done, tried bool, err error) {
+	v, acked, err := s.run(ctx, "complete", scriptSetIfEq, key, true, claim, rec, expires)
+	var ackErr *ReplicaAckError
+	if err != nil && !errors.As(err, &ackErr) {
+		var rerr redis.Error
+		if errors.As(err, &rerr) {
+			return false, true, nil // the key holds another type, say: the script reports it
+		}
+		return false, true, err
+	}
+	if v == nil {
+		return false, true, nil // the key holds something else
+	}
+	return true, true, s.notAcked("complete", key, acked, ackErr)
 }
