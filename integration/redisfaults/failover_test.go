@@ -152,8 +152,12 @@ func failoverScenario(t *testing.T, d deployment, opts ...redisstore.Option) (*r
 	v, err := ga.Do(ctx, "synced", r.fn("synced", nil))
 	require.NoError(t, err)
 	require.Equal(t, "done synced", v)
-	// Let the replica catch up on "synced" in both variants.
+	// Let the replica catch up on "synced" in both variants. WAIT waits
+	// for the writes of its own connection only, so it follows a write of
+	// that connection (replication keeps the order: once the replica has
+	// it, it has "synced" too). The key's slot is the Cluster master's.
 	mc := redis.NewClient(&redis.Options{Addr: d.rs.master.Addr})
+	require.NoError(t, mc.Set(ctx, "{x}synced", "1", 0).Err())
 	n, err := mc.Do(ctx, "WAIT", 1, 5000).Int64()
 	_ = mc.Close()
 	require.NoError(t, err)
