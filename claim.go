@@ -165,21 +165,36 @@ func (c *claim) release() error {
 	return nil
 }
 
+// cutOff returns err, the error of work that has ended, joined with the
+// *LapseError its context was cancelled with, if the claim lapsed: the
+// caller can then tell with errors.Is(err, ErrLostOwnership) a call cut off
+// by the Guard, which may be tried again, from one given up by its own
+// context. (The first cancellation's cause stays, so this holds after end.)
+func (c *claim) cutOff(err error) error {
+	var lapse *LapseError
+	if errors.As(context.Cause(c.fctx), &lapse) && !errors.Is(err, ErrLostOwnership) {
+		return joinErr(err, lapse)
+	}
+	return err
+}
+
 // fail ends a claim whose work returned err: released under Unlock, stored
 // under Lock. interrupted says the work's context had been cancelled (by
 // its caller, or by the Guard when the claim could not be refreshed). It
-// returns what the call returns beside fn's value.
+// returns what the call returns beside fn's value (see cutOff); a failure
+// stored under Lock holds err alone.
 func (c *claim) fail(err error, interrupted bool) error {
+	ret := c.cutOff(err)
 	// A context error after fn's context was cancelled is the call being
 	// given up, not an outcome of the operation: storing it under Lock
 	// would refuse every retry for the record's TTL, so the claim is
 	// released instead, as under Unlock.
 	gaveUp := interrupted && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
 	if c.e.fail == Unlock || gaveUp {
-		return joinErr(err, c.release())
+		return joinErr(ret, c.release())
 	}
 	comp := Completion{Status: StatusFailed, Error: storableError(err.Error(), c.e.errType(err), maxStoredMessage), TTL: c.e.ttl}
-	return joinErr(err, c.complete(comp))
+	return joinErr(ret, c.complete(comp))
 }
 
 // success is the completion of work whose result encode encodes. A result

@@ -223,7 +223,10 @@ func storableString(s string, max int) string {
 // heartbeat has succeeded for the takeover threshold minus half a heartbeat
 // interval: the claim may be taken over at any moment, so fn should stop.
 // It matches ErrLostOwnership. The outcome is still recorded if nobody did
-// take the claim over.
+// take the claim over. When fn returns an error after it, the call's error
+// joins fn's error with the LapseError, so errors.Is(err, ErrLostOwnership)
+// tells a call cut off by the Guard (safe to try again) from one given up
+// by its own context; a failure recorded under Lock holds fn's error alone.
 type LapseError struct {
 	Since time.Duration // how long the claim went unrefreshed
 }

@@ -81,7 +81,7 @@ func TestRefreshAndLapseEvents(t *testing.T) {
 	}
 	start := time.Now() // no later than the claim was sent
 	var seen time.Duration
-	_, _ = g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
+	_, err = g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
 		<-ctx.Done()
 		seen = time.Since(start) // no earlier than the lapse
 		var le *idem.LapseError
@@ -93,6 +93,11 @@ func TestRefreshAndLapseEvents(t *testing.T) {
 		}
 		return 0, ctx.Err()
 	})
+	// The call says why fn was cut off: fn's own error, and the lapse.
+	var le *idem.LapseError
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, idem.ErrLostOwnership) || !errors.As(err, &le) {
+		t.Errorf("Do after a lapse returned %v, want fn's context.Canceled joined with a *LapseError", err)
+	}
 	lapses := log.of(idem.EventLapse)
 	if len(lapses) != 1 || lapses[0].Duration < 0 || lapses[0].Duration > 400*time.Millisecond {
 		t.Fatalf("lapse events %+v, want one with a margin in [0, takeover]", lapses)
@@ -101,5 +106,55 @@ func TestRefreshAndLapseEvents(t *testing.T) {
 	// zero only when a loaded machine fired the lapse timer that late.
 	if lapses[0].Duration == 0 && seen < 400*time.Millisecond {
 		t.Errorf("lapse margin 0 although fn saw the lapse %v after the claim, within the 400ms threshold", seen)
+	}
+}
+
+// TestLapseRecordsFnErrorOnly: under Lock, an error fn returns after a
+// lapse is recorded as fn returned it; the call's error adds the lapse.
+func TestLapseRecordsFnErrorOnly(t *testing.T) {
+	store := newMem(t)
+	g, err := idem.New[int](failHeartbeats{store}, idem.WithTakeoverAfter(200*time.Millisecond), idem.WithHeartbeat(50*time.Millisecond), idem.OnFailure(idem.Lock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	declined := errors.New("card declined")
+	_, err = g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
+		<-ctx.Done()
+		return 0, declined
+	})
+	if !errors.Is(err, declined) || !errors.Is(err, idem.ErrLostOwnership) {
+		t.Fatalf("Do returned %v, want the declined error joined with the lapse", err)
+	}
+	_, err = g.Do(context.Background(), "k", func(context.Context) (int, error) {
+		t.Error("fn ran again after a recorded failure")
+		return 0, nil
+	})
+	var rf *idem.RecordedFailure
+	if !errors.As(err, &rf) || rf.Message != declined.Error() {
+		t.Fatalf("replay returned %v, want the recorded failure %q alone", err, declined)
+	}
+}
+
+// TestStepLapse: a step whose own claim lapses returns fn's error joined
+// with the *LapseError, so the call's fn can tell it apart.
+func TestStepLapse(t *testing.T) {
+	g, err := idem.New[int](failHeartbeats{newMem(t)}, idem.WithTakeoverAfter(200*time.Millisecond), idem.WithHeartbeat(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stepErr error
+	_, err = g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
+		_, stepErr = idem.Step(ctx, "charge", func(ctx context.Context) (int, error) {
+			<-ctx.Done()
+			return 0, ctx.Err()
+		})
+		return 0, stepErr
+	})
+	var le *idem.LapseError
+	if !errors.Is(stepErr, context.Canceled) || !errors.As(stepErr, &le) {
+		t.Errorf("Step after its claim lapsed returned %v, want fn's context.Canceled joined with a *LapseError", stepErr)
+	}
+	if !errors.Is(err, idem.ErrLostOwnership) {
+		t.Errorf("Do returned %v, want an error matching ErrLostOwnership", err)
 	}
 }

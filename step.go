@@ -67,7 +67,9 @@ func (c *callCtx) Value(k any) any {
 // and a second Step of the same name in one attempt, get the recorded
 // result without running fn. A step whose fn returns an error is not
 // recorded: its claim is released and the error returned, for the caller's
-// fn to decide. A step in flight when its call is taken over keeps running
+// fn to decide (joined with a *LapseError, matching ErrLostOwnership, when
+// fn's context was cut off because the step's claim could not be
+// refreshed). A step in flight when its call is taken over keeps running
 // if its owner is alive (its own claim keeps its own heartbeat, and its
 // context is not cancelled by the loss of the call's claim, only by the
 // caller's context or the loss of the step's own claim), and the new
@@ -222,7 +224,7 @@ func (s *step[V]) run(c *claim, fn func(context.Context) (V, error)) (V, error) 
 		return v, joinErr(ErrLostOwnership, err)
 	}
 	if err != nil {
-		return v, joinErr(err, c.release())
+		return v, joinErr(c.cutOff(err), c.release())
 	}
 	return v, c.complete(c.success(func() ([]byte, error) { return c.e.codec.Marshal(v) }))
 }

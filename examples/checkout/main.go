@@ -47,7 +47,12 @@ type Receipt struct {
 	Email  string `json:"email"`
 }
 
-const takeoverAfter = time.Second
+// takeoverAfter is short so that the stories play in seconds; the heartbeat
+// keeps a live worker's claim from going stale meanwhile.
+const takeoverAfter = 2 * time.Second
+
+// attempts bounds how often a worker tries a checkout whose claim lapsed.
+const attempts = 3
 
 func main() {
 	worker := flag.String("worker", "", "run as a worker: the store directory")
@@ -128,8 +133,8 @@ func work(dir, url, order, crash string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var charged bool // this process ran the charge step
-	r, err := g.Do(ctx, order, func(ctx context.Context) (Receipt, error) {
+	checkout := func(ctx context.Context) (Receipt, error) {
+		var charged bool // this attempt ran the charge step
 		token, _ := idem.FencingToken(ctx)
 		if token > 1 {
 			fmt.Printf("%s: worker 2 took the checkout over (fencing token %d)\n", order, token)
@@ -162,7 +167,20 @@ func work(dir, url, order, crash string) error {
 			return Receipt{}, err
 		}
 		return Receipt{Order: order, Charge: charge, Email: email}, nil
-	})
+	}
+	// A claim that could not be refreshed in time (a stalled disk, a
+	// paused process) cuts fn off with an error matching
+	// idem.ErrLostOwnership and is released. Trying again is safe, as a
+	// queue's redelivery would be: the recorded steps are not run again, and
+	// a step cut off mid-way runs again under its same StepKey.
+	var r Receipt
+	for i := 1; ; i++ {
+		r, err = g.Do(ctx, order, checkout)
+		if err == nil || i == attempts || !errors.Is(err, idem.ErrLostOwnership) {
+			break
+		}
+		log.Printf("%s: attempt %d: %v; trying again", order, i, err)
+	}
 	if err != nil {
 		return err
 	}
