@@ -15,7 +15,9 @@
 // without charging again, or runs the charge step again with the same
 // Idempotency-Key, which the payment provider (a fake here, honouring the
 // header as real providers do) answers with the charge it already made.
-// Either way: charged once, e-mailed once.
+// Either way: charged once, e-mailed once. A worker whose claim lapses (a
+// stalled disk can hold a heartbeat up) tries the checkout again, as a
+// queue's redelivery would.
 //
 //	go run ./examples/checkout
 package main
