@@ -27,6 +27,8 @@
 //	handler returned an error (OnFailure(Unlock))    Retry at once: the claim was released
 //	store failure before the handler ran             Retry at once, handler not run
 //	claim lost while the handler ran                 Retry: the new owner's record decides
+//	handler cut off by its context (the consumer     Retry: the claim was released, even
+//	stopping, a lapsed claim)                        under OnFailure(Lock)
 //	same key, another body                           Reject, handler not run
 //	failure recorded under OnFailure(Lock)           Reject
 //
@@ -209,6 +211,16 @@ func (d *Dedup) HandleOutput(ctx context.Context, key string, body []byte, handl
 	return out, d.decide(ran, runErr, err)
 }
 
+// givenUp reports whether a handler's error is a context's: the Guard
+// releases a call whose context ended and whose fn returned that context's
+// error, even under Lock, so its message must be redelivered, not
+// rejected. (A context error from a context of the handler's own is
+// recorded under Lock; its message is retried once, and the redelivery is
+// rejected with ErrPreviousFailure: one delivery more, nothing lost.)
+func givenUp(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
 func (d *Dedup) decide(ran bool, runErr, err error) Result {
 	r := Result{Ran: ran, Err: err}
 	switch {
@@ -226,7 +238,7 @@ func (d *Dedup) decide(ran bool, runErr, err error) Result {
 		r.Action = Reject
 	case errors.Is(err, idem.ErrDuplicate): // a done key under OnDuplicate(Raise)
 		r.Action, r.Replayed, r.Err = Ack, true, nil
-	case ran && runErr != nil && d.g.Policies().Failure == idem.Lock:
+	case ran && runErr != nil && d.g.Policies().Failure == idem.Lock && !givenUp(runErr):
 		r.Action = Reject // recorded as a failure: a redelivery would be refused
 	default: // the handler failed and was released, or the store failed
 		r.Action = Retry

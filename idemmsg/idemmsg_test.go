@@ -117,3 +117,22 @@ func TestOptions(t *testing.T) {
 	assert.Equal(t, idemmsg.Retry, r.Action)
 	assert.ErrorIs(t, r.Err, idem.ErrInvalidOption)
 }
+
+// TestLockRetriesGivenUpHandler: under Lock, a handler that returns its
+// context's error after the consumer's context ended was released, not
+// recorded (the Guard stores no given-up call), so the message is retried,
+// never rejected: a redelivery runs it.
+func TestLockRetriesGivenUpHandler(t *testing.T) {
+	d, _ := newDedup(t, idemmsg.WithGuard(idem.OnFailure(idem.Lock)))
+	ctx, cancel := context.WithCancel(context.Background())
+	r := d.Handle(ctx, "m", nil, func(ctx context.Context) error {
+		cancel() // the consumer shuts down while the handler runs
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	assert.Equal(t, idemmsg.Retry, r.Action, "a given-up handler's message must be redelivered, not dropped: %v", r.Err)
+	var ran bool
+	r = d.Handle(context.Background(), "m", nil, func(context.Context) error { ran = true; return nil })
+	assert.True(t, ran, "the redelivery runs the handler")
+	assert.Equal(t, idemmsg.Ack, r.Action)
+}
