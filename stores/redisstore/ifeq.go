@@ -25,8 +25,9 @@ import (
 // GET, one SET: the least a script can do; the complete script's fast
 // path also reads the claim's times and the server's clock and builds the
 // record in Lua, which cost a Redis 7.0 about half again as much server
-// time per fresh call). The claim's value carries the claim's random nonce, so a paused
-// owner whose claim was taken over, released or expired writes nothing.
+// time per fresh call). The claim's value carries the claim's random
+// nonce, so a paused owner whose claim was taken over, released or expired
+// writes nothing.
 // The record is the one lua/complete_fresh.lua would build, with its times
 // from the server's clock as the store reads it (serverClock): a native
 // expiry that is its expires_at exactly, as for every version-3 completed
