@@ -25,6 +25,12 @@ type Options struct {
 	// Retention is how long past its ExpiresAt a record is kept
 	// (WithRetention).
 	Retention time.Duration
+	// Cleanup is how often the store removes expired records by itself
+	// (WithCleanup); the store sets its default before applying options.
+	Cleanup time.Duration
+	// NoCleanup is set by WithoutCleanup: the store runs no clean-up of
+	// its own, and its user calls Purge.
+	NoCleanup bool
 
 	errs []error
 }

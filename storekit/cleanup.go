@@ -1,0 +1,106 @@
+package storekit
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/idem-go/idem/lease"
+)
+
+// DefaultPurgeBatch is how many records a clean-up pass removes in one
+// batch (one statement, one lock hold) before it lets claims through.
+const DefaultPurgeBatch = 500
+
+// SetCleanup is the rule of a store's WithCleanup option: the store cleans
+// up by itself about every d; d must be positive.
+func (o *Options) SetCleanup(d time.Duration) {
+	if d <= 0 {
+		o.Invalid("WithCleanup", "interval must be positive, got %v", d)
+		return
+	}
+	o.Cleanup = d
+	o.NoCleanup = false
+}
+
+// SetNoCleanup is the rule of a store's WithoutCleanup option: the store
+// runs no clean-up of its own; its user calls Purge.
+func (o *Options) SetNoCleanup() { o.NoCleanup = true }
+
+// Cleaner runs a store's clean-up pass in the background, about every
+// interval, until Close. Each wait is drawn from [interval/2,
+// interval*3/2), so processes that share one table, directory or bucket
+// and were started together spread their passes instead of cleaning at
+// once. A pass that fails is logged (slog, the store's name and the error)
+// and tried again at the next interval: a clean-up never changes what a
+// call sees, only how much the store holds.
+//
+// A nil *Cleaner is a cleaner that runs nothing; its Close returns nil.
+type Cleaner struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+// StartCleaner starts pass in a goroutine of its own, first after one
+// jittered interval. The context pass gets ends when Close is called; a
+// pass cut off by it returns at once and its error is not logged.
+func StartCleaner(store string, interval time.Duration, pass func(ctx context.Context) error) *Cleaner {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Cleaner{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		for {
+			wait := interval/2 + lease.Jitter(interval)
+			if err := lease.Sleep(ctx, wait); err != nil {
+				return
+			}
+			if err := pass(ctx); err != nil && ctx.Err() == nil {
+				slog.Default().Warn("idem store clean-up failed; it runs again", "store", store, "err", err)
+			}
+		}
+	}()
+	return c
+}
+
+// Close stops the cleaner and waits for a pass in flight to return. It may
+// be called more than once and always returns nil.
+func (c *Cleaner) Close() error {
+	if c == nil {
+		return nil
+	}
+	c.once.Do(func() {
+		c.cancel()
+		<-c.done
+	})
+	return nil
+}
+
+// PurgeBatches calls batch until it removes fewer than limit records, ctx
+// ends or batch fails, and returns how many it removed in all. A store's
+// Purge is this over its one-batch removal: each batch holds its locks only
+// for its own few records, so claims of other keys (and of the same key,
+// between batches) go through while a large backlog is removed. A batch
+// must remove only records expired past retention at the moment it removes
+// them, judged by the store's own rule (idem.Record's ExpiresAt on the
+// store's clock).
+func PurgeBatches(ctx context.Context, limit int, batch func(ctx context.Context, limit int) (int, error)) (int, error) {
+	if limit <= 0 {
+		limit = DefaultPurgeBatch
+	}
+	total := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, err := batch(ctx, limit)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if n < limit {
+			return total, nil
+		}
+	}
+}
