@@ -94,19 +94,38 @@ func Step[V any](ctx context.Context, name string, fn func(context.Context) (V, 
 	case name == "":
 		return zero, &KeyError{Reason: "empty step name"}
 	}
-	sc, _ := ctx.Value(callKey{}).(*stepCall)
-	if sc == nil {
-		return zero, ErrNoCall
-	}
-	if ctx.Value(stepKey{}) != nil {
-		return zero, fmt.Errorf("%w: Step %q inside a step's fn (steps do not nest)", ErrNoCall, name)
-	}
-	epoch, err := sc.epochOf(ctx)
+	sc, err := stepCallOf(ctx, name)
 	if err != nil {
 		return zero, err
 	}
-	s := &step[V]{sc: sc, name: name, sk: derivedKey("idem/step/v1", sc.sk, epoch, name), key: stepKeyOf(sc.sk, epoch, name)}
-	return s.do(ctx, fn)
+	s, err := newStep[V](ctx, sc, name)
+	if err != nil {
+		return zero, err
+	}
+	return s.do(ctx, func(c *claim) (V, error) { return s.run(c, fn) })
+}
+
+// newStep is the step name of the call sc, its keys derived under the
+// call's steps epoch (read once per attempt).
+func newStep[V any](ctx context.Context, sc *stepCall, name string) (*step[V], error) {
+	epoch, err := sc.epochOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &step[V]{sc: sc, name: name, sk: derivedKey("idem/step/v1", sc.sk, epoch, name), key: stepKeyOf(sc.sk, epoch, name)}, nil
+}
+
+// stepCallOf returns the call of a guarded fn's context ctx, or an error:
+// ErrNoCall outside one or inside a step's fn (steps do not nest).
+func stepCallOf(ctx context.Context, name string) (*stepCall, error) {
+	sc, _ := ctx.Value(callKey{}).(*stepCall)
+	if sc == nil {
+		return nil, ErrNoCall
+	}
+	if ctx.Value(stepKey{}) != nil {
+		return nil, fmt.Errorf("%w: Step %q inside a step's fn (steps do not nest)", ErrNoCall, name)
+	}
+	return sc, nil
 }
 
 // StepKey returns, inside a step's fn, the step's downstream key: derived
@@ -180,9 +199,9 @@ type step[V any] struct {
 	key  string // StepKey
 }
 
-// do claims the step, then runs fn, replays the recorded result, or waits
-// for the live claim of another attempt to end.
-func (s *step[V]) do(ctx context.Context, fn func(context.Context) (V, error)) (v V, err error) {
+// do claims the step, then runs it under its claim with run, replays the
+// recorded result, or waits for the live claim of another attempt to end.
+func (s *step[V]) do(ctx context.Context, run func(c *claim) (V, error)) (v V, err error) {
 	e := s.sc.e
 	w := e.newWaiter(s.sk)
 	defer w.close()
@@ -193,7 +212,7 @@ func (s *step[V]) do(ctx context.Context, fn func(context.Context) (V, error)) (
 		}
 		if c != nil {
 			w.done(ctx, c.rec.Attempt)
-			return s.run(c, fn)
+			return run(c)
 		}
 		if err := rec.Validate(); err != nil {
 			return v, &CorruptRecordError{Key: rec.Key, Err: err}
@@ -217,8 +236,7 @@ func (s *step[V]) do(ctx context.Context, fn func(context.Context) (V, error)) (
 // run runs fn under the step's claim c: recorded when it returns a value,
 // released when it returns an error or panics.
 func (s *step[V]) run(c *claim, fn func(context.Context) (V, error)) (V, error) {
-	c.announce(EventStepRun, EventStepRun)
-	c.begin(detached{Context: s.sc.ctx, values: context.WithValue(c.ctx, stepKey{}, &stepInfo{key: s.key})})
+	s.begin(c)
 	v, err := guarded(c, fn)
 	if c.end() {
 		return v, joinErr(ErrLostOwnership, err)
@@ -227,6 +245,14 @@ func (s *step[V]) run(c *claim, fn func(context.Context) (V, error)) (V, error) 
 		return v, joinErr(c.cutOff(err), c.release())
 	}
 	return v, c.complete(c.success(func() ([]byte, error) { return c.e.codec.Marshal(v) }))
+}
+
+// begin starts the step's work under its claim c: announced, with a
+// context that carries StepKey and the step's fencing token and is
+// cancelled by the caller's context or the loss of c, not by the call's.
+func (s *step[V]) begin(c *claim) {
+	c.announce(EventStepRun, EventStepRun)
+	c.begin(detached{Context: s.sc.ctx, values: context.WithValue(c.ctx, stepKey{}, &stepInfo{key: s.key})})
 }
 
 // detached is a context whose values are those of values and whose

@@ -358,6 +358,9 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 	if err := checked("claim", req.Key, checkNonce(req.Nonce)); err != nil {
 		return idem.ClaimResult{}, err
 	}
+	if err := s.soleConnection(ctx); err != nil {
+		return idem.ClaimResult{}, err
+	}
 	if len(req.PayloadHash) > MaxPayloadLen {
 		return idem.ClaimResult{}, storeErr("claim", fmt.Errorf("payload hash longer than %d bytes", MaxPayloadLen))
 	}

@@ -93,12 +93,28 @@ func DoTx[T any](ctx context.Context, g *idem.Guard[T], key string, fn func(cont
 	}
 	commitWait := g.Policies().TakeoverAfter
 	return idem.RunTx(ctx, g, key, func(ctx context.Context, c *idem.TxClaim[T]) (T, error, error) {
-		return runTx(ctx, s, c, fn, commitWait)
+		if s.db.Stats().MaxOpenConnections == 1 {
+			// fn's transaction holds the pool's only connection: a claim
+			// on this pool from inside fn (a Step) is refused at once
+			// (see soleConnection) instead of waiting for it until the
+			// claim lapses.
+			ctx = context.WithValue(ctx, soleConnKey{}, s.db)
+		}
+		return runTx(ctx, s, txClaim[T]{key: c.Key, nonce: c.Nonce, complete: c.Complete}, fn, commitWait)
 	}, opts...)
 }
 
-// runTx is DoTx's transaction runner (see idem.RunTx for what it reports).
-func runTx[T any](ctx context.Context, s *Store, c *idem.TxClaim[T], fn func(context.Context, *sql.Tx) (T, error), commitWait time.Duration) (v T, fnErr, commitErr error) {
+// txClaim is the claim a transaction runs under: the record's key, the
+// claim's nonce, and what makes its completion (idem.TxClaim.Complete for
+// DoTx, idem.StepTxClaim.Complete for StepTx).
+type txClaim[T any] struct {
+	key, nonce string
+	complete   func(T) (idem.Completion, error)
+}
+
+// runTx is DoTx's and StepTx's transaction runner (see idem.RunTx for
+// what it reports).
+func runTx[T any](ctx context.Context, s *Store, c txClaim[T], fn func(context.Context, *sql.Tx) (T, error), commitWait time.Duration) (v T, fnErr, commitErr error) {
 	var zero T
 	// The completion statement is prepared (once per store) before the
 	// transaction holds a connection, so that a pool of one connection
@@ -127,7 +143,7 @@ func runTx[T any](ctx context.Context, s *Store, c *idem.TxClaim[T], fn func(con
 		_ = tx.Rollback()
 		return v, err, nil
 	}
-	comp, err := c.Complete(v)
+	comp, err := c.complete(v)
 	if err != nil {
 		ended = true
 		_ = tx.Rollback()
@@ -143,7 +159,7 @@ func runTx[T any](ctx context.Context, s *Store, c *idem.TxClaim[T], fn func(con
 	// ends without one when its connection does.
 	timer := time.AfterFunc(max(commitWait, time.Second), cancel)
 	defer timer.Stop()
-	connID, err := s.completeTx(tctx, tx, complete, c.Key, c.Nonce, comp)
+	connID, err := s.completeTx(tctx, tx, complete, c.key, c.nonce, comp)
 	if err != nil {
 		ended = true
 		_ = tx.Rollback() // no COMMIT was sent: nothing is committed
@@ -173,7 +189,7 @@ func runTx[T any](ctx context.Context, s *Store, c *idem.TxClaim[T], fn func(con
 	if err == nil {
 		return v, nil, nil
 	}
-	committed, rerr := s.readBack(ctx, c.Key, c.Nonce, err, commitWait)
+	committed, rerr := s.readBack(ctx, c.key, c.nonce, err, commitWait)
 	if committed {
 		return v, nil, nil
 	}
@@ -262,4 +278,21 @@ func (s *Store) readBack(ctx context.Context, key, nonce string, cerr error, wai
 	default:
 		return true, nil
 	}
+}
+
+// soleConnKey marks the context DoTx hands to fn when the pool allows one
+// connection, which fn's transaction holds; its value is the pool.
+type soleConnKey struct{}
+
+// soleConnection refuses a claim sent with ctx, the context of a DoTx's fn
+// whose transaction holds the only connection of this store's pool: the
+// claim (a Step's, or a nested call's) would wait for that connection
+// until fn's own claim lapsed. A claim from any other context is nil.
+func (s *Store) soleConnection(ctx context.Context) error {
+	if db, _ := ctx.Value(soleConnKey{}).(*sql.DB); db == nil || db != s.db || s.db.Stats().MaxOpenConnections != 1 {
+		return nil
+	}
+	return &idem.OptionError{Option: "DoTx", Reason: "a Step (or any claim on the same pool) inside DoTx's fn needs a second " +
+		"connection, and the pool allows one (SetMaxOpenConns(1)), held by fn's transaction: allow more connections, " +
+		"or use Do with Step for the external calls and StepTx for the database writes"}
 }
