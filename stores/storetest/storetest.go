@@ -50,6 +50,9 @@ type suite struct {
 	skew    time.Duration
 	clock   *Clock // nil: the store runs on real time and the suite sleeps
 	native  bool   // completed and failed records expire natively at expires_at
+	// retention is the store's, when retentionKnown (WithRetention).
+	retention      time.Duration
+	retentionKnown bool
 }
 
 // sleep lets d pass: on the suite's clock when the store reads it, else
@@ -198,6 +201,7 @@ func run(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, wit
 		{"StepsStaleOwner", (*suite).stepsStaleOwner},
 		{"StepsForget", (*suite).stepsForget},
 	}
+	tests = append(tests, purgeTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
