@@ -161,15 +161,14 @@ func RunWithClock(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.S
 	run(t, newStore, true, opts)
 }
 
+// subtest is one check of the suite.
+type subtest struct {
+	name string
+	fn   func(su *suite, t *testing.T, s idem.Store)
+}
+
 func run(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, withClock bool, opts []Option) {
-	su := &suite{skew: 2 * time.Second}
-	for _, o := range opts {
-		o(su)
-	}
-	tests := []struct {
-		name string
-		fn   func(su *suite, t *testing.T, s idem.Store)
-	}{
+	tests := []subtest{
 		{"ClaimNew", (*suite).claimNew},
 		{"ClaimExistingLive", (*suite).claimExistingLive},
 		{"ClaimRetrySameNonce", (*suite).claimRetrySameNonce},
@@ -201,7 +200,14 @@ func run(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, wit
 		{"StepsStaleOwner", (*suite).stepsStaleOwner},
 		{"StepsForget", (*suite).stepsForget},
 	}
-	tests = append(tests, purgeTests...)
+	runTests(t, newStore, withClock, opts, append(tests, purgeTests...))
+}
+
+func runTests(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, withClock bool, opts []Option, tests []subtest) {
+	su := &suite{skew: 2 * time.Second}
+	for _, o := range opts {
+		o(su)
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
