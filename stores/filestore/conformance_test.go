@@ -1,7 +1,6 @@
 package filestore_test
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -15,9 +14,12 @@ import (
 // corruptFile overwrites the record file of key with bytes that do not
 // decode, bypassing the store.
 func corruptFile(t *testing.T, s idem.Store, key string) {
-	d, ok := s.(interface{ Dir() string })
-	require.True(t, ok, "store %T has no Dir", s)
-	require.NoError(t, os.WriteFile(filepath.Join(d.Dir(), key), []byte("{\"v\":1,\"key\":"), 0o600))
+	fs, ok := s.(*filestore.Store)
+	if w, isW := s.(*filestore.WatchingStore); isW {
+		fs, ok = w.Store, true
+	}
+	require.True(t, ok, "store %T is not a filestore", s)
+	writeFile(t, filestore.RecordPath(fs, key), []byte("{\"v\":1,\"key\":"))
 }
 
 func TestConformance(t *testing.T) {

@@ -8,8 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/gofrs/flock"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
@@ -32,10 +34,6 @@ func (e *UnsafeDirError) Error() string {
 
 // Is makes an UnsafeDirError match ErrUnsafeDir.
 func (e *UnsafeDirError) Is(target error) bool { return target == ErrUnsafeDir }
-
-// tmpPrefix starts the name of every temporary file. Keys cannot start with
-// a dot, so a temporary file never has a record's name.
-const tmpPrefix = ".tmp-"
 
 // Option configures a Store.
 type Option func(*config)
@@ -72,17 +70,53 @@ func WithoutSync() Option {
 	return func(c *config) { c.sync = false }
 }
 
-// Store is an idem.Store keeping one file per key in a directory. It is safe for concurrent use by many goroutines and by many
-// processes on one host sharing the directory. See the package doc for the
-// layout and guarantees.
+// DefaultCleanup is about how often an open Store removes expired records
+// by itself. A pass reads the directory entries of the store and lstat(2)s
+// every record file (about what `find <dir> -type f` costs); it opens only
+// the files whose modification time says they have expired.
+const DefaultCleanup = time.Minute
+
+// WithCleanup makes the store remove expired records by itself about every
+// d (each wait drawn from [d/2, 3d/2)) until Close; the default is
+// DefaultCleanup. d must be positive. It overrides an earlier
+// WithoutCleanup.
+func WithCleanup(every time.Duration) Option {
+	return func(c *config) { c.SetCleanup(every) }
+}
+
+// WithoutCleanup runs no clean-up of the store's own: expired records are
+// removed only by Purge, for users who call it from a job of their own. It
+// overrides an earlier WithCleanup.
+func WithoutCleanup() Option {
+	return func(c *config) { c.SetNoCleanup() }
+}
+
+// Store is an idem.Store keeping one file per key under a directory. It is
+// safe for concurrent use by many goroutines and by many processes on one
+// host sharing the directory. See the package doc for the layout and
+// guarantees.
 type Store struct {
+	*core
+	kit     *storekit.Locked  // the decisions, over files{core}
+	cleaner *storekit.Cleaner // nil under WithoutCleanup
+}
+
+// core is what a Store and its clean-up goroutine share. The goroutine
+// holds the core, never the Store, so a Store dropped without Close
+// becomes unreachable and its clean-up is stopped then.
+type core struct {
 	dir       string
 	now       func() time.Time
 	retention time.Duration // WithRetention
 	sync      bool
 	stripes   []*stripe
 	hub       *storekit.Watchers // shared by the Stores of this directory in this process
-	kit       *storekit.Locked   // the decisions, over files{s}
+	cleanLock *flock.Flock       // held (non-blocking) by a clean-up pass
+
+	// Counters read by the tests (export_test.go).
+	recordReads atomic.Int64 // record files opened and read
+	passes      atomic.Int64 // clean-up passes run
+	skipped     atomic.Int64 // clean-up passes skipped: another one held cleanLock
 }
 
 var _ idem.Store = (*Store)(nil)
@@ -90,9 +124,10 @@ var _ idem.Store = (*Store)(nil)
 // New opens the store in dir, creating it (mode 0700) if it does not exist.
 // It refuses a directory that is group- or world-writable (*UnsafeDirError)
 // and reports every invalid argument or option, joined, each an
-// *idem.OptionError matching idem.ErrInvalidOption.
+// *idem.OptionError matching idem.ErrInvalidOption. Unless WithoutCleanup
+// is given, it starts the store's clean-up goroutine; Close stops it.
 func New(dir string, opts ...Option) (*Store, error) {
-	c := config{Options: storekit.Options{Store: "filestore", Now: time.Now, Retention: DefaultRetention}, sync: true}
+	c := config{Options: storekit.Options{Store: "filestore", Now: time.Now, Retention: DefaultRetention, Cleanup: DefaultCleanup}, sync: true}
 	if dir == "" {
 		c.Invalid("New", "directory is empty")
 	}
@@ -121,16 +156,31 @@ func New(dir string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("filestore: %w", err)
 	}
-	s := &Store{
+	cr := &core{
 		dir:       abs,
 		now:       c.Now,
 		retention: c.Retention,
 		sync:      c.sync,
 		stripes:   newStripes(lockDir),
 		hub:       hubFor(canon),
+		cleanLock: newFlock(filepath.Join(lockDir, cleanLockName)),
 	}
-	s.kit = storekit.NewLocked(files{s}, storekit.LockedConfig{Name: "filestore", Now: c.Now, Changed: s.hub.Notify})
+	s := &Store{core: cr}
+	s.kit = storekit.NewLocked(files{cr}, storekit.LockedConfig{Name: "filestore", Now: c.Now, Changed: cr.hub.Notify})
+	if !c.NoCleanup {
+		s.cleaner = storekit.StartCleaner("filestore", c.Cleanup, cr.clean)
+		runtime.AddCleanup(s, func(c *storekit.Cleaner) { go c.Close() }, s.cleaner)
+	}
 	return s, nil
+}
+
+// Close stops the store's clean-up goroutine and waits for a pass in
+// flight to return. The store stays usable: every call works after Close
+// as before it, and Purge removes expired records; only the background
+// clean-up ends. Close may be called more than once and always returns
+// nil.
+func (s *Store) Close() error {
+	return s.cleaner.Close()
 }
 
 // ensureDir creates dir with mode 0700 if it is missing, and checks that an
@@ -163,104 +213,12 @@ func ensureDir(dir string) error {
 // Dir returns the absolute path of the store directory.
 func (s *Store) Dir() string { return s.dir }
 
-func (s *Store) nowMs() int64 { return s.now().UnixMilli() }
-
-func (s *Store) path(key string) string { return filepath.Join(s.dir, key) }
-
-// read returns the record stored for key, nil if there is none, or a
-// *idem.CorruptRecordError.
-func (s *Store) read(key string) (*idem.Record, error) {
-	b, err := os.ReadFile(s.path(key))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("filestore: read %s: %w", key, err)
-	}
-	r, err := storekit.DecodeRecord(b)
-	if err != nil {
-		var ce *idem.CorruptRecordError
-		if errors.As(err, &ce) {
-			return nil, &idem.CorruptRecordError{Key: key, Err: ce.Err}
-		}
-		return nil, &idem.CorruptRecordError{Key: key, Err: err}
-	}
-	if r.Key != key {
-		return nil, &idem.CorruptRecordError{Key: key, Err: fmt.Errorf("file holds the record of key %q", r.Key)}
-	}
-	return r, nil
-}
-
-// write replaces the record of key with r: temporary file, fsync, rename,
-// fsync of the directory. The caller holds the key's lock.
-func (s *Store) write(key string, r *idem.Record) (err error) {
-	b, err := storekit.EncodeRecord(r)
-	if err != nil {
-		return fmt.Errorf("filestore: write %s: %w", key, err)
-	}
-	f, err := os.CreateTemp(s.dir, tmpPrefix+key+"-*")
-	if err != nil {
-		return fmt.Errorf("filestore: write %s: %w", key, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp)
-		}
-	}()
-	_, err = f.Write(b)
-	if err == nil && s.sync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, s.path(key))
-	}
-	if err != nil {
-		return fmt.Errorf("filestore: write %s: %w", key, err)
-	}
-	if err := s.syncDir(); err != nil {
-		return fmt.Errorf("filestore: write %s: %w", key, err)
-	}
-	return nil
-}
-
-// remove deletes the record file of key. The caller holds the key's lock.
-func (s *Store) remove(key string) error {
-	err := os.Remove(s.path(key))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("filestore: delete %s: %w", key, err)
-	}
-	if err := s.syncDir(); err != nil {
-		return fmt.Errorf("filestore: delete %s: %w", key, err)
-	}
-	return nil
-}
-
-func (s *Store) syncDir() error {
-	if !s.sync || runtime.GOOS == "windows" {
-		return nil
-	}
-	d, err := os.Open(s.dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+func (c *core) nowMs() int64 { return c.now().UnixMilli() }
 
 // locked runs fn under the lock of key and joins a failure to unlock into
 // its error.
-func (s *Store) locked(ctx context.Context, key string, fn func() error) error {
-	unlock, err := s.lock(ctx, key)
+func (c *core) locked(ctx context.Context, key string, fn func() error) error {
+	unlock, err := c.lock(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -274,7 +232,7 @@ func (s *Store) locked(ctx context.Context, key string, fn func() error) error {
 // files is the storekit.Backend under a Store: one file per record, read
 // without a lock (records are replaced whole by rename, so a read sees the
 // previous or the next one), written under the key's stripe lock.
-type files struct{ s *Store }
+type files struct{ s *core }
 
 var _ storekit.Backend = files{}
 
@@ -356,99 +314,4 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	return s.kit.Delete(ctx, key)
-}
-
-// Purge removes the records that expired more than the retention period
-// (WithRetention) ago, and temporary files left behind by a crashed write,
-// and returns how many records it removed. Each removal happens under the key's lock after
-// reading the record again, so Purge is safe while other goroutines and
-// processes use the store. Corrupt records are left in place. Failures on
-// single files do not stop the sweep; they are returned joined, with the
-// count of what was removed.
-func (s *Store) Purge(ctx context.Context) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	entries, err := os.ReadDir(s.dir)
-	if err != nil {
-		return 0, fmt.Errorf("filestore: purge: %w", err)
-	}
-	var (
-		n    int
-		errs []error
-	)
-	for _, e := range entries {
-		if err := ctx.Err(); err != nil {
-			return n, errors.Join(append(errs, err)...)
-		}
-		name := e.Name()
-		if strings.HasPrefix(name, tmpPrefix) {
-			if err := s.purgeTemp(ctx, name); err != nil {
-				errs = append(errs, err)
-			}
-			continue
-		}
-		if !e.Type().IsRegular() || ValidateKey(name) != nil {
-			continue
-		}
-		removed, err := s.purgeRecord(ctx, name)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if removed {
-			n++
-		}
-	}
-	return n, errors.Join(errs...)
-}
-
-func (s *Store) expired(r *idem.Record) bool {
-	return r.ExpiresAt+s.retention.Milliseconds() <= s.nowMs()
-}
-
-func (s *Store) purgeRecord(ctx context.Context, key string) (bool, error) {
-	// An unlocked look first, so live records cost no lock.
-	r, err := s.read(key)
-	if err != nil || r == nil || !s.expired(r) {
-		return false, nil // corrupt, gone or live
-	}
-	removed := false
-	err = s.locked(ctx, key, func() error {
-		r, err := s.read(key)
-		if err != nil || r == nil || !s.expired(r) {
-			return nil
-		}
-		if err := s.remove(key); err != nil {
-			return err
-		}
-		removed = true
-		return nil
-	})
-	if removed {
-		s.hub.Notify(key)
-	}
-	return removed, err
-}
-
-// purgeTemp removes the temporary file name if it belongs to a valid key.
-// Writers hold the key's lock from creating a temporary file to renaming it,
-// so under that lock any temporary file of the key is left over from a
-// crash.
-func (s *Store) purgeTemp(ctx context.Context, name string) error {
-	rest := strings.TrimPrefix(name, tmpPrefix)
-	i := strings.LastIndexByte(rest, '-')
-	if i <= 0 {
-		return nil
-	}
-	key := rest[:i]
-	if ValidateKey(key) != nil {
-		return nil
-	}
-	return s.locked(ctx, key, func() error {
-		err := os.Remove(filepath.Join(s.dir, name))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("filestore: purge %s: %w", name, err)
-		}
-		return nil
-	})
 }

@@ -17,6 +17,11 @@ const numStripes = 256
 // lockDirName is the subdirectory holding the stripe lock files.
 const lockDirName = ".locks"
 
+// cleanLockName is the lock file in .locks that a clean-up pass holds, so
+// that of the processes sharing a directory one cleans at a time. It is
+// taken without waiting: a pass that finds it held is skipped.
+const cleanLockName = "clean"
+
 // stripe is one lock file and the in-process semaphore that serialises the
 // goroutines of one Store on it. flock(2) locks belong to an open file
 // description and a *flock.Flock short-circuits when it already holds the
@@ -52,7 +57,7 @@ func newFlock(path string) *flock.Flock {
 // lock takes the lock of key's stripe: the in-process semaphore first, then
 // the file lock. It honours ctx while waiting for either; a blocking flock
 // abandoned because ctx ended is released as soon as it is granted.
-func (s *Store) lock(ctx context.Context, key string) (unlock func() error, err error) {
+func (s *core) lock(ctx context.Context, key string) (unlock func() error, err error) {
 	st := s.stripes[stripeIndex(key)]
 	select {
 	case st.sem <- struct{}{}:

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,6 +50,37 @@ const (
 	takeover = 10 * time.Second
 )
 
+// writeFile writes a file of the store bypassing it, making its leaf
+// directory if it is missing.
+func writeFile(t testing.TB, p string, content []byte) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o700))
+	require.NoError(t, os.WriteFile(p, content, 0o600))
+}
+
+// storeFiles returns the names of the files under dir outside .locks, and
+// fails the test if one is not in a leaf directory (two levels down).
+func storeFiles(t testing.TB, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == ".locks" {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() {
+			rel, err := filepath.Rel(dir, p)
+			require.NoError(t, err)
+			out = append(out, rel)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
 func key(i int) string { return fmt.Sprintf("idem:%064x", i) }
 
 func req(k, nonce string) idem.ClaimRequest {
@@ -75,7 +108,7 @@ func TestClaimFresh(t *testing.T) {
 	assert.Equal(t, res.Record, got)
 
 	// The file is named by the key and nothing else.
-	b, err := os.ReadFile(filepath.Join(s.Dir(), k))
+	b, err := os.ReadFile(filestore.RecordPath(s, k))
 	require.NoError(t, err)
 	dec, err := storekit.DecodeRecord(b)
 	require.NoError(t, err)
@@ -303,8 +336,8 @@ func TestCorruptRecord(t *testing.T) {
 			s, _ := newStore(t)
 			ctx := context.Background()
 			k := key(11)
-			p := filepath.Join(s.Dir(), k)
-			require.NoError(t, os.WriteFile(p, content, 0o600))
+			p := filestore.RecordPath(s, k)
+			writeFile(t, p, content)
 
 			check := func(op string, err error) {
 				t.Helper()
@@ -388,7 +421,7 @@ func TestValidKeys(t *testing.T) {
 		res, err := s.Claim(ctx, req(k, "n"))
 		require.NoError(t, err, k)
 		assert.Equal(t, idem.Claimed, res.Outcome, k)
-		_, err = os.Stat(filepath.Join(s.Dir(), k))
+		_, err = os.Stat(filestore.RecordPath(s, k))
 		require.NoError(t, err, k)
 	}
 }
@@ -408,7 +441,9 @@ func TestPermissions(t *testing.T) {
 		}
 		assert.Equal(t, os.FileMode(0o700), mode(dir))
 		assert.Equal(t, os.FileMode(0o700), mode(filepath.Join(dir, ".locks")))
-		assert.Equal(t, os.FileMode(0o600), mode(filepath.Join(dir, key(1))))
+		assert.Equal(t, os.FileMode(0o600), mode(filestore.RecordPath(s, key(1))))
+		assert.Equal(t, os.FileMode(0o700), mode(filepath.Dir(filestore.RecordPath(s, key(1)))))
+		assert.Equal(t, os.FileMode(0o700), mode(filepath.Dir(filepath.Dir(filestore.RecordPath(s, key(1))))))
 		assert.Equal(t, os.FileMode(0o600), mode(filestore.StripePath(s, key(1))))
 	})
 	t.Run("group or world writable refused", func(t *testing.T) {
@@ -536,32 +571,41 @@ func TestPurge(t *testing.T) {
 	_, err = s.Claim(ctx, req(key(3), "done"))
 	require.NoError(t, err)
 	require.NoError(t, s.Complete(ctx, key(3), "done", done))
-	require.NoError(t, os.WriteFile(filepath.Join(s.Dir(), key(4)), []byte("junk"), 0o600))
+	writeFile(t, filestore.RecordPath(s, key(4)), []byte("junk"))
 	// Temporary files left by a crashed write, and files that are not ours.
-	require.NoError(t, os.WriteFile(filepath.Join(s.Dir(), ".tmp-"+key(1)+"-12345"), []byte("half"), 0o600))
-	require.NoError(t, os.WriteFile(filepath.Join(s.Dir(), ".tmp-"+key(9)+"-1"), []byte("half"), 0o600))
-	require.NoError(t, os.WriteFile(filepath.Join(s.Dir(), ".keepme"), []byte("x"), 0o600))
-	require.NoError(t, os.Mkdir(filepath.Join(s.Dir(), "subdir"), 0o700))
+	leaf := func(k string) string { return filepath.Dir(filestore.RecordPath(s, k)) }
+	tmp1 := filepath.Join(leaf(key(1)), ".tmp-"+key(1)+"-12345")
+	writeFile(t, tmp1, []byte("half"))
+	tmp9 := filepath.Join(leaf(key(9)), ".tmp-"+key(9)+"-1")
+	writeFile(t, tmp9, []byte("half"))
+	writeFile(t, filepath.Join(s.Dir(), ".keepme"), []byte("x"))
+	writeFile(t, filepath.Join(leaf(key(1)), ".keepme"), []byte("x"))
+	writeFile(t, filepath.Join(s.Dir(), "subdir", "x"), []byte("x"))
+	writeFile(t, filepath.Join(leaf(key(1)), key(5)), []byte("a record in the wrong leaf"))
+	rel := func(p string) string {
+		r, err := filepath.Rel(s.Dir(), p)
+		require.NoError(t, err)
+		return r
+	}
+	others := []string{".keepme", rel(filepath.Join(leaf(key(1)), ".keepme")), filepath.Join("subdir", "x"), rel(filepath.Join(leaf(key(1)), key(5)))}
 
 	n, err := s.Purge(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 1, n, "only the released record has expired")
-	names := func() []string {
-		entries, err := os.ReadDir(s.Dir())
-		require.NoError(t, err)
-		var out []string
-		for _, e := range entries {
-			out = append(out, e.Name())
+	recs := func(ks ...string) []string {
+		out := slices.Clone(others)
+		for _, k := range ks {
+			out = append(out, rel(filestore.RecordPath(s, k)))
 		}
 		return out
 	}
-	assert.ElementsMatch(t, []string{".locks", ".keepme", "subdir", key(1), key(3), key(4)}, names())
+	assert.ElementsMatch(t, recs(key(1), key(3), key(4)), storeFiles(t, s.Dir()))
 
 	clk.Advance(time.Minute)
 	n, err = s.Purge(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 2, n, "live claim and completion expired; the corrupt record stays")
-	assert.ElementsMatch(t, []string{".locks", ".keepme", "subdir", key(4)}, names())
+	assert.ElementsMatch(t, recs(key(4)), storeFiles(t, s.Dir()))
 	n, err = s.Purge(ctx)
 	require.NoError(t, err)
 	assert.Zero(t, n)
@@ -723,11 +767,10 @@ func TestTwoStoresOneDirectory(t *testing.T) {
 		assert.EqualValues(t, 1, wins[i].Load(), key(i))
 	}
 	// Every write renamed its temporary file away.
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	require.Len(t, entries, keys+1)
-	for _, e := range entries {
-		assert.False(t, strings.HasPrefix(e.Name(), ".tmp-"), e.Name())
+	files := storeFiles(t, dir)
+	require.Len(t, files, keys)
+	for _, f := range files {
+		assert.False(t, strings.HasPrefix(filepath.Base(f), ".tmp-"), f)
 	}
 }
 

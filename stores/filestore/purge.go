@@ -1,0 +1,216 @@
+package filestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+)
+
+// Purge removes the records that expired more than the retention period
+// (WithRetention) ago, and temporary files left behind by a crashed write,
+// and returns how many records it removed. It is the store's clean-up
+// pass, run when called (the background clean-up runs the same pass).
+//
+// It walks the fan-out directories and lstat(2)s each record file: a file
+// whose modification time (the record's ExpiresAt, set by every write) is
+// not past the retention is not opened. Each other file is a candidate;
+// candidates are removed in batches of storekit.DefaultPurgeBatch, each
+// under its key's lock after reading the record again, and only if that
+// reading says it has expired past the retention on the store's clock,
+// the rule every other operation uses. So Purge is safe while other
+// goroutines and processes use the store, and a claim waits for it at most
+// the removal of one file. The leaf directories a batch touched are
+// fsynced once, after the batch.
+//
+// Corrupt records are left in place. Failures on single files do not stop
+// the pass; they are returned joined, with the count of what was removed.
+func (s *Store) Purge(ctx context.Context) (int, error) {
+	return s.purge(ctx)
+}
+
+// clean is the background clean-up pass: Purge, unless another pass (of
+// this or another process) holds the directory's clean-up lock.
+func (c *core) clean(ctx context.Context) error {
+	ok, err := c.cleanLock.TryLock()
+	if err != nil {
+		return fmt.Errorf("filestore: clean-up lock: %w", err)
+	}
+	if !ok {
+		c.skipped.Add(1)
+		return nil
+	}
+	c.passes.Add(1)
+	_, err = c.purge(ctx)
+	if uerr := c.cleanLock.Unlock(); uerr != nil {
+		err = errors.Join(err, fmt.Errorf("filestore: clean-up lock: %w", uerr))
+	}
+	return err
+}
+
+// candidate is a file a pass found that may go: a record whose
+// modification time says it has expired, or a temporary file.
+type candidate struct {
+	leaf, name, key string
+	temp            bool
+}
+
+type purger struct {
+	c       *core
+	batch   []candidate
+	removed int
+	errs    []error
+}
+
+func (c *core) purge(ctx context.Context) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	p := &purger{c: c, batch: make([]candidate, 0, storekit.DefaultPurgeBatch)}
+	tops, err := os.ReadDir(c.dir)
+	if err != nil {
+		return 0, fmt.Errorf("filestore: purge: %w", err)
+	}
+	for _, top := range tops {
+		if !top.IsDir() || !isFanName(top.Name()) {
+			continue
+		}
+		mid := filepath.Join(c.dir, top.Name())
+		leaves, err := os.ReadDir(mid)
+		if err != nil {
+			p.errs = append(p.errs, fmt.Errorf("filestore: purge: %w", err))
+			continue
+		}
+		for _, l := range leaves {
+			if err := ctx.Err(); err != nil {
+				p.flush(ctx)
+				return p.removed, errors.Join(append(p.errs, err)...)
+			}
+			if !l.IsDir() || !isFanName(l.Name()) {
+				continue
+			}
+			p.scan(ctx, filepath.Join(mid, l.Name()))
+		}
+	}
+	p.flush(ctx)
+	if err := ctx.Err(); err != nil {
+		p.errs = append(p.errs, err)
+	}
+	return p.removed, errors.Join(p.errs...)
+}
+
+// scan adds the candidates of one leaf directory to the batch, removing a
+// batch whenever it is full.
+func (p *purger) scan(ctx context.Context, leaf string) {
+	ents, err := os.ReadDir(leaf)
+	if err != nil {
+		p.errs = append(p.errs, fmt.Errorf("filestore: purge: %w", err))
+		return
+	}
+	now := p.c.nowMs()
+	keep := p.c.retention.Milliseconds()
+	for _, e := range ents {
+		name := e.Name()
+		var cand candidate
+		switch {
+		case strings.HasPrefix(name, tmpPrefix):
+			rest := name[len(tmpPrefix):]
+			i := strings.LastIndexByte(rest, '-')
+			if i <= 0 || ValidateKey(rest[:i]) != nil {
+				continue
+			}
+			cand = candidate{leaf: leaf, name: name, key: rest[:i], temp: true}
+		case e.Type().IsRegular() && ValidateKey(name) == nil:
+			fi, err := e.Info() // lstat: no open, no read
+			if err != nil {
+				continue // gone since ReadDir
+			}
+			if fi.ModTime().UnixMilli()+keep > now {
+				continue // live by its modification time
+			}
+			cand = candidate{leaf: leaf, name: name, key: name}
+		default:
+			continue
+		}
+		if p.c.leafOf(cand.key) != leaf {
+			continue // not where this store would look for it
+		}
+		p.batch = append(p.batch, cand)
+		if len(p.batch) == cap(p.batch) {
+			p.flush(ctx)
+		}
+	}
+}
+
+// flush removes the batch's candidates that are still expired, each under
+// its key's lock, and then fsyncs each leaf directory it removed from,
+// once.
+func (p *purger) flush(ctx context.Context) {
+	var touched []string
+	var gone []string
+	for _, cand := range p.batch {
+		if ctx.Err() != nil {
+			break
+		}
+		removed := false
+		err := p.c.locked(ctx, cand.key, func() error {
+			if cand.temp {
+				// Writers hold the key's lock from creating a temporary
+				// file to renaming it, so under it any temporary file of
+				// the key is left over from a crash.
+				err := os.Remove(filepath.Join(cand.leaf, cand.name))
+				if err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return fmt.Errorf("filestore: purge %s: %w", cand.name, err)
+				}
+				removed = err == nil
+				return nil
+			}
+			r, err := p.c.read(cand.key)
+			if err != nil || r == nil || !p.c.expired(r) {
+				return nil // corrupt, gone or live again
+			}
+			err = os.Remove(filepath.Join(cand.leaf, cand.name))
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("filestore: purge %s: %w", cand.key, err)
+			}
+			removed = true
+			return nil
+		})
+		if err != nil && ctx.Err() == nil {
+			p.errs = append(p.errs, err)
+		}
+		if !removed {
+			continue
+		}
+		if len(touched) == 0 || touched[len(touched)-1] != cand.leaf {
+			touched = append(touched, cand.leaf)
+		}
+		if !cand.temp {
+			p.removed++
+			gone = append(gone, cand.key)
+		}
+	}
+	p.batch = p.batch[:0]
+	// Candidates come leaf by leaf, so equal leaves are adjacent.
+	for _, leaf := range touched {
+		if err := p.c.syncDir(leaf); err != nil {
+			p.errs = append(p.errs, fmt.Errorf("filestore: purge: %w", err))
+		}
+	}
+	for _, k := range gone {
+		p.c.hub.Notify(k)
+	}
+}
+
+func (c *core) expired(r *idem.Record) bool {
+	return r.ExpiresAt+c.retention.Milliseconds() <= c.nowMs()
+}

@@ -1,0 +1,240 @@
+package filestore_test
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/filestore"
+)
+
+// TestSoakLifecycle measures what a store holding many records costs its
+// clean-up, beside a probe of claims. It runs only with IDEM_SOAK=1 (it
+// writes a few hundred thousand files and takes minutes); the sizes are
+// IDEM_SOAK_LIVE (default 120000) and IDEM_SOAK_EXPIRED (default 100000).
+//
+//  1. A pass with nothing expired over the live records, against a plain
+//     directory walk of the store (filepath.WalkDir, lstat of every entry).
+//  2. Purge of the expired records among the live ones, with a probe of
+//     fresh claims and replays beside it, against the same probe alone
+//     for an equal window afterwards: the worst probe claim and the p99.
+//  3. The largest directory of the store afterwards (entries and size).
+func TestSoakLifecycle(t *testing.T) {
+	if os.Getenv("IDEM_SOAK") != "1" {
+		t.Skip("set IDEM_SOAK=1 to run the lifecycle soak (minutes, ~250k files)")
+	}
+	nLive := soakEnvInt("IDEM_SOAK_LIVE", 120000)
+	nExpired := soakEnvInt("IDEM_SOAK_EXPIRED", 100000)
+	ctx := context.Background()
+	var off atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(off.Load())) }
+	dir := filepath.Join(t.TempDir(), "store")
+	opts := append(slices.Clone(soakOpts), filestore.WithClock(now), filestore.WithRetention(0))
+	loader, err := filestore.New(dir, append(slices.Clone(opts), filestore.WithoutSync())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := filestore.New(dir, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	soakLoad(t, loader, "live", nLive, 24*time.Hour)
+	t.Logf("loaded %d live records in %v", nLive, time.Since(start).Round(time.Millisecond))
+
+	// 1. Nothing expired: pass against walk, each twice, warm caches.
+	walk := func() (time.Duration, int) {
+		t0 := time.Now()
+		files := 0
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if _, err := d.Info(); err != nil {
+				return err
+			}
+			if d.Type().IsRegular() {
+				files++
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(t0), files
+	}
+	pass := func() time.Duration {
+		t0 := time.Now()
+		n, err := s.Purge(ctx)
+		if err != nil || n != 0 {
+			t.Fatalf("pass over live records: %d, %v", n, err)
+		}
+		return time.Since(t0)
+	}
+	w1, files := walk()
+	p1 := pass()
+	w2, _ := walk()
+	p2 := pass()
+	bestW, bestP := min(w1, w2), min(p1, p2)
+	t.Logf("nothing expired, %d live records (%d files): walk %v %v, pass %v %v: pass/walk %.2f",
+		nLive, files, w1.Round(time.Millisecond), w2.Round(time.Millisecond), p1.Round(time.Millisecond), p2.Round(time.Millisecond), float64(bestP)/float64(bestW))
+
+	// 2. Expired records among the live ones, removed beside a probe.
+	start = time.Now()
+	soakLoad(t, loader, "short", nExpired, time.Minute)
+	t.Logf("loaded %d short-lived records in %v", nExpired, time.Since(start).Round(time.Millisecond))
+	off.Store(int64(2 * time.Minute))
+
+	replayKeys := make([]string, 64)
+	for i := range replayKeys {
+		replayKeys[i] = soakKey("live", i)
+	}
+	var probeSeq atomic.Int64
+	probe := func(stop <-chan struct{}) []time.Duration {
+		var lat []time.Duration
+		c := idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"id":42}`), TTL: 24 * time.Hour}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return lat
+			default:
+			}
+			if i%2 == 0 {
+				k := soakKey("probe", int(probeSeq.Add(1)))
+				t0 := time.Now()
+				res, err := s.Claim(ctx, soakReq(k))
+				lat = append(lat, time.Since(t0))
+				if err != nil || res.Outcome != idem.Claimed {
+					t.Errorf("fresh probe claim: %v %v", res.Outcome, err)
+					return lat
+				}
+				if err := s.Complete(ctx, k, "n", c); err != nil {
+					t.Errorf("probe complete: %v", err)
+					return lat
+				}
+			} else {
+				k := replayKeys[i%len(replayKeys)]
+				t0 := time.Now()
+				r := soakReq(k)
+				r.Nonce = "replay" // a nonce of its own: the record's is a retry of its claim
+				res, err := s.Claim(ctx, r)
+				lat = append(lat, time.Since(t0))
+				if err != nil || res.Outcome != idem.Existing {
+					t.Errorf("replay probe claim: %v %v", res.Outcome, err)
+					return lat
+				}
+			}
+		}
+	}
+	runProbe := func(during func()) ([]time.Duration, time.Duration) {
+		stop := make(chan struct{})
+		var lat []time.Duration
+		var wg sync.WaitGroup
+		wg.Go(func() { lat = probe(stop) })
+		t0 := time.Now()
+		during()
+		d := time.Since(t0)
+		close(stop)
+		wg.Wait()
+		return lat, d
+	}
+	var removed int
+	latPurge, dPurge := runProbe(func() {
+		n, err := s.Purge(ctx)
+		if err != nil {
+			t.Errorf("purge: %v", err)
+		}
+		removed = n
+	})
+	latBase, _ := runProbe(func() { time.Sleep(dPurge) })
+	t.Logf("purge removed %d expired records among %d in %v", removed, nLive+nExpired, dPurge.Round(time.Millisecond))
+	maxP, p99P := soakStats(latPurge)
+	maxB, p99B := soakStats(latBase)
+	t.Logf("probe during purge: %d claims, worst %v, p99 %v", len(latPurge), maxP.Round(10*time.Microsecond), p99P.Round(10*time.Microsecond))
+	t.Logf("probe alone (equal window): %d claims, worst %v, p99 %v", len(latBase), maxB.Round(10*time.Microsecond), p99B.Round(10*time.Microsecond))
+	t.Logf("worst during purge - worst alone: %v (target < 100ms); p99 ratio %.2f (target <= 2)", (maxP - maxB).Round(10*time.Microsecond), float64(p99P)/float64(p99B))
+
+	// 3. Directory sizes.
+	var maxEntries int
+	var maxSize int64
+	var dirs int
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		dirs++
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			return err
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		maxEntries = max(maxEntries, len(ents))
+		maxSize = max(maxSize, fi.Size())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after purge: %d directories, the largest has %d entries, the largest directory inode is %d bytes", dirs, maxEntries, maxSize)
+}
+
+func soakEnvInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func soakKey(kind string, i int) string { return fmt.Sprintf("idem:%s%059x", kind[:1], i) }
+
+func soakReq(k string) idem.ClaimRequest {
+	return idem.ClaimRequest{Key: k, Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: 10 * time.Second}
+}
+
+// soakLoad writes n completed records of the given kind, on two goroutines.
+func soakLoad(t *testing.T, s *filestore.Store, kind string, n int, ttl time.Duration) {
+	ctx := context.Background()
+	c := idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"id":42}`), TTL: ttl}
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			for i := w; i < n; i += 2 {
+				k := soakKey(kind, i)
+				if _, err := s.Claim(ctx, soakReq(k)); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := s.Complete(ctx, k, "n", c); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func soakStats(lat []time.Duration) (worst, p99 time.Duration) {
+	if len(lat) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	return s[len(s)-1], s[len(s)*99/100]
+}
+
+// soakOpts keeps the background clean-up out of the measurements.
+var soakOpts = []filestore.Option{filestore.WithoutCleanup()}
