@@ -30,6 +30,7 @@ type engine struct {
 	store    Store
 	watcher  Watcher // nil if the store cannot push changes
 	keys     keyer
+	prev     []keyer // WithSecret's previous secrets, looked under before fn runs
 	ttl      time.Duration
 	lease    time.Duration // lifetime of an in-progress record
 	dup      DuplicatePolicy
@@ -66,6 +67,9 @@ type signal struct {
 // fire marks the signal fired and wakes whoever waits. Call it under the
 // Guard's mu.
 func (s *signal) fire() {
+	if s.fired {
+		return
+	}
 	s.fired = true
 	if s.ch != nil {
 		close(s.ch)
@@ -142,6 +146,9 @@ func New[T any](store Store, opts ...Option) (*Guard[T], error) {
 	}
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
+	}
+	for _, p := range c.previous {
+		g.prev = append(g.prev, newKeyer(c.tenant, c.scope, p))
 	}
 	if w, ok := store.(Watcher); ok {
 		g.watcher = w
@@ -232,6 +239,10 @@ func (g *Guard[T]) call(ctx context.Context, key string, opts []CallOption, fn f
 		v, err, _ := g.decide(ctx, rec, ph)
 		return v, err
 	}
+	keys, err := g.rotationKeys(key, sk, ph, cc)
+	if err != nil {
+		return zero, err
+	}
 	for {
 		f, leader, sig, rec := g.join(sk, ph)
 		var (
@@ -242,7 +253,7 @@ func (g *Guard[T]) call(ctx context.Context, key string, opts []CallOption, fn f
 		case rec != nil: // the cache was filled meanwhile
 			v, err, _ = g.decide(ctx, rec, ph)
 		case leader:
-			v, err, again = g.lead(ctx, sk, ph, f, fn, run)
+			v, err, again = g.lead(ctx, sk, ph, keys, f, fn, run)
 		default:
 			v, err, again = g.follow(ctx, sk, ph, f, sig)
 		}
@@ -400,17 +411,42 @@ func (g *Guard[T]) inProgress(ctx context.Context, sk string, attempt int64) err
 // lead is the store interaction of a flight: claim, then run body, replay,
 // or wait. again is true when the caller should start over (a waited-for
 // call was released or lost, or this caller's claim did not stick).
-func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, fn func(context.Context) (T, error), run txRunner[T]) (v T, err error, again bool) {
+//
+// keys is nil unless the Guard has previous secrets (see rotationKeys):
+// then a claim under the active key is settled against the other keys (see
+// settle) before fn runs, and the record that answers the call, or the
+// claim fn runs under, may be under a previous secret's key.
+func (g *Guard[T]) lead(ctx context.Context, sk, ph string, keys []altKey, f *flight, fn func(context.Context) (T, error), run txRunner[T]) (v T, err error, again bool) {
 	defer g.land(sk, f)
 	w := g.newWaiter(sk)
 	defer w.close()
+	var ow *waiter // a wait on a record under a previous secret
+	defer func() {
+		if ow != nil {
+			ow.close()
+		}
+	}()
 	for {
 		c, rec, sent, err := g.tryClaim(ctx, sk, ph)
 		if err != nil {
 			return v, err, false
 		}
+		rph := ph // the payload hash under rec's secret
+		if c != nil && keys != nil {
+			var restart bool
+			c, rec, rph, restart, err = g.settle(ctx, c, keys)
+			switch {
+			case err != nil:
+				return v, err, false
+			case restart:
+				continue
+			}
+		}
 		if c != nil {
 			w.done(ctx, c.rec.Attempt)
+			if ow != nil {
+				ow.done(ctx, c.rec.Attempt)
+			}
 			c.announce(EventClaim, EventTakeover)
 			c.f = f
 			f.running = true
@@ -420,22 +456,41 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, f *flight, fn func(c
 			} else {
 				v, err = g.runFn(c, fn)
 			}
+			if c.sk != sk && f.final != nil {
+				f.final = asActive(f.final, sk, ph, c.ph)
+			}
 			return v, err, false
 		}
-		v, err, wait := g.decide(ctx, rec, ph)
+		v, err, wait := g.decide(ctx, rec, rph)
 		if !wait {
 			w.done(ctx, rec.Attempt)
-			if g.cache != nil {
+			if ow != nil {
+				ow.done(ctx, rec.Attempt)
+			}
+			if rec.Key != sk {
+				rec = asActive(rec, sk, ph, rph)
+			}
+			if g.cache != nil && rec != nil {
 				g.cache.put(rec, sent)
 			}
 			f.final = rec
 			return v, err, false
 		}
 		// Wait for the live call to finish, then claim again.
-		if w.begin(ctx, rec.Attempt) {
+		wt := w
+		if rec.Key != sk { // a call in progress under a previous secret
+			if ow == nil || ow.sk != rec.Key {
+				if ow != nil {
+					ow.close()
+				}
+				ow = g.newWaiter(rec.Key)
+			}
+			wt = ow
+		}
+		if wt.begin(ctx, rec.Attempt) {
 			g.fire(&f.waiting)
 		}
-		if err := w.wait(ctx, rec.Attempt); err != nil {
+		if err := wt.wait(ctx, rec.Attempt); err != nil {
 			return v, err, false
 		}
 	}

@@ -86,6 +86,7 @@ type config struct {
 	takeoverAfter time.Duration
 	tenant, scope string
 	secret        []byte
+	previous      [][]byte // WithSecret's previous secrets, newest first
 	secretSet     bool
 	requireSecret bool
 	observer      Observer
@@ -196,14 +197,53 @@ func WithNamespace(tenant, scope string) Option {
 }
 
 // WithSecret derives storage keys and payload hashes with HMAC-SHA256 under
-// secret, so nobody without it can guess a storage key from a caller key.
-// An empty secret is an error.
-func WithSecret(secret []byte) Option {
+// active, so nobody without it can guess a storage key from a caller key.
+// New records are keyed with active. previous are secrets being rotated
+// out: a call that finds no record under active looks under each of them,
+// in order, before it runs fn, and a record found there (completed, failed,
+// in progress, stale) is answered as if the key had not changed: replayed,
+// ErrPreviousFailure, ErrInProgress or waited on, taken over when stale
+// (the fencing token and the steps carry on under the record's own key),
+// ErrPayloadMismatch. Replays of records written under active cost one
+// round trip as before; a call that runs fn pays one more per previous
+// secret while they are configured.
+//
+// Rotating from old to new takes three deploys:
+//
+//  1. WithSecret(old, new): still writing under old, already looking
+//     under new.
+//  2. WithSecret(new, old): writing under new, still finding what old
+//     keyed. While this deploy rolls, processes of steps 1 and 2 run side
+//     by side on the same keys and fn still runs once (see the package
+//     documentation, "Rotating the secret").
+//  3. Once the TTL has passed since step 2 finished: WithSecret(new).
+//
+// Every secret any process uses as its active one must be known to every
+// other process sharing the store, as steps 1 and 2 ensure. An empty
+// secret, or a previous one equal to another secret given, is an error.
+func WithSecret(active []byte, previous ...[]byte) Option {
 	return func(c *config) {
-		if len(secret) == 0 {
+		if len(active) == 0 {
 			c.invalid("WithSecret", "secret is empty")
 		}
-		c.secret = append([]byte(nil), secret...)
+		c.secret = append([]byte(nil), active...)
+		c.previous = nil
+		for i, p := range previous {
+			switch {
+			case len(p) == 0:
+				c.invalid("WithSecret", "previous secret %d is empty", i+1)
+				continue
+			case string(p) == string(active):
+				c.invalid("WithSecret", "previous secret %d is the active secret", i+1)
+				continue
+			}
+			for _, q := range c.previous {
+				if string(p) == string(q) {
+					c.invalid("WithSecret", "previous secret %d is given twice", i+1)
+				}
+			}
+			c.previous = append(c.previous, append([]byte(nil), p...))
+		}
 		c.secretSet = true
 	}
 }

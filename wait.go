@@ -18,6 +18,7 @@ type waiter struct {
 	stop     func() // stops the watch, nil when none
 	watchErr bool   // the store's Watch failed: this wait polls
 	backoff  time.Duration
+	limit    time.Duration // if positive, no wait is longer
 }
 
 func (e *engine) newWaiter(sk string) *waiter {
@@ -63,6 +64,9 @@ func (w *waiter) wait(ctx context.Context, attempt int64) error {
 		delay = lease.Jitter(w.e.safetyPoll())
 	} else {
 		w.backoff = min(2*w.backoff, w.e.pollMax())
+	}
+	if w.limit > 0 {
+		delay = min(delay, w.limit)
 	}
 	t := time.NewTimer(delay)
 	defer t.Stop()

@@ -1,0 +1,243 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Rotating the secret (WithSecret(active, previous...)).
+//
+// A call's key has one storage key per secret: keys[0] under the active
+// secret, then one under each previous secret. Records are written under
+// the key a process claims first, its active one; a call whose claim
+// under it finds a live record is answered from that record as without
+// rotation (one round trip for a replay). A call that gets the claim
+// (fresh, or a takeover) settles it against every other key before fn
+// runs (settle): it reads each with Get, one round trip apiece, and
+// nothing found means fn runs under the claim. So a fresh call costs
+// 2 + len(previous) round trips.
+//
+// What settle does with what it finds under another key k, while it holds
+// its claim c:
+//
+//   - nothing live: next key.
+//   - a completed or failed record: c is released and that record answers
+//     the call (replay, ErrPreviousFailure, ErrPayloadMismatch).
+//   - an in-progress record: settle claims k itself (the store decides,
+//     atomically, as for any claim):
+//   - a takeover (the record was stale): the call moves to k: c is
+//     released, fn will run under the claim on k (attempt + 1, so the
+//     fencing token goes on counting; steps derive from k, so they
+//     replay), and the other keys are settled again against k.
+//   - a fresh claim (the record went away meanwhile): released at once;
+//     k counts as empty.
+//   - a live record with another payload: c is released,
+//     ErrPayloadMismatch.
+//   - a live record, and k sorts before c's key: c yields: it is released,
+//     and the record answers as a call in progress does (ErrInProgress, or
+//     under Wait a wait on k and then the whole call again).
+//   - a live record, and k sorts after c's key: c waits, held (heartbeats
+//     keep it fresh), until k holds no live claim, then looks again.
+//     Under Return and Raise the wait lasts at most one heartbeat interval,
+//     then c is released and the answer is ErrInProgress.
+//
+// Why fn runs at most once (a proof). A process "runs fn under c on key X"
+// only after, holding c without interruption since it was written at w,
+// it read every other key at some t > w and found no live record there
+// (Get found none, or a claim there was fresh and was released). Take two
+// processes P and Q that run fn concurrently under claims cP on X and cQ on
+// Y, X != Y, both keys known to both (the rotation procedure ensures it).
+// cQ is live from wQ until Q's fn ends, so P's read of Y, before P's fn
+// began and so before Q's fn ended, found nothing only if tP < wQ.
+// Likewise tQ < wP. With wP < tP and wQ < tQ that gives wP < tP < wQ < tQ
+// < wP: impossible. Two processes with the same key are kept apart by the
+// store's claim itself. A claim taken over because it was stale is the
+// ordinary takeover (its owner's fn was cancelled before it could go
+// stale). This holds whatever each process does when it sees the other's
+// claim in progress, as long as it does not run fn on that sight: the
+// tie-break below is for progress, not for safety.
+//
+// Why somebody runs it (progress). When P (on X) and Q (on Y) each see the
+// other's claim, both apply one rule: the smaller storage key waits, the
+// larger yields. Say X < Y: Q releases cQ and follows X; P waits, holding
+// cP, until Y is empty, finds it so and runs fn. If only one saw the
+// other, the one that saw nothing runs fn and the other either yields or
+// waits until fn is done and follows its record. Waits only ever go from a
+// smaller key to a larger one, so no two processes wait on each other. A
+// wait is bounded: the claim waited on belongs to a process that yields at
+// once, or runs fn (heartbeats bound it), or died (its claim goes stale and
+// is taken over).
+//
+// A process that never looks under a key another process writes under
+// (a Guard with only the new secret while one with only the old one still
+// runs) is outside the procedure: WithSecret's documentation says which
+// configurations may run side by side.
+
+// altKey is a call's storage key and payload hash under one secret.
+type altKey struct{ sk, ph string }
+
+// rotationKeys returns the storage keys and payload hashes of key under
+// every secret of the Guard, active first (sk and ph, already derived), or
+// nil when the Guard has no previous secret.
+func (e *engine) rotationKeys(key, sk, ph string, cc callConfig) ([]altKey, error) {
+	if len(e.prev) == 0 {
+		return nil, nil
+	}
+	keys := make([]altKey, 1, 1+len(e.prev))
+	keys[0] = altKey{sk: sk, ph: ph}
+	for _, k := range e.prev {
+		psk, err := k.storageKey(key)
+		if err != nil {
+			return nil, err
+		}
+		pph := ""
+		if cc.hasPayload {
+			if pph, err = k.payloadHash(cc.payload); err != nil {
+				return nil, err
+			}
+		}
+		keys = append(keys, altKey{sk: psk, ph: pph})
+	}
+	return keys, nil
+}
+
+// settle settles the claim own, made under the active key, against the
+// call's other keys (see the comment above). It returns the claim fn runs
+// under (own, or one taken over under another key), or the record that
+// answers the call with the payload hash under that record's secret, or
+// restart when the call must start over (own was lost while it waited).
+// Every claim it does not return is released.
+func (e *engine) settle(ctx context.Context, own *claim, keys []altKey) (c *claim, rec *Record, ph string, restart bool, err error) {
+	c = own
+	for moved := true; moved; {
+		moved = false
+	scan:
+		for _, k := range keys {
+			if k.sk == c.sk {
+				continue
+			}
+			r, err := e.store.Get(ctx, k.sk)
+			switch {
+			case errors.Is(err, ErrNotFound):
+				continue
+			case err != nil:
+				c.releaseQuietly()
+				return nil, nil, "", false, storeErr("get", err)
+			case r.Status != StatusInProgress:
+				c.releaseQuietly()
+				return nil, r, k.ph, false, nil
+			}
+			o, r, err := e.settleLive(ctx, c, k)
+			switch {
+			case err != nil:
+				if errors.Is(err, errRestart) {
+					return nil, nil, "", true, nil
+				}
+				c.releaseQuietly()
+				return nil, nil, "", false, err
+			case o != nil: // took over a stale claim under k
+				c.releaseQuietly()
+				c, moved = o, true
+				break scan
+			case r != nil:
+				c.releaseQuietly()
+				return nil, r, k.ph, false, nil
+			}
+		}
+	}
+	return c, nil, "", false, nil
+}
+
+// errRestart says that the claim being settled was lost while it waited.
+var errRestart = errors.New("idem: claim lost while settling a rotation")
+
+// settleLive deals with the in-progress record found under k while c is
+// held: it returns a claim taken over under k, or the record that answers
+// the call, or neither when k holds no live record any more (fn may run
+// under c as far as k is concerned). c is left as it is; errRestart means
+// it was lost.
+func (e *engine) settleLive(ctx context.Context, c *claim, k altKey) (*claim, *Record, error) {
+	var (
+		w        *waiter
+		deadline time.Time // zero under Wait: the caller's ctx bounds the wait
+	)
+	defer func() {
+		if w != nil {
+			w.close()
+		}
+	}()
+	for {
+		o, r, _, err := e.tryClaim(ctx, k.sk, k.ph)
+		switch {
+		case err != nil:
+			return nil, nil, err
+		case o != nil && o.took:
+			return o, nil, nil
+		case o != nil: // nothing live under k any more: not ours to keep
+			o.releaseQuietly()
+			return nil, nil, nil
+		case r.Status != StatusInProgress || r.PayloadHash != k.ph:
+			return nil, r, nil
+		case k.sk < c.sk: // the other claim wins: yield to it
+			return nil, r, nil
+		}
+		// Ours wins: wait, holding it, for the other one to yield or end.
+		if w == nil {
+			w = e.newWaiter(k.sk)
+			if e.dup != Wait {
+				deadline = time.Now().Add(e.beat)
+			}
+		}
+		expired, err := e.holdWait(ctx, c, w, r.Attempt, deadline)
+		switch {
+		case err != nil:
+			return nil, nil, err
+		case expired:
+			return nil, r, nil
+		}
+	}
+}
+
+// holdWait waits once on w while holding c, heartbeating c when it is due
+// (every heartbeat interval, as it would while fn ran). expired is true
+// once deadline (if not zero) has passed; a lost c is errRestart.
+func (e *engine) holdWait(ctx context.Context, c *claim, w *waiter, attempt int64, deadline time.Time) (expired bool, err error) {
+	now := time.Now()
+	if !deadline.IsZero() && !now.Before(deadline) {
+		return true, nil
+	}
+	if now.Sub(c.sent) >= e.beat {
+		switch herr := e.store.Heartbeat(ctx, c.sk, c.rec.Nonce, e.lease); {
+		case herr == nil:
+			c.sent = now
+		case errors.Is(herr, ErrLostOwnership):
+			return false, errRestart
+		}
+		// Any other error is transient: the next look tries again, and a
+		// claim that went stale meanwhile is refused then.
+	}
+	w.limit = e.beat / 2
+	if !deadline.IsZero() {
+		w.limit = max(min(w.limit, time.Until(deadline)), time.Millisecond)
+	}
+	return false, w.wait(ctx, attempt)
+}
+
+// asActive returns rec, found under a previous secret's key, as the flight
+// and the local cache keep it: under the active key sk with the active
+// payload hash ph, when rec's payload hash is rph (the call's payload
+// under rec's secret). A record with another payload gives nil: a
+// same-process caller then asks the store itself.
+func asActive(rec *Record, sk, ph, rph string) *Record {
+	if rec.PayloadHash != rph {
+		return nil
+	}
+	cp := rec.Clone()
+	cp.Key, cp.PayloadHash = sk, ph
+	return cp
+}
+
+// releaseQuietly releases the claim, ignoring a failure: a claim that
+// cannot be released goes stale and is taken over.
+func (c *claim) releaseQuietly() { _ = c.release() }
