@@ -233,25 +233,33 @@ func DoTx[T any](ctx context.Context, g *idem.Guard[T], key string, fn func(cont
 		return zero, err
 	}
 	return idem.RunTx(ctx, g, key, func(ctx context.Context, c *idem.TxClaim[T]) (T, error, error) {
-		k, err := st.begin("commit", c.Key, storekit.ValidateOwner(c.Key, c.Nonce))
-		if err != nil {
-			return zero, err, nil
-		}
-		tx := &Tx{st: st, pk: k}
-		v, fnErr := fn(ctx, tx)
-		items, kinds, txErr := tx.finish()
-		if fnErr == nil {
-			fnErr = txErr
-		}
-		if fnErr != nil {
-			return v, fnErr, nil
-		}
-		comp, err := c.Complete(v)
-		if err != nil {
-			return v, nil, err
-		}
-		return v, nil, st.commit(ctx, k, c.Nonce, comp, items, kinds)
+		return runTx(ctx, st, c.Key, c.Nonce, c.Complete, fn)
 	}, opts...)
+}
+
+// runTx is DoTx's and StepTx's transaction runner (see idem.RunTx for
+// what it reports): fn's items and the completion of the record key,
+// made by complete and conditioned on nonce, in one TransactWriteItems.
+func runTx[T any](ctx context.Context, st *Store, key, nonce string, complete func(T) (idem.Completion, error), fn func(context.Context, *Tx) (T, error)) (v T, fnErr, commitErr error) {
+	var zero T
+	k, err := st.begin("commit", key, storekit.ValidateOwner(key, nonce))
+	if err != nil {
+		return zero, err, nil
+	}
+	tx := &Tx{st: st, pk: k}
+	v, fnErr = fn(ctx, tx)
+	items, kinds, txErr := tx.finish()
+	if fnErr == nil {
+		fnErr = txErr
+	}
+	if fnErr != nil {
+		return v, fnErr, nil
+	}
+	comp, err := complete(v)
+	if err != nil {
+		return v, nil, err
+	}
+	return v, nil, st.commit(ctx, k, nonce, comp, items, kinds)
 }
 
 // txConflictTries bounds how often a transaction cancelled only by
