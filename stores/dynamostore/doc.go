@@ -193,6 +193,13 @@
 // returns idem.ErrOutcomeUnknown. Under OnFailure(Lock) an error from fn is
 // recorded after the (unsent) transaction, as Do records it.
 //
+// StepTx is the same for one step of a call (idem.Step): fn's items and
+// the step's completed record in one TransactWriteItems, conditioned on
+// the step claim's nonce, with the same cancellations and fence. A StepTx
+// that runs is 2 requests (the step's claim, the transaction), a replayed
+// one 1 (TestStepTxRoundTrips); TestStepTxProcesses kills or stops its
+// owner inside it: one row each time.
+//
 // # Limits
 //
 // A DynamoDB item is at most 400 KB, so an encoded result must stay below

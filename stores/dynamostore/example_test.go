@@ -110,3 +110,44 @@ func ExampleDoTx() {
 		fmt.Println(order.ID)
 	}
 }
+
+// ExampleStepTx is a checkout: the charge is a Step (an external call), and
+// the order item is written with the step's record in one
+// TransactWriteItems, so it is written exactly once, and no transaction is
+// held while the provider answers.
+func ExampleStepTx() {
+	ctx := context.Background()
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	store, err := dynamostore.New(dynamodb.NewFromConfig(cfg), "app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	g, err := idem.New[Order](store)
+	if err != nil {
+		log.Fatal(err)
+	}
+	order, err := g.Do(ctx, "checkout-5678", func(ctx context.Context) (Order, error) {
+		if _, err := idem.Step(ctx, "charge", func(ctx context.Context) (string, error) {
+			return "ch_1", nil // the provider's call, with idem.StepKey(ctx) as its Idempotency-Key
+		}); err != nil {
+			return Order{}, err
+		}
+		return dynamostore.StepTx(ctx, "order", func(ctx context.Context, tx *dynamostore.Tx) (Order, error) {
+			o := Order{ID: "ord-5678", Total: 4200}
+			return o, tx.Put(types.Put{
+				TableName: aws.String("orders"),
+				Item: map[string]types.AttributeValue{
+					"pk": &types.AttributeValueMemberS{Value: o.ID},
+					"sk": &types.AttributeValueMemberS{Value: "ORDER"},
+				},
+			})
+		})
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(order.ID)
+}

@@ -253,6 +253,18 @@
 // against 3 for the same INSERT in a plain transaction (claim and
 // completion added; BenchmarkDoTx).
 //
+// StepTx is the same for one step of a call: fn's writes and the step's
+// completed record commit in one transaction, conditioned on the step
+// claim's nonce, so a call that also makes external calls is g.Do with a
+// Step for each of them and a StepTx for its writes, and holds no
+// transaction open while they run. A StepTx that runs is its claim plus
+// its transaction with the completion UPDATE inside (PostgreSQL, one
+// INSERT: 5 round trips against 3 for a plain transaction); replayed, 1
+// (TestStepTxRoundTrips). TestStepTxProcesses kills its owner inside fn,
+// between the completion and the COMMIT, and after the commit, and stops
+// it inside fn until another process finished the call: one row each
+// time, earlier steps never repeated.
+//
 // # Purge
 //
 // Rows are never deleted by expiry; an expired row is ignored by every

@@ -67,3 +67,45 @@ func ExampleDoTx() {
 	})
 	fmt.Println(id, err)
 }
+
+// StepTx: a checkout that calls a payment provider and writes its order
+// row exactly once, without holding a transaction open while the
+// provider answers. The charge is a Step (at most once per attempt that
+// dies inside it, under one StepKey for the provider to dedupe); the order
+// row and the step's record commit in one transaction, so a crash before
+// the commit leaves neither and a retry replays the order id after it.
+func ExampleStepTx() {
+	ctx := context.Background()
+	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	store, err := sqlstore.New(db, sqlstore.Postgres)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	g, err := idem.New[int64](store)
+	if err != nil {
+		log.Fatal(err)
+	}
+	id, err := g.Do(ctx, "checkout-1234", func(ctx context.Context) (int64, error) {
+		charge, err := idem.Step(ctx, "charge", func(ctx context.Context) (string, error) {
+			key, _ := idem.StepKey(ctx) // the provider's Idempotency-Key
+			return "ch_" + key[:8], nil // the provider's call
+		})
+		if err != nil {
+			return 0, err
+		}
+		return sqlstore.StepTx(ctx, "order", func(ctx context.Context, tx *sql.Tx) (int64, error) {
+			var id int64
+			err := tx.QueryRowContext(ctx,
+				`INSERT INTO orders (customer, charge) VALUES ($1, $2) RETURNING id`, "c-42", charge).Scan(&id)
+			return id, err
+		})
+	})
+	fmt.Println(id, err)
+}

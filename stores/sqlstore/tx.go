@@ -40,6 +40,21 @@ import (
 //     itself fails, the error matches idem.ErrOutcomeUnknown (never a
 //     guess) and the claim is left to go stale.
 //
+// # DoTx or StepTx
+//
+// DoTx holds its transaction open for the whole of fn: use it when the
+// whole call is one database transaction, with no external call inside.
+// When a call makes external calls (a payment provider, an e-mail) and
+// writes to the database, use g.Do with idem.Step for each external call
+// and StepTx for the database writes: the writes commit exactly once with
+// the step's record, and no transaction is held open (nor a pooled
+// connection idle in it) while a provider answers. A Step inside DoTx's fn
+// needs a second connection of the pool for the step's records while fn's
+// transaction holds one: on a pool limited to one connection
+// (SetMaxOpenConns(1)) such a Step is refused at once with an error
+// matching idem.ErrInvalidOption, which says so, instead of waiting for
+// the connection until the call's claim lapses (TestDoTxStepOneConnection).
+//
 // A panic in fn rolls the transaction back, releases the claim and is
 // raised again. The context handed to fn is the transaction's: it carries
 // the fencing token (idem.FencingToken) and is cancelled when the claim is
