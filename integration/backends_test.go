@@ -42,21 +42,25 @@ func storageKey() string { return idem.StorageKeyPrefix + randHex(32) }
 
 // backend opens one store on its real server (a fresh table, prefix or
 // directory) for a test. Every store keeps its default clock: its server's
-// where it has one, the host's otherwise.
+// where it has one, the host's otherwise. A store that cleans up after
+// itself (cleans) is opened with retention 0: a released record may be
+// removed at once, by its background clean-up, its writes (memstore) and
+// the history's purging client.
 type backend struct {
-	name string
-	open func(t testing.TB) idem.Store
+	name   string
+	open   func(t testing.TB) idem.Store
+	cleans bool
 }
 
 var backends = []backend{
-	{name: "memstore", open: openMem},
-	{name: "filestore", open: openFile},
+	{name: "memstore", open: openMem, cleans: true},
+	{name: "filestore", open: openFile, cleans: true},
 	{name: "redis", open: openRedis},
 	{name: "valkey", open: openValkey},
 	{name: "valkey-cluster", open: openValkeyCluster},
-	{name: "postgres", open: openPostgres},
-	{name: "mysql", open: openMySQL},
-	{name: "mysql-procedure", open: openMySQLProcedure},
+	{name: "postgres", open: openPostgres, cleans: true},
+	{name: "mysql", open: openMySQL, cleans: true},
+	{name: "mysql-procedure", open: openMySQLProcedure, cleans: true},
 	{name: "dynamodb", open: openDynamo},
 }
 
@@ -68,7 +72,7 @@ func ctxT(t testing.TB) context.Context {
 
 func openMem(t testing.TB) idem.Store {
 	t.Helper()
-	s, err := memstore.New()
+	s, err := memstore.New(memstore.WithRetention(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +81,7 @@ func openMem(t testing.TB) idem.Store {
 
 func openFile(t testing.TB) idem.Store {
 	t.Helper()
-	s, err := filestore.New(t.TempDir(), filestore.WithoutSync())
+	s, err := filestore.New(t.TempDir(), filestore.WithoutSync(), filestore.WithRetention(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +230,7 @@ func openSQL(t testing.TB, d sqlstore.Dialect) idem.Store {
 func openSQLOn(t testing.TB, db *sql.DB, d sqlstore.Dialect) idem.Store {
 	t.Helper()
 	table := "idem_lin_" + randHex(6)
-	s, err := sqlstore.New(db, d, sqlstore.WithTable(table))
+	s, err := sqlstore.New(db, d, sqlstore.WithTable(table), sqlstore.WithRetention(0))
 	if err != nil {
 		t.Fatal(err)
 	}

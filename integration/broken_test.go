@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -91,18 +92,71 @@ func (s *checkThenSetStore) Delete(_ context.Context, key string) error {
 	return nil
 }
 
-// TestBrokenStoresRejected: the check is able to fail. Two stores that break
+// stalePurgeStore is a memstore (retention 0, no background clean-up)
+// whose Purge deletes by a stale reading: it reads which records are not
+// live (Get answers ErrNotFound), lets other callers run, then deletes
+// those keys unconditionally, as a clean-up that lists expired records
+// and deletes them by key would. A claim or a completion that revives a
+// released record in between loses it.
+type stalePurgeStore struct {
+	*memstore.Store
+	mu   sync.Mutex
+	keys map[string]bool
+}
+
+func openStalePurge(t *testing.T) idem.Store {
+	s, err := memstore.New(memstore.WithRetention(0), memstore.WithoutCleanup())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return &stalePurgeStore{Store: s, keys: map[string]bool{}}
+}
+
+func (s *stalePurgeStore) Claim(ctx context.Context, r idem.ClaimRequest) (idem.ClaimResult, error) {
+	s.mu.Lock()
+	s.keys[r.Key] = true
+	s.mu.Unlock()
+	return s.Store.Claim(ctx, r)
+}
+
+func (s *stalePurgeStore) Purge(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	var expired []string
+	for k := range s.keys {
+		if _, err := s.Get(ctx, k); errors.Is(err, idem.ErrNotFound) {
+			expired = append(expired, k)
+		}
+	}
+	s.mu.Unlock()
+	for _, k := range expired {
+		time.Sleep(50 * time.Microsecond) // the gap between the reading and the delete
+		if err := s.Delete(ctx, k); err != nil {
+			return 0, err
+		}
+		s.mu.Lock()
+		delete(s.keys, k) // a later claim adds it again
+		s.mu.Unlock()
+	}
+	return len(expired), nil
+}
+
+// TestBrokenStoresRejected: the check is able to fail. Three stores that break
 // the contract under concurrency must each produce a history porcupine
 // finds illegal, within a bounded number of random histories (in practice
 // the first few).
 func TestBrokenStoresRejected(t *testing.T) {
 	const maxHistories = 300
+	cleans := defaultHistory
+	cleans.Cleans = true
 	for _, tc := range []struct {
 		name string
 		open func(t *testing.T) idem.Store
+		cfg  historyConfig
 	}{
-		{"complete_ignores_nonce", func(t *testing.T) idem.Store { return nonceBlindStore{openMem(t).(*memstore.Store)} }},
-		{"claim_check_then_set", func(*testing.T) idem.Store { return &checkThenSetStore{recs: map[string]*idem.Record{}} }},
+		{"complete_ignores_nonce", func(t *testing.T) idem.Store { return nonceBlindStore{openMem(t).(*memstore.Store)} }, defaultHistory},
+		{"claim_check_then_set", func(*testing.T) idem.Store { return &checkThenSetStore{recs: map[string]*idem.Record{}} }, defaultHistory},
+		{"purge_by_stale_reading", openStalePurge, cleans},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -110,7 +164,7 @@ func TestBrokenStoresRejected(t *testing.T) {
 			seed := firstSeed()
 			for i := range maxHistories {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				ops, err := runHistory(ctx, s, defaultHistory, seed+uint64(i))
+				ops, err := runHistory(ctx, s, tc.cfg, seed+uint64(i))
 				cancel()
 				if err != nil {
 					t.Fatal(err)

@@ -20,10 +20,16 @@
 // porcupine against a sequential model of the idem.Store contract
 // (model_test.go explains how it treats the stores' clocks). An illegal
 // history is logged with the operations on its key and the path of
-// porcupine's visualization. Flags:
+// porcupine's visualization. On the stores that clean up after themselves
+// (memstore, filestore, PostgreSQL, MySQL/MariaDB), opened with retention
+// 0, a fifth client calls Purge every few milliseconds beside the others,
+// and the model lets a released record vanish once it has expired past
+// retention but never a live one: a claim, heartbeat or completion racing
+// a clean-up must not lose. Flags:
 //
 //	go test -run TestLinearizable/redis -lin.histories=500 -lin.seed=42 .
 //
-// TestBrokenStoresRejected shows the check failing on two broken stores,
+// TestBrokenStoresRejected shows the check failing on three broken stores
+// (one of them a Purge that deletes by a stale reading),
 // and TestModel the model on hand-written histories.
 package integration

@@ -33,6 +33,17 @@ type historyConfig struct {
 	Clients int // concurrent clients
 	Ops     int // operations per client
 	Keys    int // storage keys the clients share
+	// Cleans says the store was opened with retention 0 (a released
+	// record may be removed at once, see the model's Clean-up): when the
+	// store is a purger, one more client calls Purge beside the others
+	// for as long as they run.
+	Cleans bool
+}
+
+// purger is a store that removes expired records on request
+// (storetest.Purger).
+type purger interface {
+	Purge(ctx context.Context) (int, error)
 }
 
 var defaultHistory = historyConfig{Clients: 4, Ops: 30, Keys: 3}
@@ -99,15 +110,52 @@ func runHistory(ctx context.Context, s idem.Store, cfg historyConfig, seed uint6
 	}
 	start := make(chan struct{})
 	base := time.Now()
-	for c := range cfg.Clients {
+	var running sync.WaitGroup // the clients but the purging one
+	if p, ok := s.(purger); ok && cfg.Cleans {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			c := cfg.Clients
+			r := rand.New(rand.NewPCG(seed, uint64(c)))
+			done := make(chan struct{})
+			<-start
+			go func() { running.Wait(); close(done) }()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				purged, err := applyPurge(ctx, p, keys, c, base)
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("client %d: purge: %w", c, err))
+				}
+				ops = append(ops, purged...)
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+				// A Purge every few milliseconds: often enough to meet the
+				// others' claims on released records, seldom enough that
+				// a Purge's locks (MySQL's gap locks) do not make the
+				// history several times slower.
+				time.Sleep(time.Duration(1000+r.IntN(4000)) * time.Microsecond)
+			}
+		}()
+	}
+	for c := range cfg.Clients {
+		wg.Add(1)
+		running.Add(1)
+		go func() {
+			defer wg.Done()
+			defer running.Done()
 			r := rand.New(rand.NewPCG(seed, uint64(c)))
 			<-start
 			for i := range cfg.Ops {
 				ki := r.IntN(cfg.Keys)
 				in := randomInput(r, keys[ki], know[ki], nextNonce, fmt.Sprintf("r%d.%d", c, i))
+				in.Cleans = cfg.Cleans
 				op, err := apply(ctx, s, in, c, base)
 				if err != nil {
 					mu.Lock()
@@ -225,6 +273,29 @@ func apply(ctx context.Context, s idem.Store, in linInput, c int, base time.Time
 		Output:   out,
 		Return:   t1.Sub(base).Nanoseconds(),
 	}, nil
+}
+
+// applyPurge runs one Purge on p as client c, and returns it as one
+// operation on each key (a Purge is not atomic across keys: on each key it
+// takes effect at one instant between its call and its return).
+func applyPurge(ctx context.Context, p purger, keys []string, c int, base time.Time) ([]porcupine.Operation, error) {
+	t0 := time.Now()
+	n, err := p.Purge(ctx)
+	t1 := time.Now()
+	if err != nil {
+		return nil, err
+	}
+	ops := make([]porcupine.Operation, len(keys))
+	for i, key := range keys {
+		ops[i] = porcupine.Operation{
+			ClientId: c,
+			Input:    linInput{Op: opPurge, Key: key, NowLo: t0.UnixMilli() - clockSlack, Cleans: true},
+			Call:     t0.Sub(base).Nanoseconds(),
+			Output:   linOutput{Removed: n, NowHi: t1.UnixMilli() + clockSlack},
+			Return:   t1.Sub(base).Nanoseconds(),
+		}
+	}
+	return ops, nil
 }
 
 // formatKeyHistory renders the operations on key in call order, with their

@@ -85,7 +85,9 @@ func TestLinearizable(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			s := b.open(t)
-			runAndCheck(t, b.name, s, *linHistories)
+			cfg := defaultHistory
+			cfg.Cleans = b.cleans
+			runAndCheck(t, b.name, s, cfg, *linHistories)
 			if n, ok := ifeqUsed(s); ok {
 				// The conditional completion is what this backend checks.
 				t.Logf("%s: %d conditional completions (SET ... IFEQ, or lua/set_ifeq.lua)", b.name, n)
@@ -97,20 +99,40 @@ func TestLinearizable(t *testing.T) {
 	}
 }
 
+// purgesIn counts the Purge calls in ops (each is an operation on every
+// key) and the records they removed.
+func purgesIn(ops []porcupine.Operation) (purges, removed int) {
+	var key string
+	for _, op := range ops {
+		if in := op.Input.(linInput); in.Op == opPurge {
+			if key == "" {
+				key = in.Key
+			}
+			if in.Key == key {
+				purges++
+				removed += op.Output.(linOutput).Removed
+			}
+		}
+	}
+	return purges, removed
+}
+
 // runAndCheck runs n histories on s and fails t for each illegal one.
-func runAndCheck(t *testing.T, name string, s idem.Store, n int) {
+func runAndCheck(t *testing.T, name string, s idem.Store, cfg historyConfig, n int) {
 	t.Helper()
 	seed := firstSeed()
-	var illegal, unknown, total int
+	var illegal, unknown, total, purges, removed int
 	var nops atomic.Int64
 	began := time.Now()
 	for i := range n {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		ops, err := runHistory(ctx, s, defaultHistory, seed+uint64(i))
+		ops, err := runHistory(ctx, s, cfg, seed+uint64(i))
 		cancel()
 		if err != nil {
 			t.Fatalf("%s: history (seed %d): %v", name, seed+uint64(i), err)
 		}
+		p, r := purgesIn(ops)
+		purges, removed = purges+p, removed+r
 		nops.Add(int64(len(ops)))
 		total++
 		switch v := check(ops); v.result {
@@ -126,6 +148,9 @@ func runAndCheck(t *testing.T, name string, s idem.Store, n int) {
 	}
 	t.Logf("%s: %d histories (%d operations, seeds %d..%d) in %v: %d illegal, %d undecided",
 		name, total, nops.Load(), seed, seed+uint64(n)-1, time.Since(began).Round(time.Millisecond), illegal, unknown)
+	if cfg.Cleans {
+		t.Logf("%s: %d purges beside the clients removed %d records", name, purges, removed)
+	}
 	if illegal > 0 {
 		t.Errorf("%s: %d of %d histories are not linearizable", name, illegal, total)
 	}

@@ -37,6 +37,22 @@ import (
 // the interval in which the record's heartbeat was set, so a takeover by a
 // short threshold is accepted only when enough time can have passed, and a
 // claim refused by a long one only when little can have.
+//
+// Clean-up. A store that cleans (Purge, a background pass, memstore's
+// few records per write) may remove a record once it has expired past the
+// store's retention: in a history, a released record (its ExpiresAt is
+// the release's now). Clean-up runs at moments a history does not see
+// (a background pass, a write on another key), so the model lets such a
+// record vanish at any moment after it became eligible: an operation that
+// could run at or after ExpiresAt + retention is judged against the kept
+// record and, if that fails, against no record (a claim then starts again
+// at attempt 1, a Complete by the released owner is refused). The
+// histories of a cleaning store run with retention 0 and a client that
+// calls Purge beside the others; each Purge appears in every key's
+// history, where it changes nothing the model must resolve at once. What
+// the model never allows is what a clean-up that deletes by a stale
+// reading does: a live record (claimed, heartbeated, completed) that
+// vanishes.
 
 // opKind names a Store operation.
 type opKind uint8
@@ -48,10 +64,11 @@ const (
 	opRelease
 	opGet
 	opDelete
+	opPurge
 )
 
 func (k opKind) String() string {
-	return [...]string{"claim", "heartbeat", "complete", "release", "get", "delete"}[k]
+	return [...]string{"claim", "heartbeat", "complete", "release", "get", "delete", "purge"}[k]
 }
 
 // errKind is the error an operation returned, as the contract names it.
@@ -83,6 +100,10 @@ type linInput struct {
 	// NowLo is a lower bound on the store's now for this operation: the
 	// call time in Unix ms, less clockSlack.
 	NowLo int64
+	// Cleans says the store removes records expired past RetentionMs
+	// (see Clean-up above).
+	Cleans      bool
+	RetentionMs int64
 }
 
 // view is the part of a record the model checks.
@@ -128,6 +149,8 @@ type linOutput struct {
 	// NowHi is an upper bound on the store's now for this operation: the
 	// return time in Unix ms, plus clockSlack.
 	NowHi int64
+	// Removed is what a Purge returned: records of all keys, shown only.
+	Removed int
 }
 
 // linState is the model's state of one key. It is a comparable value, so
@@ -142,6 +165,9 @@ type linState struct {
 	// HbLo and HbHi bound the instant (store clock, Unix ms) the record's
 	// heartbeat was last set.
 	HbLo, HbHi int64
+	// RelLo is a lower bound on a released record's ExpiresAt: the
+	// release's NowLo.
+	RelLo int64
 	// Clock is a lower bound on the store's now: the call time of the
 	// last write. No operation linearized later reads an earlier time.
 	Clock int64
@@ -159,8 +185,27 @@ func (s linState) String() string {
 }
 
 // step is the contract applied to one operation: whether the store may
-// answer out to in in state s, and the state after it.
+// answer out to in in state s, and the state after it. A record a
+// clean-up may have removed by then is tried kept first (what the store
+// answers then is also what it may answer later, when the record may
+// still be removed), then gone.
 func step(s linState, in linInput, out linOutput) (bool, linState) {
+	ok, next := stepOn(s, in, out)
+	if ok || !removable(s, in, out) {
+		return ok, next
+	}
+	return stepOn(linState{Clock: s.Clock}, in, out)
+}
+
+// removable reports whether a clean-up may have removed s's record by the
+// time of an operation that returned at out.NowHi: it is not live, and it
+// can have expired past retention by then.
+func removable(s linState, in linInput, out linOutput) bool {
+	return in.Cleans && s.Exists && !s.Live && out.NowHi >= s.RelLo+in.RetentionMs
+}
+
+// stepOn is step with the record as s holds it.
+func stepOn(s linState, in linInput, out linOutput) (bool, linState) {
 	nowLo, nowHi := max(in.NowLo, s.Clock), out.NowHi
 	if nowLo > nowHi {
 		return false, s
@@ -234,6 +279,7 @@ func step(s linState, in linInput, out linOutput) (bool, linState) {
 		if owned && s.Rec.Status == idem.StatusInProgress {
 			next.Live = false
 			next.Clock = nowLo
+			next.RelLo = nowLo
 			return out.Err == errNone, next
 		}
 		return out.Err == errLost, next
@@ -250,6 +296,10 @@ func step(s linState, in linInput, out linOutput) (bool, linState) {
 			return out.Err == errNone, next
 		}
 		return out.Err == errNone, linState{Clock: nowLo}
+	case opPurge:
+		// A removal it made is resolved by the next operation that sees
+		// the key (step); a live record it must keep.
+		return out.Err == errNone, next
 	}
 	return false, s
 }
@@ -292,7 +342,7 @@ func describe(in linInput, out linOutput) string {
 		fmt.Fprintf(&b, "claim(%s, p=%s, T=%dms)", in.Nonce, in.Payload, in.TakeoverMs)
 	case opComplete:
 		fmt.Fprintf(&b, "complete(%s, %s %s)", in.Nonce, in.Status, in.Result)
-	case opGet, opDelete:
+	case opGet, opDelete, opPurge:
 		fmt.Fprintf(&b, "%s()", in.Op)
 	default:
 		fmt.Fprintf(&b, "%s(%s)", in.Op, in.Nonce)
@@ -305,6 +355,8 @@ func describe(in linInput, out linOutput) string {
 		fmt.Fprintf(&b, "%s %v", out.Outcome, out.Rec)
 	case in.Op == opGet:
 		fmt.Fprintf(&b, "%v", out.Rec)
+	case in.Op == opPurge:
+		fmt.Fprintf(&b, "%d removed", out.Removed)
 	default:
 		b.WriteString("ok")
 	}

@@ -44,6 +44,19 @@ func getOut(nonce string, attempt int64, st idem.Status, result string) linOutpu
 
 const long = historyLease
 
+var purge = linInput{Op: opPurge}
+
+// cleaning marks ops as a history of a store that removes records expired
+// past retentionMs.
+func cleaning(retentionMs int64, ops ...porcupine.Operation) []porcupine.Operation {
+	for i := range ops {
+		in := ops[i].Input.(linInput)
+		in.Cleans, in.RetentionMs = true, retentionMs
+		ops[i].Input = in
+	}
+	return ops
+}
+
 // TestModel checks the model on hand-written histories: legal ones are
 // accepted, and each mechanism of non-linearizability seen in the stores
 // (and the time bounds of takeovers) is rejected.
@@ -154,6 +167,54 @@ func TestModel(t *testing.T) {
 			hop(0, 0, 10, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
 			hop(1, 0, 10, claimIn("n2", long), claimOut(idem.Claimed, "n2", 1, ip, "")),
 		}},
+		{"a released record cleaned up: the next claim starts at attempt 1", true, cleaning(0,
+			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 2, 3, ownerIn(opRelease, "n1"), okOut),
+			hop(2, 4, 9, purge, okOut),
+			hop(0, 10, 11, completeIn("n1", "r"), lostOut),
+			hop(1, 12, 13, claimIn("n2", long), claimOut(idem.Claimed, "n2", 1, ip, "")),
+		)},
+		{"a store that does not clean keeps a released record", false, []porcupine.Operation{
+			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 2, 3, ownerIn(opRelease, "n1"), okOut),
+			hop(1, 12, 13, claimIn("n2", long), claimOut(idem.Claimed, "n2", 1, ip, "")),
+		}},
+		{"a released record removed before its retention passed", false, cleaning(100,
+			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 2, 3, ownerIn(opRelease, "n1"), okOut),
+			hop(1, 50, 51, claimIn("n2", long), claimOut(idem.Claimed, "n2", 1, ip, "")),
+		)},
+		{"a released record removed once its retention passed", true, cleaning(100,
+			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 2, 3, ownerIn(opRelease, "n1"), okOut),
+			hop(1, 101, 102, claimIn("n2", long), claimOut(idem.Claimed, "n2", 1, ip, "")),
+		)},
+		{"a purge removes a claim that revived a released record (a stale reading)", false, cleaning(0,
+			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 2, 3, ownerIn(opRelease, "n1"), okOut),
+			hop(2, 4, 20, purge, linOutput{Removed: 1}),
+			hop(1, 5, 6, claimIn("n2", long), claimOut(idem.Claimed, "n2", 2, ip, "")),
+			hop(1, 21, 22, ownerIn(opHeartbeat, "n2"), lostOut),
+		)},
+		{"the purge lands before the claim: legal", true, cleaning(0,
+			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 2, 3, ownerIn(opRelease, "n1"), okOut),
+			hop(2, 4, 20, purge, linOutput{Removed: 1}),
+			hop(1, 5, 6, claimIn("n2", long), claimOut(idem.Claimed, "n2", 1, ip, "")),
+			hop(1, 21, 22, ownerIn(opHeartbeat, "n2"), okOut),
+		)},
+		{"a purge removes a completion of a released claim", false, cleaning(0,
+			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 2, 3, ownerIn(opRelease, "n1"), okOut),
+			hop(0, 4, 5, completeIn("n1", "r"), okOut),
+			hop(2, 6, 7, purge, linOutput{Removed: 1}),
+			hop(1, 8, 9, claimIn("n2", long), claimOut(idem.Claimed, "n2", 1, ip, "")),
+		)},
+		{"a purge removes a live claim", false, cleaning(0,
+			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(2, 2, 3, purge, linOutput{Removed: 1}),
+			hop(1, 4, 5, get, linOutput{Err: errNotFound}),
+		)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := porcupine.CheckOperationsTimeout(storeModel, tc.ops, 10*time.Second)
