@@ -129,7 +129,7 @@ func BenchmarkDynamoRegeneration(b *testing.B) {
 
 // BenchmarkMemoryRegeneration is the same loop on the memory table.
 func BenchmarkMemoryRegeneration(b *testing.B) {
-	tbl := isr.NewMemoryTable()
+	tbl := newMemoryTable(b)
 	c := mustCoordinator(b, tbl)
 	pk := isrtest.NewPK(b)
 	seedPage(b, c, pk)

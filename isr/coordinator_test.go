@@ -94,7 +94,7 @@ func TestTableNameFromEnv(t *testing.T) {
 }
 
 func TestCoordinatorOptions(t *testing.T) {
-	tb := isr.NewMemoryTable()
+	tb := newMemoryTable(t)
 	for name, opt := range map[string]isr.Option{
 		"clock":              isr.WithClock(nil),
 		"lease":              isr.WithLeaseDuration(500 * time.Millisecond),
@@ -123,7 +123,7 @@ func TestCoordinatorOptions(t *testing.T) {
 // A render longer than a third of the lease refreshes the lease, so a slow
 // but live worker keeps it and publishes.
 func TestRegenerateRefreshesLease(t *testing.T) {
-	tb := isr.NewMemoryTable()
+	tb := newMemoryTable(t)
 	c := mustCoordinator(t, tb, isr.WithLeaseDuration(time.Second))
 	pk := isrtest.NewPK(t)
 	res, err := c.Regenerate(context.Background(), pk, nil, func(ctx context.Context, l isr.Lease) (isr.Page, error) {
@@ -142,7 +142,7 @@ func TestRegenerateRefreshesLease(t *testing.T) {
 // When a refresh finds the lease gone, the render's context is cancelled
 // with ErrLeaseLost and nothing is published.
 func TestRegenerateLeaseLostCancelsRender(t *testing.T) {
-	tb := isr.NewMemoryTable()
+	tb := newMemoryTable(t)
 	c := mustCoordinator(t, tb, isr.WithLeaseDuration(3*time.Second))
 	pk := isrtest.NewPK(t)
 	var sawCause error
@@ -197,7 +197,7 @@ func (c *conflictOnce) Publish(ctx context.Context, in isr.PublishInput) error {
 }
 
 func TestPublishRetriesTransactionConflict(t *testing.T) {
-	tb := &conflictOnce{Table: isr.NewMemoryTable()}
+	tb := &conflictOnce{Table: newMemoryTable(t)}
 	c := mustCoordinator(t, tb)
 	res, err := c.Regenerate(context.Background(), isrtest.NewPK(t), nil, render)
 	if err != nil || res.Outcome != isr.OutcomeRegenerated || tb.calls != 2 {
@@ -208,7 +208,7 @@ func TestPublishRetriesTransactionConflict(t *testing.T) {
 // RegenerateFrom reuses the caller's META read: a regeneration costs
 // acquire + publish, and a META published since the read wins over it.
 func TestRegenerateFromCostsTwoRequests(t *testing.T) {
-	tb := isr.NewMemoryTable()
+	tb := newMemoryTable(t)
 	c := mustCoordinator(t, tb)
 	ctx := context.Background()
 	pk := isrtest.NewPK(t)

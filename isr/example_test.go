@@ -13,7 +13,12 @@ import (
 func Example() {
 	ctx := context.Background()
 	now := time.Unix(1_700_000_000, 0)
-	c, err := isr.NewCoordinator(isr.NewMemoryTable(), isr.WithClock(func() time.Time { return now }))
+	table, err := isr.NewMemoryTable()
+	if err != nil {
+		panic(err)
+	}
+	defer table.Close()
+	c, err := isr.NewCoordinator(table, isr.WithClock(func() time.Time { return now }))
 	if err != nil {
 		panic(err)
 	}

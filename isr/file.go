@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -20,22 +21,6 @@ import (
 
 	"github.com/idem-go/idem/storekit"
 )
-
-// FileOption configures a FileTable. NewFileTable reports every invalid
-// option as an *idem.OptionError matching idem.ErrInvalidOption.
-type FileOption func(*fileConfig)
-
-type fileConfig struct {
-	storekit.Options
-	sync bool
-}
-
-// WithoutFileSync skips the fsync of each written item and of its
-// directory: faster, but a machine crash can lose or tear recent writes.
-// For tests and throwaway caches only.
-func WithoutFileSync() FileOption {
-	return func(c *fileConfig) { c.sync = false }
-}
 
 // fileStripes is the number of lock files; part of the on-disk layout.
 const fileStripes = 256
@@ -69,10 +54,22 @@ const (
 // Conditions and refusals are DynamoTable's. Expiry is decided with the
 // caller's exact Now against the items' numbers, compared exactly as the
 // Go side compares them; ttl decides nothing but a REQ# item's liveness, as on
-// DynamoDB, and nothing is ever deleted for its ttl.
+// DynamoDB. Items whose ttl has passed on the table's clock are removed
+// by a clean-up goroutine (WithCleanup, WithoutCleanup, Close, Purge), as
+// DynamoDB's TTL deletion would remove them; see the package doc's
+// Lifecycle section. A FileTable dropped without Close stops its clean-up
+// too, but call Close when you are done with one.
 type FileTable struct {
+	*fileCore
+	cleaner *storekit.Cleaner // nil under WithoutCleanup
+}
+
+// fileCore is a FileTable's state apart from its cleaner, so that the
+// clean-up goroutine holds it and not the FileTable.
+type fileCore struct {
 	dir     string
 	sync    bool
+	now     func() time.Time
 	stripes [fileStripes]fileStripe
 }
 
@@ -88,23 +85,17 @@ var _ Table = (*FileTable)(nil)
 // option are reported, joined, each an *idem.OptionError matching
 // idem.ErrInvalidOption.
 func NewFileTable(dir string, opts ...FileOption) (*FileTable, error) {
-	c := fileConfig{Options: storekit.Options{Store: "isr"}, sync: true}
+	c := newTableConfig()
 	if strings.TrimSpace(dir) == "" {
 		c.Invalid("NewFileTable", "directory is empty")
 	} else if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
 		c.Invalid("NewFileTable", "%s is not a directory", dir)
 	}
-	for _, o := range opts {
-		if o == nil {
-			c.Invalid("NewFileTable", "nil option")
-			continue
-		}
-		o(&c)
-	}
+	c.apply("NewFileTable", opts)
 	if err := c.Err(); err != nil {
 		return nil, err
 	}
-	t := &FileTable{dir: dir, sync: c.sync}
+	t := &FileTable{fileCore: &fileCore{dir: dir, sync: c.sync, now: c.Now}}
 	locks := filepath.Join(dir, fileLockDir)
 	if err := os.MkdirAll(locks, 0o700); err != nil {
 		return nil, fmt.Errorf("isr: file table: %w", err)
@@ -115,12 +106,20 @@ func NewFileTable(dir string, opts ...FileOption) (*FileTable, error) {
 			fl:  flock.New(filepath.Join(locks, fmt.Sprintf("%02x", i)), flock.SetPermissions(0o600)),
 		}
 	}
+	if !c.NoCleanup {
+		core := t.fileCore
+		t.cleaner = storekit.StartCleaner("isr.FileTable", c.Cleanup, func(ctx context.Context) error {
+			_, err := core.purge(ctx)
+			return err
+		})
+		runtime.AddCleanup(t, func(c *storekit.Cleaner) { go c.Close() }, t.cleaner)
+	}
 	return t, nil
 }
 
 // check refuses a FileTable that NewFileTable did not make.
 func (t *FileTable) check() error {
-	if t == nil || t.dir == "" || t.stripes[0].sem == nil {
+	if t == nil || t.fileCore == nil || t.dir == "" || t.stripes[0].sem == nil {
 		return unmade("FileTable", "NewFileTable")
 	}
 	return nil
@@ -139,7 +138,7 @@ func sumHex(s string) string {
 	return hex.EncodeToString(h[:])
 }
 
-func (t *FileTable) pkDir(pk string) string { return filepath.Join(t.dir, sumHex(pk)) }
+func (t *fileCore) pkDir(pk string) string { return filepath.Join(t.dir, sumHex(pk)) }
 
 // Path returns the file of the item (pk, sk) ("" for a nil or zero
 // FileTable).
@@ -147,6 +146,11 @@ func (t *FileTable) Path(pk, sk string) string {
 	if t.check() != nil {
 		return ""
 	}
+	return t.path(pk, sk)
+}
+
+// path is the file of the item (pk, sk).
+func (t *fileCore) path(pk, sk string) string {
 	name := sk
 	for _, p := range []string{RequestSKPrefix, VersionSKPrefix} {
 		if rest, ok := strings.CutPrefix(sk, p); ok {
@@ -158,7 +162,7 @@ func (t *FileTable) Path(pk, sk string) string {
 
 // lock takes pk's stripe: the semaphore (honouring ctx), then the file
 // lock, polled while another process holds it.
-func (t *FileTable) lock(ctx context.Context, pk string) (func(), error) {
+func (t *fileCore) lock(ctx context.Context, pk string) (func(), error) {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(pk))
 	st := &t.stripes[h.Sum32()%fileStripes]
@@ -189,19 +193,28 @@ func (t *FileTable) lock(ctx context.Context, pk string) (func(), error) {
 type fileItem map[string]any
 
 // read returns the item (pk, sk), or nil when it does not exist.
-func (t *FileTable) read(pk, sk string) (fileItem, error) {
-	b, err := os.ReadFile(t.Path(pk, sk))
+func (t *fileCore) read(pk, sk string) (fileItem, error) {
+	b, err := os.ReadFile(t.path(pk, sk))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("isr: read %s/%s: %w", pk, sk, err)
 	}
+	it, err := decodeFileItem(b)
+	if err != nil {
+		return nil, &CorruptItemError{PK: pk, SK: sk, Attr: "", Reason: "not a JSON object"}
+	}
+	return it, nil
+}
+
+// decodeFileItem decodes an item file's contents.
+func decodeFileItem(b []byte) (fileItem, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var it fileItem
 	if err := dec.Decode(&it); err != nil || it == nil {
-		return nil, &CorruptItemError{PK: pk, SK: sk, Attr: "", Reason: "not a JSON object"}
+		return nil, errors.New("not a JSON object")
 	}
 	return it, nil
 }
@@ -287,7 +300,7 @@ func (t *FileTable) get(ctx context.Context, pk, sk string) (map[string]types.At
 
 // write replaces the item (pk, sk): a temporary file in the same
 // directory, fsynced, renamed over the item, and the directory fsynced.
-func (t *FileTable) write(pk, sk string, it fileItem) error {
+func (t *fileCore) write(pk, sk string, it fileItem) error {
 	it["pk"], it["sk"] = pk, sk
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -317,7 +330,7 @@ func (t *FileTable) write(pk, sk string, it fileItem) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, t.Path(pk, sk))
+		err = os.Rename(tmp, t.path(pk, sk))
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
@@ -327,8 +340,8 @@ func (t *FileTable) write(pk, sk string, it fileItem) error {
 }
 
 // remove deletes the item (pk, sk) if it exists.
-func (t *FileTable) remove(pk, sk string) error {
-	err := os.Remove(t.Path(pk, sk))
+func (t *fileCore) remove(pk, sk string) error {
+	err := os.Remove(t.path(pk, sk))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -338,7 +351,7 @@ func (t *FileTable) remove(pk, sk string) error {
 	return t.syncDir(t.pkDir(pk))
 }
 
-func (t *FileTable) syncDir(dir string) error {
+func (t *fileCore) syncDir(dir string) error {
 	if !t.sync {
 		return nil
 	}

@@ -106,7 +106,7 @@ func newFixture(t *testing.T, opts ...isr.HandlerOption) *fixture {
 	t.Helper()
 	f := &fixture{
 		clock:  isrtest.NewClock(isrtest.Base),
-		table:  isr.NewMemoryTable(),
+		table:  newMemoryTable(t),
 		bodies: &countingBodies{Store: body.NewMemory()},
 		pages:  newPages(),
 	}
@@ -915,7 +915,7 @@ func TestHandlerHelperProcess(t *testing.T) {
 // BenchmarkHandlerFreshHit measures fresh hits (META read, body from the
 // in-memory cache) on the memory table, in parallel.
 func BenchmarkHandlerFreshHit(b *testing.B) {
-	coord := mustCoordinator(b, isr.NewMemoryTable())
+	coord := mustCoordinator(b, newMemoryTable(b))
 	p := newPages()
 	h := mustHandler(b, coord, body.NewMemory(), p.render, isr.WithRevalidate(time.Hour))
 	benchFresh(b, h)
@@ -923,7 +923,7 @@ func BenchmarkHandlerFreshHit(b *testing.B) {
 
 // BenchmarkHandlerFreshHit304 measures fresh revalidations answered 304.
 func BenchmarkHandlerFreshHit304(b *testing.B) {
-	coord := mustCoordinator(b, isr.NewMemoryTable())
+	coord := mustCoordinator(b, newMemoryTable(b))
 	p := newPages()
 	h := mustHandler(b, coord, body.NewMemory(), p.render, isr.WithRevalidate(time.Hour))
 	r := get(h, "/bench")
@@ -987,7 +987,12 @@ func TestDefaultKeyIgnoresQuery(t *testing.T) {
 }
 
 func ExampleHandler() {
-	coord, err := isr.NewCoordinator(isr.NewMemoryTable())
+	table, err := isr.NewMemoryTable()
+	if err != nil {
+		panic(err)
+	}
+	defer table.Close()
+	coord, err := isr.NewCoordinator(table)
 	if err != nil {
 		panic(err)
 	}

@@ -396,3 +396,30 @@ func pointerRefusal(i int, notNewer bool) error {
 		return ErrRequestState
 	}
 }
+
+// collectable reports whether the clean-up of a table isr keeps (files,
+// memory) may remove an item at now, the rule DynamoDB's TTL deletion
+// follows: its ttl has passed (ttl <= now; an absent or unreadable ttl
+// never passes). A LOCK is removed only once its lease has expired too
+// (lease_expires_at <= now), so a held lease is never removed whatever
+// ttl another writer gave it.
+func collectable(sk string, item map[string]types.AttributeValue, now time.Time) bool {
+	v, ok := item[attrTTL].(*types.AttributeValueMemberN)
+	if !ok {
+		return false
+	}
+	ttl, err := parseN("", "", attrTTL, v.Value)
+	if err != nil || ttl <= 0 || cmpNTime(v.Value, ttl, now) > 0 {
+		return false
+	}
+	if sk == SKLock {
+		exp, ok := item[attrLeaseExp].(*types.AttributeValueMemberN)
+		if ok {
+			e, err := parseN("", "", attrLeaseExp, exp.Value)
+			if err == nil && cmpNTime(exp.Value, e, now) > 0 {
+				return false
+			}
+		}
+	}
+	return true
+}

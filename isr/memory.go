@@ -2,38 +2,79 @@ package isr
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
+
+	"github.com/idem-go/idem/storekit"
 )
 
 // MemoryTable is an in-process Table with the same behaviour as
 // DynamoTable: every method is atomic under one mutex and decides expiry
 // with the caller's Now. It is for tests, examples and single-process
 // servers. The zero value is not usable; call NewMemoryTable.
+//
+// Items whose ttl has passed on the table's clock are removed by a
+// clean-up goroutine (WithCleanup, WithoutCleanup, Close, Purge), as
+// DynamoDB's TTL deletion would remove them; see the package doc's
+// Lifecycle section. A MemoryTable dropped without Close stops its
+// clean-up too, but call Close when you are done with one.
 type MemoryTable struct {
+	*memCore
+	cleaner *storekit.Cleaner // nil under WithoutCleanup
+}
+
+// memCore is a MemoryTable's state, apart from its cleaner, so that the
+// clean-up goroutine holds it and not the MemoryTable.
+type memCore struct {
 	mu       sync.Mutex
+	now      func() time.Time
 	meta     map[string]Meta
 	lease    map[string]Lease
 	request  map[[2]string]Request
 	version  map[[2]string]Version
+	expiry   expiryIndex
+	peak     int // most items held since the maps were last rebuilt
 	requests int64
 }
 
-// NewMemoryTable returns an empty MemoryTable.
-func NewMemoryTable() *MemoryTable {
-	return &MemoryTable{
+// NewMemoryTable returns an empty MemoryTable. Unless WithoutCleanup is
+// given, it starts the table's clean-up goroutine (about every
+// DefaultTableCleanup; WithCleanup changes it); Close stops it. Every
+// invalid option (WithoutFileSync among them) is reported, joined, each an
+// *idem.OptionError matching idem.ErrInvalidOption.
+func NewMemoryTable(opts ...TableOption) (*MemoryTable, error) {
+	c := newTableConfig()
+	c.apply("NewMemoryTable", opts)
+	if c.syncSet {
+		c.Invalid("WithoutFileSync", "applies to a FileTable only")
+	}
+	if err := c.Err(); err != nil {
+		return nil, err
+	}
+	core := &memCore{
+		now:     c.Now,
 		meta:    map[string]Meta{},
 		lease:   map[string]Lease{},
 		request: map[[2]string]Request{},
 		version: map[[2]string]Version{},
 	}
+	t := &MemoryTable{memCore: core}
+	if !c.NoCleanup {
+		t.cleaner = storekit.StartCleaner("isr.MemoryTable", c.Cleanup, func(ctx context.Context) error {
+			_, err := core.purge(ctx)
+			return err
+		})
+		runtime.AddCleanup(t, func(c *storekit.Cleaner) { go c.Close() }, t.cleaner)
+	}
+	return t, nil
 }
 
 var _ Table = (*MemoryTable)(nil)
 
 // check refuses a MemoryTable that NewMemoryTable did not make.
 func (t *MemoryTable) check() error {
-	if t == nil || t.meta == nil {
+	if t == nil || t.memCore == nil {
 		return unmade("MemoryTable", "NewMemoryTable")
 	}
 	return nil
@@ -50,7 +91,7 @@ func (t *MemoryTable) Requests() int64 {
 	return t.requests
 }
 
-func (t *MemoryTable) lock(ctx context.Context) error {
+func (t *memCore) lock(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -145,7 +186,7 @@ func (t *MemoryTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease,
 		return Lease{}, acquireRefused(in, heldErr, changed)
 	}
 	l := newLease(in)
-	t.lease[in.PK] = l
+	t.setLease(l)
 	return l, nil
 }
 
@@ -166,7 +207,7 @@ func (t *MemoryTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease,
 		return Lease{}, leaseLost("refresh", in.Lease.PK)
 	}
 	cur.ExpiresAt, cur.TTL = in.ExpiresAt, in.TTL
-	t.lease[in.Lease.PK] = cur
+	t.setLease(cur)
 	return cur, nil
 }
 
@@ -186,7 +227,7 @@ func (t *MemoryTable) ReleaseLease(ctx context.Context, lease Lease) error {
 	if !ok || cur.Token != lease.Token {
 		return leaseLost("release", lease.PK)
 	}
-	delete(t.lease, lease.PK)
+	t.deleteLease(lease.PK)
 	return nil
 }
 
@@ -207,7 +248,7 @@ func (t *MemoryTable) completeRequest(pk string, rc *RequestCompletion, s3Key st
 	r := t.request[k]
 	r.Status = RequestCompleted
 	r.ResultS3Key = s3Key
-	t.request[k] = r
+	t.setRequest(r)
 }
 
 // Publish implements Table (recipe A).
@@ -241,8 +282,8 @@ func (t *MemoryTable) Publish(ctx context.Context, in PublishInput) error {
 	}
 	m := in.Meta
 	m.PK, m.CurrentSK, m.Version = pk, "", 0
-	t.meta[pk] = m
-	delete(t.lease, pk)
+	t.setMeta(m)
+	t.deleteLease(pk)
 	if in.Request != nil {
 		t.completeRequest(pk, in.Request, m.S3Key)
 	}
@@ -285,9 +326,9 @@ func (t *MemoryTable) PublishPointer(ctx context.Context, in PublishPointerInput
 	}
 	v := in.Version
 	v.PK = pk
-	t.version[[2]string{pk, v.ID}] = v
-	t.meta[pk] = m
-	delete(t.lease, pk)
+	t.setVersion(v)
+	t.setMeta(m)
+	t.deleteLease(pk)
 	if in.Request != nil {
 		t.completeRequest(pk, in.Request, v.S3Key)
 	}
@@ -314,7 +355,7 @@ func (t *MemoryTable) BeginRequest(ctx context.Context, in BeginRequestInput) (R
 		return requestFound(in, cur)
 	}
 	r := newRequest(in)
-	t.request[k] = r
+	t.setRequest(r)
 	return r, true, nil
 }
 
@@ -336,7 +377,7 @@ func (t *MemoryTable) FailRequest(ctx context.Context, pk, key, hash string) err
 	}
 	r := t.request[k]
 	r.Status = RequestFailed
-	t.request[k] = r
+	t.setRequest(r)
 	return nil
 }
 
@@ -355,6 +396,6 @@ func (t *MemoryTable) AbandonRequest(ctx context.Context, pk, key, hash string) 
 	if !t.checkRequest(pk, &RequestCompletion{Key: key, Hash: hash}) {
 		return requestState("abandon-request", pk)
 	}
-	delete(t.request, [2]string{pk, key})
+	t.deleteRequest(pk, key)
 	return nil
 }

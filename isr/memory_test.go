@@ -8,5 +8,5 @@ import (
 )
 
 func TestMemoryTableConformance(t *testing.T) {
-	isrtest.Run(t, func(t *testing.T) isr.Table { return isr.NewMemoryTable() })
+	isrtest.Run(t, func(t *testing.T) isr.Table { return newMemoryTable(t) })
 }

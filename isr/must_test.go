@@ -47,3 +47,14 @@ func mustS3(t testing.TB, client body.S3API, bucket string, opts ...body.S3Optio
 
 // fakeDynamo is a DynamoAPI for tests that send no request.
 type fakeDynamo struct{ isr.DynamoAPI }
+
+// newMemoryTable is a MemoryTable closed when the test ends.
+func newMemoryTable(t testing.TB, opts ...isr.TableOption) *isr.MemoryTable {
+	t.Helper()
+	tb, err := isr.NewMemoryTable(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tb.Close() })
+	return tb
+}

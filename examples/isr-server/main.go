@@ -194,7 +194,11 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 			o.bodyDir = filepath.Join(o.dir, "bodies")
 		}
 	case o.table == "":
-		table = isr.NewMemoryTable()
+		mt, err := isr.NewMemoryTable()
+		if err != nil {
+			return err
+		}
+		table = mt
 	default:
 		cfg, err := loadAWS()
 		if err != nil {
