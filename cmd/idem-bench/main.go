@@ -29,7 +29,9 @@
 // Guard after the owner returns, woken by LISTEN/NOTIFY against the Guard's
 // poll (-postgres-samples calls each, 15 by default: a few seconds), and
 // what a sqlstore.DoTx whose fn inserts one row costs next to the same
-// INSERT in a plain transaction (time and round trips per call).
+// INSERT in a plain transaction (time and round trips per call), and the
+// same for the steps of a call: a Step, a sqlstore.StepTx that runs and
+// one replayed.
 //
 //	go run ./cmd/idem-bench
 //	go run ./cmd/idem-bench -redis 127.0.0.1:6379 -redis-cluster 127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
@@ -175,6 +177,10 @@ func main() {
 		}
 		if err := sqlbench.TxTable(context.Background(), os.Stdout, *pgDSN, 200); err != nil {
 			fmt.Fprintln(os.Stderr, "postgres DoTx:", err)
+			os.Exit(1)
+		}
+		if err := stepTxTable(context.Background(), os.Stdout, *pgDSN, 200); err != nil {
+			fmt.Fprintln(os.Stderr, "postgres StepTx:", err)
 			os.Exit(1)
 		}
 	}
