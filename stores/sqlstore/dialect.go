@@ -22,7 +22,6 @@ const (
 	stComplete
 	stRelease
 	stDelete
-	stPurge
 	stWatch      // Postgres: mark a row watched, so that its changes notify
 	stCompleteTx // DoTx's completion inside its transaction (MySQL: hands back the connection id)
 	stClaimRet   // MariaDB 10.5+: the claim's insert returning the row it wrote or found
@@ -82,7 +81,7 @@ func claimProcedure(table string) string {
 // started, constant within the statement and free of the session time
 // zone (the UNIX_TIMESTAMP(NOW(6)) spelling is ambiguous in the hour a
 // daylight saving change repeats). mysqlNow is used where nothing waits
-// (Get, Purge). mysqlExecNow adds the time elapsed since the statement
+// (Get, Purge's read). mysqlExecNow adds the time elapsed since the statement
 // started (SYSDATE(6), the time it is evaluated, minus NOW(6), both in the
 // session zone), so a write evaluates it after InnoDB handed it the locked
 // row; a statement that writes it in several columns writes it once and
@@ -267,8 +266,6 @@ SELECT 'e'::text, clk.ms, cur.* FROM cur, clk WHERE NOT EXISTS (SELECT 1 FROM w)
 		// still watching), and only rows once waited on pay for a
 		// notification.
 		q.text[stWatch] = `UPDATE ` + t + ` SET watched = true WHERE ` + where + ` AND NOT watched`
-		// $1 retention in ms
-		q.text[stPurge] = `DELETE FROM ` + t + ` WHERE expires_at < (SELECT ` + pgNow + `) - $1`
 	case MySQL:
 		where := "key_hash = ?"
 		n := mysqlNow
@@ -385,8 +382,6 @@ END`
 			`record_version = IF(LAST_INSERT_ID(CONNECTION_ID()) > 0, record_version, record_version) ` +
 			`WHERE ` + where + ` AND claim_nonce = ?`
 		q.text[stDelete] = `DELETE FROM ` + t + ` WHERE ` + where
-		// retention ms
-		q.text[stPurge] = `DELETE FROM ` + t + ` WHERE expires_at < ` + n + ` - ?`
 	}
 	return q
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,16 +35,22 @@ type Store struct {
 
 	lmu sync.Mutex
 	lis *listener // the listening connection of Listen, started by the first Watch
+
+	purger  *purger           // Purge and the clean-up
+	cleaner *storekit.Cleaner // the clean-up goroutine; nil under WithoutCleanup
 }
 
 var _ idem.Store = (*Store)(nil)
 
 // New returns a store over db. It does no I/O: Migrate creates the table,
-// and statements are prepared on first use. A nil db, an unknown dialect
+// and statements are prepared on first use. Unless WithoutCleanup is
+// given, it starts the store's clean-up goroutine (see Lifecycle in the
+// package documentation), whose first pass comes after about one
+// interval; Close stops it. A nil db, an unknown dialect
 // and every invalid option are reported, joined, each an
 // *idem.OptionError matching idem.ErrInvalidOption.
 func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
-	cfg := config{Options: storekit.Options{Store: "sqlstore", Retention: DefaultRetention}, table: DefaultTable}
+	cfg := config{Options: storekit.Options{Store: "sqlstore", Retention: DefaultRetention, Cleanup: DefaultCleanup}, table: DefaultTable}
 	if db == nil {
 		cfg.Invalid("New", "*sql.DB is nil")
 	}
@@ -60,7 +67,15 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 	if err := cfg.Err(); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, dialect: dialect, cfg: cfg, q: buildQueries(dialect, cfg.table)}, nil
+	s := &Store{db: db, dialect: dialect, cfg: cfg, q: buildQueries(dialect, cfg.table),
+		purger: newPurger(db, dialect, cfg.table, cfg.Retention)}
+	if !cfg.NoCleanup {
+		// The goroutine holds the purger, not s: a Store dropped without
+		// Close is collected, and its clean-up stopped.
+		s.cleaner = storekit.StartCleaner("sqlstore", cfg.Cleanup, s.purger.pass)
+		runtime.AddCleanup(s, func(c *storekit.Cleaner) { go c.Close() }, s.cleaner)
+	}
+	return s, nil
 }
 
 // Validate reports an invalid configuration. A store returned by New is
@@ -120,11 +135,14 @@ func procUnusable(err error) bool {
 	return ok && (n == errProcMissing || n == errProcDenied)
 }
 
-// Close closes the store's prepared statements and its listening
-// connection (see Listen), waking every watcher. It does not close the
-// *sql.DB, which belongs to the caller. The store prepares the statements
-// again, and listens again, if it is used after Close.
+// Close stops the store's clean-up (waiting for a batch in flight to
+// end), and closes its prepared statements and its listening connection
+// (see Listen), waking every watcher. It does not close the *sql.DB, which
+// belongs to the caller. The store prepares the statements again, and
+// listens again, if it is used after Close; the clean-up stays stopped
+// (Purge still works).
 func (s *Store) Close() error {
+	_ = s.cleaner.Close()
 	s.stopListener()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -837,17 +855,20 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 }
 
 // Purge deletes the rows of the table that expired more than the retention
-// ago (WithRetention), whatever their tenant and scope, with one DELETE
-// using the expires_at index, and returns how many it deleted. Run it from
-// a periodic job; rows that have expired but are not yet purged are
-// ignored by every operation.
+// ago (WithRetention), whatever their tenant and scope, and returns how
+// many it deleted. It deletes in batches of storekit.DefaultPurgeBatch
+// rows, each one statement (PostgreSQL) or one short READ COMMITTED
+// transaction (MySQL) that judges every row again by the database's clock
+// as it deletes it, so a row a claim revives meanwhile stays, and no
+// claim waits on Purge for longer than one batch's lock of the rows it
+// removes (see Lifecycle in the package documentation). An open store
+// runs it by itself (WithCleanup); call it from a job of your own with
+// WithoutCleanup. Rows expired but not yet deleted are ignored by every
+// operation. When ctx ends, Purge returns what it deleted so far and the
+// error.
 func (s *Store) Purge(ctx context.Context) (int, error) {
 	if err := s.Validate(); err != nil {
 		return 0, err
 	}
-	n, err := s.exec(ctx, stPurge, s.cfg.Retention.Milliseconds())
-	if err != nil {
-		return 0, storeErr("purge", err)
-	}
-	return int(n), nil
+	return s.purger.purge(ctx)
 }
