@@ -226,11 +226,12 @@ func openSQL(t testing.TB, d sqlstore.Dialect) idem.Store {
 	return openSQLOn(t, sqlDB(t, d), d)
 }
 
-// openSQLOn opens a store of dialect d on a table of its own in db.
-func openSQLOn(t testing.TB, db *sql.DB, d sqlstore.Dialect) idem.Store {
+// openSQLOn opens a store of dialect d on a table of its own in db, with
+// retention 0 unless opts say otherwise.
+func openSQLOn(t testing.TB, db *sql.DB, d sqlstore.Dialect, opts ...sqlstore.Option) idem.Store {
 	t.Helper()
 	table := "idem_lin_" + randHex(6)
-	s, err := sqlstore.New(db, d, sqlstore.WithTable(table), sqlstore.WithRetention(0))
+	s, err := sqlstore.New(db, d, append([]sqlstore.Option{sqlstore.WithTable(table), sqlstore.WithRetention(0)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -231,14 +231,14 @@ func (su *suite) purgeRace(t *testing.T, s idem.Store) {
 	rounds := raceRounds
 	if su.clock == nil {
 		// On real time each round waits for its records to expire: about
-		// two seconds of waiting in all. Without a declared retention the
+		// a second of waiting in all. Without a declared retention the
 		// records may not be eligible within a round: the race is
 		// checked, but Purge may have nothing to race with.
-		rounds = int(2 * time.Second / (raceLease + su.retention + 20*time.Millisecond))
+		rounds = int(time.Second / (raceLease + su.retention + 20*time.Millisecond))
 		if !su.retentionKnown {
 			rounds = 4
 		}
-		rounds = min(max(rounds, 2), raceRounds)
+		rounds = min(max(rounds, 1), raceRounds)
 	}
 	var removed int
 	for round := range rounds {
