@@ -25,7 +25,26 @@
 //
 // WithCorrupter hands the suite a way to damage a stored record, so that it
 // checks the record is reported as idem.ErrCorruptRecord and never
-// overwritten. The suite depends on the standard library only.
+// overwritten.
+//
+// A store that removes expired records (a Purge method: Purger) must never
+// remove a live one: a record is removed only once its ExpiresAt plus the
+// store's retention has passed at the moment of removal, on the store's
+// clock, judged by the same rule its other operations use. The suite then
+// checks that Purge keeps every live record (fresh, stale, heartbeated,
+// completed, failed; PurgeKeepsLive), that a claim, a heartbeat or a
+// completion racing Purge on the same key never loses (PurgeRace: rounds
+// of expired keys, each claimed, heartbeated and completed beside two
+// Purges; a second claim must then find the first owner's record, else fn
+// would run twice), and, given the store's retention with WithRetention,
+// that Purge keeps an expired record until its retention has passed and
+// removes it after (PurgeAfterRetention). A clean-up that lists expired
+// records and then deletes them by key fails PurgeRace. On real time the
+// races need records that expire past retention within the test: run
+// RunPurge on a store built with a short retention (0, or a few seconds)
+// besides Run with its defaults.
+//
+// The suite depends on the standard library only.
 package storetest
 
 import (
