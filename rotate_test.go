@@ -54,11 +54,11 @@ func rotKey(t *testing.T, prefix string, oldFirst bool) string {
 	}
 }
 
-// fast are timing options that keep waits and takeovers short.
-var fast = []idem.Option{idem.WithHeartbeat(20 * time.Millisecond), idem.WithTakeoverAfter(300 * time.Millisecond)}
+// rotFast are timing options that keep waits and takeovers short.
+var rotFast = []idem.Option{idem.WithHeartbeat(20 * time.Millisecond), idem.WithTakeoverAfter(300 * time.Millisecond)}
 
-func opts(extra ...idem.Option) []idem.Option {
-	return append(append([]idem.Option(nil), fast...), extra...)
+func rotOpts(extra ...idem.Option) []idem.Option {
+	return append(append([]idem.Option(nil), rotFast...), extra...)
 }
 
 // counted returns fn that counts its runs in n and returns v.
@@ -78,8 +78,8 @@ func TestRotationReplay(t *testing.T) {
 			ctx := context.Background()
 			s := storetest.Instrument(mustMem())
 			key := rotKey(t, "replay", o.oldFirst)
-			gOld := rotGuard(t, s, opts(idem.WithSecret(secretOld))...)
-			gRot := rotGuard(t, s, opts(idem.WithSecret(secretNew, secretOld))...)
+			gOld := rotGuard(t, s, rotOpts(idem.WithSecret(secretOld))...)
+			gRot := rotGuard(t, s, rotOpts(idem.WithSecret(secretNew, secretOld))...)
 			var runs atomic.Int64
 			if v, err := gOld.Do(ctx, key, counted(&runs, "old")); err != nil || v != "old" {
 				t.Fatalf("old Do = %q, %v", v, err)
@@ -138,8 +138,8 @@ func TestRotationPreviousFailure(t *testing.T) {
 			ctx := context.Background()
 			s := mustMem()
 			key := rotKey(t, "failure", o.oldFirst)
-			gOld := rotGuard(t, s, opts(idem.WithSecret(secretOld), idem.OnFailure(idem.Lock))...)
-			gRot := rotGuard(t, s, opts(idem.WithSecret(secretNew, secretOld), idem.OnFailure(idem.Lock))...)
+			gOld := rotGuard(t, s, rotOpts(idem.WithSecret(secretOld), idem.OnFailure(idem.Lock))...)
+			gRot := rotGuard(t, s, rotOpts(idem.WithSecret(secretNew, secretOld), idem.OnFailure(idem.Lock))...)
 			if _, err := gOld.Do(ctx, key, func(context.Context) (string, error) { return "", errors.New("card declined") }); err == nil {
 				t.Fatal("old Do: no error")
 			}
@@ -165,8 +165,8 @@ func TestRotationPayloadMismatch(t *testing.T) {
 			ctx := context.Background()
 			s := mustMem()
 			key := rotKey(t, "payload", o.oldFirst)
-			gOld := rotGuard(t, s, opts(idem.WithSecret(secretOld))...)
-			gRot := rotGuard(t, s, opts(idem.WithSecret(secretNew, secretOld))...)
+			gOld := rotGuard(t, s, rotOpts(idem.WithSecret(secretOld))...)
+			gRot := rotGuard(t, s, rotOpts(idem.WithSecret(secretNew, secretOld))...)
 			var runs atomic.Int64
 			if _, err := gOld.Do(ctx, key, counted(&runs, "old"), idem.Payload("a")); err != nil {
 				t.Fatal(err)
@@ -216,7 +216,7 @@ func TestRotationInProgress(t *testing.T) {
 			ctx := context.Background()
 			s := mustMem()
 			key := rotKey(t, "live", o.oldFirst)
-			gOld := rotGuard(t, s, opts(idem.WithSecret(secretOld))...)
+			gOld := rotGuard(t, s, rotOpts(idem.WithSecret(secretOld))...)
 			var runs atomic.Int64
 			started, release := make(chan struct{}), make(chan struct{})
 			done := make(chan error, 1)
@@ -230,15 +230,15 @@ func TestRotationInProgress(t *testing.T) {
 				done <- err
 			}()
 			<-started
-			gRet := rotGuard(t, s, opts(idem.WithSecret(secretNew, secretOld))...)
+			gRet := rotGuard(t, s, rotOpts(idem.WithSecret(secretNew, secretOld))...)
 			if _, err := gRet.Do(ctx, key, counted(&runs, "new")); !errors.Is(err, idem.ErrInProgress) || errors.Is(err, idem.ErrDuplicate) {
 				t.Errorf("Return: %v, want ErrInProgress", err)
 			}
-			gRaise := rotGuard(t, s, opts(idem.WithSecret(secretNew, secretOld), idem.OnDuplicate(idem.Raise))...)
+			gRaise := rotGuard(t, s, rotOpts(idem.WithSecret(secretNew, secretOld), idem.OnDuplicate(idem.Raise))...)
 			if _, err := gRaise.Do(ctx, key, counted(&runs, "new")); !errors.Is(err, idem.ErrInProgress) || !errors.Is(err, idem.ErrDuplicate) {
 				t.Errorf("Raise: %v, want ErrDuplicate and ErrInProgress", err)
 			}
-			gWait := rotGuard(t, s, opts(idem.WithSecret(secretNew, secretOld), idem.OnDuplicate(idem.Wait))...)
+			gWait := rotGuard(t, s, rotOpts(idem.WithSecret(secretNew, secretOld), idem.OnDuplicate(idem.Wait))...)
 			type res struct {
 				v   string
 				err error
@@ -282,7 +282,7 @@ func TestRotationStaleTakeover(t *testing.T) {
 			ctx := context.Background()
 			s := storetest.Instrument(mustMem())
 			key := rotKey(t, "stale", o.oldFirst)
-			gOld := rotGuard(t, s, opts(idem.WithSecret(secretOld))...)
+			gOld := rotGuard(t, s, rotOpts(idem.WithSecret(secretOld))...)
 			skOld := storageKey(t, gOld, key)
 			var dead atomic.Bool // the old process is gone: none of its writes arrive
 			s.Before = func(_ context.Context, op storetest.Op, k string) error {
@@ -313,7 +313,7 @@ func TestRotationStaleTakeover(t *testing.T) {
 			if rec == nil || rec.Status != idem.StatusInProgress || rec.Attempt != 1 {
 				t.Fatalf("old record after the crash: %+v, want in progress, attempt 1", rec)
 			}
-			gRot := rotGuard(t, s, opts(idem.WithSecret(secretNew, secretOld), idem.OnDuplicate(idem.Wait))...)
+			gRot := rotGuard(t, s, rotOpts(idem.WithSecret(secretNew, secretOld), idem.OnDuplicate(idem.Wait))...)
 			var token int64
 			v, err := gRot.Do(ctx, key, func(ctx context.Context) (string, error) {
 				token, _ = idem.FencingToken(ctx)
@@ -348,7 +348,8 @@ func TestRotationTie(t *testing.T) {
 	for _, o := range rotOrders {
 		for _, pol := range []idem.DuplicatePolicy{idem.Return, idem.Wait} {
 			t.Run(fmt.Sprint(o.name, "/", pol), func(t *testing.T) {
-				ctx := context.Background()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
 				s := storetest.Instrument(mustMem())
 				key := rotKey(t, "tie", o.oldFirst)
 				var gets sync.WaitGroup
@@ -361,8 +362,8 @@ func TestRotationTie(t *testing.T) {
 					}
 					return nil
 				}
-				gA := rotGuard(t, s, opts(idem.WithSecret(secretOld, secretNew), idem.OnDuplicate(pol))...)
-				gB := rotGuard(t, s, opts(idem.WithSecret(secretNew, secretOld), idem.OnDuplicate(pol))...)
+				gA := rotGuard(t, s, rotOpts(idem.WithSecret(secretOld, secretNew), idem.OnDuplicate(pol))...)
+				gB := rotGuard(t, s, rotOpts(idem.WithSecret(secretNew, secretOld), idem.OnDuplicate(pol))...)
 				var runs atomic.Int64
 				var wg sync.WaitGroup
 				vals, errs := make([]string, 2), make([]error, 2)
@@ -433,7 +434,7 @@ func rotationRun(t *testing.T, cfgs [][][]byte, pol idem.DuplicatePolicy, gorout
 	var bad atomic.Int64
 	for gi := range goroutines {
 		sec := cfgs[gi%len(cfgs)]
-		g := rotGuard(t, store, opts(idem.WithSecret(sec[0], sec[1:]...), idem.OnDuplicate(pol))...)
+		g := rotGuard(t, store, rotOpts(idem.WithSecret(sec[0], sec[1:]...), idem.OnDuplicate(pol))...)
 		wg.Go(func() {
 			for _, k := range rand.Perm(keys) {
 				v, err := g.Do(ctx, fmt.Sprint("roll-", k), func(context.Context) (string, error) {
