@@ -202,6 +202,52 @@ func TestStepTxRoundTrips(t *testing.T) {
 	}
 }
 
+// TestStepTxUnknownOutcome: a StepTx whose transaction's reply is lost is
+// settled by DoTx's fence: applied, the step's value (replayed after);
+// a lost request, a commit StoreError, nothing written, and a later
+// attempt runs fn again; one row either way.
+func TestStepTxUnknownOutcome(t *testing.T) {
+	for _, mode := range []string{"reply", "request"} {
+		t.Run(mode, func(t *testing.T) {
+			e := newEnv(t)
+			table := rowsTable(t, e.client)
+			fc := &txFaults{Client: e.client, mode: mode}
+			g := newGuard[string](t, mustNew(t, fc, testTable, dynamostore.WithKeyPrefix(e.prefix)))
+			ctx := context.Background()
+			var runs atomic.Int32
+			call := func() (string, error) {
+				return g.Do(ctx, "u", func(ctx context.Context) (string, error) {
+					return dynamostore.StepTx(ctx, "order", func(ctx context.Context, tx *dynamostore.Tx) (string, error) {
+						runs.Add(1)
+						return "v", putRow(tx, table, "u", mode)
+					})
+				})
+			}
+			v, err := call()
+			switch mode {
+			case "reply":
+				if err != nil || v != "v" {
+					t.Fatalf("StepTx with a lost reply = %q, %v; want the committed value", v, err)
+				}
+			default:
+				var se *idem.StoreError
+				if !errors.As(err, &se) || se.Op != "commit" || errors.Is(err, idem.ErrOutcomeUnknown) {
+					t.Fatalf("StepTx with a lost request = %q, %v; want a commit StoreError", v, err)
+				}
+				if got := rows(t, e.client, table, "u"); len(got) != 0 {
+					t.Fatalf("rows = %v", got)
+				}
+				if v, err := call(); err != nil || v != "v" || runs.Load() != 2 {
+					t.Fatalf("later attempt = %q, %v, runs %d; want fn run again", v, err, runs.Load())
+				}
+			}
+			if got := rows(t, e.client, table, "u"); len(got) != 1 {
+				t.Fatalf("rows = %v, want 1", got)
+			}
+		})
+	}
+}
+
 // The child processes of TestStepTxProcesses.
 const (
 	envStepTxChild = "IDEM_STEPTX_CHILD"

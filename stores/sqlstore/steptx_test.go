@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -227,5 +228,61 @@ func TestDoTxStepOneConnection(t *testing.T) {
 		v, err := sqlstore.DoTx(ctx, g, "k", fn)
 		require.NoError(t, err, "the refusal was released; two connections suffice")
 		assert.Equal(t, 5, v)
+	})
+}
+
+// TestStepTxCommitReplyLost: the server applies the COMMIT of a StepTx and
+// its reply is lost: StepTx reads the step's record back (as DoTx does),
+// finds its completion and returns the value; a replay returns it without
+// running fn, one row. When the completion's own reply is lost, no COMMIT
+// is sent: StepTx says so with a *idem.StoreError (not an unknown
+// outcome), nothing is committed, and a later attempt runs fn again.
+func TestStepTxCommitReplyLost(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		h := &hooks{}
+		db, proxy := proxiedDB(t, d, h)
+		e := newEnvOn(t, d, db, nil)
+		side := sideTable(t, d)
+		g := newGuard[int](t, e.store, idem.WithTakeoverAfter(time.Second))
+		ctx := ctxT(t)
+		var runs atomic.Int32
+		order := func(key string, arm func()) func(ctx context.Context, tx *sql.Tx) (int, error) {
+			return func(ctx context.Context, tx *sql.Tx) (int, error) {
+				runs.Add(1)
+				if err := insertSide(ctx, tx, d, side, key); err != nil {
+					return 0, err
+				}
+				arm()
+				return 7, nil
+			}
+		}
+		commitLost := func() {
+			// The completion UPDATE is the next statement; the reply after
+			// its reply (the COMMIT's) is lost.
+			h.arm(func(q string) bool { return strings.Contains(q, "completed_at") }, proxy.DropNextReply)
+		}
+		v, err := g.Do(ctx, "c", func(ctx context.Context) (int, error) {
+			return sqlstore.StepTx(ctx, "order", order("c", commitLost))
+		})
+		require.NoError(t, err, "the commit applied: read back, it is the step's outcome")
+		assert.Equal(t, 7, v)
+		assert.Equal(t, 1, proxy.Dropped(), "a reply was lost")
+		assert.Equal(t, 1, sideRows(t, d, side, "c"))
+
+		runs.Store(0)
+		_, err = g.Do(ctx, "u", func(ctx context.Context) (int, error) {
+			return sqlstore.StepTx(ctx, "order", order("u", proxy.DropNextReply)) // the next reply: the completion's
+		})
+		var se *idem.StoreError
+		require.ErrorAs(t, err, &se)
+		assert.NotErrorIs(t, err, idem.ErrOutcomeUnknown)
+		assert.Equal(t, 0, sideRows(t, d, side, "u"), "nothing committed")
+		v, err = g.Do(ctx, "u", func(ctx context.Context) (int, error) {
+			return sqlstore.StepTx(ctx, "order", order("u", func() {}))
+		})
+		require.NoError(t, err)
+		assert.Equal(t, 7, v)
+		assert.EqualValues(t, 2, runs.Load(), "the later attempt ran fn again")
+		assert.Equal(t, 1, sideRows(t, d, side, "u"))
 	})
 }
