@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -290,6 +291,12 @@ func (su *suite) purgeRace(t *testing.T, s idem.Store) {
 				go func() {
 					defer wg.Done()
 					<-start
+					// Spread the operations over the Purges' run, so
+					// that some land between what a Purge read and
+					// what it removes.
+					for range i % 4 {
+						runtime.Gosched()
+					}
 					if err := op(i); err != nil {
 						mu.Lock()
 						errs = append(errs, fmt.Errorf("%s beside Purge (round %d, key %d): %w", what, round, i, err))
