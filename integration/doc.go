@@ -29,6 +29,9 @@
 //
 //	go test -run TestLinearizable/redis -lin.histories=500 -lin.seed=42 .
 //
+// TestPurgeConformance runs storetest's clean-up checks (storetest.RunPurge)
+// on the same stores with retention 0, and on PostgreSQL and MySQL with 2s.
+//
 // TestBrokenStoresRejected shows the check failing on three broken stores
 // (one of them a Purge that deletes by a stale reading),
 // and TestModel the model on hand-written histories.

@@ -219,7 +219,7 @@ func (su *suite) purgeAfterRetention(t *testing.T, s idem.Store) {
 // (list the expired, then delete them unconditionally) loses the new
 // claim: a second claim then wins too, and fn would run twice.
 const (
-	raceRounds = 40
+	raceRounds = 20
 	raceKeys   = 8
 	raceLease  = 40 * time.Millisecond // real time: the lease that expires
 )
