@@ -1,7 +1,10 @@
 package natsstore
 
 import (
+	"reflect"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem/storekit"
 )
@@ -10,7 +13,10 @@ import (
 // every invalid one.
 type Option func(*config)
 
-type config struct{ storekit.Options }
+type config struct {
+	storekit.Options
+	js jetstream.JetStream
+}
 
 // WithClock sets the store's clock (default time.Now), for tests and for
 // users with a trusted time source. A nil clock is an invalid option.
@@ -24,12 +30,53 @@ func WithClock(now func() time.Time) Option {
 const DefaultRetention = time.Minute
 
 // WithRetention keeps records for d past their ExpiresAt (expired and
-// released ones alike) before Purge deletes them, so a key claimed again
-// soon after goes on counting attempts and fencing tokens stay monotonic.
-// Default one minute; negative is an invalid option.
+// released ones alike) before the clean-up or Purge removes them, so a key
+// claimed again soon after goes on counting attempts and fencing tokens
+// stay monotonic. Default one minute; negative is an invalid option.
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		c.SetRetention(d)
+	}
+}
+
+// DefaultCleanup is how often a Store removes expired records by itself
+// when its bucket has no max age (see WithCleanup).
+const DefaultCleanup = 5 * time.Minute
+
+// WithCleanup sets how often the Store removes expired records by itself
+// while it is open (default DefaultCleanup; each wait is drawn from
+// [every/2, every*3/2)). A pass runs only when the bucket has no max age:
+// on a bucket with one the server removes entries itself. Processes that
+// share a bucket take turns through a lease entry in it (see the package
+// doc). every must be positive.
+func WithCleanup(every time.Duration) Option {
+	return func(c *config) {
+		c.SetCleanup(every)
+	}
+}
+
+// WithoutCleanup runs no clean-up in the background: the user calls Purge
+// from a job of their own, or the bucket has a max age.
+func WithoutCleanup() Option {
+	return func(c *config) {
+		c.SetNoCleanup()
+	}
+}
+
+// WithJetStream gives the Store the JetStream context of a bucket that was
+// not made by CreateBucket (one opened with js.KeyValue), so that the
+// clean-up removes expired records without leaving a delete marker per key
+// (it deletes the record's message from the bucket's stream by its
+// sequence). A bucket from CreateBucket carries it already. Without it the
+// clean-up removes records with a KV purge, which leaves one marker per
+// removed key in the stream. A nil js is an invalid option.
+func WithJetStream(js jetstream.JetStream) Option {
+	return func(c *config) {
+		if js == nil || (reflect.ValueOf(js).Kind() == reflect.Pointer && reflect.ValueOf(js).IsNil()) {
+			c.Invalid("WithJetStream", "nil JetStream")
+			return
+		}
+		c.js = js
 	}
 }
 
@@ -39,6 +86,7 @@ type BucketOption func(*bucketConfig)
 type bucketConfig struct {
 	storekit.Options
 	replicas int
+	maxAge   time.Duration
 }
 
 // WithReplicas sets how many servers hold the bucket's stream (1 to 5,
@@ -52,5 +100,26 @@ func WithReplicas(n int) BucketOption {
 			return
 		}
 		c.replicas = n
+	}
+}
+
+// WithMaxAge makes the server remove each entry d after its last write
+// (the bucket's max age, jetstream.KeyValueConfig.TTL), and a Store on the
+// bucket then runs no clean-up pass of its own. The server removes an entry
+// d after its last write whatever the record's own expiry, so d must be at
+// least the longest a record lives past a write: the Guards' claim
+// lifetime (max(TTL, 2×takeover threshold); with the defaults, the 24h
+// TTL) plus the store's retention (default one minute): 25h is safe for
+// the defaults. A Store refuses a claim or a completion whose record
+// would outlive d with a *MaxAgeError (matching idem.ErrInvalidOption),
+// before fn runs. d must be positive. Without WithMaxAge the bucket keeps
+// entries until they are removed, and the Store cleans up by itself.
+func WithMaxAge(d time.Duration) BucketOption {
+	return func(c *bucketConfig) {
+		if d <= 0 {
+			c.Invalid("WithMaxAge", "max age must be positive, got %v", d)
+			return
+		}
+		c.maxAge = d
 	}
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/lease"
 	"github.com/idem-go/idem/storekit"
 )
 
@@ -23,6 +25,7 @@ type KeyValue interface {
 	Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error
 	Watch(ctx context.Context, keys string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error)
 	ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyLister, error)
+	Status(ctx context.Context) (jetstream.KeyValueStatus, error)
 }
 
 // Store is an idem.Store on a JetStream KV bucket. It is safe for
@@ -34,6 +37,17 @@ type Store struct {
 
 	mu   sync.Mutex
 	revs map[string]entry // the revision this Store last wrote or read, per key it owns a claim on
+
+	maxAge   atomic.Int64 // the bucket's max age in nanoseconds, once known (0: none)
+	ageKnown atomic.Bool  // maxAge was read (or given by CreateBucket)
+
+	js       jetstream.JetStream // WithJetStream, to find the bucket's stream
+	streamMu sync.Mutex
+	stream   jetstream.Stream // the bucket's stream, once known and when it allows deletes
+	warned   atomic.Bool      // the markers warning was logged
+	cleaner  *storekit.Cleaner
+	every    time.Duration // WithCleanup
+	id       string        // this Store's name in the clean-up lease
 }
 
 // entry is a record and the revision it was read or written at.
@@ -52,9 +66,11 @@ var (
 )
 
 // New returns a Store on kv (a jetstream.KeyValue, from CreateBucket or
-// js.KeyValue). It checks its options and does no I/O.
+// js.KeyValue). It checks its options and does no I/O. Unless
+// WithoutCleanup is given, it starts the Store's clean-up in the
+// background (see the package doc); Close stops it.
 func New(kv KeyValue, opts ...Option) (*Store, error) {
-	c := config{storekit.Options{Store: "natsstore", Now: time.Now, Retention: DefaultRetention}}
+	c := config{Options: storekit.Options{Store: "natsstore", Now: time.Now, Retention: DefaultRetention, Cleanup: DefaultCleanup}}
 	if kv == nil || (reflect.ValueOf(kv).Kind() == reflect.Pointer && reflect.ValueOf(kv).IsNil()) {
 		c.Invalid("New", "nil key-value bucket")
 	}
@@ -68,13 +84,39 @@ func New(kv KeyValue, opts ...Option) (*Store, error) {
 	if err := c.Err(); err != nil {
 		return nil, err
 	}
-	return &Store{kv: kv, now: c.Now, retention: c.Retention, revs: make(map[string]entry)}, nil
+	s := &Store{kv: kv, now: c.Now, retention: c.Retention, revs: make(map[string]entry),
+		js: c.js, every: c.Cleanup, id: lease.Token()}
+	if b, ok := kv.(*bucket); ok {
+		s.stream = b.stream
+		s.setMaxAge(b.maxAge)
+	}
+	if !c.NoCleanup {
+		s.cleaner = storekit.StartCleaner("natsstore", c.Cleanup, s.background)
+	}
+	return s, nil
+}
+
+// Close stops the Store's clean-up and waits for a pass in flight to
+// return. The Store still serves calls after Close; Close may be called
+// more than once and returns nil.
+func (s *Store) Close() error { return s.cleaner.Close() }
+
+// bucket is the jetstream.KeyValue CreateBucket returns: the bucket with
+// the handle of its stream and the max age it was made with, so a Store on
+// it removes records without leaving markers and knows the max age without
+// a read.
+type bucket struct {
+	jetstream.KeyValue
+	stream jetstream.Stream
+	maxAge time.Duration
 }
 
 // CreateBucket creates the KV bucket name for a Store (history 1, file
-// storage, WithReplicas servers) and returns it. An existing bucket with
-// the same settings is returned as it is; one with other settings is an
-// error.
+// storage, WithReplicas servers, no max age unless WithMaxAge) and returns
+// it. An existing bucket with the same settings is returned as it is; one
+// with other settings is an error. The bucket it returns carries its
+// stream's handle, so a Store on it cleans up without leaving delete
+// markers (see WithJetStream for a bucket opened otherwise).
 func CreateBucket(ctx context.Context, js jetstream.JetStream, name string, opts ...BucketOption) (jetstream.KeyValue, error) {
 	c := bucketConfig{Options: storekit.Options{Store: "natsstore"}, replicas: 1}
 	if js == nil {
@@ -90,18 +132,48 @@ func CreateBucket(ctx context.Context, js jetstream.JetStream, name string, opts
 	if err := c.Err(); err != nil {
 		return nil, err
 	}
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      name,
-		Description: "idem records",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    c.replicas,
-	})
+	stream, err := js.CreateStream(ctx, bucketStream(name, c))
 	if err != nil {
 		return nil, fmt.Errorf("natsstore: create bucket %q: %w", name, err)
 	}
-	return kv, nil
+	kv, err := js.KeyValue(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("natsstore: open bucket %q: %w", name, err)
+	}
+	return &bucket{KeyValue: kv, stream: stream, maxAge: c.maxAge}, nil
 }
+
+// bucketStream is the stream of a KV bucket as jetstream.CreateKeyValue
+// makes it (history 1), except that it allows deleting a message by its
+// sequence: the clean-up removes an expired record that way, leaving no
+// delete marker.
+func bucketStream(name string, c bucketConfig) jetstream.StreamConfig {
+	dup := 2 * time.Minute
+	if c.maxAge > 0 && c.maxAge < dup {
+		dup = c.maxAge
+	}
+	return jetstream.StreamConfig{
+		Name:              streamName(name),
+		Description:       "idem records",
+		Subjects:          []string{"$KV." + name + ".>"},
+		MaxMsgsPerSubject: 1,
+		MaxBytes:          -1,
+		MaxAge:            c.maxAge,
+		MaxMsgSize:        -1,
+		Storage:           jetstream.FileStorage,
+		Replicas:          c.replicas,
+		AllowRollup:       true,
+		DenyDelete:        false,
+		Duplicates:        dup,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		AllowDirect:       true,
+		Discard:           jetstream.DiscardNew,
+	}
+}
+
+// streamName is the name of the stream that holds the KV bucket name.
+func streamName(bucket string) string { return "KV_" + bucket }
 
 func (s *Store) nowMs() int64 { return s.now().UnixMilli() }
 
@@ -142,12 +214,12 @@ func (s *Store) write(ctx context.Context, key string, rec *idem.Record, rev uin
 	}
 	if deleted {
 		newRev, err = s.kv.Create(ctx, kvKey(key), b)
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err) {
 			return 0, true, nil
 		}
 	} else {
 		newRev, err = s.kv.Update(ctx, kvKey(key), b, rev)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err) {
 			return 0, true, nil
 		}
 	}
@@ -166,6 +238,9 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 		return idem.ClaimResult{}, err
 	}
 	if err := ctx.Err(); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	if err := s.checkLifetime(ctx, "claim", req.LeaseTTL); err != nil {
 		return idem.ClaimResult{}, err
 	}
 	var cur *idem.Record
@@ -231,6 +306,9 @@ func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
 	if err := storekit.ValidateCompletion(c); err != nil {
+		return err
+	}
+	if err := s.checkLifetime(ctx, "complete", c.TTL); err != nil {
 		return err
 	}
 	return s.update(ctx, "complete", key, nonce, true, func(cur *idem.Record, now int64) (*idem.Record, error) {
@@ -324,51 +402,6 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return &idem.StoreError{Op: "delete", Err: err}
 	}
 	return nil
-}
-
-// Purge deletes the records whose ExpiresAt is more than the retention
-// (WithRetention) ago and returns how many it deleted. Each deletion is
-// conditioned on the revision read, so a key claimed again meanwhile is
-// kept. It lists every key of the bucket: run it from one process, now and
-// then.
-func (s *Store) Purge(ctx context.Context) (int, error) {
-	lister, err := s.kv.ListKeys(ctx)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return 0, nil
-		}
-		return 0, &idem.StoreError{Op: "purge", Err: err}
-	}
-	defer func() { _ = lister.Stop() }()
-	cutoff := s.now().Add(-s.retention).UnixMilli()
-	n := 0
-	for k := range lister.Keys() {
-		key, ok := storageKey(k)
-		if !ok {
-			continue // not ours
-		}
-		e, err := s.kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return n, &idem.StoreError{Op: "purge", Err: err}
-		}
-		rec, err := decode(key, e.Value())
-		if err != nil || rec.ExpiresAt > cutoff {
-			continue // a corrupt record is left for an operator to see
-		}
-		err = s.kv.Purge(ctx, k, jetstream.LastRevision(e.Revision()))
-		switch {
-		case err == nil:
-			n++
-		case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSeq(err):
-			// claimed again since the read: kept
-		default:
-			return n, &idem.StoreError{Op: "purge", Err: err}
-		}
-	}
-	return n, ctx.Err()
 }
 
 func isWrongLastSeq(err error) bool {

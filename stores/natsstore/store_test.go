@@ -70,10 +70,12 @@ func TestProcesses(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	_, err := natsstore.New(nil, natsstore.WithClock(nil), natsstore.WithRetention(-time.Second), nil)
-	storetest.CheckOptionErrors(t, err, "natsstore.New", "natsstore.WithClock", "natsstore.WithRetention", "natsstore.New")
-	_, err = natsstore.CreateBucket(context.Background(), nil, "x", natsstore.WithReplicas(0))
-	storetest.CheckOptionErrors(t, err, "natsstore.CreateBucket", "natsstore.WithReplicas")
+	_, err := natsstore.New(nil, natsstore.WithClock(nil), natsstore.WithRetention(-time.Second), nil,
+		natsstore.WithCleanup(0), natsstore.WithJetStream(nil))
+	storetest.CheckOptionErrors(t, err, "natsstore.New", "natsstore.WithClock", "natsstore.WithRetention", "natsstore.New",
+		"natsstore.WithCleanup", "natsstore.WithJetStream")
+	_, err = natsstore.CreateBucket(context.Background(), nil, "x", natsstore.WithReplicas(0), natsstore.WithMaxAge(-time.Hour))
+	storetest.CheckOptionErrors(t, err, "natsstore.CreateBucket", "natsstore.WithReplicas", "natsstore.WithMaxAge")
 }
 
 // counting counts the bucket operations a store sends: each is one round

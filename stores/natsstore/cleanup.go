@@ -1,0 +1,410 @@
+package natsstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/lease"
+	"github.com/idem-go/idem/storekit"
+)
+
+// MaxAgeError is returned by Claim and Complete on a bucket with a max age
+// (WithMaxAge, or a bucket configured with a TTL) when the record would
+// outlive it: the server would remove the entry before the record's own
+// expiry plus the retention, and a duplicate could then run fn again. It
+// matches idem.ErrInvalidOption: a Guard's TTL or takeover threshold, or
+// the store's retention, does not fit the bucket.
+type MaxAgeError struct {
+	Op       string        // "claim" or "complete"
+	Lifetime time.Duration // the record's lifetime past this write, retention included
+	MaxAge   time.Duration // the bucket's max age
+}
+
+func (e *MaxAgeError) Error() string {
+	return fmt.Sprintf("natsstore: %s: a record living %v past its write (lifetime plus retention) outlives the bucket's max age %v: give the bucket a max age of at least that, or shorten the Guard's TTL and takeover threshold",
+		e.Op, e.Lifetime, e.MaxAge)
+}
+
+// Is reports whether target is idem.ErrInvalidOption.
+func (e *MaxAgeError) Is(target error) bool { return target == idem.ErrInvalidOption }
+
+func (s *Store) setMaxAge(d time.Duration) {
+	s.maxAge.Store(int64(d))
+	s.ageKnown.Store(true)
+}
+
+// bucketMaxAge returns the bucket's max age: given by CreateBucket, or read
+// from the bucket's status once (and again by every clean-up pass).
+func (s *Store) bucketMaxAge(ctx context.Context) (time.Duration, error) {
+	if s.ageKnown.Load() {
+		return time.Duration(s.maxAge.Load()), nil
+	}
+	st, err := s.kv.Status(ctx)
+	if err != nil {
+		return 0, &idem.StoreError{Op: "status", Err: err}
+	}
+	s.setMaxAge(st.TTL())
+	return st.TTL(), nil
+}
+
+// checkLifetime refuses a write whose record lives life past it (plus the
+// retention) on a bucket whose max age is shorter.
+func (s *Store) checkLifetime(ctx context.Context, op string, life time.Duration) error {
+	maxAge, err := s.bucketMaxAge(ctx)
+	if err != nil || maxAge == 0 {
+		return err
+	}
+	if total := life + s.retention; total > maxAge {
+		return &MaxAgeError{Op: op, Lifetime: total, MaxAge: maxAge}
+	}
+	return nil
+}
+
+// deleter returns the bucket's stream, when the pass can delete its
+// messages (CreateBucket's, or looked up once through WithJetStream when
+// the stream allows deletes), with the stream's current information; nil
+// otherwise (the pass then removes records with KV purges, which leave
+// markers, and says so once).
+func (s *Store) deleter(ctx context.Context) (jetstream.Stream, *jetstream.StreamInfo, error) {
+	st, err := s.kv.Status(ctx)
+	if err != nil {
+		return nil, nil, &idem.StoreError{Op: "status", Err: err}
+	}
+	info := streamInfo(st)
+	s.streamMu.Lock()
+	defer s.streamMu.Unlock()
+	if s.stream != nil && info != nil {
+		return s.stream, info, nil
+	}
+	if s.js != nil && info != nil && !info.Config.DenyDelete {
+		stream, err := s.js.Stream(ctx, info.Config.Name)
+		if err != nil {
+			return nil, nil, &idem.StoreError{Op: "stream", Err: err}
+		}
+		s.stream = stream
+		return stream, info, nil
+	}
+	if !s.warned.Swap(true) {
+		why := "the bucket's stream denies message deletes (a bucket made by jetstream.CreateKeyValue; natsstore.CreateBucket makes one that allows them)"
+		if s.js == nil {
+			why = "the Store has no JetStream context (natsstore.WithJetStream) for a bucket not made by natsstore.CreateBucket"
+		}
+		slog.Default().Warn("natsstore: clean-up removes expired records with KV purges, which leave one delete marker per key in the stream", "bucket", st.Bucket(), "why", why)
+	}
+	return nil, nil, nil
+}
+
+// streamInfo is the stream information in a bucket's status, when it has
+// it (a jetstream.KeyValueBucketStatus).
+func streamInfo(st jetstream.KeyValueStatus) *jetstream.StreamInfo {
+	if b, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		return b.StreamInfo()
+	}
+	return nil
+}
+
+// Tuning of a clean-up pass.
+var (
+	purgeBatch    = storekit.DefaultPurgeBatch // removals between two lease renewals
+	paceEvery     = 20                         // removals between two rests
+	purgeParallel = 2                          // removals in flight at once
+	purgePause    = 1.0                        // rest per unit of work
+)
+
+// Purge removes the records whose ExpiresAt is more than the retention
+// (WithRetention) ago, and the delete markers Delete left, and returns how
+// many records it removed. It runs at once, whatever other processes do
+// (the background clean-up takes turns through a lease; Purge does not).
+//
+// It reads the bucket's entries once, in stream order, through one watch
+// (values included, none held beyond the batch in hand), and removes what
+// it found in batches of storekit.DefaultPurgeBatch, a few at a time. Each
+// removal is conditioned on the revision read, so a record claimed again
+// meanwhile is kept: on a bucket whose stream allows message deletes
+// (CreateBucket's, or one given WithJetStream) it deletes the message with
+// the revision read as its sequence, which leaves no marker and cannot
+// touch a later write; otherwise it is a KV purge with
+// jetstream.LastRevision, which leaves a marker per key (and markers are
+// then not removed). A record that does not decode is left for an
+// operator to see; keys that are not the store's are left alone.
+func (s *Store) Purge(ctx context.Context) (int, error) {
+	return s.purge(ctx, nil)
+}
+
+// candidate is an entry a pass found removable.
+type candidate struct {
+	key    string // KV key
+	rev    uint64
+	marker bool // a delete marker, not a record
+}
+
+// beforeRemove, when set (tests), runs after a pass decided and before it
+// removes a batch.
+var beforeRemove func(batch []string)
+
+// purge is one clean-up pass; between, when not nil, runs after every
+// batch (the background pass renews its lease there) and ends the pass
+// with its error.
+func (s *Store) purge(ctx context.Context, between func(context.Context) error) (int, error) {
+	stream, info, err := s.deleter(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var sc scanner
+	if stream != nil {
+		sc, err = newConsumerScan(ctx, stream, info)
+	} else {
+		sc, err = newWatchScan(ctx, s.kv)
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer sc.stop()
+	n := 0
+	var p pacer
+	batch := make([]candidate, 0, purgeBatch)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if beforeRemove != nil {
+			keys := make([]string, len(batch))
+			for i, c := range batch {
+				keys[i] = c.key
+			}
+			beforeRemove(keys)
+		}
+		k, err := s.removeBatch(ctx, stream, batch, &p)
+		n += k
+		batch = batch[:0]
+		if err == nil && between != nil {
+			err = between(ctx)
+		}
+		return err
+	}
+	for {
+		if err := p.rest(ctx); err != nil {
+			return n, err
+		}
+		chunk, done, err := sc.next(ctx)
+		if err != nil {
+			return n, err
+		}
+		for _, e := range chunk {
+			if c, ok := s.removable(e, stream != nil); ok {
+				batch = append(batch, c)
+			}
+		}
+		if done || len(batch) >= purgeBatch {
+			if err := flush(); err != nil || done {
+				return n, err
+			}
+		}
+	}
+}
+
+// removable says whether e is one of the store's records expired past the
+// retention now, or (when markers can be removed) a delete marker of one.
+func (s *Store) removable(e scanned, markers bool) (candidate, bool) {
+	key, ok := storageKey(e.key)
+	if !ok {
+		return candidate{}, false // not ours
+	}
+	if e.op != jetstream.KeyValuePut {
+		return candidate{key: e.key, rev: e.rev, marker: true}, markers
+	}
+	rec, err := decode(key, e.value)
+	if err != nil || rec.ExpiresAt > s.nowMs()-s.retention.Milliseconds() {
+		return candidate{}, false // live, or corrupt: left for an operator to see
+	}
+	return candidate{key: e.key, rev: e.rev}, true
+}
+
+// pacer spaces a pass's requests out: after each step (a chunk read, a
+// few removals) it rests purgePause times as long as the step took, so a
+// pass leaves the server to the store's calls most of the time instead of
+// running back to back. A pass of 20,000 removals takes longer this way,
+// and claims beside it stay as fast as without it (TestSoakCleanup).
+type pacer struct{ last time.Time }
+
+func (p *pacer) rest(ctx context.Context) error {
+	now := time.Now()
+	if p.last.IsZero() {
+		p.last = now
+		return nil
+	}
+	err := lease.Sleep(ctx, time.Duration(float64(now.Sub(p.last))*purgePause))
+	p.last = time.Now()
+	return err
+}
+
+// removeBatch removes batch, paceEvery at a time (purgeParallel requests
+// in flight) with a rest after each, and returns how many records (not
+// markers) it removed.
+func (s *Store) removeBatch(ctx context.Context, del jetstream.Stream, batch []candidate, p *pacer) (int, error) {
+	n := 0
+	for len(batch) > 0 {
+		step := batch[:min(paceEvery, len(batch))]
+		batch = batch[len(step):]
+		var (
+			next, removed atomic.Int64
+			wg            sync.WaitGroup
+			errs          = make([]error, len(step))
+		)
+		for range min(purgeParallel, len(step)) {
+			wg.Go(func() {
+				for i := int(next.Add(1)) - 1; i < len(step) && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
+					gone, err := s.remove(ctx, del, step[i])
+					errs[i] = err
+					if gone && !step[i].marker {
+						removed.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		n += int(removed.Load())
+		if err := errors.Join(errs...); err != nil {
+			return n, err
+		}
+		if err := p.rest(ctx); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// remove removes c if the key is still at the revision read: gone is false
+// when another write got there first (the entry is kept).
+func (s *Store) remove(ctx context.Context, del jetstream.Stream, c candidate) (gone bool, err error) {
+	if del != nil {
+		// The message with this sequence is the entry as read; a later
+		// write to the key is another message, which this cannot touch.
+		err := del.DeleteMsg(ctx, c.rev)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) && !strings.Contains(err.Error(), "not permitted"):
+			// "no message found": rewritten (history 1 dropped it) or
+			// removed since the read. nats.go keeps only the text.
+			return false, nil
+		default:
+			return false, &idem.StoreError{Op: "purge", Err: err}
+		}
+	}
+	err = s.kv.Purge(ctx, c.key, jetstream.LastRevision(c.rev))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSeq(err):
+		return false, nil // claimed again since the read: kept
+	default:
+		return false, &idem.StoreError{Op: "purge", Err: err}
+	}
+}
+
+// leaseKey is the KV key of the clean-up lease: it holds a "." that kvKey
+// never writes, so it is never taken for a record.
+const leaseKey = "idem.cleanup.lease"
+
+// cleanupLease is the value under leaseKey: who runs the bucket's clean-up
+// and until when the others skip their passes (Unix milliseconds, the
+// store's clock).
+type cleanupLease struct {
+	Owner string `json:"owner"`
+	Until int64  `json:"until"`
+}
+
+// errLeaseLost ends a pass whose lease another process took.
+var errLeaseLost = errors.New("natsstore: clean-up lease taken by another process")
+
+// background is the pass the Cleaner runs: nothing when the bucket has a
+// max age (the server removes entries itself), nothing when another
+// process holds the lease; otherwise Purge under the lease, renewed after
+// every batch and, when done, held for half an interval more so the
+// processes sharing the bucket clean about once per interval between them.
+func (s *Store) background(ctx context.Context) error {
+	_, err := s.backgroundPass(ctx)
+	return err
+}
+
+// backgroundPass is background, with what it removed and whether it ran.
+func (s *Store) backgroundPass(ctx context.Context) (int, error) {
+	st, err := s.kv.Status(ctx)
+	if err != nil {
+		return 0, &idem.StoreError{Op: "status", Err: err}
+	}
+	s.setMaxAge(st.TTL())
+	if st.TTL() > 0 {
+		return 0, nil
+	}
+	hold := max(s.every/2, time.Minute)
+	rev, ok, err := s.takeLease(ctx, 0, hold)
+	if err != nil || !ok {
+		return 0, err
+	}
+	n, err := s.purge(ctx, func(ctx context.Context) error {
+		var ok bool
+		var err error
+		if rev, ok, err = s.takeLease(ctx, rev, hold); err == nil && !ok {
+			err = errLeaseLost
+		}
+		return err
+	})
+	if errors.Is(err, errLeaseLost) {
+		return n, nil // another process goes on
+	}
+	if err == nil {
+		_, _, err = s.takeLease(ctx, rev, s.every/2)
+	}
+	return n, err
+}
+
+// takeLease takes or renews the clean-up lease until now+hold: renewing
+// (rev > 0) is an Update on the revision this Store wrote; taking reads it
+// first and takes it only when it is free, lapsed or its own. ok is false
+// when another process holds it.
+func (s *Store) takeLease(ctx context.Context, rev uint64, hold time.Duration) (newRev uint64, ok bool, err error) {
+	now := s.now()
+	if rev == 0 {
+		e, err := s.kv.Get(ctx, leaseKey)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return 0, false, &idem.StoreError{Op: "lease", Err: err}
+		default:
+			var l cleanupLease
+			if json.Unmarshal(e.Value(), &l) == nil && l.Owner != s.id && l.Until > now.UnixMilli() {
+				return 0, false, nil
+			}
+			rev = e.Revision()
+		}
+	}
+	b, err := json.Marshal(cleanupLease{Owner: s.id, Until: now.Add(hold).UnixMilli()})
+	if err != nil {
+		return 0, false, err
+	}
+	if rev == 0 {
+		newRev, err = s.kv.Create(ctx, leaseKey, b)
+	} else {
+		newRev, err = s.kv.Update(ctx, leaseKey, b, rev)
+	}
+	switch {
+	case err == nil:
+		return newRev, true, nil
+	case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSeq(err):
+		return 0, false, nil
+	default:
+		return 0, false, &idem.StoreError{Op: "lease", Err: err}
+	}
+}
