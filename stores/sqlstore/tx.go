@@ -54,6 +54,9 @@ import (
 // (SetMaxOpenConns(1)) such a Step is refused at once with an error
 // matching idem.ErrInvalidOption, which says so, instead of waiting for
 // the connection until the call's claim lapses (TestDoTxStepOneConnection).
+// DoTx's own heartbeat, too, needs a second connection while fn's
+// transaction is open: a fn that runs longer than the heartbeat interval
+// wants a pool of at least two.
 //
 // A panic in fn rolls the transaction back, releases the claim and is
 // raised again. The context handed to fn is the transaction's: it carries
