@@ -48,7 +48,19 @@ func TestConformanceClock(t *testing.T) {
 		require.NoError(t, err)
 		buckets.Store(idem.Store(s), kv)
 		return s
-	}, storetest.WithCorrupter(corrupt))
+	}, storetest.WithCorrupter(corrupt), storetest.WithRetention(natsstore.DefaultRetention))
+}
+
+// TestPurgeConformance runs storetest's clean-up checks on real time with
+// retention 0, so Purge races claims, heartbeats and completions of
+// records that are expired past retention.
+func TestPurgeConformance(t *testing.T) {
+	_, js := connect(t, testenv.NATSURL(t))
+	storetest.RunPurge(t, func(t *testing.T) idem.Store {
+		s, err := natsstore.New(newBucket(t, js), natsstore.WithRetention(0), natsstore.WithoutCleanup())
+		require.NoError(t, err)
+		return s
+	}, storetest.WithRetention(0))
 }
 
 func TestProcesses(t *testing.T) {
