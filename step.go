@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 
 	"github.com/idem-go/idem/lease"
@@ -83,7 +84,9 @@ func (c *callCtx) Value(k any) any {
 // Guard handed to fn, or inside another step's fn (steps do not nest), is
 // ErrNoCall; an empty name is ErrInvalidKey; a nil ctx or fn is
 // ErrInvalidOption. See the package documentation (Steps) for how step
-// records are kept and what they cost.
+// records are kept and what they cost, and sqlstore.StepTx and
+// dynamostore.StepTx for a step whose database writes commit together with
+// its record.
 func Step[V any](ctx context.Context, name string, fn func(context.Context) (V, error)) (V, error) {
 	var zero V
 	switch {
@@ -94,7 +97,7 @@ func Step[V any](ctx context.Context, name string, fn func(context.Context) (V, 
 	case name == "":
 		return zero, &KeyError{Reason: "empty step name"}
 	}
-	sc, err := stepCallOf(ctx, name)
+	sc, err := stepCallOf(ctx, "Step", name)
 	if err != nil {
 		return zero, err
 	}
@@ -115,15 +118,19 @@ func newStep[V any](ctx context.Context, sc *stepCall, name string) (*step[V], e
 	return &step[V]{sc: sc, name: name, sk: derivedKey("idem/step/v1", sc.sk, epoch, name), key: stepKeyOf(sc.sk, epoch, name)}, nil
 }
 
-// stepCallOf returns the call of a guarded fn's context ctx, or an error:
+// stepCallOf returns the call of a guarded fn's context ctx, or an error
+// for the caller op of step name (for the message; name "" for none):
 // ErrNoCall outside one or inside a step's fn (steps do not nest).
-func stepCallOf(ctx context.Context, name string) (*stepCall, error) {
+func stepCallOf(ctx context.Context, op, name string) (*stepCall, error) {
 	sc, _ := ctx.Value(callKey{}).(*stepCall)
 	if sc == nil {
 		return nil, ErrNoCall
 	}
 	if ctx.Value(stepKey{}) != nil {
-		return nil, fmt.Errorf("%w: Step %q inside a step's fn (steps do not nest)", ErrNoCall, name)
+		if name != "" {
+			op += " " + strconv.Quote(name)
+		}
+		return nil, fmt.Errorf("%w: %s inside a step's fn (steps do not nest)", ErrNoCall, op)
 	}
 	return sc, nil
 }

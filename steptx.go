@@ -46,7 +46,7 @@ func CallStore(ctx context.Context) (Store, error) {
 	if ctx == nil {
 		return nil, &OptionError{Option: "CallStore", Reason: "context is nil"}
 	}
-	sc, err := stepCallOf(ctx, "")
+	sc, err := stepCallOf(ctx, "CallStore", "")
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +86,7 @@ func RunStepTx[V any](ctx context.Context, name string, run func(ctx context.Con
 	case name == "":
 		return zero, &KeyError{Reason: "empty step name"}
 	}
-	sc, err := stepCallOf(ctx, name)
+	sc, err := stepCallOf(ctx, "StepTx", name)
 	if err != nil {
 		return zero, err
 	}
