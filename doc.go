@@ -163,6 +163,36 @@
 // the start. A call still running is not stopped; its completion is
 // refused.
 //
+// # Rotating the secret
+//
+// WithSecret(active, previous...) changes the key-derivation secret
+// without running any fn twice. New records are keyed with active. A call
+// whose claim under the active key finds no live record reads the key
+// under each previous secret before fn runs (one more round trip each), and
+// a record found there answers the call as if the key had not changed: a
+// replay, ErrPreviousFailure, ErrPayloadMismatch, ErrInProgress or a wait,
+// or a takeover of a stale claim under the record's own key, so its
+// fencing token and its steps carry on. Replays of records written under
+// active cost one round trip, as before.
+//
+// A rotation is three deploys: WithSecret(old, new), then
+// WithSecret(new, old), then, once the TTL has passed, WithSecret(new).
+// While the second rolls, processes of both configurations may each claim
+// a key under their own active secret before they look under the other's.
+// Both apply one rule: of two live claims that see each other, the one
+// under the smaller storage key waits (holding its claim, heartbeating)
+// until the other is gone, and the other yields (releases its claim and
+// answers from the winner's). A process runs fn only after it has read
+// every other key, while holding its own claim, and found no live claim
+// there; two claims that each did so would each have been written after
+// the other was read, which cannot be, so fn runs at most once (rotate.go
+// has the whole argument). Under Return and Raise, a call that finds a
+// call in progress under a key that sorts after its own waits at most one
+// heartbeat interval for it to yield before it answers ErrInProgress.
+//
+// Forget deletes the record under the active secret only: while previous
+// secrets are configured, a record under one of them can still answer.
+//
 // # Callers in one process
 //
 // Concurrent callers of one key in one process share one claim (or one
