@@ -5,21 +5,25 @@
 //
 // A store directory holds (on-disk layout version 2):
 //
-//	<dir>/                          0700, created if missing
-//	<dir>/<h0h1>/<h2h3>/<storage key>  one record per key, 0600, versioned JSON (storekit.EncodeRecord)
-//	<dir>/<h0h1>/<h2h3>/.tmp-<key>-<n> a record being written (renamed over <key> when done)
-//	<dir>/.locks/00 .. ff           256 lock files, 0600, never deleted
-//	<dir>/.locks/clean              the clean-up lock, 0600, never deleted
+//	<dir>/                         0700, created if missing
+//	<dir>/<h0h1>/<h2>/<storage key>  one record per key, 0600, versioned JSON (storekit.EncodeRecord)
+//	<dir>/<h0h1>/<h2>/.tmp-<key>-<n> a record being written (renamed over <key> when done)
+//	<dir>/.locks/00 .. ff          256 lock files, 0600, never deleted
+//	<dir>/.locks/clean             the clean-up lock, 0600, never deleted
 //
-// h0h1 and h2h3 are the first four hex digits of the SHA-256 of the
-// storage key: 256 fan-out directories of at most 256 leaf directories
+// h0h1 and h2 are the first three hex digits of the SHA-256 of the
+// storage key: 256 fan-out directories of at most 16 leaf directories
 // each (all 0700, made when a first record needs them and kept when they
-// empty, so there are never more than 65,792). A leaf holds about
-// 1/65,536 of the records: about 15 at a million records. Every record
-// file's modification time is the record's ExpiresAt (set by each write,
-// before the rename), so a clean-up pass tells an expired record from a
-// live one with lstat(2) alone; the decision itself is always made from
-// the record (see Lifecycle).
+// empty, so there are never more than 4,352 directories, about 17 MB of
+// directory blocks). A leaf holds about 1/4,096 of the records: about 250
+// at a million records, where one flat directory would hold the million
+// and keep the size it grew to. The fan-out is a trade: more leaves would
+// keep each smaller, but a clean-up fsyncs every leaf it removed from,
+// and every directory costs a block on disk and a read per pass even when
+// empty. Every record file's modification time is the record's ExpiresAt
+// (set by each write, before the rename), so a clean-up pass tells an
+// expired record from a live one with lstat(2) alone; the decision itself
+// is always made from the record (see Lifecycle).
 //
 // The file name of a record is the storage key itself, and nothing else: no
 // path is ever built from caller input. Storage keys are validated strictly
@@ -125,8 +129,9 @@
 // modification time is only a hint: a file whose time was changed by hand
 // is judged by its record). A claim waits for the clean-up at most the
 // removal of one file under its stripe's lock. Empty leaf directories are
-// kept, so file counts and directory sizes return to their baseline of at
-// most 65,792 small directories once records expire.
+// kept, so file counts and directory sizes return to their baseline (at
+// most 4,352 directories, each the size its share of the peak made it)
+// once records expire.
 //
 // Removing an expired record forgets its attempt counter: the next claim
 // of that key starts again at attempt (fencing token) 1. Give a retention

@@ -20,24 +20,28 @@ import (
 const tmpPrefix = ".tmp-"
 
 // leafOf returns the directory that holds the record of key:
-// <dir>/<h[0:2]>/<h[2:4]>, h the hex SHA-256 of the key. 256 directories
-// of 256 each: no directory of the store holds more than 256 directories,
-// and a leaf holds about 1/65536 of the records.
+// <dir>/<h0h1>/<h2>/, h the hex SHA-256 of the key. 256 fan-out
+// directories of 16 leaves each: 4,096 leaves, so a leaf holds about
+// 1/4,096 of the records. More leaves would keep each smaller, but every
+// leaf a clean-up removes from costs one fsync per batch, and every
+// directory costs a block on disk and a read per pass even when empty.
 func (c *core) leafOf(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	var h [4]byte
 	hex.Encode(h[:], sum[:2])
-	return filepath.Join(c.dir, string(h[0:2]), string(h[2:4]))
+	return filepath.Join(c.dir, string(h[0:2]), string(h[2:3]))
 }
 
 // path returns the record file of key.
 func (c *core) path(key string) string { return filepath.Join(c.leafOf(key), key) }
 
-// isFanName reports whether name is a fan-out directory name: two
-// lower-case hex digits.
+// isFanName reports whether name is a fan-out directory's name (two
+// lower-case hex digits); isLeafName, a leaf's (one).
 func isFanName(name string) bool {
 	return len(name) == 2 && isHex(name[0]) && isHex(name[1])
 }
+
+func isLeafName(name string) bool { return len(name) == 1 && isHex(name[0]) }
 
 func isHex(b byte) bool { return b >= '0' && b <= '9' || b >= 'a' && b <= 'f' }
 
@@ -121,8 +125,8 @@ func (c *core) write(key string, r *idem.Record) (err error) {
 // makeLeaf creates the leaf directory and its parent (mode 0700) where
 // they are missing, and fsyncs the directory each was made in. It fsyncs
 // them also when another process made them first: that process may not
-// have got to its fsync yet. Fan-out directories are never removed, so
-// there are at most 256 + 65536 of them.
+// have got to its fsync yet. Fan-out and leaf directories are never
+// removed, so there are at most 256 + 4,096 of them.
 func (c *core) makeLeaf(leaf string) error {
 	mid := filepath.Dir(leaf)
 	for _, d := range []string{mid, leaf} {

@@ -92,7 +92,7 @@ func (c *core) purge(ctx context.Context) (int, error) {
 				p.flush(ctx)
 				return p.removed, errors.Join(append(p.errs, err)...)
 			}
-			if !l.IsDir() || !isFanName(l.Name()) {
+			if !l.IsDir() || !isLeafName(l.Name()) {
 				continue
 			}
 			p.scan(ctx, filepath.Join(mid, l.Name()))
