@@ -107,7 +107,9 @@
 // The key is never stored raw. The Guard's key is the SHA-256 of the
 // principal (WithPrincipal; fixed length, so no principal reads as a prefix
 // of another), the full method name and the key, which the Guard hashes
-// again into its storage key (HMAC with idem.WithSecret): one caller never
+// again into its storage key (HMAC with idem.WithSecret, given through
+// WithGuard; rotating it with idem.WithSecret(new, old) keeps every
+// recorded response replayable, see package idem): one caller never
 // receives another's response, and one key on two methods names two
 // calls.
 //

@@ -46,8 +46,10 @@
 //
 // The key is parsed by ParseKey: a structured-field string, or the bare
 // value many clients send. It is never stored raw: the Guard stores a hash
-// of the principal's hash and the key (HMAC with idem.WithSecret). The
-// principal, from WithPrincipal, names who asks (an API key, an account);
+// of the principal's hash and the key (HMAC with idem.WithSecret, given
+// through WithGuard; rotating it with idem.WithSecret(new, old) keeps every
+// recorded response replayable, see package idem). The principal, from
+// WithPrincipal, names who asks (an API key, an account);
 // two principals using the same key never see each other's records. A
 // principal function that fails, or returns an empty name, is a 401, so an
 // unauthenticated caller cannot use the key space at all.
