@@ -281,7 +281,7 @@ func (su *suite) purgeRace(t *testing.T, s idem.Store) {
 					mu.Lock()
 					removed += n
 					if err != nil {
-						errs = append(errs, fmt.Errorf("Purge beside %s: %w", what, err))
+						errs = append(errs, fmt.Errorf("purge beside %s: %w", what, err))
 					}
 					mu.Unlock()
 				}()
