@@ -13,10 +13,11 @@ import (
 )
 
 // Purger is a store that removes expired records on request: every store
-// of this module that cleans up after itself (memstore, filestore,
-// sqlstore, natsstore) has this method. Purge removes the records expired
-// past the store's retention (ExpiresAt plus retention at or before the
-// store's now, read while it removes them) and returns how many it removed.
+// of this repository that cleans up after itself (memstore, filestore,
+// sqlstore, natsstore) has this method. Purge removes the records whose
+// ExpiresAt plus the store's retention has passed on the store's clock,
+// read when it removes each (not when it listed them), and returns how
+// many it removed.
 //
 // When the store under test is a Purger, Run and RunWithClock check that
 // its clean-up never removes a live record: not a record that lives on,
@@ -32,7 +33,8 @@ type Purger interface {
 // until then and removes it after, and makes records eligible for removal
 // in the racing check on real time too. Without it, the suite checks only
 // that Purge never removes a live record; on a clock, it moves the clock
-// a long way (farPast) to make records eligible.
+// a long way (farPast) to make records eligible. A negative d fails the
+// run.
 func WithRetention(d time.Duration) Option {
 	return func(su *suite) { su.retention, su.retentionKnown = d, true }
 }

@@ -227,6 +227,9 @@ func runTests(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store
 	for _, o := range opts {
 		o(su)
 	}
+	if su.retention < 0 {
+		t.Fatalf("storetest.WithRetention: retention must not be negative, got %v", su.retention)
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
