@@ -220,6 +220,12 @@ func (tx *Tx) finish() ([]types.TransactWriteItem, []string, error) {
 // The heartbeat stops right before the transaction is sent; a heartbeat
 // still in flight then can only make the transaction conflict, which is
 // retried.
+//
+// Nothing is held open while fn runs (its items are sent after it
+// returned), so fn may call idem.Step for external calls. A call whose
+// writes should be recorded as one of its steps, after external calls
+// that must not run again when the writes fail, is g.Do with Steps and a
+// StepTx.
 func DoTx[T any](ctx context.Context, g *idem.Guard[T], key string, fn func(context.Context, *Tx) (T, error), opts ...idem.CallOption) (T, error) {
 	var zero T
 	if fn == nil {
