@@ -222,10 +222,10 @@ func (tx *Tx) finish() ([]types.TransactWriteItem, []string, error) {
 // retried.
 //
 // Nothing is held open while fn runs (its items are sent after it
-// returned), so fn may call idem.Step for external calls. A call whose
-// writes should be recorded as one of its steps, after external calls
-// that must not run again when the writes fail, is g.Do with Steps and a
-// StepTx.
+// returned), so fn may call idem.Step for external calls: each step's
+// record is written as it finishes, and a retry after a failed
+// transaction replays them. StepTx commits writes as a step of their own,
+// for a call that goes on after them (g.Do with Steps and a StepTx).
 func DoTx[T any](ctx context.Context, g *idem.Guard[T], key string, fn func(context.Context, *Tx) (T, error), opts ...idem.CallOption) (T, error) {
 	var zero T
 	if fn == nil {
