@@ -50,6 +50,21 @@ WHERE table_schema = DATABASE() AND table_name = ?`, table).Scan(&n))
 	return n
 }
 
+// rowLockWaits returns MySQL's Innodb_row_lock_waits and
+// Innodb_row_lock_time_max (server-wide counters); nil on PostgreSQL.
+func rowLockWaits(t testing.TB, d sqlstore.Dialect, db *sql.DB) []int64 {
+	t.Helper()
+	if d != sqlstore.MySQL {
+		return nil
+	}
+	out := make([]int64, 2)
+	for i, name := range []string{"Innodb_row_lock_waits", "Innodb_row_lock_time_max"} {
+		var k string
+		require.NoError(t, db.QueryRow(`SHOW GLOBAL STATUS LIKE '`+name+`'`).Scan(&k, &out[i]))
+	}
+	return out
+}
+
 // TestSoakPurgeMillion removes IDEM_SOAK_ROWS (default 1M) expired rows,
 // once with the single DELETE Purge was before batches and once with
 // Purge, each on a fresh table beside 100 completed rows that expire
@@ -69,6 +84,9 @@ func TestSoakPurgeMillion(t *testing.T) {
 			continue
 		}
 		for _, way := range []string{"single DELETE", "Purge"} {
+			if only := os.Getenv("IDEM_SOAK_WAY"); only != "" && only != way {
+				continue
+			}
 			t.Run(d.String()+"/"+way, func(t *testing.T) {
 				e := newEnv(t, d, sqlstore.WithoutCleanup(), sqlstore.WithRetention(0))
 				start := time.Now()
@@ -98,7 +116,12 @@ func TestSoakPurgeMillion(t *testing.T) {
 						require.EqualValues(t, rows, n)
 					}
 				}
+				waits := rowLockWaits(t, d, e.db)
 				during, took := window(t, e.store, replay.Key, 0, remove)
+				if d == sqlstore.MySQL {
+					w := rowLockWaits(t, d, e.db)
+					t.Logf("  InnoDB row lock waits during removal (whole server): %d, longest wait ever %d ms", w[0]-waits[0], w[1])
+				}
 				after := tableBytes(t, d, e.db, e.table)
 				quiet, qtook := window(t, e.store, replay.Key, min(took, quietMax), nil)
 				t.Logf("%s %s: %d rows removed in %v; table %d MB before, %d MB after", d, way, rows,

@@ -126,7 +126,8 @@ func TestBadInput(t *testing.T) {
 // store decides with the database's clock).
 func TestAttemptsContinue(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
-		e := newEnv(t, d, sqlstore.WithRetention(time.Hour))
+		// WithoutCleanup: the test counts what its own Purge calls delete.
+		e := newEnv(t, d, sqlstore.WithRetention(time.Hour), sqlstore.WithoutCleanup())
 		s, ctx, key := e.store, ctxT(t), storageKey()
 		claim := func(want idem.ClaimOutcome, attempt int64) idem.ClaimRequest {
 			t.Helper()
