@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -275,9 +274,8 @@ func TestPurgeKeepsRowClaimedAfterItsRead(t *testing.T) {
 // probe claims fresh keys and replays one completed key, one call at a
 // time, recording each call's latency, until stop is closed.
 type probe struct {
-	mu    sync.Mutex
-	lat   []time.Duration
-	calls atomic.Int64
+	mu  sync.Mutex
+	lat []time.Duration
 }
 
 func (p *probe) run(t *testing.T, s *sqlstore.Store, replayKey string, stop <-chan struct{}) {
