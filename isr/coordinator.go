@@ -44,8 +44,12 @@ func WithLeaseDuration(d time.Duration) Option {
 	return atLeastSecond("WithLeaseDuration", d, func(c *config) { c.leaseDuration = d })
 }
 
-// WithTTLBuffer sets how far past lease_expires_at the LOCK ttl is set
-// (default 1h; at least 1s). TTL is garbage collection only.
+// WithTTLBuffer sets how long an item that no longer decides anything is
+// kept before its ttl lets the store remove it (default 1h; at least 1s):
+// the LOCK ttl is lease_expires_at + d, and a VER# row superseded by a
+// recipe-B publish gets ttl publish time + d (readers that read META just
+// before the swap still find the row it pointed to). TTL is garbage
+// collection only.
 func WithTTLBuffer(d time.Duration) Option {
 	return atLeastSecond("WithTTLBuffer", d, func(c *config) { c.ttlBuffer = d })
 }
@@ -273,6 +277,13 @@ type Page struct {
 	BaseVersion int64
 	// VersionID is, for recipe B, the id of the VER# item; "" generates one.
 	VersionID string
+	// BaseSK is, for recipe B, META's current_sk when the page was
+	// regenerated ("VER#<id>"; "" when META had none), filled in by
+	// Regenerate with BaseVersion. When set, the publish requires META to
+	// still point there and gives that row, now superseded, a ttl of the
+	// publish time + WithTTLBuffer, so old versions do not pile up.
+	// Ignored by recipe A.
+	BaseSK string
 }
 
 // Publish publishes page under lease with the configured recipe, releasing
@@ -359,6 +370,11 @@ func (c *Coordinator) publishOnce(ctx context.Context, lease Lease, page Page, r
 			return Meta{}, err
 		}
 	}
+	var previous string
+	var previousTTL int64
+	if page.BaseSK != "" && page.BaseSK != VersionSKPrefix+id {
+		previous, previousTTL = page.BaseSK, ceilUnix(now)+seconds(c.cfg.ttlBuffer)
+	}
 	return c.table.PublishPointer(ctx, PublishPointerInput{
 		Lease: lease,
 		Now:   now,
@@ -368,6 +384,8 @@ func (c *Coordinator) publishOnce(ctx context.Context, lease Lease, page Page, r
 		RevalidateSeconds: page.RevalidateSeconds,
 		MetaTTL:           ttl,
 		ExpectedVersion:   page.BaseVersion,
+		Previous:          previous,
+		PreviousTTL:       previousTTL,
 		Request:           req,
 		Monotonic:         c.cfg.monotonic,
 	})
@@ -549,6 +567,9 @@ func (c *Coordinator) regenerate(ctx context.Context, pk string, meta Meta, hasM
 	}
 	if page.BaseVersion == 0 {
 		page.BaseVersion = meta.Version
+	}
+	if page.BaseSK == "" && page.BaseVersion == meta.Version {
+		page.BaseSK = meta.CurrentSK
 	}
 	var comp *RequestCompletion
 	if started {

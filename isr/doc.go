@@ -37,14 +37,14 @@
 // Update REQ# to COMPLETED with result_s3_key); PublishPointer (recipe B:
 // ConditionCheck LOCK, Put VER#<id> if absent, Update META current_sk with
 // optimistic version and denormalised s3_key/etag/generated_at, Delete LOCK,
-// optional REQ# completion); BeginRequest (create REQ# if absent, fail
+// optional REQ# completion, and a ttl on the VER# row it supersedes); BeginRequest (create REQ# if absent, fail
 // closed on a different request_hash), FailRequest, AbandonRequest.
 // Four implementations behave identically: DynamoTable (DynamoDB,
 // TransactWriteItems and conditional writes; CreateTable makes the table),
 // RedisTable (NewRedisTable: one hash per item under the cache key's hash
 // tag, one Lua script per operation, each recipe one script), FileTable
 // (NewFileTable: one host, one JSON file per item, flock, temp file +
-// fsync + rename) and MemoryTable. On Redis and in files an item keeps the
+// fsync + rename) and MemoryTable (NewMemoryTable). On Redis and in files an item keeps the
 // DynamoDB item's attribute names and value types, so tools read one
 // schema everywhere. Package isr/isrtest holds the conformance suite all
 // four pass.
@@ -75,6 +75,72 @@
 // (x-request-id), MessageIDKey (queue message id) and VersionedKey
 // (sha256 of cache key | deploy id | policy version); RequestHash hashes the
 // inputs that matter.
+//
+// # Lifecycle
+//
+// A table runs for months; what it holds stays bounded. Every item isr
+// writes that stops deciding anything carries a ttl, and every backend
+// removes an item once its ttl has passed. Expiry itself is never left to
+// that removal: conditions compare lease_expires_at, and a REQ# item's
+// ttl, with the caller's Now, so an item behaves the same whether it has
+// been removed yet or not.
+//
+//   - LOCK: ttl = lease_expires_at + WithTTLBuffer (default 1h). Both
+//     publish recipes and Release delete it; a crashed worker leaves it,
+//     expired once lease_expires_at passes (the next acquire takes it
+//     over) and removed once its ttl passes. Removal never lets the stale
+//     holder publish: refresh and both recipes require a LOCK carrying its
+//     token with lease_expires_at > now, so they are refused with
+//     ErrLeaseLost whether the LOCK expired, was removed or was taken over
+//     (releasing a removed lease is ErrLeaseLost too: nothing to release).
+//   - REQ# (STARTED, COMPLETED or FAILED alike): ttl = creation +
+//     WithRequestTTL (default 24h). Past it the item counts as absent
+//     (BeginRequest takes the key again), and it is removed. A publish
+//     that completes a REQ# item removed meanwhile is refused
+//     (ErrRequestState), so WithRequestTTL must exceed the longest render.
+//   - META: a ttl only under WithMetaTTL (generated_at + d); otherwise kept,
+//     one per cache key, for good.
+//   - VER# (recipe B): the current row has META's ttl, if any. Each
+//     publish gives the row it supersedes (PublishPointerInput.Previous,
+//     Page.BaseSK, filled in by Regenerate) ttl = publish time +
+//     WithTTLBuffer in the same transaction, and requires META to still
+//     point there; a reader that read META just before the swap still
+//     finds the old row. So a page holds its current row plus the rows
+//     superseded within the buffer, not every version ever published. Rows
+//     superseded by another service's publish are that service's to
+//     expire; a service that points META back at an older row (a rollback)
+//     must remove that row's ttl first.
+//
+// Who removes expired items:
+//
+//   - DynamoDB: its TTL deletion. CreateTable turns it on for the ttl
+//     attribute; a table made otherwise needs it turned on (UpdateTimeToLive,
+//     attribute name "ttl"). DynamoDB deletes expired items within days,
+//     DynamoDB Local within seconds to minutes; until then the conditions
+//     above treat them as expired.
+//   - Redis: the server. Every script that writes a ttl gives the item's
+//     hash a native expiry, ttl - now from the write, now being the
+//     writer's clock as in every condition (the instant EXPIREAT ttl would
+//     name when the clocks agree; a clock far off, as in tests, cannot make
+//     an item vanish at once). Items without a ttl get none (PERSIST).
+//     Nothing to set.
+//   - FileTable and MemoryTable: a clean-up goroutine of the table, on by
+//     default about every DefaultTableCleanup (jittered, so processes
+//     sharing a directory do not clean at once); WithCleanup(every) tunes
+//     it, WithoutCleanup() leaves it to the user's own job calling Purge,
+//     Close stops it. It removes an item only if it is expired at the
+//     moment of removal, judged on the table's clock (WithTableClock) under
+//     the lock the table's operations take: the MemoryTable's mutex, a
+//     batch of storekit.DefaultPurgeBatch items at a time, reading only
+//     expired items (an index by ttl), its maps rebuilt once they shrink
+//     to a quarter; the FileTable's lock of the cache key, one item at a
+//     time, read again under it, after a walk that reads every item file.
+//     The FileTable also removes cache-key directories left empty and
+//     temporary files crashed writers left (older than an hour).
+//
+// The removal's clock (the DynamoDB or Redis server's, the table's) must
+// agree with the workers' clocks to well within WithTTLBuffer and
+// WithRequestTTL.
 //
 // # Stale-writer guards
 //

@@ -29,6 +29,8 @@ type DynamoAPI interface {
 type CreateTableAPI interface {
 	CreateTable(ctx context.Context, in *dynamodb.CreateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
 	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
+	DescribeTimeToLive(ctx context.Context, in *dynamodb.DescribeTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTimeToLiveOutput, error)
+	UpdateTimeToLive(ctx context.Context, in *dynamodb.UpdateTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error)
 }
 
 // Attribute names of the schema.
@@ -98,9 +100,13 @@ func (t *DynamoTable) Name() string {
 }
 
 // CreateTable creates a table with the ISR shape (pk S hash key, sk S range
-// key, on-demand billing) and waits until it is active. It is idempotent:
-// an existing table is waited for, not an error. Enabling TTL on the ttl
-// attribute is left to the deployment; correctness never depends on it.
+// key, on-demand billing), waits until it is active, and turns on
+// DynamoDB's TTL deletion on the ttl attribute, so expired LOCK, REQ# and
+// superseded VER# items are removed by the server (see the package doc's
+// Lifecycle section); correctness never depends on it. It is idempotent:
+// an existing table is waited for, not an error, and its TTL turned on
+// unless it already is (on another attribute: an error, since isr's items
+// would then never be removed).
 func CreateTable(ctx context.Context, client CreateTableAPI, table string) error {
 	if client == nil {
 		return invalid("dynamodb client", "nil")
@@ -130,6 +136,35 @@ func CreateTable(ctx context.Context, client CreateTableAPI, table string) error
 	})
 	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 2*time.Minute); err != nil {
 		return fmt.Errorf("isr: wait for table %s: %w", table, err)
+	}
+	return enableTTL(ctx, client, table)
+}
+
+// enableTTL turns on TTL deletion on the ttl attribute of table, unless it
+// is on already.
+func enableTTL(ctx context.Context, client CreateTableAPI, table string) error {
+	out, err := client.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(table)})
+	if err != nil {
+		return fmt.Errorf("isr: describe ttl of %s: %w", table, err)
+	}
+	if d := out.TimeToLiveDescription; d != nil {
+		switch d.TimeToLiveStatus {
+		case types.TimeToLiveStatusEnabled, types.TimeToLiveStatusEnabling:
+			if name := aws.ToString(d.AttributeName); name != attrTTL {
+				return fmt.Errorf("isr: table %s: TTL is on attribute %q, want %q", table, name, attrTTL)
+			}
+			return nil
+		}
+	}
+	_, err = client.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+		TableName: aws.String(table),
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{
+			AttributeName: aws.String(attrTTL),
+			Enabled:       aws.Bool(true),
+		},
+	})
+	if err != nil && !strings.Contains(strings.ToLower(err.Error()), "already enabled") {
+		return fmt.Errorf("isr: enable ttl on %s: %w", table, err)
 	}
 	return nil
 }
@@ -429,6 +464,10 @@ func (t *DynamoTable) PublishPointer(ctx context.Context, in PublishPointerInput
 		cond = "attribute_not_exists(#version) OR #version = :ev"
 	}
 	vals[":ev"] = nAttr(in.ExpectedVersion)
+	if in.Previous != "" {
+		cond = "(" + cond + ") AND #current_sk = :prev"
+		vals[":prev"] = sAttr(in.Previous)
+	}
 	if in.Monotonic {
 		cond = "(" + cond + ") AND (attribute_not_exists(#generated_at) OR #generated_at < :generated_at)"
 	}
@@ -453,19 +492,70 @@ func (t *DynamoTable) PublishPointer(ctx context.Context, in PublishPointerInput
 	if in.Request != nil {
 		items = append(items, t.requestComplete(pk, in.Request, v.S3Key))
 	}
+	retire := in.Previous != "" && in.Previous != m.CurrentSK
+	if retire {
+		items = append(items, t.retireVersion(pk, in.Previous, in.PreviousTTL))
+	}
 	_, err := t.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 	if err == nil {
 		return m, nil
 	}
+	if retire {
+		var tce *types.TransactionCanceledException
+		if errors.As(err, &tce) && len(tce.CancellationReasons) == len(items) {
+			// The retire item is no part of the recipe's answer: drop its
+			// reason. Refused alone, the row it names is gone already
+			// (removed by its ttl, or by another service): publish
+			// without it.
+			last := aws.ToString(tce.CancellationReasons[len(items)-1].Code)
+			rest := tce.CancellationReasons[:len(items)-1]
+			if last == reasonCondition && allNone(rest) {
+				_, err = t.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items[:len(items)-1]})
+				if err == nil {
+					return m, nil
+				}
+			} else {
+				trimmed := *tce
+				trimmed.CancellationReasons = rest
+				err = &trimmed
+			}
+		}
+	}
 	return Meta{}, t.txErr("publish-pointer", pk, err, func(i int, old map[string]types.AttributeValue) error {
 		notNewer := false
 		if i == 2 && in.Monotonic {
-			// With the expected version, only generated_at can refuse.
+			// With the expected version (and pointer), only generated_at
+			// can refuse.
 			cur, derr := decodeMetaLoose(pk, old)
-			notNewer = derr == nil && cur.Version == in.ExpectedVersion
+			sk, _ := getS(pk, SKMeta, old, attrCurrentSK, false)
+			notNewer = derr == nil && cur.Version == in.ExpectedVersion && (in.Previous == "" || sk == in.Previous)
 		}
 		return pointerRefusal(i, notNewer)
 	})
+}
+
+// retireVersion is the update of a recipe-B publish that gives the VER#
+// row META pointed to, now superseded, its ttl; conditioned on the row
+// existing, so it never creates one.
+func (t *DynamoTable) retireVersion(pk, sk string, ttl int64) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                 aws.String(t.table),
+		Key:                       key(pk, sk),
+		UpdateExpression:          aws.String("SET #ttl = :ttl"),
+		ConditionExpression:       aws.String("attribute_exists(#pk)"),
+		ExpressionAttributeNames:  names(attrTTL, attrPK),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":ttl": nAttr(ttl)},
+	}}
+}
+
+// allNone reports whether no transaction item was refused.
+func allNone(reasons []types.CancellationReason) bool {
+	for _, r := range reasons {
+		if c := aws.ToString(r.Code); c != "" && c != reasonNone {
+			return false
+		}
+	}
+	return true
 }
 
 // BeginRequest implements Table.

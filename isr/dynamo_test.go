@@ -61,6 +61,18 @@ func dynamoClient(t testing.TB) (*dynamodb.Client, *requestCounter) {
 // deletes it when the test ends.
 func freshTable(t testing.TB, client *dynamodb.Client) string {
 	t.Helper()
+	return createTable(t, client, false)
+}
+
+// newTTLTable is freshTable with TTL deletion left on, as CreateTable
+// sets it.
+func newTTLTable(t testing.TB, client *dynamodb.Client) string {
+	t.Helper()
+	return createTable(t, client, true)
+}
+
+func createTable(t testing.TB, client *dynamodb.Client, keepTTL bool) string {
+	t.Helper()
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatal(err)
@@ -74,6 +86,19 @@ func freshTable(t testing.TB, client *dynamodb.Client) string {
 	// Idempotent: a second call on the existing table succeeds.
 	if err := isr.CreateTable(ctx, client, name); err != nil {
 		t.Fatalf("CreateTable on an existing table: %v", err)
+	}
+	// CreateTable turns TTL deletion on; DynamoDB Local carries it out
+	// within seconds. Tests here read and write with clocks far from the
+	// server's (isrtest.Base is in 2023), whose items it would delete at
+	// once: they run with TTL off (newTTLTable keeps it on).
+	if !keepTTL {
+		_, err := client.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+			TableName:               aws.String(name),
+			TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String("ttl"), Enabled: aws.Bool(false)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -663,7 +663,8 @@ func (t *FileTable) PublishPointer(ctx context.Context, in PublishPointerInput) 
 	if _, has := meta[attrVersion]; has {
 		version, vok = meta.num(attrVersion)
 	}
-	if !vok || version != in.ExpectedVersion {
+	cur, _ := meta.str(attrCurrentSK)
+	if !vok || version != in.ExpectedVersion || (in.Previous != "" && cur != in.Previous) {
 		tx.fail(2, ErrVersionConflict)
 	} else if _, has := meta[attrGeneratedAt]; in.Monotonic && has {
 		if g, ok := meta.num(attrGeneratedAt); !ok || !(g < in.Version.GeneratedAt) {
@@ -699,6 +700,19 @@ func (t *FileTable) PublishPointer(ctx context.Context, in PublishPointerInput) 
 	}
 	if err := t.complete(pk, in.Request, req, in.Version.S3Key); err != nil {
 		return Meta{}, err
+	}
+	if in.Previous != "" && in.Previous != m.CurrentSK {
+		// The row META pointed to is superseded: its ttl lets it go.
+		prev, err := t.read(pk, in.Previous)
+		if err != nil {
+			return Meta{}, err
+		}
+		if prev != nil {
+			prev[attrTTL] = jn(in.PreviousTTL)
+			if err := t.write(pk, in.Previous, prev); err != nil {
+				return Meta{}, err
+			}
+		}
 	}
 	return m, nil
 }

@@ -3,6 +3,7 @@ package isr
 import (
 	"context"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -313,7 +314,7 @@ func (t *MemoryTable) PublishPointer(ctx context.Context, in PublishPointerInput
 	}
 	cur, hasMeta := t.meta[pk]
 	m := pointerMeta(pk, in)
-	if cur.Version != in.ExpectedVersion {
+	if cur.Version != in.ExpectedVersion || (in.Previous != "" && cur.CurrentSK != in.Previous) {
 		tx.fail(2, ErrVersionConflict)
 	} else if in.Monotonic && hasMeta && !(cur.GeneratedAt < in.Version.GeneratedAt) {
 		tx.fail(2, ErrNotNewer)
@@ -329,6 +330,10 @@ func (t *MemoryTable) PublishPointer(ctx context.Context, in PublishPointerInput
 	t.setVersion(v)
 	t.setMeta(m)
 	t.deleteLease(pk)
+	if prev, ok := t.version[[2]string{pk, strings.TrimPrefix(in.Previous, VersionSKPrefix)}]; ok && in.Previous != "" && in.Previous != m.CurrentSK {
+		prev.TTL = in.PreviousTTL
+		t.setVersion(prev)
+	}
 	if in.Request != nil {
 		t.completeRequest(pk, in.Request, v.S3Key)
 	}

@@ -438,10 +438,13 @@ func (t *RedisTable) PublishPointer(ctx context.Context, in PublishPointerInput)
 		keys = append(keys, t.key(pk, RequestSKPrefix+in.Request.Key))
 		hash = in.Request.Hash
 	}
+	if in.Previous != "" {
+		keys = append(keys, t.key(pk, in.Previous))
+	}
 	r, err := t.run(ctx, "publish-pointer", pk, scriptPublishPointer, keys,
 		pk, in.Lease.Token, timeN(in.Now), m.CurrentSK, v.S3Key, i64(v.GeneratedAt), v.ETag, optN(v.TTL),
 		i64(in.RevalidateSeconds), optN(in.MetaTTL), i64(in.ExpectedVersion), i64(m.Version),
-		boolArg(in.Monotonic), hash)
+		boolArg(in.Monotonic), hash, in.Previous, optN(in.PreviousTTL))
 	if err != nil {
 		return Meta{}, err
 	}

@@ -184,6 +184,17 @@ type PublishPointerInput struct {
 	Request *RequestCompletion
 	// Monotonic: as in PublishInput.
 	Monotonic bool
+	// Previous is META's current_sk ("VER#<id>") as the caller read it at
+	// ExpectedVersion, "" when META had none. When set, the update also
+	// requires META's current_sk to be Previous (ErrVersionConflict
+	// otherwise), and the row it names, superseded by this publish, gets
+	// ttl PreviousTTL in the same transaction (if it still exists), so the
+	// store removes it once that passes instead of keeping every version
+	// ever published. Coordinator sets both.
+	Previous string
+	// PreviousTTL is the ttl written to the Previous row (epoch seconds);
+	// must be positive when Previous is set.
+	PreviousTTL int64
 }
 
 // BeginRequestInput is the input of Table.BeginRequest.

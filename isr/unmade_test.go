@@ -91,15 +91,24 @@ func TestUnmadeValues(t *testing.T) {
 	})
 	t.Run("FileTable", func(t *testing.T) {
 		checkUnmade(t, func(tb *isr.FileTable) (map[string]func() error, map[string]func() any) {
-			return tableCalls(a, tb), map[string]func() any{
-				"Dir":  func() any { return tb.Dir() },
-				"Path": func() any { return tb.Path(a.pk, isr.SKMeta) },
+			calls := tableCalls(a, tb)
+			calls["Purge"] = func() error { _, err := tb.Purge(ctx); return err }
+			return calls, map[string]func() any{
+				"Dir":   func() any { return tb.Dir() },
+				"Path":  func() any { return tb.Path(a.pk, isr.SKMeta) },
+				"Close": func() any { return tb.Close() },
 			}
 		})
 	})
 	t.Run("MemoryTable", func(t *testing.T) {
 		checkUnmade(t, func(tb *isr.MemoryTable) (map[string]func() error, map[string]func() any) {
-			return tableCalls(a, tb), map[string]func() any{"Requests": func() any { return tb.Requests() }}
+			calls := tableCalls(a, tb)
+			calls["Purge"] = func() error { _, err := tb.Purge(ctx); return err }
+			return calls, map[string]func() any{
+				"Requests": func() any { return tb.Requests() },
+				"Len":      func() any { return tb.Len() },
+				"Close":    func() any { return tb.Close() },
+			}
 		})
 	})
 	t.Run("Coordinator", func(t *testing.T) {

@@ -2,6 +2,7 @@ package isr
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -123,6 +124,14 @@ func validatePointer(in PublishPointerInput) error {
 	}
 	if in.RevalidateSeconds < 0 || in.Version.GeneratedAt < 0 || in.Version.TTL < 0 || in.MetaTTL < 0 || in.ExpectedVersion < 0 {
 		return invalid("pointer publish", "negative number")
+	}
+	if in.Previous != "" {
+		if id, ok := strings.CutPrefix(in.Previous, VersionSKPrefix); !ok || checkPart("previous version id", id, false) != nil {
+			return invalid("previous", "not a VER# sort key: "+strconv.Quote(in.Previous))
+		}
+		if in.PreviousTTL <= 0 {
+			return invalid("previous ttl", "must be positive with a previous version")
+		}
 	}
 	return validateCompletion(in.Request)
 }

@@ -44,4 +44,5 @@ if held or changed then
   return {'REFUSED', held and 1 or 0, changed and 1 or 0, lockflat}
 end
 put(KEYS[1], {'pk', ARGV[1], 'sk', 'LOCK', 'lease_token', ARGV[2], 'lease_expires_at', ARGV[4], 'ttl', ARGV[5]})
+expire(KEYS[1], now)
 return {'OK'}

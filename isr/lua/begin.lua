@@ -11,4 +11,5 @@ if live and not (ARGV[6] == '1' and cur['status'] == 'FAILED' and cur['request_h
   return {'EXISTS', flat}
 end
 put(KEYS[1], {'pk', ARGV[1], 'sk', ARGV[2], 'request_hash', ARGV[3], 'status', 'STARTED', 'ttl', ARGV[5]})
+expire(KEYS[1], ARGV[4])
 return {'OK'}

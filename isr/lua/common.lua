@@ -123,6 +123,25 @@ local function put(key, fields)
   redis.call('HSET', key, unpack(fields))
 end
 
+-- expire gives an item the native expiry its ttl attribute asks for, so
+-- Redis removes it when the ttl passes, as DynamoDB's TTL deletion would.
+-- The ttl is read on the writer's clock (now, the caller's time as decimal
+-- text), as every condition is: the key expires ttl - now seconds from
+-- the write (at once when that is not positive). An item without a ttl
+-- the decoders read gets no expiry (PERSIST).
+local function expire(key, now)
+  local ttl = redis.call('HGET', key, 'ttl')
+  if not ttl or num(ttl) == nil or num(now) == nil then
+    redis.call('PERSIST', key)
+    return
+  end
+  local ms = math.ceil((tonumber(ttl) - tonumber(now)) * 1000)
+  if ms < 1 then
+    ms = 1
+  end
+  redis.call('PEXPIRE', key, ms)
+end
+
 -- leaseok is the condition on LOCK of both publish recipes: it carries
 -- token and lease_expires_at > now, compared exactly (now is the caller's
 -- time as decimal text).

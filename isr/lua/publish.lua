@@ -32,6 +32,7 @@ if ARGV[8] ~= '' then
   f[#f + 1], f[#f + 2] = 'ttl', ARGV[8]
 end
 put(KEYS[2], f)
+expire(KEYS[2], ARGV[3])
 redis.call('DEL', KEYS[1])
 if #KEYS >= 3 then
   redis.call('HSET', KEYS[3], 'status', 'COMPLETED', 'result_s3_key', ARGV[4])
