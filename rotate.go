@@ -24,8 +24,9 @@ import (
 //   - nothing live: next key.
 //   - a completed or failed record: c is released and that record answers
 //     the call (replay, ErrPreviousFailure, ErrPayloadMismatch).
-//   - an in-progress record: settle claims k itself (the store decides,
-//     atomically, as for any claim):
+//   - an in-progress record: settle claims k itself, so that the store
+//     decides atomically, as for any claim, and goes by what that claim
+//     returns (the next four items).
 //   - a takeover (the record was stale): the call moves to k: c is
 //     released, fn will run under the claim on k (attempt + 1, so the
 //     fencing token goes on counting; steps derive from k, so they
