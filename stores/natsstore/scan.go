@@ -6,9 +6,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/lease"
 )
 
 // scanned is one bucket entry as a clean-up pass reads it.
@@ -70,9 +72,26 @@ func (c *consumerScan) next(ctx context.Context) ([]scanned, bool, error) {
 	if c.done {
 		return nil, true, nil
 	}
+	// A consumer just made on a replicated stream may not answer its first
+	// pulls yet ("no responders"): try again for a few seconds.
+	wait := 20 * time.Millisecond
+	for try := 1; ; try++ {
+		out, err := c.fetch()
+		if !errors.Is(err, nats.ErrNoResponders) || len(out) > 0 || try == 10 {
+			return out, c.done, err
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+		if err := lease.Sleep(ctx, lease.Jitter(wait)); err != nil {
+			return nil, false, err
+		}
+	}
+}
+
+// fetch pulls the next chunk.
+func (c *consumerScan) fetch() ([]scanned, error) {
 	batch, err := c.cons.FetchNoWait(scanChunk)
 	if err != nil {
-		return nil, false, &idem.StoreError{Op: "purge", Err: err}
+		return nil, &idem.StoreError{Op: "purge", Err: err}
 	}
 	var out []scanned
 	for m := range batch.Messages() {
@@ -95,12 +114,12 @@ func (c *consumerScan) next(ctx context.Context) ([]scanned, bool, error) {
 		}
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
-		return out, false, &idem.StoreError{Op: "purge", Err: err}
+		return out, &idem.StoreError{Op: "purge", Err: err} // not done: the caller may try again
 	}
 	if len(out) == 0 {
 		c.done = true // nothing left
 	}
-	return out, c.done, ctx.Err()
+	return out, nil
 }
 
 func (c *consumerScan) stop() {
