@@ -1,7 +1,7 @@
-// Package memstore is an in-memory idem.Store: one mutex, a map of records,
-// and a heap of expiry times, so expired records are removed and memory
-// stays bounded by the number of live records, not by the number of keys
-// ever seen.
+// Package memstore is an in-memory idem.Store: records in 256 shards by
+// key hash, each a mutex, a map and a heap of expiry times, so expired
+// records are removed and memory stays bounded by the number of live
+// records, not by the number of keys ever seen.
 //
 // It coordinates goroutines of one process only; use filestore, redisstore,
 // dynamostore or sqlstore to coordinate processes. It implements
@@ -15,7 +15,7 @@
 //
 // A record is removed once its ExpiresAt plus the retention period
 // (WithRetention, default one minute) has passed on the store's clock,
-// judged under the store's mutex at the moment of removal, so a claim,
+// judged under its shard's mutex at the moment of removal, so a claim,
 // heartbeat or completion racing the removal never loses to it. Three
 // things remove expired records:
 //
@@ -23,24 +23,26 @@
 //     every expired record about every DefaultCleanup (one second; each
 //     wait is jittered by ±50%). WithCleanup(every) changes the interval;
 //     WithoutCleanup() runs none, for users who call Purge themselves.
-//     Close stops it.
+//     Close stops it; the store stays usable after Close.
 //   - Purge removes every expired record when called.
-//   - Every write removes up to 16 expired records before it writes.
+//   - Every write removes up to 16 expired records of its shard first.
 //
-// The clean-up and Purge remove records in batches of 64 (about 25 µs of
-// work) through storekit.PurgeBatches and release the mutex between
-// batches, so a claim waits for one batch at most, never for the whole
-// backlog (TestSoakCleanup, run with IDEM_SOAK=1, measures calls beside
-// the removal of 1M records). A pass that finds nothing expired looks at
-// the soonest expiry only and reads no live record.
+// The clean-up and Purge go shard by shard and remove records in batches
+// of 64 (about 25 µs of work) through storekit.PurgeBatches, releasing the
+// shard's mutex between batches, and pause for as long as they worked
+// after each millisecond of work. A call waits at most for one batch of
+// its own shard, never for the whole backlog; TestSoakCleanup (run with
+// IDEM_SOAK=1) measures calls beside the removal of 1M records. A pass
+// that finds nothing expired looks at each shard's soonest expiry only and
+// reads no live record.
 //
-// Both also give memory back. Go maps never shrink, so the records are
-// kept in 256 maps by key hash, and a map that holds less than a quarter of
-// the most it held since it was last built is rebuilt at its current size,
-// one map per hold of the mutex (a copy of its live records only); the
-// expiry heap's array is reallocated the same way. Once the records of a
-// burst have expired and a pass has run, the heap returns to about what it
-// was before the burst.
+// Both also give memory back. Go maps never shrink, so a shard whose map
+// holds less than a quarter of the most it held since it was built is
+// rebuilt at its current size under its mutex (a copy of its live records
+// only, 1/256 of the store's), and its expiry heap's array is reallocated
+// the same way. Once the records of a burst have expired and a pass has
+// run, the heap returns to about what it was before the burst: 300k
+// expired records leave nothing held.
 //
 // A Store that becomes unreachable without Close stops its clean-up too
 // (runtime.AddCleanup), but call Close when you are done with a store.
@@ -55,6 +57,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/lease"
 	"github.com/idem-go/idem/storekit"
 )
 
@@ -66,27 +69,27 @@ type Store struct {
 }
 
 const (
-	// nShards is how many maps hold the records: a rebuild copies one of
-	// them, so it holds the mutex for about 1/nShards of the live records.
+	// nShards is how many shards hold the records, each under a mutex of
+	// its own: a batch of removals, a rebuilt map, or a holder the OS
+	// deschedules holds up the calls of one shard's keys only.
 	nShards = 256
-	// shrinkFloor is the peak below which a map is not rebuilt: so small a
-	// map holds a few kilobytes at most.
+	// shrinkFloor is the peak below which a shard's map and heap are not
+	// rebuilt: so small a shard holds a few kilobytes at most.
 	shrinkFloor = 64
-	// heapFloor is the capacity below which the expiry heap's array is not
-	// reallocated.
-	heapFloor = 1024
-	// sweepN is how many expired records a write removes at most, so a
-	// write stays cheap.
+	// sweepN is how many expired records a write removes at most from its
+	// shard, so a write stays cheap.
 	sweepN = 16
 	// batchSize is how many expired records Purge and the clean-up remove
-	// under one hold of the mutex: about 25 µs of work (0.4 µs a record
-	// from a heap of 1M). The shorter the hold, the fewer holders the OS
-	// deschedules while the mutex is held; removing 1M records beside a
-	// probe of calls on 2 busy cores, batches of 500
-	// (storekit.DefaultPurgeBatch) held it 250 µs at p50 and gave the
-	// probe a p99 of 1.7 ms (86 µs without removal); batches of 64, 28 µs
-	// and 0.12 ms (54 µs), in as much total time.
+	// under one hold of a shard's mutex: about 25 µs of work.
 	batchSize = 64
+	// workFor is how long Purge and the clean-up remove records before
+	// they pause for as long, so that a removal of 1M records (about a
+	// second of work) sleeps often enough that the OS does not deschedule
+	// it in the middle of a batch, with a shard's mutex held, while the
+	// calls of that shard wait. On 2 cores loaded by other processes
+	// (load average 20), the slowest call of a probe beside the removal of
+	// 300k records was 72-83 ms without the pauses and 10 ms with them.
+	workFor = time.Millisecond
 )
 
 // memory is the storekit.Backend under a Store, and its watchers.
@@ -95,26 +98,27 @@ type memory struct {
 	retention time.Duration
 	seed      maphash.Seed
 
-	mu     sync.Mutex
 	shards [nShards]shard
-	count  int // records held, in all shards
-	expiry expiryHeap
+	count  atomic.Int64 // records held, in all shards
 	watch  storekit.Watchers
 
 	passes atomic.Int64 // clean-up passes finished, for tests
 }
 
-// shard is one of the maps of records: a Go map never gives back the room
+// shard holds the records of the keys that hash to it, and the heap of
+// their expiry times, under its mutex. A Go map never gives back the room
 // it grew to, so a shard that shrank well below its peak is rebuilt.
 type shard struct {
-	m    map[string]*entry
-	peak int // the most records m held since it was made
+	mu     sync.Mutex
+	m      map[string]*entry
+	peak   int // the most records m held since it was made
+	expiry expiryHeap
+	_      [16]byte // one shard per 64-byte cache line
 }
 
 type entry struct {
 	rec   *idem.Record
-	index int    // position in the expiry heap
-	shard uint16 // the shard holding it
+	index int // position in its shard's expiry heap
 }
 
 // Option configures a Store. New checks every option and reports each
@@ -250,50 +254,47 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func(),
 }
 
 // Len returns the number of records held, live or awaiting removal.
-func (s *Store) Len() int {
-	s.mem.mu.Lock()
-	defer s.mem.mu.Unlock()
-	return s.mem.count
-}
+func (s *Store) Len() int { return int(s.mem.count.Load()) }
 
 // Purge removes every record whose ExpiresAt plus the retention period has
-// passed and returns how many it removed; then it gives back the memory
-// the removed records' maps held (see Lifecycle). It works in batches and
-// lets other calls through between them; a record is removed only if it
-// is expired past retention when its batch removes it. The clean-up
+// passed and returns how many it removed, and gives back the memory the
+// removed records' maps held (see Lifecycle). It works in batches, lets
+// other calls through between them and pauses as long as it worked after
+// each millisecond of work; a record is removed only if it is expired past
+// retention when its batch removes it. The clean-up
 // goroutine runs the same pass, so calling Purge is needed only under
 // WithoutCleanup. It returns ctx's error if ctx ends first.
 func (s *Store) Purge(ctx context.Context) (int, error) {
 	return s.mem.clean(ctx)
 }
 
-// shardOf returns the shard of key.
-func (m *memory) shardOf(key string) uint16 {
-	return uint16(maphash.String(m.seed, key) % nShards)
+// shard returns the shard of key.
+func (m *memory) shard(key string) *shard {
+	return &m.shards[maphash.String(m.seed, key)%nShards]
 }
 
 // Load implements storekit.Backend.
 func (m *memory) Load(_ context.Context, key string) (*idem.Record, error) {
-	i := m.shardOf(key)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if e := m.shards[i].m[key]; e != nil {
+	sh := m.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[key]; e != nil {
 		return e.rec.Clone(), nil
 	}
 	return nil, nil
 }
 
-// Update implements storekit.Backend. It removes a few expired records
-// first, which keeps memory bounded under writes between clean-up passes.
+// Update implements storekit.Backend. It removes a few expired records of
+// the key's shard first, which keeps memory bounded under writes between
+// clean-up passes.
 func (m *memory) Update(_ context.Context, key string, fn func(*idem.Record) (*idem.Record, error)) error {
-	i := m.shardOf(key)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.purgeLocked(m.now().UnixMilli(), sweepN)
+	sh := m.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	m.purgeLocked(sh, sweepN)
 	// A stored record is replaced, never changed, so fn gets the stored one
 	// itself, and the one it returns is stored as it is (the Backend
 	// contract: fn changes neither; Locked copies what it returns).
-	sh := &m.shards[i]
 	var cur *idem.Record
 	if e := sh.m[key]; e != nil {
 		cur = e.rec
@@ -304,103 +305,116 @@ func (m *memory) Update(_ context.Context, key string, fn func(*idem.Record) (*i
 	}
 	if e := sh.m[key]; e != nil {
 		e.rec = next
-		m.expiry.fix(e.index)
+		sh.expiry.fix(e.index)
 		return nil
 	}
 	if sh.m == nil {
 		sh.m = make(map[string]*entry)
 	}
-	e := &entry{rec: next, shard: i}
+	e := &entry{rec: next}
 	sh.m[key] = e
 	sh.peak = max(sh.peak, len(sh.m))
-	m.count++
-	m.expiry.push(e)
+	sh.expiry.push(e)
+	m.count.Add(1)
 	return nil
 }
 
 // Delete implements storekit.Backend.
 func (m *memory) Delete(_ context.Context, key string) error {
-	i := m.shardOf(key)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if e := m.shards[i].m[key]; e != nil {
-		m.expiry.remove(e.index)
-		delete(m.shards[i].m, key)
-		m.count--
+	sh := m.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[key]; e != nil {
+		sh.expiry.remove(e.index)
+		delete(sh.m, key)
+		m.count.Add(-1)
 	}
 	return nil
 }
 
-// clean is a clean-up pass and Purge: the expired records in batches, then
-// the maps and the heap's array that shrank well below their peak.
+// clean is a clean-up pass and Purge: shard by shard, the expired records
+// in batches, then the shard's map and heap if they shrank well below
+// their peak. After each millisecond spent removing, it pauses as long as
+// it worked (see workFor).
 func (m *memory) clean(ctx context.Context) (int, error) {
-	n, err := storekit.PurgeBatches(ctx, batchSize, m.purgeBatch)
-	if err != nil {
-		return n, err
+	total := 0
+	var worked time.Duration // removing, since the last pause
+	for i := range m.shards {
+		sh := &m.shards[i]
+		n, err := storekit.PurgeBatches(ctx, batchSize, func(ctx context.Context, limit int) (int, error) {
+			t0 := time.Now()
+			n := m.purgeBatch(sh, limit)
+			if worked += time.Since(t0); worked < workFor {
+				return n, nil
+			}
+			err := lease.Sleep(ctx, worked)
+			worked = 0
+			return n, err
+		})
+		total += n
+		if err != nil {
+			return total, err
+		}
+		sh.mu.Lock()
+		sh.shrinkLocked()
+		sh.mu.Unlock()
 	}
-	return n, m.shrink(ctx)
+	return total, nil
 }
 
-// purgeBatch removes up to limit expired records under one hold of the
-// mutex, judged on the clock read under it.
-func (m *memory) purgeBatch(_ context.Context, limit int) (int, error) {
-	m.mu.Lock()
-	n := m.purgeLocked(m.now().UnixMilli(), limit)
-	m.mu.Unlock()
+// purgeBatch removes up to limit expired records of sh under one hold of
+// its mutex.
+func (m *memory) purgeBatch(sh *shard, limit int) int {
+	sh.mu.Lock()
+	n := m.purgeLocked(sh, limit)
+	sh.mu.Unlock()
 	if n == limit {
-		// Let a claim that waits for the mutex have it before the next
-		// batch: on a busy machine the waiter may not have been scheduled
-		// yet, and the next Lock would otherwise take the mutex again.
+		// Let a call waiting for the mutex have it before the next batch.
 		runtime.Gosched()
 	}
-	return n, nil
+	return n
 }
 
-// purgeLocked removes up to n records expired past retention at now.
-func (m *memory) purgeLocked(now int64, n int) int {
+// purgeLocked removes up to n records of sh expired past retention on the
+// clock read now, under sh's mutex.
+func (m *memory) purgeLocked(sh *shard, n int) int {
+	if len(sh.expiry) == 0 {
+		return 0
+	}
+	limit := m.now().UnixMilli() - m.retention.Milliseconds()
 	removed := 0
-	limit := now - m.retention.Milliseconds()
-	for removed < n && len(m.expiry) > 0 && m.expiry[0].exp <= limit {
-		e := m.expiry[0].e
-		m.expiry.remove(0)
-		delete(m.shards[e.shard].m, e.rec.Key)
-		m.count--
+	for removed < n && len(sh.expiry) > 0 && sh.expiry[0].exp <= limit {
+		e := sh.expiry[0].e
+		sh.expiry.remove(0)
+		delete(sh.m, e.rec.Key)
 		m.watch.Notify(e.rec.Key)
 		removed++
+	}
+	if removed > 0 {
+		m.count.Add(int64(-removed))
 	}
 	return removed
 }
 
-// shrink rebuilds each map holding less than a quarter of its peak, one
-// map per hold of the mutex, and reallocates the expiry heap's array when
-// it is less than a quarter full. Each copies live entries only, and only
-// when the removals since the last copy were at least three times as many,
-// so the copying costs a fraction of the removals.
-func (m *memory) shrink(ctx context.Context) error {
-	for i := range m.shards {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		m.mu.Lock()
-		sh := &m.shards[i]
-		if sh.peak >= shrinkFloor && len(sh.m) < sh.peak/4 {
-			if len(sh.m) == 0 {
-				sh.m = nil
-			} else {
-				fresh := make(map[string]*entry, len(sh.m))
-				for k, e := range sh.m {
-					fresh[k] = e
-				}
-				sh.m = fresh
+// shrinkLocked rebuilds sh's map when it holds less than a quarter of its
+// peak, and reallocates its heap's array when that is less than a quarter
+// full. Each copies live entries only, and only when at least three times
+// as many were removed since the last copy, so copying costs a fraction of
+// the removals.
+func (sh *shard) shrinkLocked() {
+	if sh.peak >= shrinkFloor && len(sh.m) < sh.peak/4 {
+		if len(sh.m) == 0 {
+			sh.m = nil
+		} else {
+			fresh := make(map[string]*entry, len(sh.m))
+			for k, e := range sh.m {
+				fresh[k] = e
 			}
-			sh.peak = len(sh.m)
+			sh.m = fresh
 		}
-		m.mu.Unlock()
+		sh.peak = len(sh.m)
 	}
-	m.mu.Lock()
-	if c := cap(m.expiry); c >= heapFloor && len(m.expiry) < c/4 {
-		m.expiry = append(expiryHeap(nil), m.expiry...)
+	if c := cap(sh.expiry); c >= shrinkFloor && len(sh.expiry) < c/4 {
+		sh.expiry = append(expiryHeap(nil), sh.expiry...)
 	}
-	m.mu.Unlock()
-	return nil
 }

@@ -50,11 +50,12 @@ func TestOptions(t *testing.T) {
 }
 
 // TestBoundedMemory writes many distinct short-lived keys and checks that
-// expired records are purged as claims go on, without calling Purge.
+// expired records are purged as claims go on, without calling Purge and
+// without the clean-up goroutine.
 func TestBoundedMemory(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	clock := func() time.Time { return now }
-	s := newStore(t, memstore.WithClock(clock), memstore.WithRetention(0))
+	s := newStore(t, memstore.WithClock(clock), memstore.WithRetention(0), memstore.WithoutCleanup())
 	ctx := context.Background()
 	const n = 200_000
 	peak := 0
@@ -82,8 +83,8 @@ func TestBoundedMemory(t *testing.T) {
 }
 
 func TestRetentionKeepsAttempts(t *testing.T) {
-	now := time.Unix(1_700_000_000, 0)
-	s := newStore(t, memstore.WithClock(func() time.Time { return now }))
+	clock := newFakeClock()
+	s := newStore(t, memstore.WithClock(clock.Now), memstore.WithoutCleanup()) // Purge counts the removal
 	ctx := context.Background()
 	key := storetest.NewKey()
 	n1 := storetest.NewNonce()
@@ -93,12 +94,12 @@ func TestRetentionKeepsAttempts(t *testing.T) {
 	if err := s.Release(ctx, key, n1); err != nil {
 		t.Fatal(err)
 	}
-	now = now.Add(30 * time.Second)
+	clock.Advance(30 * time.Second)
 	res, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: storetest.NewNonce(), LeaseTTL: time.Second, TakeoverAfter: time.Second})
 	if err != nil || res.Record.Attempt != 2 {
 		t.Fatalf("claim within the retention: %+v, %v", res.Record, err)
 	}
-	now = now.Add(2 * memstore.DefaultRetention)
+	clock.Advance(2 * memstore.DefaultRetention)
 	if n, err := s.Purge(ctx); n != 1 || err != nil {
 		t.Fatalf("Purge: %d, %v", n, err)
 	}

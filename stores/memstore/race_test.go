@@ -13,8 +13,10 @@ import (
 )
 
 // TestCleanupNeverRemovesLiveRecord: workers release a claim (its record
-// is then expired, with no retention) and claim the key again at once,
-// while the clean-up and a loop of Purge calls run beside them. The
+// is then expired, with no retention) and claim the key again at once (a
+// lease of an hour: the 480 s the workers advance the clock in all never
+// lapse it),
+// while the clean-up and four loops of Purge calls run beside them. The
 // second claim's heartbeat and completion must find its record: a removal
 // that judged the record by an earlier reading (expired when read, live
 // again when removed) loses it, and its owner's heartbeat fails with
@@ -24,22 +26,24 @@ func TestCleanupNeverRemovesLiveRecord(t *testing.T) {
 	s := newStore(t, memstore.WithClock(clock.Now), memstore.WithRetention(0), memstore.WithCleanup(time.Millisecond))
 	defer s.Close()
 	ctx := context.Background()
-	const workers, rounds = 4, 10000
+	const workers, rounds = 16, 10000
 	var (
 		done   atomic.Bool
 		purged atomic.Int64
 		wg     sync.WaitGroup
 	)
-	go func() { // Purge beside the clean-up goroutine
-		for !done.Load() {
-			n, _ := s.Purge(ctx)
-			purged.Add(int64(n))
-		}
-	}()
+	for range 4 { // Purge beside the clean-up goroutine
+		go func() {
+			for !done.Load() {
+				n, _ := s.Purge(ctx)
+				purged.Add(int64(n))
+			}
+		}()
+	}
 	defer done.Store(true)
 	claim := func(key string) (string, bool) {
 		nonce := storetest.NewNonce()
-		res, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: 10 * time.Second, TakeoverAfter: 10 * time.Second})
+		res, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
 		if err != nil || (res.Outcome != idem.Claimed && res.Outcome != idem.TookOver) {
 			t.Errorf("claim %s: %v, %v", key, res.Outcome, err)
 			return "", false
@@ -68,7 +72,7 @@ func TestCleanupNeverRemovesLiveRecord(t *testing.T) {
 					return
 				}
 				clock.Advance(time.Millisecond)
-				if err := s.Heartbeat(ctx, key, n2, 10*time.Second); err != nil {
+				if err := s.Heartbeat(ctx, key, n2, time.Hour); err != nil {
 					t.Errorf("worker %d round %d: heartbeat of a live claim: %v", w, i, err)
 					return
 				}
