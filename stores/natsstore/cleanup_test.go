@@ -353,3 +353,39 @@ func TestMaxAge(t *testing.T) {
 		})
 	}
 }
+
+// TestCreateBucketExisting: CreateBucket returns a bucket it made before
+// as it is, and refuses one of the same name that CreateKeyValue made.
+func TestCreateBucketExisting(t *testing.T) {
+	_, js := connect(t, testenv.NATSURL(t))
+	kv := newBucket(t, js)
+	again, err := natsstore.CreateBucket(ctxT(t), js, kv.Bucket())
+	require.NoError(t, err)
+	require.Equal(t, kv.Bucket(), again.Bucket())
+	name := randName("idemtest_")
+	_, err = js.CreateKeyValue(ctxT(t), jetstream.KeyValueConfig{Bucket: name, History: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = js.DeleteKeyValue(context.Background(), name) })
+	_, err = natsstore.CreateBucket(ctxT(t), js, name)
+	require.Error(t, err)
+}
+
+// TestWithJetStream: a bucket CreateBucket made, opened again with
+// js.KeyValue, is cleaned without markers when the Store has the
+// JetStream context.
+func TestWithJetStream(t *testing.T) {
+	_, js := connect(t, testenv.NATSURL(t))
+	name := newBucket(t, js).Bucket()
+	kv, err := js.KeyValue(ctxT(t), name)
+	require.NoError(t, err)
+	clock := storetest.NewClock()
+	s, err := natsstore.New(kv, natsstore.WithJetStream(js), natsstore.WithClock(clock.Now), natsstore.WithRetention(0), natsstore.WithoutCleanup())
+	require.NoError(t, err)
+	keys := released(t, s, 10)
+	require.NoError(t, s.Delete(ctxT(t), keys[0])) // a marker
+	clock.Advance(time.Second)
+	n, err := s.Purge(ctxT(t))
+	require.NoError(t, err)
+	require.Equal(t, 9, n)
+	require.Zero(t, msgs(t, kv), "no markers left")
+}

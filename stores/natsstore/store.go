@@ -113,10 +113,16 @@ type bucket struct {
 
 // CreateBucket creates the KV bucket name for a Store (history 1, file
 // storage, WithReplicas servers, no max age unless WithMaxAge) and returns
-// it. An existing bucket with the same settings is returned as it is; one
-// with other settings is an error. The bucket it returns carries its
-// stream's handle, so a Store on it cleans up without leaving delete
-// markers (see WithJetStream for a bucket opened otherwise).
+// it. It makes the bucket's stream itself, as jetstream.CreateKeyValue
+// would except that the stream allows deleting a message by its sequence,
+// which is how the Store's clean-up removes an expired record without
+// leaving a delete marker (see the package doc, Lifecycle). An existing
+// bucket with the same settings is returned as it is; one with other
+// settings is an error, and so is one of the same name that
+// jetstream.CreateKeyValue made (its stream denies deletes: open it with
+// js.KeyValue instead). The bucket it returns carries its stream's handle
+// and its max age, so a Store on it needs neither WithJetStream nor a
+// status read.
 func CreateBucket(ctx context.Context, js jetstream.JetStream, name string, opts ...BucketOption) (jetstream.KeyValue, error) {
 	c := bucketConfig{Options: storekit.Options{Store: "natsstore"}, replicas: 1}
 	if js == nil {
