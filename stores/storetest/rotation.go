@@ -15,10 +15,12 @@ import (
 	"github.com/idem-go/idem"
 )
 
-// Secrets of the rotation checks: the old one, the new one.
+// Secrets of the rotation checks: the old one, the new one, and one
+// older still.
 var (
-	secretOld = []byte("storetest-rotation-secret-old")
-	secretNew = []byte("storetest-rotation-secret-new")
+	secretOld   = []byte("storetest-rotation-secret-old")
+	secretNew   = []byte("storetest-rotation-secret-new")
+	secretOlder = []byte("storetest-rotation-secret-older")
 )
 
 // RunRotation checks a secret rotation (idem.WithSecret(active,
@@ -30,8 +32,9 @@ var (
 // carrying on); Guards configured (old, new) and (new, old) that both claim
 // before either looks under the other's key run fn once; and goroutines
 // configured as each deploy of a rotation runs them side by side run each
-// key once. Every case runs for a key whose old storage key sorts first
-// and one whose new storage key does. It runs on real time (claims go
+// key once. A fresh call costs 2 + len(previous) store operations, a
+// replay under the active secret 1. Every case runs for a key whose old
+// storage key sorts first and one whose new storage key does. It runs on real time (claims go
 // stale in about a second).
 func RunRotation(t *testing.T, newStore func(t *testing.T) idem.Store) {
 	r := &rotation{newStore: newStore, run0: strconv.FormatUint(rand.Uint64(), 36)}
@@ -39,6 +42,7 @@ func RunRotation(t *testing.T, newStore func(t *testing.T) idem.Store) {
 		name string
 		fn   func(*testing.T)
 	}{
+		{"RoundTrips", r.roundTrips},
 		{"Replay", r.replay},
 		{"PreviousFailure", r.previousFailure},
 		{"PayloadMismatch", r.payloadMismatch},
@@ -149,6 +153,34 @@ func counted(n *atomic.Int64, v string) func(context.Context) (string, error) {
 	return func(context.Context) (string, error) {
 		n.Add(1)
 		return v, nil
+	}
+}
+
+// roundTrips: a fresh call during a rotation costs 2 + the number of
+// previous secrets store operations; its replay, under the active secret,
+// costs 1.
+func (r *rotation) roundTrips(t *testing.T) {
+	ctx := context.Background()
+	for _, prev := range [][][]byte{nil, {secretOld}, {secretOld, secretOlder}} {
+		t.Run(fmt.Sprintf("%d previous", len(prev)), func(t *testing.T) {
+			s := Instrument(r.newStore(t))
+			g := rotGuard(t, s, idem.WithSecret(secretNew, prev...))
+			key := fmt.Sprint(r.run0, "-trips-", len(prev))
+			var runs atomic.Int64
+			if _, err := g.Do(ctx, key, counted(&runs, "v")); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := s.Total(), 2+len(prev); got != want {
+				t.Errorf("fresh call: %d store operations, want %d", got, want)
+			}
+			s.Reset()
+			if v, err := g.Do(ctx, key, counted(&runs, "w")); err != nil || v != "v" {
+				t.Fatalf("replay = %q, %v", v, err)
+			}
+			if got := s.Total(); got != 1 {
+				t.Errorf("replay under the active secret: %d store operations, want 1", got)
+			}
+		})
 	}
 }
 
