@@ -3,6 +3,7 @@ package storekit
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // Watchers keeps the watches of a store's keys in this process and wakes
@@ -14,6 +15,10 @@ import (
 type Watchers struct {
 	mu   sync.Mutex
 	subs map[string]map[chan struct{}]struct{}
+	// keys is len(subs), written under mu: Notify reads it without mu, so
+	// the notifications of a store nobody watches (a clean-up removing
+	// 1M records, every write) take no lock shared by the whole store.
+	keys atomic.Int64
 }
 
 // Watch is idem.Watcher's Watch for key: the channel is closed by the next
@@ -36,6 +41,7 @@ func (w *Watchers) Watch(ctx context.Context, key string) (changed <-chan struct
 		w.subs[key] = set
 	}
 	set[ch] = struct{}{}
+	w.keys.Store(int64(len(w.subs)))
 	w.mu.Unlock()
 	remove := func() {
 		w.mu.Lock()
@@ -44,6 +50,7 @@ func (w *Watchers) Watch(ctx context.Context, key string) (changed <-chan struct
 			delete(set, ch)
 			if len(set) == 0 {
 				delete(w.subs, key)
+				w.keys.Store(int64(len(w.subs)))
 			}
 		}
 	}
@@ -58,10 +65,18 @@ func (w *Watchers) Watch(ctx context.Context, key string) (changed <-chan struct
 }
 
 // Notify wakes every watch of key (closes its channel) and forgets it.
+// When no key is watched it takes no lock. A watch registered before the
+// change that Notify reports is woken: the store's lock orders the
+// watcher's later read of the record and the change, and keys is set
+// before that read.
 func (w *Watchers) Notify(key string) {
+	if w.keys.Load() == 0 {
+		return
+	}
 	w.mu.Lock()
 	set := w.subs[key]
 	delete(w.subs, key)
+	w.keys.Store(int64(len(w.subs)))
 	w.mu.Unlock()
 	for ch := range set {
 		close(ch)
@@ -75,6 +90,7 @@ func (w *Watchers) NotifyAll() {
 	w.mu.Lock()
 	subs := w.subs
 	w.subs = nil
+	w.keys.Store(0)
 	w.mu.Unlock()
 	for _, set := range subs {
 		for ch := range set {
