@@ -50,3 +50,34 @@ func Example() {
 	// regenerated
 	// recorded acme/blog/hello.html
 }
+
+// A lease left by a worker that crashed is removed once its ttl
+// (lease_expires_at + the TTL buffer) has passed. The clean-up goroutine
+// does this by itself about every minute; here WithoutCleanup leaves it
+// to Purge, and WithTableClock moves time on.
+func ExampleMemoryTable_Purge() {
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	table, err := isr.NewMemoryTable(isr.WithTableClock(func() time.Time { return now }), isr.WithoutCleanup())
+	if err != nil {
+		panic(err)
+	}
+	defer table.Close()
+
+	pk, _ := isr.PK("acme", "/blog/hello")
+	exp := now.Unix() + 30
+	if _, err := table.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "worker-1", Now: now, ExpiresAt: exp, TTL: exp + 3600}); err != nil {
+		panic(err)
+	}
+	fmt.Println("items:", table.Len())
+
+	now = now.Add(2 * time.Hour)
+	removed, err := table.Purge(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("removed:", removed, "items:", table.Len())
+	// Output:
+	// items: 1
+	// removed: 1 items: 0
+}

@@ -2,11 +2,14 @@ package isr_test
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
 )
@@ -76,4 +79,59 @@ func countFiles(t *testing.T, dir string) int {
 		return nil
 	})
 	return n + (dirs - live)
+}
+
+func TestTableOptions(t *testing.T) {
+	for name, opts := range map[string][]isr.TableOption{
+		"nil option":   {nil},
+		"zero cleanup": {isr.WithCleanup(0)},
+		"negative":     {isr.WithCleanup(-time.Second)},
+		"nil clock":    {isr.WithTableClock(nil)},
+		"file sync":    {isr.WithoutFileSync()},
+	} {
+		tb, err := isr.NewMemoryTable(opts...)
+		if tb != nil || !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("NewMemoryTable(%s) = %v, %v; want ErrInvalidOption", name, tb, err)
+		}
+		if name == "file sync" {
+			continue
+		}
+		ft, err := isr.NewFileTable(t.TempDir(), opts...)
+		if ft != nil || !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("NewFileTable(%s) = %v, %v; want ErrInvalidOption", name, ft, err)
+		}
+	}
+}
+
+// TestCleanupRunsByItself: with no Purge call, the tables' own clean-up
+// removes what expired; Close stops it.
+func TestCleanupRunsByItself(t *testing.T) {
+	clock := isrtest.NewClock(isrtest.Base)
+	mt := newMemoryTable(t, isr.WithTableClock(clock.Now), isr.WithCleanup(time.Millisecond))
+	dir := t.TempDir()
+	ft, err := isr.NewFileTable(dir, isr.WithTableClock(clock.Now), isr.WithCleanup(time.Millisecond), isr.WithoutFileSync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ft.Close()
+	ctx := context.Background()
+	now := clock.Now()
+	for _, tb := range []isr.Table{mt, ft} {
+		for range 10 {
+			if _, _, err := tb.BeginRequest(ctx, isr.BeginRequestInput{PK: isrtest.NewPK(t), Key: "k", Hash: "h", Now: now, TTL: now.Unix() + 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if mt.Len() != 10 || countFiles(t, dir) != 10 {
+		t.Fatalf("before expiry: %d items, %d files; want 10 each", mt.Len(), countFiles(t, dir))
+	}
+	clock.Advance(2 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for mt.Len() != 0 || countFiles(t, dir) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("10s after expiry: %d items, %d files; want none", mt.Len(), countFiles(t, dir))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
