@@ -143,6 +143,14 @@ func TestPurgeKeepsRacingClaim(t *testing.T) {
 			b, err := natsstore.New(kv, natsstore.WithClock(clock.Now), natsstore.WithRetention(0), natsstore.WithoutCleanup())
 			require.NoError(t, err)
 			keys := released(t, a, 5)
+			if tc.name == "stream" {
+				// Delete markers are removed too, by their sequence: a
+				// claim that recreated the key after the read wins.
+				for _, k := range released(t, a, 3) {
+					require.NoError(t, a.Delete(ctxT(t), k))
+					keys = append(keys, k)
+				}
+			}
 			clock.Advance(time.Second)
 			nonces := map[string]string{}
 			natsstore.SetBeforeRemove(func(kvKeys []string) {
@@ -155,7 +163,7 @@ func TestPurgeKeepsRacingClaim(t *testing.T) {
 			defer natsstore.SetBeforeRemove(nil)
 			n, err := a.Purge(ctxT(t))
 			require.NoError(t, err)
-			require.Len(t, nonces, len(keys), "the pass chose every expired record")
+			require.Len(t, nonces, len(keys), "the pass chose every expired record and marker")
 			assert.Zero(t, n, "a claimed record is not removed")
 			for _, k := range keys {
 				require.NoError(t, b.Complete(ctxT(t), k, nonces[k], idem.Completion{Status: idem.StatusCompleted, Result: []byte("1"), TTL: time.Minute}), "claim lost")
