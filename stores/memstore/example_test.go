@@ -77,3 +77,46 @@ func ExampleNew_return() {
 	close(release)
 	// Output: true
 }
+
+// A store for a job that removes expired records itself: WithoutCleanup
+// starts no goroutine, and Purge removes what has expired (here on a clock
+// the example moves).
+func ExampleWithoutCleanup() {
+	now := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
+	store, _ := memstore.New(
+		memstore.WithoutCleanup(),
+		memstore.WithRetention(0),
+		memstore.WithClock(func() time.Time { return now }),
+	)
+	g, _ := idem.New[string](store, idem.WithTTL(time.Hour))
+	for _, key := range []string{"a", "b", "c"} {
+		_, _ = g.Do(context.Background(), key, func(context.Context) (string, error) { return "done", nil })
+	}
+	fmt.Println("records:", store.Len())
+
+	now = now.Add(2 * time.Hour)
+	n, err := store.Purge(context.Background())
+	fmt.Println("purged:", n, err)
+	fmt.Println("records:", store.Len())
+	// Output:
+	// records: 3
+	// purged: 3 <nil>
+	// records: 0
+}
+
+// Close stops a store's clean-up goroutine; the store stays usable.
+func ExampleStore_Close() {
+	store, _ := memstore.New(memstore.WithCleanup(10 * time.Second))
+	g, _ := idem.New[string](store)
+	defer store.Close()
+
+	v, err := g.Do(context.Background(), "k", func(context.Context) (string, error) { return "sent", nil })
+	fmt.Println(v, err)
+	fmt.Println(store.Close()) // stops the clean-up; a second Close is harmless
+	v, err = g.Do(context.Background(), "k", func(context.Context) (string, error) { return "again", nil })
+	fmt.Println(v, err)
+	// Output:
+	// sent <nil>
+	// <nil>
+	// sent <nil>
+}

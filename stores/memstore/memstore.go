@@ -149,10 +149,11 @@ func WithRetention(d time.Duration) Option {
 // by itself.
 const DefaultCleanup = time.Second
 
-// WithCleanup makes the store remove expired records by itself about every
-// d (each wait drawn from [d/2, 3d/2)) until Close; the default is
-// DefaultCleanup. A pass costs next to nothing when nothing has expired. d
-// must be positive. It overrides an earlier WithoutCleanup.
+// WithCleanup sets how often the store removes expired records by itself
+// until Close: about once per interval every (each wait drawn from
+// [every/2, 3*every/2)); the default is DefaultCleanup. A pass costs next
+// to nothing when nothing has expired. every must be positive. It
+// overrides an earlier WithoutCleanup.
 func WithCleanup(every time.Duration) Option {
 	return func(c *config) { c.SetCleanup(every) }
 }
