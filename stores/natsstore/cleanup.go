@@ -126,9 +126,12 @@ var (
 // many records it removed. It runs at once, whatever other processes do
 // (the background clean-up takes turns through a lease; Purge does not).
 //
-// It reads the bucket's entries once, in stream order, through one watch
-// (values included, none held beyond the batch in hand), and removes what
-// it found in batches of storekit.DefaultPurgeBatch, a few at a time. Each
+// It reads the bucket's entries once, in stream order, 100 per request
+// through a pull consumer of its own on the bucket's stream (a KV watch
+// when it has no stream), values included and none held beyond the batch
+// in hand, and removes what it found in batches of
+// storekit.DefaultPurgeBatch, two requests in flight, resting as long as
+// it worked after every 20 removals and every read. Each
 // removal is conditioned on the revision read, so a record claimed again
 // meanwhile is kept: on a bucket whose stream allows message deletes
 // (CreateBucket's, or one given WithJetStream) it deletes the message with
