@@ -349,43 +349,68 @@ const stallRows = 20_000
 // equal window without Purge. The probe's worst call during Purge must be
 // at most 100 ms longer than its worst call in the quiet window
 // (IDEM_STALL_SLACK changes the 100 ms), and its p99 within 3× of the
-// quiet p99 plus 10 ms (a loaded machine's noise; the target is
-// 2×, which the 1M-row measurement checks).
+// quiet p99 plus 10 ms (the target is 2×, which the 1M-row
+// measurement checks). A loaded machine stalls a call now and then in
+// either window, so a round that misses is measured again, on a fresh
+// table: the test fails when 3 rounds in a row miss. A stall the removal
+// causes misses every round (the single DELETE on MariaDB: a claim waits
+// for the whole DELETE).
 func TestPurgeNeverStalls(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
-		e := newEnv(t, d, sqlstore.WithoutCleanup(), sqlstore.WithRetention(0))
-		fillRows(t, d, e.db, e.table, "idem:old", stallRows, -time.Hour)
-		fillRows(t, d, e.db, e.table, "idem:live", 100, 24*time.Hour)
-		ctx := ctxT(t)
-		replay := claimReq(storageKey())
-		_, err := e.store.Claim(ctx, replay)
+	slack := 100 * time.Millisecond
+	if v := os.Getenv("IDEM_STALL_SLACK"); v != "" {
+		var err error
+		slack, err = time.ParseDuration(v)
 		require.NoError(t, err)
-		require.NoError(t, e.store.Complete(ctx, replay.Key, replay.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}))
-
-		purge := func() {
-			n, err := e.store.Purge(ctx)
-			require.NoError(t, err)
-			require.Equal(t, stallRows, n)
-		}
-		if os.Getenv("IDEM_OLD_PURGE") == "1" {
-			purge = func() {
-				_, err := e.db.ExecContext(ctx, oldPurge(d, e.table))
-				require.NoError(t, err)
+	}
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		var misses []string
+		for round := 1; round <= 3; round++ {
+			miss := stallRound(t, d, slack)
+			if miss == "" {
+				return
 			}
+			misses = append(misses, miss)
 		}
-		during, took := window(t, e.store, replay.Key, 0, purge)
-		quiet, _ := window(t, e.store, replay.Key, took, nil)
-		slack := 100 * time.Millisecond
-		if v := os.Getenv("IDEM_STALL_SLACK"); v != "" {
-			slack, err = time.ParseDuration(v)
+		t.Errorf("3 rounds in a row missed:\n%s", strings.Join(misses, "\n"))
+	})
+}
+
+// stallRound is one round of TestPurgeNeverStalls: it returns why the
+// round missed, or "".
+func stallRound(t *testing.T, d sqlstore.Dialect, slack time.Duration) string {
+	e := newEnv(t, d, sqlstore.WithoutCleanup(), sqlstore.WithRetention(0))
+	fillRows(t, d, e.db, e.table, "idem:old", stallRows, -time.Hour)
+	fillRows(t, d, e.db, e.table, "idem:live", 100, 24*time.Hour)
+	ctx := ctxT(t)
+	replay := claimReq(storageKey())
+	_, err := e.store.Claim(ctx, replay)
+	require.NoError(t, err)
+	require.NoError(t, e.store.Complete(ctx, replay.Key, replay.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}))
+
+	purge := func() {
+		n, err := e.store.Purge(ctx)
+		require.NoError(t, err)
+		require.Equal(t, stallRows, n)
+	}
+	if os.Getenv("IDEM_OLD_PURGE") == "1" {
+		purge = func() {
+			_, err := e.db.ExecContext(ctx, oldPurge(d, e.table))
 			require.NoError(t, err)
 		}
-		t.Logf("purge %v; during: %d calls, p50 %v p99 %v worst %v; quiet: %d calls, p50 %v p99 %v worst %v",
-			took.Round(time.Millisecond), len(during), pct(during, .5), pct(during, .99), pct(during, 1),
-			len(quiet), pct(quiet, .5), pct(quiet, .99), pct(quiet, 1))
-		require.NotEmpty(t, during)
-		require.NotEmpty(t, quiet)
-		assert.LessOrEqual(t, pct(during, 1), pct(quiet, 1)+slack, "worst call during Purge vs quiet worst + slack")
-		assert.LessOrEqual(t, pct(during, .99), 3*pct(quiet, .99)+10*time.Millisecond, "p99 during Purge vs 3x quiet p99")
-	})
+	}
+	during, took := window(t, e.store, replay.Key, 0, purge)
+	quiet, _ := window(t, e.store, replay.Key, took, nil)
+	line := fmt.Sprintf("purge %v; during: %d calls, p50 %v p99 %v worst %v; quiet: %d calls, p50 %v p99 %v worst %v",
+		took.Round(time.Millisecond), len(during), pct(during, .5), pct(during, .99), pct(during, 1),
+		len(quiet), pct(quiet, .5), pct(quiet, .99), pct(quiet, 1))
+	t.Log(line)
+	require.NotEmpty(t, during)
+	require.NotEmpty(t, quiet)
+	switch {
+	case pct(during, 1) > pct(quiet, 1)+slack:
+		return line + ": worst call during Purge > quiet worst + slack"
+	case pct(during, .99) > 3*pct(quiet, .99)+10*time.Millisecond:
+		return line + ": p99 during Purge > 3x quiet p99 + 10ms"
+	}
+	return ""
 }
