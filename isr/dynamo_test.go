@@ -192,3 +192,48 @@ func TestDynamoPointerPublishOverExplicitVersionZero(t *testing.T) {
 		t.Fatalf("META = %+v", m)
 	}
 }
+
+// A recipe-B publish whose superseded row is gone already (TTL deletion,
+// another service) publishes all the same, without a ttl-only stub row in
+// its place; a refused publish with the retire item reports the recipe's
+// reasons alone.
+func TestDynamoPointerPublishPreviousGone(t *testing.T) {
+	client, _ := dynamoClient(t)
+	name := freshTable(t, client)
+	tb := mustDynamoTable(t, client, name)
+	ctx := context.Background()
+	pk := isrtest.NewPK(t)
+	now := time.Now()
+	acquire := func(tok string) isr.Lease {
+		l, err := tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: tok, Now: now, ExpiresAt: now.Unix() + 30, TTL: now.Unix() + 90})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	if _, err := tb.PublishPointer(ctx, isr.PublishPointerInput{Lease: acquire("a"), Now: now, Version: isr.Version{ID: "v1", S3Key: "k1", GeneratedAt: now.Unix()}, RevalidateSeconds: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(name), Key: map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: pk}, "sk": &types.AttributeValueMemberS{Value: "VER#v1"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	l := acquire("b")
+	in := isr.PublishPointerInput{Lease: l, Now: now, Version: isr.Version{ID: "v2", S3Key: "k2", GeneratedAt: now.Unix()}, RevalidateSeconds: 10, ExpectedVersion: 1, Previous: "VER#v1", PreviousTTL: now.Unix() + 60}
+	// Refused for its version: the reasons are LOCK, VER#, META.
+	bad := in
+	bad.ExpectedVersion = 7
+	_, err := tb.PublishPointer(ctx, bad)
+	var te *isr.TxError
+	if !errors.As(err, &te) || !errors.Is(err, isr.ErrVersionConflict) || len(te.Reasons) != 3 {
+		t.Fatalf("refused publish: %v (%#v), want ErrVersionConflict with 3 reasons", err, te)
+	}
+	m, err := tb.PublishPointer(ctx, in)
+	if err != nil || m.CurrentSK != "VER#v2" {
+		t.Fatalf("publish over a gone row: %+v, %v", m, err)
+	}
+	if _, err := tb.GetVersion(ctx, pk, "v1"); !errors.Is(err, isr.ErrNotFound) {
+		t.Fatalf("VER#v1: %v, want no stub row", err)
+	}
+}

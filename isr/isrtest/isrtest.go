@@ -76,6 +76,7 @@ func Run(t *testing.T, newTable func(t *testing.T) isr.Table) {
 	t.Run("PublishB", func(t *testing.T) { testPublishB(t, newTable(t)) })
 	t.Run("PublishBGuards", func(t *testing.T) { testPublishBGuards(t, newTable(t)) })
 	t.Run("PublishBRequest", func(t *testing.T) { testPublishBRequest(t, newTable(t)) })
+	t.Run("PublishBPrevious", func(t *testing.T) { testPublishBPrevious(t, newTable(t)) })
 	t.Run("Requests", func(t *testing.T) { testRequests(t, newTable(t)) })
 	t.Run("InvalidInput", func(t *testing.T) { testInvalid(t, newTable(t)) })
 	t.Run("CoordinatorFlow", func(t *testing.T) { testCoordinatorFlow(t, newTable(t)) })
@@ -650,5 +651,47 @@ func testInvalid(t *testing.T, tb isr.Table) {
 		if !errors.Is(err, isr.ErrInvalidInput) {
 			t.Errorf("case %d: want ErrInvalidInput, got %v", i, err)
 		}
+	}
+}
+
+// testPublishBPrevious: a recipe-B publish naming the row META points to
+// (Previous) gives that row PreviousTTL and requires META to still point
+// there; the new row keeps its own ttl.
+func testPublishBPrevious(t *testing.T, tb isr.Table) {
+	ctx, pk := ctxT(t), NewPK(t)
+	l := acquire(t, tb, pk, "a", 0, abs(30))
+	base := must(tb.PublishPointer(ctx, isr.PublishPointerInput{Lease: l, Now: at(1), Version: isr.Version{ID: "v1", S3Key: "k1", GeneratedAt: abs(1)}, RevalidateSeconds: 1}))(t)
+	l = acquire(t, tb, pk, "b", 10, abs(40))
+	v2 := isr.Version{ID: "v2", S3Key: "k2", GeneratedAt: abs(11)}
+	// META points to VER#v1, not VER#v0: refused, nothing written.
+	_, err := tb.PublishPointer(ctx, isr.PublishPointerInput{Lease: l, Now: at(11), Version: v2, ExpectedVersion: 1, Previous: "VER#v0", PreviousTTL: abs(500)})
+	wantErr(t, err, isr.ErrVersionConflict)
+	wantTx(t, err)
+	if got := must(tb.GetMeta(ctx, pk))(t); got != base {
+		t.Fatalf("refused publish changed META to %+v", got)
+	}
+	if v := must(tb.GetVersion(ctx, pk, "v1"))(t); v.TTL != 0 {
+		t.Fatalf("refused publish gave VER#v1 ttl %d", v.TTL)
+	}
+	// Invalid: not a VER# sort key, or no ttl for it.
+	for _, in := range []isr.PublishPointerInput{
+		{Lease: l, Now: at(11), Version: v2, ExpectedVersion: 1, Previous: "META", PreviousTTL: abs(500)},
+		{Lease: l, Now: at(11), Version: v2, ExpectedVersion: 1, Previous: "VER#v1"},
+	} {
+		_, err := tb.PublishPointer(ctx, in)
+		wantErr(t, err, isr.ErrInvalidInput)
+	}
+	m := must(tb.PublishPointer(ctx, isr.PublishPointerInput{Lease: l, Now: at(11), Version: v2, ExpectedVersion: 1, Previous: "VER#v1", PreviousTTL: abs(500)}))(t)
+	if m.CurrentSK != "VER#v2" || m.Version != 2 {
+		t.Fatalf("META = %+v", m)
+	}
+	if v := must(tb.GetVersion(ctx, pk, "v1"))(t); v.TTL != abs(500) || v.S3Key != "k1" {
+		t.Fatalf("superseded VER#v1 = %+v, want ttl %d and its attributes kept", v, abs(500))
+	}
+	if v := must(tb.GetVersion(ctx, pk, "v2"))(t); v.TTL != 0 {
+		t.Fatalf("current VER#v2 = %+v, want no ttl", v)
+	}
+	if got := must(tb.GetMeta(ctx, pk))(t); got.S3Key != "k2" {
+		t.Fatalf("stored META = %+v", got)
 	}
 }
