@@ -49,6 +49,8 @@ type purger struct {
 	// and the DELETE by those keys is built per batch (mysqlDelete).
 	myKeys, myDeleteHead, myDeleteTail string
 	myLock, myUnlock                   string
+	// SQLite: one DELETE ... RETURNING per batch (sqlite.go).
+	litePurge string
 
 	passes atomic.Int64 // clean-up passes finished (tests read it)
 	ran    atomic.Int64 // of which passes that held the try-lock at least once
@@ -116,6 +118,10 @@ func newPurger(db *sql.DB, d Dialect, table string, retention time.Duration) *pu
 		name := `CONCAT('idem-purge:', LEFT(SHA2(CONCAT(IFNULL(DATABASE(), ''), '/', ?), 256), 40))`
 		p.myLock = `SELECT GET_LOCK(` + name + `, 0)`
 		p.myUnlock = `SELECT RELEASE_LOCK(` + name + `)`
+	case SQLite:
+		var q queries
+		sqliteQueries(&q, table)
+		p.litePurge = q.litePurge
 	}
 	return p
 }
@@ -181,6 +187,8 @@ func (p *purger) batch(ctx context.Context, limit int, lock bool, from *int64) (
 		return int(count), int(count), got, nil
 	case MySQL:
 		return p.mysqlBatch(ctx, limit, lock, from)
+	case SQLite:
+		return p.sqliteBatch(ctx, limit, from)
 	}
 	return 0, 0, false, fmt.Errorf("sqlstore: purge: unknown dialect %v", p.dialect)
 }

@@ -39,6 +39,9 @@ type queries struct {
 	// readBack is DoTx's locking read of a record row after a failed
 	// commit (not prepared: it is rare).
 	readBack string
+	// SQLite (sqlite.go): the transactions' first statement, the clock's
+	// read, and a purge batch.
+	liteLock, liteNow, litePurge string
 }
 
 // quote returns the quoted, possibly schema-qualified table name and the
@@ -58,10 +61,14 @@ func quote(d Dialect, table string) (qtable, index string) {
 }
 
 // claimProcedure returns the quoted name of a MySQL table's claim
-// procedure: the table's name (and schema) with "_claim_v1", the version
-// of its body, so that a later body gets a name of its own.
+// procedure: the table's name (and schema) with "_claim_v2", the version
+// of its body, so that a later body gets a name of its own (Migrate
+// creates it beside an earlier version, which processes not yet upgraded
+// may still call). v2 reads the clock of its read after the row (v1 read
+// it when the statement started, and could judge a row released since
+// live).
 func claimProcedure(table string) string {
-	p, _ := quote(MySQL, table+"_claim_v1")
+	p, _ := quote(MySQL, table+"_claim_v2")
 	return p
 }
 
@@ -80,8 +87,8 @@ func claimProcedure(table string) string {
 // MySQL's UTC_TIMESTAMP(6) is NOW(6) in UTC: the time the statement
 // started, constant within the statement and free of the session time
 // zone (the UNIX_TIMESTAMP(NOW(6)) spelling is ambiguous in the hour a
-// daylight saving change repeats). mysqlNow is used where nothing waits
-// (Get, Purge's read). mysqlExecNow adds the time elapsed since the statement
+// daylight saving change repeats). mysqlNow is used only by Purge's read.
+// mysqlExecNow adds the time elapsed since the statement
 // started (SYSDATE(6), the time it is evaluated, minus NOW(6), both in the
 // session zone), so a write evaluates it after InnoDB handed it the locked
 // row; a statement that writes it in several columns writes it once and
@@ -89,7 +96,13 @@ func claimProcedure(table string) string {
 // INSERT's values, from left to right, with the values already assigned).
 // SYSDATE is not frozen by SET timestamp, and a server started with
 // --sysdate-is-now makes it NOW again (then a write that waited judges the
-// row with the time it started, as before).
+// row with the time it started, as before). A read that judges a row (Get,
+// the claim's read) takes mysqlExecNow too, in its select list, which is
+// evaluated after the row is read: NOW is fixed when the statement starts,
+// before InnoDB takes the read's snapshot, so a Release that commits in
+// between is seen by the read with an expires_at later than NOW, and the
+// released row would look live (a claim then took it over, or answered
+// Existing; TestClaimReadClock).
 const (
 	pgNow = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
 	// pgKeyLock takes the transaction-level advisory lock of the key $3,
@@ -268,7 +281,6 @@ SELECT 'e'::text, clk.ms, cur.* FROM cur, clk WHERE NOT EXISTS (SELECT 1 FROM w)
 		q.text[stWatch] = `UPDATE ` + t + ` SET watched = true WHERE ` + where + ` AND NOT watched`
 	case MySQL:
 		where := "key_hash = ?"
-		n := mysqlNow
 		q.create = []string{
 			`CREATE TABLE IF NOT EXISTS ` + t + ` (
   tenant         VARCHAR(64)  NOT NULL DEFAULT '',
@@ -317,7 +329,8 @@ SELECT 'e'::text, clk.ms, cur.* FROM cur, clk WHERE NOT EXISTS (SELECT 1 FROM w)
 		// result row is 'w' and the time written (LAST_INSERT_ID, as for
 		// stClaim) when it inserted, with placeholder columns; or 'r', the
 		// server's now and the row found (no row: deleted since the
-		// insert). The parameters are declared in the table's character
+		// insert), that now read after the row (mysqlExecNow in the select
+		// list), so it is never older than a write the read sees. The parameters are declared in the table's character
 		// set and collation, wider than the columns (the store checks
 		// every length before it calls), so nothing is converted or cut on
 		// the way in.
@@ -339,21 +352,28 @@ BEGIN
   IF wrote = 1 THEN
     SELECT 'w', LAST_INSERT_ID(), 1, '', 'in_progress', 1, '', NULL, NULL, NULL, 0, 0, 0, 0, 0, 0;
   ELSE
-    SELECT 'r', ` + n + `, ` + cols + ` FROM ` + t + ` WHERE key_hash = p_key;
+    SELECT 'r', ` + x + `, ` + cols + ` FROM ` + t + ` WHERE key_hash = p_key;
   END IF;
 END`
 		q.text[stClaimProc] = `CALL ` + proc + `(?, ?, ?, ?, ?, ?, ?)`
 		// new: nonce, attempt, payload hash, result, error message, error
 		// type, completed_at, the expiry floor, lease ms, whether it is a
 		// takeover, takeover_ms, tenant, scope; then key; then the row as
-		// read: nonce, attempt, status, heartbeat_at, expires_at. The times
-		// are the server's now at the UPDATE, handed back by LAST_INSERT_ID.
+		// read: nonce, attempt, status, heartbeat_at, expires_at; then
+		// whether it is a takeover. The times are the server's now at the
+		// UPDATE, handed back by LAST_INSERT_ID. The row must also be as
+		// live at the UPDATE's now as the decision found it: live for a
+		// takeover, expired for a re-claim (so a takeover decided with a
+		// clock older than the row it read, which judged a released row
+		// live, is refused and the claim starts over).
 		q.text[stCAS] = `UPDATE ` + t + ` SET claim_nonce = ?, status = 'in_progress', attempt_count = ?, ` +
 			`payload_hash = ?, result = ?, error_message = ?, error_type = ?, started_at = LAST_INSERT_ID(` + x + `), ` +
 			`heartbeat_at = started_at, completed_at = ?, expires_at = GREATEST(?, started_at + ?), ` +
 			`taken_over_at = CASE WHEN ? THEN started_at ELSE 0 END, takeover_ms = ?, tenant = ?, scope = ? WHERE ` + where +
-			` AND claim_nonce = ? AND attempt_count = ? AND status = ? AND heartbeat_at = ? AND expires_at = ? AND record_version = 1`
-		q.text[stGet] = `SELECT ` + cols + `, ` + n + ` FROM ` + t + ` WHERE ` + where
+			` AND claim_nonce = ? AND attempt_count = ? AND status = ? AND heartbeat_at = ? AND expires_at = ? AND record_version = 1` +
+			` AND (expires_at > ` + x + `) = ?`
+		// The now after the row (see mysqlExecNow).
+		q.text[stGet] = `SELECT ` + cols + `, ` + x + ` FROM ` + t + ` WHERE ` + where
 		// Heartbeat, Complete and Release: MySQL counts a row whose values
 		// did not change as not affected (a retried complete, two heartbeats
 		// in one millisecond), so the affected rows cannot tell a match
@@ -382,6 +402,8 @@ END`
 			`record_version = IF(LAST_INSERT_ID(CONNECTION_ID()) > 0, record_version, record_version) ` +
 			`WHERE ` + where + ` AND claim_nonce = ?`
 		q.text[stDelete] = `DELETE FROM ` + t + ` WHERE ` + where
+	case SQLite:
+		sqliteQueries(&q, table)
 	}
 	return q
 }

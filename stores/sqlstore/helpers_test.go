@@ -54,6 +54,9 @@ func forEachClaim(t *testing.T, f func(t *testing.T, path string, d sqlstore.Dia
 }
 
 func dsn(t testing.TB, d sqlstore.Dialect) string {
+	if d == sqlstore.SQLite {
+		return sqliteDSN()
+	}
 	if d == sqlstore.Postgres {
 		return testenv.PostgresDSN(t)
 	}
@@ -69,6 +72,8 @@ func openDB(t testing.TB, d sqlstore.Dialect, source string, rt *sqlbench.RoundT
 	}
 	var db *sql.DB
 	switch d {
+	case sqlstore.SQLite:
+		db = openSQLite(t, source)
 	case sqlstore.Postgres:
 		cfg, err := pgx.ParseConfig(source)
 		if err != nil {

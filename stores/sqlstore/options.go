@@ -21,6 +21,10 @@ const (
 	// MySQL is MySQL or MariaDB (tested with MariaDB 10.11) with InnoDB,
 	// through github.com/go-sql-driver/mysql.
 	MySQL
+	// SQLite is SQLite 3.42 or later, through a pure-Go driver such as
+	// modernc.org/sqlite (no cgo), on a file in WAL mode that the
+	// processes of one host share (see SQLiteDSNParams).
+	SQLite
 )
 
 func (d Dialect) String() string {
@@ -29,6 +33,8 @@ func (d Dialect) String() string {
 		return "postgres"
 	case MySQL:
 		return "mysql"
+	case SQLite:
+		return "sqlite"
 	default:
 		return fmt.Sprintf("Dialect(%d)", int(d))
 	}

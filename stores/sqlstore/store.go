@@ -54,7 +54,7 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 	if db == nil {
 		cfg.Invalid("New", "*sql.DB is nil")
 	}
-	if dialect != Postgres && dialect != MySQL {
+	if dialect != Postgres && dialect != MySQL && dialect != SQLite {
 		cfg.Invalid("New", "unknown dialect %d", int(dialect))
 	}
 	for _, o := range opts {
@@ -101,6 +101,11 @@ func (s *Store) Dialect() Dialect { return s.dialect }
 func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.Validate(); err != nil {
 		return err
+	}
+	if s.dialect == SQLite {
+		if err := s.migrateSQLite(ctx); err != nil {
+			return err
+		}
 	}
 	for _, q := range s.q.create {
 		if _, err := s.db.ExecContext(ctx, q); err != nil {
@@ -244,6 +249,9 @@ func transient(err error) bool {
 	if n, state, ok := mysqlServerError(err); ok {
 		return n == 1213 || n == 1205 || state == "40001"
 	}
+	if sqliteBusy(err) {
+		return true
+	}
 	var se interface{ SQLState() string }
 	if errors.As(err, &se) {
 		c := se.SQLState()
@@ -271,6 +279,9 @@ func storeErr(op string, err error) error {
 func noTable(err error) bool {
 	if n, _, ok := mysqlServerError(err); ok {
 		return n == 1146
+	}
+	if sqliteNoTable(err) {
+		return true
 	}
 	var se interface{ SQLState() string }
 	return errors.As(err, &se) && se.SQLState() == "42P01"
@@ -403,9 +414,12 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 			done bool
 			err  error
 		)
-		if s.dialect == Postgres {
+		switch s.dialect {
+		case SQLite:
+			return s.claimSQLite(ctx, req)
+		case Postgres:
 			res, done, err = s.claimPostgres(ctx, req)
-		} else {
+		default:
 			res, done, err = s.claimMySQL(ctx, req)
 		}
 		if err != nil {
@@ -658,7 +672,7 @@ func (s *Store) casMySQL(ctx context.Context, req idem.ClaimRequest, cur *idem.R
 	args := []any{next.Nonce, next.Attempt, next.PayloadHash, next.Result, msg, typ,
 		next.CompletedAt, floor, lease, tookOver, next.TakeoverMs, req.Tenant, req.Scope}
 	args = append(args, s.keyArgs(req.Key)...)
-	args = append(args, cur.Nonce, cur.Attempt, string(cur.Status), cur.HeartbeatAt, cur.ExpiresAt)
+	args = append(args, cur.Nonce, cur.Attempt, string(cur.Status), cur.HeartbeatAt, cur.ExpiresAt, tookOver)
 	upd, err := s.execResult(ctx, stCAS, args...)
 	var n int64
 	if err == nil {
@@ -675,7 +689,7 @@ func (s *Store) casMySQL(ctx context.Context, req idem.ClaimRequest, cur *idem.R
 		return idem.ClaimResult{}, false, storeErr("claim", err)
 	}
 	if n != 1 {
-		return idem.ClaimResult{}, false, nil // changed since the read
+		return idem.ClaimResult{}, false, nil // changed since the read, or no longer as live as it was judged
 	}
 	next.StartedAt, next.HeartbeatAt = wrote, wrote
 	next.ExpiresAt = max(floor, wrote+lease)
@@ -720,7 +734,7 @@ func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.
 		return err
 	}
 	var args []any
-	if s.dialect == Postgres {
+	if s.dialect != MySQL {
 		args = append(s.keyArgs(key), nonce, leaseTTL.Milliseconds())
 	} else {
 		args = append(append([]any{leaseTTL.Milliseconds()}, s.keyArgs(key)...), nonce)
@@ -748,7 +762,7 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completi
 		return err
 	}
 	var args []any
-	if s.dialect == Postgres {
+	if s.dialect != MySQL {
 		args = append(s.keyArgs(key), nonce, string(c.Status), result, msg, typ, c.TTL.Milliseconds())
 	} else {
 		args = append(append([]any{string(c.Status), result, msg, typ, c.TTL.Milliseconds()},

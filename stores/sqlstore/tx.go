@@ -111,7 +111,7 @@ func DoTx[T any](ctx context.Context, g *idem.Guard[T], key string, fn func(cont
 	}
 	commitWait := g.Policies().TakeoverAfter
 	return idem.RunTx(ctx, g, key, func(ctx context.Context, c *idem.TxClaim[T]) (T, error, error) {
-		if s.db.Stats().MaxOpenConnections == 1 {
+		if s.db.Stats().MaxOpenConnections == 1 || s.dialect == SQLite {
 			// fn's transaction holds the pool's only connection: a claim
 			// on this pool from inside fn (a Step) is refused at once
 			// (see soleConnection) instead of waiting for it until the
@@ -148,6 +148,13 @@ func runTx[T any](ctx context.Context, s *Store, c txClaim[T], fn func(context.C
 	tx, err := s.db.BeginTx(tctx, nil)
 	if err != nil {
 		return zero, nil, lostOr(ctx, storeErr("begin", err))
+	}
+	if s.dialect == SQLite {
+		// The write lock before fn reads (see sqlite.go).
+		if _, err := tx.ExecContext(tctx, s.q.liteLock); err != nil {
+			_ = tx.Rollback()
+			return zero, nil, lostOr(ctx, storeErr("begin", err))
+		}
 	}
 	ended := false
 	defer func() {
@@ -242,7 +249,7 @@ func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, st *sql.Stmt, key, n
 		result = nil // as Do: completed without a result (replays: idem.ErrResultUnavailable)
 	}
 	var args []any
-	if s.dialect == Postgres {
+	if s.dialect != MySQL {
 		args = append(s.keyArgs(key), nonce, string(c.Status), result, msg, typ, c.TTL.Milliseconds())
 	} else {
 		args = append(append([]any{string(c.Status), result, msg, typ, c.TTL.Milliseconds()},
@@ -307,8 +314,13 @@ type soleConnKey struct{}
 // claim (a Step's, or a nested call's) would wait for that connection
 // until fn's own claim lapsed. A claim from any other context is nil.
 func (s *Store) soleConnection(ctx context.Context) error {
-	if db, _ := ctx.Value(soleConnKey{}).(*sql.DB); db == nil || db != s.db || s.db.Stats().MaxOpenConnections != 1 {
+	if db, _ := ctx.Value(soleConnKey{}).(*sql.DB); db == nil || db != s.db || (s.db.Stats().MaxOpenConnections != 1 && s.dialect != SQLite) {
 		return nil
+	}
+	if s.dialect == SQLite {
+		return &idem.OptionError{Option: "DoTx", Reason: "a Step (or any claim on the same database) inside DoTx's fn on SQLite " +
+			"needs the database's write lock, which fn's transaction holds until it commits: " +
+			"use Do with Step for the external calls and StepTx for the database writes"}
 	}
 	return &idem.OptionError{Option: "DoTx", Reason: "a Step (or any claim on the same pool) inside DoTx's fn needs a second " +
 		"connection, and the pool allows one (SetMaxOpenConns(1)), held by fn's transaction: allow more connections, " +
