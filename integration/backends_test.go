@@ -242,7 +242,7 @@ func openSQLOn(t testing.TB, db *sql.DB, d sqlstore.Dialect, opts ...sqlstore.Op
 		_ = s.Close()
 		_, _ = db.Exec("DROP TABLE IF EXISTS " + table)
 		if d == sqlstore.MySQL {
-			_, _ = db.Exec("DROP PROCEDURE IF EXISTS " + table + "_claim_v1") // Migrate's claim procedure
+			_, _ = db.Exec("DROP PROCEDURE IF EXISTS " + table + "_claim_v2") // Migrate's claim procedure
 		}
 	})
 	return s

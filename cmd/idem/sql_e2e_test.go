@@ -28,7 +28,7 @@ func sqlTable(t *testing.T, driver, dsn string) string {
 	t.Cleanup(func() {
 		_, _ = db.Exec("DROP TABLE IF EXISTS " + table)
 		if driver == "mysql" {
-			_, _ = db.Exec("DROP PROCEDURE IF EXISTS " + table + "_claim_v1") // Migrate's claim procedure
+			_, _ = db.Exec("DROP PROCEDURE IF EXISTS " + table + "_claim_v2") // Migrate's claim procedure
 		}
 		_ = db.Close()
 	})
