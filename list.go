@@ -1,0 +1,69 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"time"
+)
+
+// RecordState is how a live record looks to an operator at a given time:
+// Status, with an in-progress record whose owner stopped heartbeating told
+// apart as stale.
+type RecordState string
+
+// Record states, as idem ls prints and filters them.
+const (
+	StateInProgress RecordState = "in_progress" // claimed, its owner heartbeating
+	StateStale      RecordState = "stale"       // claimed, heartbeat older than the takeover threshold
+	StateFailed     RecordState = "failed"      // a recorded failure
+	StateCompleted  RecordState = "completed"   // a recorded result
+)
+
+// RecordStates lists every state, in the order idem stats prints them.
+var RecordStates = []RecordState{StateInProgress, StateStale, StateFailed, StateCompleted}
+
+// ParseRecordState returns the state named s, or an error naming the states.
+func ParseRecordState(s string) (RecordState, error) {
+	for _, st := range RecordStates {
+		if string(st) == s {
+			return st, nil
+		}
+	}
+	return "", fmt.Errorf("unknown record state %q; the states are in_progress, stale, failed, completed", s)
+}
+
+// State classifies r at now (Unix ms): completed and failed as stored, an
+// in-progress record stale when Stale(now, takeoverAfter) says so (the
+// threshold stored with the claim wins; takeoverAfter is used only for a
+// record without one).
+func (r *Record) State(now int64, takeoverAfter time.Duration) RecordState {
+	switch r.Status {
+	case StatusCompleted:
+		return StateCompleted
+	case StatusFailed:
+		return StateFailed
+	}
+	if r.Stale(now, takeoverAfter) {
+		return StateStale
+	}
+	return StateInProgress
+}
+
+// Lister is implemented by stores that can list their records, for
+// operators (idem ls, idem stats).
+//
+// Records yields every live record of the store (expired ones are skipped),
+// each once, in no particular order, reading the store in pages so that
+// memory stays flat however many records there are; it takes no lock that
+// would hold up a claim. A record written, changed or removed while the
+// listing runs may be yielded in its old or new state, or not at all. An
+// error ends the sequence: it is yielded with a nil record. The records of
+// a call's steps are records too, under storage keys derived from the
+// call's, and are listed like any other.
+//
+// Stores whose keys are not ordered by the backend (Redis, DynamoDB, NATS,
+// files) scan their whole keyspace to list; their docs say so.
+type Lister interface {
+	Records(ctx context.Context) iter.Seq2[*Record, error]
+}
