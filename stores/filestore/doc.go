@@ -122,8 +122,9 @@
 // pass that finds nothing expired opens no record (measured over 120,000
 // live records: about the cost of `find` over the directory). A file
 // whose modification time says it expired is a candidate; candidates are
-// removed in batches of storekit.DefaultPurgeBatch, each under its key's
-// lock after reading the record again, and only if that reading says it
+// removed in batches of storekit.DefaultPurgeBatch, eight at a time (an
+// unlink waits on the file system's journal; several share the wait),
+// each under its key's lock after reading the record again, and only if that reading says it
 // has expired past the retention. A claim, heartbeat or completion racing
 // the clean-up on the same key therefore never loses to it (the
 // modification time is only a hint: a file whose time was changed by hand

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
@@ -21,10 +23,10 @@ import (
 // It walks the fan-out directories and lstat(2)s each record file: a file
 // whose modification time (the record's ExpiresAt, set by every write) is
 // not past the retention is not opened. Each other file is a candidate;
-// candidates are removed in batches of storekit.DefaultPurgeBatch, each
-// under its key's lock after reading the record again, and only if that
-// reading says it has expired past the retention on the store's clock,
-// the rule every other operation uses. So Purge is safe while other
+// candidates are removed in batches of storekit.DefaultPurgeBatch, eight
+// at a time, each under its key's lock after reading the record again,
+// and only if that reading says it has expired past the retention on the
+// store's clock, the rule every other operation uses. So Purge is safe while other
 // goroutines and processes use the store, and a claim waits for it at most
 // the removal of one file. The leaf directories a batch touched are
 // fsynced once, after the batch.
@@ -148,67 +150,110 @@ func (p *purger) scan(ctx context.Context, leaf string) {
 	}
 }
 
+// removeWorkers is how many candidates of a batch are removed (and how
+// many of its leaves are fsynced) at once. An unlink waits on the file
+// system's journal (here about 0.5 ms for a file whose blocks are
+// allocated, on ext4 with discard); several at once share the waits: 4,000
+// read+unlink took 2.6 s one at a time, 0.88 s with 4 workers and 0.59 s
+// with 16. Each removal still holds only its own key's lock.
+const removeWorkers = 8
+
 // flush removes the batch's candidates that are still expired, each under
 // its key's lock, and then fsyncs each leaf directory it removed from,
 // once.
 func (p *purger) flush(ctx context.Context) {
-	var touched []string
-	var gone []string
-	for _, cand := range p.batch {
-		if ctx.Err() != nil {
-			break
-		}
-		removed := false
-		err := p.c.locked(ctx, cand.key, func() error {
-			if cand.temp {
-				// Writers hold the key's lock from creating a temporary
-				// file to renaming it, so under it any temporary file of
-				// the key is left over from a crash.
-				err := os.Remove(filepath.Join(cand.leaf, cand.name))
-				if err != nil && !errors.Is(err, fs.ErrNotExist) {
-					return fmt.Errorf("filestore: purge %s: %w", cand.name, err)
-				}
-				removed = err == nil
-				return nil
-			}
-			r, err := p.c.read(cand.key)
-			if err != nil || r == nil || !p.c.expired(r) {
-				return nil // corrupt, gone or live again
-			}
-			err = os.Remove(filepath.Join(cand.leaf, cand.name))
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			if err != nil {
-				return fmt.Errorf("filestore: purge %s: %w", cand.key, err)
-			}
-			removed = true
-			return nil
-		})
+	var (
+		mu      sync.Mutex
+		touched = map[string]bool{}
+		gone    []string
+	)
+	p.parallel(len(p.batch), func(i int) {
+		cand := p.batch[i]
+		removed, err := p.removeOne(ctx, cand)
+		mu.Lock()
+		defer mu.Unlock()
 		if err != nil && ctx.Err() == nil {
 			p.errs = append(p.errs, err)
 		}
 		if !removed {
-			continue
+			return
 		}
-		if len(touched) == 0 || touched[len(touched)-1] != cand.leaf {
-			touched = append(touched, cand.leaf)
-		}
+		touched[cand.leaf] = true
 		if !cand.temp {
 			p.removed++
 			gone = append(gone, cand.key)
 		}
-	}
+	})
 	p.batch = p.batch[:0]
-	// Candidates come leaf by leaf, so equal leaves are adjacent.
-	for _, leaf := range touched {
-		if err := p.c.syncDir(leaf); err != nil {
-			p.errs = append(p.errs, fmt.Errorf("filestore: purge: %w", err))
-		}
+	leaves := make([]string, 0, len(touched))
+	for leaf := range touched {
+		leaves = append(leaves, leaf)
 	}
+	p.parallel(len(leaves), func(i int) {
+		if err := p.c.syncDir(leaves[i]); err != nil {
+			mu.Lock()
+			p.errs = append(p.errs, fmt.Errorf("filestore: purge: %w", err))
+			mu.Unlock()
+		}
+	})
 	for _, k := range gone {
 		p.c.hub.Notify(k)
 	}
+}
+
+// parallel calls fn(0) .. fn(n-1) on up to removeWorkers goroutines, and
+// returns when all have returned.
+func (p *purger) parallel(n int, fn func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, removeWorkers) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// removeOne removes one candidate under its key's lock: a temporary file
+// whatever its age, a record only if reading it again says it has expired
+// past the retention.
+func (p *purger) removeOne(ctx context.Context, cand candidate) (removed bool, err error) {
+	if ctx.Err() != nil {
+		return false, nil
+	}
+	err = p.c.locked(ctx, cand.key, func() error {
+		if cand.temp {
+			// Writers hold the key's lock from creating a temporary file
+			// to renaming it, so under it any temporary file of the key
+			// is left over from a crash.
+			err := os.Remove(filepath.Join(cand.leaf, cand.name))
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("filestore: purge %s: %w", cand.name, err)
+			}
+			removed = err == nil
+			return nil
+		}
+		r, err := p.c.read(cand.key)
+		if err != nil || r == nil || !p.c.expired(r) {
+			return nil // corrupt, gone or live again
+		}
+		err = os.Remove(filepath.Join(cand.leaf, cand.name))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("filestore: purge %s: %w", cand.key, err)
+		}
+		removed = true
+		return nil
+	})
+	return removed, err
 }
 
 func (c *core) expired(r *idem.Record) bool {
