@@ -95,7 +95,7 @@
 // MySQL (no RETURNING), and MariaDB before 10.5: Claim is an INSERT IGNORE
 // of a fresh claim and, when the key exists, a SELECT of the row and the
 // server's now, both inside the table's claim procedure, which Migrate
-// creates (`<table>_claim_v1`, SQL SECURITY INVOKER: Migrate needs the
+// creates (`<table>_claim_v2`, SQL SECURITY INVOKER: Migrate needs the
 // CREATE ROUTINE privilege, callers EXECUTE on it), so that a new key and
 // a replay are one round trip (one CALL); each statement of the procedure
 // commits on its own, as when they are sent one by one. A store that
@@ -166,15 +166,22 @@
 // inside the statements that act on them: PostgreSQL's clock_timestamp()
 // and MySQL's UTC_TIMESTAMP(6) (NOW(6) in UTC, free of the session time
 // zone). A statement that only reads takes the time once (a materialized
-// CTE or an InitPlan on PostgreSQL; NOW is constant within a MySQL
-// statement). A statement that writes reads it where the row is judged,
+// CTE or an InitPlan on PostgreSQL; on MySQL, after the row is read, as
+// below: NOW is fixed when a statement starts, before InnoDB takes the
+// read's snapshot, and a read judged by it could see a Release committed
+// since with an expires_at later than that now, and take the released
+// record for live; TestClaimReadClock, TestClaimReleaseRace). A statement
+// that writes reads it where the row is judged,
 // after the row lock is held: on PostgreSQL in the UPDATE's WHERE and SET
 // (evaluated again for the row version a wait ended on) and in the claim's
 // ON CONFLICT DO UPDATE (which locks before it judges); on MySQL as
 // UTC_TIMESTAMP(6) plus the time since the statement started
 // (SYSDATE(6) - NOW(6)), written once per row and referred to by the other
-// columns. (SET timestamp does not freeze SYSDATE; a server run with
-// --sysdate-is-now judges a write that waited with its start time.)
+// columns. The claim's compare-and-swap UPDATE also checks that the row is
+// as live at its own now as the claim's decision found it. (SET timestamp
+// does not freeze SYSDATE; a server run with --sysdate-is-now judges a
+// write that waited, and a read, with its start time; the compare-and-swap
+// still refuses a takeover of a row that has expired by then.)
 // Times in the row
 // stay BIGINT Unix milliseconds. The caller's clock is never read, so
 // application hosts whose clocks disagree still agree on every decision
