@@ -1,8 +1,12 @@
 package idem_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/storetest"
@@ -40,5 +44,71 @@ func TestWithSecretInvalid(t *testing.T) {
 	}
 	if _, err := idem.New[string](s, idem.WithSecret(secretNew), idem.RequireSecret()); err != nil {
 		t.Errorf("one secret: %v", err)
+	}
+}
+
+// TestRotationWaitHoldsClaim: a Guard rotated to (new, old) whose new key
+// sorts first waits, under Wait, for a call running under the old secret
+// while holding its own claim, and heartbeats it (after five takeover
+// thresholds its claim is in progress, refreshed since it was made, at
+// attempt 1), and the wait ends with the old call's result.
+func TestRotationWaitHoldsClaim(t *testing.T) {
+	ctx := context.Background()
+	s := storetest.Instrument(mustMem())
+	timing := []idem.Option{idem.WithHeartbeat(20 * time.Millisecond), idem.WithTakeoverAfter(100 * time.Millisecond)}
+	gOld, err := idem.New[string](s.AsStore(), append(timing, idem.WithSecret(secretOld))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gWait, err := idem.New[string](s.AsStore(), append(timing, idem.WithSecret(secretNew, secretOld), idem.OnDuplicate(idem.Wait))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := ""
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprint("hold-", i)
+		if storageKey(t, gWait, k) < storageKey(t, gOld, k) {
+			key = k
+		}
+	}
+	skNew := storageKey(t, gWait, key)
+	var runs atomic.Int64
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := gOld.Do(ctx, key, func(context.Context) (string, error) {
+			runs.Add(1)
+			close(started)
+			<-release
+			return "old", nil
+		})
+		done <- err
+	}()
+	<-started
+	waited := make(chan string, 1)
+	go func() {
+		v, err := gWait.Do(ctx, key, func(context.Context) (string, error) { runs.Add(1); return "new", nil })
+		if err != nil {
+			v = err.Error()
+		}
+		waited <- v
+	}()
+	time.Sleep(500 * time.Millisecond) // five takeover thresholds
+	rec, err := s.Get(ctx, skNew)
+	if err != nil || rec.Status != idem.StatusInProgress {
+		t.Fatalf("the waiting caller's claim: %+v, %v; want it held", rec, err)
+	}
+	if rec.HeartbeatAt <= rec.StartedAt || rec.Attempt != 1 {
+		t.Errorf("the waiting caller's claim: heartbeat at %d, started at %d, attempt %d; want it refreshed, never taken over", rec.HeartbeatAt, rec.StartedAt, rec.Attempt)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if v := <-waited; v != "old" {
+		t.Fatalf("the waiting caller got %q, want the old call's result", v)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("fn ran %d times, want 1", runs.Load())
 	}
 }
