@@ -80,10 +80,12 @@
 //
 // A table runs for months; what it holds stays bounded. Every item isr
 // writes that stops deciding anything carries a ttl, and every backend
-// removes an item once its ttl has passed. Expiry itself is never left to
-// that removal: conditions compare lease_expires_at, and a REQ# item's
-// ttl, with the caller's Now, so an item behaves the same whether it has
-// been removed yet or not.
+// removes an item once its ttl has passed. Expiry itself is not left to
+// that removal: conditions compare lease_expires_at with the caller's Now
+// (a LOCK past it is free whether removed yet or not), and BeginRequest
+// takes a REQ# item past its ttl as absent. Only completing, failing or
+// abandoning a REQ# item past its ttl depends on the removal (refused once
+// it has run), hence the rule on WithRequestTTL below.
 //
 //   - LOCK: ttl = lease_expires_at + WithTTLBuffer (default 1h). Both
 //     publish recipes and Release delete it; a crashed worker leaves it,
