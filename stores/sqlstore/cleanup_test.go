@@ -18,6 +18,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
+	"github.com/idem-go/idem/stores/storetest"
 )
 
 // serverNowMs is the dialect's server clock in Unix milliseconds, as SQL.
@@ -413,4 +414,18 @@ func stallRound(t *testing.T, d sqlstore.Dialect, slack time.Duration) string {
 		return line + ": p99 during Purge > 3x quiet p99 + 10ms"
 	}
 	return ""
+}
+
+// WithCleanup's interval must be positive: New reports it as an
+// idem.ErrInvalidOption naming the option.
+func TestWithCleanupInvalid(t *testing.T) {
+	db := sharedDB(t, sqlstore.Postgres)
+	for _, d := range []time.Duration{0, -time.Second} {
+		_, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithCleanup(d))
+		require.ErrorIs(t, err, idem.ErrInvalidOption)
+		storetest.CheckOptionErrors(t, err, "sqlstore.WithCleanup")
+	}
+	s, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithoutCleanup(), sqlstore.WithCleanup(time.Hour))
+	require.NoError(t, err, "a later WithCleanup overrides WithoutCleanup")
+	require.NoError(t, s.Close())
 }
