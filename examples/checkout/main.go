@@ -1,29 +1,41 @@
 // Command checkout shows idem's steps surviving a crash in the middle of a
-// guarded function: the card is charged once and the receipt e-mailed once,
-// although the process running the checkout is killed half-way.
+// guarded function: the card is charged once, the receipt e-mailed once and
+// the order row written once, although the process running the checkout is
+// killed half-way.
 //
-// A checkout is two side effects, each a recorded step:
+// A checkout is two external calls, each a recorded step, and a database
+// write that commits together with its step's record:
 //
-//	charge, _ := idem.Step(ctx, "charge", ...) // POST /charges, Idempotency-Key: idem.StepKey
-//	_, _ = idem.Step(ctx, "email", ...)        // POST /emails
+//	charge, _ := idem.Step(ctx, "charge", ...)  // POST /charges, Idempotency-Key: idem.StepKey
+//	_, _ = idem.Step(ctx, "email", ...)         // POST /emails
+//	_, _ = sqlstore.StepTx(ctx, "order", ...)   // INSERT INTO orders, in the step record's transaction
 //
-// The program plays two stories, each with two worker processes on one file
-// store. The first worker is SIGKILLed: after the charge step returned (its
-// result recorded), or inside the charge step (the provider charged, the
-// step's result not yet recorded). The second worker takes the call over
-// once the first one's claim has gone stale: it gets the recorded charge
-// without charging again, or runs the charge step again with the same
-// Idempotency-Key, which the payment provider (a fake here, honouring the
-// header as real providers do) answers with the charge it already made.
-// Either way: charged once, e-mailed once. A worker whose claim lapses (a
-// stalled disk can hold a heartbeat up) tries the checkout again, as a
-// queue's redelivery would.
+// No transaction is open while the provider is called. The program plays
+// three stories, each with two worker processes on one sqlstore table. The
+// first worker is SIGKILLed: after the charge step returned (its result
+// recorded), inside the charge step (the provider charged, the step's
+// result not yet recorded), or inside the order step (its row inserted,
+// not committed). The second worker takes the call over once the first
+// one's claim has gone stale: it gets the recorded charge without charging
+// again, or runs the charge step again with the same Idempotency-Key, which
+// the payment provider (a fake here, honouring the header as real
+// providers do) answers with the charge it already made; the order row
+// the first worker did not commit is gone with its transaction. Every
+// time: charged once, e-mailed once, one order row. A worker whose claim
+// lapses tries the checkout again, as a queue's redelivery would.
+//
+// The database is a SQLite file in a temporary directory (modernc.org/sqlite,
+// no cgo, no server); -dsn takes a PostgreSQL DSN instead:
 //
 //	go run ./examples/checkout
+//	go run ./examples/checkout -dsn postgres://user:pass@localhost:5432/db
 package main
 
 import (
 	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -33,13 +45,17 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
+
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/stores/filestore"
+	"github.com/idem-go/idem/stores/sqlstore"
 )
 
 // Receipt is what a checkout returns, and what replays get back.
@@ -57,24 +73,46 @@ const takeoverAfter = 2 * time.Second
 const attempts = 3
 
 func main() {
-	worker := flag.String("worker", "", "run as a worker: the store directory")
+	dsn := flag.String("dsn", "", "a PostgreSQL DSN (postgres://...); default: a SQLite file in a temporary directory")
+	worker := flag.Bool("worker", false, "run as a worker")
+	tables := flag.String("tables", "", "worker: the prefix of the tables")
 	provider := flag.String("provider", "", "worker: the payment and mail provider's URL")
 	order := flag.String("order", "", "worker: the order to check out")
-	crash := flag.String("crash", "", "worker: kill this process \"after-charge\" or \"in-charge\"")
+	crash := flag.String("crash", "", "worker: kill this process \"after-charge\", \"in-charge\" or \"in-order\"")
 	flag.Parse()
-	if *worker != "" {
-		if err := work(*worker, *provider, *order, *crash); err != nil {
+	if *worker {
+		if err := work(*dsn, *tables, *provider, *order, *crash); err != nil {
 			log.Fatal(err)
 		}
 		return
 	}
-	if err := run(os.Stdout); err != nil {
+	if err := run(os.Stdout, *dsn); err != nil {
 		log.Fatal(err)
 	}
 }
 
-// run plays both stories and checks what the provider saw.
-func run(out *os.File) error {
+// open opens the database: PostgreSQL for a postgres:// DSN, else the
+// SQLite file path, with a busy timeout and WAL so that the workers share
+// it.
+func open(dsn string) (*sql.DB, sqlstore.Dialect, error) {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		db, err := sql.Open("pgx", dsn)
+		return db, sqlstore.Postgres, err
+	}
+	db, err := sql.Open("sqlite", "file:"+dsn+"?"+sqlstore.SQLiteDSNParams)
+	return db, sqlstore.SQLite, err
+}
+
+// countOrders is how many rows the orders table holds for order.
+func countOrders(ctx context.Context, db *sql.DB, tables, order string) (int, error) {
+	var n int
+	err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+tables+"_orders WHERE order_id = $1", order).Scan(&n)
+	return n, err
+}
+
+// run plays the stories and checks what the provider saw and the orders
+// table holds.
+func run(out *os.File, dsn string) error {
 	p := newProvider()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -85,48 +123,93 @@ func run(out *os.File) error {
 	defer srv.Close()
 	url := "http://" + l.Addr().String()
 
-	dir, err := os.MkdirTemp("", "idem-checkout-")
+	if dsn == "" {
+		dir, err := os.MkdirTemp("", "idem-checkout-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		dsn = filepath.Join(dir, "checkout.db")
+	}
+	// Tables of this run's own, so that a PostgreSQL database can hold
+	// many runs.
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	tables := "checkout_" + hex.EncodeToString(rnd[:])
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, d, err := open(dsn)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer db.Close()
+	store, err := sqlstore.New(db, d, sqlstore.WithTable(tables+"_keys"))
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, "CREATE TABLE "+tables+"_orders (order_id TEXT NOT NULL, charge TEXT NOT NULL, email TEXT NOT NULL)"); err != nil {
+		return err
+	}
+	if d == sqlstore.Postgres {
+		defer func() {
+			_, _ = db.Exec("DROP TABLE IF EXISTS " + tables + "_orders")
+			_, _ = db.Exec("DROP TABLE IF EXISTS " + tables + "_keys")
+		}()
+	}
+	fmt.Fprintf(out, "database: %s\n", d)
 
 	for _, story := range []struct{ order, crash, what string }{
 		{"order-1001", "after-charge", "killed after the charge step returned"},
 		{"order-1002", "in-charge", "killed inside the charge step, after the provider charged"},
+		{"order-1003", "in-order", "killed inside the order step, its row inserted, not committed"},
 	} {
 		fmt.Fprintf(out, "%s: worker 1 %s\n", story.order, story.what)
-		if err := worker(dir, url, story.order, story.crash).Run(); err == nil {
+		if err := worker(dsn, tables, url, story.order, story.crash).Run(); err == nil {
 			return fmt.Errorf("%s: worker 1 was not killed", story.order)
 		}
-		cmd := worker(dir, url, story.order, "")
+		cmd := worker(dsn, tables, url, story.order, "")
 		b, err := cmd.Output()
 		if err != nil {
 			return fmt.Errorf("%s: worker 2: %w", story.order, err)
 		}
 		fmt.Fprint(out, string(b))
 		charges, emails := p.count(story.order)
-		fmt.Fprintf(out, "%s: the provider made %d charge(s) and sent %d e-mail(s)\n", story.order, charges, emails)
-		if charges != 1 || emails != 1 {
-			return fmt.Errorf("%s: %d charges, %d e-mails; want 1 and 1", story.order, charges, emails)
+		rows, err := countOrders(ctx, db, tables, story.order)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s: the provider made %d charge(s) and sent %d e-mail(s); the orders table holds %d row(s)\n",
+			story.order, charges, emails, rows)
+		if charges != 1 || emails != 1 || rows != 1 {
+			return fmt.Errorf("%s: %d charges, %d e-mails, %d order rows; want 1, 1 and 1", story.order, charges, emails, rows)
 		}
 	}
-	fmt.Fprintln(out, "charged once, e-mailed once")
+	fmt.Fprintln(out, "charged once, e-mailed once, one order row")
 	return nil
 }
 
-func worker(dir, url, order, crash string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], "-worker", dir, "-provider", url, "-order", order, "-crash", crash)
+func worker(dsn, tables, url, order, crash string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-worker", "-dsn", dsn, "-tables", tables, "-provider", url, "-order", order, "-crash", crash)
 	cmd.Stderr = os.Stderr
 	return cmd
 }
 
 // work is one worker process: it checks the order out under a Guard.
-func work(dir, url, order, crash string) error {
-	store, err := filestore.New(dir)
+func work(dsn, tables, url, order, crash string) error {
+	db, d, err := open(dsn)
 	if err != nil {
 		return err
 	}
+	defer db.Close()
+	store, err := sqlstore.New(db, d, sqlstore.WithTable(tables+"_keys"))
+	if err != nil {
+		return err
+	}
+	defer store.Close()
 	g, err := idem.New[Receipt](store,
 		idem.OnDuplicate(idem.Wait), // the second worker waits for the first one's claim to go stale
 		idem.WithTakeoverAfter(takeoverAfter), idem.WithHeartbeat(takeoverAfter/4))
@@ -164,6 +247,18 @@ func work(dir, url, order, crash string) error {
 		email, err := idem.Step(ctx, "email", func(ctx context.Context) (string, error) {
 			key, _ := idem.StepKey(ctx)
 			return post(ctx, url+"/emails", order, key)
+		})
+		if err != nil {
+			return Receipt{}, err
+		}
+		// The order row commits with the step's record, or not at all.
+		_, err = sqlstore.StepTx(ctx, "order", func(ctx context.Context, tx *sql.Tx) (bool, error) {
+			_, err := tx.ExecContext(ctx, "INSERT INTO "+tables+"_orders (order_id, charge, email) VALUES ($1, $2, $3)",
+				order, charge, email)
+			if err == nil && crash == "in-order" {
+				die()
+			}
+			return true, err
 		})
 		if err != nil {
 			return Receipt{}, err
