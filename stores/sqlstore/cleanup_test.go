@@ -186,7 +186,7 @@ func TestPurgeRacesClaims(t *testing.T) {
 		e := newEnv(t, d, sqlstore.WithoutCleanup(), sqlstore.WithRetention(0))
 		sqlstore.SetPurgeBatch(e.store, 7) // many batches: many reads and deletes to race
 		ctx := ctxT(t)
-		const rounds, keys = 15, 40
+		const rounds, keys = 10, 40
 		lost, purged := 0, 0
 		for round := 0; round < rounds; round++ {
 			ks := make([]string, keys)
