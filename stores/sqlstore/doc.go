@@ -296,7 +296,8 @@
 // table clean one at a time: each batch of a pass first takes the
 // table's try-lock (PostgreSQL pg_try_advisory_xact_lock, MySQL
 // GET_LOCK(name, 0), named after the table and, on MySQL, the database),
-// and the pass ends when another session holds it.
+// and the pass ends when another session holds it (SQLite's write lock
+// serializes the batches instead).
 //
 // A user with a job of their own (cron, the idem CLI's purge) opens the
 // store WithoutCleanup and calls Purge, which deletes the same rows the
@@ -320,6 +321,9 @@
 //     insert: a single DELETE by an expires_at range did, and held every
 //     claim whose new row fell in the locked gap until it committed
 //     (seconds for a large backlog).
+//   - SQLite: one DELETE per batch, under the database's write lock, which
+//     serializes the batches of every process (no try-lock): a claim waits
+//     for one batch at most.
 //
 // Measured (TestSoakPurgeMillion, IDEM_SOAK=1; see CHANGELOG.md for a
 // run's figures): removing a large backlog takes longer than one DELETE
