@@ -10,9 +10,11 @@ require (
 	github.com/idem-go/idem v0.1.0
 	github.com/idem-go/idem/stores/dynamostore v0.1.0
 	github.com/idem-go/idem/stores/filestore v0.1.0
+	github.com/idem-go/idem/stores/natsstore v0.1.0
 	github.com/idem-go/idem/stores/redisstore v0.1.0
 	github.com/idem-go/idem/stores/sqlstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/nats-io/nats.go v1.55.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -36,8 +38,11 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	github.com/prometheus/common v0.73.1 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect

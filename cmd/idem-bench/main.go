@@ -33,7 +33,17 @@
 // same for the steps of a call: a Step, a sqlstore.StepTx that runs and
 // one replayed.
 //
+// With -soak D it prints only the soak table: fresh keys at -soak-rate per
+// second with a short TTL (-soak-ttl) for D on each store (memory, files,
+// and PostgreSQL, MariaDB (-mysql) and NATS (-nats) when their address is
+// given), clean-up on, a row every -soak-interval with what the store
+// holds (records, files, rows, stream messages, bytes, heap) and the fresh
+// calls' p50, p99 and worst, then a row after the load stopped and every
+// record expired. What a store holds must plateau, and the latency stay
+// flat.
+//
 //	go run ./cmd/idem-bench
+//	go run ./cmd/idem-bench -soak 3m
 //	go run ./cmd/idem-bench -redis 127.0.0.1:6379 -redis-cluster 127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
 package main
 
@@ -72,7 +82,20 @@ func main() {
 	longTable := flag.Bool("redis-table", false, "also print the long Redis throughput table (idem vs raw, prototype rows)")
 	pgDSN := flag.String("postgres", os.Getenv("IDEM_POSTGRES_DSN"), "PostgreSQL DSN for the Wait wake-up table (empty: skip)")
 	pgSamples := flag.Int("postgres-samples", 15, "Wait wake-up samples per waiter kind in the PostgreSQL table")
+	soak := flag.Duration("soak", 0, "run only the soak table: fresh keys at -soak-rate for this long per store (0: skip)")
+	soakRate := flag.Int("soak-rate", 500, "fresh calls per second in the soak table")
+	soakTTL := flag.Duration("soak-ttl", 5*time.Second, "the Guard's TTL in the soak table")
+	soakRetention := flag.Duration("soak-retention", 2*time.Second, "the stores' retention in the soak table")
+	soakCleanup := flag.Duration("soak-cleanup", 5*time.Second, "the stores' clean-up interval in the soak table")
+	soakInterval := flag.Duration("soak-interval", 10*time.Second, "time between the soak table's rows")
+	soakList := flag.String("soak-stores", "all", "comma-separated stores for the soak table: memstore,filestore,postgres,mariadb,natsstore")
+	mysqlDSN := flag.String("mysql", os.Getenv("IDEM_MYSQL_DSN"), "MySQL/MariaDB DSN for the soak table (empty: skip)")
+	natsURL := flag.String("nats", os.Getenv("IDEM_NATS_URL"), "NATS URL for the soak table (empty: skip)")
 	flag.Parse()
+	if *soak > 0 {
+		os.Exit(runSoak(soakConfig{run: *soak, interval: *soakInterval, ttl: *soakTTL, retention: *soakRetention,
+			cleanup: *soakCleanup, rate: *soakRate}, *soakList, *pgDSN, *mysqlDSN, *natsURL))
+	}
 	var callers []int
 	for _, f := range strings.Split(*latencyCallers, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -184,6 +207,40 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// runSoak prints the soak table and returns the exit code.
+func runSoak(c soakConfig, list, pgDSN, mysqlDSN, natsURL string) int {
+	if c.rate < 1 || c.ttl <= 0 || c.retention < 0 || c.cleanup <= 0 || c.interval <= 0 {
+		fmt.Fprintln(os.Stderr, "-soak-rate, -soak-ttl, -soak-cleanup and -soak-interval must be positive, -soak-retention not negative")
+		return 2
+	}
+	dir, err := os.MkdirTemp("", "idem-soak-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	all, err := soakStores(ctx, c, dir, pgDSN, mysqlDSN, natsURL)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "soak:", err)
+		return 1
+	}
+	selected := soakSelected(list)
+	var stores []soakStore
+	for _, s := range all {
+		if selected(s.name) {
+			stores = append(stores, s)
+		} else {
+			_ = s.close()
+		}
+	}
+	if err := soakTable(ctx, os.Stdout, c, stores); err != nil {
+		fmt.Fprintln(os.Stderr, "soak:", err)
+		return 1
+	}
+	return 0
 }
 
 type dialer = func(ctx context.Context, network, addr string) (net.Conn, error)
