@@ -3,8 +3,10 @@ package isr_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -133,5 +135,43 @@ func TestCleanupRunsByItself(t *testing.T) {
 			t.Fatalf("10s after expiry: %d items, %d files; want none", mt.Len(), countFiles(t, dir))
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestMemoryTableHeapReturns: once the items of a burst expire and are
+// purged, the MemoryTable's maps are rebuilt and the heap returns to near
+// where it was (within a tenth of what the burst took).
+func TestMemoryTableHeapReturns(t *testing.T) {
+	clock := isrtest.NewClock(isrtest.Base)
+	tb := newMemoryTable(t, isr.WithTableClock(clock.Now), isr.WithoutCleanup())
+	ctx := context.Background()
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	base := heap()
+	now := clock.Now()
+	const n = 100_000
+	for i := range n {
+		pk := fmt.Sprintf("CACHE#%064x", i)
+		if _, _, err := tb.BeginRequest(ctx, isr.BeginRequestInput{PK: pk, Key: "k", Hash: "h", Now: now, TTL: now.Unix() + 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	peak := heap()
+	clock.Advance(2 * time.Second)
+	removed, err := tb.Purge(ctx)
+	if err != nil || removed != n {
+		t.Fatalf("Purge = %d, %v; want %d", removed, err, n)
+	}
+	after := heap()
+	grew := int64(peak) - int64(base)
+	left := int64(after) - int64(base)
+	t.Logf("heap: base %d KB, with %d items %d KB, after purge %d KB", base>>10, n, peak>>10, after>>10)
+	if left > grew/10 {
+		t.Fatalf("heap after purge %d KB above base, of %d KB the items took: not returned", left>>10, grew>>10)
 	}
 }
