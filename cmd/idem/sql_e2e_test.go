@@ -98,7 +98,7 @@ func sqlCLI(t *testing.T, name, store string) {
 // TestBinaryUnknownStoreKind: a store kind the command does not know is
 // refused with the list of the kinds it has.
 func TestBinaryUnknownStoreKind(t *testing.T) {
-	if iv := runBin(t, env{}, "run", "-store", "sqlite:///tmp/x.db", "-key", "k", "--", "true"); iv.code != exitConfig ||
+	if iv := runBin(t, env{}, "run", "-store", "cassandra://localhost/ks", "-key", "k", "--", "true"); iv.code != exitConfig ||
 		!strings.Contains(iv.stderr, "postgres://") || !strings.Contains(iv.stderr, "mysql://") || !strings.Contains(iv.stderr, "redis://") {
 		t.Errorf("unknown store kind: %v", iv)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	"github.com/redis/go-redis/v9"
+	_ "modernc.org/sqlite" // the "sqlite" database/sql driver (pure Go)
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/dynamostore"
@@ -38,7 +39,7 @@ const (
 )
 
 // knownStoreKinds is what -store accepts, for messages.
-const knownStoreKinds = "file:DIR, mem:[NAME], redis://, rediss://, redis-cluster://, dynamodb://TABLE, postgres://, mysql://"
+const knownStoreKinds = "file:DIR, mem:[NAME], redis://, rediss://, redis-cluster://, dynamodb://TABLE, postgres://, mysql://, sqlite://PATH"
 
 // Default and DynamoDB limits of the captured standard output.
 const (
@@ -129,6 +130,8 @@ func openStore(ctx context.Context, spec string) (*openedStore, error) {
 		return openSQL(ctx, spec, sqlstore.Postgres)
 	case "mysql":
 		return openSQL(ctx, spec, sqlstore.MySQL)
+	case "sqlite":
+		return openSQL(ctx, spec, sqlstore.SQLite)
 	}
 	return nil, &StoreConfigError{redact(spec), fmt.Sprintf("unknown store kind %q; the kinds are %s", scheme, knownStoreKinds)}
 }
@@ -314,6 +317,9 @@ func openDynamo(ctx context.Context, spec string) (*openedStore, error) {
 // the driver.
 func openSQL(ctx context.Context, spec string, dialect sqlstore.Dialect) (*openedStore, error) {
 	u, err := url.Parse(spec)
+	if dialect == sqlstore.SQLite {
+		u, err = sqliteURL(spec)
+	}
 	if err != nil {
 		return nil, &StoreConfigError{redact(spec), "not a URL"}
 	}
@@ -326,6 +332,11 @@ func openSQL(ctx context.Context, spec string, dialect sqlstore.Dialect) (*opene
 	case sqlstore.MySQL:
 		driver = "mysql"
 		if dsn, err = mysqlDSN(u); err != nil {
+			return nil, &StoreConfigError{redact(spec), err.Error()}
+		}
+	case sqlstore.SQLite:
+		driver = "sqlite"
+		if dsn, err = sqliteDSN(u); err != nil {
 			return nil, &StoreConfigError{redact(spec), err.Error()}
 		}
 	}
@@ -371,6 +382,33 @@ func openSQL(ctx context.Context, spec string, dialect sqlstore.Dialect) (*opene
 			return p.Purge(ctx)
 		},
 	}, nil
+}
+
+// sqliteURL parses sqlite:PATH, sqlite://PATH or sqlite:///ABS/PATH, with
+// optional ?params, into a URL whose Path is the file's path.
+func sqliteURL(spec string) (*url.URL, error) {
+	rest := spec[len("sqlite:"):]
+	rest = strings.TrimPrefix(rest, "//")
+	path, query, _ := strings.Cut(rest, "?")
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return nil, err
+	}
+	return &url.URL{Scheme: "sqlite", Path: path, RawQuery: q.Encode()}, nil
+}
+
+// sqliteDSN turns a sqlite URL into modernc.org/sqlite's DSN: the file,
+// with sqlstore.SQLiteDSNParams (a busy timeout, WAL, transactions that
+// take the write lock) and the URL's other parameters.
+func sqliteDSN(u *url.URL) (string, error) {
+	if u.Path == "" {
+		return "", fmt.Errorf("want sqlite://PATH (a database file)")
+	}
+	dsn := "file:" + u.Path + "?" + sqlstore.SQLiteDSNParams
+	if u.RawQuery != "" {
+		dsn += "&" + u.RawQuery
+	}
+	return dsn, nil
 }
 
 // mysqlDSN turns mysql://user:pass@host:port/db?params into the driver's
