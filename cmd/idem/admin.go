@@ -15,11 +15,12 @@ import (
 
 // record is what idem inspect prints.
 type record struct {
-	Key            string                `json:"key"`
+	Key            string                `json:"key,omitempty"`
 	Tenant         string                `json:"tenant,omitempty"`
 	Scope          string                `json:"scope,omitempty"`
 	StorageKey     string                `json:"storage_key"`
 	Store          string                `json:"store"`
+	State          idem.RecordState      `json:"state,omitempty"`
 	Status         idem.Status           `json:"status"`
 	Attempt        int64                 `json:"attempt"`
 	StartedAt      string                `json:"started_at"`
@@ -66,6 +67,28 @@ func (c *cli) lookup(ctx context.Context, k *keyFlags) (*openedStore, string, *i
 	if err != nil {
 		if errors.Is(err, idem.ErrNotFound) {
 			c.errorf("no live record for the key in %s", st.desc)
+		} else {
+			c.errorf("%v", err)
+		}
+		st.Close()
+		return nil, "", nil, exitFor(err)
+	}
+	return st, sk, rec, 0
+}
+
+// lookupStorageKey opens the store and reads the record of a storage key
+// (as idem ls prints it). On failure it has reported the error and returns
+// the exit status.
+func (c *cli) lookupStorageKey(ctx context.Context, spec, sk string) (*openedStore, string, *idem.Record, int) {
+	st, err := openStore(ctx, spec)
+	if err != nil {
+		c.errorf("%v", err)
+		return nil, "", nil, storeOpenExit(err)
+	}
+	rec, err := st.Get(ctx, sk)
+	if err != nil {
+		if errors.Is(err, idem.ErrNotFound) {
+			c.errorf("no live record for the storage key in %s", st.desc)
 		} else {
 			c.errorf("%v", err)
 		}
@@ -141,27 +164,53 @@ func (c *cli) inspectCmd(ctx context.Context, args []string) int {
 	return exitOK
 }
 
-const unlockAbout = `Releases the in-progress claim of KEY, so the next run of KEY runs its
-command at once instead of waiting for the claim to go stale. The record is
+const unlockAbout = `Releases the in-progress claim of KEY (or of -storage-key, as idem ls
+prints it), so the next run of KEY runs its command at once instead of
+waiting for the claim to go stale. The record is
 kept, expired, so fencing tokens keep counting up. A completed or failed
 record is refused (exit 77) unless -force is given; -force deletes the record
-whatever its state (and its steps, as Guard.Forget does), and a run still
-holding it stops its command at its next heartbeat.
+whatever its state (and, given -key, its steps, as Guard.Forget does), and
+a run still holding it stops its command at its next heartbeat.
 `
 
 func (c *cli) unlockCmd(ctx context.Context, args []string) int {
-	fs := c.newFlagSet("unlock", "idem unlock [flags] -key KEY [-force]", unlockAbout)
+	fs := c.newFlagSet("unlock", "idem unlock [flags] -key KEY|-storage-key SK [-force]", unlockAbout)
 	var k keyFlags
 	c.addKeyFlags(fs, &k)
 	force := fs.Bool("force", false, "delete the record whatever its state")
+	storageKey := fs.String("storage-key", "", "the record's storage `key` as idem ls prints it, instead of -key")
 	if code, done := c.parseNoArgs(fs, args); done {
 		return code
 	}
-	st, sk, rec, code := c.lookup(ctx, &k)
+	var (
+		st   *openedStore
+		sk   string
+		rec  *idem.Record
+		code int
+	)
+	if *storageKey != "" {
+		if k.key != "" {
+			c.errorf("give -key or -storage-key, not both")
+			return exitUsage
+		}
+		st, sk, rec, code = c.lookupStorageKey(ctx, k.store, *storageKey)
+	} else {
+		st, sk, rec, code = c.lookup(ctx, &k)
+	}
 	if code != 0 {
 		return code
 	}
 	defer st.Close()
+	if *force && *storageKey != "" {
+		// Only the storage key is known: the record is deleted; the
+		// records of its steps, if any, are left to expire.
+		if err := st.Delete(ctx, sk); err != nil {
+			c.errorf("%v", err)
+			return exitFor(err)
+		}
+		fmt.Fprintf(c.stdout, "deleted the %s record (attempt %d)\n", rec.Status, rec.Attempt)
+		return exitOK
+	}
 	if *force {
 		// Guard.Forget, as a program would forget the key: the record and
 		// its steps, whatever its state.

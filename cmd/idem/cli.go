@@ -45,6 +45,10 @@ Usage:
                            print the record of KEY as JSON
   idem unlock [flags] -key KEY [-force]
                            release an in-progress claim (-force: delete any record)
+  idem ls [-state S] [-json] [-limit N]
+                           list the store's live records by state (in_progress,
+                           stale, failed, completed)
+  idem stats [-json]       count the store's live records by state
   idem purge [flags]       delete expired records from a file store
   idem key [-s] NAME [ARG...]
                            print the canonical key of NAME and JSON arguments
@@ -110,6 +114,10 @@ func (c *cli) main(ctx context.Context, args []string) int {
 		return c.unlockCmd(ctx, args[1:])
 	case "purge":
 		return c.purgeCmd(ctx, args[1:])
+	case "ls":
+		return c.lsCmd(ctx, args[1:])
+	case "stats":
+		return c.statsCmd(ctx, args[1:])
 	case "key":
 		return c.keyCmd(args[1:])
 	case "help", "-h", "-help", "--help":

@@ -39,7 +39,7 @@ const (
 )
 
 // knownStoreKinds is what -store accepts, for messages.
-const knownStoreKinds = "file:DIR, mem:[NAME], redis://, rediss://, redis-cluster://, dynamodb://TABLE, postgres://, mysql://, sqlite://PATH"
+const knownStoreKinds = "file:DIR, mem:[NAME], redis://, rediss://, redis-cluster://, dynamodb://TABLE, postgres://, mysql://, sqlite://PATH, nats://HOST:PORT/BUCKET"
 
 // Default and DynamoDB limits of the captured standard output.
 const (
@@ -132,6 +132,8 @@ func openStore(ctx context.Context, spec string) (*openedStore, error) {
 		return openSQL(ctx, spec, sqlstore.MySQL)
 	case "sqlite":
 		return openSQL(ctx, spec, sqlstore.SQLite)
+	case "nats":
+		return openNATS(ctx, spec)
 	}
 	return nil, &StoreConfigError{redact(spec), fmt.Sprintf("unknown store kind %q; the kinds are %s", scheme, knownStoreKinds)}
 }
@@ -155,7 +157,7 @@ func openFile(spec, rest string) (*openedStore, error) {
 	if err != nil {
 		return nil, &StoreConfigError{spec, err.Error()}
 	}
-	return &openedStore{Store: s, kind: kindFile, desc: s.Dir(), file: s}, nil
+	return &openedStore{Store: s, kind: kindFile, desc: s.Dir(), file: s, close: s.Close}, nil
 }
 
 // takeParam removes the query parameter name from u and returns its value.
