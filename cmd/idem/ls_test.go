@@ -76,6 +76,9 @@ func TestListStores(t *testing.T) {
 				RawQuery: "migrate=1&table=" + sqlTable(t, "mysql", dsn), User: url.UserPassword(cfg.User, cfg.Passwd)}
 			return u.String()
 		},
+		"sqlite": func(t *testing.T) string {
+			return "sqlite://" + t.TempDir() + "/idem.db?migrate=1"
+		},
 		"nats": func(t *testing.T) string {
 			nu, err := url.Parse(testenv.NATSURL(t))
 			if err != nil {

@@ -15,8 +15,8 @@ var _ idem.Lister = (*Store)(nil)
 const listPage = 1000
 
 // listQuery returns the statement of one page of Records: the live rows
-// after a key, in primary-key order, and the server's now. The dialect
-// without a case of its own is SQLite's.
+// after a key, in primary-key order, and the database's now (SQLite's is
+// the default case).
 func (s *Store) listQuery() string {
 	t, _ := quote(s.dialect, s.cfg.table)
 	lim := strconv.Itoa(listPage)
@@ -28,8 +28,7 @@ func (s *Store) listQuery() string {
 		return `SELECT key_hash, ` + cols + `, n.ms FROM ` + t + `, (SELECT ` + mysqlNow + ` AS ms) n` +
 			` WHERE key_hash > ? AND expires_at > n.ms ORDER BY key_hash LIMIT ` + lim
 	default:
-		return `SELECT key_hash, ` + cols + `, n.ms FROM ` + t +
-			`, (SELECT CAST(round(unixepoch('subsec') * 1000) AS INTEGER) AS ms) n` +
+		return `SELECT key_hash, ` + cols + `, n.ms FROM ` + t + `, (SELECT ` + liteNow + ` AS ms) n` +
 			` WHERE key_hash > ?1 AND expires_at > n.ms ORDER BY key_hash LIMIT ` + lim
 	}
 }
