@@ -43,7 +43,7 @@ Usage:
                            stdout and exit status otherwise
   idem inspect [flags] -key KEY
                            print the record of KEY as JSON
-  idem unlock [flags] -key KEY [-force]
+  idem unlock [flags] -key KEY|-storage-key SK [-force]
                            release an in-progress claim (-force: delete any record)
   idem ls [-state S] [-json] [-limit N]
                            list the store's live records by state (in_progress,
@@ -68,6 +68,7 @@ Stores (-store, default $IDEM_STORE, else a directory in the user cache):
   dynamodb://TABLE[?region=R&endpoint=URL&create=1&pk=pk&sk=sk&prefix=P]
   postgres://user:pass@host:port/db[?table=T&migrate=1&sslmode=...]
   mysql://user:pass@host:port/db[?table=T&migrate=1&tls=...]   (MySQL or MariaDB)
+  nats://host:port/BUCKET[?create=1]    a JetStream KV bucket
   mem:[NAME]                            in memory, for tests
   migrate=1 creates the SQL table if it is missing: give it on the first run.
 
@@ -184,7 +185,7 @@ type keyFlags struct {
 
 func (c *cli) addStoreFlag(fs *flag.FlagSet, dst *string) {
 	def := c.getenv("IDEM_STORE")
-	help := "`URL` of the store where records live: file:DIR, redis://..., redis-cluster://..., dynamodb://TABLE?..., postgres://..., mysql://..., mem:"
+	help := "`URL` of the store where records live: file:DIR, redis://..., redis-cluster://..., dynamodb://TABLE?..., postgres://..., mysql://..., nats://HOST:PORT/BUCKET, mem:"
 	if def == "" {
 		help += " (default $IDEM_STORE, else file:" + defaultStoreDir() + ")"
 	}

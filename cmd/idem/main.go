@@ -7,7 +7,9 @@
 //
 //	idem run [flags] -key KEY [--] COMMAND [ARG...]
 //	idem inspect [flags] -key KEY
-//	idem unlock [flags] -key KEY [-force]
+//	idem unlock [flags] -key KEY|-storage-key SK [-force]
+//	idem ls [flags] [-state STATE] [-json] [-limit N]
+//	idem stats [flags] [-json]
 //	idem purge [flags]
 //	idem key [-s] NAME [ARG...]
 //
@@ -137,6 +139,11 @@
 //	                             MySQL or MariaDB (go-sql-driver/mysql; its
 //	                             parameters, such as tls, pass through);
 //	                             migrate=1 creates the table if it is missing
+//	nats://[user:pass@]host:port/BUCKET?create=1
+//	                             a JetStream KV bucket; create=1 creates it if
+//	                             it is missing. The command starts no clean-up:
+//	                             give the bucket a max age, or let a
+//	                             long-running natsstore do it
 //	mem:[NAME]                   in memory, for tests: nothing outlives the process
 //
 // Redis URLs take go-redis's query options (dial_timeout, read_timeout,
@@ -168,6 +175,30 @@
 // -force deletes the record whatever its state, so a live owner is told at
 // its next heartbeat that it lost the claim, and stops its command. Exits 66
 // when there is no live record.
+//
+// -storage-key SK names the record by its storage key, as idem ls prints
+// it, instead of -key; with -force it deletes that record only (the records
+// of its steps, if any, expire).
+//
+// # idem ls and idem stats
+//
+// idem ls lists the store's live records, one line each: state, storage
+// key, attempt, heartbeat age (in progress) and expiry. The state is
+// in_progress, stale (in progress, its heartbeat older than its owner's
+// takeover threshold: a run now would take it over), failed or completed.
+// -state STATE lists only those; -limit N stops after N; -json prints one
+// JSON object per line with idem inspect's field names (storage_key,
+// status, attempt, heartbeat_age_ms, stale, expires_at, ...) and state.
+// idem stats counts the records by state (-json: one object with a count
+// per state and the total). A record that cannot be decoded is reported on
+// standard error, counted as corrupt, and the command exits 70.
+//
+// SQL stores read their table in pages of 1000 rows by primary key; files,
+// Redis (SCAN on every master), DynamoDB (Scan) and NATS have no index of
+// their keys and read their whole keyspace, a page at a time. No listing
+// holds a lock that a claim waits for, and a record written meanwhile may
+// be listed in its old state or its new one. The records of a call's steps
+// are listed too, under their own storage keys.
 //
 // # idem purge
 //
