@@ -120,12 +120,15 @@
 //
 // A pass walks the fan-out directories and lstat(2)s each record file; a
 // pass that finds nothing expired opens no record (measured over 120,000
-// live records: about the cost of `find` over the directory). A file
-// whose modification time says it expired is a candidate; candidates are
-// removed in batches of storekit.DefaultPurgeBatch, eight at a time (an
-// unlink waits on the file system's journal; several share the wait),
-// each under its key's lock after reading the record again, and only if that reading says it
-// has expired past the retention. A claim, heartbeat or completion racing
+// live records: 0.8-1.0x the time of a plain filepath.WalkDir with lstat
+// of the store, where the flat layout's pass read every file: 3.3x). A
+// file whose modification time says it expired is a candidate;
+// candidates are removed in batches of storekit.DefaultPurgeBatch (the background
+// clean-up one at a time, so claims beside it keep their latency; Purge
+// eight at a time, since an unlink waits on the file system's journal and
+// several share the wait, at the cost of slower claims while it runs),
+// each under its key's lock after reading the record again, and only if
+// that reading says it has expired past the retention. A claim, heartbeat or completion racing
 // the clean-up on the same key therefore never loses to it (the
 // modification time is only a hint: a file whose time was changed by hand
 // is judged by its record). A claim waits for the clean-up at most the

@@ -23,3 +23,7 @@ func CleanPasses(s *Store) (ran, skipped int64) { return s.passes.Load(), s.skip
 
 // NumStripes is the number of lock files.
 const NumStripes = numStripes
+
+// SetRemoveWorkers sets how many candidates a clean-up batch removes at
+// once (the soak compares counts).
+func SetRemoveWorkers(n int) { removeWorkers = n }
