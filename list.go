@@ -57,8 +57,10 @@ func (r *Record) State(now int64, takeoverAfter time.Duration) RecordState {
 // each once, in no particular order, reading the store in pages so that
 // memory stays flat however many records there are; it takes no lock that
 // would hold up a claim. A record written, changed or removed while the
-// listing runs may be yielded in its old or new state, or not at all. An
-// error ends the sequence: it is yielded with a nil record. The records of
+// listing runs may be yielded in its old or new state, or not at all.
+// Errors are yielded with a nil record: a record that cannot be decoded as
+// a *CorruptRecordError, after which the listing goes on if the caller
+// does; any other error ends the sequence. The records of
 // a call's steps are records too, under storage keys derived from the
 // call's, and are listed like any other.
 //

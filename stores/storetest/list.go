@@ -76,8 +76,9 @@ func MakeStates(t testing.TB, s idem.Store) ListKeys {
 
 // RunList checks a store's idem.Lister: records in each state made by
 // MakeStates are listed back, each once, in its state once the stale one's
-// threshold has passed; the released one is not listed; and a listing
-// stops when its caller stops.
+// threshold has passed; the released one is not listed; a claim is not
+// held up by a listing paused at a record; and a listing stops when its
+// caller stops.
 func RunList(t *testing.T, s idem.Store) {
 	t.Helper()
 	l, ok := s.(idem.Lister)
@@ -108,12 +109,30 @@ func RunList(t *testing.T, s idem.Store) {
 			t.Errorf("%s: listed as %q, want %q", key, got[key], st)
 		}
 	}
+	// A listing paused at a record (its caller busy) holds nothing a claim
+	// waits for: a claim of that very key, and of a new one, answer.
 	n := 0
-	for _, err := range l.Records(context.Background()) {
+	for rec, err := range l.Records(context.Background()) {
 		if err != nil {
 			t.Fatalf("Records: %v", err)
 		}
 		n++
+		for _, key := range []string{rec.Key, k.Expired} {
+			done := make(chan error, 1)
+			go func() {
+				_, err := s.Claim(context.Background(), idem.ClaimRequest{Key: key, Nonce: "list-probe",
+					LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("a claim of %s during a listing: %v", key, err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("a claim of %s waited 30s for a listing paused at that record", key)
+			}
+		}
 		break
 	}
 	if n != 1 {
