@@ -106,21 +106,21 @@ func (s *Store) listPage(ctx context.Context, n nodeClient, keys []string, yield
 		gets[i] = p.Get(ctx, k)
 		exps[i] = p.PExpireTime(ctx, k)
 	}
-	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		yield(nil, fmt.Errorf("redisstore: list: read: %w", err))
-		return false
+	if _, err := p.Exec(ctx); err != nil {
+		// A server's reply error (redis.Nil for a key gone since the scan,
+		// WRONGTYPE for another application's key) is the command's own;
+		// any other error (the connection) ends the listing.
+		var rerr redis.Error
+		if !errors.As(err, &rerr) {
+			yield(nil, fmt.Errorf("redisstore: list: read: %w", err))
+			return false
+		}
 	}
 	now := time.Now().UnixMilli()
 	for i, k := range keys {
 		v, err := gets[i].Result()
-		if errors.Is(err, redis.Nil) {
-			continue // removed since the scan
-		}
 		if err != nil {
-			if !yield(nil, fmt.Errorf("redisstore: list: get %s: %w", k, err)) {
-				return false
-			}
-			continue
+			continue // removed since the scan, or not a string: not a record
 		}
 		pexpire := int64(-1)
 		if d, err := exps[i].Result(); err == nil && d >= 0 {
@@ -128,7 +128,10 @@ func (s *Store) listPage(ctx context.Context, n nodeClient, keys []string, yield
 		}
 		key, ok := storedKey(v)
 		if !ok {
-			if !yield(nil, &idem.CorruptRecordError{Key: k, Err: errors.New("not a record of this store")}) {
+			if !s.recordShaped(k) {
+				continue // another application's key that the pattern matched
+			}
+			if !yield(nil, &idem.CorruptRecordError{Key: k, Err: errors.New("not a record of this store's encoding")}) {
 				return false
 			}
 			continue
@@ -148,6 +151,13 @@ func (s *Store) listPage(ctx context.Context, n nodeClient, keys []string, yield
 		}
 	}
 	return true
+}
+
+// recordShaped reports whether k is shaped like a record's Redis key of
+// this store: the prefix and a 22-character digest as a hash tag.
+func (s *Store) recordShaped(k string) bool {
+	rest, ok := strings.CutPrefix(k, s.prefix)
+	return ok && len(rest) == 24 && rest[0] == '{' && rest[23] == '}' && !strings.ContainsAny(rest[1:23], "{}")
 }
 
 // storedKey returns the storage key a stored value holds, without decoding

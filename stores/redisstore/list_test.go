@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,4 +124,42 @@ func listPeak(t *testing.T, l idem.Lister) (peak, base uint64, n int) {
 	close(stop)
 	<-done
 	return max.Load(), base, n
+}
+
+// TestRecordsForeignKeys: keys of other applications that the SCAN pattern
+// matches (a hash, a string that is not a record) are skipped; a value of
+// the store's key shape that is not a record is reported corrupt.
+func TestRecordsForeignKeys(t *testing.T) {
+	c := standalone(t)
+	s := newStore(t, c, redisstore.WithPrefix("tf"+randHex(4)+":"))
+	ctx := ctxT(t)
+	p := strings.TrimSuffix(s.Key(storageKey()), "}")
+	p = p[:strings.IndexByte(p, '{')]
+	junk := s.Key(storageKey())
+	for _, k := range []string{p + "{hash}", p + "{str}", junk} {
+		t.Cleanup(func() { c.Del(context.Background(), k) })
+	}
+	c.HSet(ctx, p+"{hash}", "f", "v")
+	c.Set(ctx, p+"{str}", "hello", time.Minute)
+	c.Set(ctx, junk, "hello", time.Minute)
+	keys := storetest.MakeStates(t, s)
+	var corrupt []string
+	n := 0
+	for rec, err := range s.Records(ctx) {
+		var ce *idem.CorruptRecordError
+		if errors.As(err, &ce) {
+			corrupt = append(corrupt, ce.Key)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := keys.ByState()[rec.Key]; !ok {
+			t.Errorf("listed %s", rec.Key)
+		}
+		n++
+	}
+	if n != 4 || len(corrupt) != 1 || corrupt[0] != junk {
+		t.Errorf("listed %d records (want 4), corrupt %v (want [%s])", n, corrupt, junk)
+	}
 }
