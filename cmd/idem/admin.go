@@ -245,7 +245,7 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) int {
 	return exitOK
 }
 
-const purgeAbout = `Deletes expired records from a file or SQL store. Redis and DynamoDB
+const purgeAbout = `Deletes expired records from a file, SQL or NATS store. Redis and DynamoDB
 expire records natively, so there is nothing to do there.
 `
 
@@ -291,7 +291,7 @@ func (c *cli) purgeCmd(ctx context.Context, args []string) int {
 		fmt.Fprintln(c.stdout, "nothing to purge: Redis deletes expired records itself (PEXPIREAT at expiry plus a safety buffer)")
 	case kindDynamoDB:
 		fmt.Fprintln(c.stdout, "nothing to purge: DynamoDB deletes expired records itself (TTL attribute \"ttl\"; deletion can lag by hours, and expired records never count)")
-	case kindSQL:
+	case kindSQL, kindNATS:
 		n, err := st.purge(ctx, *grace)
 		if err != nil {
 			c.errorf("%v", err)

@@ -162,6 +162,9 @@ func listCLI(t *testing.T, spec string) {
 	if iv.code != 0 || !strings.Contains(iv.stdout, "stale        0\n") || !strings.Contains(iv.stdout, "total        3\n") {
 		t.Errorf("stats after unlock: %v", iv)
 	}
+	if iv := invoke(ctx, e, "purge", "-store", spec); iv.code != 0 {
+		t.Errorf("purge: %v", iv)
+	}
 }
 
 func TestListUsage(t *testing.T) {

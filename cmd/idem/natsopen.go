@@ -71,5 +71,13 @@ func openNATS(ctx context.Context, spec string) (*openedStore, error) {
 			nc.Close()
 			return err
 		},
+		purge: func(ctx context.Context, grace time.Duration) (int, error) {
+			p, err := natsstore.New(kv, natsstore.WithoutCleanup(), natsstore.WithJetStream(js), natsstore.WithRetention(grace))
+			if err != nil {
+				return 0, err
+			}
+			defer p.Close()
+			return p.Purge(ctx)
+		},
 	}, nil
 }
