@@ -202,7 +202,7 @@
 //
 // # idem purge
 //
-// Deletes expired records from a file store (-grace keeps them longer:
+// Deletes expired records from a file, SQL or NATS store (-grace keeps them longer:
 // purging a record forgets its attempt counter, so the next claim starts
 // again at fencing token 1). Redis and DynamoDB expire records natively;
 // purge says so and exits 0.
