@@ -3,11 +3,16 @@ package sqlstore_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	_ "modernc.org/sqlite"
 
 	"github.com/idem-go/idem"
@@ -92,4 +97,76 @@ func TestSQLiteStepCrash(t *testing.T) {
 	table := "idem_st_" + randHex(6)
 	t.Cleanup(func() { dropTable(t, sqlstore.SQLite, table) })
 	storetest.RunStepCrash(t, storetest.StepCrashConfig{Namespace: table, NewStore: sqliteStore})
+}
+
+// TestSQLiteStepTx: on SQLite, a StepTx commits its row with the step's
+// record once (a later attempt replays it without running fn), and an
+// error from fn leaves neither; DoTx commits its row with the outcome, and
+// a Step inside DoTx's fn is refused at once (fn's transaction holds the
+// write lock).
+func TestSQLiteStepTx(t *testing.T) {
+	d := sqlstore.SQLite
+	e := newEnv(t, d)
+	side := sideTable(t, d)
+	g := newGuard[int](t, e.store)
+	ctx := ctxT(t)
+	var runs atomic.Int32
+	order := func(ctx context.Context, tx *sql.Tx) (int, error) {
+		runs.Add(1)
+		return 7, insertSide(ctx, tx, d, side, "order")
+	}
+	again := errors.New("the call fails after its step")
+	_, err := g.Do(ctx, "k", func(ctx context.Context) (int, error) {
+		if _, err := sqlstore.StepTx(ctx, "order", order); err != nil {
+			return 0, err
+		}
+		return 0, again
+	})
+	require.ErrorIs(t, err, again)
+	v, err := g.Do(ctx, "k", func(ctx context.Context) (int, error) { return sqlstore.StepTx(ctx, "order", order) })
+	require.NoError(t, err)
+	assert.Equal(t, 7, v)
+	assert.EqualValues(t, 1, runs.Load(), "fn ran once")
+	assert.Equal(t, 1, sideRows(t, d, side, "order"))
+
+	boom := errors.New("boom")
+	_, err = g.Do(ctx, "f", func(ctx context.Context) (int, error) {
+		return sqlstore.StepTx(ctx, "order", func(ctx context.Context, tx *sql.Tx) (int, error) {
+			require.NoError(t, insertSide(ctx, tx, d, side, "f"))
+			return 0, boom
+		})
+	})
+	require.ErrorIs(t, err, boom)
+	assert.Equal(t, 0, sideRows(t, d, side, "f"), "fn's write is rolled back with its error")
+
+	v, err = sqlstore.DoTx(ctx, g, "tx", func(ctx context.Context, tx *sql.Tx) (int, error) {
+		return 3, insertSide(ctx, tx, d, side, "tx")
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 3, v)
+	v, err = sqlstore.DoTx(ctx, g, "tx", func(ctx context.Context, tx *sql.Tx) (int, error) {
+		t.Error("replay ran fn")
+		return 0, nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 3, v)
+	assert.Equal(t, 1, sideRows(t, d, side, "tx"))
+
+	start := time.Now()
+	_, err = sqlstore.DoTx(ctx, g, "step-in-tx", func(ctx context.Context, tx *sql.Tx) (int, error) {
+		return idem.Step(ctx, "charge", func(context.Context) (int, error) { return 1, nil })
+	})
+	require.ErrorIs(t, err, idem.ErrInvalidOption)
+	assert.Less(t, time.Since(start), 2*time.Second, "refused at once, not after the busy timeout")
+}
+
+// TestSQLiteMigrateNoBusyTimeout: a pool whose connections have no busy
+// timeout is refused by Migrate (an idem.ErrInvalidOption).
+func TestSQLiteMigrateNoBusyTimeout(t *testing.T) {
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "x.db"))
+	require.NoError(t, err)
+	defer db.Close()
+	s, err := sqlstore.New(db, sqlstore.SQLite, sqlstore.WithoutCleanup())
+	require.NoError(t, err)
+	require.ErrorIs(t, s.Migrate(ctxT(t)), idem.ErrInvalidOption)
 }
