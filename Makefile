@@ -1,4 +1,4 @@
-# make run   runs the example programs (file stores in temporary directories)
+# make run   runs the example programs (file stores and a SQLite file in temporary directories; no server)
 # make test  starts the backends and runs every check (scripts/test.sh)
 # make bench prints the cost tables
 
