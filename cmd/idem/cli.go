@@ -74,6 +74,8 @@ Stores (-store, default $IDEM_STORE, else a directory in the user cache):
 
 Environment:
   IDEM_SECRET         HMAC secret for storage keys and payload hashes (shared by all hosts)
+  IDEM_PREVIOUS_SECRETS  comma-separated earlier secrets, while rotating IDEM_SECRET:
+                      a key recorded under one of them is found, not run again
   IDEM_STORE          default -store
   IDEM_FENCING_TOKEN  set for COMMAND: the claim's attempt number
   IDEM_STORAGE_KEY    set for COMMAND: the storage key (a hash)
@@ -209,8 +211,18 @@ func (c *cli) guardOptions(k *keyFlags) (opts []idem.Option, code int) {
 	}
 	opts = append(opts, idem.WithNamespace(k.tenant, k.scope))
 	secret := c.getenv("IDEM_SECRET")
+	var previous [][]byte
+	if p := c.getenv("IDEM_PREVIOUS_SECRETS"); p != "" {
+		if secret == "" {
+			c.errorf("IDEM_PREVIOUS_SECRETS is set but IDEM_SECRET is not: rotating needs the active secret")
+			return nil, exitConfig
+		}
+		for _, s := range strings.Split(p, ",") {
+			previous = append(previous, []byte(s))
+		}
+	}
 	if secret != "" {
-		opts = append(opts, idem.WithSecret([]byte(secret)))
+		opts = append(opts, idem.WithSecret([]byte(secret), previous...))
 	}
 	if k.requireSecret {
 		if secret == "" {
@@ -338,7 +350,7 @@ var optionFlags = map[string]string{
 	"OnDuplicate":       "-on-duplicate",
 	"OnFailure":         "-on-failure",
 	"WithNamespace":     "-tenant/-scope",
-	"WithSecret":        "IDEM_SECRET",
+	"WithSecret":        "IDEM_SECRET/IDEM_PREVIOUS_SECRETS",
 	"RequireSecret":     "-require-secret",
 }
 

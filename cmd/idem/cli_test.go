@@ -35,7 +35,7 @@ func invoke(ctx context.Context, e env, args ...string) invocation {
 			if v, ok := e[name]; ok {
 				return v
 			}
-			if name == "IDEM_SECRET" || name == "IDEM_STORE" {
+			if name == "IDEM_SECRET" || name == "IDEM_PREVIOUS_SECRETS" || name == "IDEM_STORE" {
 				return ""
 			}
 			return os.Getenv(name)
@@ -165,6 +165,13 @@ func TestRunScenarios(t *testing.T) {
 			{env: env{"IDEM_SECRET": "two"}, args: append([]string{"run", "-key", "k"}, countCmd("2", 0)...), stdout: "2", runs: 2},
 			{env: env{"IDEM_SECRET": "one"}, args: append([]string{"run", "-key", "k"}, countCmd("3", 0)...), stdout: "1", runs: 2},
 			{args: append([]string{"run", "-require-secret", "-key", "k"}, countCmd("4", 0)...), code: exitConfig, stderrHas: "IDEM_SECRET", runs: 2},
+		}},
+		{"a rotated secret finds the old record", []step{
+			{env: env{"IDEM_SECRET": "one"}, args: append([]string{"run", "-key", "k"}, countCmd("1", 0)...), stdout: "1", runs: 1},
+			{env: env{"IDEM_SECRET": "two", "IDEM_PREVIOUS_SECRETS": "one"}, args: append([]string{"run", "-key", "k"}, countCmd("2", 0)...), stdout: "1", runs: 1},
+			{env: env{"IDEM_SECRET": "two", "IDEM_PREVIOUS_SECRETS": "zero,one"}, args: append([]string{"run", "-key", "k"}, countCmd("3", 0)...), stdout: "1", runs: 1},
+			{env: env{"IDEM_PREVIOUS_SECRETS": "one"}, args: append([]string{"run", "-key", "k"}, countCmd("4", 0)...), code: exitConfig, stderrHas: "IDEM_SECRET", runs: 1},
+			{env: env{"IDEM_SECRET": "two", "IDEM_PREVIOUS_SECRETS": "two"}, args: append([]string{"run", "-key", "k"}, countCmd("5", 0)...), code: exitUsage, stderrHas: "is the active secret", runs: 1},
 		}},
 		{"command not found is never recorded", []step{
 			{args: []string{"run", "-on-failure", "lock", "-key", "k", "--", "idem-no-such-command"}, code: exitNotFound, stderrHas: "idem-no-such-command", runs: 0},

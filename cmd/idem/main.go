@@ -71,7 +71,7 @@
 // takeover or re-run while the record is kept. A downstream system that
 // remembers the highest token it has seen can refuse a stale owner's writes.
 // IDEM_STORAGE_KEY holds the storage key (a hash, never the key itself).
-// IDEM_SECRET is removed from COMMAND's environment.
+// IDEM_SECRET and IDEM_PREVIOUS_SECRETS are removed from COMMAND's environment.
 //
 // If the claim is lost while COMMAND runs (a heartbeat finds that another run
 // took it over, or that the record was deleted with "idem unlock -force"),
@@ -101,7 +101,10 @@
 // IDEM_SECRET is set, the hash is an HMAC under it, and nobody without the
 // secret can tell which keys were used; every host must use the same secret
 // to share keys. -require-secret refuses to run without IDEM_SECRET
-// (production mode).
+// (production mode). To rotate the secret, set the old one in
+// IDEM_PREVIOUS_SECRETS (comma-separated) beside the new IDEM_SECRET: a key
+// recorded under an old secret is found and replayed, not run again (see
+// idem.WithSecret for the three-step procedure across hosts).
 //
 // -payload names the inputs of the run: its hash is recorded with the claim,
 // and a later run of the same key with a different -payload exits 65 rather

@@ -407,7 +407,7 @@ func childEnv(env []string, token int64, sk string) []string {
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "IDEM_SECRET", "IDEM_FENCING_TOKEN", "IDEM_STORAGE_KEY":
+		case "IDEM_SECRET", "IDEM_PREVIOUS_SECRETS", "IDEM_FENCING_TOKEN", "IDEM_STORAGE_KEY":
 			continue
 		}
 		out = append(out, kv)
