@@ -1,5 +1,5 @@
-// Package sqlstore is an idem.Store kept in a PostgreSQL or MySQL/MariaDB
-// table, through database/sql:
+// Package sqlstore is an idem.Store kept in a PostgreSQL, MySQL/MariaDB or
+// SQLite table, through database/sql:
 //
 //	db, _ := sql.Open("pgx", dsn) // github.com/jackc/pgx/v5/stdlib
 //	store, err := sqlstore.New(db, sqlstore.Postgres)
@@ -10,6 +10,30 @@
 // sqlstore.MySQL. On PostgreSQL through pgx, store.Listen() returns a
 // WatchingStore whose waiters are woken by LISTEN/NOTIFY (see Push
 // wake-ups).
+//
+// # SQLite
+//
+// For a program without a database server, sqlstore.SQLite keeps the table
+// in a SQLite file (3.42 or later) through a pure-Go driver, no cgo:
+//
+//	db, _ := sql.Open("sqlite", "file:/var/lib/app/idem.db?"+sqlstore.SQLiteDSNParams) // modernc.org/sqlite
+//	store, err := sqlstore.New(db, sqlstore.SQLite)
+//	err = store.Migrate(ctx) // WAL mode, then CREATE TABLE / INDEX IF NOT EXISTS
+//
+// SQLiteDSNParams gives every connection a busy timeout (a writer waits
+// for another's write lock instead of failing), WAL (readers go on beside
+// the writer) and transactions that take the write lock when they begin.
+// Migrate puts the file in WAL mode and refuses a connection without a
+// busy timeout (an error matching idem.ErrInvalidOption). The processes of
+// one host share the file (not a network file system: SQLite's locks need
+// a local one). SQLite runs one writer at a time: a claim is one
+// transaction that takes the write lock first, reads the row and the
+// database's clock (unixepoch('subsec')), decides with
+// storekit.DecideClaim and writes; Heartbeat, Complete, Release and Delete
+// are one UPDATE or DELETE each; a purge batch is one DELETE ... RETURNING.
+// DoTx and StepTx take the write lock before fn runs and hold it until
+// they commit, so keep fn short; a Step inside DoTx's fn would wait for
+// that lock and is refused at once. Waiters poll (no Listen).
 //
 // # Table
 //
