@@ -33,7 +33,11 @@
 // are one UPDATE or DELETE each; a purge batch is one DELETE ... RETURNING.
 // DoTx and StepTx take the write lock before fn runs and hold it until
 // they commit, so keep fn short; a Step inside DoTx's fn would wait for
-// that lock and is refused at once. Waiters poll (no Listen).
+// that lock and is refused at once. A claim cannot be taken from a
+// transaction that is open (the taker waits for the lock), and a process
+// paused (SIGSTOP) inside DoTx's or StepTx's fn holds the write lock, so
+// every writer on the file waits until it resumes or dies (a process that
+// dies releases it). Waiters poll (no Listen).
 //
 // # Table
 //
