@@ -170,3 +170,41 @@ func TestSQLiteMigrateNoBusyTimeout(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, s.Migrate(ctxT(t)), idem.ErrInvalidOption)
 }
+
+// TestSQLiteClaimRace: 16 pools (as 16 processes would have) claim each
+// of 30 fresh keys at once: exactly one claim per key wins.
+func TestSQLiteClaimRace(t *testing.T) {
+	table := "idem_race_" + randHex(6)
+	t.Cleanup(func() { dropTable(t, sqlstore.SQLite, table) })
+	stores := make([]idem.Store, 16)
+	for i := range stores {
+		s, err := sqliteStore(table)
+		require.NoError(t, err)
+		stores[i] = s
+	}
+	ctx := ctxT(t)
+	for range 30 {
+		key := storageKey()
+		var won atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for _, s := range stores {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				res, err := s.Claim(ctx, claimReq(key))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Outcome == idem.Claimed {
+					won.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		require.EqualValues(t, 1, won.Load(), "claims won on one key")
+	}
+}
