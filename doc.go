@@ -190,8 +190,11 @@
 // call in progress under a key that sorts after its own waits at most one
 // heartbeat interval for it to yield before it answers ErrInProgress.
 //
-// Forget deletes the record under the active secret only: while previous
-// secrets are configured, a record under one of them can still answer.
+// Forget deletes the key's record and steps under the active secret and
+// under each previous secret, so no record under an old secret answers
+// after it. A process configured with the old secret alone (before the
+// first deploy of a rotation) does not look under the new one; forget the
+// key from a Guard that has both.
 //
 // # Callers in one process
 //

@@ -112,3 +112,50 @@ func TestRotationWaitHoldsClaim(t *testing.T) {
 		t.Fatalf("fn ran %d times, want 1", runs.Load())
 	}
 }
+
+// TestForgetDuringRotation: Forget on a Guard with (new, old) deletes the
+// record and the steps under the old secret too, so the next call runs fn
+// and its steps again instead of replaying what the old secret recorded.
+func TestForgetDuringRotation(t *testing.T) {
+	ctx := context.Background()
+	s := mustMem()
+	gOld, err := idem.New[string](s, idem.WithSecret(secretOld))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gNew, err := idem.New[string](s, idem.WithSecret(secretNew, secretOld))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs, steps atomic.Int64
+	fn := func(ctx context.Context) (string, error) {
+		n := runs.Add(1)
+		if _, err := idem.Step(ctx, "charge", func(context.Context) (int64, error) {
+			return steps.Add(1), nil
+		}); err != nil {
+			return "", err
+		}
+		return fmt.Sprint("run ", n), nil
+	}
+	if v, err := gOld.Do(ctx, "forget-rotated", fn); err != nil || v != "run 1" {
+		t.Fatalf("first call under the old secret = %q, %v", v, err)
+	}
+	if v, err := gNew.Do(ctx, "forget-rotated", fn); err != nil || v != "run 1" || runs.Load() != 1 {
+		t.Fatalf("before Forget: %q, %v, runs %d; want the old record replayed", v, err, runs.Load())
+	}
+	if err := gNew.Forget(ctx, "forget-rotated"); err != nil {
+		t.Fatal(err)
+	}
+	v, err := gNew.Do(ctx, "forget-rotated", fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v != "run 2" || runs.Load() != 2 || steps.Load() != 2 {
+		t.Fatalf("after Forget: %q, runs %d, steps %d; want fn and its step run again (run 2, 2, 2)", v, runs.Load(), steps.Load())
+	}
+	// The old secret's Guard (a process of the first deploy) sees the key
+	// forgotten too: its record and steps are gone.
+	if _, err := gOld.Do(ctx, "forget-rotated", fn); err != nil || runs.Load() != 3 || steps.Load() != 3 {
+		t.Fatalf("old-secret Guard after Forget: %v, runs %d, steps %d; want 3, 3", err, runs.Load(), steps.Load())
+	}
+}

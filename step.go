@@ -272,7 +272,9 @@ type detached struct {
 func (d detached) Value(k any) any { return d.values.Value(k) }
 
 // Forget deletes key's record, whatever its state, and its steps: a later
-// call of key runs fn again from the start, its steps too. (It deletes the
+// call of key runs fn again from the start, its steps too. With previous
+// secrets (WithSecret), it deletes the record and steps under each of them
+// as well. (It deletes the
 // call's steps epoch, so the old step records are no longer reachable and
 // expire with their TTL.) A call still running when it is forgotten keeps
 // running; its completion is refused (its nonce is gone). A nil or zero
@@ -288,17 +290,28 @@ func (g *Guard[T]) Forget(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	// The epoch first: a call record left behind by a failure here still
-	// has its steps, so a retry replays them; the other way round a new
-	// call could replay an old call's steps.
-	if err := g.store.Delete(ctx, epochKey(sk)); err != nil {
-		return storeErr("delete", err)
+	// During a rotation the key may be recorded under a previous secret:
+	// delete it there too, or that record would still answer.
+	keys, err := g.rotationKeys(key, sk, "", callConfig{})
+	if err != nil {
+		return err
 	}
-	if err := g.store.Delete(ctx, sk); err != nil {
-		return storeErr("delete", err)
+	if keys == nil {
+		keys = []altKey{{sk: sk}}
 	}
-	if g.cache != nil {
-		g.cache.remove(sk)
+	for _, k := range keys {
+		// The epoch first: a call record left behind by a failure here
+		// still has its steps, so a retry replays them; the other way
+		// round a new call could replay an old call's steps.
+		if err := g.store.Delete(ctx, epochKey(k.sk)); err != nil {
+			return storeErr("delete", err)
+		}
+		if err := g.store.Delete(ctx, k.sk); err != nil {
+			return storeErr("delete", err)
+		}
+		if g.cache != nil {
+			g.cache.remove(k.sk)
+		}
 	}
 	return nil
 }
