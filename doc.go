@@ -222,8 +222,7 @@
 //
 // WithObserver (or WithLogger for log/slog) sees claims, hits, waits,
 // takeovers, losses of ownership, failures, and steps run and replayed,
-// with the storage key, never the caller's key or payload. Counter counts
-// them.
+// with the storage key, never the caller's key or payload.
 //
 // # Bad input
 //

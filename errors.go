@@ -74,14 +74,6 @@ type RecordedFailure struct {
 	Type    string `json:"type,omitempty"`
 }
 
-// StoredError is the former name of RecordedFailure, kept so that code
-// written against it still compiles: StoredError is one letter from
-// StoreError, which means the opposite (the store failed, not fn). It will
-// be removed before 1.0.
-//
-// Deprecated: Use RecordedFailure.
-type StoredError = RecordedFailure
-
 func (e *RecordedFailure) Error() string {
 	if e.Type == "" {
 		return "idem: previous run failed: " + e.Message

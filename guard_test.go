@@ -289,7 +289,7 @@ func TestSameProcessWaitFollowerBoundedByOwnContext(t *testing.T) {
 func TestSameProcessMismatchNotHeldBehindWait(t *testing.T) {
 	s := newMem(t)
 	owner := newGuard[int](t, s)
-	var c idem.Counter
+	var c eventCounter
 	g := newGuard[int](t, s, idem.OnDuplicate(idem.Wait), idem.WithObserver(&c))
 	other := newGuard[int](t, s, idem.OnDuplicate(idem.Wait))
 	started, release := make(chan struct{}), make(chan struct{})
@@ -544,7 +544,7 @@ func TestTakeoverOfCrashedClaim(t *testing.T) {
 	if err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
-	var c idem.Counter
+	var c eventCounter
 	g = newGuard[int](t, s, idem.WithTakeoverAfter(150*time.Millisecond), idem.WithHeartbeat(30*time.Millisecond), idem.OnDuplicate(idem.Wait), idem.WithObserver(&c))
 	start := time.Now()
 	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
@@ -746,7 +746,7 @@ type unencodable struct {
 }
 
 func TestResultUnavailable(t *testing.T) {
-	var c idem.Counter
+	var c eventCounter
 	g := newGuard[unencodable](t, newMem(t), idem.WithObserver(&c))
 	var runs int
 	fn := func(ctx context.Context) (unencodable, error) { runs++; return unencodable{C: make(chan int)}, nil }

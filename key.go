@@ -36,27 +36,12 @@ func Key(name string, args ...any) (string, error) {
 	if args == nil {
 		args = []any{}
 	}
-	b, err := CanonicalJSON(args)
+	b, err := jcs.Marshal(args)
 	if err != nil {
 		return "", &KeyError{Reason: "arguments cannot be encoded", Err: err}
 	}
 	sum := sha256.Sum256(b)
 	return name + ":" + hex.EncodeToString(sum[:]), nil
-}
-
-// CanonicalJSON encodes v as RFC 8785 JSON (the JSON Canonicalization
-// Scheme): encoding/json first (struct tags and MarshalJSON apply), then
-// object members sorted by UTF-16 code units at every depth, strings
-// escaped only where JSON requires it (no HTML escaping), and numbers as
-// ECMAScript writes them. Equal values give equal bytes whatever their Go
-// types (a struct and a map with the same fields agree), and a program in
-// another language following RFC 8785 writes the same bytes, so it derives
-// the same Key and payload hash. A string that is not valid UTF-8 is an
-// error (JSON would replace its bad bytes with U+FFFD and so make different
-// values encode alike), as is an integer no double holds exactly (two
-// identifiers past 2^53 would otherwise share a key).
-func CanonicalJSON(v any) ([]byte, error) {
-	return jcs.Marshal(v)
 }
 
 // keyer derives storage keys and payload hashes for one Guard.
@@ -145,7 +130,7 @@ func (k keyer) payloadHash(v any) (string, error) {
 		b = append(b, '"')
 		return k.sum("", b), nil
 	}
-	c, err := CanonicalJSON(v)
+	c, err := jcs.Marshal(v)
 	if err != nil {
 		return "", &KeyError{Reason: "payload cannot be encoded", Err: err, Payload: true}
 	}

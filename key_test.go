@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/jcs"
 )
 
 func TestKeyCanonical(t *testing.T) {
@@ -172,11 +173,11 @@ func FuzzKey(f *testing.F) {
 		if k2 != k1 {
 			t.Fatalf("got %v, want %v", k2, k1)
 		}
-		c1, err := idem.CanonicalJSON(v)
+		c1, err := jcs.Marshal(v)
 		if err != nil {
 			t.Fatalf("unexpected error: %v", err)
 		}
-		c2, err := idem.CanonicalJSON(json.RawMessage(c1))
+		c2, err := jcs.Marshal(json.RawMessage(c1))
 		if err != nil {
 			t.Fatalf("unexpected error: %v", err)
 		}
@@ -197,7 +198,7 @@ func TestKeyRFC8785(t *testing.T) {
 	if k != "f:5594e58a4e1fac967770e24cf26b07f5bf97d599dc06ae8f194a5d9ae2a7ab2d" {
 		t.Errorf("got %v, want %v", k, "f:5594e58a4e1fac967770e24cf26b07f5bf97d599dc06ae8f194a5d9ae2a7ab2d")
 	}
-	b, err := idem.CanonicalJSON(map[string]any{"q": "a&b"})
+	b, err := jcs.Marshal(map[string]any{"q": "a&b"})
 	if err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}

@@ -53,7 +53,7 @@ func TestLocalCacheInvalidOptions(t *testing.T) {
 }
 
 func TestLocalCacheWarmReplayCostsNoRoundTrip(t *testing.T) {
-	var c idem.Counter
+	var c eventCounter
 	g, inst := cacheGuard(t, 100, time.Hour, idem.WithObserver(&c))
 	var runs atomic.Int64
 	fn := counting(&runs, 7)
@@ -224,7 +224,7 @@ func TestLocalCacheUnlockFailureNotCached(t *testing.T) {
 }
 
 func TestLocalCachePayloadMismatch(t *testing.T) {
-	var c idem.Counter
+	var c eventCounter
 	g, inst := cacheGuard(t, 10, time.Hour, idem.WithObserver(&c))
 	var runs atomic.Int64
 	fn := counting(&runs, 3)

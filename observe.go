@@ -3,7 +3,6 @@ package idem
 import (
 	"context"
 	"log/slog"
-	"sync/atomic"
 	"time"
 )
 
@@ -76,26 +75,6 @@ type ObserverFunc func(ctx context.Context, e Event)
 
 // Observe calls f.
 func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
-
-// Counter is an Observer that counts events by kind.
-type Counter struct {
-	counts [numEventKinds]atomic.Int64
-}
-
-// Observe counts e.
-func (c *Counter) Observe(_ context.Context, e Event) {
-	if e.Kind >= 0 && e.Kind < numEventKinds {
-		c.counts[e.Kind].Add(1)
-	}
-}
-
-// Count returns how many events of kind k were seen.
-func (c *Counter) Count(k EventKind) int64 {
-	if k < 0 || k >= numEventKinds {
-		return 0
-	}
-	return c.counts[k].Load()
-}
 
 // LogObserver returns an Observer that logs each event to l.
 func LogObserver(l *slog.Logger) Observer {

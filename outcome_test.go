@@ -135,7 +135,7 @@ func (panicky) MarshalJSON() ([]byte, error) { panic("encoder bug") }
 // completes without it. (Before, Do panicked after fn's side effect and
 // left the claim in progress for a takeover to run fn again.)
 func TestEncoderPanicCompletesWithoutResult(t *testing.T) {
-	var c idem.Counter
+	var c eventCounter
 	g := newGuard[panicky](t, mustMem(), idem.WithObserver(&c))
 	var runs atomic.Int32
 	fn := func(ctx context.Context) (panicky, error) { runs.Add(1); return panicky{N: 7}, nil }
@@ -353,15 +353,5 @@ func TestPayloadCanonicalEquality(t *testing.T) {
 		if v != 1 {
 			t.Errorf("%v: got %v, want %v", name, v, 1)
 		}
-	}
-}
-
-// StoredError still names the recorded failure (code written against the
-// former name compiles and matches).
-func TestStoredErrorAlias(t *testing.T) {
-	var target *idem.StoredError
-	err := error(&idem.RecordedFailure{Message: "declined"})
-	if !errors.As(err, &target) || target.Message != "declined" {
-		t.Fatalf("errors.As(%v, *idem.StoredError) = false", err)
 	}
 }

@@ -3,6 +3,8 @@ package idem
 import (
 	"strings"
 	"testing"
+
+	"github.com/idem-go/idem/jcs"
 )
 
 // TestPayloadHashStringShortcut checks that a string payload hashed without
@@ -21,7 +23,7 @@ func TestPayloadHashStringShortcut(t *testing.T) {
 	for _, k := range []keyer{newKeyer("", "", nil), newKeyer("t", "s", []byte("secret"))} {
 		for _, s := range cases {
 			got, gerr := k.payloadHash(s)
-			c, cerr := CanonicalJSON(s)
+			c, cerr := jcs.Marshal(s)
 			if cerr != nil {
 				if gerr == nil {
 					t.Fatalf("%q: hashed, but the encoder refuses it: %v", s, cerr)

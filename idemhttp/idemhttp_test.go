@@ -755,7 +755,7 @@ func TestGuardOptionsTable(t *testing.T) {
 		}
 	})
 	t.Run("observer", func(t *testing.T) {
-		var c idem.Counter
+		var c eventCounter
 		srv := newMW(t, nil, idemhttp.WithGuard(idem.WithObserver(&c))).Handler(&counter{})
 		do(srv, req{key: "k"})
 		do(srv, req{key: "k"})
@@ -1051,4 +1051,25 @@ func TestCompleteFails(t *testing.T) {
 	if w := do(srv, req{key: "k"}); w.Code != http.StatusConflict || h.runs.Load() != 1 {
 		t.Fatalf("retry: %d %s, runs %d", w.Code, w.Body, h.runs.Load())
 	}
+}
+
+// eventCounter is an Observer that counts events by kind.
+type eventCounter struct {
+	mu     sync.Mutex
+	counts map[idem.EventKind]int64
+}
+
+func (c *eventCounter) Observe(_ context.Context, e idem.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.counts == nil {
+		c.counts = make(map[idem.EventKind]int64)
+	}
+	c.counts[e.Kind]++
+}
+
+func (c *eventCounter) Count(k idem.EventKind) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts[k]
 }
