@@ -25,9 +25,7 @@
 //	                   takeover; staleness is judged by it
 //	stale_at       N   heartbeat_at + takeover_ms, rewritten by every
 //	                   heartbeat, so the claim's condition can compare it
-//	                   with now (expressions have no arithmetic); an item
-//	                   without takeover_ms is judged by the caller's
-//	                   threshold against heartbeat_at
+//	                   with now (expressions have no arithmetic)
 //	completed_at   N   only once completed or failed
 //	expires_at     N   the record counts while expires_at > now
 //	result         B   encoded result, when there is one
@@ -103,14 +101,12 @@
 //
 // Expressions and the attribute-name maps are built once per Store; a
 // request only allocates its values. Measured with the benchtable command
-// (go run ./stores/dynamostore/internal/benchtable -proto -server-pid PID)
+// (go run ./stores/dynamostore/internal/benchtable -server-pid PID)
 // against DynamoDB Local with 32 and 64 concurrent callers, the server's CPU
 // time per request, not the client's, decides the rate, and it grows with
 // the expressions: a replay (refused claim) costs the server 0.56-0.72 ms,
-// as the raw refused PutItem does, where the earlier claim (one UpdateItem
-// with a 16-name condition and update expression on every call) cost
-// 0.92-1.03 ms and ran replays at 0.65 of the raw rate; a fresh call costs
-// 1.6-1.7 ms, as raw PutItem + UpdateItem do (earlier: 2.1-2.3 ms). The
+// as the raw refused PutItem does; a fresh call costs 1.6-1.7 ms, as raw
+// PutItem + UpdateItem do. The
 // throughput ratios to the raw requests were 0.81-0.95 for replays and
 // 0.86-1.09 for fresh calls, on a shared machine whose load moves them by
 // about 0.1 from run to run. A fresh call consumes 2 WCU (1 + 1, items

@@ -154,7 +154,7 @@ var (
 		"#a = if_not_exists(#a, :zero) + :one, #sa = :now, #hb = :now, " +
 		"#ea = :exp, #ttl = :ttl, #v = :v, #tm = :tm, #sta = :sta REMOVE #res, #em, #et, #ca"
 	exprReclaimCond = "attribute_not_exists(#pk) OR #ea <= :now OR " +
-		"(#st = :ip AND ((attribute_exists(#tm) AND #sta <= :now) OR (attribute_not_exists(#tm) AND #hb <= :stale)) AND #ph = :ph AND #n <> :n AND #ea <= :exp AND #v = :v AND " +
+		"(#st = :ip AND #sta <= :now AND #ph = :ph AND #n <> :n AND #ea <= :exp AND #v = :v AND " +
 		"attribute_type(#n, :S) AND attribute_type(#a, :N) AND attribute_type(#sa, :N))"
 
 	// Complete: one update expression for each combination of result and
@@ -166,10 +166,10 @@ var (
 	}
 	completeNames = placeholders("#st", "#ca", "#hb", "#ea", "#ttl", "#n", "#res", "#em", "#et")
 
-	exprHeartbeat       = "SET #hb = :now, #sta = :now + if_not_exists(#tm, :zero), #ea = :exp, #ttl = :ttl"
+	exprHeartbeat       = "SET #hb = :now, #sta = :now + #tm, #ea = :exp, #ttl = :ttl"
 	exprHeartbeatCond   = "#n = :n AND #st = :ip AND #ea > :now AND #ea <= :exp"
 	heartbeatNames      = placeholders("#hb", "#ea", "#ttl", "#n", "#st", "#sta", "#tm")
-	exprHeartbeatOnly   = "SET #hb = :now, #sta = :now + if_not_exists(#tm, :zero)"
+	exprHeartbeatOnly   = "SET #hb = :now, #sta = :now + #tm"
 	exprHeartbeatLive   = "#n = :n AND #st = :ip AND #ea > :now"
 	heartbeatOnlyNames  = placeholders("#hb", "#n", "#st", "#ea", "#sta", "#tm")
 	exprRelease         = "SET #ea = :zero, #ttl = :ttl"
@@ -388,17 +388,16 @@ func (st *Store) claimExisting(ctx context.Context, key map[string]types.Attribu
 			// refused and reported as corrupt instead of overwritten.
 			// Staleness is judged by the owner's stored threshold
 			// (stale_at = heartbeat_at + takeover_ms; expressions have no
-			// arithmetic), or by the caller's for an item without one.
+			// arithmetic).
 			ConditionExpression:      &exprReclaimCond,
 			ExpressionAttributeNames: st.reclaimNames,
 			ExpressionAttributeValues: map[string]types.AttributeValue{
 				":ip": inProgressValue, ":ph": attrS(req.PayloadHash),
 				":n": attrS(req.Nonce), ":zero": zeroValue, ":one": oneValue, ":now": attrN(now),
 				":exp": attrN(exp), ":ttl": attrN(st.ttlAt(exp)), ":v": versionValue,
-				":stale": attrN(now - req.TakeoverAfter.Milliseconds()),
-				":tm":    attrN(req.TakeoverAfter.Milliseconds()),
-				":sta":   attrN(now + req.TakeoverAfter.Milliseconds()),
-				":S":     typeSValue, ":N": typeNValue,
+				":tm":  attrN(req.TakeoverAfter.Milliseconds()),
+				":sta": attrN(now + req.TakeoverAfter.Milliseconds()),
+				":S":   typeSValue, ":N": typeNValue,
 			},
 			ReturnValues:                        types.ReturnValueAllOld,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
@@ -529,7 +528,7 @@ func (st *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time
 		ExpressionAttributeNames: heartbeatNames,
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":now": nowN, ":exp": attrN(exp), ":ttl": attrN(st.ttlAt(exp)), ":n": n,
-			":ip": inProgressValue, ":zero": zeroValue,
+			":ip": inProgressValue,
 		},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -560,7 +559,7 @@ func (st *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time
 		ConditionExpression:      &exprHeartbeatLive,
 		ExpressionAttributeNames: heartbeatOnlyNames,
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":now": nowN, ":n": n, ":ip": inProgressValue, ":zero": zeroValue,
+			":now": nowN, ":n": n, ":ip": inProgressValue,
 		},
 	})
 	return st.ownershipErr("heartbeat", err)

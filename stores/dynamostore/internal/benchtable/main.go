@@ -15,9 +15,7 @@
 // Raw fresh is the conditional PutItem (attribute_not_exists) a hand-written
 // client would send to claim, plus the nonce-conditioned UpdateItem that
 // records the outcome; raw replay is that PutItem refused, returning the
-// item through ReturnValuesOnConditionCheckFailure=ALL_OLD. With -proto the
-// table also has the requests of the earlier claim (one UpdateItem with a
-// 16-name condition and update expression) sent raw, for comparison.
+// item through ReturnValuesOnConditionCheckFailure=ALL_OLD.
 //
 // Capacity: after the timed rounds every variant runs a few more calls with
 // ReturnConsumedCapacity=TOTAL on each request, and the table prints the
@@ -70,7 +68,7 @@ func main() {
 	n := flag.Int("n", 200, "calls per variant per round")
 	c := flag.Int("c", 32, "concurrent callers")
 	rounds := flag.Int("rounds", 15, "measured rounds (short, interleaved: the load of a shared machine changes by the second)")
-	proto := flag.Bool("proto", false, "also measure the earlier claim request (UpdateItem) sent raw")
+
 	serverPID := flag.Int("server-pid", 0, "process id of the DynamoDB server (e.g. DynamoDB Local's java) whose CPU time per call to print (Linux)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the client process to this file")
 	flag.Parse()
@@ -87,7 +85,7 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*endpoint, *region, *table, *n, *c, *rounds, *proto, *serverPID); err != nil {
+	if err := run(*endpoint, *region, *table, *n, *c, *rounds, *serverPID); err != nil {
 		log.Print(err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -211,7 +209,7 @@ func itemSize(item map[string]types.AttributeValue) int {
 	return size
 }
 
-func run(endpoint, region, table string, n, c, rounds int, proto bool, serverPID int) error {
+func run(endpoint, region, table string, n, c, rounds int, serverPID int) error {
 	ctx := context.Background()
 	m := &meter{}
 	var client *dynamodb.Client
@@ -274,15 +272,6 @@ func run(endpoint, region, table string, n, c, rounds int, proto bool, serverPID
 			_, err := g.Do(ctx, "guard-"+rk(i), fn)
 			return err
 		}},
-		{name: "prepare proto", fn: func(ctx context.Context, i int) error {
-			if !proto {
-				return nil
-			}
-			if err := raw.updateClaim(ctx, prefix+"proto-"+rk(i), "n"); err != nil {
-				return err
-			}
-			return raw.complete(ctx, prefix+"proto-"+rk(i))
-		}},
 	} {
 		if err := burst(ctx, prep, keys, c); err != nil {
 			return err
@@ -330,18 +319,6 @@ func run(endpoint, region, table string, n, c, rounds int, proto bool, serverPID
 			}
 			return err
 		}},
-	}
-	if proto {
-		fresh = append(fresh, &variant{name: "proto UpdateItem+UpdateItem", fn: func(ctx context.Context, i int) error {
-			pk := prefix + "proto-" + id(i)
-			if err := raw.updateClaim(ctx, pk, "n"); err != nil {
-				return err
-			}
-			return raw.complete(ctx, pk)
-		}})
-		replay = append(replay, &variant{name: "proto refused UpdateItem", fn: func(ctx context.Context, i int) error {
-			return refused(raw.updateClaim(ctx, prefix+"proto-"+rk(i), "m"))
-		}})
 	}
 
 	fmt.Printf("DynamoDB %s, table %s, %d callers, %d rounds x %d calls per variant\n\n",
@@ -541,39 +518,6 @@ func (r rawClient) complete(ctx context.Context, pk string) error {
 			":st": str("completed"), ":res": &types.AttributeValueMemberB{Value: []byte("42")},
 			":now": num(now), ":exp": num(now + 3_600_000), ":ttl": num(now/1000 + 7200), ":n": str("n"),
 		},
-	})
-	return err
-}
-
-// updateClaim is the claim request the store sent before its claim became
-// a PutItem: one UpdateItem whose condition admits absent, expired and
-// stale records, with ALL_OLD both ways.
-func (r rawClient) updateClaim(ctx context.Context, pk, nonce string) error {
-	now := time.Now().UnixMilli()
-	exp := now + 60_000
-	_, err := r.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: aws.String(r.table),
-		Key:       map[string]types.AttributeValue{"pk": str(pk), "sk": str("IDEM")},
-		UpdateExpression: aws.String("SET #st = :ip, #ph = :ph, #n = :n, " +
-			"#a = if_not_exists(#a, :zero) + :one, #sa = :now, #hb = :now, " +
-			"#ea = :exp, #ttl = :ttl, #v = :v, #tm = :tm, #sta = :sta REMOVE #res, #em, #et, #ca"),
-		ConditionExpression: aws.String("attribute_not_exists(#pk) OR #ea <= :now OR " +
-			"(#st = :ip AND ((attribute_exists(#tm) AND #sta <= :now) OR (attribute_not_exists(#tm) AND #hb <= :stale)) AND #ph = :ph AND #n <> :n AND #ea <= :exp AND #v = :v AND " +
-			"attribute_type(#n, :S) AND attribute_type(#a, :N) AND attribute_type(#sa, :N))"),
-		ExpressionAttributeNames: map[string]string{
-			"#pk": "pk", "#st": "status", "#ph": "payload_hash", "#n": "nonce", "#a": "attempt",
-			"#sa": "started_at", "#hb": "heartbeat_at", "#ea": "expires_at", "#ttl": "ttl",
-			"#v": "record_version", "#res": "result", "#em": "error_message", "#et": "error_type",
-			"#ca": "completed_at", "#tm": "takeover_ms", "#sta": "stale_at",
-		},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":ip": str("in_progress"), ":ph": str(""), ":n": str(nonce), ":zero": num(0), ":one": num(1),
-			":now": num(now), ":exp": num(exp), ":ttl": num(exp/1000 + 60), ":v": num(1),
-			":stale": num(now - 30_000), ":tm": num(30_000), ":sta": num(now + 30_000),
-			":S": str("S"), ":N": str("N"),
-		},
-		ReturnValues:                        types.ReturnValueAllOld,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	return err
 }
