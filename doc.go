@@ -7,10 +7,17 @@
 //		return billing.Charge(ctx, req) // runs once per key
 //	}, idem.Payload(req))
 //
-// The coordination state lives in a Store: stores/memstore (one process),
-// stores/filestore (one host), stores/redisstore, stores/dynamostore and
-// stores/sqlstore (many machines). stores/storetest is the conformance
-// suite they all pass; package storekit holds what a store author needs.
+// The coordination state lives in a Store, each in a package of its own:
+//
+//   - stores/memstore: one process, in memory
+//   - stores/filestore: the processes of one host, a directory of files
+//   - stores/redisstore: Redis and Redis Cluster
+//   - stores/sqlstore: PostgreSQL, MySQL/MariaDB and SQLite
+//   - stores/dynamostore: Amazon DynamoDB
+//   - stores/natsstore: a NATS JetStream key-value bucket
+//
+// stores/storetest is the conformance suite they all pass; package
+// storekit holds what a store author needs.
 //
 // # How a call goes
 //
@@ -20,8 +27,8 @@
 // with a fresh random nonce (attempt 1), takes over an in_progress record
 // whose heartbeat is older than its owner's takeover threshold (stored
 // with the claim, so a caller configured with a shorter threshold never
-// takes over a live owner; new nonce, attempt+1), or returns the existing record untouched. A fresh call costs
-// two store round trips (claim, complete); a replay of a completed key costs
+// takes over a live owner; new nonce, attempt+1), or returns the existing
+// record untouched. A fresh call costs two store round trips (claim, complete); a replay of a completed key costs
 // one; a call shorter than the heartbeat interval sends no heartbeat.
 //
 // While fn runs, the owner refreshes its claim every heartbeat interval.

@@ -102,7 +102,7 @@ type signals struct{ decided, waiting, done <-chan struct{} }
 // matching ErrInvalidOption if an option (or the store's own configuration,
 // for stores with a Validate() error method) is invalid.
 func New[T any](store Store, opts ...Option) (*Guard[T], error) {
-	if store == nil || (reflect.ValueOf(store).Kind() == reflect.Pointer && reflect.ValueOf(store).IsNil()) {
+	if isNilStore(store) {
 		return nil, &OptionError{Option: "store", Reason: "store is nil"}
 	}
 	c := config{ttl: DefaultTTL, takeoverAfter: DefaultTakeoverAfter, codec: JSON}
@@ -188,24 +188,47 @@ func (g *Guard[T]) StorageKey(key string) (string, error) {
 // A nil or zero Guard, a nil ctx or a nil fn is an error matching
 // ErrInvalidOption.
 func (g *Guard[T]) Do(ctx context.Context, key string, fn func(context.Context) (T, error), opts ...CallOption) (T, error) {
-	if err := g.check("Do", ctx, fn == nil); err != nil {
+	if err := g.check(ctx, "Do"); err != nil {
 		var zero T
 		return zero, err
+	}
+	if fn == nil {
+		var zero T
+		return zero, errNilFunc("Do")
 	}
 	return g.call(ctx, key, opts, fn, nil)
 }
 
-// check is the argument check of every method that runs a call.
-func (g *Guard[T]) check(method string, ctx context.Context, nilFn bool) error {
+// check is the receiver and context check of every method that takes a
+// context: a nil or zero Guard, or a nil ctx, is an error matching
+// ErrInvalidOption that names method.
+func (g *Guard[T]) check(ctx context.Context, method string) error {
 	switch {
 	case g == nil || g.store == nil:
 		return errZeroGuard(method)
 	case ctx == nil:
 		return &OptionError{Option: method, Reason: "context is nil"}
-	case nilFn:
-		return &OptionError{Option: method, Reason: "function is nil"}
 	}
 	return nil
+}
+
+// errNilFunc is the error of a method given a nil function.
+func errNilFunc(method string) error {
+	return &OptionError{Option: method, Reason: "function is nil"}
+}
+
+// isNilStore reports whether store is nil, or a nil pointer inside the
+// interface (a nil *memstore.Store passed as a Store), whose methods would
+// panic on first use. The store's type is any the caller's (third-party
+// stores included), so no typed check can see the nil pointer: reflection
+// is the one general way, and New calls this once per Guard, never per
+// call.
+func isNilStore(store Store) bool {
+	if store == nil {
+		return true
+	}
+	v := reflect.ValueOf(store)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 func errZeroGuard(method string) error {

@@ -280,11 +280,8 @@ func (d detached) Value(k any) any { return d.values.Value(k) }
 // running; its completion is refused (its nonce is gone). A nil or zero
 // Guard or a nil ctx is an error matching ErrInvalidOption.
 func (g *Guard[T]) Forget(ctx context.Context, key string) error {
-	if g == nil || g.store == nil {
-		return errZeroGuard("Forget")
-	}
-	if ctx == nil {
-		return &OptionError{Option: "Forget", Reason: "context is nil"}
+	if err := g.check(ctx, "Forget"); err != nil {
+		return err
 	}
 	sk, err := g.keys.storageKey(key)
 	if err != nil {

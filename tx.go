@@ -78,9 +78,13 @@ func (tc *TxClaim[T]) Complete(v T) (Completion, error) {
 func RunTx[T any](ctx context.Context, g *Guard[T], key string,
 	run func(ctx context.Context, c *TxClaim[T]) (v T, fnErr, commitErr error),
 	opts ...CallOption) (T, error) {
-	if err := g.check("RunTx", ctx, run == nil); err != nil {
+	if err := g.check(ctx, "RunTx"); err != nil {
 		var zero T
 		return zero, err
+	}
+	if run == nil {
+		var zero T
+		return zero, errNilFunc("RunTx")
 	}
 	return g.call(ctx, key, opts, nil, run)
 }
