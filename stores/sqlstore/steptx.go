@@ -12,8 +12,8 @@ import (
 // ctx (see idem.Step), inside a database transaction on the call's store,
 // and writes the step's completed record in the same transaction,
 // conditioned on the step claim's nonce, before it commits: fn's writes
-// and the step's outcome commit together or not at all. PostgreSQL and
-// MySQL/MariaDB.
+// and the step's outcome commit together or not at all. PostgreSQL,
+// MySQL/MariaDB and SQLite.
 //
 // The step is claimed, replayed and waited for as a Step: the first
 // attempt of the call that reaches it claims it (one round trip, on a

@@ -15,8 +15,9 @@ import (
 // conditioned on the claim's nonce, before it commits: fn's writes and the
 // outcome commit together or not at all. The Guard's store must be a
 // *Store or the *WatchingStore of its Listen (any other store, a nil Guard
-// or a nil fn is an error matching idem.ErrInvalidOption). PostgreSQL and
-// MySQL/MariaDB.
+// or a nil fn is an error matching idem.ErrInvalidOption). PostgreSQL,
+// MySQL/MariaDB and SQLite (where fn's transaction holds the database's
+// write lock, so a Step inside fn is refused at once).
 //
 // fn must do its writes through tx, in the store's database. Duplicates,
 // payloads, waits and heartbeats are as in Do. What the caller is told:
