@@ -212,18 +212,9 @@ func itemSize(item map[string]types.AttributeValue) int {
 func run(endpoint, region, table string, n, c, rounds int, serverPID int) error {
 	ctx := context.Background()
 	m := &meter{}
-	var client *dynamodb.Client
-	if endpoint != "" {
-		client = dynamodb.New(dynamodb.Options{
-			Region: region, BaseEndpoint: aws.String(endpoint),
-			Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""),
-		}, m.option, pool(c))
-	} else {
-		cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(region))
-		if err != nil {
-			return err
-		}
-		client = dynamodb.NewFromConfig(cfg, m.option, pool(c))
+	client, err := newClient(ctx, endpoint, region, c, m)
+	if err != nil {
+		return err
 	}
 	if err := dynamostore.CreateTable(ctx, client, table); err != nil {
 		return err
@@ -241,6 +232,34 @@ func run(endpoint, region, table string, n, c, rounds int, serverPID int) error 
 	}
 	raw := rawClient{client: client, table: table}
 
+	// Replays go to keys completed beforehand, a different one on every
+	// concurrent call (callers of one key in one process would share a
+	// claim, and a hot item is not what a replay usually hits).
+	keys := min(n, 1000)
+	var offset int
+	prep, fresh, replay := variants(raw, store, g, prefix, keys, &offset)
+	for _, v := range prep {
+		if err := burst(ctx, v, keys, c); err != nil {
+			return err
+		}
+	}
+
+	fmt.Printf("DynamoDB %s, table %s, %d callers, %d rounds x %d calls per variant\n\n",
+		or(endpoint, "(AWS, region "+region+")"), table, c, rounds, n)
+	mc := measurement{m: m, n: n, c: c, rounds: rounds, serverPID: serverPID, offset: &offset}
+	for _, set := range [][]*variant{fresh, replay} {
+		if err := mc.measure(ctx, set); err != nil {
+			return err
+		}
+	}
+	mc.print(fresh, replay)
+	return nil
+}
+
+// variants returns the calls that prepare the replayed keys (keys of
+// them), and the fresh and replay variants: each the raw requests, the
+// store's, and the Guard's. Fresh calls take their keys from *offset on.
+func variants(raw rawClient, store *dynamostore.Store, g *idem.Guard[int], prefix string, keys int, offset *int) (prep, fresh, replay []*variant) {
 	fn := func(context.Context) (int, error) { return 42, nil }
 	refused := func(err error) error {
 		var ccf *types.ConditionalCheckFailedException
@@ -249,12 +268,8 @@ func run(endpoint, region, table string, n, c, rounds int, serverPID int) error 
 		}
 		return fmt.Errorf("want a refused condition with the item, got %v", err)
 	}
-	// Replays go to keys completed beforehand, a different one on every
-	// concurrent call (callers of one key in one process would share a
-	// claim, and a hot item is not what a replay usually hits).
-	keys := min(n, 1000)
 	rk := func(i int) string { return "replay-" + strconv.Itoa(i%keys) }
-	for _, prep := range []*variant{
+	prep = []*variant{
 		{name: "prepare raw", fn: func(ctx context.Context, i int) error {
 			if err := raw.put(ctx, prefix+"raw-"+rk(i), "n"); err != nil {
 				return err
@@ -263,7 +278,7 @@ func run(endpoint, region, table string, n, c, rounds int, serverPID int) error 
 		}},
 		{name: "prepare store", fn: func(ctx context.Context, i int) error {
 			k := "idem:store-" + rk(i)
-			if _, err := store.Claim(ctx, idem.ClaimRequest{Key: k, Nonce: "n", LeaseTTL: time.Minute}); err != nil {
+			if _, err := store.Claim(ctx, idem.ClaimRequest{Key: k, Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second}); err != nil {
 				return err
 			}
 			return store.Complete(ctx, k, "n", idem.Completion{Status: idem.StatusCompleted, Result: []byte("42"), TTL: time.Hour})
@@ -272,16 +287,11 @@ func run(endpoint, region, table string, n, c, rounds int, serverPID int) error 
 			_, err := g.Do(ctx, "guard-"+rk(i), fn)
 			return err
 		}},
-	} {
-		if err := burst(ctx, prep, keys, c); err != nil {
-			return err
-		}
 	}
 
 	// Fresh calls go to new keys: the round's offset plus the call's index.
-	var offset int
-	id := func(i int) string { return "fresh-" + strconv.Itoa(offset+i) }
-	fresh := []*variant{
+	id := func(i int) string { return "fresh-" + strconv.Itoa(*offset+i) }
+	fresh = []*variant{
 		{name: "raw PutItem+UpdateItem", fn: func(ctx context.Context, i int) error {
 			pk := prefix + "raw-" + id(i)
 			if err := raw.put(ctx, pk, "n"); err != nil {
@@ -301,7 +311,7 @@ func run(endpoint, region, table string, n, c, rounds int, serverPID int) error 
 			return err
 		}},
 	}
-	replay := []*variant{
+	replay = []*variant{
 		{name: "raw refused PutItem", fn: func(ctx context.Context, i int) error {
 			return refused(raw.put(ctx, prefix+"raw-"+rk(i), "m"))
 		}},
@@ -321,50 +331,84 @@ func run(endpoint, region, table string, n, c, rounds int, serverPID int) error 
 		}},
 	}
 
-	fmt.Printf("DynamoDB %s, table %s, %d callers, %d rounds x %d calls per variant\n\n",
-		or(endpoint, "(AWS, region "+region+")"), table, c, rounds, n)
-	for _, set := range [][]*variant{fresh, replay} {
-		// One unmeasured round warms the connections, the server and the JIT.
-		for _, v := range set {
-			offset += n
-			if err := burst(ctx, v, min(n, 200), c); err != nil {
+	return prep, fresh, replay
+}
+
+// newClient is a DynamoDB client for endpoint (DynamoDB Local, with static
+// dummy credentials) or, without one, for AWS in region, its requests
+// counted by m and its connection pool sized for c callers.
+func newClient(ctx context.Context, endpoint, region string, c int, m *meter) (*dynamodb.Client, error) {
+	if endpoint != "" {
+		return dynamodb.New(dynamodb.Options{
+			Region: region, BaseEndpoint: aws.String(endpoint),
+			Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""),
+		}, m.option, pool(c)), nil
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(region))
+	if err != nil {
+		return nil, err
+	}
+	return dynamodb.NewFromConfig(cfg, m.option, pool(c)), nil
+}
+
+// measurement is one run's settings: n calls over c goroutines per round,
+// the server process to read CPU time from, and the offset that makes the
+// keys of fresh calls new in every round.
+type measurement struct {
+	m            *meter
+	n, c, rounds int
+	serverPID    int
+	offset       *int
+}
+
+// measure runs set's variants for the rounds, rotating their order, then
+// a few calls each with ConsumedCapacity captured.
+func (mc measurement) measure(ctx context.Context, set []*variant) error {
+	m, n, c := mc.m, mc.n, mc.c
+	// One unmeasured round warms the connections, the server and the JIT.
+	for _, v := range set {
+		*mc.offset += n
+		if err := burst(ctx, v, min(n, 200), c); err != nil {
+			return err
+		}
+	}
+	for r := range mc.rounds {
+		for j := range set {
+			v := set[(j+r)%len(set)]
+			*mc.offset += n
+			before := m.requests.Load()
+			cl0, sv0 := selfCPU(), procCPU(mc.serverPID)
+			start := time.Now()
+			if err := burst(ctx, v, n, c); err != nil {
 				return err
 			}
+			v.d += time.Since(start)
+			v.clientCPU += selfCPU() - cl0
+			v.serverCPU += procCPU(mc.serverPID) - sv0
+			v.reqs += m.requests.Load() - before
 		}
-		for r := range rounds {
-			for j := range set {
-				v := set[(j+r)%len(set)]
-				offset += n
-				before := m.requests.Load()
-				cl0, sv0 := selfCPU(), procCPU(serverPID)
-				start := time.Now()
-				if err := burst(ctx, v, n, c); err != nil {
-					return err
-				}
-				v.d += time.Since(start)
-				v.clientCPU += selfCPU() - cl0
-				v.serverCPU += procCPU(serverPID) - sv0
-				v.reqs += m.requests.Load() - before
-			}
-		}
-		// Capacity pass.
-		m.capture.Store(true)
-		for _, v := range set {
-			offset += n
-			m.take()
-			const calls = 20
-			for i := range calls {
-				if err := v.fn(ctx, i); err != nil {
-					return fmt.Errorf("%s: %w", v.name, err)
-				}
-			}
-			w, rd, un, est := m.take()
-			v.calls, v.wcu, v.rcu, v.unreported, v.refusedWCU = calls, w, rd, un, est
-		}
-		m.capture.Store(false)
 	}
+	// Capacity pass.
+	m.capture.Store(true)
+	defer m.capture.Store(false)
+	for _, v := range set {
+		*mc.offset += n
+		m.take()
+		const calls = 20
+		for i := range calls {
+			if err := v.fn(ctx, i); err != nil {
+				return fmt.Errorf("%s: %w", v.name, err)
+			}
+		}
+		w, rd, un, est := m.take()
+		v.calls, v.wcu, v.rcu, v.unreported, v.refusedWCU = calls, w, rd, un, est
+	}
+	return nil
+}
 
-	calls := float64(n * rounds)
+// print writes the table of the fresh and replay variants.
+func (mc measurement) print(fresh, replay []*variant) {
+	calls := float64(mc.n * mc.rounds)
 	for si, set := range [][]*variant{fresh, replay} {
 		if si == 0 {
 			fmt.Printf("%-28s %8s %9s %8s %6s %11s %11s %8s %8s %s\n", "fresh", "calls/s", "latency", "req/call", "x raw",
@@ -375,9 +419,9 @@ func run(endpoint, region, table string, n, c, rounds int, serverPID int) error 
 		base := calls / set[0].d.Seconds()
 		for _, v := range set {
 			tput := calls / v.d.Seconds()
-			lat := time.Duration(float64(v.d) * float64(c) / calls)
+			lat := time.Duration(float64(v.d) * float64(mc.c) / calls)
 			server := "-"
-			if serverPID != 0 {
+			if mc.serverPID != 0 {
 				server = perCall(v.serverCPU, calls)
 			}
 			fmt.Printf("%-28s %8.0f %9v %8.2f %6.3f %11s %11s %8.2f %8.2f %.2f (%.2f)\n", v.name, tput, lat.Round(10*time.Microsecond),
@@ -391,7 +435,6 @@ func run(endpoint, region, table string, n, c, rounds int, serverPID int) error 
 	fmt.Println("x raw: throughput over the first row's (>= 1 is as fast as raw). WCU/RCU: ConsumedCapacity (TOTAL) per call.")
 	fmt.Println("Refused: requests refused by their condition, for which DynamoDB returns no ConsumedCapacity; it charges")
 	fmt.Println("them 1 WCU per KB of the larger of the old and new item (the estimate in parentheses).")
-	return nil
 }
 
 // burst runs n calls of v over c goroutines.
