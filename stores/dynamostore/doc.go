@@ -1,4 +1,104 @@
-// Package dynamostore is an idem.Store kept in an Amazon DynamoDB table.
+// Package dynamostore is an idem.Store kept in an Amazon DynamoDB table:
+// one item per call, one request per operation in the common case, and
+// DoTx and StepTx to commit fn's own items with the outcome in one
+// TransactWriteItems.
+//
+//	cfg, err := config.LoadDefaultConfig(ctx)
+//	if err != nil { ... }
+//	client := dynamodb.NewFromConfig(cfg)
+//	// Once, at deployment: pk/sk strings, on-demand billing, TTL on "ttl".
+//	if err := dynamostore.CreateTable(ctx, client, "app"); err != nil { ... }
+//	store, err := dynamostore.New(client, "app")
+//	if err != nil { ... }
+//	g, err := idem.New[Invoice](store)
+//	if err != nil { ... }
+//	inv, err := g.Do(ctx, "order-1234", func(ctx context.Context) (Invoice, error) {
+//		return billing.Charge(ctx, req) // runs once per key
+//	})
+//
+// For DynamoDB Local, give the client its endpoint:
+//
+//	client := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+//		o.BaseEndpoint = aws.String("http://localhost:8000")
+//	})
+//
+// # Options
+//
+// New takes a client (a *dynamodb.Client, or any Client) and a table name;
+// an invalid option makes it fail with an error matching
+// idem.ErrInvalidOption.
+//
+//   - WithKeyAttributes(pk, sk): the table's key attribute names (default
+//     "pk" and "sk"; sk "" for a table with a partition key only).
+//   - WithSortKeyValue(v): the records' sort key value (default "IDEM"),
+//     so they can share a single table with other items.
+//   - WithKeyPrefix(p): put p in front of every storage key.
+//   - WithRetention(d): how long past its expiry an item is kept before
+//     DynamoDB's TTL may delete it (default one minute).
+//   - WithClock(now): the clock expiry and staleness are decided with
+//     (default time.Now).
+//
+// CreateTable takes WithKeyAttributes too (and ignores the other options).
+//
+// # Guarantees
+//
+//   - It passes storetest: at most one live claim per key, every write
+//     conditioned on the claim's nonce, attempts (fencing tokens) that
+//     never go backwards.
+//   - A guarded fresh call costs two requests (PutItem, UpdateItem), a
+//     replay of a completed key one (a refused PutItem); a takeover or a
+//     re-claim of an expired record one more (see Operations and round
+//     trips).
+//   - Expiry and staleness are decided in the condition expressions with
+//     the callers' clocks, never by DynamoDB's TTL deletion; keep hosts on
+//     NTP. How much skew the takeover threshold tolerates is under Time.
+//   - DoTx and StepTx commit fn's items exactly when the outcome (or the
+//     step's record) commits (see Transactions).
+//   - A corrupt item is reported as a *idem.CorruptRecordError, never a
+//     panic, and a live one is never overwritten.
+//   - An encoded result must stay under about 399 KB (see Limits).
+//
+// # Transactions
+//
+// DoTx runs fn like Guard.Do and sends the writes fn added to its Tx
+// (Put, Update, Delete, ConditionCheck, on any table, at most MaxTxItems)
+// with the call's completed record in one TransactWriteItems: the record's
+// update is conditioned on the claim's nonce, on the record still being in
+// progress, and on no fence for this transaction (see below), so fn's
+// writes commit exactly when the outcome does. The cost of a fresh call is
+// two requests, the claim and the transaction; fn's writes add none.
+// Outcomes: a lost claim cancels the transaction (idem.ErrLostOwnership,
+// nothing written, nothing released); fn's own failing condition cancels it
+// with a *TxCanceledError naming the item (index, table, reason), and the
+// claim is released; a cancellation caused only by concurrent transactions
+// (TransactionConflict, for instance with this claim's last heartbeat) is
+// sent again, with a new ClientRequestToken, up to 4 times. A send whose
+// outcome is unknown (any other error: a timeout, a cut connection) was
+// made with a ClientRequestToken, so the SDK's retries of it apply at most
+// once, and is then settled by a fence: a conditional UpdateItem that
+// writes the transaction's token into the record (attribute tx_fence)
+// while the record carries this claim's nonce in progress. The
+// transaction's condition excludes that token, so once the fence applied
+// the transaction can never apply, even if its request is still on its
+// way: nothing was committed, the claim is released and a retry runs fn
+// again. A fence refused because the record is completed with this nonce
+// means the transaction applied. If the fence gets no answer either, DoTx
+// returns idem.ErrOutcomeUnknown. Under OnFailure(Lock) an error from fn is
+// recorded after the (unsent) transaction, as Do records it.
+//
+// StepTx is the same for one step of a call (idem.Step): fn's items and
+// the step's completed record in one TransactWriteItems, conditioned on
+// the step claim's nonce, with the same cancellations and fence. A StepTx
+// that runs is 2 requests (the step's claim, the transaction), a replayed
+// one 1 (TestStepTxRoundTrips); TestStepTxProcesses kills or stops its
+// owner inside it: one row each time.
+//
+// # Limits
+//
+// A DynamoDB item is at most 400 KB, so an encoded result must stay below
+// about 399 KB; a larger one makes Complete fail with a wrapped
+// ValidationException. Storage keys (with the prefix) are at most 2048
+// bytes.
 //
 // # Table
 //
@@ -97,24 +197,6 @@
 // UpdateItem conditioned on the exact nonce, heartbeat and expiry it saw (a
 // compare-and-swap; a concurrent change makes it decide again).
 //
-// # Performance and capacity
-//
-// Expressions and the attribute-name maps are built once per Store; a
-// request only allocates its values. Measured with the benchtable command
-// (go run ./stores/dynamostore/internal/benchtable -server-pid PID)
-// against DynamoDB Local with 32 and 64 concurrent callers, the server's CPU
-// time per request, not the client's, decides the rate, and it grows with
-// the expressions: a replay (refused claim) costs the server 0.56-0.72 ms,
-// as the raw refused PutItem does; a fresh call costs 1.6-1.7 ms, as raw
-// PutItem + UpdateItem do. The
-// throughput ratios to the raw requests were 0.81-0.95 for replays and
-// 0.86-1.09 for fresh calls, on a shared machine whose load moves them by
-// about 0.1 from run to run. A fresh call consumes 2 WCU (1 + 1, items
-// under 1 KB), as the raw requests do; a replay is a write refused by its
-// condition, which DynamoDB charges as a write (1 WCU per KB of the item)
-// without reporting it in ConsumedCapacity, exactly like the raw refused
-// PutItem it matches.
-//
 // # Retries
 //
 // The SDK retries throttling and network errors. A retried claim whose first
@@ -161,45 +243,21 @@
 // threshold use a longer WithTakeoverAfter, or a store that decides with
 // the server's clock (redisstore, sqlstore).
 //
-// # Transactions
+// # Performance and capacity
 //
-// DoTx runs fn like Guard.Do and sends the writes fn added to its Tx
-// (Put, Update, Delete, ConditionCheck, on any table, at most MaxTxItems)
-// with the call's completed record in one TransactWriteItems: the record's
-// update is conditioned on the claim's nonce, on the record still being in
-// progress, and on no fence for this transaction (see below), so fn's
-// writes commit exactly when the outcome does. The cost of a fresh call is
-// two requests, the claim and the transaction; fn's writes add none.
-// Outcomes: a lost claim cancels the transaction (idem.ErrLostOwnership,
-// nothing written, nothing released); fn's own failing condition cancels it
-// with a *TxCanceledError naming the item (index, table, reason), and the
-// claim is released; a cancellation caused only by concurrent transactions
-// (TransactionConflict, for instance with this claim's last heartbeat) is
-// sent again, with a new ClientRequestToken, up to 4 times. A send whose
-// outcome is unknown (any other error: a timeout, a cut connection) was
-// made with a ClientRequestToken, so the SDK's retries of it apply at most
-// once, and is then settled by a fence: a conditional UpdateItem that
-// writes the transaction's token into the record (attribute tx_fence)
-// while the record carries this claim's nonce in progress. The
-// transaction's condition excludes that token, so once the fence applied
-// the transaction can never apply, even if its request is still on its
-// way: nothing was committed, the claim is released and a retry runs fn
-// again. A fence refused because the record is completed with this nonce
-// means the transaction applied. If the fence gets no answer either, DoTx
-// returns idem.ErrOutcomeUnknown. Under OnFailure(Lock) an error from fn is
-// recorded after the (unsent) transaction, as Do records it.
-//
-// StepTx is the same for one step of a call (idem.Step): fn's items and
-// the step's completed record in one TransactWriteItems, conditioned on
-// the step claim's nonce, with the same cancellations and fence. A StepTx
-// that runs is 2 requests (the step's claim, the transaction), a replayed
-// one 1 (TestStepTxRoundTrips); TestStepTxProcesses kills or stops its
-// owner inside it: one row each time.
-//
-// # Limits
-//
-// A DynamoDB item is at most 400 KB, so an encoded result must stay below
-// about 399 KB; a larger one makes Complete fail with a wrapped
-// ValidationException. Storage keys (with the prefix) are at most 2048
-// bytes.
+// Expressions and the attribute-name maps are built once per Store; a
+// request only allocates its values. Measured with the benchtable command
+// (go run ./stores/dynamostore/internal/benchtable -server-pid PID)
+// against DynamoDB Local with 32 and 64 concurrent callers, the server's CPU
+// time per request, not the client's, decides the rate, and it grows with
+// the expressions: a replay (refused claim) costs the server 0.56-0.72 ms,
+// as the raw refused PutItem does; a fresh call costs 1.6-1.7 ms, as raw
+// PutItem + UpdateItem do. The
+// throughput ratios to the raw requests were 0.81-0.95 for replays and
+// 0.86-1.09 for fresh calls, on a shared machine whose load moves them by
+// about 0.1 from run to run. A fresh call consumes 2 WCU (1 + 1, items
+// under 1 KB), as the raw requests do; a replay is a write refused by its
+// condition, which DynamoDB charges as a write (1 WCU per KB of the item)
+// without reporting it in ConsumedCapacity, exactly like the raw refused
+// PutItem it matches.
 package dynamostore

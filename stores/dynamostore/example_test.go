@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -150,4 +151,30 @@ func ExampleStepTx() {
 		log.Fatal(err)
 	}
 	fmt.Println(order.ID)
+}
+
+// ExampleNew shares one table between the records of two services, on
+// DynamoDB Local: each service's storage keys behind a prefix of its own,
+// and a day of retention past expiry before DynamoDB's TTL may delete an
+// item.
+func ExampleNew() {
+	ctx := context.Background()
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+		o.BaseEndpoint = aws.String("http://localhost:8000")
+	})
+	billing, err := dynamostore.New(client, "app",
+		dynamostore.WithKeyPrefix("billing#"),
+		dynamostore.WithRetention(24*time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	shipping, err := dynamostore.New(client, "app", dynamostore.WithKeyPrefix("shipping#"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, _ = billing, shipping
 }
