@@ -204,6 +204,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -473,7 +474,7 @@ func (s *Store) replicas(ctx context.Context, now time.Time) error {
 		if st != nil {
 			return st.err
 		}
-		return fmt.Errorf("redisstore: replica check: %w", err)
+		return connErr("replica check", err)
 	}
 	st = &replicaState{at: now}
 	if found != nil {
@@ -481,6 +482,22 @@ func (s *Store) replicas(ctx context.Context, now time.Time) error {
 	}
 	s.replicaState.Store(st)
 	return st.err
+}
+
+// connErr wraps err from op: a failure to connect names the server it
+// could not reach ("redisstore: cannot reach the Redis server at ADDR:
+// dial tcp ..."); any other error reads "redisstore: op: ...". Both wrap
+// err, so errors.Is and errors.As see what they saw before.
+func connErr(op string, err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		addr := ""
+		if oe.Addr != nil {
+			addr = " at " + oe.Addr.String()
+		}
+		return fmt.Errorf("redisstore: cannot reach the Redis server%s: %w", addr, err)
+	}
+	return fmt.Errorf("redisstore: %s: %w", op, err)
 }
 
 // checkReplicas asks the deployment whether a master has replicas: a
