@@ -474,7 +474,10 @@ func (s *Store) replicas(ctx context.Context, now time.Time) error {
 		if st != nil {
 			return st.err
 		}
-		return connErr("replica check", err)
+		if u := unreachable(err); u != nil {
+			return u // the caller names the operation
+		}
+		return fmt.Errorf("redisstore: replica check: %w", err)
 	}
 	st = &replicaState{at: now}
 	if found != nil {
@@ -484,18 +487,44 @@ func (s *Store) replicas(ctx context.Context, now time.Time) error {
 	return st.err
 }
 
-// connErr wraps err from op: a failure to connect names the server it
-// could not reach ("redisstore: cannot reach the Redis server at ADDR:
-// dial tcp ..."); any other error reads "redisstore: op: ...". Both wrap
-// err, so errors.Is and errors.As see what they saw before.
-func connErr(op string, err error) error {
+// unreachableError is a failure to connect to a Redis server: its text
+// names the address (from the dial error), and it unwraps to that error.
+type unreachableError struct {
+	addr string
+	err  error
+}
+
+func (e *unreachableError) Error() string {
+	return "cannot reach the Redis server" + e.addr + ": " + e.err.Error()
+}
+
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// unreachable returns err as an *unreachableError when it is a failure to
+// dial, and nil otherwise.
+func unreachable(err error) error {
+	var u *unreachableError
+	if errors.As(err, &u) {
+		return err
+	}
 	var oe *net.OpError
-	if errors.As(err, &oe) && oe.Op == "dial" {
-		addr := ""
-		if oe.Addr != nil {
-			addr = " at " + oe.Addr.String()
-		}
-		return fmt.Errorf("redisstore: cannot reach the Redis server%s: %w", addr, err)
+	if !errors.As(err, &oe) || oe.Op != "dial" {
+		return nil
+	}
+	addr := ""
+	if oe.Addr != nil {
+		addr = " at " + oe.Addr.String()
+	}
+	return &unreachableError{addr: addr, err: err}
+}
+
+// connErr wraps err from op ("claim KEY", "get KEY", ...): "redisstore:
+// op: err", where a failure to connect reads "cannot reach the Redis
+// server at ADDR: dial tcp ...". Either way it wraps err, so errors.Is
+// and errors.As see what they saw before.
+func connErr(op string, err error) error {
+	if u := unreachable(err); u != nil {
+		err = u
 	}
 	return fmt.Errorf("redisstore: %s: %w", op, err)
 }
@@ -742,7 +771,7 @@ func checked(op, key string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("redisstore: %s %s: %w", op, key, err)
+	return connErr(op+" "+key, err)
 }
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
@@ -757,7 +786,7 @@ func (s *Store) run(ctx context.Context, op string, sc *redis.Script, key string
 	}
 	v, err := sc.Run(ctx, s.client, []string{rk}, args...).Result()
 	if err != nil && err != redis.Nil {
-		return nil, -1, fmt.Errorf("redisstore: %s %s: %w", op, key, err)
+		return nil, -1, connErr(op+" "+key, err)
 	}
 	return v, -1, nil
 }
@@ -768,7 +797,7 @@ func (s *Store) run(ctx context.Context, op string, sc *redis.Script, key string
 func (s *Store) runAck(ctx context.Context, op string, sc *redis.Script, key, rk string, args []any) (any, int64, error) {
 	p, err := s.ackPipeliner(ctx, rk)
 	if err != nil {
-		return nil, -1, fmt.Errorf("redisstore: %s %s: %w", op, key, err)
+		return nil, -1, connErr(op+" "+key, err)
 	}
 	for try := 0; ; try++ {
 		pipe := p.Pipeline()
@@ -785,7 +814,7 @@ func (s *Store) runAck(ctx context.Context, op string, sc *redis.Script, key, rk
 			if try == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
 				continue
 			}
-			return nil, -1, fmt.Errorf("redisstore: %s %s: %w", op, key, err)
+			return nil, -1, connErr(op+" "+key, err)
 		}
 		got, werr := w.Int64()
 		if werr != nil {
@@ -827,12 +856,12 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 	}
 	value, err := claimBytes(req, s.retention)
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: %w", req.Key, err)
+		return idem.ClaimResult{}, connErr("claim "+req.Key, err)
 	}
 	sent := time.Now()
 	if s.ackN == 0 && !s.acceptAsync {
 		if err := s.replicas(ctx, sent); err != nil {
-			return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: %w", req.Key, err)
+			return idem.ClaimResult{}, connErr("claim "+req.Key, err)
 		}
 	}
 	n, err := s.setNX(ctx, req.Key, value, req.LeaseTTL)
@@ -856,7 +885,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 	}
 	tail, err := claimTail(req)
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: %w", req.Key, err)
+		return idem.ClaimResult{}, connErr("claim "+req.Key, err)
 	}
 	v, acked, err := s.run(ctx, "claim", scriptClaim, req.Key, true,
 		tail, ms(req.LeaseTTL), s.retentionArg)
@@ -1001,7 +1030,7 @@ func (s *Store) setNX(ctx context.Context, key string, value []byte, lease time.
 	if s.ackN > 0 {
 		pl, err := s.ackPipeliner(ctx, rk)
 		if err != nil {
-			return nx{}, fmt.Errorf("redisstore: claim %s: %w", key, err)
+			return nx{}, connErr("claim "+key, err)
 		}
 		p := pl.Pipeline()
 		set = p.SetArgs(ctx, rk, value, args)
@@ -1021,7 +1050,7 @@ func (s *Store) setNX(ctx context.Context, key string, value []byte, lease time.
 	case err != nil:
 		var rerr redis.Error
 		if !errors.As(err, &rerr) {
-			return nx{}, fmt.Errorf("redisstore: claim %s: %w", key, err)
+			return nx{}, connErr("claim "+key, err)
 		}
 		// Not a string (WRONGTYPE): the script reports what the key holds.
 	default:
@@ -1240,13 +1269,13 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 func (s *Store) LoadScripts(ctx context.Context) error {
 	for _, sc := range []*redis.Script{scriptClaim, scriptHeartbeat, scriptComplete, scriptRelease, scriptGet, scriptDelete, scriptWatch, scriptSetIfEq} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
-			return fmt.Errorf("redisstore: load scripts: %w", err)
+			return connErr("load scripts", err)
 		}
 	}
 	read := func(ctx context.Context, node *redis.Client) error {
 		c, err := readServerClock(ctx, node)
 		if err != nil {
-			return fmt.Errorf("redisstore: read the server's clock: %w", err)
+			return connErr("read the server's clock", err)
 		}
 		v, _ := s.clocks.LoadOrStore(node.Options().Addr, &nodeClock{})
 		v.(*nodeClock).c.Store(c)
