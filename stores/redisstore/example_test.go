@@ -2,8 +2,10 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -73,5 +75,39 @@ func TestExampleNew(t *testing.T) {
 	retry, err := g.Do(context.Background(), "order-7", charge)
 	if first != "ch_1" || retry != "ch_1" || err != nil || runs != 1 {
 		t.Fatalf("first %q, retry %q, err %v, runs %d; want ch_1 twice, nil, one run", first, retry, err, runs)
+	}
+}
+
+// ExampleWithReplicaAck guards a call on a Redis master with replicas:
+// each claim and completion waits, in the same round trip, until one
+// replica holds it, or fails (a claim without running fn). It needs a
+// replicated Redis, so it has no Output comment.
+func ExampleWithReplicaAck() {
+	client := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    "mymaster",
+		SentinelAddrs: []string{"127.0.0.1:26379"},
+	})
+	defer client.Close()
+	store, err := redisstore.New(client, redisstore.WithReplicaAck(1, 100*time.Millisecond))
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	g, err := idem.New[string](store)
+	if err != nil {
+		panic(err)
+	}
+	id, err := g.Do(context.Background(), "order-7", func(ctx context.Context) (string, error) {
+		return "ch_1", nil
+	})
+	switch {
+	case errors.Is(err, redisstore.ErrNotReplicated):
+		fmt.Println("claim not replicated in time; fn did not run")
+	case errors.Is(err, idem.ErrNotRecorded):
+		fmt.Println(id, "(ran, but the outcome may not survive a failover)")
+	case err != nil:
+		panic(err)
+	default:
+		fmt.Println(id)
 	}
 }
