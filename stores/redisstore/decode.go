@@ -153,87 +153,101 @@ func decode(key, v string, pexpire int64) (*idem.Record, error) {
 	corrupt := func(format string, args ...any) error {
 		return &idem.CorruptRecordError{Key: key, Err: fmt.Errorf(format, args...)}
 	}
-	if len(v) < 2 || v[:2] != magic && v[:2] != magicV2 {
-		return nil, corrupt("unsupported record encoding")
-	}
-	if len(v) < headerLen {
-		return nil, corrupt("record of %d bytes is shorter than its header", len(v))
-	}
-	status, ok := charStatus(v[offStatus])
-	if !ok {
-		return nil, corrupt("unknown status %q", v[offStatus])
-	}
-	flags, ok := flagsOf(v)
-	if !ok {
-		return nil, corrupt("bad flags %q", v[offFlags])
-	}
-	field := func(off, w int) (int64, error) {
-		n, ok := digits(v[off : off+w])
-		if !ok {
-			return 0, corrupt("malformed header field at offset %d", off)
-		}
-		return n, nil
-	}
-	var nums [6]int64
-	for i, off := range []int{offExpires, offHeartbeat, offStarted, offCompleted, offAttempt, offTakeover} {
-		n, err := field(off, numWidth)
-		if err != nil {
-			return nil, err
-		}
-		nums[i] = n
-	}
-	var lens [6]int64
-	for i, fw := range [][2]int{{offNonceLen, smallWidth}, {offHashLen, smallWidth}, {offKeyLen, smallWidth},
-		{offResultLen, bigWidth}, {offMsgLen, bigWidth}, {offTypeLen, smallWidth}} {
-		n, err := field(fw[0], fw[1])
-		if err != nil {
-			return nil, err
-		}
-		lens[i] = n
-	}
-	total := int64(headerLen)
-	for _, n := range lens {
-		total += n
-	}
-	if total != int64(len(v)) {
-		return nil, corrupt("record of %d bytes, header says %d", len(v), total)
-	}
-	if flags&flagResult == 0 && lens[3] > 0 || flags&flagError == 0 && (lens[4] > 0 || lens[5] > 0) {
-		return nil, corrupt("lengths contradict flags")
+	h, err := decodeHeader(v, corrupt)
+	if err != nil {
+		return nil, err
 	}
 	var parts [6]string
 	at := int64(headerLen)
-	for i, n := range lens {
+	for i, n := range h.lens {
 		parts[i] = v[at : at+n]
 		at += n
 	}
 	if parts[2] != key {
 		return nil, corrupt("record holds key %q", parts[2])
 	}
-	if flags&flagRelative != 0 {
+	nums := h.nums
+	if h.flags&flagRelative != 0 {
 		// A claim written by SET NX: expires_at holds the lease and
 		// completed_at the retention; the key expires at expiry + retention.
-		if status != idem.StatusInProgress || nums[1] != 0 || nums[2] != 0 || pexpire < 0 {
+		if h.status != idem.StatusInProgress || nums[1] != 0 || nums[2] != 0 || pexpire < 0 {
 			return nil, corrupt("relative times on a record that is not a fresh claim")
 		}
 		exp := pexpire - nums[3]
 		nums[0], nums[1], nums[2], nums[3] = exp, exp-nums[0], exp-nums[0], 0
 	}
 	r := &idem.Record{
-		Key: parts[2], Status: status, PayloadHash: parts[1], Nonce: parts[0],
+		Key: parts[2], Status: h.status, PayloadHash: parts[1], Nonce: parts[0],
 		ExpiresAt: nums[0], HeartbeatAt: nums[1], StartedAt: nums[2], CompletedAt: nums[3],
 		Attempt: nums[4], TakeoverMs: nums[5],
 	}
-	if flags&flagResult != 0 {
+	if h.flags&flagResult != 0 {
 		r.Result = []byte(parts[3])
 	}
-	if flags&flagError != 0 {
+	if h.flags&flagError != 0 {
 		r.Error = &idem.RecordedFailure{Message: parts[4], Type: parts[5]}
 	}
 	if err := r.Validate(); err != nil {
 		return nil, &idem.CorruptRecordError{Key: key, Err: err}
 	}
 	return r, nil
+}
+
+// header is a record's fixed-width header, decoded: the status, the flags,
+// the six numbers (expires_at, heartbeat_at, started_at, completed_at,
+// attempt, takeover ms) and the six lengths (nonce, payload hash, key,
+// result, error message, error type).
+type header struct {
+	status idem.Status
+	flags  byte
+	nums   [6]int64
+	lens   [6]int64
+}
+
+// decodeHeader decodes v's header and checks it against v: the version,
+// each field's digits, the lengths adding up to len(v) and agreeing with
+// the flags. A failure is made by corrupt.
+func decodeHeader(v string, corrupt func(string, ...any) error) (header, error) {
+	var h header
+	if len(v) < 2 || v[:2] != magic && v[:2] != magicV2 {
+		return h, corrupt("unsupported record encoding")
+	}
+	if len(v) < headerLen {
+		return h, corrupt("record of %d bytes is shorter than its header", len(v))
+	}
+	var ok bool
+	if h.status, ok = charStatus(v[offStatus]); !ok {
+		return h, corrupt("unknown status %q", v[offStatus])
+	}
+	if h.flags, ok = flagsOf(v); !ok {
+		return h, corrupt("bad flags %q", v[offFlags])
+	}
+	fields := [12][2]int{
+		{offExpires, numWidth}, {offHeartbeat, numWidth}, {offStarted, numWidth},
+		{offCompleted, numWidth}, {offAttempt, numWidth}, {offTakeover, numWidth},
+		{offNonceLen, smallWidth}, {offHashLen, smallWidth}, {offKeyLen, smallWidth},
+		{offResultLen, bigWidth}, {offMsgLen, bigWidth}, {offTypeLen, smallWidth},
+	}
+	total := int64(headerLen)
+	for i, fw := range fields {
+		n, ok := digits(v[fw[0] : fw[0]+fw[1]])
+		if !ok {
+			return h, corrupt("malformed header field at offset %d", fw[0])
+		}
+		if i < 6 {
+			h.nums[i] = n
+		} else {
+			h.lens[i-6] = n
+			total += n
+		}
+	}
+	if total != int64(len(v)) {
+		return h, corrupt("record of %d bytes, header says %d", len(v), total)
+	}
+	if h.flags&flagResult == 0 && h.lens[3] > 0 || h.flags&flagError == 0 && (h.lens[4] > 0 || h.lens[5] > 0) {
+		return h, corrupt("lengths contradict flags")
+	}
+	return h, nil
 }
 
 // claimTail is the part of a new claim's value from the takeover threshold
