@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/stores/storetest/benchkit"
+	"github.com/idem-go/idem/internal/benchkit"
 )
 
 // BenchmarkDo measures fresh calls and replays on the memory store,

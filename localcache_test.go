@@ -13,7 +13,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/storetest"
-	"github.com/idem-go/idem/stores/storetest/benchkit"
+	"github.com/idem-go/idem/internal/benchkit"
 )
 
 // cacheGuard returns a Guard with a local cache over an instrumented

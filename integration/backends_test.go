@@ -22,7 +22,7 @@ import (
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/stores/sqlstore"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/redis/go-redis/v9"
 
 	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"

@@ -14,7 +14,7 @@ import (
 	"github.com/idem-go/idem/stores/dynamostore"
 	"github.com/idem-go/idem/stores/dynamostore/dynamotest"
 	"github.com/idem-go/idem/stores/storetest"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 // holdingClient sends DynamoDB requests, except that once armed it holds

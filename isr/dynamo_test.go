@@ -18,7 +18,7 @@ import (
 
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 // requestCounter counts the requests a DynamoDB client sends, by operation,

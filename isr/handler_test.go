@@ -28,7 +28,7 @@ import (
 	"github.com/idem-go/idem/isr/body"
 	"github.com/idem-go/idem/isr/isrtest"
 	"github.com/idem-go/idem/stores/storetest"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 // pages is a PageFunc that counts its renders and can hold a render until

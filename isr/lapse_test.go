@@ -17,7 +17,7 @@ import (
 
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 // cutProxy forwards TCP connections to a server until Cut, after which it

@@ -14,7 +14,7 @@ import (
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
 	"github.com/idem-go/idem/stores/storetest"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 func redisClient(t testing.TB) *redis.Client {

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem/jcs"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 // RFC 8785 Appendix B: IEEE 754 bit patterns and their canonical text.

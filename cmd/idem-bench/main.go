@@ -64,7 +64,7 @@ import (
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/redisstore/redisbench"
 	"github.com/idem-go/idem/stores/sqlstore/sqlbench"
-	"github.com/idem-go/idem/stores/storetest/benchkit"
+	"github.com/idem-go/idem/internal/benchkit"
 	"github.com/redis/go-redis/v9"
 )
 

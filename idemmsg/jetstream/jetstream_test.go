@@ -16,7 +16,7 @@ import (
 	"github.com/idem-go/idem/idemmsg"
 	"github.com/idem-go/idem/idemmsg/jetstream"
 	"github.com/idem-go/idem/stores/memstore"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 // TestAnswers: a redelivery with another body under the same key is

@@ -14,7 +14,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/dynamostore"
 	"github.com/idem-go/idem/stores/dynamostore/dynamotest"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 // testTable is shared by all tests of this package; every store gets its

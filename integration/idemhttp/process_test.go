@@ -22,7 +22,7 @@ import (
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/integration/internal/childstore"
 	"github.com/idem-go/idem/integration/internal/dropproxy"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 // Environment of a server child (the test binary re-executed).

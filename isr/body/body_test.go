@@ -20,7 +20,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/isr/body"
 	"github.com/idem-go/idem/stores/storetest"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 // runStoreTests checks the behaviour every Store shares. sameKeyRaces says

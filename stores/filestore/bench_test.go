@@ -13,7 +13,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/filestore"
-	"github.com/idem-go/idem/stores/storetest/benchkit"
+	"github.com/idem-go/idem/internal/benchkit"
 )
 
 func benchStore(b *testing.B, opts ...filestore.Option) *filestore.Store {

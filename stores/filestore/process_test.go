@@ -29,7 +29,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/storetest"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 const childEnv = "IDEM_FILESTORE_CHILD"

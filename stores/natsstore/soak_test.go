@@ -19,7 +19,7 @@ import (
 	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/natsstore"
 	"github.com/idem-go/idem/stores/storetest"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 // soakKeys is how many expired records TestSoakCleanup loads

@@ -7,7 +7,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/natsstore"
 	"github.com/idem-go/idem/stores/storetest"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 // TestStepCrash runs the step crash cases with real processes on one

@@ -15,7 +15,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/natsstore"
 	"github.com/idem-go/idem/stores/storetest"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 // buckets remembers the bucket under each store, for the corrupter.

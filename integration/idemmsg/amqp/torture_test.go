@@ -9,7 +9,7 @@ import (
 
 	"github.com/idem-go/idem/idemmsg/amqp"
 	"github.com/idem-go/idem/integration/idemmsg/internal/torture"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 // dropAcker loses the ack of a delivery the way AMQP loses one: the

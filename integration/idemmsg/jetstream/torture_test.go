@@ -12,7 +12,7 @@ import (
 	"github.com/idem-go/idem/idemmsg"
 	"github.com/idem-go/idem/idemmsg/jetstream"
 	"github.com/idem-go/idem/integration/idemmsg/internal/torture"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 const ackWait = time.Second // shorter than the torture's slow handlers

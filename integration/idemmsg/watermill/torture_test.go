@@ -15,7 +15,7 @@ import (
 	"github.com/idem-go/idem/idemmsg"
 	"github.com/idem-go/idem/idemmsg/watermill"
 	"github.com/idem-go/idem/integration/idemmsg/internal/torture"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 var errDropped = errors.New("ack dropped")

@@ -22,7 +22,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/redisstore"
-	"github.com/idem-go/idem/stores/storetest/benchkit"
+	"github.com/idem-go/idem/internal/benchkit"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -20,7 +20,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
-	"github.com/idem-go/idem/stores/storetest/benchkit"
+	"github.com/idem-go/idem/internal/benchkit"
 )
 
 // Open returns a pool over the PostgreSQL dsn through pgx's database/sql

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem/stores/sqlstore/sqlbench"
-	"github.com/idem-go/idem/stores/storetest/testenv"
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 // TestTxTable prints the DoTx table (what idem-bench prints) from a few
