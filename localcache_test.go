@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/benchkit"
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/storetest"
-	"github.com/idem-go/idem/internal/benchkit"
 )
 
 // cacheGuard returns a Guard with a local cache over an instrumented

@@ -16,13 +16,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/dynamostore"
 	"github.com/idem-go/idem/stores/dynamostore/dynamotest"
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/stores/sqlstore"
-	"github.com/idem-go/idem/internal/testenv"
 	"github.com/redis/go-redis/v9"
 
 	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"

@@ -11,8 +11,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/stores/sqlstore"
 	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/sqlstore"
 )
 
 // mysqlServerVersion is the version the "mysql-procedure" backend's pool

@@ -16,9 +16,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
-	"github.com/idem-go/idem/internal/testenv"
 )
 
 // requestCounter counts the requests a DynamoDB client sends, by operation,

@@ -24,11 +24,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/body"
 	"github.com/idem-go/idem/isr/isrtest"
 	"github.com/idem-go/idem/stores/storetest"
-	"github.com/idem-go/idem/internal/testenv"
 )
 
 // pages is a PageFunc that counts its renders and can hold a render until

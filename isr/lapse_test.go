@@ -15,9 +15,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
-	"github.com/idem-go/idem/internal/testenv"
 )
 
 // cutProxy forwards TCP connections to a server until Cut, after which it

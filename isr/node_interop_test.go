@@ -19,10 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/body"
 	"github.com/idem-go/idem/isr/isrtest"
-	"github.com/idem-go/idem/internal/testenv"
 )
 
 // The Node side of TestNodeInterop: testdata/interop/interop.js, with the

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
-	"github.com/idem-go/idem/internal/testenv"
 )
 
 // The tests below re-execute the test binary as worker processes

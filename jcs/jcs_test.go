@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idem-go/idem/jcs"
 	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/jcs"
 )
 
 // RFC 8785 Appendix B: IEEE 754 bit patterns and their canonical text.

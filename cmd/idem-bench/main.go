@@ -60,11 +60,11 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/benchkit"
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/redisstore/redisbench"
 	"github.com/idem-go/idem/stores/sqlstore/sqlbench"
-	"github.com/idem-go/idem/internal/benchkit"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -17,8 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/stores/storetest"
 	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/storetest"
 )
 
 func randName(t *testing.T) string {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/idem-go/idem/idemmsg"
 	"github.com/idem-go/idem/idemmsg/jetstream"
-	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/memstore"
 )
 
 // TestAnswers: a redelivery with another body under the same key is

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -18,9 +18,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/isr/body"
 	"github.com/idem-go/idem/stores/storetest"
-	"github.com/idem-go/idem/internal/testenv"
 )
 
 // runStoreTests checks the behaviour every Store shares. sameKeyRaces says

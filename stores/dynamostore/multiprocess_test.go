@@ -4,9 +4,9 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/dynamostore"
 	"github.com/idem-go/idem/stores/storetest"
-	"github.com/idem-go/idem/internal/testenv"
 )
 
 // TestMultiProcessExactlyOnce: 4 processes x 16 goroutines, each with its

@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/dynamostore"
 	"github.com/idem-go/idem/stores/storetest"
-	"github.com/idem-go/idem/internal/testenv"
 )
 
 // TestStepCrash runs the core's step crash harness on DynamoDB Local: an

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/internal/benchkit"
+	"github.com/idem-go/idem/stores/filestore"
 )
 
 func benchStore(b *testing.B, opts ...filestore.Option) *filestore.Store {

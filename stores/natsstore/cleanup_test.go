@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/natsstore"
 	"github.com/idem-go/idem/stores/storetest"
-	"github.com/idem-go/idem/internal/testenv"
 )
 
 // msgs is how many messages the bucket's stream holds: records, delete

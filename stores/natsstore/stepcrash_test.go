@@ -5,9 +5,9 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/natsstore"
 	"github.com/idem-go/idem/stores/storetest"
-	"github.com/idem-go/idem/internal/testenv"
 )
 
 // TestStepCrash runs the step crash cases with real processes on one

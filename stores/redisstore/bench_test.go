@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/stores/redisstore/redisbench"
 	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/redisstore/redisbench"
 	"github.com/redis/go-redis/v9"
 )
 

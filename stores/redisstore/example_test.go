@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/redisstore"
 )
 
 // ExampleNew guards a charge with a Redis store that every server of the

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/stores/sqlstore"
 	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/sqlstore"
 )
 
 // heldDB opens a pool for d through a testenv.Proxy.

@@ -15,9 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/sqlstore"
 	"github.com/idem-go/idem/stores/sqlstore/sqlbench"
-	"github.com/idem-go/idem/internal/testenv"
 )
 
 var dialects = []sqlstore.Dialect{sqlstore.Postgres, sqlstore.MySQL}

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/stores/sqlstore"
 	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/sqlstore"
 )
 
 // A 20 MB result is over MariaDB's max_allowed_packet: the server refuses

@@ -24,9 +24,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/sqlstore"
-	"github.com/idem-go/idem/internal/testenv"
 )
 
 // sideTable creates a table for fn's own writes (one row per run of fn,

@@ -19,8 +19,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/stores/sqlstore"
 	"github.com/idem-go/idem/internal/benchkit"
+	"github.com/idem-go/idem/stores/sqlstore"
 )
 
 // Open returns a pool over the PostgreSQL dsn through pgx's database/sql

@@ -5,8 +5,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/idem-go/idem/stores/sqlstore/sqlbench"
 	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/sqlstore/sqlbench"
 )
 
 // TestTxTable prints the DoTx table (what idem-bench prints) from a few
