@@ -21,8 +21,8 @@
 // a lease is held iff lease_expires_at > now (Lease.Held). TTL attributes
 // are garbage collection only: every expiry decision is made in condition
 // expressions against these fields with the caller's clock, so behaviour
-// does not depend on whether TTL deletion has run (DynamoDB Local never runs
-// it). Clocks of workers sharing a table must agree to well within the lease
+// does not depend on whether TTL deletion has run, or when (DynamoDB up to
+// days late, DynamoDB Local within about a minute). Clocks of workers sharing a table must agree to well within the lease
 // duration; a worker whose clock runs behind can publish until its own clock
 // passes lease_expires_at, but the lease token still stops it once another
 // worker has taken the lease over.

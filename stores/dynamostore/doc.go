@@ -214,8 +214,8 @@
 //
 // Expiry and staleness are decided inside the condition expressions with the
 // caller's clock (":now" in every request), never by DynamoDB's TTL deletion:
-// DynamoDB Local never deletes expired items, and DynamoDB deletes them up to
-// days late. The ttl attribute is garbage collection only and carries a
+// DynamoDB deletes expired items up to days late, and DynamoDB Local (with
+// TTL turned on) within about a minute. The ttl attribute is garbage collection only and carries a
 // retention (WithRetention, default one minute) so an item is never
 // deleted while it still counts.
 //
