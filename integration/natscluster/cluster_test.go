@@ -37,7 +37,34 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// startCluster starts three servers on free loopback ports. A port picked
+// free can be taken by another test's listener before the server binds it,
+// and a server that cannot bind never becomes ready: such a cluster is shut
+// down and started again on other ports (three tries).
 func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	for try := 1; ; try++ {
+		c, ok := tryCluster(t)
+		if ok {
+			return c.ready(t)
+		}
+		c.shutdown()
+		if try == 3 {
+			t.Fatalf("a 3-server cluster did not start in %d tries", try)
+		}
+		t.Logf("a server did not start (try %d): starting the cluster again on other ports", try)
+	}
+}
+
+func (c *cluster) shutdown() {
+	for _, s := range c.servers {
+		if s != nil {
+			s.Shutdown()
+		}
+	}
+}
+
+func tryCluster(t *testing.T) (*cluster, bool) {
 	t.Helper()
 	c := &cluster{}
 	routePorts := []int{freePort(t), freePort(t), freePort(t)}
@@ -60,16 +87,17 @@ func startCluster(t *testing.T) *cluster {
 		c.opts = append(c.opts, o)
 		c.urls = append(c.urls, fmt.Sprintf("nats://127.0.0.1:%d", o.Port))
 		c.servers = append(c.servers, nil)
-		c.start(t, i)
-	}
-	t.Cleanup(func() {
-		for _, s := range c.servers {
-			if s != nil {
-				s.Shutdown()
-			}
+		if !c.tryStart(t, i) {
+			return c, false
 		}
-	})
-	// Wait for the JetStream meta group to elect a leader.
+	}
+	return c, true
+}
+
+// ready waits for the JetStream meta group to elect a leader.
+func (c *cluster) ready(t *testing.T) *cluster {
+	t.Helper()
+	t.Cleanup(c.shutdown)
 	_, js := connect(t, strings.Join(c.urls, ","))
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -88,11 +116,21 @@ func startCluster(t *testing.T) *cluster {
 
 func (c *cluster) start(t *testing.T, i int) {
 	t.Helper()
+	require.True(t, c.tryStart(t, i), "server %d did not start", i)
+}
+
+// tryStart starts server i and reports whether it became ready.
+func (c *cluster) tryStart(t *testing.T, i int) bool {
+	t.Helper()
 	s, err := server.NewServer(c.opts[i])
 	require.NoError(t, err)
 	go s.Start()
-	require.True(t, s.ReadyForConnections(30*time.Second), "server %d did not start", i)
+	if !s.ReadyForConnections(30 * time.Second) {
+		s.Shutdown()
+		return false
+	}
 	c.servers[i] = s
+	return true
 }
 
 // kill shuts down the server named name and returns its index.
