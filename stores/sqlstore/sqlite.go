@@ -247,7 +247,9 @@ func (s *Store) migrateSQLite(ctx context.Context) error {
 			"with a busy timeout on every connection (modernc.org/sqlite: " + SQLiteDSNParams + ")"}
 	}
 	var mode string
-	if err := conn.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode); err != nil {
+	if err := retryTransient(ctx, func() error {
+		return conn.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode)
+	}); err != nil {
 		return fmt.Errorf("sqlstore: migrate %s: journal_mode WAL: %w", s.cfg.table, err)
 	}
 	if mode != "wal" && mode != "memory" { // an in-memory database has no journal file

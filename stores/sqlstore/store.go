@@ -108,7 +108,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 	}
 	for _, q := range s.q.create {
-		if _, err := s.db.ExecContext(ctx, q); err != nil {
+		// Sent again after a transient refusal: SQLite answers
+		// SQLITE_BUSY at once, without its busy handler, to a schema
+		// change racing another connection's.
+		if err := retryTransient(ctx, func() error { _, err := s.db.ExecContext(ctx, q); return err }); err != nil {
 			return fmt.Errorf("sqlstore: migrate %s: %w", s.cfg.table, err)
 		}
 	}
