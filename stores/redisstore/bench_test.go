@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/internal/testenv"
-	"github.com/idem-go/idem/stores/redisstore/redisbench"
+	"github.com/idem-go/idem/stores/redisstore/internal/redisbench"
 	"github.com/redis/go-redis/v9"
 )
 

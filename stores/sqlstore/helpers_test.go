@@ -17,7 +17,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/sqlstore"
-	"github.com/idem-go/idem/stores/sqlstore/sqlbench"
+	"github.com/idem-go/idem/stores/sqlstore/internal/sqlbench"
 )
 
 var dialects = []sqlstore.Dialect{sqlstore.Postgres, sqlstore.MySQL}

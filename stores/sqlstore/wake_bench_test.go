@@ -8,7 +8,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
-	"github.com/idem-go/idem/stores/sqlstore/sqlbench"
+	"github.com/idem-go/idem/stores/sqlstore/internal/sqlbench"
 )
 
 // BenchmarkWaitWakeup measures on PostgreSQL how long after the owner's

@@ -1,7 +1,10 @@
-// Package sqlbench measures the PostgreSQL store's Wait wake-up: how long
-// after the owner's call returns a waiter in another Guard returns, woken
-// by LISTEN/NOTIFY (sqlstore.Store.Listen) or by the Guard's polling. It
-// backs BenchmarkWaitWakeup of package sqlstore and the idem-bench command.
+// Package sqlbench measures the PostgreSQL store: the Wait wake-up (how
+// long after the owner's call returns a waiter in another Guard returns,
+// woken by LISTEN/NOTIFY (sqlstore.Store.Listen) or by the Guard's
+// polling), and what DoTx and the steps of a call cost in time and round
+// trips next to a plain transaction (RoundTrips counts them on the wire).
+// It backs BenchmarkWaitWakeup and the round-trip counts of package
+// sqlstore's tests, and the benchtable program.
 package sqlbench
 
 import (
