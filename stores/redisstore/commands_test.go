@@ -79,7 +79,7 @@ func TestCommandsInsideScripts(t *testing.T) {
 	t.Logf("replay: %v (usec per call %v)", replay, usec)
 	assert.Equal(t, map[string]int{"set": 1}, replay)
 
-	// No reading of the server's clock: the complete script's fast path.
+	// No reading of the server's clock: the complete script.
 	// The completion starts a reading in the background (up to three
 	// TIMEs, which are left out).
 	s.ForgetServerClocks()

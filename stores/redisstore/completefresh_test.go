@@ -11,9 +11,9 @@ import (
 	"github.com/idem-go/idem/stores/redisstore"
 )
 
-// TestCompleteFreshClaim completes a fresh claim down the fast path (the
-// store remembers the claim's value), with the value forgotten, and with a
-// wrong value remembered: each writes the same record, with the claim's
+// TestCompleteFreshClaim completes a fresh claim with the conditional SET
+// (the store remembers the claim's value), with the value forgotten, and
+// with a wrong value remembered (both: the complete script): each writes the same record, with the claim's
 // server-clock start and the completion's server-clock times, and a key
 // that expires at its expires_at.
 func TestCompleteFreshClaim(t *testing.T) {

@@ -9,20 +9,14 @@ import (
 	"github.com/idem-go/idem"
 )
 
-// The record encoding (version 3): one string value per key, a fixed-width
-// ASCII header that the scripts check with string.sub and one anchored
-// pattern, then the variable parts. See lua/common.lua for the offsets.
-//
-// Version 3 has the layout of version 2; what changed is what the key's
-// native expiry means and one flag. A version-3 completed or failed record
-// expires natively at its expires_at exactly, so one that is present is
-// live; a version-2 one was kept a retention longer, so its liveness needs
-// the server's clock. The flags byte is a hex digit in version 3 (+8: a
-// waiter watches the key, so a completion publishes), a digit 0-7 in
-// version 2. Version-2 records still decode; every write makes version 3.
+// The record encoding: one string value per key, a fixed-width ASCII
+// header that the scripts check with string.sub and one anchored pattern,
+// then the variable parts. See lua/common.lua for the offsets. A completed
+// or failed record expires natively at its expires_at exactly, so one that
+// is present is live. The flags byte is a hex digit (+8: a waiter watches
+// the key, so a completion publishes).
 const (
 	magic     = "R3" // 'R' and the encoding version
-	magicV2   = "R2" // the previous version, still read
 	headerLen = 122
 
 	offStatus    = 2
@@ -47,7 +41,7 @@ const (
 	flagResult   = 1
 	flagError    = 2
 	flagRelative = 4 // a fresh claim's times, relative to the key's expiry
-	flagWatched  = 8 // version 3: a waiter watches the key
+	flagWatched  = 8 // a waiter watches the key
 
 	maxSmall = 99999
 	maxBig   = 9999999999
@@ -98,7 +92,7 @@ func digits(s string) (int64, bool) {
 	return n, true
 }
 
-// encode returns the value of r in encoding version 3. The stores' scripts
+// encode returns the value of r in the record encoding. The stores' scripts
 // write records themselves; encode serves tests and tools.
 func encode(r *idem.Record) (string, error) {
 	if err := r.Validate(); err != nil {
@@ -144,7 +138,7 @@ func encode(r *idem.Record) (string, error) {
 }
 
 // decode turns a stored value into a Record. Anything that is not a valid
-// version-3 (or version-2) record for key is an *idem.CorruptRecordError. It applies the
+// record for key is an *idem.CorruptRecordError. It applies the
 // same rules as get() and check() in lua/common.lua, plus the key and
 // Record.Validate. pexpire is the key's absolute expiry (PEXPIRETIME, read
 // with the value), which a fresh claim's relative times are counted from;
@@ -209,7 +203,7 @@ type header struct {
 // the flags. A failure is made by corrupt.
 func decodeHeader(v string, corrupt func(string, ...any) error) (header, error) {
 	var h header
-	if len(v) < 2 || v[:2] != magic && v[:2] != magicV2 {
+	if len(v) < 2 || v[:2] != magic {
 		return h, corrupt("unsupported record encoding")
 	}
 	if len(v) < headerLen {
@@ -341,19 +335,15 @@ func outcome(c idem.Completion) (sf, lens, body string, err error) {
 	return sf, string(b), string(c.Result) + msg + typ, nil
 }
 
-// hexDigit is the flags byte of version 3 for flags 0-15.
+// hexDigit is the flags byte for flags 0-15.
 func hexDigit(f byte) byte { return "0123456789abcdef"[f&15] }
 
-// flagsOf reads the flags byte of a value at least offFlags+1 long: a hex
-// digit in version 3, a digit 0-7 in version 2.
+// flagsOf reads the flags byte, a hex digit, of a value at least
+// offFlags+1 long.
 func flagsOf(v string) (byte, bool) {
 	c := v[offFlags]
 	switch {
-	case c >= '0' && c <= '7':
-		return c - '0', true
-	case v[1] == '2':
-		return 0, false
-	case c >= '8' && c <= '9':
+	case c >= '0' && c <= '9':
 		return c - '0', true
 	case c >= 'a' && c <= 'f':
 		return c - 'a' + 10, true

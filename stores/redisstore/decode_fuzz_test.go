@@ -33,12 +33,12 @@ func FuzzDecode(f *testing.F) {
 	f.Add(fresh, int64(1795385591000))
 	f.Add(fresh, int64(-1))
 	f.Add("R2", int64(0))
-	for _, r := range []string{"R2", "R3"} {
+	for _, r := range []string{"R2", "R3"} { // R2: another version, corrupt
 		v, err := encode(&idem.Record{Key: key, Status: idem.StatusCompleted, Nonce: "n", Attempt: 3, Result: []byte(`1`), CompletedAt: 5, ExpiresAt: 9})
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(r+v[2:], int64(-1))              // a version-2 record, as the previous release wrote it
+		f.Add(r+v[2:], int64(-1))
 		f.Add(r+v[2:3]+"9"+v[4:], int64(-1))   // watched
 		f.Add(r+v[2:3]+"c"+v[4:], int64(1e12)) // watched and relative
 	}

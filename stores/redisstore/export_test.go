@@ -24,7 +24,7 @@ var SetIfEqSHA = scriptSetIfEq.Hash()
 func (s *Store) ForgetServerClocks() { s.clocks.Clear() }
 
 // RemembersFresh reports whether the store holds the value of the fresh
-// claim by nonce (the completion's fast path).
+// claim by nonce (for the conditional completion).
 func (s *Store) RemembersFresh(nonce string) bool {
 	s.freshMu.Lock()
 	defer s.freshMu.Unlock()

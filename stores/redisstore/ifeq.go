@@ -28,9 +28,9 @@ import (
 // time per fresh call). The claim's value carries the claim's random
 // nonce, so a paused owner whose claim was taken over, released or expired
 // writes nothing.
-// The record is the one lua/complete_fresh.lua would build, with its times
+// The record is the one lua/complete.lua would build, with its times
 // from the server's clock as the store reads it (serverClock): a native
-// expiry that is its expires_at exactly, as for every version-3 completed
+// expiry that is its expires_at exactly, as for every completed
 // record. Anything else (the values differ: a waiter marked the key, or
 // the claim is no longer there) runs the complete script, which decides as
 // always: one more round trip, only for a key that someone waits on or
@@ -214,7 +214,7 @@ func versionAtLeast(v string, major, minor int) bool {
 }
 
 // completedRecord is the record a completion of the fresh claim whose value
-// is claim writes (as lua/complete_fresh.lua builds it): sf, lens and body
+// is claim writes (as lua/complete.lua builds it): sf, lens and body
 // from outcome, times in Unix ms.
 func completedRecord(claim, sf, lens, body string, expires, now, started int64) string {
 	b := make([]byte, 0, len(claim)+len(body))
@@ -232,17 +232,17 @@ func completedRecord(claim, sf, lens, body string, expires, now, started int64) 
 }
 
 // completeIfEq tries the conditional completion of the fresh claim f of key.
-// done is true when the record was written. tried is true when the
-// conditional SET was sent and wrote nothing: the key no longer holds the
-// claim's value, or the server refused the command (then, for a refused
-// IFEQ, the store stops using it until it reads the server again). Either
-// way the complete script decides; it need not compare the value again
-// when tried.
-func (s *Store) completeIfEq(ctx context.Context, key string, f freshClaim, comp idem.Completion, sf, lens, body string) (done, tried bool, err error) {
+// done is true when the record was written. It is false with a nil error
+// when the store has no reading of the server's clock, or the conditional
+// SET wrote nothing: the key no longer holds the claim's value, or the
+// server refused the command (then, for a refused IFEQ, the store stops
+// using it until it reads the server again). Then the complete script
+// decides.
+func (s *Store) completeIfEq(ctx context.Context, key string, f freshClaim, comp idem.Completion, sf, lens, body string) (done bool, err error) {
 	rk := s.Key(key)
 	c := s.clock(ctx, rk, time.Now())
 	if c == nil || len(f.value) < headerLen {
-		return false, false, nil
+		return false, nil
 	}
 	now := c.ms(time.Now())
 	expires := now + comp.TTL.Milliseconds()
@@ -257,7 +257,7 @@ func (s *Store) completeIfEq(ctx context.Context, key string, f freshClaim, comp
 		// WithReplicaAck: WAIT in the same pipeline, on the key's master.
 		pl, err := s.ackPipeliner(ctx, rk)
 		if err != nil {
-			return false, false, nil // the script's own try reports it
+			return false, nil // the script's own try reports it
 		}
 		p := pl.Pipeline()
 		_ = p.Process(ctx, cmd)
@@ -274,15 +274,15 @@ func (s *Store) completeIfEq(ctx context.Context, key string, f freshClaim, comp
 			if werr != nil {
 				ackErr = &ReplicaAckError{Op: "complete", Key: key, Want: s.ackN, Err: werr}
 			}
-			return true, true, s.notAcked("complete", key, acked, ackErr)
+			return true, s.notAcked("complete", key, acked, ackErr)
 		}
-		return true, true, nil
+		return true, nil
 	case err == redis.Nil:
-		return false, true, nil
+		return false, nil
 	default:
 		var rerr redis.Error
 		if !errors.As(err, &rerr) {
-			return false, true, checked("complete", key, err)
+			return false, checked("complete", key, err)
 		}
 		if strings.HasPrefix(err.Error(), "ERR syntax") {
 			// The server does not take IFEQ after all (a failover to an
@@ -291,25 +291,25 @@ func (s *Store) completeIfEq(ctx context.Context, key string, f freshClaim, comp
 		}
 		// A server's error (the key holds another type, say): the script
 		// reports it.
-		return false, true, nil
+		return false, nil
 	}
 }
 
 // setIfEqScript is completeIfEq on a server whose SET has no IFEQ:
 // lua/set_ifeq.lua, run as every script of the store is (EVALSHA, EVAL
 // when the server lost it; WAIT behind it under WithReplicaAck).
-func (s *Store) setIfEqScript(ctx context.Context, key, claim, rec string, expires int64) (done, tried bool, err error) {
+func (s *Store) setIfEqScript(ctx context.Context, key, claim, rec string, expires int64) (done bool, err error) {
 	v, acked, err := s.run(ctx, "complete", scriptSetIfEq, key, true, claim, rec, expires)
 	var ackErr *ReplicaAckError
 	if err != nil && !errors.As(err, &ackErr) {
 		var rerr redis.Error
 		if errors.As(err, &rerr) {
-			return false, true, nil // the key holds another type, say: the script reports it
+			return false, nil // the key holds another type, say: the script reports it
 		}
-		return false, true, err
+		return false, err
 	}
 	if v == nil {
-		return false, true, nil // the key holds something else
+		return false, nil // the key holds something else
 	}
-	return true, true, s.notAcked("complete", key, acked, ackErr)
+	return true, s.notAcked("complete", key, acked, ackErr)
 }

@@ -163,7 +163,7 @@ func (s *Store) recordShaped(k string) bool {
 // storedKey returns the storage key a stored value holds, without decoding
 // the rest.
 func storedKey(v string) (string, bool) {
-	if len(v) < headerLen || v[:2] != magic && v[:2] != magicV2 {
+	if len(v) < headerLen || v[:2] != magic {
 		return "", false
 	}
 	var lens [3]int64

@@ -61,8 +61,6 @@ var (
 	srcHeartbeat string
 	//go:embed lua/complete.lua
 	srcComplete string
-	//go:embed lua/complete_fresh.lua
-	srcCompleteFresh string
 	//go:embed lua/release.lua
 	srcRelease string
 	//go:embed lua/get.lua
@@ -76,7 +74,7 @@ var (
 
 	scriptClaim     = redis.NewScript(srcCommon + srcClaim)
 	scriptHeartbeat = redis.NewScript(srcCommon + srcHeartbeat)
-	scriptComplete  = redis.NewScript(srcCompleteFresh + srcCommon + srcComplete)
+	scriptComplete  = redis.NewScript(srcCommon + srcComplete)
 	scriptSetIfEq   = redis.NewScript(srcSetIfEq)
 	scriptRelease   = redis.NewScript(srcCommon + srcRelease)
 	scriptGet       = redis.NewScript(srcCommon + srcGet)
@@ -634,7 +632,7 @@ func srcOf(sc *redis.Script) string {
 	case scriptHeartbeat:
 		return srcCommon + srcHeartbeat
 	case scriptComplete:
-		return srcCompleteFresh + srcCommon + srcComplete
+		return srcCommon + srcComplete
 	case scriptRelease:
 		return srcCommon + srcRelease
 	case scriptGet:
@@ -740,13 +738,12 @@ func freshRecord(req idem.ClaimRequest, sent time.Time) *idem.Record {
 }
 
 // answer decides a claim from the record SET NX GET found, when that needs
-// no clock: a version-3 completed or failed record (present, so live: its
+// no clock: a completed or failed record (present, so live: its
 // native expiry is its expires_at) is Existing, or Claimed when it carries
 // req.Nonce (this claim, applied by an earlier try); an in-progress record
 // that carries req.Nonce is this claim's own first try (Claimed). Anything
-// else (another caller's in-progress record, which may be stale; a
-// version-2 record, whose liveness needs the server's clock; a value that
-// does not decode) is for the claim script.
+// else (another caller's in-progress record, which may be stale; a value
+// that does not decode) is for the claim script.
 func answer(req idem.ClaimRequest, v string, sent time.Time) (idem.ClaimResult, bool) {
 	if len(v) < headerLen || v[:2] != magic {
 		return idem.ClaimResult{}, false
@@ -955,11 +952,10 @@ type freshClaim struct {
 }
 
 // rememberFresh keeps the value a fresh claim of key by nonce wrote, for the
-// completion's fast path (lua/complete_fresh.lua): a key that still holds
-// exactly that value holds this claim untouched, which the script completes
-// without the prelude's checks. The value is only a hint: the script
-// compares it with what the key holds, so a stale or forgotten one costs
-// the full path, never a wrong write.
+// conditional completion (ifeq.go): a key that still holds exactly that
+// value holds this claim untouched. The value is only a hint: the
+// conditional SET compares it with what the key holds, so a stale or
+// forgotten one costs the complete script, never a wrong write.
 func (s *Store) rememberFresh(key, nonce, value string, sent time.Time) {
 	s.freshMu.Lock()
 	if len(s.fresh) >= maxFresh {
@@ -1005,19 +1001,14 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completi
 	if err != nil {
 		return &idem.StoreError{Op: "complete", Err: fmt.Errorf("redisstore: complete %s: %w", key, err), Permanent: true}
 	}
-	f := s.takeFresh(key, nonce)
-	if f.value != "" {
-		done, tried, err := s.completeIfEq(ctx, key, f, c, sf, lens, body)
-		if done || err != nil {
+	if f := s.takeFresh(key, nonce); f.value != "" {
+		// The key holds something else, or the server's clock is not
+		// read yet: the complete script decides.
+		if done, err := s.completeIfEq(ctx, key, f, c, sf, lens, body); done || err != nil {
 			return err
 		}
-		if tried {
-			f.value = "" // the key holds something else: the full script decides
-		}
 	}
-	// ARGV[4] is unused: an empty string costs no allocation.
-	return s.write(ctx, "complete", scriptComplete, key, true, s.Channel(key), nonce, ms(c.TTL), "", sf, lens, body, key,
-		f.value)
+	return s.write(ctx, "complete", scriptComplete, key, true, s.Channel(key), nonce, ms(c.TTL), sf, lens, body, key)
 }
 
 // Release implements idem.Store.

@@ -253,7 +253,7 @@ func TestCorruptRecords(t *testing.T) {
 			"version 1":         func(k string) string { return splice(rawRecord(t, k), 0, "R1") },
 			"unknown status":    func(k string) string { return splice(rawRecord(t, k), 2, "Z") },
 			"bad flags":         func(k string) string { return splice(rawRecord(t, k), 3, "g") },
-			"v2 hex flags":      func(k string) string { return splice(splice(rawRecord(t, k), 0, "R2"), 3, "8") },
+			"version 2":         func(k string) string { return splice(rawRecord(t, k), 0, "R2") },
 			"garbled attempt":   func(k string) string { return splice(rawRecord(t, k), 56, "00000000000x1") },
 			"spaced heartbeat":  func(k string) string { return splice(rawRecord(t, k), 17, "            1") },
 			"exponent started":  func(k string) string { return splice(rawRecord(t, k), 30, "0000000001e03") },

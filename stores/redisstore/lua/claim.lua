@@ -2,8 +2,8 @@
 -- new record from offset 70 on: takeover ms, the six lengths, nonce,
 -- payload hash, key. The change channel is KEYS[1]..':changed'.
 -- Runs when the claim's SET NX GET found a record it cannot answer without
--- the server's clock (another caller's in-progress record, a version-2
--- record) or a value that is not a record.
+-- the server's clock (another caller's in-progress record) or a value that
+-- is not a record.
 -- Reply, one bulk string: the stored record untouched (existing), 'C'..record
 -- (claimed), 'T'..record (took over) or 'X'..why (corrupt).
 local k = KEYS[1]

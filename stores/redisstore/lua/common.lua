@@ -2,18 +2,18 @@
 --
 -- A record is one string value: a fixed-width ASCII header of 122 bytes
 -- followed by the variable parts. 1-based offsets:
---   1-2    'R3'  magic and encoding version ('R2' is still read)
+--   1-2    'R3'  magic and encoding version
 --   3      status: P in_progress, C completed, F failed
---   4      flags, a hex digit ('0'-'7' in version 2): +1 has result, +2 has
+--   4      flags, a hex digit: +1 has result, +2 has
 --          error, +4 relative times (a fresh claim written by SET NX PX from
 --          the client: expires_at holds the lease, completed_at the
 --          retention, heartbeat_at and started_at 0; the key's PEXPIRETIME,
 --          set by the server's clock, is expiry + retention. get() makes
 --          such a record absolute.), +8 watched (a waiter subscribed to the
 --          change channel: a completion, release or takeover publishes)
--- Native expiry: a version-3 completed or failed record expires at its
--- expires_at exactly (so one that is present is live); an in-progress
--- record (released ones too) and a version-2 record a retention later.
+-- Native expiry: a completed or failed record expires at its expires_at
+-- exactly (so one that is present is live); an in-progress record
+-- (released ones too) a retention later.
 --   5-17   expires_at      18-30  heartbeat_at   31-43  started_at
 --   44-56  completed_at    57-69  attempt        70-82  takeover_ms
 --   83-87  nonce length    88-92  payload hash length   93-97 key length
@@ -27,7 +27,7 @@
 
 -- PAT: magic, status, flags, then 118 digits (a literal, so a call does
 -- not build it again).
-local PAT = '^R[23][PCF][0-9a-f]%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d'
+local PAT = '^R3[PCF][0-9a-f]%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d'
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -47,7 +47,7 @@ end
 local function flags(v)
   local b = string.byte(v, 4) or 0
   if b >= 48 and b <= 57 then return b - 48 end
-  if b >= 97 and b <= 102 and string.byte(v, 2) == 51 then return b - 87 end
+  if b >= 97 and b <= 102 then return b - 87 end
   return 16
 end
 
@@ -72,7 +72,7 @@ local function check(v, key)
     return nil, 'record length does not match its header'
   end
   local f = flags(v)
-  if f > 15 or (f > 7 and string.byte(v, 2) == 50) then
+  if f > 15 then
     return nil, 'malformed record header'
   end
   if bit.band(f, 4) ~= 0 then

@@ -6,7 +6,7 @@ local v, why = get(KEYS[1])
 if v == nil then return 'X' .. why end
 if not v then return false end
 local m = string.sub(v, 1, 2)
-if m ~= 'R3' and m ~= 'R2' then return 'Xunsupported record version' end
+if m ~= 'R3' then return 'Xunsupported record version' end
 if flags(v) < 16 and bit.band(flags(v), 4) ~= 0 then
   return 'Xrelative times on a record that is not a fresh claim'
 end

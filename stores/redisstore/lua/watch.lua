@@ -11,6 +11,6 @@ if v == nil then return 'X' .. why end
 if not v or string.byte(v, 3) ~= 80 then return 0 end
 local nl, pl = check(v, ARGV[1])
 if nl == nil then return 'X' .. pl end
-if watched(v) and string.byte(v, 2) == 51 then return 1 end
+if watched(v) then return 1 end
 redis.call('SET', k, 'R3P' .. flagchar(bit.bor(flags(v), 8)) .. string.sub(v, 5), 'KEEPTTL')
 return 1
