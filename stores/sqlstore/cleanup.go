@@ -119,9 +119,7 @@ func newPurger(db *sql.DB, d Dialect, table string, retention time.Duration) *pu
 		p.myLock = `SELECT GET_LOCK(` + name + `, 0)`
 		p.myUnlock = `SELECT RELEASE_LOCK(` + name + `)`
 	case SQLite:
-		var q queries
-		sqliteQueries(&q, table)
-		p.litePurge = q.litePurge
+		p.litePurge = sqliteQueries(table).litePurge
 	}
 	return p
 }

@@ -27,10 +27,10 @@ import (
 // statement, so one statement writes one time in every column.
 const liteNow = `CAST(round(unixepoch('subsec') * 1000) AS INTEGER)`
 
-// sqliteQueries fills q with the SQLite statements of table t (quoted).
-// Their parameters are numbered (?1 ...) in the order of PostgreSQL's, so
-// the store passes them the same arguments.
-func sqliteQueries(q *queries, table string) {
+// sqliteQueries returns the SQLite statements of table. Their
+// parameters are numbered (?1 ...) in the order of PostgreSQL's, so the
+// store passes them the same arguments.
+func sqliteQueries(table string) queries {
 	t, idx := quote(SQLite, table)
 	on := t
 	if i := strings.LastIndexByte(table, '.'); i >= 0 {
@@ -39,70 +39,21 @@ func sqliteQueries(q *queries, table string) {
 		schema, _ := quote(SQLite, table[:i])
 		idx = schema + "." + idx
 	}
-	q.create = []string{
-		`CREATE TABLE IF NOT EXISTS ` + t + ` (
-  tenant         TEXT    NOT NULL DEFAULT '',
-  scope          TEXT    NOT NULL DEFAULT '',
-  key_hash       TEXT    NOT NULL PRIMARY KEY,
-  record_version INTEGER NOT NULL DEFAULT 1,
-  claim_nonce    TEXT    NOT NULL,
-  status         TEXT    NOT NULL,
-  attempt_count  INTEGER NOT NULL DEFAULT 1,
-  payload_hash   TEXT    NOT NULL DEFAULT '',
-  result         BLOB,
-  error_message  TEXT,
-  error_type     TEXT,
-  started_at     INTEGER NOT NULL,
-  heartbeat_at   INTEGER NOT NULL,
-  completed_at   INTEGER NOT NULL DEFAULT 0,
-  expires_at     INTEGER NOT NULL,
-  taken_over_at  INTEGER NOT NULL DEFAULT 0,
-  takeover_ms    INTEGER NOT NULL DEFAULT 0
-)`,
-		`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + on + ` (expires_at)`,
-	}
-	where := `key_hash = ?1`
-	// A write that changes nothing: the first statement of the store's
-	// transactions, which takes the database's write lock (waiting for it
-	// up to busy_timeout) before anything is read.
-	q.liteLock = `UPDATE ` + t + ` SET tenant = tenant WHERE 0`
-	q.liteNow = `SELECT ` + liteNow
-	// The claim's write, inside its transaction, of the record
-	// storekit.DecideClaim made: tenant, scope, key, nonce, status,
-	// attempt, payload hash, result, error message, error type,
-	// started_at, heartbeat_at, completed_at, expires_at, taken_over_at,
-	// takeover_ms.
-	q.text[stClaim] = `INSERT INTO ` + t + ` (tenant, scope, key_hash, record_version, claim_nonce, status, attempt_count, ` +
-		`payload_hash, result, error_message, error_type, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms) ` +
-		`VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) ` +
-		`ON CONFLICT (key_hash) DO UPDATE SET tenant = excluded.tenant, scope = excluded.scope, record_version = 1, ` +
-		`claim_nonce = excluded.claim_nonce, status = excluded.status, attempt_count = excluded.attempt_count, ` +
-		`payload_hash = excluded.payload_hash, result = excluded.result, error_message = excluded.error_message, ` +
-		`error_type = excluded.error_type, started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at, ` +
-		`completed_at = excluded.completed_at, expires_at = excluded.expires_at, taken_over_at = excluded.taken_over_at, ` +
-		`takeover_ms = excluded.takeover_ms`
-	q.text[stGet] = `SELECT ` + cols + `, ` + liteNow + ` FROM ` + t + ` WHERE ` + where
-	// $1 key, $2 nonce, $3 lease ms
-	q.text[stHeartbeat] = `UPDATE ` + t + ` SET heartbeat_at = ` + liteNow + `, expires_at = max(expires_at, ` + liteNow + ` + ?3) ` +
-		`WHERE ` + where + ` AND claim_nonce = ?2 AND status = 'in_progress' AND expires_at > ` + liteNow
-	// $1 key, $2 nonce, $3 status, $4 result, $5 error message, $6 error
-	// type, $7 ttl ms
-	q.text[stComplete] = `UPDATE ` + t + ` SET status = ?3, result = ?4, error_message = ?5, error_type = ?6, ` +
-		`completed_at = ` + liteNow + `, heartbeat_at = ` + liteNow + `, expires_at = ` + liteNow + ` + ?7 ` +
-		`WHERE ` + where + ` AND claim_nonce = ?2`
+	r := strings.NewReplacer("{{table}}", t, "{{index}}", idx, "{{on}}", on, "{{cols}}", cols, "{{now}}", liteNow)
+	var q queries
+	q.create = sqlStatements(SQLite, "create", r)
+	q.liteLock = sqlFile(SQLite, "lock", r)
+	q.liteNow = sqlFile(SQLite, "now", r)
+	q.text[stClaim] = sqlFile(SQLite, "claim", r)
+	q.text[stGet] = sqlFile(SQLite, "get", r)
+	q.text[stHeartbeat] = sqlFile(SQLite, "heartbeat", r)
+	q.text[stComplete] = sqlFile(SQLite, "complete", r)
 	q.text[stCompleteTx] = q.text[stComplete]
-	// $1 key, $2 nonce. min: a release never moves an expiry forward.
-	q.text[stRelease] = `UPDATE ` + t + ` SET expires_at = min(expires_at, ` + liteNow + `) WHERE ` + where +
-		` AND claim_nonce = ?2 AND status = 'in_progress'`
-	q.text[stDelete] = `DELETE FROM ` + t + ` WHERE ` + where
-	// The transaction that wrote the record is over when its commit
-	// returns, whatever it returned: a plain read tells which way it went.
-	q.readBack = `SELECT claim_nonce, status FROM ` + t + ` WHERE ` + where
-	// Purge: one statement per batch, under the write lock: the rows
-	// expired past retention ($2 ms) by the database's clock, oldest first,
-	// from $1 on, at most $3.
-	q.litePurge = `DELETE FROM ` + t + ` WHERE key_hash IN (SELECT key_hash FROM ` + t +
-		` WHERE expires_at >= ?1 AND expires_at < ` + liteNow + ` - ?2 ORDER BY expires_at LIMIT ?3) RETURNING expires_at`
+	q.text[stRelease] = sqlFile(SQLite, "release", r)
+	q.text[stDelete] = sqlFile(SQLite, "delete", r)
+	q.readBack = sqlFile(SQLite, "read_back", r)
+	q.litePurge = sqlFile(SQLite, "purge", r)
+	return q
 }
 
 // claimSQLite is the SQLite claim: one transaction that takes the write

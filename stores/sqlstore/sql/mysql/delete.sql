@@ -1,0 +1,2 @@
+-- Delete: key.
+DELETE FROM {{table}} WHERE key_hash = ?

@@ -1,0 +1,2 @@
+-- Delete: ?1 key.
+DELETE FROM {{table}} WHERE key_hash = ?1

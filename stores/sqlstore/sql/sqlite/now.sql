@@ -1,0 +1,2 @@
+-- The database's clock, in Unix milliseconds.
+SELECT {{now}}
