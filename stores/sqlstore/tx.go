@@ -146,16 +146,9 @@ func runTx[T any](ctx context.Context, s *Store, c txClaim[T], fn func(context.C
 	_ = s.checkPacket(ctx, 0) // MySQL: reads max_allowed_packet once, outside the transaction
 	tctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	tx, err := s.db.BeginTx(tctx, nil)
+	tx, err := s.begin(tctx)
 	if err != nil {
-		return zero, nil, lostOr(ctx, storeErr("begin", err))
-	}
-	if s.dialect == SQLite {
-		// The write lock before fn reads (see sqlite.go).
-		if _, err := tx.ExecContext(tctx, s.q.liteLock); err != nil {
-			_ = tx.Rollback()
-			return zero, nil, lostOr(ctx, storeErr("begin", err))
-		}
+		return zero, nil, lostOr(ctx, err)
 	}
 	ended := false
 	defer func() {
@@ -192,27 +185,7 @@ func runTx[T any](ctx context.Context, s *Store, c txClaim[T], fn func(context.C
 		return zero, nil, lostOr(ctx, err)
 	}
 	ended = true
-	done := make(chan error, 1)
-	go func() { done <- tx.Commit() }()
-	select {
-	case err = <-done:
-	case <-tctx.Done():
-		select {
-		case err = <-done:
-		default:
-			err = fmt.Errorf("sqlstore: no reply to the commit: %w", tctx.Err())
-			if s.dialect == MySQL {
-				// The driver does not watch the context during COMMIT:
-				// end the connection from the server's side, so the
-				// transaction either has committed or rolls back now,
-				// and the goroutine waiting for the reply ends with it.
-				kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), max(commitWait, time.Second))
-				_, _ = s.db.ExecContext(kctx, fmt.Sprintf("KILL CONNECTION %d", connID))
-				kcancel()
-			}
-		}
-	}
-	if err == nil {
+	if err = s.commit(ctx, tctx, tx, connID, commitWait); err == nil {
 		return v, nil, nil
 	}
 	committed, rerr := s.readBack(ctx, c.key, c.nonce, err, commitWait)
@@ -220,6 +193,50 @@ func runTx[T any](ctx context.Context, s *Store, c txClaim[T], fn func(context.C
 		return v, nil, nil
 	}
 	return zero, nil, rerr
+}
+
+// begin starts the transaction DoTx's fn runs in. On SQLite it takes
+// the database's write lock before fn reads (see sqlite.go).
+func (s *Store) begin(ctx context.Context) (*sql.Tx, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, storeErr("begin", err)
+	}
+	if s.dialect == SQLite {
+		if _, err := tx.ExecContext(ctx, s.q.liteLock); err != nil {
+			_ = tx.Rollback()
+			return nil, storeErr("begin", err)
+		}
+	}
+	return tx, nil
+}
+
+// commit commits tx, begun with tctx, and waits for the reply until tctx
+// ends (runTx cancels it when the commit goes unanswered for the takeover
+// threshold). On MySQL an unanswered COMMIT's connection, connID, is then
+// killed from the server's side: the driver does not watch the context
+// during COMMIT, so the transaction either has committed or rolls back
+// now, and the goroutine waiting for the reply ends with it. ctx is the
+// call's context, which the KILL outlives.
+func (s *Store) commit(ctx, tctx context.Context, tx *sql.Tx, connID int64, commitWait time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- tx.Commit() }()
+	select {
+	case err := <-done:
+		return err
+	case <-tctx.Done():
+	}
+	select {
+	case err := <-done:
+		return err
+	default:
+	}
+	if s.dialect == MySQL {
+		kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), max(commitWait, time.Second))
+		_, _ = s.db.ExecContext(kctx, fmt.Sprintf("KILL CONNECTION %d", connID))
+		kcancel()
+	}
+	return fmt.Errorf("sqlstore: no reply to the commit: %w", tctx.Err())
 }
 
 // lostOr returns the cause of ctx's end when it is the claim's loss (the
