@@ -470,18 +470,7 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, keys []altKey, f *fl
 			if ow != nil {
 				ow.done(ctx, c.rec.Attempt)
 			}
-			c.announce(EventClaim, EventTakeover)
-			c.f = f
-			f.running = true
-			g.fire(&f.decided)
-			if run != nil {
-				v, err = g.runTx(c, run)
-			} else {
-				v, err = g.runFn(c, fn)
-			}
-			if c.sk != sk && f.final != nil {
-				f.final = asActive(f.final, sk, ph, c.ph)
-			}
+			v, err = g.runClaim(c, f, sk, ph, fn, run)
 			return v, err, false
 		}
 		v, err, wait := g.decide(ctx, rec, rph)
@@ -490,24 +479,13 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, keys []altKey, f *fl
 			if ow != nil {
 				ow.done(ctx, rec.Attempt)
 			}
-			if rec.Key != sk {
-				rec = asActive(rec, sk, ph, rph)
-			}
-			if g.cache != nil && rec != nil {
-				g.cache.put(rec, sent)
-			}
-			f.final = rec
+			g.answered(rec, sent, sk, ph, rph, f)
 			return v, err, false
 		}
 		// Wait for the live call to finish, then claim again.
 		wt := w
 		if rec.Key != sk { // a call in progress under a previous secret
-			if ow == nil || ow.sk != rec.Key {
-				if ow != nil {
-					ow.close()
-				}
-				ow = g.newWaiter(rec.Key)
-			}
+			ow = g.previousWaiter(ow, rec.Key)
 			wt = ow
 		}
 		if wt.begin(ctx, rec.Attempt) {
@@ -517,6 +495,53 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, keys []altKey, f *fl
 			return v, err, false
 		}
 	}
+}
+
+// runClaim runs the leader's call under its claim c: it announces the
+// claim, tells the flight f's followers that fn runs, runs fn (Do) or run
+// (RunTx), and, when c is under a previous secret's storage key, gives f's
+// final record the active key sk and payload hash ph.
+func (g *Guard[T]) runClaim(c *claim, f *flight, sk, ph string, fn func(context.Context) (T, error), run txRunner[T]) (v T, err error) {
+	c.announce(EventClaim, EventTakeover)
+	c.f = f
+	f.running = true
+	g.fire(&f.decided)
+	if run != nil {
+		v, err = g.runTx(c, run)
+	} else {
+		v, err = g.runFn(c, fn)
+	}
+	if c.sk != sk && f.final != nil {
+		f.final = asActive(f.final, sk, ph, c.ph)
+	}
+	return v, err
+}
+
+// answered makes rec, the record that answered the call without a run
+// (read with its payload hash rph, at sent), the flight f's final record,
+// under the active storage key sk and payload hash ph, and keeps it in the
+// local cache.
+func (g *Guard[T]) answered(rec *Record, sent time.Time, sk, ph, rph string, f *flight) {
+	if rec.Key != sk {
+		rec = asActive(rec, sk, ph, rph)
+	}
+	if g.cache != nil && rec != nil {
+		g.cache.put(rec, sent)
+	}
+	f.final = rec
+}
+
+// previousWaiter returns a waiter on key, a previous secret's storage key
+// of a call in progress: ow when it waits on key, else a new one (and ow
+// is closed).
+func (g *Guard[T]) previousWaiter(ow *waiter, key string) *waiter {
+	if ow != nil && ow.sk == key {
+		return ow
+	}
+	if ow != nil {
+		ow.close()
+	}
+	return g.newWaiter(key)
 }
 
 // runFn runs fn under the claim c and ends the claim with its outcome.

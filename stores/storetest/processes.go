@@ -81,6 +81,21 @@ func RunProcesses(t *testing.T, cfg ProcessConfig) {
 	if err := os.WriteFile(execLog, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	outs := runChildren(t, cfg, execLog)
+	executor := readExecLog(t, execLog, cfg.Keys)
+	checkResults(t, cfg, executor, outs)
+	if !t.Failed() {
+		t.Logf("%d keys x %d processes x %d goroutines: each key ran once and all %d callers got its result",
+			cfg.Keys, cfg.Processes, cfg.Goroutines, cfg.Processes*cfg.Goroutines)
+	}
+}
+
+// runChildren re-executes the test binary as cfg.Processes children of
+// the running test, which start their calls together about 1.5 s from
+// now and log their runs to execLog, waits for them all and returns each
+// one's standard output.
+func runChildren(t *testing.T, cfg ProcessConfig, execLog string) []bytes.Buffer {
+	t.Helper()
 	parts := strings.Split(t.Name(), "/")
 	for i, p := range parts {
 		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
@@ -106,7 +121,14 @@ func RunProcesses(t *testing.T, cfg ProcessConfig) {
 			t.Fatalf("process %d: %v\n%s", i, err, outs[i].String())
 		}
 	}
+	return outs
+}
 
+// readExecLog returns who ran each key, from the children's shared log,
+// and fails the test for a key that ran twice or a number of keys run
+// other than keys.
+func readExecLog(t *testing.T, execLog string, keys int) map[string]string {
+	t.Helper()
 	raw, err := os.ReadFile(execLog)
 	if err != nil {
 		t.Fatal(err)
@@ -119,9 +141,17 @@ func RunProcesses(t *testing.T, cfg ProcessConfig) {
 		}
 		executor[key] = who
 	}
-	if len(executor) != cfg.Keys {
-		t.Errorf("%d keys ran, want %d", len(executor), cfg.Keys)
+	if len(executor) != keys {
+		t.Errorf("%d keys ran, want %d", len(executor), keys)
 	}
+	return executor
+}
+
+// checkResults fails the test unless every caller of every child (their
+// output outs: "R key runner" for a result, "E key error" for an error)
+// got the result of the run executor names for its key.
+func checkResults(t *testing.T, cfg ProcessConfig, executor map[string]string, outs []bytes.Buffer) {
+	t.Helper()
 	results := map[string]int{}
 	for i := range outs {
 		sc := bufio.NewScanner(&outs[i])
@@ -146,10 +176,6 @@ func RunProcesses(t *testing.T, cfg ProcessConfig) {
 		if want := cfg.Processes * cfg.Goroutines; results[key] != want {
 			t.Errorf("%s: %d callers got a result, want %d", key, results[key], want)
 		}
-	}
-	if !t.Failed() {
-		t.Logf("%d keys x %d processes x %d goroutines: each key ran once and all %d callers got its result",
-			cfg.Keys, cfg.Processes, cfg.Goroutines, cfg.Processes*cfg.Goroutines)
 	}
 }
 

@@ -231,88 +231,15 @@ const (
 func (su *suite) purgeRace(t *testing.T, s idem.Store) {
 	p := purger(t, s)
 	ctx := ctxT(t)
-	rounds := raceRounds
-	if su.clock == nil {
-		// On real time each round waits for its records to expire: about
-		// a second of waiting in all. Without a declared retention the
-		// records may not be eligible within a round: the race is
-		// checked, but Purge may have nothing to race with.
-		rounds = int(time.Second / (raceLease + su.retention + 20*time.Millisecond))
-		if !su.retentionKnown {
-			rounds = 4
-		}
-		rounds = min(max(rounds, 1), raceRounds)
-	}
+	rounds := su.purgeRaceRounds()
 	var removed int
 	for round := range rounds {
-		keys := make([]string, raceKeys)
-		for i := range keys {
-			keys[i] = NewKey()
-			r := req(keys[i], NewNonce(), "")
-			r.LeaseTTL, r.TakeoverAfter = raceLease, time.Hour
-			mustClaim(t, s, r, idem.Claimed)
-		}
-		// Make them expire, past retention.
-		switch {
-		case su.clock != nil && su.retentionKnown:
-			su.clock.Advance(raceLease + su.retention + time.Millisecond)
-		case su.clock != nil:
-			su.clock.Advance(farPast)
-		default:
-			// A store whose clock runs behind may find them not yet
-			// eligible: then Purge has nothing to race with, which is
-			// no failure.
-			time.Sleep(raceLease + su.retention + 20*time.Millisecond)
-		}
+		keys := su.expiredClaims(t, s)
 		owners := make([]string, raceKeys)
 		for i := range owners {
 			owners[i] = NewNonce()
 		}
-		// race runs op on every key beside two Purges, all at once.
-		race := func(what string, op func(i int) error) {
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			var errs []error
-			start := make(chan struct{})
-			for range 2 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					n, err := p.Purge(ctx)
-					mu.Lock()
-					removed += n
-					if err != nil {
-						errs = append(errs, fmt.Errorf("purge beside %s: %w", what, err))
-					}
-					mu.Unlock()
-				}()
-			}
-			for i := range keys {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					// Spread the operations over the Purges' run, so
-					// that some land between what a Purge read and
-					// what it removes.
-					for range i % 4 {
-						runtime.Gosched()
-					}
-					if err := op(i); err != nil {
-						mu.Lock()
-						errs = append(errs, fmt.Errorf("%s beside Purge (round %d, key %d): %w", what, round, i, err))
-						mu.Unlock()
-					}
-				}()
-			}
-			close(start)
-			wg.Wait()
-			if err := errors.Join(errs...); err != nil {
-				t.Fatal(err)
-			}
-		}
-		race("claim", func(i int) error {
+		removed += raceWithPurge(ctx, t, p, "claim", round, keys, func(i int) error {
 			r := req(keys[i], owners[i], "")
 			r.TakeoverAfter = time.Hour
 			res, err := s.Claim(ctx, r)
@@ -325,9 +252,11 @@ func (su *suite) purgeRace(t *testing.T, s idem.Store) {
 			return nil
 		})
 		su.checkOwned(t, s, keys, owners, round, "claim", idem.StatusInProgress)
-		race("heartbeat", func(i int) error { return s.Heartbeat(ctx, keys[i], owners[i], lease) })
+		removed += raceWithPurge(ctx, t, p, "heartbeat", round, keys, func(i int) error {
+			return s.Heartbeat(ctx, keys[i], owners[i], lease)
+		})
 		su.checkOwned(t, s, keys, owners, round, "heartbeat", idem.StatusInProgress)
-		race("complete", func(i int) error {
+		removed += raceWithPurge(ctx, t, p, "complete", round, keys, func(i int) error {
 			return s.Complete(ctx, keys[i], owners[i], idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Hour})
 		})
 		su.checkOwned(t, s, keys, owners, round, "complete", idem.StatusCompleted)
@@ -336,6 +265,96 @@ func (su *suite) purgeRace(t *testing.T, s idem.Store) {
 		}
 	}
 	t.Logf("%d rounds of %d keys; Purge removed %d records", rounds, raceKeys, removed)
+}
+
+// purgeRaceRounds returns how many rounds purgeRace runs. On real time
+// each round waits for its records to expire: about a second of waiting
+// in all. Without a declared retention the records may not be eligible
+// within a round: the race is checked, but Purge may have nothing to race
+// with.
+func (su *suite) purgeRaceRounds() int {
+	if su.clock != nil {
+		return raceRounds
+	}
+	rounds := int(time.Second / (raceLease + su.retention + 20*time.Millisecond))
+	if !su.retentionKnown {
+		rounds = 4
+	}
+	return min(max(rounds, 1), raceRounds)
+}
+
+// expiredClaims claims raceKeys new keys with a raceLease lease and lets
+// them expire, past retention, and returns the keys.
+func (su *suite) expiredClaims(t *testing.T, s idem.Store) []string {
+	t.Helper()
+	keys := make([]string, raceKeys)
+	for i := range keys {
+		keys[i] = NewKey()
+		r := req(keys[i], NewNonce(), "")
+		r.LeaseTTL, r.TakeoverAfter = raceLease, time.Hour
+		mustClaim(t, s, r, idem.Claimed)
+	}
+	switch {
+	case su.clock != nil && su.retentionKnown:
+		su.clock.Advance(raceLease + su.retention + time.Millisecond)
+	case su.clock != nil:
+		su.clock.Advance(farPast)
+	default:
+		// A store whose clock runs behind may find them not yet
+		// eligible: then Purge has nothing to race with, which is no
+		// failure.
+		time.Sleep(raceLease + su.retention + 20*time.Millisecond)
+	}
+	return keys
+}
+
+// raceWithPurge runs op (what, in round) on every key beside two Purges,
+// all at once, fails the test with their errors, and returns how many
+// records the Purges removed.
+func raceWithPurge(ctx context.Context, t *testing.T, p Purger, what string, round int, keys []string, op func(i int) error) int {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	removed := 0
+	start := make(chan struct{})
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			n, err := p.Purge(ctx)
+			mu.Lock()
+			removed += n
+			if err != nil {
+				errs = append(errs, fmt.Errorf("purge beside %s: %w", what, err))
+			}
+			mu.Unlock()
+		}()
+	}
+	for i := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			// Spread the operations over the Purges' run, so that some
+			// land between what a Purge read and what it removes.
+			for range i % 4 {
+				runtime.Gosched()
+			}
+			if err := op(i); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("%s beside Purge (round %d, key %d): %w", what, round, i, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return removed
 }
 
 // checkOwned checks that the record of every key is the owner's, with
