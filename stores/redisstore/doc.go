@@ -43,10 +43,12 @@
 //     background), or when the key no longer holds exactly the claim (a
 //     waiter marked it, a takeover): the complete script.
 //
-// A fourth path, a fast path of the complete script for an untouched fresh
-// claim, cost the same server time as the full script on Redis 7.0
-// (median of nine rounds of 5000 completions: 33.0 against 32.2 µs per
-// call) and is not kept.
+// Server time per completion of a fresh claim (INFO commandstats, median
+// of nine alternating rounds of 3000): Redis 7.0, lua/set_ifeq.lua 21.9 µs
+// against 30.3 µs for the complete script; Valkey 8.1, SET IFEQ 3.8 µs
+// against 44.5 µs. A fourth path, a fast path of the complete script for
+// an untouched fresh claim, cost what the full script costs (33.0 against
+// 32.2 µs) and is not kept.
 //
 // # Retries
 //
