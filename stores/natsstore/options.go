@@ -1,7 +1,6 @@
 package natsstore
 
 import (
-	"reflect"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -72,7 +71,7 @@ func WithoutCleanup() Option {
 // removed key in the stream. A nil js is an invalid option.
 func WithJetStream(js jetstream.JetStream) Option {
 	return func(c *config) {
-		if js == nil || (reflect.ValueOf(js).Kind() == reflect.Pointer && reflect.ValueOf(js).IsNil()) {
+		if js == nil { // jetstream.New hands back a nil interface with its error
 			c.Invalid("WithJetStream", "nil JetStream")
 			return
 		}

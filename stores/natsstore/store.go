@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,7 +70,9 @@ var (
 // background (see the package doc); Close stops it.
 func New(kv KeyValue, opts ...Option) (*Store, error) {
 	c := config{Options: storekit.Options{Store: "natsstore", Now: time.Now, Retention: DefaultRetention, Cleanup: DefaultCleanup}}
-	if kv == nil || (reflect.ValueOf(kv).Kind() == reflect.Pointer && reflect.ValueOf(kv).IsNil()) {
+	// CreateBucket and js.KeyValue hand back a nil interface with their
+	// error, never a nil pointer inside one.
+	if kv == nil {
 		c.Invalid("New", "nil key-value bucket")
 	}
 	for _, o := range opts {
