@@ -25,8 +25,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/dynamotest"
 	"github.com/idem-go/idem/stores/dynamostore"
-	"github.com/idem-go/idem/stores/dynamostore/dynamotest"
 )
 
 // faultEnv is a store whose client talks to DynamoDB Local through an

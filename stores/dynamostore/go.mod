@@ -10,6 +10,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1
 	github.com/aws/smithy-go v1.28.8
 	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/internal/dynamotest v0.1.0
 )
 
 require (

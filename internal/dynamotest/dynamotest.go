@@ -1,7 +1,9 @@
-// Package dynamotest holds what tests of code built on dynamostore need
-// around DynamoDB Local: a client for a local endpoint, and a log of the
-// requests the SDK puts on the wire (retries included), for tests that
-// count round trips or cut connections.
+// Package dynamotest holds what this repository's tests of dynamostore and
+// of code built on it need around DynamoDB Local: a client for a local
+// endpoint, and a log of the requests the SDK puts on the wire (retries
+// included), for tests that count round trips or cut connections. It is a
+// module of its own that requires the AWS SDK only, so the modules whose
+// tests use it pull in nothing else; being internal, it is no API.
 package dynamotest
 
 import (
