@@ -19,7 +19,7 @@ import (
 // the waiter has been waiting 100-300ms when the owner finishes.
 // median-wake-ms and p90-wake-ms are the results (ns/op is mostly that
 // wait); run with -benchtime=20x or more for a stable median. The
-// idem-bench command prints the same with 15 samples.
+// benchtable program (internal/benchtable) prints the same with 15 samples.
 func BenchmarkWaitWakeup(b *testing.B) {
 	for _, mode := range []string{"listen", "poll"} {
 		b.Run(mode, func(b *testing.B) {
