@@ -10,6 +10,8 @@ require (
 	github.com/idem-go/idem v0.1.0
 	github.com/idem-go/idem/idemhttp v0.1.0
 	github.com/idem-go/idem/isr v0.1.0
+	github.com/idem-go/idem/isr/dynamoisr v0.1.0
+	github.com/idem-go/idem/isr/redisisr v0.1.0
 	github.com/idem-go/idem/otelidem v0.1.0
 	github.com/idem-go/idem/stores/filestore v0.1.0
 	github.com/idem-go/idem/stores/sqlstore v0.1.0

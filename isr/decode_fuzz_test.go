@@ -3,8 +3,6 @@ package isr
 import (
 	"errors"
 	"testing"
-
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // FuzzDecodeItems feeds arbitrary attribute values to the item decoders: they
@@ -14,15 +12,15 @@ func FuzzDecodeItems(f *testing.F) {
 	f.Add("", "1.5e9", "-1", false, "DONE")
 	f.Add("k", "NaN", "1e400", true, "")
 	f.Fuzz(func(t *testing.T, s, n1, n2 string, swap bool, status string) {
-		var gen types.AttributeValue = &types.AttributeValueMemberN{Value: n1}
+		gen := Attr{Type: TypeN, Value: n1}
 		if swap {
-			gen = &types.AttributeValueMemberS{Value: n1}
+			gen = Attr{Type: TypeS, Value: n1}
 		}
-		item := map[string]types.AttributeValue{
-			"s3_key": &types.AttributeValueMemberS{Value: s}, "generated_at": gen,
-			"revalidate_seconds": &types.AttributeValueMemberN{Value: n2}, "version": &types.AttributeValueMemberN{Value: n2},
-			"lease_token": &types.AttributeValueMemberS{Value: s}, "lease_expires_at": gen, "ttl": &types.AttributeValueMemberN{Value: n2},
-			"request_hash": &types.AttributeValueMemberS{Value: s}, "status": &types.AttributeValueMemberS{Value: status},
+		item := Item{
+			"s3_key": sAttr(s), "generated_at": gen,
+			"revalidate_seconds": {Type: TypeN, Value: n2}, "version": {Type: TypeN, Value: n2},
+			"lease_token": sAttr(s), "lease_expires_at": gen, "ttl": {Type: TypeN, Value: n2},
+			"request_hash": sAttr(s), "status": sAttr(status),
 		}
 		check := func(err error) {
 			var ce *CorruptItemError
@@ -32,7 +30,7 @@ func FuzzDecodeItems(f *testing.F) {
 		}
 		_, err := decodeMeta("CACHE#x", item)
 		check(err)
-		_, err = decodeLease("CACHE#x", item)
+		_, err = DecodeLease("CACHE#x", item)
 		check(err)
 		_, err = decodeRequest("CACHE#x", "k", item)
 		check(err)

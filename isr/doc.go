@@ -2,6 +2,32 @@
 // cached pages and regenerating each one with exactly one worker, so that a
 // stale worker can never overwrite newer metadata.
 //
+//	table, err := isr.NewFileTable("/var/lib/isr") // or NewMemoryTable()
+//	if err != nil {
+//		return err
+//	}
+//	defer table.Close()
+//	coord, err := isr.NewCoordinator(table)
+//	if err != nil {
+//		return err
+//	}
+//	bodies, err := body.NewFile("/var/lib/isr-bodies")
+//	if err != nil {
+//		return err
+//	}
+//	h, err := isr.NewHandler(coord, bodies, func(ctx context.Context, tenant, path string) ([]byte, string, error) {
+//		return render(ctx, path) // the page's bytes and media type
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	http.Handle("/", h)
+//
+// The DynamoDB table and S3 body store are in module
+// github.com/idem-go/idem/isr/dynamoisr, the Redis table in
+// github.com/idem-go/idem/isr/redisisr, so this module needs neither the
+// AWS SDK nor a Redis client.
+//
 // # Table schema (interoperability contract)
 //
 // One DynamoDB table (name from FACETHEORY_CACHE_TABLE_NAME by default; see
@@ -39,10 +65,11 @@
 // optimistic version and denormalised s3_key/etag/generated_at, Delete LOCK,
 // optional REQ# completion, and a ttl on the VER# row it supersedes); BeginRequest (create REQ# if absent, fail
 // closed on a different request_hash), FailRequest, AbandonRequest.
-// Four implementations behave identically: DynamoTable (DynamoDB,
-// TransactWriteItems and conditional writes; CreateTable makes the table),
-// RedisTable (NewRedisTable: one hash per item under the cache key's hash
-// tag, one Lua script per operation, each recipe one script), FileTable
+// Four implementations behave identically: dynamoisr.Table (DynamoDB,
+// TransactWriteItems and conditional writes; dynamoisr.CreateTable makes
+// the table), redisisr.Table (redisisr.NewTable: one hash per item under
+// the cache key's hash tag, one Lua script per operation, each recipe one
+// script), FileTable
 // (NewFileTable: one host, one JSON file per item, flock, temp file +
 // fsync + rename) and MemoryTable (NewMemoryTable). On Redis and in files an item keeps the
 // DynamoDB item's attribute names and value types, so tools read one
@@ -68,7 +95,7 @@
 // (If-None-Match gives 304); a stale page is served at once and regenerated
 // in the background under the lease; a missing page is rendered once while
 // concurrent requests wait for it. Bodies live in a body.Store (package
-// isr/body: memory, file, S3), keyed by content hash, with the ETag derived
+// isr/body: memory, file; S3 in dynamoisr), keyed by content hash, with the ETag derived
 // from the content.
 //
 // Idempotency key helpers cover the three usual choices: RequestIDKey
@@ -115,7 +142,7 @@
 //
 // Who removes expired items:
 //
-//   - DynamoDB: its TTL deletion. CreateTable turns it on for the ttl
+//   - DynamoDB: its TTL deletion. dynamoisr.CreateTable turns it on for the ttl
 //     attribute; a table made otherwise needs it turned on (UpdateTimeToLive,
 //     attribute name "ttl"). DynamoDB deletes expired items within days,
 //     DynamoDB Local within seconds to minutes; until then the conditions
@@ -205,4 +232,16 @@
 //     pointer, a zero value) is not usable: every method that returns an
 //     error returns an *idem.OptionError matching idem.ErrInvalidOption,
 //     the others a zero result; none panics.
+//
+// # Writing a Table
+//
+// A table that keeps items in the schema reads each into an Item (attribute
+// name to Attr, under the Attr* names) and serves its Get methods through
+// ItemGetter, which follows recipe B's pointer and decodes every item
+// alike. It writes the items LeaseItem, MetaItem, VersionItem and
+// RequestItem build (and PointerMetaUpdate for recipe B), checks its input
+// with the Validate functions, and answers with the same decisions
+// (AcquiredLease, LeaseHeld, AcquireRefused, ExistingRequest,
+// PublishRefusal, PointerRefusal, LeaseLost, RequestNotStarted) as the
+// tables here, so that all refuse alike; isrtest.Run checks the result.
 package isr

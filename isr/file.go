@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/gofrs/flock"
 
 	"github.com/idem-go/idem/storekit"
@@ -51,7 +50,7 @@ const (
 // half applied (for example META published and LOCK not yet deleted); the
 // lease then simply expires.
 //
-// Conditions and refusals are DynamoTable's. Expiry is decided with the
+// Conditions and refusals are the DynamoDB table's (dynamoisr.Table). Expiry is decided with the
 // caller's exact Now against the items' numbers, compared exactly as the
 // Go side compares them; ttl decides nothing but a REQ# item's liveness, as on
 // DynamoDB. Items whose ttl has passed on the table's clock are removed
@@ -219,19 +218,20 @@ func decodeFileItem(b []byte) (fileItem, error) {
 	return it, nil
 }
 
-// attrs is the DynamoDB item a file item stands for.
-func (it fileItem) attrs() map[string]types.AttributeValue {
-	item := make(map[string]types.AttributeValue, len(it))
+// attrs is the item a file item stands for: a JSON string is S, a number
+// N, true and false BOOL, anything else NULL.
+func (it fileItem) attrs() Item {
+	item := make(Item, len(it))
 	for k, v := range it {
 		switch v := v.(type) {
 		case string:
-			item[k] = &types.AttributeValueMemberS{Value: v}
+			item[k] = Attr{Type: TypeS, Value: v}
 		case json.Number:
-			item[k] = &types.AttributeValueMemberN{Value: string(v)}
+			item[k] = Attr{Type: TypeN, Value: string(v)}
 		case bool:
-			item[k] = &types.AttributeValueMemberBOOL{Value: v}
+			item[k] = Attr{Type: "BOOL"}
 		default:
-			item[k] = &types.AttributeValueMemberNULL{Value: true}
+			item[k] = Attr{Type: "NULL"}
 		}
 	}
 	return item
@@ -268,14 +268,14 @@ func (it fileItem) str(attr string) (string, bool) {
 
 func jn(v int64) json.Number { return json.Number(i64(v)) }
 
-// fileItemOf is the file item of a DynamoDB item (S and N attributes).
-func fileItemOf(item map[string]types.AttributeValue) fileItem {
+// fileItemOf is the file item of an item (its S and N attributes).
+func fileItemOf(item Item) fileItem {
 	it := make(fileItem, len(item))
 	for k, v := range item {
-		switch v := v.(type) {
-		case *types.AttributeValueMemberS:
+		switch v.Type {
+		case TypeS:
 			it[k] = v.Value
-		case *types.AttributeValueMemberN:
+		case TypeN:
 			it[k] = json.Number(v.Value)
 		}
 	}
@@ -284,7 +284,7 @@ func fileItemOf(item map[string]types.AttributeValue) fileItem {
 
 // get reads an item for a Get method: its attributes, or ErrNotFound.
 // The file is read without the lock; ctx is only checked first.
-func (t *FileTable) get(ctx context.Context, pk, sk string) (map[string]types.AttributeValue, error) {
+func (t *FileTable) get(ctx context.Context, pk, sk string) (Item, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -374,7 +374,7 @@ func (t *FileTable) GetMeta(ctx context.Context, pk string) (Meta, error) {
 	if err := t.check(); err != nil {
 		return Meta{}, err
 	}
-	return getMeta(ctx, t.get, pk)
+	return ItemGetter(t.get).GetMeta(ctx, pk)
 }
 
 // GetLease implements Table.
@@ -382,7 +382,7 @@ func (t *FileTable) GetLease(ctx context.Context, pk string) (Lease, error) {
 	if err := t.check(); err != nil {
 		return Lease{}, err
 	}
-	return getLease(ctx, t.get, pk)
+	return ItemGetter(t.get).GetLease(ctx, pk)
 }
 
 // GetRequest implements Table.
@@ -390,7 +390,7 @@ func (t *FileTable) GetRequest(ctx context.Context, pk, k string) (Request, erro
 	if err := t.check(); err != nil {
 		return Request{}, err
 	}
-	return getRequest(ctx, t.get, pk, k)
+	return ItemGetter(t.get).GetRequest(ctx, pk, k)
 }
 
 // GetVersion implements Table.
@@ -398,7 +398,7 @@ func (t *FileTable) GetVersion(ctx context.Context, pk, id string) (Version, err
 	if err := t.check(); err != nil {
 		return Version{}, err
 	}
-	return getVersion(ctx, t.get, pk, id)
+	return ItemGetter(t.get).GetVersion(ctx, pk, id)
 }
 
 // leaseOK is the condition on LOCK of both recipes and of a refresh: it
@@ -409,7 +409,7 @@ func (t *FileTable) leaseOK(pk, token string, now time.Time) (bool, error) {
 		return false, err
 	}
 	// A LOCK that cannot be decoded holds for nobody.
-	l, err := decodeLease(pk, lock.attrs())
+	l, err := DecodeLease(pk, lock.attrs())
 	return err == nil && holds(l, token, now), nil
 }
 
@@ -420,8 +420,8 @@ func (t *FileTable) requestOK(pk string, rc *RequestCompletion) (fileItem, bool,
 	if err != nil || r == nil {
 		return nil, false, err
 	}
-	st, _ := r.str(attrStatus)
-	h, _ := r.str(attrRequestHash)
+	st, _ := r.str(AttrStatus)
+	h, _ := r.str(AttrRequestHash)
 	return r, requestStarted(st, h, rc), nil
 }
 
@@ -443,7 +443,7 @@ func (t *FileTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, e
 	if err := t.check(); err != nil {
 		return Lease{}, err
 	}
-	if err := validateAcquire(in); err != nil {
+	if err := ValidateAcquire(in); err != nil {
 		return Lease{}, err
 	}
 	unlock, err := t.lock(ctx, in.PK)
@@ -457,14 +457,14 @@ func (t *FileTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, e
 	}
 	var heldErr error
 	if lock != nil {
-		if _, err := getN(in.PK, SKLock, lock.attrs(), attrLeaseExp, true); err != nil {
+		if _, err := getN(in.PK, SKLock, lock.attrs(), AttrLeaseExpiresAt, true); err != nil {
 			return Lease{}, err
 		}
-		if exp, _ := lock.numN(attrLeaseExp); cmpNTime(exp, 0, in.Now) > 0 {
-			if tok, _ := lock.str(attrLeaseToken); tok == in.Token {
-				return decodeLease(in.PK, lock.attrs()) // a retried acquire: already ours
+		if exp, _ := lock.numN(AttrLeaseExpiresAt); cmpNTime(exp, 0, in.Now) > 0 {
+			if tok, _ := lock.str(AttrLeaseToken); tok == in.Token {
+				return DecodeLease(in.PK, lock.attrs()) // a retried acquire: already ours
 			}
-			heldErr = leaseHeld(in.PK, lock.attrs())
+			heldErr = LeaseHeld(in.PK, lock.attrs())
 		}
 	}
 	changed := false
@@ -473,15 +473,15 @@ func (t *FileTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, e
 		if err != nil {
 			return Lease{}, err
 		}
-		changed = found && cmpN(gen, 0, seenN(in), 0) > 0
+		changed = found && cmpN(gen, 0, MetaNotNewerText(in), 0) > 0
 	}
 	if heldErr != nil || changed {
-		return Lease{}, acquireRefused(in, heldErr, changed)
+		return Lease{}, AcquireRefused(in, heldErr, changed)
 	}
-	if err := t.write(in.PK, SKLock, fileItemOf(leaseItem(in.PK, in.Token, in.ExpiresAt, in.TTL))); err != nil {
+	if err := t.write(in.PK, SKLock, fileItemOf(LeaseItem(in.PK, in.Token, in.ExpiresAt, in.TTL))); err != nil {
 		return Lease{}, err
 	}
-	return newLease(in), nil
+	return AcquiredLease(in), nil
 }
 
 // seenGeneratedAt is the generated_at a reader of META sees: the pointed
@@ -507,10 +507,10 @@ func (t *FileTable) seenGeneratedAt(pk string) (string, bool, error) {
 		}
 		attrs, sk = ver.attrs(), cur
 	}
-	if _, err := getN(pk, sk, attrs, attrGeneratedAt, true); err != nil {
+	if _, err := getN(pk, sk, attrs, AttrGeneratedAt, true); err != nil {
 		return "", true, err
 	}
-	return attrs[attrGeneratedAt].(*types.AttributeValueMemberN).Value, true, nil
+	return attrs[AttrGeneratedAt].Value, true, nil
 }
 
 // RefreshLease implements Table.
@@ -518,7 +518,7 @@ func (t *FileTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease, e
 	if err := t.check(); err != nil {
 		return Lease{}, err
 	}
-	if err := validateRefresh(in); err != nil {
+	if err := ValidateRefresh(in); err != nil {
 		return Lease{}, err
 	}
 	pk := in.Lease.PK
@@ -532,17 +532,17 @@ func (t *FileTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease, e
 		return Lease{}, err
 	}
 	if !ok {
-		return Lease{}, leaseLost("refresh", pk)
+		return Lease{}, LeaseLost("refresh", pk)
 	}
 	lock, err := t.read(pk, SKLock)
 	if err != nil {
 		return Lease{}, err
 	}
-	lock[attrLeaseExp], lock[attrTTL] = jn(in.ExpiresAt), jn(in.TTL)
+	lock[AttrLeaseExpiresAt], lock[AttrTTL] = jn(in.ExpiresAt), jn(in.TTL)
 	if err := t.write(pk, SKLock, lock); err != nil {
 		return Lease{}, err
 	}
-	return decodeLease(pk, lock.attrs())
+	return DecodeLease(pk, lock.attrs())
 }
 
 // ReleaseLease implements Table.
@@ -550,7 +550,7 @@ func (t *FileTable) ReleaseLease(ctx context.Context, lease Lease) error {
 	if err := t.check(); err != nil {
 		return err
 	}
-	if err := validateLease(lease); err != nil {
+	if err := ValidateLease(lease); err != nil {
 		return err
 	}
 	unlock, err := t.lock(ctx, lease.PK)
@@ -562,8 +562,8 @@ func (t *FileTable) ReleaseLease(ctx context.Context, lease Lease) error {
 	if err != nil {
 		return err
 	}
-	if tok, _ := lock.str(attrLeaseToken); lock == nil || tok != lease.Token {
-		return leaseLost("release", lease.PK)
+	if tok, _ := lock.str(AttrLeaseToken); lock == nil || tok != lease.Token {
+		return LeaseLost("release", lease.PK)
 	}
 	return t.remove(lease.PK, SKLock)
 }
@@ -573,7 +573,7 @@ func (t *FileTable) complete(pk string, rc *RequestCompletion, req fileItem, s3K
 	if rc == nil {
 		return nil
 	}
-	req[attrStatus], req[attrResultS3Key] = string(RequestCompleted), s3Key
+	req[AttrStatus], req[AttrResultS3Key] = string(RequestCompleted), s3Key
 	return t.write(pk, RequestSKPrefix+rc.Key, req)
 }
 
@@ -582,7 +582,7 @@ func (t *FileTable) Publish(ctx context.Context, in PublishInput) error {
 	if err := t.check(); err != nil {
 		return err
 	}
-	if err := validatePublish(in); err != nil {
+	if err := ValidatePublish(in); err != nil {
 		return err
 	}
 	pk := in.Lease.PK
@@ -604,8 +604,8 @@ func (t *FileTable) Publish(ctx context.Context, in PublishInput) error {
 		if err != nil {
 			return err
 		}
-		if _, has := meta[attrGeneratedAt]; has {
-			if g, ok := meta.num(attrGeneratedAt); !ok || !(g < in.Meta.GeneratedAt) {
+		if _, has := meta[AttrGeneratedAt]; has {
+			if g, ok := meta.num(AttrGeneratedAt); !ok || !(g < in.Meta.GeneratedAt) {
 				tx.fail(1, ErrNotNewer)
 			}
 		}
@@ -617,7 +617,7 @@ func (t *FileTable) Publish(ctx context.Context, in PublishInput) error {
 	if err := tx.err(); err != nil {
 		return err
 	}
-	if err := t.write(pk, SKMeta, fileItemOf(metaItem(pk, in.Meta))); err != nil {
+	if err := t.write(pk, SKMeta, fileItemOf(MetaItem(pk, in.Meta))); err != nil {
 		return err
 	}
 	if err := t.remove(pk, SKLock); err != nil {
@@ -632,7 +632,7 @@ func (t *FileTable) PublishPointer(ctx context.Context, in PublishPointerInput) 
 	if err := t.check(); err != nil {
 		return Meta{}, err
 	}
-	if err := validatePointer(in); err != nil {
+	if err := ValidatePublishPointer(in); err != nil {
 		return Meta{}, err
 	}
 	pk := in.Lease.PK
@@ -641,7 +641,7 @@ func (t *FileTable) PublishPointer(ctx context.Context, in PublishPointerInput) 
 		return Meta{}, err
 	}
 	defer unlock()
-	m := pointerMeta(pk, in)
+	m := PointerMeta(in)
 	tx := newTxCheck("publish-pointer", pk, 3, in.Request)
 	ok, err := t.leaseOK(pk, in.Lease.Token, in.Now)
 	if err != nil {
@@ -660,14 +660,14 @@ func (t *FileTable) PublishPointer(ctx context.Context, in PublishPointerInput) 
 		return Meta{}, err
 	}
 	version, vok := int64(0), true
-	if _, has := meta[attrVersion]; has {
-		version, vok = meta.num(attrVersion)
+	if _, has := meta[AttrVersion]; has {
+		version, vok = meta.num(AttrVersion)
 	}
-	cur, _ := meta.str(attrCurrentSK)
+	cur, _ := meta.str(AttrCurrentSK)
 	if !vok || version != in.ExpectedVersion || (in.Previous != "" && cur != in.Previous) {
 		tx.fail(2, ErrVersionConflict)
-	} else if _, has := meta[attrGeneratedAt]; in.Monotonic && has {
-		if g, ok := meta.num(attrGeneratedAt); !ok || !(g < in.Version.GeneratedAt) {
+	} else if _, has := meta[AttrGeneratedAt]; in.Monotonic && has {
+		if g, ok := meta.num(AttrGeneratedAt); !ok || !(g < in.Version.GeneratedAt) {
 			tx.fail(2, ErrNotNewer)
 		}
 	}
@@ -678,14 +678,14 @@ func (t *FileTable) PublishPointer(ctx context.Context, in PublishPointerInput) 
 	if err := tx.err(); err != nil {
 		return Meta{}, err
 	}
-	if err := t.write(pk, m.CurrentSK, fileItemOf(versionItem(pk, in.Version))); err != nil {
+	if err := t.write(pk, m.CurrentSK, fileItemOf(VersionItem(pk, in.Version))); err != nil {
 		return Meta{}, err
 	}
 	// META is updated, not replaced: attributes of other writers stay.
 	if meta == nil {
 		meta = fileItem{}
 	}
-	set, remove := pointerMetaUpdate(m)
+	set, remove := PointerMetaUpdate(m)
 	for _, a := range remove {
 		delete(meta, a)
 	}
@@ -708,7 +708,7 @@ func (t *FileTable) PublishPointer(ctx context.Context, in PublishPointerInput) 
 			return Meta{}, err
 		}
 		if prev != nil {
-			prev[attrTTL] = jn(in.PreviousTTL)
+			prev[AttrTTL] = jn(in.PreviousTTL)
 			if err := t.write(pk, in.Previous, prev); err != nil {
 				return Meta{}, err
 			}
@@ -722,7 +722,7 @@ func (t *FileTable) BeginRequest(ctx context.Context, in BeginRequestInput) (Req
 	if err := t.check(); err != nil {
 		return Request{}, false, err
 	}
-	if err := validateBegin(in); err != nil {
+	if err := ValidateBeginRequest(in); err != nil {
 		return Request{}, false, err
 	}
 	unlock, err := t.lock(ctx, in.PK)
@@ -736,20 +736,20 @@ func (t *FileTable) BeginRequest(ctx context.Context, in BeginRequestInput) (Req
 		return Request{}, false, err
 	}
 	live := cur != nil
-	if ttl, ok := cur.numN(attrTTL); live && ok && cmpNTime(ttl, 0, in.Now) <= 0 {
+	if ttl, ok := cur.numN(AttrTTL); live && ok && cmpNTime(ttl, 0, in.Now) <= 0 {
 		live = false // past its ttl: counts as absent
 	}
 	if live {
-		st, _ := cur.str(attrStatus)
-		h, _ := cur.str(attrRequestHash)
+		st, _ := cur.str(AttrStatus)
+		h, _ := cur.str(AttrRequestHash)
 		if !retakable(in, st, h) {
-			return existingRequest(in, cur.attrs())
+			return ExistingRequest(in, cur.attrs())
 		}
 	}
-	if err := t.write(in.PK, sk, fileItemOf(requestItem(in))); err != nil {
+	if err := t.write(in.PK, sk, fileItemOf(RequestItem(in))); err != nil {
 		return Request{}, false, err
 	}
-	return newRequest(in), true, nil
+	return BegunRequest(in), true, nil
 }
 
 // FailRequest implements Table.
@@ -758,7 +758,7 @@ func (t *FileTable) FailRequest(ctx context.Context, pk, k, hash string) error {
 		return err
 	}
 	return t.requestOp(ctx, "fail-request", pk, k, hash, func(req fileItem) error {
-		req[attrStatus] = string(RequestFailed)
+		req[AttrStatus] = string(RequestFailed)
 		return t.write(pk, RequestSKPrefix+k, req)
 	})
 }
@@ -774,7 +774,7 @@ func (t *FileTable) AbandonRequest(ctx context.Context, pk, k, hash string) erro
 }
 
 func (t *FileTable) requestOp(ctx context.Context, op, pk, k, hash string, apply func(fileItem) error) error {
-	if err := validateRequestRef(pk, k, hash); err != nil {
+	if err := ValidateRequestRef(pk, k, hash); err != nil {
 		return err
 	}
 	unlock, err := t.lock(ctx, pk)
@@ -787,7 +787,7 @@ func (t *FileTable) requestOp(ctx context.Context, op, pk, k, hash string, apply
 		return err
 	}
 	if !ok {
-		return requestState(op, pk)
+		return RequestNotStarted(op, pk)
 	}
 	return apply(req)
 }

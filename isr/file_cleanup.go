@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // fileTmpAge is how old a temporary file must be before the clean-up
@@ -102,14 +100,14 @@ func (t *fileCore) itemAt(file string) (it fileItem, pk, sk string, ok bool) {
 	if it, err = decodeFileItem(b); err != nil {
 		return nil, "", "", false
 	}
-	pk, ok1 := it.str(attrPK)
-	sk, ok2 := it.str(attrSK)
+	pk, ok1 := it.str(AttrPK)
+	sk, ok2 := it.str(AttrSK)
 	return it, pk, sk, ok1 && ok2 && t.path(pk, sk) == file
 }
 
 // readAttrs is the item (pk, sk) as attributes, nil when it is absent or
 // unreadable.
-func (t *fileCore) readAttrs(pk, sk string) map[string]types.AttributeValue {
+func (t *fileCore) readAttrs(pk, sk string) Item {
 	it, err := t.read(pk, sk)
 	if err != nil || it == nil {
 		return nil

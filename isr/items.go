@@ -7,22 +7,58 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// The Redis and file tables keep every item with the DynamoDB item's
-// attribute names. An item read from either is turned into the DynamoDB
-// attribute map it stands for and decoded by the same functions as a
-// DynamoDB item, so all tables read one schema the same way.
+// Item is an item of the table: attribute name (pk and sk included) to
+// value. Every table that stores items in the schema (DynamoDB, Redis,
+// files) reads an item into an Item and writes one from an Item, so all
+// tables read and write one schema the same way.
+type Item map[string]Attr
+
+// Attr is an attribute value: its type and, for S and N, its text (a
+// number in the decimal text DynamoDB accepts, kept exactly as stored).
+type Attr struct {
+	Type  AttrType
+	Value string
+}
+
+// AttrType is the type of an attribute value, as DynamoDB names it: TypeS,
+// TypeN, or another of DynamoDB's type descriptors (BOOL, NULL, B, SS, NS,
+// BS, L, M), which no attribute of the schema holds.
+type AttrType string
+
+// The attribute types of the schema.
+const (
+	TypeS AttrType = "S"
+	TypeN AttrType = "N"
+)
+
+// goName is the name a *CorruptItemError's reason gives an attribute of
+// type t: the AWS SDK's Go type for it, so that one corrupt item reads the
+// same on every table.
+func (t AttrType) goName() string {
+	if t == "" {
+		return "*types.UnknownUnionMember"
+	}
+	return "*types.AttributeValueMember" + string(t)
+}
+
+func sAttr(v string) Attr { return Attr{Type: TypeS, Value: v} }
+func nAttr(v int64) Attr  { return Attr{Type: TypeN, Value: i64(v)} }
+
+func i64(v int64) string { return strconv.FormatInt(v, 10) }
+
+func key(pk, sk string) Item {
+	return Item{AttrPK: sAttr(pk), AttrSK: sAttr(sk)}
+}
 
 // numberAttrs are the schema's N attributes; every other attribute is S.
 var numberAttrs = map[string]bool{
-	attrGeneratedAt: true,
-	attrRevalidate:  true,
-	attrTTL:         true,
-	attrVersion:     true,
-	attrLeaseExp:    true,
+	AttrGeneratedAt:       true,
+	AttrRevalidateSeconds: true,
+	AttrTTL:               true,
+	AttrVersion:           true,
+	AttrLeaseExpiresAt:    true,
 }
 
 // nPattern is the decimal text DynamoDB accepts as a number: an optional
@@ -33,16 +69,17 @@ var nPattern = regexp.MustCompile(`^-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0
 // with an exponent within ±maxExponent.
 func validN(s string) bool { return nPattern.MatchString(s) && exponentOK(s) }
 
-// attrsFromStrings is the DynamoDB item a Redis hash stands for: the
-// schema's number attributes as N (their text as stored, so a bad one
-// decodes as a corrupt number), everything else as S.
-func attrsFromStrings(h map[string]string) map[string]types.AttributeValue {
-	item := make(map[string]types.AttributeValue, len(h))
+// ItemFromStrings is the item a hash of strings stands for (a Redis hash,
+// which keeps every attribute as text): the schema's number attributes as
+// N (their text as stored, so a bad one decodes as a corrupt number),
+// everything else as S.
+func ItemFromStrings(h map[string]string) Item {
+	item := make(Item, len(h))
 	for k, v := range h {
 		if numberAttrs[k] {
-			item[k] = &types.AttributeValueMemberN{Value: v}
+			item[k] = Attr{Type: TypeN, Value: v}
 		} else {
-			item[k] = &types.AttributeValueMemberS{Value: v}
+			item[k] = Attr{Type: TypeS, Value: v}
 		}
 	}
 	return item
@@ -50,16 +87,16 @@ func attrsFromStrings(h map[string]string) map[string]types.AttributeValue {
 
 // pointerSK returns META's current_sk if it has one, checked to name a
 // VER# row.
-func pointerSK(pk string, meta map[string]types.AttributeValue) (string, bool, error) {
-	if _, ok := meta[attrCurrentSK]; !ok {
+func pointerSK(pk string, meta Item) (string, bool, error) {
+	if _, ok := meta[AttrCurrentSK]; !ok {
 		return "", false, nil
 	}
-	cur, err := getS(pk, SKMeta, meta, attrCurrentSK, true)
+	cur, err := getS(pk, SKMeta, meta, AttrCurrentSK, true)
 	if err != nil {
 		return "", false, err
 	}
 	if !strings.HasPrefix(cur, VersionSKPrefix) || len(cur) == len(VersionSKPrefix) {
-		return "", false, &CorruptItemError{PK: pk, SK: SKMeta, Attr: attrCurrentSK, Reason: "not a VER# sort key: " + strconv.Quote(cur)}
+		return "", false, &CorruptItemError{PK: pk, SK: SKMeta, Attr: AttrCurrentSK, Reason: "not a VER# sort key: " + strconv.Quote(cur)}
 	}
 	return cur, true, nil
 }
@@ -67,21 +104,23 @@ func pointerSK(pk string, meta map[string]types.AttributeValue) (string, bool, e
 // missingPointer is the error for a current_sk naming a row that does not
 // exist.
 func missingPointer(pk, cur string) error {
-	return &CorruptItemError{PK: pk, SK: SKMeta, Attr: attrCurrentSK, Reason: "points to a missing row " + strconv.Quote(cur)}
+	return &CorruptItemError{PK: pk, SK: SKMeta, Attr: AttrCurrentSK, Reason: "points to a missing row " + strconv.Quote(cur)}
 }
 
-// itemGetter reads one item of a table that stores items in the schema
-// (DynamoTable, RedisTable, FileTable): its attributes, or ErrNotFound.
-type itemGetter func(ctx context.Context, pk, sk string) (map[string]types.AttributeValue, error)
+// ItemGetter reads one item of a table that stores items in the schema
+// (FileTable, and the DynamoDB and Redis tables): its attributes, or
+// ErrNotFound. Its methods are the Get methods of Table on it, for every
+// such table to read alike.
+type ItemGetter func(ctx context.Context, pk, sk string) (Item, error)
 
-// getMeta is Table.GetMeta on get. Recipe B is served here: META's
+// GetMeta is Table.GetMeta on get. Recipe B is served here: META's
 // current_sk names the VER# row that is current, and that row's s3_key,
 // generated_at and etag (and revalidate_seconds when META has none) are the
 // page's. META's own copies may be missing (a writer that sets only the
 // pointer, as the recipe's sketch does) or left over from an older recipe-A
 // META the pointer was swapped over, so the pointer decides, at the cost of
 // one more read.
-func getMeta(ctx context.Context, get itemGetter, pk string) (Meta, error) {
+func (get ItemGetter) GetMeta(ctx context.Context, pk string) (Meta, error) {
 	if err := checkPK(pk); err != nil {
 		return Meta{}, err
 	}
@@ -108,8 +147,8 @@ func getMeta(ctx context.Context, get itemGetter, pk string) (Meta, error) {
 	return decodeMeta(pk, item)
 }
 
-// getLease is Table.GetLease on get.
-func getLease(ctx context.Context, get itemGetter, pk string) (Lease, error) {
+// GetLease is Table.GetLease on get.
+func (get ItemGetter) GetLease(ctx context.Context, pk string) (Lease, error) {
 	if err := checkPK(pk); err != nil {
 		return Lease{}, err
 	}
@@ -117,11 +156,11 @@ func getLease(ctx context.Context, get itemGetter, pk string) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
-	return decodeLease(pk, item)
+	return DecodeLease(pk, item)
 }
 
-// getRequest is Table.GetRequest on get.
-func getRequest(ctx context.Context, get itemGetter, pk, k string) (Request, error) {
+// GetRequest is Table.GetRequest on get.
+func (get ItemGetter) GetRequest(ctx context.Context, pk, k string) (Request, error) {
 	if err := checkRequestKey(pk, k); err != nil {
 		return Request{}, err
 	}
@@ -132,8 +171,8 @@ func getRequest(ctx context.Context, get itemGetter, pk, k string) (Request, err
 	return decodeRequest(pk, k, item)
 }
 
-// getVersion is Table.GetVersion on get.
-func getVersion(ctx context.Context, get itemGetter, pk, id string) (Version, error) {
+// GetVersion is Table.GetVersion on get.
+func (get ItemGetter) GetVersion(ctx context.Context, pk, id string) (Version, error) {
 	if err := checkVersionKey(pk, id); err != nil {
 		return Version{}, err
 	}
@@ -147,72 +186,72 @@ func getVersion(ctx context.Context, get itemGetter, pk, id string) (Version, er
 // mergePointer is META as served under recipe B: the VER# row's s3_key,
 // generated_at and etag replace META's (absent in the row means absent),
 // and its revalidate_seconds fills in when META has none.
-func mergePointer(meta, ver map[string]types.AttributeValue) map[string]types.AttributeValue {
-	merged := make(map[string]types.AttributeValue, len(meta)+2)
+func mergePointer(meta, ver Item) Item {
+	merged := make(Item, len(meta)+2)
 	for k, v := range meta {
 		merged[k] = v
 	}
-	for _, a := range []string{attrS3Key, attrGeneratedAt, attrETag} {
+	for _, a := range []string{AttrS3Key, AttrGeneratedAt, AttrETag} {
 		if v, ok := ver[a]; ok {
 			merged[a] = v
 		} else {
 			delete(merged, a)
 		}
 	}
-	if _, ok := merged[attrRevalidate]; !ok {
-		if v, ok := ver[attrRevalidate]; ok {
-			merged[attrRevalidate] = v
+	if _, ok := merged[AttrRevalidateSeconds]; !ok {
+		if v, ok := ver[AttrRevalidateSeconds]; ok {
+			merged[AttrRevalidateSeconds] = v
 		}
 	}
 	return merged
 }
 
-// Items as written. Every table writes these attributes (RedisTable
+// Items as written. Every table writes these attributes (the Redis table
 // through its scripts' arguments in the same shape).
 
-// leaseItem is the LOCK item as written.
-func leaseItem(pk, token string, exp, ttl int64) map[string]types.AttributeValue {
+// LeaseItem is the LOCK item of pk as AcquireLease writes it.
+func LeaseItem(pk, token string, exp, ttl int64) Item {
 	item := key(pk, SKLock)
-	item[attrLeaseToken] = sAttr(token)
-	item[attrLeaseExp] = nAttr(exp)
-	item[attrTTL] = nAttr(ttl)
+	item[AttrLeaseToken] = sAttr(token)
+	item[AttrLeaseExpiresAt] = nAttr(exp)
+	item[AttrTTL] = nAttr(ttl)
 	return item
 }
 
-// metaItem is the META item of recipe A as written.
-func metaItem(pk string, m Meta) map[string]types.AttributeValue {
+// MetaItem is the META item of recipe A as written.
+func MetaItem(pk string, m Meta) Item {
 	item := key(pk, SKMeta)
-	item[attrS3Key] = sAttr(m.S3Key)
-	item[attrGeneratedAt] = nAttr(m.GeneratedAt)
-	item[attrRevalidate] = nAttr(m.RevalidateSeconds)
+	item[AttrS3Key] = sAttr(m.S3Key)
+	item[AttrGeneratedAt] = nAttr(m.GeneratedAt)
+	item[AttrRevalidateSeconds] = nAttr(m.RevalidateSeconds)
 	setOptional(item, m.ETag, m.TTL)
 	return item
 }
 
-// versionItem is the VER# item of recipe B as written.
-func versionItem(pk string, v Version) map[string]types.AttributeValue {
+// VersionItem is the VER# item of recipe B as written.
+func VersionItem(pk string, v Version) Item {
 	item := key(pk, VersionSKPrefix+v.ID)
-	item[attrS3Key] = sAttr(v.S3Key)
-	item[attrGeneratedAt] = nAttr(v.GeneratedAt)
+	item[AttrS3Key] = sAttr(v.S3Key)
+	item[AttrGeneratedAt] = nAttr(v.GeneratedAt)
 	setOptional(item, v.ETag, v.TTL)
 	return item
 }
 
-// requestItem is a new REQ# item as BeginRequest writes it: STARTED.
-func requestItem(in BeginRequestInput) map[string]types.AttributeValue {
+// RequestItem is a new REQ# item as BeginRequest writes it: STARTED.
+func RequestItem(in BeginRequestInput) Item {
 	item := key(in.PK, RequestSKPrefix+in.Key)
-	item[attrRequestHash] = sAttr(in.Hash)
-	item[attrStatus] = sAttr(string(RequestStarted))
-	item[attrTTL] = nAttr(in.TTL)
+	item[AttrRequestHash] = sAttr(in.Hash)
+	item[AttrStatus] = sAttr(string(RequestStarted))
+	item[AttrTTL] = nAttr(in.TTL)
 	return item
 }
 
-// pointerMeta is META after a recipe-B update: every attribute is set from
-// the input (etag and ttl removed when empty), so the result does not depend
-// on the previous META.
-func pointerMeta(pk string, in PublishPointerInput) Meta {
+// PointerMeta is META after the recipe-B update of in: every attribute is
+// set from the input (etag and ttl removed when empty), so the result does
+// not depend on the previous META.
+func PointerMeta(in PublishPointerInput) Meta {
 	return Meta{
-		PK:                pk,
+		PK:                in.Lease.PK,
 		S3Key:             in.Version.S3Key,
 		GeneratedAt:       in.Version.GeneratedAt,
 		RevalidateSeconds: in.RevalidateSeconds,
@@ -223,23 +262,25 @@ func pointerMeta(pk string, in PublishPointerInput) Meta {
 	}
 }
 
-// pointerMetaAttrs are the META attributes a recipe-B publish sets or
+// PointerMetaAttrs returns the META attributes a recipe-B publish sets or
 // removes, in the order written.
-var pointerMetaAttrs = []string{attrS3Key, attrGeneratedAt, attrRevalidate, attrCurrentSK, attrVersion, attrETag, attrTTL}
+func PointerMetaAttrs() []string {
+	return []string{AttrS3Key, AttrGeneratedAt, AttrRevalidateSeconds, AttrCurrentSK, AttrVersion, AttrETag, AttrTTL}
+}
 
-// pointerMetaUpdate is the update of META to m (pointerMeta) by a recipe-B
+// PointerMetaUpdate is the update of META to m (PointerMeta) by a recipe-B
 // publish: the attributes set, and those removed (etag and ttl when m has
 // none). META is updated, not replaced: attributes of other writers stay.
-func pointerMetaUpdate(m Meta) (set map[string]types.AttributeValue, remove []string) {
-	set = map[string]types.AttributeValue{
-		attrS3Key:       sAttr(m.S3Key),
-		attrGeneratedAt: nAttr(m.GeneratedAt),
-		attrRevalidate:  nAttr(m.RevalidateSeconds),
-		attrCurrentSK:   sAttr(m.CurrentSK),
-		attrVersion:     nAttr(m.Version),
+func PointerMetaUpdate(m Meta) (set Item, remove []string) {
+	set = Item{
+		AttrS3Key:             sAttr(m.S3Key),
+		AttrGeneratedAt:       nAttr(m.GeneratedAt),
+		AttrRevalidateSeconds: nAttr(m.RevalidateSeconds),
+		AttrCurrentSK:         sAttr(m.CurrentSK),
+		AttrVersion:           nAttr(m.Version),
 	}
 	setOptional(set, m.ETag, m.TTL)
-	for _, a := range []string{attrETag, attrTTL} {
+	for _, a := range []string{AttrETag, AttrTTL} {
 		if _, ok := set[a]; !ok {
 			remove = append(remove, a)
 		}
@@ -247,28 +288,42 @@ func pointerMetaUpdate(m Meta) (set map[string]types.AttributeValue, remove []st
 	return set, remove
 }
 
+// PointerNotNewer reports whether META as a refused recipe-B publish found
+// it (meta) refused it for its generated_at rather than its version: in is
+// Monotonic, and META still has the expected version (and pointer, when in
+// names Previous), so only generated_at can have refused.
+func PointerNotNewer(in PublishPointerInput, meta Item) bool {
+	if !in.Monotonic {
+		return false
+	}
+	pk := in.Lease.PK
+	cur, err := decodeMetaLoose(pk, meta)
+	sk, _ := getS(pk, SKMeta, meta, AttrCurrentSK, false)
+	return err == nil && cur.Version == in.ExpectedVersion && (in.Previous == "" || sk == in.Previous)
+}
+
 // setOptional sets etag when non-empty and ttl when positive; both are
 // absent otherwise.
-func setOptional(item map[string]types.AttributeValue, etag string, ttl int64) {
+func setOptional(item Item, etag string, ttl int64) {
 	if etag != "" {
-		item[attrETag] = sAttr(etag)
+		item[AttrETag] = sAttr(etag)
 	}
 	if ttl > 0 {
-		item[attrTTL] = nAttr(ttl)
+		item[AttrTTL] = nAttr(ttl)
 	}
 }
 
 // Decisions. The tables that evaluate conditions in Go (FileTable,
-// MemoryTable) and those that map a store's refusal (DynamoTable,
-// RedisTable) build their answers here, so all refuse alike.
+// MemoryTable) and those that map a store's refusal (dynamoisr.Table,
+// redisisr.Table) build their answers here, so all refuse alike.
 
-// newLease is the lease AcquireLease returns when it wrote LOCK.
-func newLease(in AcquireInput) Lease {
+// AcquiredLease is the lease AcquireLease returns when it wrote LOCK.
+func AcquiredLease(in AcquireInput) Lease {
 	return Lease{PK: in.PK, Token: in.Token, ExpiresAt: in.ExpiresAt, TTL: in.TTL}
 }
 
-// newRequest is the item BeginRequest returns when it wrote REQ#.
-func newRequest(in BeginRequestInput) Request {
+// BegunRequest is the item BeginRequest returns when it wrote REQ#.
+func BegunRequest(in BeginRequestInput) Request {
 	return Request{PK: in.PK, Key: in.Key, Hash: in.Hash, Status: RequestStarted, TTL: in.TTL}
 }
 
@@ -291,20 +346,34 @@ func retakable(in BeginRequestInput, status, hash string) bool {
 	return in.RetryFailed && status == string(RequestFailed) && hash == in.Hash
 }
 
-// acquireRefused is AcquireLease's refusal when LOCK is held by another
+// LeaseHeld is AcquireLease's refusal when the LOCK item lock (as the
+// refused write found it) is held: a *LeaseHeldError, or the
+// *CorruptItemError of a LOCK that cannot be read.
+func LeaseHeld(pk string, old Item) error {
+	l, err := DecodeLease(pk, old)
+	if err != nil && len(old) > 0 {
+		// A LOCK the condition refused but that cannot be read (say a
+		// lease_expires_at of another type) is corrupt, never "held
+		// until 0".
+		return err
+	}
+	return &LeaseHeldError{PK: pk, ExpiresAt: l.ExpiresAt}
+}
+
+// AcquireRefused is AcquireLease's refusal when LOCK is held by another
 // token (heldErr non-nil) or META changed: heldErr alone for a plain
 // acquire; with IfMetaNotNewer, a *TxError over LOCK and META.
-func acquireRefused(in AcquireInput, heldErr error, changed bool) error {
+func AcquireRefused(in AcquireInput, heldErr error, changed bool) error {
 	if in.IfMetaNotNewer == nil {
 		return heldErr
 	}
-	te := &TxError{Op: "acquire", PK: in.PK, Reasons: []string{reasonNone, reasonNone}}
+	te := &TxError{Op: "acquire", PK: in.PK, Reasons: []string{ReasonNone, ReasonNone}}
 	if heldErr != nil {
-		te.Reasons[0] = reasonCondition
+		te.Reasons[0] = ReasonConditionalCheckFailed
 		te.Errors = append(te.Errors, heldErr)
 	}
 	if changed {
-		te.Reasons[1] = reasonCondition
+		te.Reasons[1] = ReasonConditionalCheckFailed
 		te.Errors = append(te.Errors, ErrMetaChanged)
 	}
 	return te
@@ -319,8 +388,10 @@ func requestFound(in BeginRequestInput, cur Request) (Request, bool, error) {
 	return cur, false, nil
 }
 
-// existingRequest is requestFound on the stored item.
-func existingRequest(in BeginRequestInput, item map[string]types.AttributeValue) (Request, bool, error) {
+// ExistingRequest is BeginRequest's answer when the live REQ# item item
+// stopped it: the item and false, or a *RequestError matching
+// ErrRequestMismatch when it carries another request_hash.
+func ExistingRequest(in BeginRequestInput, item Item) (Request, bool, error) {
 	cur, err := decodeRequest(in.PK, in.Key, item)
 	if err != nil {
 		return Request{}, false, err
@@ -342,14 +413,14 @@ func newTxCheck(op, pk string, items int, rc *RequestCompletion) *txCheck {
 	}
 	c := &txCheck{te: TxError{Op: op, PK: pk, Reasons: make([]string, items)}}
 	for i := range c.te.Reasons {
-		c.te.Reasons[i] = reasonNone
+		c.te.Reasons[i] = ReasonNone
 	}
 	return c
 }
 
 // fail records that item i's condition failed with err.
 func (c *txCheck) fail(i int, err error) {
-	c.te.Reasons[i] = reasonCondition
+	c.te.Reasons[i] = ReasonConditionalCheckFailed
 	c.te.Errors = append(c.te.Errors, err)
 }
 
@@ -365,9 +436,9 @@ func (c *txCheck) err() error {
 	return &te
 }
 
-// publishRefusal is the error of recipe A's transaction item i (LOCK,
+// PublishRefusal is the error of recipe A's transaction item i (LOCK,
 // META, REQ#) refused by its condition.
-func publishRefusal(i int) error {
+func PublishRefusal(i int) error {
 	switch i {
 	case 0:
 		return ErrLeaseLost
@@ -378,10 +449,10 @@ func publishRefusal(i int) error {
 	}
 }
 
-// pointerRefusal is the error of recipe B's transaction item i (LOCK,
+// PointerRefusal is the error of recipe B's transaction item i (LOCK,
 // VER#, META, REQ#) refused by its condition; notNewer tells that META was
 // refused for its generated_at, not its version.
-func pointerRefusal(i int, notNewer bool) error {
+func PointerRefusal(i int, notNewer bool) error {
 	switch i {
 	case 0:
 		return ErrLeaseLost
@@ -403,19 +474,19 @@ func pointerRefusal(i int, notNewer bool) error {
 // never passes). A LOCK is removed only once its lease has expired too
 // (lease_expires_at <= now), so a held lease is never removed whatever
 // ttl another writer gave it.
-func collectable(sk string, item map[string]types.AttributeValue, now time.Time) bool {
-	v, ok := item[attrTTL].(*types.AttributeValueMemberN)
-	if !ok {
+func collectable(sk string, item Item, now time.Time) bool {
+	v, ok := item[AttrTTL]
+	if !ok || v.Type != TypeN {
 		return false
 	}
-	ttl, err := parseN("", "", attrTTL, v.Value)
+	ttl, err := parseN("", "", AttrTTL, v.Value)
 	if err != nil || ttl <= 0 || cmpNTime(v.Value, ttl, now) > 0 {
 		return false
 	}
 	if sk == SKLock {
-		exp, ok := item[attrLeaseExp].(*types.AttributeValueMemberN)
-		if ok {
-			e, err := parseN("", "", attrLeaseExp, exp.Value)
+		exp, ok := item[AttrLeaseExpiresAt]
+		if ok && exp.Type == TypeN {
+			e, err := parseN("", "", AttrLeaseExpiresAt, exp.Value)
 			if err == nil && cmpNTime(exp.Value, e, now) > 0 {
 				return false
 			}

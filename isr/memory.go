@@ -11,7 +11,7 @@ import (
 )
 
 // MemoryTable is an in-process Table with the same behaviour as
-// DynamoTable: every method is atomic under one mutex and decides expiry
+// the DynamoDB table (dynamoisr.Table): every method is atomic under one mutex and decides expiry
 // with the caller's Now. It is for tests, examples and single-process
 // servers. The zero value is not usable; call NewMemoryTable.
 //
@@ -164,7 +164,7 @@ func (t *MemoryTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease,
 	if err := t.check(); err != nil {
 		return Lease{}, err
 	}
-	if err := validateAcquire(in); err != nil {
+	if err := ValidateAcquire(in); err != nil {
 		return Lease{}, err
 	}
 	if err := t.lock(ctx); err != nil {
@@ -184,9 +184,9 @@ func (t *MemoryTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease,
 		changed = ok && cmpN(m.GeneratedAtN, m.GeneratedAt, in.IfMetaNotNewerN, *in.IfMetaNotNewer) > 0
 	}
 	if heldErr != nil || changed {
-		return Lease{}, acquireRefused(in, heldErr, changed)
+		return Lease{}, AcquireRefused(in, heldErr, changed)
 	}
-	l := newLease(in)
+	l := AcquiredLease(in)
 	t.setLease(l)
 	return l, nil
 }
@@ -196,7 +196,7 @@ func (t *MemoryTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease,
 	if err := t.check(); err != nil {
 		return Lease{}, err
 	}
-	if err := validateRefresh(in); err != nil {
+	if err := ValidateRefresh(in); err != nil {
 		return Lease{}, err
 	}
 	if err := t.lock(ctx); err != nil {
@@ -205,7 +205,7 @@ func (t *MemoryTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease,
 	defer t.mu.Unlock()
 	cur, ok := t.lease[in.Lease.PK]
 	if !ok || !holds(cur, in.Lease.Token, in.Now) {
-		return Lease{}, leaseLost("refresh", in.Lease.PK)
+		return Lease{}, LeaseLost("refresh", in.Lease.PK)
 	}
 	cur.ExpiresAt, cur.TTL = in.ExpiresAt, in.TTL
 	t.setLease(cur)
@@ -217,7 +217,7 @@ func (t *MemoryTable) ReleaseLease(ctx context.Context, lease Lease) error {
 	if err := t.check(); err != nil {
 		return err
 	}
-	if err := validateLease(lease); err != nil {
+	if err := ValidateLease(lease); err != nil {
 		return err
 	}
 	if err := t.lock(ctx); err != nil {
@@ -226,7 +226,7 @@ func (t *MemoryTable) ReleaseLease(ctx context.Context, lease Lease) error {
 	defer t.mu.Unlock()
 	cur, ok := t.lease[lease.PK]
 	if !ok || cur.Token != lease.Token {
-		return leaseLost("release", lease.PK)
+		return LeaseLost("release", lease.PK)
 	}
 	t.deleteLease(lease.PK)
 	return nil
@@ -257,7 +257,7 @@ func (t *MemoryTable) Publish(ctx context.Context, in PublishInput) error {
 	if err := t.check(); err != nil {
 		return err
 	}
-	if err := validatePublish(in); err != nil {
+	if err := ValidatePublish(in); err != nil {
 		return err
 	}
 	if err := t.lock(ctx); err != nil {
@@ -296,7 +296,7 @@ func (t *MemoryTable) PublishPointer(ctx context.Context, in PublishPointerInput
 	if err := t.check(); err != nil {
 		return Meta{}, err
 	}
-	if err := validatePointer(in); err != nil {
+	if err := ValidatePublishPointer(in); err != nil {
 		return Meta{}, err
 	}
 	if err := t.lock(ctx); err != nil {
@@ -313,7 +313,7 @@ func (t *MemoryTable) PublishPointer(ctx context.Context, in PublishPointerInput
 		tx.fail(1, ErrVersionExists)
 	}
 	cur, hasMeta := t.meta[pk]
-	m := pointerMeta(pk, in)
+	m := PointerMeta(in)
 	if cur.Version != in.ExpectedVersion || (in.Previous != "" && cur.CurrentSK != in.Previous) {
 		tx.fail(2, ErrVersionConflict)
 	} else if in.Monotonic && hasMeta && !(cur.GeneratedAt < in.Version.GeneratedAt) {
@@ -345,7 +345,7 @@ func (t *MemoryTable) BeginRequest(ctx context.Context, in BeginRequestInput) (R
 	if err := t.check(); err != nil {
 		return Request{}, false, err
 	}
-	if err := validateBegin(in); err != nil {
+	if err := ValidateBeginRequest(in); err != nil {
 		return Request{}, false, err
 	}
 	if err := t.lock(ctx); err != nil {
@@ -359,7 +359,7 @@ func (t *MemoryTable) BeginRequest(ctx context.Context, in BeginRequestInput) (R
 	if live && !retakable(in, string(cur.Status), cur.Hash) {
 		return requestFound(in, cur)
 	}
-	r := newRequest(in)
+	r := BegunRequest(in)
 	t.setRequest(r)
 	return r, true, nil
 }
@@ -369,7 +369,7 @@ func (t *MemoryTable) FailRequest(ctx context.Context, pk, key, hash string) err
 	if err := t.check(); err != nil {
 		return err
 	}
-	if err := validateRequestRef(pk, key, hash); err != nil {
+	if err := ValidateRequestRef(pk, key, hash); err != nil {
 		return err
 	}
 	if err := t.lock(ctx); err != nil {
@@ -378,7 +378,7 @@ func (t *MemoryTable) FailRequest(ctx context.Context, pk, key, hash string) err
 	defer t.mu.Unlock()
 	k := [2]string{pk, key}
 	if !t.checkRequest(pk, &RequestCompletion{Key: key, Hash: hash}) {
-		return requestState("fail-request", pk)
+		return RequestNotStarted("fail-request", pk)
 	}
 	r := t.request[k]
 	r.Status = RequestFailed
@@ -391,7 +391,7 @@ func (t *MemoryTable) AbandonRequest(ctx context.Context, pk, key, hash string) 
 	if err := t.check(); err != nil {
 		return err
 	}
-	if err := validateRequestRef(pk, key, hash); err != nil {
+	if err := ValidateRequestRef(pk, key, hash); err != nil {
 		return err
 	}
 	if err := t.lock(ctx); err != nil {
@@ -399,7 +399,7 @@ func (t *MemoryTable) AbandonRequest(ctx context.Context, pk, key, hash string) 
 	}
 	defer t.mu.Unlock()
 	if !t.checkRequest(pk, &RequestCompletion{Key: key, Hash: hash}) {
-		return requestState("abandon-request", pk)
+		return RequestNotStarted("abandon-request", pk)
 	}
 	t.deleteRequest(pk, key)
 	return nil

@@ -18,15 +18,6 @@ func mustCoordinator(t testing.TB, tb isr.Table, opts ...isr.Option) *isr.Coordi
 	return c
 }
 
-func mustDynamoTable(t testing.TB, client isr.DynamoAPI, table string) *isr.DynamoTable {
-	t.Helper()
-	tb, err := isr.NewDynamoTable(client, table)
-	if err != nil {
-		t.Fatalf("NewDynamoTable: %v", err)
-	}
-	return tb
-}
-
 func mustHandler(t testing.TB, c *isr.Coordinator, bodies body.Store, render isr.PageFunc, opts ...isr.HandlerOption) *isr.Handler {
 	t.Helper()
 	h, err := isr.NewHandler(c, bodies, render, opts...)
@@ -35,18 +26,6 @@ func mustHandler(t testing.TB, c *isr.Coordinator, bodies body.Store, render isr
 	}
 	return h
 }
-
-func mustS3(t testing.TB, client body.S3API, bucket string, opts ...body.S3Option) *body.S3 {
-	t.Helper()
-	s, err := body.NewS3(client, bucket, opts...)
-	if err != nil {
-		t.Fatalf("NewS3: %v", err)
-	}
-	return s
-}
-
-// fakeDynamo is a DynamoAPI for tests that send no request.
-type fakeDynamo struct{ isr.DynamoAPI }
 
 // newMemoryTable is a MemoryTable closed when the test ends.
 func newMemoryTable(t testing.TB, opts ...isr.TableOption) *isr.MemoryTable {

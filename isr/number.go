@@ -51,9 +51,9 @@ func numText(text string, v int64) string {
 	return strconv.FormatInt(v, 10)
 }
 
-// timeN is t in epoch seconds as exact decimal text ("1795385591.7" for
+// TimeText is t in epoch seconds as exact decimal text ("1795385591.7" for
 // 1795385591 s + 700 ms), for conditions.
-func timeN(t time.Time) string {
+func TimeText(t time.Time) string {
 	sec, nsec := t.Unix(), int64(t.Nanosecond())
 	if nsec == 0 {
 		return strconv.FormatInt(sec, 10)

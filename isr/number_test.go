@@ -17,8 +17,8 @@ func TestTimeN(t *testing.T) {
 		{time.Unix(-1, 500e6), "-0.5"},
 		{time.Unix(-2, 250e6), "-1.75"},
 	} {
-		if got := timeN(c.t); got != c.want {
-			t.Errorf("timeN(%v) = %s, want %s", c.t, got, c.want)
+		if got := TimeText(c.t); got != c.want {
+			t.Errorf("TimeText(%v) = %s, want %s", c.t, got, c.want)
 		}
 		if cmpNTime(c.want, 0, c.t) != 0 {
 			t.Errorf("cmpNTime(%s, t) != 0", c.want)

@@ -211,8 +211,8 @@ type BeginRequestInput struct {
 
 // Table is the storage of the ISR cache table. Every method is one request
 // to the store and atomic; expiry is decided with the caller's Now against
-// the item's fields, never by whether TTL deletion has run. DynamoTable,
-// RedisTable, FileTable and MemoryTable implement it with identical
+// the item's fields, never by whether TTL deletion has run. dynamoisr.Table,
+// redisisr.Table, FileTable and MemoryTable implement it with identical
 // behaviour, which isrtest.Run checks.
 type Table interface {
 	// GetMeta returns META, or ErrNotFound.

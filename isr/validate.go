@@ -6,22 +6,30 @@ import (
 	"time"
 )
 
-// Cancellation reasons, as DynamoDB names them.
+// Cancellation reasons, as DynamoDB names them: TxError.Reasons holds one
+// per item of a refused transaction, on every table.
 const (
-	reasonNone      = "None"
-	reasonCondition = "ConditionalCheckFailed"
-	reasonConflict  = "TransactionConflict"
+	ReasonNone                   = "None"
+	ReasonConditionalCheckFailed = "ConditionalCheckFailed"
+	ReasonTransactionConflict    = "TransactionConflict"
 )
 
-func leaseLost(op, pk string) error {
-	return &TxError{Op: op, PK: pk, Reasons: []string{reasonCondition}, Errors: []error{ErrLeaseLost}}
+// LeaseLost is the refusal of op on pk when LOCK does not carry the
+// caller's token or is no longer held: a *TxError matching ErrLeaseLost.
+func LeaseLost(op, pk string) error {
+	return &TxError{Op: op, PK: pk, Reasons: []string{ReasonConditionalCheckFailed}, Errors: []error{ErrLeaseLost}}
 }
 
-func requestState(op, pk string) error {
-	return &TxError{Op: op, PK: pk, Reasons: []string{reasonCondition}, Errors: []error{ErrRequestState}}
+// RequestNotStarted is the refusal of op on pk when the REQ# item is not
+// STARTED with the caller's request_hash: a *TxError matching
+// ErrRequestState.
+func RequestNotStarted(op, pk string) error {
+	return &TxError{Op: op, PK: pk, Reasons: []string{ReasonConditionalCheckFailed}, Errors: []error{ErrRequestState}}
 }
 
-func validateLease(l Lease) error {
+// ValidateLease checks the lease a caller passes to ReleaseLease (and that
+// every other check of a lease starts with): a valid pk and a token.
+func ValidateLease(l Lease) error {
 	if err := checkPK(l.PK); err != nil {
 		return err
 	}
@@ -46,8 +54,11 @@ func validateLeaseTimes(now time.Time, expiresAt, ttl int64) error {
 	return nil
 }
 
-func validateAcquire(in AcquireInput) error {
-	if err := validateLease(Lease{PK: in.PK, Token: in.Token}); err != nil {
+// ValidateAcquire checks the input of AcquireLease; an error matches
+// ErrInvalidInput. Every Validate function is the check a Table makes
+// before its first request.
+func ValidateAcquire(in AcquireInput) error {
+	if err := ValidateLease(Lease{PK: in.PK, Token: in.Token}); err != nil {
 		return err
 	}
 	if in.IfMetaNotNewerN != "" {
@@ -61,11 +72,14 @@ func validateAcquire(in AcquireInput) error {
 	return validateLeaseTimes(in.Now, in.ExpiresAt, in.TTL)
 }
 
-// seenN is the exact generated_at an acquire's META guard compares with.
-func seenN(in AcquireInput) string { return numText(in.IfMetaNotNewerN, *in.IfMetaNotNewer) }
+// MetaNotNewerText is the exact generated_at an acquire with
+// IfMetaNotNewer compares META's with (IfMetaNotNewerN, or
+// *IfMetaNotNewer as text).
+func MetaNotNewerText(in AcquireInput) string { return numText(in.IfMetaNotNewerN, *in.IfMetaNotNewer) }
 
-func validateRefresh(in RefreshInput) error {
-	if err := validateLease(in.Lease); err != nil {
+// ValidateRefresh checks the input of RefreshLease.
+func ValidateRefresh(in RefreshInput) error {
+	if err := ValidateLease(in.Lease); err != nil {
 		return err
 	}
 	return validateLeaseTimes(in.Now, in.ExpiresAt, in.TTL)
@@ -87,7 +101,7 @@ func validateCompletion(rc *RequestCompletion) error {
 // validatePublisher checks what both recipes take alike: the publisher's
 // lease, Now, and the pk of the item written (what), empty or the lease's.
 func validatePublisher(l Lease, now time.Time, what, pk string) error {
-	if err := validateLease(l); err != nil {
+	if err := ValidateLease(l); err != nil {
 		return err
 	}
 	if now.IsZero() {
@@ -99,7 +113,8 @@ func validatePublisher(l Lease, now time.Time, what, pk string) error {
 	return nil
 }
 
-func validatePublish(in PublishInput) error {
+// ValidatePublish checks the input of Publish.
+func ValidatePublish(in PublishInput) error {
 	if err := validatePublisher(in.Lease, in.Now, "meta", in.Meta.PK); err != nil {
 		return err
 	}
@@ -112,7 +127,8 @@ func validatePublish(in PublishInput) error {
 	return validateCompletion(in.Request)
 }
 
-func validatePointer(in PublishPointerInput) error {
+// ValidatePublishPointer checks the input of PublishPointer.
+func ValidatePublishPointer(in PublishPointerInput) error {
 	if err := validatePublisher(in.Lease, in.Now, "version", in.Version.PK); err != nil {
 		return err
 	}
@@ -136,8 +152,9 @@ func validatePointer(in PublishPointerInput) error {
 	return validateCompletion(in.Request)
 }
 
-func validateBegin(in BeginRequestInput) error {
-	if err := validateRequestRef(in.PK, in.Key, in.Hash); err != nil {
+// ValidateBeginRequest checks the input of BeginRequest.
+func ValidateBeginRequest(in BeginRequestInput) error {
+	if err := ValidateRequestRef(in.PK, in.Key, in.Hash); err != nil {
 		return err
 	}
 	if in.Now.IsZero() {
@@ -149,7 +166,9 @@ func validateBegin(in BeginRequestInput) error {
 	return nil
 }
 
-func validateRequestRef(pk, key, hash string) error {
+// ValidateRequestRef checks the arguments of FailRequest and
+// AbandonRequest.
+func ValidateRequestRef(pk, key, hash string) error {
 	if err := checkRequestKey(pk, key); err != nil {
 		return err
 	}

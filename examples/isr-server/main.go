@@ -55,6 +55,8 @@ import (
 
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/body"
+	"github.com/idem-go/idem/isr/dynamoisr"
+	"github.com/idem-go/idem/isr/redisisr"
 )
 
 func main() {
@@ -100,7 +102,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	fs.StringVar(&o.s3Endpoint, "s3-endpoint", getenv("ISR_S3_ENDPOINT"), "S3-compatible endpoint URL, path-style (ISR_S3_ENDPOINT)")
 	fs.StringVar(&o.s3Prefix, "s3-prefix", "", "prefix of the S3 object keys")
 	fs.StringVar(&o.redisAddr, "redis", getenv("ISR_REDIS_ADDR"), "Redis address for the ISR table; several, comma-separated, are a Cluster (ISR_REDIS_ADDR)")
-	fs.StringVar(&o.redisPrefix, "redis-prefix", isr.DefaultRedisPrefix, "key prefix of the Redis table")
+	fs.StringVar(&o.redisPrefix, "redis-prefix", redisisr.DefaultPrefix, "key prefix of the Redis table")
 	fs.StringVar(&o.dir, "dir", getenv("ISR_DIR"), "directory of a file table shared by the servers of one host, and of the bodies unless -bucket or -body-dir (ISR_DIR)")
 	fs.StringVar(&o.bodyDir, "body-dir", getenv("ISR_BODY_DIR"), "body directory of the file store; empty uses DIR/bodies with -dir, else a temporary one (ISR_BODY_DIR)")
 	fs.DurationVar(&o.revalidate, "revalidate", 10*time.Second, "how long a rendered page stays fresh")
@@ -176,7 +178,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 	case o.redisAddr != "":
 		client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(o.redisAddr, ",")})
 		defer client.Close()
-		rt, err := isr.NewRedisTable(client, isr.WithRedisPrefix(o.redisPrefix))
+		rt, err := redisisr.NewTable(client, redisisr.WithPrefix(o.redisPrefix))
 		if err != nil {
 			return err
 		}
@@ -210,11 +212,11 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 			}
 		})
 		if o.createTable {
-			if err := isr.CreateTable(ctx, client, o.table); err != nil {
+			if err := dynamoisr.CreateTable(ctx, client, o.table); err != nil {
 				return err
 			}
 		}
-		dt, err := isr.NewDynamoTable(client, o.table)
+		dt, err := dynamoisr.NewTable(client, o.table)
 		if err != nil {
 			return err
 		}
@@ -249,11 +251,11 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 			}
 		})
 		if o.createBucket {
-			if err := body.CreateBucket(ctx, client, o.bucket); err != nil {
+			if err := dynamoisr.CreateBucket(ctx, client, o.bucket); err != nil {
 				return err
 			}
 		}
-		s3Store, err := body.NewS3(client, o.bucket, body.WithPrefix(o.s3Prefix))
+		s3Store, err := dynamoisr.NewS3Body(client, o.bucket, dynamoisr.WithS3Prefix(o.s3Prefix))
 		if err != nil {
 			return err
 		}

@@ -1,15 +1,22 @@
 // Package body stores the generated bodies of cached pages.
 //
+//	store, err := body.NewFile("/var/cache/pages")
+//	if err != nil {
+//		return err
+//	}
+//	etag, err := store.Put(ctx, "pages/index.html", html, "text/html")
+//
 // A page's metadata (the META item of package isr) points at its body by key
-// (the s3_key attribute); the bytes themselves live in a Store. Three stores
+// (the s3_key attribute); the bytes themselves live in a Store. The stores
 // share one small interface and one behaviour:
 //
 //   - Memory: a map guarded by a mutex, for tests and single-process servers.
 //   - File: one file per key under a directory, named by the SHA-256 of the
 //     key (so no key can escape the directory), written atomically (temporary
 //     file + rename) with mode 0600.
-//   - S3: one object per key in a bucket, through
-//     github.com/aws/aws-sdk-go-v2/service/s3.
+//   - S3: one object per key in a bucket: S3Body in module
+//     github.com/idem-go/idem/isr/dynamoisr, which keeps the AWS SDK out of
+//     this one.
 //
 // Every store computes the ETag from the content alone: a strong ETag made of
 // the lowercase hex SHA-256 of the bytes, in double quotes (see ETag). The same
@@ -19,7 +26,7 @@
 // Put overwrites. Get of an absent key returns an error matching ErrNotFound.
 // Delete of an absent key is not an error. An empty or otherwise unusable key
 // returns a *KeyError (matching ErrInvalidKey), never a panic. A store its
-// constructor did not make (nil, or a zero File, Memory or S3) returns an
+// constructor did not make (nil, or a zero File or Memory) returns an
 // *idem.OptionError matching idem.ErrInvalidOption.
 package body
 
@@ -80,15 +87,17 @@ func ETag(content []byte) string {
 	return string(buf)
 }
 
-// maxKeyLen is the longest key any store accepts (S3's limit, in bytes).
-const maxKeyLen = 1024
+// MaxKeyLen is the longest key any store accepts (S3's limit, in bytes).
+const MaxKeyLen = 1024
 
-func checkKey(key string) error {
+// CheckKey reports a key no store accepts (empty, or longer than
+// MaxKeyLen) as a *KeyError: the check every Store makes first.
+func CheckKey(key string) error {
 	switch {
 	case key == "":
 		return &KeyError{Key: key, Reason: "empty"}
-	case len(key) > maxKeyLen:
-		return &KeyError{Key: key[:32] + "...", Reason: fmt.Sprintf("longer than %d bytes", maxKeyLen)}
+	case len(key) > MaxKeyLen:
+		return &KeyError{Key: key[:32] + "...", Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
 	}
 	return nil
 }
@@ -110,7 +119,9 @@ func (e *ContentTypeError) Error() string {
 // Is makes errors.Is(err, ErrInvalidContentType) true.
 func (e *ContentTypeError) Is(target error) bool { return target == ErrInvalidContentType }
 
-func checkContentType(ct string) error {
+// CheckContentType reports a media type no store can keep as a
+// *ContentTypeError: the check every Store's Put makes.
+func CheckContentType(ct string) error {
 	for i := 0; i < len(ct); i++ {
 		if c := ct[i]; c < 0x20 && c != '\t' || c == 0x7f {
 			return &ContentTypeError{ContentType: ct}

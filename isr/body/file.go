@@ -79,10 +79,10 @@ func (f *File) Put(ctx context.Context, key string, content []byte, contentType 
 	if err := f.check(); err != nil {
 		return "", err
 	}
-	if err := checkKey(key); err != nil {
+	if err := CheckKey(key); err != nil {
 		return "", err
 	}
-	if err := checkContentType(contentType); err != nil {
+	if err := CheckContentType(contentType); err != nil {
 		return "", err
 	}
 	if err := ctx.Err(); err != nil {
@@ -130,7 +130,7 @@ func (f *File) Get(ctx context.Context, key string) (*Object, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	if err := checkKey(key); err != nil {
+	if err := CheckKey(key); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -160,7 +160,7 @@ func (f *File) Delete(ctx context.Context, key string) error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	if err := checkKey(key); err != nil {
+	if err := CheckKey(key); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

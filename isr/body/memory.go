@@ -23,10 +23,10 @@ func (m *Memory) Put(ctx context.Context, key string, content []byte, contentTyp
 	if err := m.check(); err != nil {
 		return "", err
 	}
-	if err := checkKey(key); err != nil {
+	if err := CheckKey(key); err != nil {
 		return "", err
 	}
-	if err := checkContentType(contentType); err != nil {
+	if err := CheckContentType(contentType); err != nil {
 		return "", err
 	}
 	if err := ctx.Err(); err != nil {
@@ -44,7 +44,7 @@ func (m *Memory) Get(ctx context.Context, key string) (*Object, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
-	if err := checkKey(key); err != nil {
+	if err := CheckKey(key); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -65,7 +65,7 @@ func (m *Memory) Delete(ctx context.Context, key string) error {
 	if err := m.check(); err != nil {
 		return err
 	}
-	if err := checkKey(key); err != nil {
+	if err := CheckKey(key); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

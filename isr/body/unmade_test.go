@@ -48,14 +48,4 @@ func TestUnmadeStores(t *testing.T) {
 			return storeCalls(m), map[string]func() any{"Len": func() any { return m.Len() }}
 		})
 	})
-	t.Run("S3", func(t *testing.T) {
-		checkUnmade(t, func(s *body.S3) (map[string]func() error, map[string]func() any) {
-			errs := storeCalls(s)
-			errs["Validate"] = s.Validate
-			return errs, map[string]func() any{
-				"Bucket":    func() any { return s.Bucket() },
-				"ObjectKey": func() any { return s.ObjectKey("k") },
-			}
-		})
-	})
 }

@@ -1,5 +1,5 @@
 // Package isrtest is the conformance suite for isr.Table implementations.
-// isr.MemoryTable, isr.DynamoTable, isr.RedisTable and isr.FileTable all
+// isr.MemoryTable, isr.FileTable, dynamoisr.Table and redisisr.Table all
 // run it; a third-party Table can too:
 //
 //	func TestConformance(t *testing.T) {

@@ -1,4 +1,4 @@
-package isr
+package redisisr
 
 import (
 	"context"
@@ -7,25 +7,26 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/storekit"
 )
 
-// RedisClient is what RedisTable needs from go-redis: running scripts and
+// Client is what Table needs from go-redis: running scripts and
 // reading a hash. *redis.Client (also from redis.NewFailoverClient),
 // *redis.ClusterClient and *redis.Ring satisfy it.
-type RedisClient interface {
+type Client interface {
 	redis.Scripter
 	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
 }
 
 var (
-	_ RedisClient = (*redis.Client)(nil)
-	_ RedisClient = (*redis.ClusterClient)(nil)
-	_ RedisClient = (*redis.Ring)(nil)
-	_ Table       = (*RedisTable)(nil)
+	_ Client    = (*redis.Client)(nil)
+	_ Client    = (*redis.ClusterClient)(nil)
+	_ Client    = (*redis.Ring)(nil)
+	_ isr.Table = (*Table)(nil)
 )
 
 var (
@@ -58,33 +59,33 @@ var (
 	scriptAbandon        = redis.NewScript(luaCommon + luaAbandon)
 )
 
-// DefaultRedisPrefix is the key prefix of a RedisTable without
-// WithRedisPrefix.
-const DefaultRedisPrefix = "isr:"
+// DefaultPrefix is the key prefix of a Table without
+// WithPrefix.
+const DefaultPrefix = "isr:"
 
-// RedisOption configures a RedisTable. NewRedisTable reports every
+// Option configures a Table. NewTable reports every
 // invalid option as an *idem.OptionError matching idem.ErrInvalidOption.
-type RedisOption func(*redisConfig)
+type Option func(*config)
 
-type redisConfig struct {
+type config struct {
 	storekit.Options
 	prefix string
 }
 
-// WithRedisPrefix sets the prefix of every key (default "isr:"), so several
+// WithPrefix sets the prefix of every key (default "isr:"), so several
 // tables can share one Redis. It may not contain '{' or '}', which would
 // change the hash tag.
-func WithRedisPrefix(prefix string) RedisOption {
-	return func(c *redisConfig) {
+func WithPrefix(prefix string) Option {
+	return func(c *config) {
 		if strings.ContainsAny(prefix, "{}") {
-			c.Invalid("WithRedisPrefix", "prefix %q contains '{' or '}'", prefix)
+			c.Invalid("WithPrefix", "prefix %q contains '{' or '}'", prefix)
 			return
 		}
 		c.prefix = prefix
 	}
 }
 
-// RedisTable is a Table on Redis (standalone, Sentinel, Cluster or Ring).
+// Table is an isr.Table on Redis (standalone, Sentinel, Cluster or Ring).
 //
 // An item is one hash at <prefix>{<pk>}:<sk> whose fields are the DynamoDB
 // item's attribute names, pk and sk included, with the same values:
@@ -101,11 +102,11 @@ func WithRedisPrefix(prefix string) RedisOption {
 // LOCK, complete REQ#) and recipe B (condition on LOCK, put VER# if absent,
 // update META with the optimistic version, delete LOCK, complete REQ#) each
 // run atomically, with the same conditions and the same refusals
-// (*TxError with DynamoDB's cancellation reasons) as DynamoTable. Reads are
+// (*isr.TxError with DynamoDB's cancellation reasons) as dynamoisr.Table. Reads are
 // HGETALL; a META with current_sk is followed to its VER# row, as on
 // DynamoDB.
 //
-// Time: the Table interface passes the caller's Now to every method, and
+// Time: the isr.Table interface passes the caller's Now to every method, and
 // expiry is decided with it against the items' own numbers, never by the
 // Redis server's clock (the conformance suite runs at fixed instants), so
 // the workers' clocks must agree as on DynamoDB. Numbers are compared
@@ -114,22 +115,22 @@ func WithRedisPrefix(prefix string) RedisOption {
 // read is the value a script conditions on. The ttl attribute is garbage
 // collection for the deployment; no key gets a native expiry and no
 // decision reads ttl except a REQ# item's, as on DynamoDB.
-type RedisTable struct {
-	client RedisClient
+type Table struct {
+	client Client
 	prefix string
 }
 
-// NewRedisTable returns a RedisTable on client. It does no I/O. A nil
+// NewTable returns a Table on client. It does no I/O. A nil
 // client and every invalid option are reported, joined, each an
 // *idem.OptionError matching idem.ErrInvalidOption.
-func NewRedisTable(client RedisClient, opts ...RedisOption) (*RedisTable, error) {
-	c := redisConfig{Options: storekit.Options{Store: "isr"}, prefix: DefaultRedisPrefix}
+func NewTable(client Client, opts ...Option) (*Table, error) {
+	c := config{Options: storekit.Options{Store: "redisisr"}, prefix: DefaultPrefix}
 	if client == nil {
-		c.Invalid("NewRedisTable", "Redis client is nil")
+		c.Invalid("NewTable", "Redis client is nil")
 	}
 	for _, o := range opts {
 		if o == nil {
-			c.Invalid("NewRedisTable", "nil option")
+			c.Invalid("NewTable", "nil option")
 			continue
 		}
 		o(&c)
@@ -137,75 +138,75 @@ func NewRedisTable(client RedisClient, opts ...RedisOption) (*RedisTable, error)
 	if err := c.Err(); err != nil {
 		return nil, err
 	}
-	return &RedisTable{client: client, prefix: c.prefix}, nil
+	return &Table{client: client, prefix: c.prefix}, nil
 }
 
-// check refuses a RedisTable that NewRedisTable did not make.
-func (t *RedisTable) check() error {
+// check refuses a Table that NewTable did not make.
+func (t *Table) check() error {
 	if t == nil || t.client == nil {
-		return unmade("RedisTable", "NewRedisTable")
+		return &idem.OptionError{Option: "redisisr.Table", Reason: "nil or zero Table: use NewTable"}
 	}
 	return nil
 }
 
 // Key returns the Redis key of the item (pk, sk) ("" for a nil or zero
-// RedisTable).
-func (t *RedisTable) Key(pk, sk string) string {
+// Table).
+func (t *Table) Key(pk, sk string) string {
 	if t.check() != nil {
 		return ""
 	}
 	return t.key(pk, sk)
 }
 
-func (t *RedisTable) key(pk, sk string) string { return t.prefix + "{" + pk + "}:" + sk }
+func (t *Table) key(pk, sk string) string { return t.prefix + "{" + pk + "}:" + sk }
 
-func (t *RedisTable) get(ctx context.Context, pk, sk string) (map[string]types.AttributeValue, error) {
+func (t *Table) get(ctx context.Context, pk, sk string) (isr.Item, error) {
 	h, err := t.client.HGetAll(ctx, t.key(pk, sk)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("isr: get %s/%s: %w", pk, sk, err)
 	}
 	if len(h) == 0 {
-		return nil, ErrNotFound
+		return nil, isr.ErrNotFound
 	}
-	return attrsFromStrings(h), nil
+	return isr.ItemFromStrings(h), nil
 }
 
-// GetMeta implements Table.
-func (t *RedisTable) GetMeta(ctx context.Context, pk string) (Meta, error) {
+// GetMeta implements isr.Table.
+func (t *Table) GetMeta(ctx context.Context, pk string) (isr.Meta, error) {
 	if err := t.check(); err != nil {
-		return Meta{}, err
+		return isr.Meta{}, err
 	}
-	return getMeta(ctx, t.get, pk)
+	return isr.ItemGetter(t.get).GetMeta(ctx, pk)
 }
 
-// GetLease implements Table.
-func (t *RedisTable) GetLease(ctx context.Context, pk string) (Lease, error) {
+// GetLease implements isr.Table.
+func (t *Table) GetLease(ctx context.Context, pk string) (isr.Lease, error) {
 	if err := t.check(); err != nil {
-		return Lease{}, err
+		return isr.Lease{}, err
 	}
-	return getLease(ctx, t.get, pk)
+	return isr.ItemGetter(t.get).GetLease(ctx, pk)
 }
 
-// GetRequest implements Table.
-func (t *RedisTable) GetRequest(ctx context.Context, pk, k string) (Request, error) {
+// GetRequest implements isr.Table.
+func (t *Table) GetRequest(ctx context.Context, pk, k string) (isr.Request, error) {
 	if err := t.check(); err != nil {
-		return Request{}, err
+		return isr.Request{}, err
 	}
-	return getRequest(ctx, t.get, pk, k)
+	return isr.ItemGetter(t.get).GetRequest(ctx, pk, k)
 }
 
-// GetVersion implements Table.
-func (t *RedisTable) GetVersion(ctx context.Context, pk, id string) (Version, error) {
+// GetVersion implements isr.Table.
+func (t *Table) GetVersion(ctx context.Context, pk, id string) (isr.Version, error) {
 	if err := t.check(); err != nil {
-		return Version{}, err
+		return isr.Version{}, err
 	}
-	return getVersion(ctx, t.get, pk, id)
+	return isr.ItemGetter(t.get).GetVersion(ctx, pk, id)
 }
 
 // reply is a script's answer: a status word and its details.
 type reply []any
 
-func (t *RedisTable) run(ctx context.Context, op, pk string, s *redis.Script, keys []string, args ...any) (reply, error) {
+func (t *Table) run(ctx context.Context, op, pk string, s *redis.Script, keys []string, args ...any) (reply, error) {
 	v, err := s.Run(ctx, t.client, keys, args...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("isr: %s on %s: %w", op, pk, err)
@@ -241,7 +242,7 @@ func (r reply) flag(i int) bool {
 }
 
 // item decodes a flat HGETALL list at index i.
-func (r reply) item(i int) map[string]types.AttributeValue {
+func (r reply) item(i int) isr.Item {
 	h := map[string]string{}
 	if i < len(r) {
 		if flat, ok := r[i].([]any); ok {
@@ -252,7 +253,7 @@ func (r reply) item(i int) map[string]types.AttributeValue {
 			}
 		}
 	}
-	return attrsFromStrings(h)
+	return isr.ItemFromStrings(h)
 }
 
 // reasons reads the per-item cancellation reasons at index i.
@@ -271,7 +272,7 @@ func (r reply) reasons(i int) []string {
 
 // corrupt turns a CORRUPT reply (sk, attribute, reason) into its error.
 func (r reply) corrupt(pk string) error {
-	return &CorruptItemError{PK: pk, SK: r.str(1), Attr: r.str(2), Reason: r.str(3)}
+	return &isr.CorruptItemError{PK: pk, SK: r.str(1), Attr: r.str(2), Reason: r.str(3)}
 }
 
 func unexpected(op, pk string, r reply) error {
@@ -295,76 +296,76 @@ func boolArg(b bool) string {
 	return "0"
 }
 
-// AcquireLease implements Table.
-func (t *RedisTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, error) {
+// AcquireLease implements isr.Table.
+func (t *Table) AcquireLease(ctx context.Context, in isr.AcquireInput) (isr.Lease, error) {
 	if err := t.check(); err != nil {
-		return Lease{}, err
+		return isr.Lease{}, err
 	}
-	if err := validateAcquire(in); err != nil {
-		return Lease{}, err
+	if err := isr.ValidateAcquire(in); err != nil {
+		return isr.Lease{}, err
 	}
 	seen := ""
 	if in.IfMetaNotNewer != nil {
-		seen = seenN(in)
+		seen = isr.MetaNotNewerText(in)
 	}
-	r, err := t.run(ctx, "acquire", in.PK, scriptAcquire, []string{t.key(in.PK, SKLock), t.key(in.PK, SKMeta)},
-		in.PK, in.Token, timeN(in.Now), i64(in.ExpiresAt), i64(in.TTL), seen)
+	r, err := t.run(ctx, "acquire", in.PK, scriptAcquire, []string{t.key(in.PK, isr.SKLock), t.key(in.PK, isr.SKMeta)},
+		in.PK, in.Token, isr.TimeText(in.Now), i64(in.ExpiresAt), i64(in.TTL), seen)
 	if err != nil {
-		return Lease{}, err
+		return isr.Lease{}, err
 	}
 	switch r.status() {
 	case "OK":
-		return newLease(in), nil
+		return isr.AcquiredLease(in), nil
 	case "MINE":
-		return decodeLease(in.PK, r.item(1))
+		return isr.DecodeLease(in.PK, r.item(1))
 	case "CORRUPT":
-		return Lease{}, r.corrupt(in.PK)
+		return isr.Lease{}, r.corrupt(in.PK)
 	case "REFUSED":
 		held, changed := r.flag(1), r.flag(2)
 		var heldErr error
 		if held {
-			heldErr = leaseHeld(in.PK, r.item(3))
+			heldErr = isr.LeaseHeld(in.PK, r.item(3))
 		}
 		if in.IfMetaNotNewer == nil && heldErr == nil {
-			return Lease{}, unexpected("acquire", in.PK, r)
+			return isr.Lease{}, unexpected("acquire", in.PK, r)
 		}
-		return Lease{}, acquireRefused(in, heldErr, changed)
+		return isr.Lease{}, isr.AcquireRefused(in, heldErr, changed)
 	}
-	return Lease{}, unexpected("acquire", in.PK, r)
+	return isr.Lease{}, unexpected("acquire", in.PK, r)
 }
 
-// RefreshLease implements Table.
-func (t *RedisTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease, error) {
+// RefreshLease implements isr.Table.
+func (t *Table) RefreshLease(ctx context.Context, in isr.RefreshInput) (isr.Lease, error) {
 	if err := t.check(); err != nil {
-		return Lease{}, err
+		return isr.Lease{}, err
 	}
-	if err := validateRefresh(in); err != nil {
-		return Lease{}, err
+	if err := isr.ValidateRefresh(in); err != nil {
+		return isr.Lease{}, err
 	}
 	pk := in.Lease.PK
-	r, err := t.run(ctx, "refresh", pk, scriptRefresh, []string{t.key(pk, SKLock)},
-		in.Lease.Token, timeN(in.Now), i64(in.ExpiresAt), i64(in.TTL))
+	r, err := t.run(ctx, "refresh", pk, scriptRefresh, []string{t.key(pk, isr.SKLock)},
+		in.Lease.Token, isr.TimeText(in.Now), i64(in.ExpiresAt), i64(in.TTL))
 	if err != nil {
-		return Lease{}, err
+		return isr.Lease{}, err
 	}
 	switch r.status() {
 	case "OK":
-		return decodeLease(pk, r.item(1))
+		return isr.DecodeLease(pk, r.item(1))
 	case "LOST":
-		return Lease{}, leaseLost("refresh", pk)
+		return isr.Lease{}, isr.LeaseLost("refresh", pk)
 	}
-	return Lease{}, unexpected("refresh", pk, r)
+	return isr.Lease{}, unexpected("refresh", pk, r)
 }
 
-// ReleaseLease implements Table.
-func (t *RedisTable) ReleaseLease(ctx context.Context, lease Lease) error {
+// ReleaseLease implements isr.Table.
+func (t *Table) ReleaseLease(ctx context.Context, lease isr.Lease) error {
 	if err := t.check(); err != nil {
 		return err
 	}
-	if err := validateLease(lease); err != nil {
+	if err := isr.ValidateLease(lease); err != nil {
 		return err
 	}
-	r, err := t.run(ctx, "release", lease.PK, scriptRelease, []string{t.key(lease.PK, SKLock)}, lease.Token)
+	r, err := t.run(ctx, "release", lease.PK, scriptRelease, []string{t.key(lease.PK, isr.SKLock)}, lease.Token)
 	if err != nil {
 		return err
 	}
@@ -372,7 +373,7 @@ func (t *RedisTable) ReleaseLease(ctx context.Context, lease Lease) error {
 	case "OK":
 		return nil
 	case "LOST":
-		return leaseLost("release", lease.PK)
+		return isr.LeaseLost("release", lease.PK)
 	}
 	return unexpected("release", lease.PK, r)
 }
@@ -380,33 +381,33 @@ func (t *RedisTable) ReleaseLease(ctx context.Context, lease Lease) error {
 // refused maps a REFUSED publish reply to a *TxError: reasons[i] is the
 // cancellation reason of transaction item i, mapped by sentinel(i).
 func refused(op, pk string, reasons []string, sentinel func(int) error) error {
-	te := &TxError{Op: op, PK: pk, Reasons: reasons}
+	te := &isr.TxError{Op: op, PK: pk, Reasons: reasons}
 	for i, code := range reasons {
-		if code == reasonCondition {
+		if code == isr.ReasonConditionalCheckFailed {
 			te.Errors = append(te.Errors, sentinel(i))
 		}
 	}
 	return te
 }
 
-// Publish implements Table (recipe A). Items, in order: LOCK, META, REQ#.
-func (t *RedisTable) Publish(ctx context.Context, in PublishInput) error {
+// Publish implements isr.Table (recipe A). Items, in order: LOCK, META, REQ#.
+func (t *Table) Publish(ctx context.Context, in isr.PublishInput) error {
 	if err := t.check(); err != nil {
 		return err
 	}
-	if err := validatePublish(in); err != nil {
+	if err := isr.ValidatePublish(in); err != nil {
 		return err
 	}
 	pk := in.Lease.PK
-	keys := []string{t.key(pk, SKLock), t.key(pk, SKMeta)}
+	keys := []string{t.key(pk, isr.SKLock), t.key(pk, isr.SKMeta)}
 	hash := ""
 	if in.Request != nil {
-		keys = append(keys, t.key(pk, RequestSKPrefix+in.Request.Key))
+		keys = append(keys, t.key(pk, isr.RequestSKPrefix+in.Request.Key))
 		hash = in.Request.Hash
 	}
 	m := in.Meta
 	r, err := t.run(ctx, "publish", pk, scriptPublish, keys,
-		pk, in.Lease.Token, timeN(in.Now), m.S3Key, i64(m.GeneratedAt), i64(m.RevalidateSeconds),
+		pk, in.Lease.Token, isr.TimeText(in.Now), m.S3Key, i64(m.GeneratedAt), i64(m.RevalidateSeconds),
 		m.ETag, optN(m.TTL), boolArg(in.Monotonic), hash)
 	if err != nil {
 		return err
@@ -415,95 +416,95 @@ func (t *RedisTable) Publish(ctx context.Context, in PublishInput) error {
 	case "OK":
 		return nil
 	case "REFUSED":
-		return refused("publish", pk, r.reasons(1), publishRefusal)
+		return refused("publish", pk, r.reasons(1), isr.PublishRefusal)
 	}
 	return unexpected("publish", pk, r)
 }
 
-// PublishPointer implements Table (recipe B). Items, in order: LOCK, VER#,
+// PublishPointer implements isr.Table (recipe B). Items, in order: LOCK, VER#,
 // META, REQ#.
-func (t *RedisTable) PublishPointer(ctx context.Context, in PublishPointerInput) (Meta, error) {
+func (t *Table) PublishPointer(ctx context.Context, in isr.PublishPointerInput) (isr.Meta, error) {
 	if err := t.check(); err != nil {
-		return Meta{}, err
+		return isr.Meta{}, err
 	}
-	if err := validatePointer(in); err != nil {
-		return Meta{}, err
+	if err := isr.ValidatePublishPointer(in); err != nil {
+		return isr.Meta{}, err
 	}
 	pk := in.Lease.PK
-	m := pointerMeta(pk, in)
+	m := isr.PointerMeta(in)
 	v := in.Version
-	keys := []string{t.key(pk, SKLock), t.key(pk, m.CurrentSK), t.key(pk, SKMeta)}
+	keys := []string{t.key(pk, isr.SKLock), t.key(pk, m.CurrentSK), t.key(pk, isr.SKMeta)}
 	hash := ""
 	if in.Request != nil {
-		keys = append(keys, t.key(pk, RequestSKPrefix+in.Request.Key))
+		keys = append(keys, t.key(pk, isr.RequestSKPrefix+in.Request.Key))
 		hash = in.Request.Hash
 	}
 	if in.Previous != "" {
 		keys = append(keys, t.key(pk, in.Previous))
 	}
 	r, err := t.run(ctx, "publish-pointer", pk, scriptPublishPointer, keys,
-		pk, in.Lease.Token, timeN(in.Now), m.CurrentSK, v.S3Key, i64(v.GeneratedAt), v.ETag, optN(v.TTL),
+		pk, in.Lease.Token, isr.TimeText(in.Now), m.CurrentSK, v.S3Key, i64(v.GeneratedAt), v.ETag, optN(v.TTL),
 		i64(in.RevalidateSeconds), optN(in.MetaTTL), i64(in.ExpectedVersion), i64(m.Version),
 		boolArg(in.Monotonic), hash, in.Previous, optN(in.PreviousTTL))
 	if err != nil {
-		return Meta{}, err
+		return isr.Meta{}, err
 	}
 	switch r.status() {
 	case "OK":
 		return m, nil
 	case "REFUSED":
 		notNewer := r.str(2) == "newer"
-		return Meta{}, refused("publish-pointer", pk, r.reasons(1), func(i int) error {
-			return pointerRefusal(i, notNewer)
+		return isr.Meta{}, refused("publish-pointer", pk, r.reasons(1), func(i int) error {
+			return isr.PointerRefusal(i, notNewer)
 		})
 	}
-	return Meta{}, unexpected("publish-pointer", pk, r)
+	return isr.Meta{}, unexpected("publish-pointer", pk, r)
 }
 
-// BeginRequest implements Table.
-func (t *RedisTable) BeginRequest(ctx context.Context, in BeginRequestInput) (Request, bool, error) {
+// BeginRequest implements isr.Table.
+func (t *Table) BeginRequest(ctx context.Context, in isr.BeginRequestInput) (isr.Request, bool, error) {
 	if err := t.check(); err != nil {
-		return Request{}, false, err
+		return isr.Request{}, false, err
 	}
-	if err := validateBegin(in); err != nil {
-		return Request{}, false, err
+	if err := isr.ValidateBeginRequest(in); err != nil {
+		return isr.Request{}, false, err
 	}
-	sk := RequestSKPrefix + in.Key
+	sk := isr.RequestSKPrefix + in.Key
 	r, err := t.run(ctx, "begin-request", in.PK, scriptBegin, []string{t.key(in.PK, sk)},
-		in.PK, sk, in.Hash, timeN(in.Now), i64(in.TTL), boolArg(in.RetryFailed))
+		in.PK, sk, in.Hash, isr.TimeText(in.Now), i64(in.TTL), boolArg(in.RetryFailed))
 	if err != nil {
-		return Request{}, false, err
+		return isr.Request{}, false, err
 	}
 	switch r.status() {
 	case "OK":
-		return newRequest(in), true, nil
+		return isr.BegunRequest(in), true, nil
 	case "EXISTS":
-		return existingRequest(in, r.item(1))
+		return isr.ExistingRequest(in, r.item(1))
 	}
-	return Request{}, false, unexpected("begin-request", in.PK, r)
+	return isr.Request{}, false, unexpected("begin-request", in.PK, r)
 }
 
-// FailRequest implements Table.
-func (t *RedisTable) FailRequest(ctx context.Context, pk, k, hash string) error {
+// FailRequest implements isr.Table.
+func (t *Table) FailRequest(ctx context.Context, pk, k, hash string) error {
 	if err := t.check(); err != nil {
 		return err
 	}
 	return t.requestOp(ctx, "fail-request", scriptFail, pk, k, hash)
 }
 
-// AbandonRequest implements Table.
-func (t *RedisTable) AbandonRequest(ctx context.Context, pk, k, hash string) error {
+// AbandonRequest implements isr.Table.
+func (t *Table) AbandonRequest(ctx context.Context, pk, k, hash string) error {
 	if err := t.check(); err != nil {
 		return err
 	}
 	return t.requestOp(ctx, "abandon-request", scriptAbandon, pk, k, hash)
 }
 
-func (t *RedisTable) requestOp(ctx context.Context, op string, s *redis.Script, pk, k, hash string) error {
-	if err := validateRequestRef(pk, k, hash); err != nil {
+func (t *Table) requestOp(ctx context.Context, op string, s *redis.Script, pk, k, hash string) error {
+	if err := isr.ValidateRequestRef(pk, k, hash); err != nil {
 		return err
 	}
-	r, err := t.run(ctx, op, pk, s, []string{t.key(pk, RequestSKPrefix+k)}, hash)
+	r, err := t.run(ctx, op, pk, s, []string{t.key(pk, isr.RequestSKPrefix+k)}, hash)
 	if err != nil {
 		return err
 	}
@@ -511,7 +512,7 @@ func (t *RedisTable) requestOp(ctx context.Context, op string, s *redis.Script, 
 	case "OK":
 		return nil
 	case "STATE":
-		return requestState(op, pk)
+		return isr.RequestNotStarted(op, pk)
 	}
 	return unexpected(op, pk, r)
 }

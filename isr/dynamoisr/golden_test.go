@@ -1,4 +1,4 @@
-package isr_test
+package dynamoisr_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/idem-go/idem/isr/isrtest"
 )
 
-var updateGolden = flag.Bool("update", false, "rewrite isr/testdata golden items from DynamoDB Local")
+var updateGolden = flag.Bool("update", false, "rewrite testdata golden items from DynamoDB Local")
 
 // ddbJSON is an item in DynamoDB JSON: {"attr": {"S": "..."}}.
 type ddbJSON map[string]map[string]string
@@ -165,7 +165,7 @@ func compareGolden(t *testing.T, name string, got ddbJSON, allowVolatileSK bool)
 	}
 }
 
-// TestDynamoGoldenItems checks what DynamoTable writes, read back raw with
+// TestDynamoGoldenItems checks what Table writes, read back raw with
 // GetItem, against the checked-in DynamoDB JSON fixtures, and that items in
 // the fixtures' shape (as other services write them) are read back by the
 // Table getters.

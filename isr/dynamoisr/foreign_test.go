@@ -1,4 +1,4 @@
-package isr_test
+package dynamoisr_test
 
 import (
 	"context"

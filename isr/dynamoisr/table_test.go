@@ -1,4 +1,4 @@
-package isr_test
+package dynamoisr_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/isr"
+	"github.com/idem-go/idem/isr/dynamoisr"
 	"github.com/idem-go/idem/isr/isrtest"
 )
 
@@ -64,13 +65,6 @@ func freshTable(t testing.TB, client *dynamodb.Client) string {
 	return createTable(t, client, false)
 }
 
-// newTTLTable is freshTable with TTL deletion left on, as CreateTable
-// sets it.
-func newTTLTable(t testing.TB, client *dynamodb.Client) string {
-	t.Helper()
-	return createTable(t, client, true)
-}
-
 func createTable(t testing.TB, client *dynamodb.Client, keepTTL bool) string {
 	t.Helper()
 	var b [6]byte
@@ -80,11 +74,11 @@ func createTable(t testing.TB, client *dynamodb.Client, keepTTL bool) string {
 	name := "isr-test-" + hex.EncodeToString(b[:])
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := isr.CreateTable(ctx, client, name); err != nil {
+	if err := dynamoisr.CreateTable(ctx, client, name); err != nil {
 		t.Fatal(err)
 	}
 	// Idempotent: a second call on the existing table succeeds.
-	if err := isr.CreateTable(ctx, client, name); err != nil {
+	if err := dynamoisr.CreateTable(ctx, client, name); err != nil {
 		t.Fatalf("CreateTable on an existing table: %v", err)
 	}
 	// CreateTable turns TTL deletion on; DynamoDB Local carries it out
@@ -117,18 +111,18 @@ func TestDynamoTableConformance(t *testing.T) {
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
 
-// lostPutReply is a DynamoAPI whose PutItem requests reach the table but
+// lostPutReply is a Client whose PutItem requests reach the table but
 // whose first reply is lost, so the request is sent again (as the SDK's
 // retryer does after a timeout).
 type lostPutReply struct {
-	isr.DynamoAPI
+	dynamoisr.Client
 }
 
 func (l lostPutReply) PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	if _, err := l.DynamoAPI.PutItem(ctx, in, optFns...); err != nil {
+	if _, err := l.Client.PutItem(ctx, in, optFns...); err != nil {
 		return nil, err
 	}
-	return l.DynamoAPI.PutItem(ctx, in, optFns...)
+	return l.Client.PutItem(ctx, in, optFns...)
 }
 
 // An acquire whose reply was lost and whose retry then finds the LOCK item

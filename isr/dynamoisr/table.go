@@ -1,4 +1,4 @@
-package isr
+package dynamoisr
 
 import (
 	"context"
@@ -12,12 +12,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/storekit"
 )
 
-// DynamoAPI is the subset of *dynamodb.Client that DynamoTable uses, so
+// Client is the subset of *dynamodb.Client that Table uses, so
 // tests can wrap it.
-type DynamoAPI interface {
+type Client interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
@@ -25,74 +27,56 @@ type DynamoAPI interface {
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 }
 
-// CreateTableAPI is the subset of *dynamodb.Client that CreateTable uses.
-type CreateTableAPI interface {
+// CreateTableClient is the subset of *dynamodb.Client that CreateTable uses.
+type CreateTableClient interface {
 	CreateTable(ctx context.Context, in *dynamodb.CreateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
 	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
 	DescribeTimeToLive(ctx context.Context, in *dynamodb.DescribeTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTimeToLiveOutput, error)
 	UpdateTimeToLive(ctx context.Context, in *dynamodb.UpdateTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error)
 }
 
-// Attribute names of the schema.
-const (
-	attrPK          = "pk"
-	attrSK          = "sk"
-	attrS3Key       = "s3_key"
-	attrGeneratedAt = "generated_at"
-	attrRevalidate  = "revalidate_seconds"
-	attrETag        = "etag"
-	attrTTL         = "ttl"
-	attrCurrentSK   = "current_sk"
-	attrVersion     = "version"
-	attrLeaseToken  = "lease_token"
-	attrLeaseExp    = "lease_expires_at"
-	attrRequestHash = "request_hash"
-	attrStatus      = "status"
-	attrResultS3Key = "result_s3_key"
-)
-
-// DynamoTable is a Table on a DynamoDB table with the ISR schema. Reads are
+// Table is an isr.Table on a DynamoDB table with the ISR schema. Reads are
 // strongly consistent; every write is one conditional request or one
 // TransactWriteItems. It does no I/O until used.
-type DynamoTable struct {
-	client DynamoAPI
+type Table struct {
+	client Client
 	table  string
 }
 
-var _ Table = (*DynamoTable)(nil)
+var _ isr.Table = (*Table)(nil)
 
-// NewDynamoTable returns a DynamoTable on table. It does no I/O. An empty
+// NewTable returns a Table on table. It does no I/O. An empty
 // table name means FACETHEORY_CACHE_TABLE_NAME. A nil client and a missing
 // table name are reported, joined, each an *idem.OptionError matching
 // idem.ErrInvalidOption.
-func NewDynamoTable(client DynamoAPI, table string) (*DynamoTable, error) {
-	errs := storekit.Options{Store: "isr"}
+func NewTable(client Client, table string) (*Table, error) {
+	errs := storekit.Options{Store: "dynamoisr"}
 	if client == nil {
-		errs.Invalid("NewDynamoTable", "DynamoDB client is nil")
+		errs.Invalid("NewTable", "DynamoDB client is nil")
 	}
 	if table == "" {
-		name, err := TableNameFromEnv()
+		name, err := isr.TableNameFromEnv()
 		if err != nil {
-			errs.Invalid("NewDynamoTable", "table name is empty and %s is not set", EnvTableName)
+			errs.Invalid("NewTable", "table name is empty and %s is not set", isr.EnvTableName)
 		}
 		table = name
 	}
 	if err := errs.Err(); err != nil {
 		return nil, err
 	}
-	return &DynamoTable{client: client, table: table}, nil
+	return &Table{client: client, table: table}, nil
 }
 
-// check refuses a DynamoTable that NewDynamoTable did not make.
-func (t *DynamoTable) check() error {
+// check refuses a Table that NewTable did not make.
+func (t *Table) check() error {
 	if t == nil || t.client == nil || t.table == "" {
-		return unmade("DynamoTable", "NewDynamoTable")
+		return &idem.OptionError{Option: "dynamoisr.Table", Reason: "nil or zero Table: use NewTable"}
 	}
 	return nil
 }
 
-// Name returns the table name ("" for a nil DynamoTable).
-func (t *DynamoTable) Name() string {
+// Name returns the table name ("" for a nil Table).
+func (t *Table) Name() string {
 	if t == nil {
 		return ""
 	}
@@ -107,22 +91,22 @@ func (t *DynamoTable) Name() string {
 // an existing table is waited for, not an error, and its TTL turned on
 // unless it already is (on another attribute: an error, since isr's items
 // would then never be removed).
-func CreateTable(ctx context.Context, client CreateTableAPI, table string) error {
+func CreateTable(ctx context.Context, client CreateTableClient, table string) error {
 	if client == nil {
-		return invalid("dynamodb client", "nil")
+		return &isr.InvalidInputError{What: "dynamodb client", Reason: "nil"}
 	}
 	if table == "" {
-		return invalid("table name", "empty")
+		return &isr.InvalidInputError{What: "table name", Reason: "empty"}
 	}
 	_, err := client.CreateTable(ctx, &dynamodb.CreateTableInput{
 		TableName: aws.String(table),
 		AttributeDefinitions: []types.AttributeDefinition{
-			{AttributeName: aws.String(attrPK), AttributeType: types.ScalarAttributeTypeS},
-			{AttributeName: aws.String(attrSK), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(isr.AttrPK), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(isr.AttrSK), AttributeType: types.ScalarAttributeTypeS},
 		},
 		KeySchema: []types.KeySchemaElement{
-			{AttributeName: aws.String(attrPK), KeyType: types.KeyTypeHash},
-			{AttributeName: aws.String(attrSK), KeyType: types.KeyTypeRange},
+			{AttributeName: aws.String(isr.AttrPK), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String(isr.AttrSK), KeyType: types.KeyTypeRange},
 		},
 		BillingMode: types.BillingModePayPerRequest,
 	})
@@ -142,7 +126,7 @@ func CreateTable(ctx context.Context, client CreateTableAPI, table string) error
 
 // enableTTL turns on TTL deletion on the ttl attribute of table, unless it
 // is on already.
-func enableTTL(ctx context.Context, client CreateTableAPI, table string) error {
+func enableTTL(ctx context.Context, client CreateTableClient, table string) error {
 	out, err := client.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(table)})
 	if err != nil {
 		return fmt.Errorf("isr: describe ttl of %s: %w", table, err)
@@ -150,8 +134,8 @@ func enableTTL(ctx context.Context, client CreateTableAPI, table string) error {
 	if d := out.TimeToLiveDescription; d != nil {
 		switch d.TimeToLiveStatus {
 		case types.TimeToLiveStatusEnabled, types.TimeToLiveStatusEnabling:
-			if name := aws.ToString(d.AttributeName); name != attrTTL {
-				return fmt.Errorf("isr: table %s: TTL is on attribute %q, want %q", table, name, attrTTL)
+			if name := aws.ToString(d.AttributeName); name != isr.AttrTTL {
+				return fmt.Errorf("isr: table %s: TTL is on attribute %q, want %q", table, name, isr.AttrTTL)
 			}
 			return nil
 		}
@@ -159,7 +143,7 @@ func enableTTL(ctx context.Context, client CreateTableAPI, table string) error {
 	_, err = client.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
 		TableName: aws.String(table),
 		TimeToLiveSpecification: &types.TimeToLiveSpecification{
-			AttributeName: aws.String(attrTTL),
+			AttributeName: aws.String(isr.AttrTTL),
 			Enabled:       aws.Bool(true),
 		},
 	})
@@ -175,7 +159,59 @@ func nAttr(v int64) types.AttributeValue {
 }
 
 func key(pk, sk string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{attrPK: sAttr(pk), attrSK: sAttr(sk)}
+	return map[string]types.AttributeValue{isr.AttrPK: sAttr(pk), isr.AttrSK: sAttr(sk)}
+}
+
+// attrs is the DynamoDB item of it (S and N attributes, as isr writes
+// them).
+func attrs(it isr.Item) map[string]types.AttributeValue {
+	item := make(map[string]types.AttributeValue, len(it))
+	for k, v := range it {
+		switch v.Type {
+		case isr.TypeS:
+			item[k] = &types.AttributeValueMemberS{Value: v.Value}
+		case isr.TypeN:
+			item[k] = &types.AttributeValueMemberN{Value: v.Value}
+		}
+	}
+	return item
+}
+
+// itemOf is the isr.Item of a DynamoDB item: S and N attributes with their
+// text, any other type by its descriptor alone (which isr decodes as a
+// corrupt item).
+func itemOf(item map[string]types.AttributeValue) isr.Item {
+	if item == nil {
+		return nil
+	}
+	it := make(isr.Item, len(item))
+	for k, v := range item {
+		switch v := v.(type) {
+		case *types.AttributeValueMemberS:
+			it[k] = isr.Attr{Type: isr.TypeS, Value: v.Value}
+		case *types.AttributeValueMemberN:
+			it[k] = isr.Attr{Type: isr.TypeN, Value: v.Value}
+		case *types.AttributeValueMemberB:
+			it[k] = isr.Attr{Type: "B"}
+		case *types.AttributeValueMemberBOOL:
+			it[k] = isr.Attr{Type: "BOOL"}
+		case *types.AttributeValueMemberBS:
+			it[k] = isr.Attr{Type: "BS"}
+		case *types.AttributeValueMemberL:
+			it[k] = isr.Attr{Type: "L"}
+		case *types.AttributeValueMemberM:
+			it[k] = isr.Attr{Type: "M"}
+		case *types.AttributeValueMemberNS:
+			it[k] = isr.Attr{Type: "NS"}
+		case *types.AttributeValueMemberNULL:
+			it[k] = isr.Attr{Type: "NULL"}
+		case *types.AttributeValueMemberSS:
+			it[k] = isr.Attr{Type: "SS"}
+		default:
+			it[k] = isr.Attr{}
+		}
+	}
+	return it
 }
 
 // names builds ExpressionAttributeNames "#x" -> x for every attribute used.
@@ -187,7 +223,7 @@ func names(attrs ...string) map[string]string {
 	return m
 }
 
-func (t *DynamoTable) get(ctx context.Context, pk, sk string) (map[string]types.AttributeValue, error) {
+func (t *Table) get(ctx context.Context, pk, sk string) (isr.Item, error) {
 	if err := t.check(); err != nil {
 		return nil, err
 	}
@@ -200,55 +236,55 @@ func (t *DynamoTable) get(ctx context.Context, pk, sk string) (map[string]types.
 		return nil, fmt.Errorf("isr: get %s/%s: %w", pk, sk, err)
 	}
 	if len(out.Item) == 0 {
-		return nil, ErrNotFound
+		return nil, isr.ErrNotFound
 	}
-	return out.Item, nil
+	return itemOf(out.Item), nil
 }
 
-// GetMeta implements Table.
-func (t *DynamoTable) GetMeta(ctx context.Context, pk string) (Meta, error) {
-	return getMeta(ctx, t.get, pk)
+// GetMeta implements isr.Table.
+func (t *Table) GetMeta(ctx context.Context, pk string) (isr.Meta, error) {
+	return isr.ItemGetter(t.get).GetMeta(ctx, pk)
 }
 
-// GetLease implements Table.
-func (t *DynamoTable) GetLease(ctx context.Context, pk string) (Lease, error) {
-	return getLease(ctx, t.get, pk)
+// GetLease implements isr.Table.
+func (t *Table) GetLease(ctx context.Context, pk string) (isr.Lease, error) {
+	return isr.ItemGetter(t.get).GetLease(ctx, pk)
 }
 
-// GetRequest implements Table.
-func (t *DynamoTable) GetRequest(ctx context.Context, pk, k string) (Request, error) {
-	return getRequest(ctx, t.get, pk, k)
+// GetRequest implements isr.Table.
+func (t *Table) GetRequest(ctx context.Context, pk, k string) (isr.Request, error) {
+	return isr.ItemGetter(t.get).GetRequest(ctx, pk, k)
 }
 
-// GetVersion implements Table.
-func (t *DynamoTable) GetVersion(ctx context.Context, pk, id string) (Version, error) {
-	return getVersion(ctx, t.get, pk, id)
+// GetVersion implements isr.Table.
+func (t *Table) GetVersion(ctx context.Context, pk, id string) (isr.Version, error) {
+	return isr.ItemGetter(t.get).GetVersion(ctx, pk, id)
 }
 
 // Conditions compare the stored numbers exactly, as DynamoDB does, with the
-// caller's Now as exact decimal text (timeN) and with the exact text a
-// worker read (Meta.GeneratedAtN), the same comparisons Lease.Held and
-// Meta.Fresh make: a fraction another service wrote is never floored.
+// caller's Now as exact decimal text (isr.TimeText) and with the exact text a
+// worker read (isr.Meta.GeneratedAtN), the same comparisons isr.Lease.Held and
+// isr.Meta.Fresh make: a fraction another service wrote is never floored.
 const condLockFree = "attribute_not_exists(#pk) OR #lease_expires_at <= :now"
 
 // nText is a number attribute holding the exact text s.
 func nText(s string) types.AttributeValue { return &types.AttributeValueMemberN{Value: s} }
 
-// AcquireLease implements Table.
-func (t *DynamoTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease, error) {
+// AcquireLease implements isr.Table.
+func (t *Table) AcquireLease(ctx context.Context, in isr.AcquireInput) (isr.Lease, error) {
 	if err := t.check(); err != nil {
-		return Lease{}, err
+		return isr.Lease{}, err
 	}
-	if err := validateAcquire(in); err != nil {
-		return Lease{}, err
+	if err := isr.ValidateAcquire(in); err != nil {
+		return isr.Lease{}, err
 	}
-	lease := newLease(in)
+	lease := isr.AcquiredLease(in)
 	put := types.Put{
 		TableName:                           aws.String(t.table),
-		Item:                                leaseItem(in.PK, in.Token, in.ExpiresAt, in.TTL),
+		Item:                                attrs(isr.LeaseItem(in.PK, in.Token, in.ExpiresAt, in.TTL)),
 		ConditionExpression:                 aws.String(condLockFree),
-		ExpressionAttributeNames:            names(attrPK, attrLeaseExp),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": nText(timeN(in.Now))},
+		ExpressionAttributeNames:            names(isr.AttrPK, isr.AttrLeaseExpiresAt),
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": nText(isr.TimeText(in.Now))},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
 	if in.IfMetaNotNewer == nil {
@@ -268,22 +304,22 @@ func (t *DynamoTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease,
 			// A PutItem has no idempotency token: if the first attempt's
 			// reply was lost, its retry finds the LOCK that attempt wrote.
 			// The token is ours (random), so the lease is ours.
-			if cur, derr := decodeLease(in.PK, ccf.Item); derr == nil && cur.Token == in.Token {
+			if cur, derr := isr.DecodeLease(in.PK, itemOf(ccf.Item)); derr == nil && cur.Token == in.Token {
 				return cur, nil
 			}
-			return Lease{}, leaseHeld(in.PK, ccf.Item)
+			return isr.Lease{}, isr.LeaseHeld(in.PK, itemOf(ccf.Item))
 		}
-		return Lease{}, writeErr("acquire", in.PK, err)
+		return isr.Lease{}, writeErr("acquire", in.PK, err)
 	}
 	check := types.ConditionCheck{
 		TableName: aws.String(t.table),
-		Key:       key(in.PK, SKMeta),
+		Key:       key(in.PK, isr.SKMeta),
 		// A META without generated_at (pointer only, recipe B) is not
 		// compared: its generation lives in the VER# row, beyond a
 		// condition; the publish's optimistic version guards it.
 		ConditionExpression:                 aws.String("attribute_not_exists(#pk) OR attribute_not_exists(#generated_at) OR #generated_at <= :seen"),
-		ExpressionAttributeNames:            names(attrPK, attrGeneratedAt),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":seen": nText(seenN(in))},
+		ExpressionAttributeNames:            names(isr.AttrPK, isr.AttrGeneratedAt),
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":seen": nText(isr.MetaNotNewerText(in))},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureNone,
 	}
 	_, err := t.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
@@ -293,85 +329,74 @@ func (t *DynamoTable) AcquireLease(ctx context.Context, in AcquireInput) (Lease,
 		return lease, nil
 	}
 	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) && len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == reasonCondition {
-		if cur, derr := decodeLease(in.PK, tce.CancellationReasons[0].Item); derr == nil && cur.Token == in.Token {
+	if errors.As(err, &tce) && len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == isr.ReasonConditionalCheckFailed {
+		if cur, derr := isr.DecodeLease(in.PK, itemOf(tce.CancellationReasons[0].Item)); derr == nil && cur.Token == in.Token {
 			return cur, nil // our own earlier attempt, as above
 		}
 	}
-	return Lease{}, t.txErr("acquire", in.PK, err, func(i int, item map[string]types.AttributeValue) error {
+	return isr.Lease{}, t.txErr("acquire", in.PK, err, func(i int, item isr.Item) error {
 		if i == 0 {
-			return leaseHeld(in.PK, item)
+			return isr.LeaseHeld(in.PK, item)
 		}
-		return ErrMetaChanged
+		return isr.ErrMetaChanged
 	})
 }
 
-func leaseHeld(pk string, old map[string]types.AttributeValue) error {
-	l, err := decodeLease(pk, old)
-	if err != nil && len(old) > 0 {
-		// A LOCK the condition refused but that cannot be read (say a
-		// lease_expires_at of another type) is corrupt, never "held
-		// until 0".
-		return err
-	}
-	return &LeaseHeldError{PK: pk, ExpiresAt: l.ExpiresAt}
-}
-
-// RefreshLease implements Table.
-func (t *DynamoTable) RefreshLease(ctx context.Context, in RefreshInput) (Lease, error) {
+// RefreshLease implements isr.Table.
+func (t *Table) RefreshLease(ctx context.Context, in isr.RefreshInput) (isr.Lease, error) {
 	if err := t.check(); err != nil {
-		return Lease{}, err
+		return isr.Lease{}, err
 	}
-	if err := validateRefresh(in); err != nil {
-		return Lease{}, err
+	if err := isr.ValidateRefresh(in); err != nil {
+		return isr.Lease{}, err
 	}
 	out, err := t.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                aws.String(t.table),
-		Key:                      key(in.Lease.PK, SKLock),
+		Key:                      key(in.Lease.PK, isr.SKLock),
 		UpdateExpression:         aws.String("SET #lease_expires_at = :exp, #ttl = :ttl"),
 		ConditionExpression:      aws.String("#lease_token = :tok AND #lease_expires_at > :now"),
-		ExpressionAttributeNames: names(attrLeaseExp, attrTTL, attrLeaseToken),
+		ExpressionAttributeNames: names(isr.AttrLeaseExpiresAt, isr.AttrTTL, isr.AttrLeaseToken),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":exp": nAttr(in.ExpiresAt), ":ttl": nAttr(in.TTL),
-			":tok": sAttr(in.Lease.Token), ":now": nText(timeN(in.Now)),
+			":tok": sAttr(in.Lease.Token), ":now": nText(isr.TimeText(in.Now)),
 		},
 		ReturnValues: types.ReturnValueAllNew,
 	})
 	if err != nil {
-		return Lease{}, condErr("refresh", in.Lease.PK, err, leaseLost)
+		return isr.Lease{}, condErr("refresh", in.Lease.PK, err, isr.LeaseLost)
 	}
-	return decodeLease(in.Lease.PK, out.Attributes)
+	return isr.DecodeLease(in.Lease.PK, itemOf(out.Attributes))
 }
 
-// ReleaseLease implements Table.
-func (t *DynamoTable) ReleaseLease(ctx context.Context, lease Lease) error {
+// ReleaseLease implements isr.Table.
+func (t *Table) ReleaseLease(ctx context.Context, lease isr.Lease) error {
 	if err := t.check(); err != nil {
 		return err
 	}
-	if err := validateLease(lease); err != nil {
+	if err := isr.ValidateLease(lease); err != nil {
 		return err
 	}
 	_, err := t.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 aws.String(t.table),
-		Key:                       key(lease.PK, SKLock),
+		Key:                       key(lease.PK, isr.SKLock),
 		ConditionExpression:       aws.String("#lease_token = :tok"),
-		ExpressionAttributeNames:  names(attrLeaseToken),
+		ExpressionAttributeNames:  names(isr.AttrLeaseToken),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":tok": sAttr(lease.Token)},
 	})
-	return condErr("release", lease.PK, err, leaseLost)
+	return condErr("release", lease.PK, err, isr.LeaseLost)
 }
 
 // lockDelete is the LOCK item of both publish transactions: the recipes'
 // "ConditionCheck lease token and expiry" and "Delete LOCK (conditioned on
 // the token)" are one conditional Delete, because a DynamoDB transaction may
 // not hold two actions on the same item.
-func (t *DynamoTable) lockDelete(l Lease, now time.Time) types.TransactWriteItem {
+func (t *Table) lockDelete(l isr.Lease, now time.Time) types.TransactWriteItem {
 	return types.TransactWriteItem{Delete: &types.Delete{
 		TableName:                 aws.String(t.table),
-		Key:                       key(l.PK, SKLock),
+		Key:                       key(l.PK, isr.SKLock),
 		ConditionExpression:       aws.String("#lease_token = :tok AND #lease_expires_at > :now"),
-		ExpressionAttributeNames:  names(attrLeaseToken, attrLeaseExp),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":tok": sAttr(l.Token), ":now": nText(timeN(now))},
+		ExpressionAttributeNames:  names(isr.AttrLeaseToken, isr.AttrLeaseExpiresAt),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":tok": sAttr(l.Token), ":now": nText(isr.TimeText(now))},
 	}}
 }
 
@@ -382,37 +407,37 @@ const condRequestStarted = "#status = :started AND #request_hash = :h"
 // requestValues are condRequestStarted's values for hash, with set (the
 // update's own values) added.
 func requestValues(hash string, set map[string]types.AttributeValue) map[string]types.AttributeValue {
-	set[":started"], set[":h"] = sAttr(string(RequestStarted)), sAttr(hash)
+	set[":started"], set[":h"] = sAttr(string(isr.RequestStarted)), sAttr(hash)
 	return set
 }
 
-func (t *DynamoTable) requestComplete(pk string, rc *RequestCompletion, s3Key string) types.TransactWriteItem {
+func (t *Table) requestComplete(pk string, rc *isr.RequestCompletion, s3Key string) types.TransactWriteItem {
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName:                aws.String(t.table),
-		Key:                      key(pk, RequestSKPrefix+rc.Key),
+		Key:                      key(pk, isr.RequestSKPrefix+rc.Key),
 		UpdateExpression:         aws.String("SET #status = :completed, #result_s3_key = :res"),
 		ConditionExpression:      aws.String(condRequestStarted),
-		ExpressionAttributeNames: names(attrStatus, attrResultS3Key, attrRequestHash),
+		ExpressionAttributeNames: names(isr.AttrStatus, isr.AttrResultS3Key, isr.AttrRequestHash),
 		ExpressionAttributeValues: requestValues(rc.Hash, map[string]types.AttributeValue{
-			":completed": sAttr(string(RequestCompleted)), ":res": sAttr(s3Key),
+			":completed": sAttr(string(isr.RequestCompleted)), ":res": sAttr(s3Key),
 		}),
 	}}
 }
 
-// Publish implements Table (recipe A). Transaction items, in order: LOCK
+// Publish implements isr.Table (recipe A). Transaction items, in order: LOCK
 // (conditional delete), META (put), REQ# (update, optional).
-func (t *DynamoTable) Publish(ctx context.Context, in PublishInput) error {
+func (t *Table) Publish(ctx context.Context, in isr.PublishInput) error {
 	if err := t.check(); err != nil {
 		return err
 	}
-	if err := validatePublish(in); err != nil {
+	if err := isr.ValidatePublish(in); err != nil {
 		return err
 	}
 	pk := in.Lease.PK
-	put := &types.Put{TableName: aws.String(t.table), Item: metaItem(pk, in.Meta)}
+	put := &types.Put{TableName: aws.String(t.table), Item: attrs(isr.MetaItem(pk, in.Meta))}
 	if in.Monotonic {
 		put.ConditionExpression = aws.String("attribute_not_exists(#generated_at) OR #generated_at < :gen")
-		put.ExpressionAttributeNames = names(attrGeneratedAt)
+		put.ExpressionAttributeNames = names(isr.AttrGeneratedAt)
 		put.ExpressionAttributeValues = map[string]types.AttributeValue{":gen": nAttr(in.Meta.GeneratedAt)}
 	}
 	items := []types.TransactWriteItem{t.lockDelete(in.Lease, in.Now), {Put: put}}
@@ -423,28 +448,29 @@ func (t *DynamoTable) Publish(ctx context.Context, in PublishInput) error {
 	if err == nil {
 		return nil
 	}
-	return t.txErr("publish", pk, err, func(i int, _ map[string]types.AttributeValue) error {
-		return publishRefusal(i)
+	return t.txErr("publish", pk, err, func(i int, _ isr.Item) error {
+		return isr.PublishRefusal(i)
 	})
 }
 
-// PublishPointer implements Table (recipe B). Transaction items, in order:
+// PublishPointer implements isr.Table (recipe B). Transaction items, in order:
 // LOCK (conditional delete), VER# (put if absent), META (update with
 // optimistic version), REQ# (update, optional).
-func (t *DynamoTable) PublishPointer(ctx context.Context, in PublishPointerInput) (Meta, error) {
+func (t *Table) PublishPointer(ctx context.Context, in isr.PublishPointerInput) (isr.Meta, error) {
 	if err := t.check(); err != nil {
-		return Meta{}, err
+		return isr.Meta{}, err
 	}
-	if err := validatePointer(in); err != nil {
-		return Meta{}, err
+	if err := isr.ValidatePublishPointer(in); err != nil {
+		return isr.Meta{}, err
 	}
 	pk := in.Lease.PK
 	v := in.Version
-	m := pointerMeta(pk, in)
-	set, remove := pointerMetaUpdate(m)
+	m := isr.PointerMeta(in)
+	update, remove := isr.PointerMetaUpdate(m)
+	set := attrs(update)
 	var setExpr, removeExpr []string
 	vals := map[string]types.AttributeValue{}
-	for _, a := range pointerMetaAttrs {
+	for _, a := range isr.PointerMetaAttrs() {
 		if val, ok := set[a]; ok {
 			setExpr = append(setExpr, "#"+a+" = :"+a)
 			vals[":"+a] = val
@@ -457,7 +483,7 @@ func (t *DynamoTable) PublishPointer(ctx context.Context, in PublishPointerInput
 	if len(removeExpr) > 0 {
 		expr += " REMOVE " + strings.Join(removeExpr, ", ")
 	}
-	// Version 0 is META without a version attribute (as decoded), or with
+	// isr.Version 0 is META without a version attribute (as decoded), or with
 	// an explicit 0 written by another service.
 	cond := "#version = :ev"
 	if in.ExpectedVersion == 0 {
@@ -475,16 +501,16 @@ func (t *DynamoTable) PublishPointer(ctx context.Context, in PublishPointerInput
 		t.lockDelete(in.Lease, in.Now),
 		{Put: &types.Put{
 			TableName:                aws.String(t.table),
-			Item:                     versionItem(pk, v),
+			Item:                     attrs(isr.VersionItem(pk, v)),
 			ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
-			ExpressionAttributeNames: names(attrPK),
+			ExpressionAttributeNames: names(isr.AttrPK),
 		}},
 		{Update: &types.Update{
 			TableName:                           aws.String(t.table),
-			Key:                                 key(pk, SKMeta),
+			Key:                                 key(pk, isr.SKMeta),
 			UpdateExpression:                    aws.String(expr),
 			ConditionExpression:                 aws.String(cond),
-			ExpressionAttributeNames:            names(pointerMetaAttrs...),
+			ExpressionAttributeNames:            names(isr.PointerMetaAttrs()...),
 			ExpressionAttributeValues:           vals,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}},
@@ -509,7 +535,7 @@ func (t *DynamoTable) PublishPointer(ctx context.Context, in PublishPointerInput
 			// without it.
 			last := aws.ToString(tce.CancellationReasons[len(items)-1].Code)
 			rest := tce.CancellationReasons[:len(items)-1]
-			if last == reasonCondition && allNone(rest) {
+			if last == isr.ReasonConditionalCheckFailed && allNone(rest) {
 				_, err = t.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items[:len(items)-1]})
 				if err == nil {
 					return m, nil
@@ -521,29 +547,21 @@ func (t *DynamoTable) PublishPointer(ctx context.Context, in PublishPointerInput
 			}
 		}
 	}
-	return Meta{}, t.txErr("publish-pointer", pk, err, func(i int, old map[string]types.AttributeValue) error {
-		notNewer := false
-		if i == 2 && in.Monotonic {
-			// With the expected version (and pointer), only generated_at
-			// can refuse.
-			cur, derr := decodeMetaLoose(pk, old)
-			sk, _ := getS(pk, SKMeta, old, attrCurrentSK, false)
-			notNewer = derr == nil && cur.Version == in.ExpectedVersion && (in.Previous == "" || sk == in.Previous)
-		}
-		return pointerRefusal(i, notNewer)
+	return isr.Meta{}, t.txErr("publish-pointer", pk, err, func(i int, old isr.Item) error {
+		return isr.PointerRefusal(i, i == 2 && isr.PointerNotNewer(in, old))
 	})
 }
 
 // retireVersion is the update of a recipe-B publish that gives the VER#
 // row META pointed to, now superseded, its ttl; conditioned on the row
 // existing, so it never creates one.
-func (t *DynamoTable) retireVersion(pk, sk string, ttl int64) types.TransactWriteItem {
+func (t *Table) retireVersion(pk, sk string, ttl int64) types.TransactWriteItem {
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName:                 aws.String(t.table),
 		Key:                       key(pk, sk),
 		UpdateExpression:          aws.String("SET #ttl = :ttl"),
 		ConditionExpression:       aws.String("attribute_exists(#pk)"),
-		ExpressionAttributeNames:  names(attrTTL, attrPK),
+		ExpressionAttributeNames:  names(isr.AttrTTL, isr.AttrPK),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":ttl": nAttr(ttl)},
 	}}
 }
@@ -551,85 +569,85 @@ func (t *DynamoTable) retireVersion(pk, sk string, ttl int64) types.TransactWrit
 // allNone reports whether no transaction item was refused.
 func allNone(reasons []types.CancellationReason) bool {
 	for _, r := range reasons {
-		if c := aws.ToString(r.Code); c != "" && c != reasonNone {
+		if c := aws.ToString(r.Code); c != "" && c != isr.ReasonNone {
 			return false
 		}
 	}
 	return true
 }
 
-// BeginRequest implements Table.
-func (t *DynamoTable) BeginRequest(ctx context.Context, in BeginRequestInput) (Request, bool, error) {
+// BeginRequest implements isr.Table.
+func (t *Table) BeginRequest(ctx context.Context, in isr.BeginRequestInput) (isr.Request, bool, error) {
 	if err := t.check(); err != nil {
-		return Request{}, false, err
+		return isr.Request{}, false, err
 	}
-	if err := validateBegin(in); err != nil {
-		return Request{}, false, err
+	if err := isr.ValidateBeginRequest(in); err != nil {
+		return isr.Request{}, false, err
 	}
 	cond := "attribute_not_exists(#pk) OR #ttl <= :now"
-	vals := map[string]types.AttributeValue{":now": nText(timeN(in.Now))}
-	attrNames := names(attrPK, attrTTL)
+	vals := map[string]types.AttributeValue{":now": nText(isr.TimeText(in.Now))}
+	attrNames := names(isr.AttrPK, isr.AttrTTL)
 	if in.RetryFailed {
 		cond += " OR (#status = :failed AND #request_hash = :h)"
-		vals[":failed"] = sAttr(string(RequestFailed))
+		vals[":failed"] = sAttr(string(isr.RequestFailed))
 		vals[":h"] = sAttr(in.Hash)
-		attrNames = names(attrPK, attrTTL, attrStatus, attrRequestHash)
+		attrNames = names(isr.AttrPK, isr.AttrTTL, isr.AttrStatus, isr.AttrRequestHash)
 	}
 	_, err := t.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           aws.String(t.table),
-		Item:                                requestItem(in),
+		Item:                                attrs(isr.RequestItem(in)),
 		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeNames:            attrNames,
 		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if err == nil {
-		return newRequest(in), true, nil
+		return isr.BegunRequest(in), true, nil
 	}
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
-		return Request{}, false, writeErr("begin-request", in.PK, err)
+		return isr.Request{}, false, writeErr("begin-request", in.PK, err)
 	}
-	return existingRequest(in, ccf.Item)
+	return isr.ExistingRequest(in, itemOf(ccf.Item))
 }
 
-// FailRequest implements Table.
-func (t *DynamoTable) FailRequest(ctx context.Context, pk, k, hash string) error {
+// FailRequest implements isr.Table.
+func (t *Table) FailRequest(ctx context.Context, pk, k, hash string) error {
 	if err := t.check(); err != nil {
 		return err
 	}
-	if err := validateRequestRef(pk, k, hash); err != nil {
+	if err := isr.ValidateRequestRef(pk, k, hash); err != nil {
 		return err
 	}
 	_, err := t.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                aws.String(t.table),
-		Key:                      key(pk, RequestSKPrefix+k),
+		Key:                      key(pk, isr.RequestSKPrefix+k),
 		UpdateExpression:         aws.String("SET #status = :failed"),
 		ConditionExpression:      aws.String(condRequestStarted),
-		ExpressionAttributeNames: names(attrStatus, attrRequestHash),
+		ExpressionAttributeNames: names(isr.AttrStatus, isr.AttrRequestHash),
 		ExpressionAttributeValues: requestValues(hash, map[string]types.AttributeValue{
-			":failed": sAttr(string(RequestFailed)),
+			":failed": sAttr(string(isr.RequestFailed)),
 		}),
 	})
-	return condErr("fail-request", pk, err, requestState)
+	return condErr("fail-request", pk, err, isr.RequestNotStarted)
 }
 
-// AbandonRequest implements Table.
-func (t *DynamoTable) AbandonRequest(ctx context.Context, pk, k, hash string) error {
+// AbandonRequest implements isr.Table.
+func (t *Table) AbandonRequest(ctx context.Context, pk, k, hash string) error {
 	if err := t.check(); err != nil {
 		return err
 	}
-	if err := validateRequestRef(pk, k, hash); err != nil {
+	if err := isr.ValidateRequestRef(pk, k, hash); err != nil {
 		return err
 	}
 	_, err := t.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 aws.String(t.table),
-		Key:                       key(pk, RequestSKPrefix+k),
+		Key:                       key(pk, isr.RequestSKPrefix+k),
 		ConditionExpression:       aws.String(condRequestStarted),
-		ExpressionAttributeNames:  names(attrStatus, attrRequestHash),
+		ExpressionAttributeNames:  names(isr.AttrStatus, isr.AttrRequestHash),
 		ExpressionAttributeValues: requestValues(hash, map[string]types.AttributeValue{}),
 	})
-	return condErr("abandon-request", pk, err, requestState)
+	return condErr("abandon-request", pk, err, isr.RequestNotStarted)
 }
 
 // condErr maps the outcome of a conditional write of op: nil on success,
@@ -646,37 +664,37 @@ func condErr(op, pk string, err error, refusal func(op, pk string) error) error 
 }
 
 // writeErr wraps a store failure, mapping a conflict with a concurrent
-// transaction to ErrConflict.
+// transaction to isr.ErrConflict.
 func writeErr(op, pk string, err error) error {
 	var tc *types.TransactionConflictException
 	if errors.As(err, &tc) {
-		return &TxError{Op: op, PK: pk, Reasons: []string{reasonConflict}, Errors: []error{ErrConflict}}
+		return &isr.TxError{Op: op, PK: pk, Reasons: []string{isr.ReasonTransactionConflict}, Errors: []error{isr.ErrConflict}}
 	}
 	return fmt.Errorf("isr: %s on %s: %w", op, pk, err)
 }
 
 // txErr maps a TransactWriteItems failure to a *TxError: each
 // ConditionalCheckFailed reason through failed(index, old item), each
-// TransactionConflict to ErrConflict. Other failures are wrapped as is.
-func (t *DynamoTable) txErr(op, pk string, err error, failed func(int, map[string]types.AttributeValue) error) error {
+// TransactionConflict to isr.ErrConflict. Other failures are wrapped as is.
+func (t *Table) txErr(op, pk string, err error, failed func(int, isr.Item) error) error {
 	var tce *types.TransactionCanceledException
 	if !errors.As(err, &tce) {
 		return writeErr(op, pk, err)
 	}
-	te := &TxError{Op: op, PK: pk}
+	te := &isr.TxError{Op: op, PK: pk}
 	other := false
 	for i, r := range tce.CancellationReasons {
 		code := aws.ToString(r.Code)
 		if code == "" {
-			code = reasonNone
+			code = isr.ReasonNone
 		}
 		te.Reasons = append(te.Reasons, code)
 		switch code {
-		case reasonNone:
-		case reasonCondition:
-			te.Errors = append(te.Errors, failed(i, r.Item))
-		case reasonConflict:
-			te.Errors = append(te.Errors, ErrConflict)
+		case isr.ReasonNone:
+		case isr.ReasonConditionalCheckFailed:
+			te.Errors = append(te.Errors, failed(i, itemOf(r.Item)))
+		case isr.ReasonTransactionConflict:
+			te.Errors = append(te.Errors, isr.ErrConflict)
 		default:
 			other = true
 		}
@@ -685,183 +703,4 @@ func (t *DynamoTable) txErr(op, pk string, err error, failed func(int, map[strin
 		return fmt.Errorf("isr: %s on %s: %w", op, pk, err)
 	}
 	return te
-}
-
-// Decoding. Numbers are accepted as integers or decimals (floored into the
-// int64 fields; the exact text goes to the N fields, see decoder.exact);
-// any other type is a *CorruptItemError.
-
-func getS(pk, sk string, item map[string]types.AttributeValue, attr string, required bool) (string, error) {
-	v, ok := item[attr]
-	if !ok {
-		if required {
-			return "", &CorruptItemError{PK: pk, SK: sk, Attr: attr, Reason: "missing"}
-		}
-		return "", nil
-	}
-	s, ok := v.(*types.AttributeValueMemberS)
-	if !ok {
-		return "", &CorruptItemError{PK: pk, SK: sk, Attr: attr, Reason: fmt.Sprintf("want S, got %T", v)}
-	}
-	return s.Value, nil
-}
-
-func getN(pk, sk string, item map[string]types.AttributeValue, attr string, required bool) (int64, error) {
-	v, ok := item[attr]
-	if !ok {
-		if required {
-			return 0, &CorruptItemError{PK: pk, SK: sk, Attr: attr, Reason: "missing"}
-		}
-		return 0, nil
-	}
-	n, ok := v.(*types.AttributeValueMemberN)
-	if !ok {
-		return 0, &CorruptItemError{PK: pk, SK: sk, Attr: attr, Reason: fmt.Sprintf("want N, got %T", v)}
-	}
-	return parseN(pk, sk, attr, n.Value)
-}
-
-func parseN(pk, sk, attr, s string) (int64, error) {
-	if !validN(s) {
-		return 0, &CorruptItemError{PK: pk, SK: sk, Attr: attr, Reason: "bad number " + strconv.Quote(s)}
-	}
-	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return i, nil
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f != f || f > 9e18 || f < -9e18 {
-		return 0, &CorruptItemError{PK: pk, SK: sk, Attr: attr, Reason: "bad number " + strconv.Quote(s)}
-	}
-	i := int64(f)
-	if float64(i) > f {
-		i--
-	}
-	return i, nil
-}
-
-// ttl reads the ttl attribute, garbage collection only: one of another
-// type or unreadable is taken as absent, never an error.
-func (d *decoder) ttl() int64 {
-	v, err := getN(d.pk, d.sk, d.item, attrTTL, false)
-	if err != nil {
-		return 0
-	}
-	return v
-}
-
-type decoder struct {
-	pk, sk string
-	item   map[string]types.AttributeValue
-	err    error
-}
-
-func (d *decoder) s(attr string, required bool) string {
-	if d.err != nil {
-		return ""
-	}
-	v, err := getS(d.pk, d.sk, d.item, attr, required)
-	d.err = err
-	return v
-}
-
-func (d *decoder) n(attr string, required bool) int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, err := getN(d.pk, d.sk, d.item, attr, required)
-	d.err = err
-	return v
-}
-
-// exact is the text of number attribute attr when it is not exactly the
-// integer v read from it ("" otherwise): the exact value the N fields of
-// Meta, Lease and Version carry.
-func (d *decoder) exact(attr string, v int64) string {
-	if d.err != nil {
-		return ""
-	}
-	n, ok := d.item[attr].(*types.AttributeValueMemberN)
-	if !ok || n.Value == strconv.FormatInt(v, 10) {
-		return ""
-	}
-	return n.Value
-}
-
-func decodeMeta(pk string, item map[string]types.AttributeValue) (Meta, error) {
-	d := decoder{pk: pk, sk: SKMeta, item: item}
-	// Under recipe B (current_sk present) revalidate_seconds may be absent
-	// from META and from the VER# row (merged in by getMeta): a writer that
-	// sets only the pointer and the version. The Coordinator then applies
-	// its default (WithDefaultRevalidate); a recipe-A META must carry it.
-	_, hasPointer := item[attrCurrentSK]
-	_, hasRevalidate := item[attrRevalidate]
-	m := Meta{
-		PK:                pk,
-		S3Key:             d.s(attrS3Key, true),
-		GeneratedAt:       d.n(attrGeneratedAt, true),
-		RevalidateSeconds: d.n(attrRevalidate, !hasPointer),
-		ETag:              d.s(attrETag, false),
-		TTL:               d.ttl(),
-		CurrentSK:         d.s(attrCurrentSK, false),
-		Version:           d.n(attrVersion, false),
-		RevalidateMissing: !hasRevalidate,
-	}
-	m.GeneratedAtN = d.exact(attrGeneratedAt, m.GeneratedAt)
-	m.RevalidateSecondsN = d.exact(attrRevalidate, m.RevalidateSeconds)
-	return m, d.err
-}
-
-// decodeMetaLoose reads whatever META attributes are present (for mapping a
-// cancellation reason), without requiring any.
-func decodeMetaLoose(pk string, item map[string]types.AttributeValue) (Meta, error) {
-	d := decoder{pk: pk, sk: SKMeta, item: item}
-	m := Meta{PK: pk, GeneratedAt: d.n(attrGeneratedAt, false), Version: d.n(attrVersion, false)}
-	m.GeneratedAtN = d.exact(attrGeneratedAt, m.GeneratedAt)
-	return m, d.err
-}
-
-func decodeLease(pk string, item map[string]types.AttributeValue) (Lease, error) {
-	d := decoder{pk: pk, sk: SKLock, item: item}
-	l := Lease{
-		PK:        pk,
-		Token:     d.s(attrLeaseToken, true),
-		ExpiresAt: d.n(attrLeaseExp, true),
-		TTL:       d.ttl(),
-	}
-	l.ExpiresAtN = d.exact(attrLeaseExp, l.ExpiresAt)
-	return l, d.err
-}
-
-func decodeRequest(pk, k string, item map[string]types.AttributeValue) (Request, error) {
-	d := decoder{pk: pk, sk: RequestSKPrefix + k, item: item}
-	r := Request{
-		PK:          pk,
-		Key:         k,
-		Hash:        d.s(attrRequestHash, true),
-		Status:      RequestStatus(d.s(attrStatus, true)),
-		ResultS3Key: d.s(attrResultS3Key, false),
-		TTL:         d.ttl(),
-	}
-	if d.err == nil {
-		switch r.Status {
-		case RequestStarted, RequestCompleted, RequestFailed:
-		default:
-			return Request{}, &CorruptItemError{PK: pk, SK: d.sk, Attr: attrStatus, Reason: "unknown status " + strconv.Quote(string(r.Status))}
-		}
-	}
-	return r, d.err
-}
-
-func decodeVersion(pk, id string, item map[string]types.AttributeValue) (Version, error) {
-	d := decoder{pk: pk, sk: VersionSKPrefix + id, item: item}
-	v := Version{
-		PK:          pk,
-		ID:          id,
-		S3Key:       d.s(attrS3Key, true),
-		GeneratedAt: d.n(attrGeneratedAt, true),
-		ETag:        d.s(attrETag, false),
-		TTL:         d.ttl(),
-	}
-	v.GeneratedAtN = d.exact(attrGeneratedAt, v.GeneratedAt)
-	return v, d.err
 }

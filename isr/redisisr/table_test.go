@@ -1,4 +1,4 @@
-package isr_test
+package redisisr_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
+	"github.com/idem-go/idem/isr/redisisr"
 	"github.com/idem-go/idem/stores/storetest"
 )
 
@@ -59,9 +60,9 @@ func redisPrefix(t testing.TB, c redis.UniversalClient) string {
 	return prefix
 }
 
-func newRedisTable(t testing.TB, c redis.UniversalClient) *isr.RedisTable {
+func newRedisTable(t testing.TB, c redis.UniversalClient) *redisisr.Table {
 	t.Helper()
-	tb, err := isr.NewRedisTable(c, isr.WithRedisPrefix(redisPrefix(t, c)))
+	tb, err := redisisr.NewTable(c, redisisr.WithPrefix(redisPrefix(t, c)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,26 +81,26 @@ func TestRedisClusterTableConformance(t *testing.T) {
 	isrtest.Run(t, func(t *testing.T) isr.Table { return tb })
 }
 
-func TestNewRedisTableOptions(t *testing.T) {
+func TestNewTableOptions(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
 	defer c.Close()
-	for i, f := range []func() (*isr.RedisTable, error){
-		func() (*isr.RedisTable, error) { return isr.NewRedisTable(nil) },
-		func() (*isr.RedisTable, error) { return isr.NewRedisTable(c, nil) },
-		func() (*isr.RedisTable, error) { return isr.NewRedisTable(c, isr.WithRedisPrefix("a{b}:")) },
+	for i, f := range []func() (*redisisr.Table, error){
+		func() (*redisisr.Table, error) { return redisisr.NewTable(nil) },
+		func() (*redisisr.Table, error) { return redisisr.NewTable(c, nil) },
+		func() (*redisisr.Table, error) { return redisisr.NewTable(c, redisisr.WithPrefix("a{b}:")) },
 	} {
 		tb, err := f()
 		if tb != nil || !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("case %d: %v, %v", i, tb, err)
 		}
 	}
-	tb, err := isr.NewRedisTable(nil, isr.WithRedisPrefix("{"), nil)
-	storetest.CheckOptionErrors(t, err, "isr.NewRedisTable", "isr.WithRedisPrefix", "isr.NewRedisTable")
+	tb, err := redisisr.NewTable(nil, redisisr.WithPrefix("{"), nil)
+	storetest.CheckOptionErrors(t, err, "redisisr.NewTable", "redisisr.WithPrefix", "redisisr.NewTable")
 	if tb != nil {
 		t.Errorf("got %v, want nil", tb)
 	}
-	tb, err = isr.NewRedisTable(c, isr.WithRedisPrefix("site1:"))
+	tb, err = redisisr.NewTable(c, redisisr.WithPrefix("site1:"))
 	if err != nil || tb.Key("CACHE#ab", isr.SKMeta) != "site1:{CACHE#ab}:META" {
-		t.Fatalf("NewRedisTable: %v, %v", tb, err)
+		t.Fatalf("NewTable: %v, %v", tb, err)
 	}
 }

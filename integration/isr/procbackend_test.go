@@ -17,6 +17,7 @@ import (
 	"github.com/gofrs/flock"
 
 	"github.com/idem-go/idem/isr"
+	"github.com/idem-go/idem/isr/redisisr"
 )
 
 // procBackends are the shared tables the multi-process tests run on.
@@ -69,7 +70,7 @@ func openProcBackend(t *testing.T, kind, location string) *procBackend {
 		}
 	case "redis":
 		c := redisClient(t)
-		tb, err := isr.NewRedisTable(c, isr.WithRedisPrefix(location))
+		tb, err := redisisr.NewTable(c, redisisr.WithPrefix(location))
 		if err != nil {
 			t.Fatal(err)
 		}

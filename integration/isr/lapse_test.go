@@ -18,6 +18,7 @@ import (
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
+	"github.com/idem-go/idem/isr/redisisr"
 )
 
 // cutProxy forwards TCP connections to a server until Cut, after which it
@@ -121,11 +122,11 @@ func TestLeaseLapseStopsRender(t *testing.T) {
 		proxy := newCutProxy(t, testenv.RedisAddr(t))
 		viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = viaProxy.Close() })
-		holder, err := isr.NewRedisTable(viaProxy, isr.WithRedisPrefix(prefix))
+		holder, err := redisisr.NewTable(viaProxy, redisisr.WithPrefix(prefix))
 		if err != nil {
 			t.Fatal(err)
 		}
-		other, err := isr.NewRedisTable(direct, isr.WithRedisPrefix(prefix))
+		other, err := redisisr.NewTable(direct, redisisr.WithPrefix(prefix))
 		if err != nil {
 			t.Fatal(err)
 		}

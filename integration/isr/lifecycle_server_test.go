@@ -14,6 +14,7 @@ import (
 
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
+	"github.com/idem-go/idem/isr/redisisr"
 )
 
 // serverLoad is one round of what leaves garbage in a table: leases of
@@ -77,7 +78,7 @@ func newPKs(t *testing.T, n int) []string {
 func TestRedisTableLifecycle(t *testing.T) {
 	client := redisClient(t)
 	prefix := redisPrefix(t, client)
-	tb, err := isr.NewRedisTable(client, isr.WithRedisPrefix(prefix))
+	tb, err := redisisr.NewTable(client, redisisr.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

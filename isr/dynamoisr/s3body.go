@@ -1,4 +1,4 @@
-package body
+package dynamoisr
 
 import (
 	"bytes"
@@ -16,63 +16,66 @@ import (
 
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/isr/body"
 	"github.com/idem-go/idem/storekit"
 )
 
-// S3API is the part of *s3.Client the S3 store uses.
-type S3API interface {
+// S3Client is the part of *s3.Client S3Body uses.
+type S3Client interface {
 	PutObject(ctx context.Context, in *s3.PutObjectInput, optFns ...func(*s3.Options)) (*s3.PutObjectOutput, error)
 	GetObject(ctx context.Context, in *s3.GetObjectInput, optFns ...func(*s3.Options)) (*s3.GetObjectOutput, error)
 	DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, optFns ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
 }
 
-// S3 is a Store keeping one object per key in an S3 bucket. The object key is
+// S3Body is a body.Store keeping one object per key in an S3 bucket. The object key is
 // the configured prefix followed by the store key. The content's SHA-256 ETag
 // is also recorded as user metadata (x-amz-meta-sha256-etag) so other readers
 // can see it without downloading the body; Get recomputes it from the bytes.
 //
-// NewS3 does no I/O.
-type S3 struct {
-	client S3API
+// NewS3Body does no I/O.
+type S3Body struct {
+	client S3Client
 	bucket string
 	prefix string
 }
 
-// S3Option configures an S3 store. NewS3 reports every invalid option as
-// an *idem.OptionError matching idem.ErrInvalidOption.
-type S3Option func(*s3Config)
+var _ body.Store = (*S3Body)(nil)
 
-type s3Config struct {
+// S3BodyOption configures an S3Body. NewS3Body reports every invalid option as
+// an *idem.OptionError matching idem.ErrInvalidOption.
+type S3BodyOption func(*s3BodyConfig)
+
+type s3BodyConfig struct {
 	storekit.Options
 	prefix string
 }
 
-// WithPrefix puts every object under prefix (for example "pages/"), at
+// WithS3Prefix puts every object under prefix (for example "pages/"), at
 // most 512 bytes.
-func WithPrefix(prefix string) S3Option {
-	return func(c *s3Config) {
-		if len(prefix) > maxKeyLen/2 {
-			c.Invalid("WithPrefix", "prefix longer than %d bytes", maxKeyLen/2)
+func WithS3Prefix(prefix string) S3BodyOption {
+	return func(c *s3BodyConfig) {
+		if len(prefix) > body.MaxKeyLen/2 {
+			c.Invalid("WithS3Prefix", "prefix longer than %d bytes", body.MaxKeyLen/2)
 			return
 		}
 		c.prefix = prefix
 	}
 }
 
-// NewS3 returns a store for bucket through client. A nil client, an empty
+// NewS3Body returns a store for bucket through client. A nil client, an empty
 // bucket name and every invalid option are reported, joined, each an
 // *idem.OptionError matching idem.ErrInvalidOption.
-func NewS3(client S3API, bucket string, opts ...S3Option) (*S3, error) {
-	c := s3Config{Options: storekit.Options{Store: "body"}}
+func NewS3Body(client S3Client, bucket string, opts ...S3BodyOption) (*S3Body, error) {
+	c := s3BodyConfig{Options: storekit.Options{Store: "dynamoisr"}}
 	if client == nil {
-		c.Invalid("NewS3", "S3 client is nil")
+		c.Invalid("NewS3Body", "S3 client is nil")
 	}
 	if strings.TrimSpace(bucket) == "" {
-		c.Invalid("NewS3", "bucket name is empty")
+		c.Invalid("NewS3Body", "bucket name is empty")
 	}
 	for _, o := range opts {
 		if o == nil {
-			c.Invalid("NewS3", "nil option")
+			c.Invalid("NewS3Body", "nil option")
 			continue
 		}
 		o(&c)
@@ -80,19 +83,19 @@ func NewS3(client S3API, bucket string, opts ...S3Option) (*S3, error) {
 	if err := c.Err(); err != nil {
 		return nil, err
 	}
-	return &S3{client: client, bucket: bucket, prefix: c.prefix}, nil
+	return &S3Body{client: client, bucket: bucket, prefix: c.prefix}, nil
 }
 
-// Validate reports, without contacting S3, an S3 that NewS3 did not make.
-func (s *S3) Validate() error {
+// Validate reports, without contacting S3, an S3Body that NewS3Body did not make.
+func (s *S3Body) Validate() error {
 	if s == nil || s.client == nil {
-		return &idem.OptionError{Option: "body.S3", Reason: "nil or zero S3: use NewS3"}
+		return &idem.OptionError{Option: "dynamoisr.S3Body", Reason: "nil or zero S3Body: use NewS3Body"}
 	}
 	return nil
 }
 
-// Bucket returns the bucket name ("" for a nil or zero S3).
-func (s *S3) Bucket() string {
+// Bucket returns the bucket name ("" for a nil or zero S3Body).
+func (s *S3Body) Bucket() string {
 	if s.Validate() != nil {
 		return ""
 	}
@@ -100,36 +103,36 @@ func (s *S3) Bucket() string {
 }
 
 // ObjectKey returns the S3 object key that holds key ("" for a nil or zero
-// S3).
-func (s *S3) ObjectKey(key string) string {
+// S3Body).
+func (s *S3Body) ObjectKey(key string) string {
 	if s.Validate() != nil {
 		return ""
 	}
 	return s.prefix + key
 }
 
-func (s *S3) check(key string) error {
+func (s *S3Body) check(key string) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	if err := checkKey(key); err != nil {
+	if err := body.CheckKey(key); err != nil {
 		return err
 	}
-	if len(s.prefix)+len(key) > maxKeyLen {
-		return &KeyError{Key: key[:min(len(key), 32)], Reason: fmt.Sprintf("prefix + key longer than %d bytes", maxKeyLen)}
+	if len(s.prefix)+len(key) > body.MaxKeyLen {
+		return &body.KeyError{Key: key[:min(len(key), 32)], Reason: fmt.Sprintf("prefix + key longer than %d bytes", body.MaxKeyLen)}
 	}
 	return nil
 }
 
-// Put implements Store.
-func (s *S3) Put(ctx context.Context, key string, content []byte, contentType string) (string, error) {
+// Put implements body.Store.
+func (s *S3Body) Put(ctx context.Context, key string, content []byte, contentType string) (string, error) {
 	if err := s.check(key); err != nil {
 		return "", err
 	}
-	if err := checkContentType(contentType); err != nil {
+	if err := body.CheckContentType(contentType); err != nil {
 		return "", err
 	}
-	etag := ETag(content)
+	etag := body.ETag(content)
 	in := &s3.PutObjectInput{
 		Bucket:        aws.String(s.bucket),
 		Key:           aws.String(s.ObjectKey(key)),
@@ -146,8 +149,8 @@ func (s *S3) Put(ctx context.Context, key string, content []byte, contentType st
 	return etag, nil
 }
 
-// Get implements Store.
-func (s *S3) Get(ctx context.Context, key string) (*Object, error) {
+// Get implements body.Store.
+func (s *S3Body) Get(ctx context.Context, key string) (*body.Object, error) {
 	if err := s.check(key); err != nil {
 		return nil, err
 	}
@@ -157,7 +160,7 @@ func (s *S3) Get(ctx context.Context, key string) (*Object, error) {
 	})
 	if err != nil {
 		if isS3NotFound(err) {
-			return nil, fmt.Errorf("%w: %q: %w", ErrNotFound, key, err)
+			return nil, fmt.Errorf("%w: %q: %w", body.ErrNotFound, key, err)
 		}
 		return nil, fmt.Errorf("body: s3 get %q: %w", key, err)
 	}
@@ -166,11 +169,11 @@ func (s *S3) Get(ctx context.Context, key string) (*Object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("body: s3 get %q: %w", key, err)
 	}
-	return &Object{Content: content, ContentType: aws.ToString(out.ContentType), ETag: ETag(content)}, nil
+	return &body.Object{Content: content, ContentType: aws.ToString(out.ContentType), ETag: body.ETag(content)}, nil
 }
 
-// Delete implements Store.
-func (s *S3) Delete(ctx context.Context, key string) error {
+// Delete implements body.Store.
+func (s *S3Body) Delete(ctx context.Context, key string) error {
 	if err := s.check(key); err != nil {
 		return err
 	}
