@@ -269,30 +269,9 @@ func build(root string, mods []*mod, version, out, rev string) error {
 			return err
 		}
 		defer os.RemoveAll(tmp)
-		if err := exportRev(root, rev, tmp); err != nil {
-			return err
-		}
 		src = tmp
-		ls, err := gitOutput(root, "ls-tree", "-r", "-z", "--name-only", rev)
-		if err != nil {
+		if files, stamp, err = exportRevision(root, rev, tmp, mods); err != nil {
 			return err
-		}
-		files = splitZ(ls)
-		ct, err := gitOutput(root, "show", "-s", "--format=%ct", rev)
-		if err != nil {
-			return err
-		}
-		var sec int64
-		if _, err := fmt.Sscan(strings.TrimSpace(ct), &sec); err == nil {
-			stamp = time.Unix(sec, 0).UTC()
-		}
-		// The go.mod files of the revision, not of the working tree.
-		for _, m := range mods {
-			data, err := os.ReadFile(filepath.Join(src, filepath.FromSlash(m.Dir), "go.mod"))
-			if err != nil {
-				return fmt.Errorf("%s: %s/go.mod: %w", rev, m.Dir, err)
-			}
-			m.Data = data
 		}
 	} else {
 		ls, err := gitOutput(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
@@ -310,31 +289,9 @@ func build(root string, mods []*mod, version, out, rev string) error {
 		}
 	}
 	for _, m := range mods {
-		var mfiles []modzip.File
-		for _, f := range files {
-			rel, ok := within(m.Dir, f)
-			if !ok || owner(f, modDirs) != m.Dir {
-				continue
-			}
-			full := filepath.Join(src, filepath.FromSlash(f))
-			fi, err := os.Lstat(full)
-			if errors.Is(err, fs.ErrNotExist) {
-				continue // deleted in the working tree, not yet committed
-			}
-			if err != nil {
-				return err
-			}
-			if !fi.Mode().IsRegular() {
-				continue
-			}
-			mfiles = append(mfiles, file{rel: rel, full: full})
-		}
-		// As the go command does when it zips a module from a repository: a
-		// module in a subdirectory without a LICENSE gets the root's.
-		if m.Dir != "." && !hasFile(mfiles, "LICENSE") {
-			if lic := filepath.Join(src, "LICENSE"); regular(lic) {
-				mfiles = append(mfiles, file{rel: "LICENSE", full: lic})
-			}
+		mfiles, err := moduleFiles(src, m, files, modDirs)
+		if err != nil {
+			return err
 		}
 		if err := writeModule(out, m, version, stamp, mfiles); err != nil {
 			return fmt.Errorf("%s: %w", m.Path, err)
@@ -342,6 +299,71 @@ func build(root string, mods []*mod, version, out, rev string) error {
 	}
 	fmt.Printf("modproxy: %d modules at %s in %s\n", len(mods), version, out)
 	return nil
+}
+
+// exportRevision writes the files of revision rev of the repository at
+// root into dir and returns their names and the revision's commit time.
+// Each module's go.mod (m.Data) becomes the revision's, not the working
+// tree's.
+func exportRevision(root, rev, dir string, mods []*mod) (files []string, stamp time.Time, err error) {
+	if err := exportRev(root, rev, dir); err != nil {
+		return nil, time.Time{}, err
+	}
+	ls, err := gitOutput(root, "ls-tree", "-r", "-z", "--name-only", rev)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	files = splitZ(ls)
+	ct, err := gitOutput(root, "show", "-s", "--format=%ct", rev)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	stamp = time.Now().UTC()
+	var sec int64
+	if _, err := fmt.Sscan(strings.TrimSpace(ct), &sec); err == nil {
+		stamp = time.Unix(sec, 0).UTC()
+	}
+	for _, m := range mods {
+		data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(m.Dir), "go.mod"))
+		if err != nil {
+			return nil, time.Time{}, fmt.Errorf("%s: %s/go.mod: %w", rev, m.Dir, err)
+		}
+		m.Data = data
+	}
+	return files, stamp, nil
+}
+
+// moduleFiles returns the files of module m among files (relative to
+// src, the repository's tree): the regular files under its directory and
+// in no module below it (modDirs), and, as the go command does when it
+// zips a module from a repository, the root's LICENSE for a module in a
+// subdirectory without one.
+func moduleFiles(src string, m *mod, files []string, modDirs map[string]bool) ([]modzip.File, error) {
+	var mfiles []modzip.File
+	for _, f := range files {
+		rel, ok := within(m.Dir, f)
+		if !ok || owner(f, modDirs) != m.Dir {
+			continue
+		}
+		full := filepath.Join(src, filepath.FromSlash(f))
+		fi, err := os.Lstat(full)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted in the working tree, not yet committed
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !fi.Mode().IsRegular() {
+			continue
+		}
+		mfiles = append(mfiles, file{rel: rel, full: full})
+	}
+	if m.Dir != "." && !hasFile(mfiles, "LICENSE") {
+		if lic := filepath.Join(src, "LICENSE"); regular(lic) {
+			mfiles = append(mfiles, file{rel: "LICENSE", full: lic})
+		}
+	}
+	return mfiles, nil
 }
 
 func writeModule(out string, m *mod, version string, stamp time.Time, files []modzip.File) error {
