@@ -389,7 +389,11 @@
 // its error or a TTL under a millisecond, is a *storekit.RequestError
 // matching storekit.ErrInvalidRequest; an empty nonce in a heartbeat,
 // complete or release is idem.ErrLostOwnership. The columns add their
-// limits: keys longer than 255 bytes are an idem.ErrInvalidKey, nonces
-// longer than 64 bytes are a *storekit.RequestError, and payload hashes
-// longer than 255 bytes are refused, so MySQL never truncates a value.
+// limits: a storage key (the key the store is given: a Guard's is
+// idem.StorageKeyPrefix and a 64-digit hex hash, 69 bytes, however long
+// the caller's key) longer than MaxKeyLen, 255 bytes, is an
+// idem.ErrInvalidKey, which only code calling the Store's methods itself
+// can meet (hash a longer key first, as the Guard does); nonces longer
+// than 64 bytes are a *storekit.RequestError, and payload hashes longer
+// than 255 bytes are refused, so MySQL never truncates a value.
 package sqlstore

@@ -46,8 +46,12 @@ const (
 	DefaultRetention = time.Minute
 )
 
-// Column limits, the same in both dialects (MySQL's VARCHAR sizes; the
+// Column limits, the same in every dialect (MySQL's VARCHAR sizes; the
 // store checks them before any statement so that no value is truncated).
+// MaxKeyLen limits the storage key, the key the store is given: a Guard's
+// storage keys are 69 bytes whatever the caller's key (see
+// idem.StorageKeyPrefix), so only a key passed to the Store's methods
+// directly can exceed it.
 const (
 	MaxTenantLen  = 64
 	MaxScopeLen   = 255

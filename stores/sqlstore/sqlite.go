@@ -174,6 +174,12 @@ func sqliteBusy(err error) bool {
 	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
 }
 
+// sqliteNoSchema reports SQLite's "unknown database", the error of a
+// table whose schema names no attached database.
+func sqliteNoSchema(err error) bool {
+	return strings.Contains(err.Error(), "unknown database")
+}
+
 // sqliteNoTable reports SQLite's "no such table".
 func sqliteNoTable(err error) bool {
 	return strings.Contains(err.Error(), "no such table")

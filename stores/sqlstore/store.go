@@ -112,6 +112,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 		// SQLITE_BUSY at once, without its busy handler, to a schema
 		// change racing another connection's.
 		if err := retryTransient(ctx, func() error { _, err := s.db.ExecContext(ctx, q); return err }); err != nil {
+			if noSchema(err) {
+				err = fmt.Errorf("%w: %w", ErrNoSchema, err)
+			}
 			return fmt.Errorf("sqlstore: migrate %s: %w", s.cfg.table, err)
 		}
 	}
@@ -269,6 +272,26 @@ func transient(err error) bool {
 // the driver's error.
 var ErrNoTable = errors.New("sqlstore: the table does not exist (call Store.Migrate to create it)")
 
+// ErrNoSchema is matched (errors.Is) by the error of Store.Migrate when
+// the schema of a schema-qualified table (WithTable("schema.table"); on
+// MySQL a database, on SQLite an attached database) does not exist:
+// Migrate creates the table, not its schema.
+var ErrNoSchema = errors.New("sqlstore: the table's schema does not exist (create it, or name another in WithTable)")
+
+// noSchema reports a database error that says a schema does not exist:
+// PostgreSQL's invalid_schema_name (SQLSTATE 3F000), MySQL's
+// ER_BAD_DB_ERROR (1049), SQLite's "unknown database".
+func noSchema(err error) bool {
+	if n, _, ok := mysqlServerError(err); ok {
+		return n == 1049
+	}
+	if sqliteNoSchema(err) {
+		return true
+	}
+	var se interface{ SQLState() string }
+	return errors.As(err, &se) && se.SQLState() == "3F000"
+}
+
 func storeErr(op string, err error) error {
 	if noTable(err) {
 		err = fmt.Errorf("%w: %w", ErrNoTable, err)
@@ -326,7 +349,8 @@ func (s *Store) checkKey(op, key string) error {
 	}
 	var why string
 	if len(key) > MaxKeyLen {
-		why = fmt.Sprintf("storage key longer than %d bytes", MaxKeyLen)
+		why = fmt.Sprintf("storage key (the key given to the store) longer than %d bytes: "+
+			"a Guard's are 69 bytes whatever its caller's key; hash a longer key before giving it to the store", MaxKeyLen)
 	} else if p := textProblem(key); p != "" {
 		why = "storage key: " + p
 	}

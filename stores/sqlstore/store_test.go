@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -493,5 +494,25 @@ func TestNoTable(t *testing.T) {
 		assert.Contains(t, err.Error(), "call Store.Migrate")
 		_, err = s.Get(ctxT(t), storageKey())
 		assert.ErrorIs(t, err, sqlstore.ErrNoTable)
+	})
+}
+
+// TestNoSchema: Migrate of a table in a schema (a MySQL database) that
+// does not exist is an error matching sqlstore.ErrNoSchema: Migrate
+// creates tables, not schemas.
+func TestNoSchema(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		s, err := sqlstore.New(sharedDB(t, d), d, sqlstore.WithTable("idem_none_"+randHex(6)+".records"))
+		require.NoError(t, err)
+		err = s.Migrate(ctxT(t))
+		require.ErrorIs(t, err, sqlstore.ErrNoSchema)
+		assert.NotErrorIs(t, err, sqlstore.ErrNoTable)
+	})
+	t.Run("sqlite", func(t *testing.T) {
+		db := openSQLite(t, "file:"+filepath.Join(t.TempDir(), "x.db")+"?"+sqlstore.SQLiteDSNParams)
+		defer db.Close()
+		s, err := sqlstore.New(db, sqlstore.SQLite, sqlstore.WithTable("idem_none.records"), sqlstore.WithoutCleanup())
+		require.NoError(t, err)
+		require.ErrorIs(t, s.Migrate(ctxT(t)), sqlstore.ErrNoSchema)
 	})
 }
