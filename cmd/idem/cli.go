@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/sqlstore"
 )
 
 // Exit statuses of idem itself (see the package documentation). They follow
@@ -27,7 +28,7 @@ const (
 	exitInProgress   = 75 // EX_TEMPFAIL: in progress, try again later
 	exitLost         = 76 // EX_PROTOCOL: ownership lost
 	exitRefused      = 77 // EX_NOPERM: unlock refused without -force
-	exitConfig       = 78 // EX_CONFIG: bad store, missing secret
+	exitConfig       = 78 // EX_CONFIG: bad store, missing SQL table or schema, missing secret
 	exitDuplicate    = 79 // duplicate under -on-duplicate raise
 	exitCannotExec   = 126
 	exitNotFound     = 127
@@ -139,6 +140,29 @@ func (c *cli) errorf(format string, args ...any) {
 		msg = "idem: " + msg
 	}
 	fmt.Fprintln(c.stderr, msg)
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			if r := remedy(err); r != "" {
+				fmt.Fprintln(c.stderr, "idem: "+r)
+				return
+			}
+		}
+	}
+}
+
+// remedy returns what the user can do about err, when it is a mistake in
+// the configuration the message of the error itself does not explain, or
+// "".
+func remedy(err error) string {
+	switch {
+	case errors.Is(err, sqlstore.ErrNoTable):
+		return "the store's SQL table does not exist: add ?migrate=1 to the store's URL " +
+			"(-store or IDEM_STORE; &migrate=1 after other parameters) to create it"
+	case errors.Is(err, sqlstore.ErrNoSchema):
+		return "the schema (MySQL: the database) of the store's table=SCHEMA.TABLE does not exist: " +
+			"migrate=1 creates the table, not its schema; create the schema or name another"
+	}
+	return ""
 }
 
 // newFlagSet returns a flag set for a subcommand with a usage message.
@@ -274,6 +298,8 @@ func exitFor(err error) int {
 		return exitInProgress
 	case errors.Is(err, idem.ErrDuplicate):
 		return exitDuplicate
+	case errors.Is(err, sqlstore.ErrNoTable), errors.Is(err, sqlstore.ErrNoSchema):
+		return exitConfig // migrate=1 not given, or table= in a schema that does not exist (see remedy)
 	}
 	var se *idem.StoreError
 	if errors.As(err, &se) {

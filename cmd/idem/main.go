@@ -226,8 +226,9 @@
 //	76   lost ownership: the claim was taken over while COMMAND ran, or could
 //	     not be refreshed in time; COMMAND was stopped
 //	77   unlock refused: the record is completed or failed and -force was not given
-//	78   configuration: bad -store, unsafe store directory, -require-secret
-//	     without IDEM_SECRET
+//	78   configuration: bad -store, a SQL table that does not exist (give
+//	     migrate=1 to create it) or whose schema does not, unsafe store
+//	     directory, -require-secret without IDEM_SECRET
 //	79   duplicate under -on-duplicate raise: KEY already completed
 //	126  COMMAND could not be executed
 //	127  COMMAND was not found

@@ -93,40 +93,7 @@ func (c *cli) parseRun(args []string) (cfg *runConfig, code int, done bool) {
 		fs.Usage()
 		return nil, exitUsage, true
 	}
-	switch *onDup {
-	case "return":
-		cfg.guardOpts = append(cfg.guardOpts, idem.OnDuplicate(idem.Return))
-	case "raise":
-		cfg.guardOpts = append(cfg.guardOpts, idem.OnDuplicate(idem.Raise))
-	case "wait":
-		cfg.guardOpts = append(cfg.guardOpts, idem.OnDuplicate(idem.Wait))
-	default:
-		c.errorf("-on-duplicate: want return, raise or wait, got %q", *onDup)
-		return nil, exitUsage, true
-	}
-	switch *onFail {
-	case "unlock":
-	case "lock":
-		cfg.lock = true
-	default:
-		c.errorf("-on-failure: want unlock or lock, got %q", *onFail)
-		return nil, exitUsage, true
-	}
-	switch {
-	case cfg.timeout < 0:
-		c.errorf("-timeout must not be negative")
-		return nil, exitUsage, true
-	case cfg.waitFor < 0:
-		c.errorf("-wait-timeout must not be negative")
-		return nil, exitUsage, true
-	case cfg.killGrace <= 0:
-		c.errorf("-kill-grace must be positive")
-		return nil, exitUsage, true
-	case cfg.inProgExit < 0 || cfg.inProgExit > 255:
-		c.errorf("-in-progress-exit must be 0..255")
-		return nil, exitUsage, true
-	case *heartbeat < 0:
-		c.errorf("-heartbeat must be positive")
+	if !c.runPolicies(cfg, *onDup, *onFail) || !c.checkRunLimits(cfg, *heartbeat) {
 		return nil, exitUsage, true
 	}
 	// The Guard always unlocks: a failure to be kept under -on-failure lock
@@ -143,6 +110,52 @@ func (c *cli) parseRun(args []string) (cfg *runConfig, code int, done bool) {
 		return nil, code, true
 	}
 	return cfg, 0, false
+}
+
+// runPolicies sets cfg's duplicate and failure policies from the values
+// of -on-duplicate and -on-failure. It reports false after reporting a
+// value it does not know.
+func (c *cli) runPolicies(cfg *runConfig, onDup, onFail string) bool {
+	switch onDup {
+	case "return":
+		cfg.guardOpts = append(cfg.guardOpts, idem.OnDuplicate(idem.Return))
+	case "raise":
+		cfg.guardOpts = append(cfg.guardOpts, idem.OnDuplicate(idem.Raise))
+	case "wait":
+		cfg.guardOpts = append(cfg.guardOpts, idem.OnDuplicate(idem.Wait))
+	default:
+		c.errorf("-on-duplicate: want return, raise or wait, got %q", onDup)
+		return false
+	}
+	switch onFail {
+	case "unlock":
+	case "lock":
+		cfg.lock = true
+	default:
+		c.errorf("-on-failure: want unlock or lock, got %q", onFail)
+		return false
+	}
+	return true
+}
+
+// checkRunLimits reports whether cfg's durations and exit status, and
+// -heartbeat, are in range, after reporting the first that is not.
+func (c *cli) checkRunLimits(cfg *runConfig, heartbeat time.Duration) bool {
+	switch {
+	case cfg.timeout < 0:
+		c.errorf("-timeout must not be negative")
+	case cfg.waitFor < 0:
+		c.errorf("-wait-timeout must not be negative")
+	case cfg.killGrace <= 0:
+		c.errorf("-kill-grace must be positive")
+	case cfg.inProgExit < 0 || cfg.inProgExit > 255:
+		c.errorf("-in-progress-exit must be 0..255")
+	case heartbeat < 0:
+		c.errorf("-heartbeat must be positive")
+	default:
+		return true
+	}
+	return false
 }
 
 func (c *cli) runCmd(ctx context.Context, args []string) int {

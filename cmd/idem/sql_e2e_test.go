@@ -37,39 +37,78 @@ func sqlTable(t *testing.T, driver, dsn string) string {
 
 func TestBinaryPostgres(t *testing.T) {
 	dsn := testenv.PostgresDSN(t)
+	sqlCLI(t, "PostgreSQL", postgresStore(t, dsn, sqlTable(t, "pgx", dsn)))
+}
+
+func TestBinaryMySQL(t *testing.T) {
+	dsn := testenv.MySQLDSN(t)
+	sqlCLI(t, "MySQL", mysqlStore(t, dsn, sqlTable(t, "mysql", dsn)))
+}
+
+// postgresStore is the -store of table on the PostgreSQL database dsn.
+func postgresStore(t *testing.T, dsn, table string) string {
 	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	q := u.Query()
-	q.Set("table", sqlTable(t, "pgx", dsn))
+	q.Set("table", table)
 	u.RawQuery = q.Encode()
-	sqlCLI(t, "PostgreSQL", u.String())
+	return u.String()
 }
 
-func TestBinaryMySQL(t *testing.T) {
-	dsn := testenv.MySQLDSN(t)
+// mysqlStore is the -store of table on the MySQL database dsn.
+func mysqlStore(t *testing.T, dsn, table string) string {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := url.URL{Scheme: "mysql", Host: cfg.Addr, Path: "/" + cfg.DBName, RawQuery: "table=" + sqlTable(t, "mysql", dsn)}
+	u := url.URL{Scheme: "mysql", Host: cfg.Addr, Path: "/" + cfg.DBName, RawQuery: "table=" + table}
 	if cfg.Passwd != "" {
 		u.User = url.UserPassword(cfg.User, cfg.Passwd)
 	} else {
 		u.User = url.User(cfg.User)
 	}
-	sqlCLI(t, "MySQL", u.String())
+	return u.String()
 }
 
-// sqlCLI runs the binary on a SQL store: the table is made by migrate=1,
+// TestBinaryNoSchema: migrate=1 of a table in a schema (a MySQL database)
+// that does not exist exits 78 and says the schema is missing.
+func TestBinaryNoSchema(t *testing.T) {
+	const table = "idem_none.records"
+	for name, store := range map[string]func(t *testing.T) string{
+		"SQLite": func(t *testing.T) string {
+			return "sqlite://" + filepath.Join(t.TempDir(), "idem.db") + "?table=" + table
+		},
+		"PostgreSQL": func(t *testing.T) string { return postgresStore(t, testenv.PostgresDSN(t), table) },
+		"MySQL":      func(t *testing.T) string { return mysqlStore(t, testenv.MySQLDSN(t), table) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			iv := runBin(t, env{}, "run", "-store", store(t)+"&migrate=1", "-key", randomKey(t), "--", "true")
+			if iv.code != exitConfig || !strings.Contains(iv.stderr, "schema") {
+				t.Errorf("migrate=1 in a schema that does not exist: %v, want exit %d and a message naming the schema", iv, exitConfig)
+			}
+		})
+	}
+}
+
+// sqlCLI runs the binary on a SQL store: without the table it exits 78
+// and says to add migrate=1, the table is made by migrate=1,
 // a command runs once across processes and is replayed, and inspect,
 // unlock -force and purge work.
 func sqlCLI(t *testing.T, name, store string) {
 	e := env{"COUNTER": filepath.Join(t.TempDir(), "counter")}
 	key := randomKey(t)
 	cmd := []string{"--", "sh", "-c", `echo run >> "$COUNTER"; echo "token $IDEM_FENCING_TOKEN"`}
-	iv := runBin(t, e, append([]string{"run", "-store", store + "&migrate=1", "-key", key}, cmd...)...)
+	// Before the table exists: a configuration mistake, which names its fix.
+	iv := runBin(t, e, append([]string{"run", "-store", store, "-key", key}, cmd...)...)
+	if iv.code != exitConfig || !strings.Contains(iv.stderr, "?migrate=1") {
+		t.Fatalf("run without the table: %v, want exit %d and a message naming ?migrate=1", iv, exitConfig)
+	}
+	if c := lines(t, e["COUNTER"]); c != 0 {
+		t.Fatalf("the command ran %d times without the table, want 0", c)
+	}
+	iv = runBin(t, e, append([]string{"run", "-store", store + "&migrate=1", "-key", key}, cmd...)...)
 	if iv.code != 0 || iv.stdout != "token 1\n" {
 		t.Fatalf("first run (migrate=1): %v", iv)
 	}
