@@ -167,6 +167,24 @@ type Cost struct {
 
 func (c Cost) per(n int) Cost { return Cost{c.Ns / float64(n), c.Trips / float64(n)} }
 
+// costRow is a row of a table of costs.
+type costRow struct {
+	name string
+	c    Cost
+}
+
+// printCosts prints to w the title and a table of the rows' milliseconds
+// and round trips per unit ("call", "step").
+func printCosts(w io.Writer, title, unit string, rows ...costRow) error {
+	fmt.Fprintf(w, "\n%s\n", title)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%s\tms/%s\tround trips/%s\t\n", unit, unit, unit)
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t\n", r.name, r.c.Ns/1e6, r.c.Trips)
+	}
+	return tw.Flush()
+}
+
 // TxCost is what a fresh sqlstore.DoTx whose fn inserts one row costs on
 // PostgreSQL, next to the same INSERT in a plain transaction, and what a
 // replay of it costs: per call, one goroutine, one connection, statements
@@ -213,13 +231,10 @@ func TxTable(ctx context.Context, w io.Writer, dsn string, calls int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nPostgreSQL DoTx, fn inserting one row (%d calls each, one goroutine, one connection)\n", calls)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "call\tms/call\tround trips/call\t")
-	fmt.Fprintf(tw, "plain transaction (BEGIN, INSERT, COMMIT)\t%.2f\t%.2f\t\n", c.Plain.Ns/1e6, c.Plain.Trips)
-	fmt.Fprintf(tw, "DoTx fresh (claim + the same + completion)\t%.2f\t%.2f\t\n", c.DoTx.Ns/1e6, c.DoTx.Trips)
-	fmt.Fprintf(tw, "DoTx replay\t%.2f\t%.2f\t\n", c.Replay.Ns/1e6, c.Replay.Trips)
-	if err := tw.Flush(); err != nil {
+	if err := printCosts(w, fmt.Sprintf("PostgreSQL DoTx, fn inserting one row (%d calls each, one goroutine, one connection)", calls), "call",
+		costRow{"plain transaction (BEGIN, INSERT, COMMIT)", c.Plain},
+		costRow{"DoTx fresh (claim + the same + completion)", c.DoTx},
+		costRow{"DoTx replay", c.Replay}); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "DoTx adds %.2f round trips to the plain transaction (the claim, and the completion inside the transaction)\n",
@@ -300,14 +315,11 @@ func StepTxTable(ctx context.Context, w io.Writer, dsn string, calls int) error 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nPostgreSQL steps of a call (%d calls, one goroutine, one connection; the attempt's steps epoch not counted)\n", calls)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "step\tms/step\tround trips/step\t")
-	fmt.Fprintf(tw, "plain transaction (BEGIN, INSERT, COMMIT)\t%.2f\t%.2f\t\n", c.Plain.Ns/1e6, c.Plain.Trips)
-	fmt.Fprintf(tw, "Step that runs (claim, complete)\t%.2f\t%.2f\t\n", c.Step.Ns/1e6, c.Step.Trips)
-	fmt.Fprintf(tw, "StepTx that runs (claim + the same transaction + completion inside)\t%.2f\t%.2f\t\n", c.Run.Ns/1e6, c.Run.Trips)
-	fmt.Fprintf(tw, "StepTx replayed\t%.2f\t%.2f\t\n", c.Replay.Ns/1e6, c.Replay.Trips)
-	if err := tw.Flush(); err != nil {
+	if err := printCosts(w, fmt.Sprintf("PostgreSQL steps of a call (%d calls, one goroutine, one connection; the attempt's steps epoch not counted)", calls), "step",
+		costRow{"plain transaction (BEGIN, INSERT, COMMIT)", c.Plain},
+		costRow{"Step that runs (claim, complete)", c.Step},
+		costRow{"StepTx that runs (claim + the same transaction + completion inside)", c.Run},
+		costRow{"StepTx replayed", c.Replay}); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "StepTx adds %.2f round trips to the plain transaction (its claim, and its record inside the transaction); replayed, %.2f\n",
