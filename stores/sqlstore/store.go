@@ -97,7 +97,9 @@ func (s *Store) Dialect() Dialect { return s.dialect }
 // and on MySQL the table's claim procedure (see the package documentation:
 // it needs the CREATE ROUTINE privilege, and callers EXECUTE). It is safe
 // to run at every start; run it from one process at a time (concurrent
-// CREATE TABLE IF NOT EXISTS can fail on PostgreSQL).
+// CREATE TABLE IF NOT EXISTS can fail on PostgreSQL). It creates no
+// schema: a table in a schema that does not exist is an error matching
+// ErrNoSchema.
 func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.Validate(); err != nil {
 		return err
