@@ -6,28 +6,9 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/isr"
+	"github.com/idem-go/idem/isr/internal/isrtesting"
 	"github.com/idem-go/idem/isr/isrtest"
 )
-
-func render(context.Context, isr.Lease) (isr.Page, error) {
-	return isr.Page{S3Key: "body", ETag: `"e"`, RevalidateSeconds: 60}, nil
-}
-
-func mustAcquire(tb testing.TB, c *isr.Coordinator, pk string) isr.Lease {
-	tb.Helper()
-	l, err := c.TryAcquire(context.Background(), pk, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return l
-}
-
-func seedPage(tb testing.TB, c *isr.Coordinator, pk string) {
-	tb.Helper()
-	if _, err := c.Publish(context.Background(), mustAcquire(tb, c, pk), isr.Page{S3Key: "seed", RevalidateSeconds: 0}); err != nil {
-		tb.Fatal(err)
-	}
-}
 
 // BenchmarkMemoryRegeneration measures a regeneration (Lookup, TryAcquire,
 // Publish) on the memory table, and fails if acquire + publish is not 2
@@ -36,7 +17,7 @@ func BenchmarkMemoryRegeneration(b *testing.B) {
 	tbl := newMemoryTable(b)
 	c := mustCoordinator(b, tbl)
 	pk := isrtest.NewPK(b)
-	seedPage(b, c, pk)
+	isrtesting.SeedPage(b, c, pk)
 	ctx := context.Background()
 	before := tbl.Requests()
 	b.ResetTimer()

@@ -243,19 +243,3 @@ func TestRequestHashMatchesJavaScript(t *testing.T) {
 		t.Fatalf("RequestHash = %s", got)
 	}
 }
-
-// seedStale publishes a META that is already stale.
-func seedStale(t *testing.T, tb isr.Table, pk string) isr.Meta {
-	t.Helper()
-	ctx := context.Background()
-	past := time.Now().Add(-time.Hour)
-	l, err := tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "seed", Now: past, ExpiresAt: past.Unix() + 30, TTL: past.Unix() + 60})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := isr.Meta{PK: pk, S3Key: "old", GeneratedAt: past.Unix(), RevalidateSeconds: 60, ETag: `"old"`}
-	if err := tb.Publish(ctx, isr.PublishInput{Lease: l, Now: past, Meta: m}); err != nil {
-		t.Fatal(err)
-	}
-	return m
-}

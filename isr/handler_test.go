@@ -16,6 +16,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/body"
+	"github.com/idem-go/idem/isr/internal/isrtesting"
 	"github.com/idem-go/idem/isr/isrtest"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -120,51 +121,28 @@ func (f *fixture) handler(t *testing.T, p *pages, opts ...isr.HandlerOption) *is
 	return h
 }
 
-type response struct {
-	code  int
-	hdr   http.Header
-	body  string
-	cache string
-}
-
-func get(h http.Handler, path string, hdr ...string) response {
-	return do(h, http.MethodGet, path, hdr...)
-}
-
-func do(h http.Handler, method, path string, hdr ...string) response {
-	r := httptest.NewRequest(method, path, nil)
-	for i := 0; i+1 < len(hdr); i += 2 {
-		r.Header.Set(hdr[i], hdr[i+1])
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	res := w.Result()
-	b, _ := io.ReadAll(res.Body)
-	return response{code: res.StatusCode, hdr: res.Header, body: string(b), cache: res.Header.Get(isr.HeaderCache)}
-}
-
 func TestHandlerMissThenFresh(t *testing.T) {
 	f := newFixture(t)
 	r := get(f.h, "/a")
-	if r.code != 200 || r.cache != isr.CacheMiss || r.body != "v1 /a" {
+	if r.Code != 200 || r.Cache != isr.CacheMiss || r.Body != "v1 /a" {
 		t.Fatalf("first request: %+v", r)
 	}
-	if ct := r.hdr.Get("Content-Type"); ct != "text/html; charset=utf-8" {
+	if ct := r.Hdr.Get("Content-Type"); ct != "text/html; charset=utf-8" {
 		t.Fatalf("Content-Type %q", ct)
 	}
 	etag := body.ETag([]byte("v1 /a"))
-	if r.hdr.Get("ETag") != etag {
-		t.Fatalf("ETag %q, want %q", r.hdr.Get("ETag"), etag)
+	if r.Hdr.Get("ETag") != etag {
+		t.Fatalf("ETag %q, want %q", r.Hdr.Get("ETag"), etag)
 	}
-	if cc := r.hdr.Get("Cache-Control"); cc != "s-maxage=60, stale-while-revalidate=3600" {
+	if cc := r.Hdr.Get("Cache-Control"); cc != "s-maxage=60, stale-while-revalidate=3600" {
 		t.Fatalf("Cache-Control %q", cc)
 	}
 	f.clock.Advance(20 * time.Second)
 	r = get(f.h, "/a")
-	if r.code != 200 || r.cache != isr.CacheHit || r.body != "v1 /a" || r.hdr.Get("ETag") != etag {
+	if r.Code != 200 || r.Cache != isr.CacheHit || r.Body != "v1 /a" || r.Hdr.Get("ETag") != etag {
 		t.Fatalf("fresh request: %+v", r)
 	}
-	if cc := r.hdr.Get("Cache-Control"); cc != "s-maxage=40, stale-while-revalidate=3600" {
+	if cc := r.Hdr.Get("Cache-Control"); cc != "s-maxage=40, stale-while-revalidate=3600" {
 		t.Fatalf("Cache-Control %q: s-maxage must be the freshness left", cc)
 	}
 	if n := f.pages.renders.Load(); n != 1 {
@@ -180,7 +158,7 @@ func TestHandlerMissThenFresh(t *testing.T) {
 	}
 	// HEAD: same headers, no body.
 	r = do(f.h, http.MethodHead, "/a")
-	if r.code != 200 || r.body != "" || r.hdr.Get("Content-Length") != strconv.Itoa(len("v1 /a")) || r.hdr.Get("ETag") != etag {
+	if r.Code != 200 || r.Body != "" || r.Hdr.Get("Content-Length") != strconv.Itoa(len("v1 /a")) || r.Hdr.Get("ETag") != etag {
 		t.Fatalf("HEAD: %+v", r)
 	}
 }
@@ -192,7 +170,7 @@ func TestHandlerBodyReadFromStore(t *testing.T) {
 	get(f.h, "/a")
 	other := f.handler(t, newPages())
 	for i := 0; i < 3; i++ {
-		if r := get(other, "/a"); r.code != 200 || r.cache != isr.CacheHit || r.body != "v1 /a" {
+		if r := get(other, "/a"); r.Code != 200 || r.Cache != isr.CacheHit || r.Body != "v1 /a" {
 			t.Fatalf("other handler: %+v", r)
 		}
 	}
@@ -211,11 +189,11 @@ func TestHandlerBodyReadFromStore(t *testing.T) {
 func TestHandlerNotModified(t *testing.T) {
 	f := newFixture(t, isr.WithBodyCache(0))
 	first := get(f.h, "/p")
-	etag := first.hdr.Get("ETag")
+	etag := first.Hdr.Get("ETag")
 	reads := f.bodies.gets.Load()
 	for _, inm := range []string{etag, "W/" + etag, `"other", ` + etag, "*"} {
 		r := get(f.h, "/p", "If-None-Match", inm)
-		if r.code != http.StatusNotModified || r.body != "" || r.hdr.Get("ETag") != etag || r.hdr.Get("Cache-Control") == "" {
+		if r.Code != http.StatusNotModified || r.Body != "" || r.Hdr.Get("ETag") != etag || r.Hdr.Get("Cache-Control") == "" {
 			t.Fatalf("If-None-Match %s: %+v", inm, r)
 		}
 	}
@@ -223,20 +201,20 @@ func TestHandlerNotModified(t *testing.T) {
 		t.Fatalf("a 304 read the body store (%d reads)", n-reads)
 	}
 	r := get(f.h, "/p", "If-None-Match", `"something-else"`)
-	if r.code != 200 || r.body != "v1 /p" {
+	if r.Code != 200 || r.Body != "v1 /p" {
 		t.Fatalf("non-matching If-None-Match: %+v", r)
 	}
 	// Stale pages answer 304 too, and still trigger a regeneration.
 	f.clock.Advance(61 * time.Second)
 	r = get(f.h, "/p", "If-None-Match", etag)
-	if r.code != http.StatusNotModified || r.cache != isr.CacheStale {
+	if r.Code != http.StatusNotModified || r.Cache != isr.CacheStale {
 		t.Fatalf("stale If-None-Match: %+v", r)
 	}
 	if err := f.h.Wait(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	r = get(f.h, "/p", "If-None-Match", etag)
-	if r.code != 200 || r.cache != isr.CacheHit || r.body != "v2 /p" {
+	if r.Code != 200 || r.Cache != isr.CacheHit || r.Body != "v2 /p" {
 		t.Fatalf("after regeneration: %+v", r)
 	}
 }
@@ -254,7 +232,7 @@ func TestHandlerStaleOneRegeneration(t *testing.T) {
 
 	const n = 1000
 	var wg sync.WaitGroup
-	results := make([]response, n)
+	results := make([]isrtesting.Response, n)
 	start := make(chan struct{})
 	for i := 0; i < n; i++ {
 		wg.Add(1)
@@ -280,7 +258,7 @@ func TestHandlerStaleOneRegeneration(t *testing.T) {
 		t.Fatal("no regeneration started")
 	}
 	for i, r := range results {
-		if r.code != 200 || r.cache != isr.CacheStale || r.body != "v1 /s" || r.hdr.Get("Cache-Control") != "s-maxage=0, stale-while-revalidate=3600" {
+		if r.Code != 200 || r.Cache != isr.CacheStale || r.Body != "v1 /s" || r.Hdr.Get("Cache-Control") != "s-maxage=0, stale-while-revalidate=3600" {
 			t.Fatalf("request %d: %+v", i, r)
 		}
 	}
@@ -292,7 +270,7 @@ func TestHandlerStaleOneRegeneration(t *testing.T) {
 		t.Fatalf("%d renders, want 2 (first render + exactly one regeneration)", got)
 	}
 	r := get(f.h, "/s")
-	if r.code != 200 || r.cache != isr.CacheHit || r.body != "v2 /s" {
+	if r.Code != 200 || r.Cache != isr.CacheHit || r.Body != "v2 /s" {
 		t.Fatalf("after regeneration: %+v", r)
 	}
 }
@@ -318,7 +296,7 @@ func TestHandlerStaleTwoHandlers(t *testing.T) {
 			if i%2 == 1 {
 				h = h2
 			}
-			if r := get(h, "/s"); r.code != 200 || r.cache != isr.CacheStale {
+			if r := get(h, "/s"); r.Code != 200 || r.Cache != isr.CacheStale {
 				t.Errorf("request %d: %+v", i, r)
 			}
 		}(i)
@@ -344,7 +322,7 @@ func TestHandlerMissingRenderedOnce(t *testing.T) {
 	const n = 300
 	var wg sync.WaitGroup
 	var entered atomic.Int64
-	results := make([]response, n)
+	results := make([]isrtesting.Response, n)
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func(i int) {
@@ -364,10 +342,10 @@ func TestHandlerMissingRenderedOnce(t *testing.T) {
 	// page just published (HIT). Either way: one render, the same page.
 	misses := 0
 	for i, r := range results {
-		if r.code != 200 || (r.cache != isr.CacheMiss && r.cache != isr.CacheHit) || r.body != "v1 /m" {
+		if r.Code != 200 || (r.Cache != isr.CacheMiss && r.Cache != isr.CacheHit) || r.Body != "v1 /m" {
 			t.Fatalf("request %d: %+v", i, r)
 		}
-		if r.cache == isr.CacheMiss {
+		if r.Cache == isr.CacheMiss {
 			misses++
 		}
 	}
@@ -385,7 +363,7 @@ func TestHandlerMissingRenderedOnce(t *testing.T) {
 func TestHandlerMissingWaitsForOtherProcess(t *testing.T) {
 	f := newFixture(t)
 	release := f.pages.holdRenders()
-	first := make(chan response, 1)
+	first := make(chan isrtesting.Response, 1)
 	go func() { first <- get(f.h, "/w") }()
 	<-f.pages.started // handler 1 holds the lease and is rendering
 
@@ -394,7 +372,7 @@ func TestHandlerMissingWaitsForOtherProcess(t *testing.T) {
 	h2 := f.handler(t, p2, isr.WithPollBackoff(time.Millisecond, 10*time.Millisecond),
 		isr.WithRegenerateHook(func(string, isr.Result, error) { polls.Add(1) }))
 	var wg sync.WaitGroup
-	results := make([]response, 50)
+	results := make([]isrtesting.Response, 50)
 	for i := range results {
 		wg.Add(1)
 		go func(i int) { defer wg.Done(); results[i] = get(h2, "/w") }(i)
@@ -404,13 +382,13 @@ func TestHandlerMissingWaitsForOtherProcess(t *testing.T) {
 	}
 	release()
 	wg.Wait()
-	if r := <-first; r.code != 200 || r.body != "v1 /w" {
+	if r := <-first; r.Code != 200 || r.Body != "v1 /w" {
 		t.Fatalf("rendering handler: %+v", r)
 	}
 	// A request the scheduler held back until after the publish reads the
 	// published page (HIT); the others waited for it (MISS). None renders.
 	for i, r := range results {
-		if r.code != 200 || r.body != "v1 /w" || (r.cache != isr.CacheMiss && r.cache != isr.CacheHit) {
+		if r.Code != 200 || r.Body != "v1 /w" || (r.Cache != isr.CacheMiss && r.Cache != isr.CacheHit) {
 			t.Fatalf("waiting request %d: %+v", i, r)
 		}
 	}
@@ -432,7 +410,7 @@ func TestHandlerMissingHolderDied(t *testing.T) {
 	if _, err := f.coord.TryAcquire(ctx, pk, nil); err != nil {
 		t.Fatal(err)
 	}
-	res := make(chan response, 10)
+	res := make(chan isrtesting.Response, 10)
 	for i := 0; i < 10; i++ {
 		go func() { res <- get(f.h, "/dead") }()
 	}
@@ -442,7 +420,7 @@ func TestHandlerMissingHolderDied(t *testing.T) {
 	}
 	f.clock.Advance(31 * time.Second) // the dead worker's lease expires
 	for i := 0; i < 10; i++ {
-		if r := <-res; r.code != 200 || r.body != "v1 /dead" {
+		if r := <-res; r.Code != 200 || r.Body != "v1 /dead" {
 			t.Fatalf("request %d: %+v", i, r)
 		}
 	}
@@ -457,13 +435,13 @@ func TestHandlerWaitTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := get(f.h, "/busy")
-	if r.code != http.StatusServiceUnavailable || r.hdr.Get("Retry-After") == "" || r.hdr.Get("Cache-Control") != "no-store" {
+	if r.Code != http.StatusServiceUnavailable || r.Hdr.Get("Retry-After") == "" || r.Hdr.Get("Cache-Control") != "no-store" {
 		t.Fatalf("%+v", r)
 	}
 	// The flight's own deadline passing first gives the same answer.
 	h := f.handler(t, f.pages, isr.WithWaitTimeout(time.Hour), isr.WithRenderTimeout(50*time.Millisecond))
 	r = get(h, "/busy")
-	if r.code != http.StatusServiceUnavailable || r.hdr.Get("Retry-After") == "" {
+	if r.Code != http.StatusServiceUnavailable || r.Hdr.Get("Retry-After") == "" {
 		t.Fatalf("flight deadline: %+v", r)
 	}
 }
@@ -471,24 +449,24 @@ func TestHandlerWaitTimeout(t *testing.T) {
 func TestHandlerRenderErrors(t *testing.T) {
 	f := newFixture(t)
 	f.pages.setErr(errors.New("boom"))
-	if r := get(f.h, "/e"); r.code != http.StatusInternalServerError || r.hdr.Get("Cache-Control") != "no-store" {
+	if r := get(f.h, "/e"); r.Code != http.StatusInternalServerError || r.Hdr.Get("Cache-Control") != "no-store" {
 		t.Fatalf("render error: %+v", r)
 	}
 	// Nothing was published and the lease was released: the next request
 	// renders again at once.
 	f.pages.setErr(nil)
-	if r := get(f.h, "/e"); r.code != 200 || r.body != "v2 /e" {
+	if r := get(f.h, "/e"); r.Code != 200 || r.Body != "v2 /e" {
 		t.Fatalf("after a failed render: %+v", r)
 	}
 	f.pages.setErr(fmt.Errorf("lookup: %w", isr.ErrNoPage))
-	if r := get(f.h, "/nothing"); r.code != http.StatusNotFound {
+	if r := get(f.h, "/nothing"); r.Code != http.StatusNotFound {
 		t.Fatalf("ErrNoPage: %+v", r)
 	}
 	// A stale page whose regeneration fails keeps being served.
 	f.clock.Advance(61 * time.Second)
 	f.pages.setErr(errors.New("boom"))
 	for i := 0; i < 3; i++ {
-		if r := get(f.h, "/e"); r.code != 200 || r.cache != isr.CacheStale || r.body != "v2 /e" {
+		if r := get(f.h, "/e"); r.Code != 200 || r.Cache != isr.CacheStale || r.Body != "v2 /e" {
 			t.Fatalf("stale after failed regeneration: %+v", r)
 		}
 		if err := f.h.Wait(context.Background()); err != nil {
@@ -499,19 +477,19 @@ func TestHandlerRenderErrors(t *testing.T) {
 
 func TestHandlerInputs(t *testing.T) {
 	f := newFixture(t)
-	if r := do(f.h, http.MethodPost, "/a"); r.code != http.StatusMethodNotAllowed || r.hdr.Get("Allow") != "GET, HEAD" {
+	if r := do(f.h, http.MethodPost, "/a"); r.Code != http.StatusMethodNotAllowed || r.Hdr.Get("Allow") != "GET, HEAD" {
 		t.Fatalf("POST: %+v", r)
 	}
 	bad := f.handler(t, f.pages, isr.WithKeyFunc(func(*http.Request) (string, string, error) {
 		return "bad#tenant", "/x", nil
 	}))
-	if r := get(bad, "/x"); r.code != http.StatusBadRequest {
+	if r := get(bad, "/x"); r.Code != http.StatusBadRequest {
 		t.Fatalf("bad tenant: %+v", r)
 	}
 	tenant := f.handler(t, f.pages, isr.WithKeyFunc(func(r *http.Request) (string, string, error) {
 		return r.Header.Get("X-Tenant"), r.URL.Path, nil
 	}))
-	if r := get(tenant, "/t", "X-Tenant", "t1"); r.code != 200 {
+	if r := get(tenant, "/t", "X-Tenant", "t1"); r.Code != 200 {
 		t.Fatalf("tenant: %+v", r)
 	}
 	pk, _ := isr.PK("t1", "/t")
@@ -537,18 +515,9 @@ func TestHandlerInputs(t *testing.T) {
 	}
 	_, err := isr.NewHandler(nil, nil, nil, isr.WithRevalidate(0), nil)
 	storetest.CheckOptionErrors(t, err, "isr.NewHandler", "isr.NewHandler", "isr.NewHandler", "isr.WithRevalidate", "isr.NewHandler")
-	if r := get(&isr.Handler{}, "/a"); r.code != http.StatusInternalServerError {
+	if r := get(&isr.Handler{}, "/a"); r.Code != http.StatusInternalServerError {
 		t.Fatalf("zero handler: %+v", r)
 	}
-}
-
-func mustPK(t testing.TB, key string) string {
-	t.Helper()
-	pk, err := isr.PK("", key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pk
 }
 
 // TestHandlerRequestCounts: a fresh hit is one table request (the META
@@ -560,7 +529,7 @@ func TestHandlerRequestCounts(t *testing.T) {
 	get(f.h, "/c")
 	before, reads := mt.Requests(), f.bodies.gets.Load()
 	for i := 0; i < 10; i++ {
-		if r := get(f.h, "/c"); r.cache != isr.CacheHit {
+		if r := get(f.h, "/c"); r.Cache != isr.CacheHit {
 			t.Fatalf("%+v", r)
 		}
 	}
@@ -599,7 +568,7 @@ func TestHandlerLeaseElsewhereCooldown(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 50; i++ {
-		if r := get(f.h, "/busy"); r.code != 200 || r.cache != isr.CacheStale {
+		if r := get(f.h, "/busy"); r.Code != 200 || r.Cache != isr.CacheStale {
 			t.Fatalf("%+v", r)
 		}
 		if err := f.h.Wait(context.Background()); err != nil {
@@ -622,7 +591,7 @@ func BenchmarkHandlerFreshHit(b *testing.B) {
 	coord := mustCoordinator(b, newMemoryTable(b))
 	p := newPages()
 	h := mustHandler(b, coord, body.NewMemory(), p.render, isr.WithRevalidate(time.Hour))
-	benchFresh(b, h)
+	isrtesting.BenchFresh(b, h)
 }
 
 // BenchmarkHandlerFreshHit304 measures fresh revalidations answered 304.
@@ -631,7 +600,7 @@ func BenchmarkHandlerFreshHit304(b *testing.B) {
 	p := newPages()
 	h := mustHandler(b, coord, body.NewMemory(), p.render, isr.WithRevalidate(time.Hour))
 	r := get(h, "/bench")
-	etag := r.hdr.Get("ETag")
+	etag := r.Hdr.Get("ETag")
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -647,28 +616,10 @@ func BenchmarkHandlerFreshHit304(b *testing.B) {
 	})
 }
 
-func benchFresh(b *testing.B, h *isr.Handler) {
-	if r := get(h, "/bench"); r.code != 200 {
-		b.Fatalf("seed: %+v", r)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		req := httptest.NewRequest(http.MethodGet, "/bench", nil)
-		for pb.Next() {
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, req)
-			if w.Code != 200 {
-				b.Fatalf("status %d", w.Code)
-			}
-		}
-	})
-}
-
 func TestDefaultKeyIgnoresQuery(t *testing.T) {
 	f := newFixture(t)
 	get(f.h, "/q?a=1")
-	if r := get(f.h, "/q?b=2"); r.cache != isr.CacheHit || r.body != "v1 /q" {
+	if r := get(f.h, "/q?b=2"); r.Cache != isr.CacheHit || r.Body != "v1 /q" {
 		t.Fatalf("%+v", r)
 	}
 	if f.pages.renders.Load() != 1 {
@@ -736,7 +687,7 @@ func TestHandlerWaitWhileServing(t *testing.T) {
 					return
 				default:
 				}
-				if r := get(f.h, fmt.Sprintf("/w/%d/%d", g, i)); r.code != 200 {
+				if r := get(f.h, fmt.Sprintf("/w/%d/%d", g, i)); r.Code != 200 {
 					t.Errorf("request: %+v", r)
 					return
 				}
@@ -797,8 +748,8 @@ func TestHandlerNotModifiedLists(t *testing.T) {
 		}
 	}
 	for _, inm := range []string{`"a"`, `b"`, `"a,b`, `"a"` + ", " + `b"`, `W/`, `"x", W/`, `W/"`, `"`} {
-		if r := get(f.h, "/c", "If-None-Match", inm); r.code != http.StatusOK {
-			t.Errorf("If-None-Match %s: %d, want 200", inm, r.code)
+		if r := get(f.h, "/c", "If-None-Match", inm); r.Code != http.StatusOK {
+			t.Errorf("If-None-Match %s: %d, want 200", inm, r.Code)
 		}
 	}
 }
@@ -809,7 +760,7 @@ func TestHandlerSMaxAgeBoundedByRevalidate(t *testing.T) {
 	f := newFixture(t)
 	seedForeignPage(t, f, "/f", `"f"`, f.clock.Now().Add(time.Hour))
 	r := get(f.h, "/f")
-	if cc := r.hdr.Get("Cache-Control"); r.code != 200 || cc != "s-maxage=60, stale-while-revalidate=3600" {
-		t.Fatalf("%d, Cache-Control %q", r.code, cc)
+	if cc := r.Hdr.Get("Cache-Control"); r.Code != 200 || cc != "s-maxage=60, stale-while-revalidate=3600" {
+		t.Fatalf("%d, Cache-Control %q", r.Code, cc)
 	}
 }

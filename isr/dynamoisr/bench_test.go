@@ -7,12 +7,9 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/isr"
+	"github.com/idem-go/idem/isr/internal/isrtesting"
 	"github.com/idem-go/idem/isr/isrtest"
 )
-
-func render(context.Context, isr.Lease) (isr.Page, error) {
-	return isr.Page{S3Key: "body", ETag: `"e"`, RevalidateSeconds: 60}, nil
-}
 
 // regenerationCosts measures, with SDK middleware, the DynamoDB requests of
 // one regeneration in each shape.
@@ -42,7 +39,7 @@ func regenerationCosts(tb testing.TB, c *isr.Coordinator, rc *requestCounter, pk
 	flow = rc.total.Load() - before
 
 	// Regenerate with a request record: + REQ# create.
-	if _, err := c.Publish(ctx, mustAcquire(tb, c, pk), isr.Page{S3Key: "stale", RevalidateSeconds: 0}); err != nil {
+	if _, err := c.Publish(ctx, isrtesting.MustAcquire(tb, c, pk), isr.Page{S3Key: "stale", RevalidateSeconds: 0}); err != nil {
 		tb.Fatal(err)
 	}
 	before = rc.total.Load()
@@ -58,39 +55,23 @@ func render0(context.Context, isr.Lease) (isr.Page, error) {
 	return isr.Page{S3Key: "body", ETag: `"e"`, RevalidateSeconds: 0}, nil
 }
 
-func mustAcquire(tb testing.TB, c *isr.Coordinator, pk string) isr.Lease {
-	tb.Helper()
-	l, err := c.TryAcquire(context.Background(), pk, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return l
-}
-
-func seedPage(tb testing.TB, c *isr.Coordinator, pk string) {
-	tb.Helper()
-	if _, err := c.Publish(context.Background(), mustAcquire(tb, c, pk), isr.Page{S3Key: "seed", RevalidateSeconds: 0}); err != nil {
-		tb.Fatal(err)
-	}
-}
-
 // TestDynamoRequestsPerRegeneration pins the request counts: acquire +
 // publish = 2; Regenerate = 3 (META read first); with a request record = 4.
 func TestDynamoRequestsPerRegeneration(t *testing.T) {
 	client, rc := dynamoClient(t)
 	c := mustCoordinator(t, mustDynamoTable(t, client, freshTable(t, client)))
 	pk := isrtest.NewPK(t)
-	seedPage(t, c, pk)
+	isrtesting.SeedPage(t, c, pk)
 	manual, flow, withReq := regenerationCosts(t, c, rc, pk, 0)
 	if manual != 2 || flow != 3 || withReq != 4 {
 		t.Fatalf("requests: acquire+publish %d (want 2), Regenerate %d (want 3), with REQ# %d (want 4)", manual, flow, withReq)
 	}
 	// A fresh page costs one read and nothing else.
-	if _, err := c.Publish(context.Background(), mustAcquire(t, c, pk), isr.Page{S3Key: "fresh", RevalidateSeconds: 3600}); err != nil {
+	if _, err := c.Publish(context.Background(), isrtesting.MustAcquire(t, c, pk), isr.Page{S3Key: "fresh", RevalidateSeconds: 3600}); err != nil {
 		t.Fatal(err)
 	}
 	before := rc.total.Load()
-	res, err := c.Regenerate(context.Background(), pk, nil, render)
+	res, err := c.Regenerate(context.Background(), pk, nil, isrtesting.Render)
 	if err != nil || res.Outcome != isr.OutcomeFresh || rc.total.Load()-before != 1 {
 		t.Fatalf("fresh: %+v %v, %d requests", res, err, rc.total.Load()-before)
 	}
@@ -102,7 +83,7 @@ func BenchmarkDynamoRegeneration(b *testing.B) {
 	client, rc := dynamoClient(b)
 	c := mustCoordinator(b, mustDynamoTable(b, client, freshTable(b, client)))
 	pk := isrtest.NewPK(b)
-	seedPage(b, c, pk)
+	isrtesting.SeedPage(b, c, pk)
 	ctx := context.Background()
 	before := rc.total.Load()
 	b.ResetTimer()

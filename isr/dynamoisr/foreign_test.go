@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idem-go/idem/isr"
+	"github.com/idem-go/idem/isr/internal/isrtesting"
 	"github.com/idem-go/idem/isr/isrtest"
 )
 
@@ -97,3 +99,54 @@ func TestDynamoForeignItems(t *testing.T) {
 		}
 	})
 }
+
+func dynamoRaw(t *testing.T) isrtesting.RawTable {
+	client, _ := dynamoClient(t)
+	name := freshTable(t, client)
+	return isrtesting.RawTable{
+		Table: mustDynamoTable(t, client, name),
+		Put: func(t *testing.T, pk, sk string, it map[string]any) {
+			av := item{}
+			var numbers []string
+			for k, v := range it {
+				if num, ok := v.(isrtesting.RawN); ok {
+					av[k] = n(string(num))
+					numbers = append(numbers, k)
+				} else {
+					av[k] = s(v.(string))
+				}
+			}
+			_, err := client.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(name), Item: av})
+			if err != nil && (strings.Contains(err.Error(), "cannot be converted into a number") || strings.Contains(err.Error(), "Number overflow")) {
+				// DynamoDB has no such number: written as the wrong type.
+				for _, k := range numbers {
+					av[k] = s(string(it[k].(isrtesting.RawN)))
+				}
+				_, err = client.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(name), Item: av})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		},
+		Raw: func(t *testing.T, pk, sk string) map[string]any {
+			out, err := client.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(name), Key: item{"pk": s(pk), "sk": s(sk)}, ConsistentRead: aws.Bool(true)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := map[string]any{}
+			for k, v := range out.Item {
+				switch v := v.(type) {
+				case *types.AttributeValueMemberS:
+					m[k] = v.Value
+				case *types.AttributeValueMemberN:
+					m[k] = isrtesting.RawN(v.Value)
+				default:
+					m[k] = v
+				}
+			}
+			return m
+		},
+	}
+}
+
+func TestDynamoForeignItemsShared(t *testing.T) { isrtesting.RunForeignItems(t, dynamoRaw(t)) }

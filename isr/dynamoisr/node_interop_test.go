@@ -287,8 +287,8 @@ func TestNodeInterop(t *testing.T) {
 			t.Fatalf("GetMeta = %+v", m)
 		}
 		res := get(h, "/node-a")
-		if res.code != 200 || res.body != "from node A" || res.cache != isr.CacheHit || res.hdr.Get("ETag") != etag {
-			t.Fatalf("served %d %s %q etag %s", res.code, res.cache, res.body, res.hdr.Get("ETag"))
+		if res.Code != 200 || res.Body != "from node A" || res.Cache != isr.CacheHit || res.Hdr.Get("ETag") != etag {
+			t.Fatalf("served %d %s %q etag %s", res.Code, res.Cache, res.Body, res.Hdr.Get("ETag"))
 		}
 	})
 
@@ -318,8 +318,8 @@ func TestNodeInterop(t *testing.T) {
 		if m.S3Key != "pages/node-b-v2" || m.ETag != `"v2"` || m.GeneratedAt != now || m.CurrentSK != "VER#v2" || m.Version != 1 {
 			t.Fatalf("GetMeta after pointer swap = %+v", m)
 		}
-		if res := get(h, "/node-b"); res.code != 200 || res.body != "node B v2" || res.cache != isr.CacheHit {
-			t.Fatalf("served %d %s %q", res.code, res.cache, res.body)
+		if res := get(h, "/node-b"); res.Code != 200 || res.Body != "node B v2" || res.Cache != isr.CacheHit {
+			t.Fatalf("served %d %s %q", res.Code, res.Cache, res.Body)
 		}
 		// A pointer-only META from the start (no recipe-A fields at all).
 		pk2, _ := isr.PK("", "/node-b-only")
@@ -328,8 +328,8 @@ func TestNodeInterop(t *testing.T) {
 		if _, ok := meta["s3_key"]; ok {
 			t.Fatalf("META is not pointer-only: %v", meta)
 		}
-		if res := get(h, "/node-b-only"); res.code != 200 || res.body != "node B v1" || res.cache != isr.CacheHit {
-			t.Fatalf("pointer-only META served %d %s %q", res.code, res.cache, res.body)
+		if res := get(h, "/node-b-only"); res.Code != 200 || res.Body != "node B v1" || res.Cache != isr.CacheHit {
+			t.Fatalf("pointer-only META served %d %s %q", res.Code, res.Cache, res.Body)
 		}
 		// Go publishes recipe B over Node's pointer: version continues.
 		gocoord := mustCoordinator(t, tb, isr.WithClock(func() time.Time { return t0.Add(2 * time.Minute) }), isr.WithPointerSwap())
@@ -372,13 +372,13 @@ func TestNodeInterop(t *testing.T) {
 		// Within the default window (300 s): served fresh, no render.
 		fresh := handler(mustCoordinator(t, tb, isr.WithClock(clock), isr.WithDefaultRevalidate(5*time.Minute)))
 		res := get(fresh, "/node-scratch")
-		if res.code != 200 || res.body != "node scratch" || res.cache != isr.CacheHit || res.hdr.Get("ETag") != `"s1"` || res.hdr.Get("Cache-Control") != "s-maxage=200, stale-while-revalidate=86400" {
-			t.Fatalf("served %d %s %q etag %s cache-control %q", res.code, res.cache, res.body, res.hdr.Get("ETag"), res.hdr.Get("Cache-Control"))
+		if res.Code != 200 || res.Body != "node scratch" || res.Cache != isr.CacheHit || res.Hdr.Get("ETag") != `"s1"` || res.Hdr.Get("Cache-Control") != "s-maxage=200, stale-while-revalidate=86400" {
+			t.Fatalf("served %d %s %q etag %s cache-control %q", res.Code, res.Cache, res.Body, res.Hdr.Get("ETag"), res.Hdr.Get("Cache-Control"))
 		}
 		// Past it (the default 60 s): served stale and regenerated.
 		stale := handler(mustCoordinator(t, tb, isr.WithClock(clock), isr.WithPointerSwap()))
-		if res := get(stale, "/node-scratch"); res.code != 200 || res.body != "node scratch" || res.cache != isr.CacheStale {
-			t.Fatalf("served %d %s %q", res.code, res.cache, res.body)
+		if res := get(stale, "/node-scratch"); res.Code != 200 || res.Body != "node scratch" || res.Cache != isr.CacheStale {
+			t.Fatalf("served %d %s %q", res.Code, res.Cache, res.Body)
 		}
 		if err := stale.Wait(ctx); err != nil {
 			t.Fatal(err)
@@ -395,8 +395,8 @@ func TestNodeInterop(t *testing.T) {
 		// default.
 		pk2, _ := isr.PK("", "/node-scratch-2")
 		node.must(t, "publishPointerOnly", map[string]any{"pk": pk2, "id": "s1", "s3_key": "pages/scratch", "generated_at": now - 100, "etag": `"s1"`, "revalidate_seconds": 3600})
-		if res := get(stale, "/node-scratch-2"); res.code != 200 || res.cache != isr.CacheHit || res.hdr.Get("Cache-Control") != "s-maxage=3500, stale-while-revalidate=86400" {
-			t.Fatalf("served %d %s cache-control %q", res.code, res.cache, res.hdr.Get("Cache-Control"))
+		if res := get(stale, "/node-scratch-2"); res.Code != 200 || res.Cache != isr.CacheHit || res.Hdr.Get("Cache-Control") != "s-maxage=3500, stale-while-revalidate=86400" {
+			t.Fatalf("served %d %s cache-control %q", res.Code, res.Cache, res.Hdr.Get("Cache-Control"))
 		}
 	})
 

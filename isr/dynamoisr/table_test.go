@@ -65,6 +65,13 @@ func freshTable(t testing.TB, client *dynamodb.Client) string {
 	return createTable(t, client, false)
 }
 
+// newTTLTable is freshTable with TTL deletion left on, as CreateTable
+// sets it.
+func newTTLTable(t testing.TB, client *dynamodb.Client) string {
+	t.Helper()
+	return createTable(t, client, true)
+}
+
 func createTable(t testing.TB, client *dynamodb.Client, keepTTL bool) string {
 	t.Helper()
 	var b [6]byte

@@ -1,4 +1,4 @@
-package isr_test
+package dynamoisr_test
 
 import (
 	"bufio"
@@ -26,6 +26,7 @@ import (
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/body"
 	"github.com/idem-go/idem/isr/dynamoisr"
+	"github.com/idem-go/idem/isr/internal/isrtesting"
 	"github.com/idem-go/idem/isr/isrtest"
 )
 
@@ -74,27 +75,26 @@ func TestHandlerDynamoS3(t *testing.T) {
 	}
 	clock := isrtest.NewClock(time.Now())
 	coord := mustCoordinator(t, mustDynamoTable(t, ddb, handlerTable(t, ddb)), isr.WithClock(clock.Now))
-	p := newPages()
-	h := mustHandler(t, coord, mustS3(t, s3c, bucket), p.render, isr.WithBodyCache(0))
+	h := mustHandler(t, coord, mustS3(t, s3c, bucket), renderPage(), isr.WithBodyCache(0))
 	r := get(h, "/ds")
-	if r.code != 200 || r.cache != isr.CacheMiss || r.body != "v1 /ds" {
+	if r.Code != 200 || r.Cache != isr.CacheMiss || r.Body != "v1 /ds" {
 		t.Fatalf("miss: %+v", r)
 	}
 	r = get(h, "/ds")
-	if r.code != 200 || r.cache != isr.CacheHit || r.body != "v1 /ds" {
+	if r.Code != 200 || r.Cache != isr.CacheHit || r.Body != "v1 /ds" {
 		t.Fatalf("hit: %+v", r)
 	}
-	if r2 := get(h, "/ds", "If-None-Match", r.hdr.Get("ETag")); r2.code != http.StatusNotModified {
+	if r2 := get(h, "/ds", "If-None-Match", r.Hdr.Get("ETag")); r2.Code != http.StatusNotModified {
 		t.Fatalf("304: %+v", r2)
 	}
 	clock.Advance(2 * time.Minute)
-	if r = get(h, "/ds"); r.code != 200 || r.cache != isr.CacheStale || r.body != "v1 /ds" {
+	if r = get(h, "/ds"); r.Code != 200 || r.Cache != isr.CacheStale || r.Body != "v1 /ds" {
 		t.Fatalf("stale: %+v", r)
 	}
 	if err := h.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if r = get(h, "/ds"); r.code != 200 || r.cache != isr.CacheHit || r.body != "v2 /ds" {
+	if r = get(h, "/ds"); r.Code != 200 || r.Cache != isr.CacheHit || r.Body != "v2 /ds" {
 		t.Fatalf("regenerated: %+v", r)
 	}
 }
@@ -161,7 +161,7 @@ func TestHandlerStaleAcrossProcesses(t *testing.T) {
 		func(context.Context, string, string) ([]byte, string, error) {
 			return []byte("old page"), "text/plain", nil
 		}, isr.WithRevalidate(time.Minute))
-	if r := get(seed, "/shared"); r.code != 200 || r.body != "old page" {
+	if r := get(seed, "/shared"); r.Code != 200 || r.Body != "old page" {
 		t.Fatalf("seed: %+v", r)
 	}
 	pk := mustPK(t, "/shared")
@@ -323,25 +323,14 @@ func BenchmarkHandlerFreshHitDynamoFile(b *testing.B) {
 		b.Fatal(err)
 	}
 	coord := mustCoordinator(b, mustDynamoTable(b, ddb, handlerTable(b, ddb)))
-	p := newPages()
-	h := mustHandler(b, coord, bodies, p.render, isr.WithRevalidate(time.Hour))
-	benchFresh(b, h)
+	h := mustHandler(b, coord, bodies, renderPage(), isr.WithRevalidate(time.Hour))
+	isrtesting.BenchFresh(b, h)
 }
 
-func benchFresh(b *testing.B, h *isr.Handler) {
-	if r := get(h, "/bench"); r.code != 200 {
-		b.Fatalf("seed: %+v", r)
+// renderPage returns a PageFunc whose nth render of key is "v<n> <key>".
+func renderPage() isr.PageFunc {
+	var n atomic.Int64
+	return func(_ context.Context, _, key string) ([]byte, string, error) {
+		return []byte(fmt.Sprintf("v%d %s", n.Add(1), key)), "text/html; charset=utf-8", nil
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		req := httptest.NewRequest(http.MethodGet, "/bench", nil)
-		for pb.Next() {
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, req)
-			if w.Code != 200 {
-				b.Fatalf("status %d", w.Code)
-			}
-		}
-	})
 }

@@ -1,4 +1,4 @@
-package isr_test
+package isrtesting
 
 import (
 	"bufio"
@@ -18,14 +18,26 @@ import (
 	"github.com/idem-go/idem/isr/isrtest"
 )
 
-// The tests below re-execute the test binary as worker processes
-// (testenv.StartChild): the child runs TestHelperProcess with
-// ISR_HELPER_ROLE set and talks to the parent over stdin/stdout, one line
-// per message.
+// ProcBackend is the storage several test processes share: an ISR table,
+// and counters every process can bump atomically (to count holders and
+// renders across processes). Env tells a child process how to open the
+// same backend (the opener HelperProcess is given reads it).
+type ProcBackend struct {
+	Table isr.Table
+	Add   func(ctx context.Context, pk, name string, delta int64) (int64, error)
+	Env   []string
+}
+
+// The multi-process tests re-execute the test binary as worker processes
+// (testenv.StartChild): the child runs the module's TestHelperProcess,
+// which calls HelperProcess, with ISR_HELPER_ROLE set and talks to the
+// parent over stdin/stdout, one line per message.
 
 const helperEnv = "ISR_HELPER_ROLE"
 
-func startChild(t *testing.T, role string, env ...string) *testenv.Child {
+// StartChild starts a worker process of role, with env added to its
+// environment.
+func StartChild(t *testing.T, role string, env ...string) *testenv.Child {
 	t.Helper()
 	return testenv.StartChild(t, testenv.ChildConfig{
 		Run: "^TestHelperProcess$",
@@ -33,21 +45,22 @@ func startChild(t *testing.T, role string, env ...string) *testenv.Child {
 	})
 }
 
-// TestHelperProcess is the worker process body; it does nothing in a
-// normal test run.
-func TestHelperProcess(t *testing.T) {
+// HelperProcess is the worker process body: a module's TestHelperProcess
+// calls it with the opener of its backend (which reads the location its
+// parent put in ProcBackend.Env). It does nothing in a normal test run.
+func HelperProcess(t *testing.T, open func(t *testing.T) *ProcBackend) {
 	role := os.Getenv(helperEnv)
 	if role == "" {
 		return // only runs as a re-executed worker process
 	}
-	b := procBackendFromEnv(t)
-	tb := b.tb
+	b := open(t)
+	tb := b.Table
 	pk := os.Getenv("ISR_PK")
 	in := bufio.NewScanner(os.Stdin)
 	ctx := context.Background()
 	switch role {
 	case "paused-writer":
-		c := mustCoordinator(t, tb, isr.WithLeaseDuration(3*time.Second))
+		c := MustCoordinator(t, tb, isr.WithLeaseDuration(3*time.Second))
 		seen, err := c.Lookup(ctx, pk)
 		if err != nil {
 			fmt.Println("ERROR", err)
@@ -91,12 +104,12 @@ const workersDeadline = 2 * time.Minute
 // runWorkers runs n goroutines of one role and summarises what they saw as
 // "key=value ..." (violations, errors, outcomes).
 // total is the number of callers in all processes together.
-func runWorkers(ctx context.Context, b *procBackend, pk, role string, n, total int) string {
+func runWorkers(ctx context.Context, b *ProcBackend, pk, role string, n, total int) string {
 	// The lease outlives the longest render the deadline allows, so its
 	// refreshes (every third of it) are never needed in time: how fast
 	// the backend answers a refresh under load decides nothing here (the
 	// refresh and its lapse have tests of their own).
-	c, err := isr.NewCoordinator(b.tb, isr.WithLeaseDuration(3*workersDeadline))
+	c, err := isr.NewCoordinator(b.Table, isr.WithLeaseDuration(3*workersDeadline))
 	if err != nil {
 		return "errors=1 first=" + err.Error()
 	}
@@ -109,7 +122,7 @@ func runWorkers(ctx context.Context, b *procBackend, pk, role string, n, total i
 	// hold marks this worker as the lease holder for a moment: the shared
 	// holders counter must read exactly 1 while it does.
 	hold := func() {
-		h, err := b.add(ctx, pk, "holders", 1)
+		h, err := b.Add(ctx, pk, "holders", 1)
 		if err != nil {
 			note(err)
 			return
@@ -118,7 +131,7 @@ func runWorkers(ctx context.Context, b *procBackend, pk, role string, n, total i
 			violations.Add(1)
 		}
 		time.Sleep(30 * time.Millisecond)
-		if _, err := b.add(ctx, pk, "holders", -1); err != nil {
+		if _, err := b.Add(ctx, pk, "holders", -1); err != nil {
 			note(err)
 		}
 	}
@@ -154,7 +167,7 @@ func runWorkers(ctx context.Context, b *procBackend, pk, role string, n, total i
 				}
 			case "regen":
 				res, err := c.Regenerate(ctx, pk, nil, func(ctx context.Context, l isr.Lease) (isr.Page, error) {
-					if _, err := b.add(ctx, pk, "regenerations", 1); err != nil {
+					if _, err := b.Add(ctx, pk, "regenerations", 1); err != nil {
 						return isr.Page{}, err
 					}
 					hold()
@@ -163,7 +176,7 @@ func runWorkers(ctx context.Context, b *procBackend, pk, role string, n, total i
 					// the page stale and none waited for the render.
 					deadline := time.Now().Add(workersDeadline)
 					for {
-						n, err := b.add(ctx, pk, "answered", 0)
+						n, err := b.Add(ctx, pk, "answered", 0)
 						if err != nil {
 							return isr.Page{}, err
 						}
@@ -178,7 +191,7 @@ func runWorkers(ctx context.Context, b *procBackend, pk, role string, n, total i
 					return isr.Page{S3Key: "regenerated", ETag: `"r"`, RevalidateSeconds: 3600}, nil
 				})
 				if err == nil && res.Outcome != isr.OutcomeRegenerated {
-					if _, aerr := b.add(ctx, pk, "answered", 1); aerr != nil {
+					if _, aerr := b.Add(ctx, pk, "answered", 1); aerr != nil {
 						note(aerr)
 					}
 				}
@@ -206,7 +219,8 @@ func runWorkers(ctx context.Context, b *procBackend, pk, role string, n, total i
 		violations.Load(), errs.Load(), acquired.Load(), fresh.Load(), inprog.Load(), regen.Load(), noMeta.Load(), fe)
 }
 
-func parseSummary(t *testing.T, s string) map[string]int64 {
+// ParseSummary reads a worker's "key=value ..." summary.
+func ParseSummary(t *testing.T, s string) map[string]int64 {
 	t.Helper()
 	m := map[string]int64{}
 	for _, f := range strings.Fields(s) {
@@ -223,123 +237,16 @@ func parseSummary(t *testing.T, s string) map[string]int64 {
 	return m
 }
 
-// seedStale publishes a META that is already stale.
-func seedStale(t *testing.T, tb isr.Table, pk string) isr.Meta {
-	t.Helper()
-	ctx := context.Background()
-	past := time.Now().Add(-time.Hour)
-	l, err := tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "seed", Now: past, ExpiresAt: past.Unix() + 30, TTL: past.Unix() + 60})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := isr.Meta{PK: pk, S3Key: "old", GeneratedAt: past.Unix(), RevalidateSeconds: 60, ETag: `"old"`}
-	if err := tb.Publish(ctx, isr.PublishInput{Lease: l, Now: past, Meta: m}); err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-// TestDynamoPausedWriter: a worker process acquires the lease and is
-// stopped with SIGSTOP mid-regeneration; its lease expires, the parent
-// takes over and publishes; the worker is resumed and tries to publish. It
-// must be refused with ErrLeaseLost, and META must hold the parent's page.
-func TestDynamoPausedWriter(t *testing.T) {
-	b := newProcBackend(t, "dynamo")
-	tb := b.tb
+// RunProcesses runs role in the parent and in procs worker processes,
+// goroutines callers each, on one fresh page, and returns the page and
+// every summary (the parent's first).
+func RunProcesses(t *testing.T, b *ProcBackend, role string, procs, goroutines int) (string, []map[string]int64) {
 	pk := isrtest.NewPK(t)
-	seedStale(t, tb, pk)
-
-	ch := startChild(t, "paused-writer", append(b.env, "ISR_PK="+pk)...)
-	exp, err := strconv.ParseInt(ch.Expect(t, "ACQUIRED", 30*time.Second), 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch.Stop(t)       // stopped before "GO" can reach it
-	ch.Send(t, "GO") // buffered in the pipe until the child runs again
-
-	ctx := context.Background()
-	c := mustCoordinator(t, tb, isr.WithLeaseDuration(30*time.Second))
-	seen, err := c.Lookup(ctx, pk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// While the paused child's lease lives, nobody else can take it (checked
-	// only with a second to spare, so a slow request cannot cross expiry).
-	if time.Now().Add(time.Second).Unix() < exp {
-		if _, err := c.TryAcquire(ctx, pk, &seen); !errors.Is(err, isr.ErrLeaseHeld) {
-			t.Fatalf("acquire during the child's lease: want ErrLeaseHeld, got %v", err)
-		}
-	}
-	for time.Now().Unix() < exp { // held iff lease_expires_at > now
-		time.Sleep(50 * time.Millisecond)
-	}
-	l, err := c.TryAcquire(ctx, pk, &seen)
-	if err != nil {
-		t.Fatalf("takeover after expiry: %v", err)
-	}
-	mine, err := c.Publish(ctx, l, isr.Page{S3Key: "new-owner", ETag: `"parent"`, RevalidateSeconds: 60})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch.Continue(t)
-	if got := ch.Expect(t, "RESULT", 30*time.Second); got != "LEASE_LOST" {
-		t.Fatalf("paused writer after takeover: %s, want LEASE_LOST", got)
-	}
-	if got, err := c.Lookup(ctx, pk); err != nil || got != mine {
-		t.Fatalf("META = %+v (%v), want the new owner's %+v", got, err, mine)
-	}
-}
-
-// TestDynamoPausedWriterBeforePublish: as above, but the child resumes
-// after the takeover and before the new owner publishes. The token alone
-// refuses it (the new owner's lease is live), and the new owner can still
-// publish afterwards.
-func TestDynamoPausedWriterBeforePublish(t *testing.T) {
-	b := newProcBackend(t, "dynamo")
-	tb := b.tb
-	pk := isrtest.NewPK(t)
-	seedStale(t, tb, pk)
-
-	ch := startChild(t, "paused-writer", append(b.env, "ISR_PK="+pk)...)
-	exp, err := strconv.ParseInt(ch.Expect(t, "ACQUIRED", 30*time.Second), 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch.Stop(t) // stopped before "GO" can reach it
-	ch.Send(t, "GO")
-	ctx := context.Background()
-	c := mustCoordinator(t, tb, isr.WithLeaseDuration(30*time.Second))
-	seen, _ := c.Lookup(ctx, pk)
-	for time.Now().Unix() < exp {
-		time.Sleep(50 * time.Millisecond)
-	}
-	l, err := c.TryAcquire(ctx, pk, &seen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch.Continue(t)
-	if got := ch.Expect(t, "RESULT", 30*time.Second); got != "LEASE_LOST" {
-		t.Fatalf("paused writer: %s, want LEASE_LOST", got)
-	}
-	if got, _ := c.Lookup(ctx, pk); got != seen {
-		t.Fatalf("META changed by the stale writer: %+v", got)
-	}
-	mine, err := c.Publish(ctx, l, isr.Page{S3Key: "new-owner", RevalidateSeconds: 60})
-	if err != nil {
-		t.Fatalf("new owner's publish after the stale attempt: %v", err)
-	}
-	if got, _ := c.Lookup(ctx, pk); got != mine {
-		t.Fatalf("META = %+v, want %+v", got, mine)
-	}
-}
-
-func runProcesses(t *testing.T, b *procBackend, role string, procs, goroutines int) (string, []map[string]int64) {
-	pk := isrtest.NewPK(t)
-	seedStale(t, b.tb, pk)
+	SeedStale(t, b.Table, pk)
 	total := (procs + 1) * goroutines
 	var children []*testenv.Child
 	for i := 0; i < procs; i++ {
-		ch := startChild(t, role, append(b.env, "ISR_PK="+pk, "ISR_GOROUTINES="+strconv.Itoa(goroutines), "ISR_TOTAL="+strconv.Itoa(total))...)
+		ch := StartChild(t, role, append(b.Env, "ISR_PK="+pk, "ISR_GOROUTINES="+strconv.Itoa(goroutines), "ISR_TOTAL="+strconv.Itoa(total))...)
 		ch.Expect(t, "READY", 30*time.Second)
 		children = append(children, ch)
 	}
@@ -348,24 +255,24 @@ func runProcesses(t *testing.T, b *procBackend, role string, procs, goroutines i
 	}
 	// The parent process joins in too.
 	local := runWorkers(context.Background(), b, pk, role, goroutines, total)
-	sums := []map[string]int64{parseSummary(t, local)}
+	sums := []map[string]int64{ParseSummary(t, local)}
 	for i, ch := range children {
 		s := ch.Expect(t, "DONE", workersDeadline+time.Minute)
 		t.Logf("process %d: %s", i, s)
-		sums = append(sums, parseSummary(t, s))
+		sums = append(sums, ParseSummary(t, s))
 	}
 	t.Logf("parent: %s", local)
 	return pk, sums
 }
 
-// TestLeaseContentionAcrossProcesses: 5 goroutines in each of four
-// processes (the test and three children) contend for one lease until each
-// has held it twice; each holder bumps a counter shared by the processes,
-// which must read exactly 1 for every holder. On DynamoDB, Redis and files.
-func TestLeaseContentionAcrossProcesses(t *testing.T) {
-	for _, kind := range procBackends {
-		t.Run(kind, func(t *testing.T) {
-			_, sums := runProcesses(t, newProcBackend(t, kind), "contend", 3, 5)
+// RunLeaseContention: 5 goroutines in each of four processes (the test
+// and three children) contend for one lease until each has held it twice;
+// each holder bumps a counter shared by the processes, which must read
+// exactly 1 for every holder.
+func RunLeaseContention(t *testing.T, b *ProcBackend) {
+	{
+		{
+			_, sums := RunProcesses(t, b, "contend", 3, 5)
 			var acquired int64
 			for _, s := range sums {
 				if s["violations"] != 0 || s["errors"] != 0 {
@@ -377,21 +284,20 @@ func TestLeaseContentionAcrossProcesses(t *testing.T) {
 				t.Fatalf("%d acquisitions, want %d", acquired, 4*5*2)
 			}
 			t.Logf("%d acquisitions, never two holders at once", acquired)
-		})
+		}
 	}
 }
 
-// TestOneRegenerationAcrossProcesses: 1,000 callers (250 goroutines in
-// each of four processes) call Regenerate on one stale page at once, on
-// DynamoDB, Redis and files. Exactly one renders (a counter shared by the
+// RunOneRegeneration: 1,000 callers (250 goroutines in
+// each of four processes) call Regenerate on one stale page at once.
+// Exactly one renders (a counter shared by the
 // processes reads 1), and the render does not finish until the 999 others
 // have been answered, each with the stale META and "in progress", so none
 // waited for the render; none errors.
-func TestOneRegenerationAcrossProcesses(t *testing.T) {
-	for _, kind := range procBackends {
-		t.Run(kind, func(t *testing.T) {
-			b := newProcBackend(t, kind)
-			pk, sums := runProcesses(t, b, "regen", 3, 250)
+func RunOneRegeneration(t *testing.T, b *ProcBackend) {
+	{
+		{
+			pk, sums := RunProcesses(t, b, "regen", 3, 250)
 			var regen, inprog, total int64
 			for _, s := range sums {
 				if s["violations"] != 0 || s["errors"] != 0 || s["nometa"] != 0 {
@@ -404,7 +310,7 @@ func TestOneRegenerationAcrossProcesses(t *testing.T) {
 			if inprog != 999 {
 				t.Fatalf("%d callers were told the page is being regenerated, want 999", inprog)
 			}
-			n, err := b.add(context.Background(), pk, "regenerations", 0)
+			n, err := b.Add(context.Background(), pk, "regenerations", 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -414,10 +320,10 @@ func TestOneRegenerationAcrossProcesses(t *testing.T) {
 			if total != 1000 {
 				t.Fatalf("%d outcomes, want 1000", total)
 			}
-			m, err := b.tb.GetMeta(context.Background(), pk)
+			m, err := b.Table.GetMeta(context.Background(), pk)
 			if err != nil || m.S3Key != "regenerated" {
 				t.Fatalf("META = %+v, %v", m, err)
 			}
-		})
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package isr_test
+package isrtesting
 
 import (
 	"context"
@@ -10,22 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/redis/go-redis/v9"
-
-	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
-	"github.com/idem-go/idem/isr/redisisr"
 )
 
-// cutProxy forwards TCP connections to a server until Cut, after which it
+// CutProxy forwards TCP connections to a server until Cut, after which it
 // becomes a black hole: connections stay open (new ones are accepted) but
 // nothing reaches the server and nothing comes back, as when a network
 // path to the table is cut without an answer.
-type cutProxy struct {
+type CutProxy struct {
 	ln     net.Listener
 	target string
 	cut    atomic.Bool
@@ -33,13 +26,15 @@ type cutProxy struct {
 	conns  []net.Conn
 }
 
-func newCutProxy(t *testing.T, target string) *cutProxy {
+// NewCutProxy starts a CutProxy to target (host:port), closed when the
+// test ends.
+func NewCutProxy(t *testing.T, target string) *CutProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{ln: ln, target: target}
+	p := &CutProxy{ln: ln, target: target}
 	go p.serve()
 	t.Cleanup(func() {
 		_ = ln.Close()
@@ -52,18 +47,18 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 	return p
 }
 
-func (p *cutProxy) Addr() string { return p.ln.Addr().String() }
+func (p *CutProxy) Addr() string { return p.ln.Addr().String() }
 
 // Cut stops all traffic, in both directions, for good.
-func (p *cutProxy) Cut() { p.cut.Store(true) }
+func (p *CutProxy) Cut() { p.cut.Store(true) }
 
-func (p *cutProxy) track(c net.Conn) {
+func (p *CutProxy) track(c net.Conn) {
 	p.mu.Lock()
 	p.conns = append(p.conns, c)
 	p.mu.Unlock()
 }
 
-func (p *cutProxy) serve() {
+func (p *CutProxy) serve() {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
@@ -88,7 +83,7 @@ func (p *cutProxy) serve() {
 }
 
 // pipe copies src to dst until Cut, then swallows what src sends.
-func (p *cutProxy) pipe(dst, src net.Conn) {
+func (p *CutProxy) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -103,79 +98,23 @@ func (p *cutProxy) pipe(dst, src net.Conn) {
 	}
 }
 
-// lapseCase is one table seen two ways: through a connection that can be
+// LapseCase is one table seen two ways: through a connection that can be
 // cut (the lease holder's) and directly (the other worker's).
-type lapseCase struct {
-	holder, other isr.Table
-	cut           func()
+type LapseCase struct {
+	Holder, Other isr.Table
+	Cut           func()
 }
 
-// A lease holder whose refreshes fail stops rendering before another worker
-// could acquire the lease, and does not publish: on Redis and DynamoDB the
-// holder's connection to the table is cut (a black hole, so its refreshes
-// hang), on files its refreshes fail.
-func TestLeaseLapseStopsRender(t *testing.T) {
-	t.Run("redis", func(t *testing.T) {
-		t.Parallel()
-		direct := redisClient(t)
-		prefix := redisPrefix(t, direct)
-		proxy := newCutProxy(t, testenv.RedisAddr(t))
-		viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { _ = viaProxy.Close() })
-		holder, err := redisisr.NewTable(viaProxy, redisisr.WithPrefix(prefix))
-		if err != nil {
-			t.Fatal(err)
-		}
-		other, err := redisisr.NewTable(direct, redisisr.WithPrefix(prefix))
-		if err != nil {
-			t.Fatal(err)
-		}
-		testLeaseLapse(t, lapseCase{holder: holder, other: other, cut: proxy.Cut})
-	})
-	t.Run("dynamo", func(t *testing.T) {
-		t.Parallel()
-		direct, _ := dynamoClient(t)
-		table := freshTable(t, direct)
-		endpoint := testenv.DynamoDBEndpoint(t)
-		proxy := newCutProxy(t, endpoint[len("http://"):])
-		viaProxy := dynamodb.New(dynamodb.Options{
-			Region:           "us-east-1",
-			BaseEndpoint:     aws.String("http://" + proxy.Addr()),
-			Credentials:      credentials.NewStaticCredentialsProvider("local", "local", ""),
-			RetryMaxAttempts: 1,
-		})
-		testLeaseLapse(t, lapseCase{holder: mustDynamoTable(t, viaProxy, table), other: mustDynamoTable(t, direct, table), cut: proxy.Cut})
-	})
-	t.Run("file", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		other := newFileTable(t, dir)
-		holder := &failingRefresh{Table: newFileTable(t, dir)}
-		testLeaseLapse(t, lapseCase{holder: holder, other: other, cut: func() { holder.failing.Store(true) }})
-	})
-}
-
-// failingRefresh is a Table whose refreshes fail once failing is set, as
-// if the table could not be reached.
-type failingRefresh struct {
-	isr.Table
-	failing atomic.Bool
-}
-
-func (f *failingRefresh) RefreshLease(ctx context.Context, in isr.RefreshInput) (isr.Lease, error) {
-	if f.failing.Load() {
-		return isr.Lease{}, errors.New("table unreachable")
-	}
-	return f.Table.RefreshLease(ctx, in)
-}
-
-func testLeaseLapse(t *testing.T, lc lapseCase) {
+// RunLeaseLapse: a lease holder whose refreshes fail (lc.Cut makes them
+// fail) stops rendering before another worker could acquire the lease,
+// and does not publish.
+func RunLeaseLapse(t *testing.T, lc LapseCase) {
 	ctx := context.Background()
 	pk := isrtest.NewPK(t)
-	seed := seedStale(t, lc.other, pk)
+	seed := SeedStale(t, lc.Other, pk)
 	const lease = 4 * time.Second
-	holder := mustCoordinator(t, lc.holder, isr.WithLeaseDuration(lease))
-	other := mustCoordinator(t, lc.other, isr.WithLeaseDuration(lease))
+	holder := MustCoordinator(t, lc.Holder, isr.WithLeaseDuration(lease))
+	other := MustCoordinator(t, lc.Other, isr.WithLeaseDuration(lease))
 
 	type check struct {
 		stopped     bool
@@ -190,7 +129,7 @@ func testLeaseLapse(t *testing.T, lc lapseCase) {
 	hctx, cancel := context.WithTimeout(ctx, lease+8*time.Second)
 	defer cancel()
 	res, err := holder.Regenerate(hctx, pk, nil, func(rctx context.Context, l isr.Lease) (isr.Page, error) {
-		lc.cut()
+		lc.Cut()
 		seen.leaseExpiry = l.ExpiresAt
 		select {
 		case <-rctx.Done():
@@ -200,7 +139,7 @@ func testLeaseLapse(t *testing.T, lc lapseCase) {
 		seen.cause = context.Cause(rctx)
 		// At the moment the render is told to stop, the lease is still
 		// held: no other worker could have acquired it yet.
-		cur, err := lc.other.GetLease(ctx, pk)
+		cur, err := lc.Other.GetLease(ctx, pk)
 		seen.held = err == nil && cur.Token == l.Token && cur.Held(time.Now())
 		_, seen.otherErr = other.TryAcquire(ctx, pk, &seed)
 		// A render that ignores its context and returns a page anyway
@@ -220,7 +159,7 @@ func testLeaseLapse(t *testing.T, lc lapseCase) {
 	if !errors.As(err, &lapse) || res.Outcome == isr.OutcomeRegenerated {
 		t.Fatalf("Regenerate = %+v, %v; want a *LapseError", res, err)
 	}
-	if m, err := lc.other.GetMeta(ctx, pk); err != nil || m != seed {
+	if m, err := lc.Other.GetMeta(ctx, pk); err != nil || m != seed {
 		t.Fatalf("META = %+v, %v; want the seeded %+v (nothing published)", m, err, seed)
 	}
 }

@@ -1,206 +1,54 @@
-package isr_test
+package isrtesting
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"reflect"
-	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
 )
 
-// rawN is a number attribute as another service writes it: DynamoDB's
+// RawN is a number attribute as another service writes it: DynamoDB's
 // decimal text.
-type rawN string
+type RawN string
 
-func (r rawN) str() string { return string(r) }
-
-// rawTable is a Table together with direct access to its stored items, in
-// the DynamoDB attribute names: values are strings or rawN.
-type rawTable struct {
-	tb isr.Table
-	// pointerGuard: the acquire guard reads the generated_at of the VER#
+// RawTable is a Table together with direct access to its stored items, in
+// the DynamoDB attribute names: values are strings or RawN.
+type RawTable struct {
+	Table isr.Table
+	// PointerGuard: the acquire guard reads the generated_at of the VER#
 	// row META points to (Redis and files; a DynamoDB condition cannot).
-	pointerGuard bool
-	put          func(t *testing.T, pk, sk string, item map[string]any)
-	raw          func(t *testing.T, pk, sk string) map[string]any
+	PointerGuard bool
+	// Put writes an item as another service would; Raw reads one back.
+	Put func(t *testing.T, pk, sk string, item map[string]any)
+	Raw func(t *testing.T, pk, sk string) map[string]any
 }
 
-var numberAttrs = map[string]bool{"generated_at": true, "revalidate_seconds": true, "ttl": true, "version": true, "lease_expires_at": true}
+// NumberAttrs are the schema's number attributes.
+var NumberAttrs = map[string]bool{"generated_at": true, "revalidate_seconds": true, "ttl": true, "version": true, "lease_expires_at": true}
 
-func redisRaw(t *testing.T, c redis.UniversalClient) rawTable {
-	tb := newRedisTable(t, c)
-	return rawTable{
-		tb:           tb,
-		pointerGuard: true,
-		put: func(t *testing.T, pk, sk string, item map[string]any) {
-			var args []any
-			for k, v := range item {
-				if n, ok := v.(rawN); ok {
-					v = string(n)
-				}
-				args = append(args, k, v)
-			}
-			if err := c.HSet(context.Background(), tb.Key(pk, sk), args...).Err(); err != nil {
-				t.Fatal(err)
-			}
-		},
-		raw: func(t *testing.T, pk, sk string) map[string]any {
-			h, err := c.HGetAll(context.Background(), tb.Key(pk, sk)).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			out := map[string]any{}
-			for k, v := range h {
-				if numberAttrs[k] {
-					out[k] = rawN(v)
-				} else {
-					out[k] = v
-				}
-			}
-			return out
-		},
-	}
-}
-
-func fileRaw(t *testing.T) rawTable {
-	tb := newFileTable(t, t.TempDir())
-	return rawTable{
-		tb:           tb,
-		pointerGuard: true,
-		put: func(t *testing.T, pk, sk string, item map[string]any) {
-			j := map[string]any{}
-			for k, v := range item {
-				if n, ok := v.(rawN); ok && jsonNumber.MatchString(string(n)) {
-					j[k] = json.Number(n)
-				} else if ok {
-					j[k] = string(n) // JSON has no such number: another type
-				} else {
-					j[k] = v
-				}
-			}
-			b, err := json.Marshal(j)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := tb.Path(pk, sk)
-			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(p, b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		},
-		raw: func(t *testing.T, pk, sk string) map[string]any {
-			b, err := os.ReadFile(tb.Path(pk, sk))
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := json.NewDecoder(bytes.NewReader(b))
-			d.UseNumber()
-			var j map[string]any
-			if err := d.Decode(&j); err != nil {
-				t.Fatal(err)
-			}
-			for k, v := range j {
-				if n, ok := v.(json.Number); ok {
-					j[k] = rawN(n)
-				}
-			}
-			return j
-		},
-	}
-}
-
-func dynamoRaw(t *testing.T) rawTable {
-	client, _ := dynamoClient(t)
-	name := freshTable(t, client)
-	return rawTable{
-		tb: mustDynamoTable(t, client, name),
-		put: func(t *testing.T, pk, sk string, it map[string]any) {
-			av := item{}
-			var numbers []string
-			for k, v := range it {
-				if num, ok := v.(rawN); ok {
-					av[k] = n(string(num))
-					numbers = append(numbers, k)
-				} else {
-					av[k] = s(v.(string))
-				}
-			}
-			_, err := client.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(name), Item: av})
-			if err != nil && (strings.Contains(err.Error(), "cannot be converted into a number") || strings.Contains(err.Error(), "Number overflow")) {
-				// DynamoDB has no such number: written as the wrong type.
-				for _, k := range numbers {
-					av[k] = s(it[k].(rawN).str())
-				}
-				_, err = client.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(name), Item: av})
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-		},
-		raw: func(t *testing.T, pk, sk string) map[string]any {
-			out, err := client.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(name), Key: item{"pk": s(pk), "sk": s(sk)}, ConsistentRead: aws.Bool(true)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := map[string]any{}
-			for k, v := range out.Item {
-				switch v := v.(type) {
-				case *types.AttributeValueMemberS:
-					m[k] = v.Value
-				case *types.AttributeValueMemberN:
-					m[k] = rawN(v.Value)
-				default:
-					m[k] = v
-				}
-			}
-			return m
-		},
-	}
-}
-
-// jsonNumber is JSON's number syntax.
-var jsonNumber = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
-
-func TestDynamoForeignItemsShared(t *testing.T) { testForeignItems(t, dynamoRaw(t)) }
-func TestRedisForeignItems(t *testing.T)        { testForeignItems(t, redisRaw(t, redisClient(t))) }
-func TestRedisClusterForeignItems(t *testing.T) { testForeignItems(t, redisRaw(t, redisCluster(t))) }
-func TestFileForeignItems(t *testing.T)         { testForeignItems(t, fileRaw(t)) }
-
-// testForeignItems: items written the way other services write them (the
+// RunForeignItems: items written the way other services write them (the
 // seeds' recipes, numbers with fractions or exponents, wrong types) are
 // read as on DynamoDB, and the items isr writes carry exactly the schema's
 // attribute names and value types.
-func testForeignItems(t *testing.T, r rawTable) {
+func RunForeignItems(t *testing.T, r RawTable) {
 	ctx := context.Background()
-	tb := r.tb
+	tb := r.Table
 	// A quarter past a whole second: numbers are compared with the exact
 	// instant, so a fraction above .25 is later than now and one at or
 	// below it is not.
 	now := time.Unix(time.Now().Unix(), 250e6)
 	unix := now.Unix()
-	sn := func(v int64) rawN { return rawN(strconv.FormatInt(v, 10)) }
+	sn := func(v int64) RawN { return RawN(strconv.FormatInt(v, 10)) }
 
 	t.Run("pointer-only META follows current_sk", func(t *testing.T) {
 		pk := isrtest.NewPK(t)
-		r.put(t, pk, "VER#v7", map[string]any{"pk": pk, "sk": "VER#v7", "s3_key": "pages/v7", "generated_at": sn(unix), "etag": `"e7"`, "revalidate_seconds": rawN("60")})
-		r.put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "current_sk": "VER#v7"})
+		r.Put(t, pk, "VER#v7", map[string]any{"pk": pk, "sk": "VER#v7", "s3_key": "pages/v7", "generated_at": sn(unix), "etag": `"e7"`, "revalidate_seconds": RawN("60")})
+		r.Put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "current_sk": "VER#v7"})
 		m, err := tb.GetMeta(ctx, pk)
 		if err != nil || m.S3Key != "pages/v7" || m.ETag != `"e7"` || m.GeneratedAt != unix || m.RevalidateSeconds != 60 || m.CurrentSK != "VER#v7" {
 			t.Fatalf("GetMeta = %+v, %v", m, err)
@@ -211,14 +59,14 @@ func testForeignItems(t *testing.T, r rawTable) {
 		// from scratch writes it; the VER# row has no revalidate_seconds
 		// either.
 		pk := isrtest.NewPK(t)
-		r.put(t, pk, "VER#v1", map[string]any{"pk": pk, "sk": "VER#v1", "s3_key": "pages/v1", "generated_at": sn(unix - 30), "etag": `"e1"`})
-		r.put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "current_sk": "VER#v1", "version": rawN("1")})
+		r.Put(t, pk, "VER#v1", map[string]any{"pk": pk, "sk": "VER#v1", "s3_key": "pages/v1", "generated_at": sn(unix - 30), "etag": `"e1"`})
+		r.Put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "current_sk": "VER#v1", "version": RawN("1")})
 		m, err := tb.GetMeta(ctx, pk)
 		if err != nil || m.S3Key != "pages/v1" || m.GeneratedAt != unix-30 || m.RevalidateSeconds != 0 || !m.RevalidateMissing || m.Version != 1 {
 			t.Fatalf("GetMeta = %+v, %v", m, err)
 		}
 		clock := func() time.Time { return now }
-		c := mustCoordinator(t, tb, isr.WithClock(clock), isr.WithDefaultRevalidate(time.Minute))
+		c := MustCoordinator(t, tb, isr.WithClock(clock), isr.WithDefaultRevalidate(time.Minute))
 		m, err = c.Lookup(ctx, pk)
 		if err != nil || m.RevalidateSeconds != 60 || !m.RevalidateMissing || !m.Fresh(now) || m.Fresh(now.Add(31*time.Second)) {
 			t.Fatalf("Lookup = %+v, %v", m, err)
@@ -231,7 +79,7 @@ func testForeignItems(t *testing.T, r rawTable) {
 		}
 		// Past the default window it is stale and regenerated over the
 		// pointer, version continuing.
-		later := mustCoordinator(t, tb, isr.WithClock(func() time.Time { return now.Add(time.Minute) }), isr.WithDefaultRevalidate(time.Minute), isr.WithPointerSwap())
+		later := MustCoordinator(t, tb, isr.WithClock(func() time.Time { return now.Add(time.Minute) }), isr.WithDefaultRevalidate(time.Minute), isr.WithPointerSwap())
 		res, err = later.Regenerate(ctx, pk, nil, func(context.Context, isr.Lease) (isr.Page, error) {
 			return isr.Page{S3Key: "pages/v2", RevalidateSeconds: 30, VersionID: "v2"}, nil
 		})
@@ -244,8 +92,8 @@ func testForeignItems(t *testing.T, r rawTable) {
 
 		// The VER# row's revalidate_seconds wins over the default.
 		pk2 := isrtest.NewPK(t)
-		r.put(t, pk2, "VER#v1", map[string]any{"pk": pk2, "sk": "VER#v1", "s3_key": "pages/v1", "generated_at": sn(unix), "revalidate_seconds": rawN("5")})
-		r.put(t, pk2, "META", map[string]any{"pk": pk2, "sk": "META", "current_sk": "VER#v1", "version": rawN("1")})
+		r.Put(t, pk2, "VER#v1", map[string]any{"pk": pk2, "sk": "VER#v1", "s3_key": "pages/v1", "generated_at": sn(unix), "revalidate_seconds": RawN("5")})
+		r.Put(t, pk2, "META", map[string]any{"pk": pk2, "sk": "META", "current_sk": "VER#v1", "version": RawN("1")})
 		if m, err := c.Lookup(ctx, pk2); err != nil || m.RevalidateSeconds != 5 || m.RevalidateMissing {
 			t.Fatalf("Lookup with the VER# row's revalidate_seconds = %+v, %v", m, err)
 		}
@@ -253,22 +101,22 @@ func testForeignItems(t *testing.T, r rawTable) {
 		// A recipe-A META (no pointer) without revalidate_seconds is still
 		// corrupt.
 		pk3 := isrtest.NewPK(t)
-		r.put(t, pk3, "META", map[string]any{"pk": pk3, "sk": "META", "s3_key": "p", "generated_at": sn(unix)})
+		r.Put(t, pk3, "META", map[string]any{"pk": pk3, "sk": "META", "s3_key": "p", "generated_at": sn(unix)})
 		if _, err := c.Lookup(ctx, pk3); !errors.Is(err, isr.ErrCorruptItem) {
 			t.Fatalf("Lookup of a recipe-A META without revalidate_seconds = %v, want ErrCorruptItem", err)
 		}
 	})
 	t.Run("pointer swapped over a recipe-A META serves the pointed version", func(t *testing.T) {
 		pk := isrtest.NewPK(t)
-		r.put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "s3_key": "pages/old", "generated_at": rawN("1000"), "etag": `"old"`, "revalidate_seconds": rawN("60"), "current_sk": "VER#v2"})
-		r.put(t, pk, "VER#v2", map[string]any{"pk": pk, "sk": "VER#v2", "s3_key": "pages/v2", "generated_at": sn(unix)})
+		r.Put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "s3_key": "pages/old", "generated_at": RawN("1000"), "etag": `"old"`, "revalidate_seconds": RawN("60"), "current_sk": "VER#v2"})
+		r.Put(t, pk, "VER#v2", map[string]any{"pk": pk, "sk": "VER#v2", "s3_key": "pages/v2", "generated_at": sn(unix)})
 		m, err := tb.GetMeta(ctx, pk)
 		if err != nil || m.S3Key != "pages/v2" || m.ETag != "" || m.GeneratedAt != unix || m.RevalidateSeconds != 60 {
 			t.Fatalf("GetMeta = %+v, %v", m, err)
 		}
 		// The acquire guard conditions on the generated_at the reader saw
 		// (the VER# row's), so the fresh-looking old META does not block it.
-		c := mustCoordinator(t, tb, isr.WithClock(func() time.Time { return now.Add(2 * time.Minute) }))
+		c := MustCoordinator(t, tb, isr.WithClock(func() time.Time { return now.Add(2 * time.Minute) }))
 		res, err := c.Regenerate(ctx, pk, nil, func(context.Context, isr.Lease) (isr.Page, error) {
 			return isr.Page{S3Key: "pages/v3", RevalidateSeconds: 60}, nil
 		})
@@ -278,20 +126,20 @@ func testForeignItems(t *testing.T, r rawTable) {
 	})
 	t.Run("pointer to a missing row is corrupt", func(t *testing.T) {
 		pk := isrtest.NewPK(t)
-		r.put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "current_sk": "VER#gone"})
+		r.Put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "current_sk": "VER#gone"})
 		if _, err := tb.GetMeta(ctx, pk); !errors.Is(err, isr.ErrCorruptItem) {
 			t.Fatalf("GetMeta = %v, want ErrCorruptItem", err)
 		}
 		seen := int64(0)
 		_, err := tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "t", Now: now, ExpiresAt: unix + 30, TTL: unix + 90, IfMetaNotNewer: &seen})
-		if r.pointerGuard && !errors.Is(err, isr.ErrCorruptItem) {
+		if r.PointerGuard && !errors.Is(err, isr.ErrCorruptItem) {
 			t.Fatalf("guarded AcquireLease = %v, want ErrCorruptItem", err)
 		}
 	})
 	t.Run("lease_expires_at that is not a number is corrupt, never held until 0", func(t *testing.T) {
-		for _, bad := range []any{"soon", rawN("0x10"), rawN("1e"), rawN("")} {
+		for _, bad := range []any{"soon", RawN("0x10"), RawN("1e"), RawN("")} {
 			pk := isrtest.NewPK(t)
-			r.put(t, pk, "LOCK", map[string]any{"pk": pk, "sk": "LOCK", "lease_token": "x", "lease_expires_at": bad, "ttl": rawN("1")})
+			r.Put(t, pk, "LOCK", map[string]any{"pk": pk, "sk": "LOCK", "lease_token": "x", "lease_expires_at": bad, "ttl": RawN("1")})
 			_, err := tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "t", Now: now, ExpiresAt: unix + 30, TTL: unix + 90})
 			if !errors.Is(err, isr.ErrCorruptItem) || errors.Is(err, isr.ErrLeaseHeld) {
 				t.Fatalf("%q: AcquireLease = %v, want ErrCorruptItem", bad, err)
@@ -312,7 +160,7 @@ func testForeignItems(t *testing.T, r rawTable) {
 			{strconv.FormatInt(unix, 10), false}, {strconv.FormatInt(unix+1, 10) + ".5", true}, {"1.7e9", false},
 		} {
 			pk := isrtest.NewPK(t)
-			r.put(t, pk, "LOCK", map[string]any{"pk": pk, "sk": "LOCK", "lease_token": "x", "lease_expires_at": rawN(c.exp)})
+			r.Put(t, pk, "LOCK", map[string]any{"pk": pk, "sk": "LOCK", "lease_token": "x", "lease_expires_at": RawN(c.exp)})
 			l, err := tb.GetLease(ctx, pk)
 			if err != nil || l.Held(now) != c.held {
 				t.Fatalf("%s: GetLease = %+v, %v; held want %v", c.exp, l, err, c.held)
@@ -331,7 +179,7 @@ func testForeignItems(t *testing.T, r rawTable) {
 			u[:1] + "." + u[1:] + "e9", "9e18", "9.5e18", "1e400", "1e", "0x10", " 1", "1 ", "+1", "1_0", "inf", "NaN", "", "-", ".", "e5",
 		} {
 			pk := isrtest.NewPK(t)
-			r.put(t, pk, "LOCK", map[string]any{"pk": pk, "sk": "LOCK", "lease_token": "x", "lease_expires_at": rawN(v)})
+			r.Put(t, pk, "LOCK", map[string]any{"pk": pk, "sk": "LOCK", "lease_token": "x", "lease_expires_at": RawN(v)})
 			l, gerr := tb.GetLease(ctx, pk)
 			_, aerr := tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "t", Now: now, ExpiresAt: unix + 30, TTL: unix + 90})
 			switch {
@@ -357,7 +205,7 @@ func testForeignItems(t *testing.T, r rawTable) {
 			{u, "60", false}, {strconv.FormatInt(unix-59, 10), "60", true},
 		} {
 			pk := isrtest.NewPK(t)
-			r.put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "s3_key": "p", "generated_at": rawN(c.gen), "revalidate_seconds": rawN(c.reval)})
+			r.Put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "s3_key": "p", "generated_at": RawN(c.gen), "revalidate_seconds": RawN(c.reval)})
 			m, err := tb.GetMeta(ctx, pk)
 			if err != nil {
 				t.Fatalf("%s + %s: GetMeta: %v", c.gen, c.reval, err)
@@ -389,8 +237,8 @@ func testForeignItems(t *testing.T, r rawTable) {
 	})
 	t.Run("a stale META with a fractional generated_at is regenerated", func(t *testing.T) {
 		pk := isrtest.NewPK(t)
-		r.put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "s3_key": "old", "generated_at": rawN(strconv.FormatInt(unix-100, 10) + ".7"), "revalidate_seconds": rawN("60")})
-		c := mustCoordinator(t, tb, isr.WithClock(func() time.Time { return now }))
+		r.Put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "s3_key": "old", "generated_at": RawN(strconv.FormatInt(unix-100, 10) + ".7"), "revalidate_seconds": RawN("60")})
+		c := MustCoordinator(t, tb, isr.WithClock(func() time.Time { return now }))
 		res, err := c.Regenerate(ctx, pk, nil, func(context.Context, isr.Lease) (isr.Page, error) {
 			return isr.Page{S3Key: "new", RevalidateSeconds: 60}, nil
 		})
@@ -403,7 +251,7 @@ func testForeignItems(t *testing.T, r rawTable) {
 	})
 	t.Run("ttl of another type decides nothing", func(t *testing.T) {
 		pk := isrtest.NewPK(t)
-		r.put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "s3_key": "p", "generated_at": sn(unix), "revalidate_seconds": rawN("60"), "ttl": "soon"})
+		r.Put(t, pk, "META", map[string]any{"pk": pk, "sk": "META", "s3_key": "p", "generated_at": sn(unix), "revalidate_seconds": RawN("60"), "ttl": "soon"})
 		if m, err := tb.GetMeta(ctx, pk); err != nil || m.S3Key != "p" || m.TTL != 0 {
 			t.Fatalf("GetMeta = %+v, %v", m, err)
 		}
@@ -419,19 +267,19 @@ func testForeignItems(t *testing.T, r rawTable) {
 			t.Fatal(err)
 		}
 		want := map[string]any{"pk": pk, "sk": "LOCK", "lease_token": "tok", "lease_expires_at": sn(unix + 30), "ttl": sn(unix + 90)}
-		if got := r.raw(t, pk, "LOCK"); !reflect.DeepEqual(got, want) {
+		if got := r.Raw(t, pk, "LOCK"); !reflect.DeepEqual(got, want) {
 			t.Fatalf("LOCK = %v, want %v", got, want)
 		}
 		err = tb.Publish(ctx, isr.PublishInput{Lease: l, Now: now, Meta: isr.Meta{S3Key: "a&<b>", GeneratedAt: unix, RevalidateSeconds: 60, ETag: `"e"`}, Request: &isr.RequestCompletion{Key: "q", Hash: "h"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want = map[string]any{"pk": pk, "sk": "META", "s3_key": "a&<b>", "generated_at": sn(unix), "revalidate_seconds": rawN("60"), "etag": `"e"`}
-		if got := r.raw(t, pk, "META"); !reflect.DeepEqual(got, want) {
+		want = map[string]any{"pk": pk, "sk": "META", "s3_key": "a&<b>", "generated_at": sn(unix), "revalidate_seconds": RawN("60"), "etag": `"e"`}
+		if got := r.Raw(t, pk, "META"); !reflect.DeepEqual(got, want) {
 			t.Fatalf("META = %v, want %v", got, want)
 		}
 		want = map[string]any{"pk": pk, "sk": "REQ#q", "request_hash": "h", "status": "COMPLETED", "result_s3_key": "a&<b>", "ttl": sn(unix + 100)}
-		if got := r.raw(t, pk, "REQ#q"); !reflect.DeepEqual(got, want) {
+		if got := r.Raw(t, pk, "REQ#q"); !reflect.DeepEqual(got, want) {
 			t.Fatalf("REQ# = %v, want %v", got, want)
 		}
 		l, err = tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "tok2", Now: now, ExpiresAt: unix + 30, TTL: unix + 90})
@@ -443,11 +291,11 @@ func testForeignItems(t *testing.T, r rawTable) {
 			t.Fatal(err)
 		}
 		want = map[string]any{"pk": pk, "sk": "VER#v1", "s3_key": "b", "generated_at": sn(unix + 1), "etag": `"v"`}
-		if got := r.raw(t, pk, "VER#v1"); !reflect.DeepEqual(got, want) {
+		if got := r.Raw(t, pk, "VER#v1"); !reflect.DeepEqual(got, want) {
 			t.Fatalf("VER# = %v, want %v", got, want)
 		}
-		want = map[string]any{"pk": pk, "sk": "META", "s3_key": "b", "generated_at": sn(unix + 1), "revalidate_seconds": rawN("30"), "etag": `"v"`, "ttl": sn(unix + 999), "current_sk": "VER#v1", "version": rawN("1")}
-		if got := r.raw(t, pk, "META"); !reflect.DeepEqual(got, want) {
+		want = map[string]any{"pk": pk, "sk": "META", "s3_key": "b", "generated_at": sn(unix + 1), "revalidate_seconds": RawN("30"), "etag": `"v"`, "ttl": sn(unix + 999), "current_sk": "VER#v1", "version": RawN("1")}
+		if got := r.Raw(t, pk, "META"); !reflect.DeepEqual(got, want) {
 			t.Fatalf("META = %v, want %v", got, want)
 		}
 	})
