@@ -11,9 +11,9 @@ import (
 
 func mustDynamoTable(t testing.TB, client dynamoisr.Client, table string) *dynamoisr.Table {
 	t.Helper()
-	tb, err := dynamoisr.NewTable(client, table)
+	tb, err := dynamoisr.NewDynamoTable(client, table)
 	if err != nil {
-		t.Fatalf("NewTable: %v", err)
+		t.Fatalf("NewDynamoTable: %v", err)
 	}
 	return tb
 }
