@@ -455,7 +455,8 @@ func (t *Table) Publish(ctx context.Context, in isr.PublishInput) error {
 
 // PublishPointer implements isr.Table (recipe B). Transaction items, in order:
 // LOCK (conditional delete), VER# (put if absent), META (update with
-// optimistic version), REQ# (update, optional).
+// optimistic version), REQ# (update, optional), and the superseded VER#
+// row's ttl (update, when META pointed to another row).
 func (t *Table) PublishPointer(ctx context.Context, in isr.PublishPointerInput) (isr.Meta, error) {
 	if err := t.check(); err != nil {
 		return isr.Meta{}, err
@@ -466,6 +467,38 @@ func (t *Table) PublishPointer(ctx context.Context, in isr.PublishPointerInput) 
 	pk := in.Lease.PK
 	v := in.Version
 	m := isr.PointerMeta(in)
+	items := []types.TransactWriteItem{
+		t.lockDelete(in.Lease, in.Now),
+		{Put: &types.Put{
+			TableName:                aws.String(t.table),
+			Item:                     attrs(isr.VersionItem(pk, v)),
+			ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
+			ExpressionAttributeNames: names(isr.AttrPK),
+		}},
+		t.pointerMetaUpdate(in, m),
+	}
+	if in.Request != nil {
+		items = append(items, t.requestComplete(pk, in.Request, v.S3Key))
+	}
+	retire := in.Previous != "" && in.Previous != m.CurrentSK
+	if retire {
+		items = append(items, t.retireVersion(pk, in.Previous, in.PreviousTTL))
+	}
+	err := t.writePointer(ctx, items, retire)
+	if err == nil {
+		return m, nil
+	}
+	return isr.Meta{}, t.txErr("publish-pointer", pk, err, func(i int, old isr.Item) error {
+		return isr.PointerRefusal(i, i == 2 && isr.PointerNotNewer(in, old))
+	})
+}
+
+// pointerMetaUpdate is the META update of a recipe-B publish: it sets
+// META's pointer attributes to m's and removes those m leaves empty,
+// conditioned on META's version being in.ExpectedVersion, on META pointing
+// to in.Previous when that is set, and, with in.Monotonic, on META's
+// content being older than m's.
+func (t *Table) pointerMetaUpdate(in isr.PublishPointerInput, m isr.Meta) types.TransactWriteItem {
 	update, remove := isr.PointerMetaUpdate(m)
 	set := attrs(update)
 	var setExpr, removeExpr []string
@@ -497,59 +530,41 @@ func (t *Table) PublishPointer(ctx context.Context, in isr.PublishPointerInput) 
 	if in.Monotonic {
 		cond = "(" + cond + ") AND (attribute_not_exists(#generated_at) OR #generated_at < :generated_at)"
 	}
-	items := []types.TransactWriteItem{
-		t.lockDelete(in.Lease, in.Now),
-		{Put: &types.Put{
-			TableName:                aws.String(t.table),
-			Item:                     attrs(isr.VersionItem(pk, v)),
-			ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
-			ExpressionAttributeNames: names(isr.AttrPK),
-		}},
-		{Update: &types.Update{
-			TableName:                           aws.String(t.table),
-			Key:                                 key(pk, isr.SKMeta),
-			UpdateExpression:                    aws.String(expr),
-			ConditionExpression:                 aws.String(cond),
-			ExpressionAttributeNames:            names(isr.PointerMetaAttrs()...),
-			ExpressionAttributeValues:           vals,
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}},
-	}
-	if in.Request != nil {
-		items = append(items, t.requestComplete(pk, in.Request, v.S3Key))
-	}
-	retire := in.Previous != "" && in.Previous != m.CurrentSK
-	if retire {
-		items = append(items, t.retireVersion(pk, in.Previous, in.PreviousTTL))
-	}
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                           aws.String(t.table),
+		Key:                                 key(in.Lease.PK, isr.SKMeta),
+		UpdateExpression:                    aws.String(expr),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            names(isr.PointerMetaAttrs()...),
+		ExpressionAttributeValues:           vals,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}}
+}
+
+// writePointer writes a recipe-B publish's transaction. With retire, its
+// last item is the superseded VER# row's ttl, which is no part of the
+// recipe's answer: refused alone, the row it names is gone already (removed
+// by its ttl, or by another service), and writePointer writes the rest
+// without it; refused with others, its reason is dropped from the error, so
+// that the reasons line up with the recipe's items.
+func (t *Table) writePointer(ctx context.Context, items []types.TransactWriteItem, retire bool) error {
 	_, err := t.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
-	if err == nil {
-		return m, nil
+	if err == nil || !retire {
+		return err
 	}
-	if retire {
-		var tce *types.TransactionCanceledException
-		if errors.As(err, &tce) && len(tce.CancellationReasons) == len(items) {
-			// The retire item is no part of the recipe's answer: drop its
-			// reason. Refused alone, the row it names is gone already
-			// (removed by its ttl, or by another service): publish
-			// without it.
-			last := aws.ToString(tce.CancellationReasons[len(items)-1].Code)
-			rest := tce.CancellationReasons[:len(items)-1]
-			if last == isr.ReasonConditionalCheckFailed && allNone(rest) {
-				_, err = t.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items[:len(items)-1]})
-				if err == nil {
-					return m, nil
-				}
-			} else {
-				trimmed := *tce
-				trimmed.CancellationReasons = rest
-				err = &trimmed
-			}
-		}
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) || len(tce.CancellationReasons) != len(items) {
+		return err
 	}
-	return isr.Meta{}, t.txErr("publish-pointer", pk, err, func(i int, old isr.Item) error {
-		return isr.PointerRefusal(i, i == 2 && isr.PointerNotNewer(in, old))
-	})
+	last := aws.ToString(tce.CancellationReasons[len(items)-1].Code)
+	rest := tce.CancellationReasons[:len(items)-1]
+	if last == isr.ReasonConditionalCheckFailed && allNone(rest) {
+		_, err = t.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items[:len(items)-1]})
+		return err
+	}
+	trimmed := *tce
+	trimmed.CancellationReasons = rest
+	return &trimmed
 }
 
 // retireVersion is the update of a recipe-B publish that gives the VER#
