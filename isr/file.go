@@ -659,6 +659,39 @@ func (t *FileTable) PublishPointer(ctx context.Context, in PublishPointerInput) 
 	if err != nil {
 		return Meta{}, err
 	}
+	checkPointerMeta(tx, in, meta)
+	req, err := t.checkRequest(tx, pk, in.Request)
+	if err != nil {
+		return Meta{}, err
+	}
+	if err := tx.err(); err != nil {
+		return Meta{}, err
+	}
+	if err := t.write(pk, m.CurrentSK, fileItemOf(VersionItem(pk, in.Version))); err != nil {
+		return Meta{}, err
+	}
+	if err := t.updatePointerMeta(pk, meta, m); err != nil {
+		return Meta{}, err
+	}
+	if err := t.remove(pk, SKLock); err != nil {
+		return Meta{}, err
+	}
+	if err := t.complete(pk, in.Request, req, in.Version.S3Key); err != nil {
+		return Meta{}, err
+	}
+	if in.Previous != "" && in.Previous != m.CurrentSK {
+		if err := t.retireVersion(pk, in.Previous, in.PreviousTTL); err != nil {
+			return Meta{}, err
+		}
+	}
+	return m, nil
+}
+
+// checkPointerMeta is the condition of a recipe-B publish on META (item 2
+// of tx): META's version is in.ExpectedVersion (0 when META has none), it
+// points to in.Previous when that is set, and, with in.Monotonic, its
+// content is older than in.Version's.
+func checkPointerMeta(tx *txCheck, in PublishPointerInput, meta fileItem) {
 	version, vok := int64(0), true
 	if _, has := meta[AttrVersion]; has {
 		version, vok = meta.num(AttrVersion)
@@ -671,17 +704,13 @@ func (t *FileTable) PublishPointer(ctx context.Context, in PublishPointerInput) 
 			tx.fail(2, ErrNotNewer)
 		}
 	}
-	req, err := t.checkRequest(tx, pk, in.Request)
-	if err != nil {
-		return Meta{}, err
-	}
-	if err := tx.err(); err != nil {
-		return Meta{}, err
-	}
-	if err := t.write(pk, m.CurrentSK, fileItemOf(VersionItem(pk, in.Version))); err != nil {
-		return Meta{}, err
-	}
-	// META is updated, not replaced: attributes of other writers stay.
+}
+
+// updatePointerMeta writes META of pk as a recipe-B publish leaves it: meta
+// (as read, nil when absent) with m's pointer attributes set and those m
+// leaves empty removed. META is updated, not replaced: attributes of other
+// writers stay.
+func (t *FileTable) updatePointerMeta(pk string, meta fileItem, m Meta) error {
 	if meta == nil {
 		meta = fileItem{}
 	}
@@ -692,29 +721,18 @@ func (t *FileTable) PublishPointer(ctx context.Context, in PublishPointerInput) 
 	for a, v := range fileItemOf(set) {
 		meta[a] = v
 	}
-	if err := t.write(pk, SKMeta, meta); err != nil {
-		return Meta{}, err
+	return t.write(pk, SKMeta, meta)
+}
+
+// retireVersion gives the VER# row sk of pk, superseded by a recipe-B
+// publish, its ttl, which lets it go. An absent row stays absent.
+func (t *FileTable) retireVersion(pk, sk string, ttl int64) error {
+	prev, err := t.read(pk, sk)
+	if err != nil || prev == nil {
+		return err
 	}
-	if err := t.remove(pk, SKLock); err != nil {
-		return Meta{}, err
-	}
-	if err := t.complete(pk, in.Request, req, in.Version.S3Key); err != nil {
-		return Meta{}, err
-	}
-	if in.Previous != "" && in.Previous != m.CurrentSK {
-		// The row META pointed to is superseded: its ttl lets it go.
-		prev, err := t.read(pk, in.Previous)
-		if err != nil {
-			return Meta{}, err
-		}
-		if prev != nil {
-			prev[AttrTTL] = jn(in.PreviousTTL)
-			if err := t.write(pk, in.Previous, prev); err != nil {
-				return Meta{}, err
-			}
-		}
-	}
-	return m, nil
+	prev[AttrTTL] = jn(ttl)
+	return t.write(pk, sk, prev)
 }
 
 // BeginRequest implements Table.
