@@ -506,23 +506,8 @@ func (c *Coordinator) regenerate(ctx context.Context, pk string, meta Meta, hasM
 	}
 	var started bool
 	if req != nil {
-		now := c.cfg.Now()
-		r, created, err := c.table.BeginRequest(ctx, BeginRequestInput{
-			PK: pk, Key: req.Key, Hash: req.Hash, Now: now,
-			TTL: now.Unix() + seconds(c.cfg.requestTTL), RetryFailed: c.cfg.retryFailed,
-		})
-		if err != nil {
-			return Result{}, err
-		}
-		if !created {
-			switch r.Status {
-			case RequestCompleted:
-				return Result{Outcome: OutcomeRecorded, Meta: meta, HasMeta: hasMeta, ResultS3Key: r.ResultS3Key}, nil
-			case RequestStarted:
-				return Result{Outcome: OutcomeInProgress, Meta: meta, HasMeta: hasMeta}, nil
-			default:
-				return Result{}, &RequestError{PK: pk, Request: r, Err: ErrRequestFailed}
-			}
+		if res, done, err := c.beginRequest(ctx, pk, meta, hasMeta, req); err != nil || done {
+			return res, err
 		}
 		started = true
 	}
@@ -580,6 +565,30 @@ func (c *Coordinator) regenerate(ctx context.Context, pk string, meta Meta, hasM
 		return fail(err)
 	}
 	return Result{Outcome: OutcomeRegenerated, Meta: published, HasMeta: true, ResultS3Key: published.S3Key}, nil
+}
+
+// beginRequest records req as started on pk before a regeneration. done
+// says the request is recorded already and needs no regeneration: res is
+// then OutcomeRecorded (completed, with its result) or OutcomeInProgress
+// (started by another caller), with meta. A request recorded as failed is
+// a *RequestError wrapping ErrRequestFailed.
+func (c *Coordinator) beginRequest(ctx context.Context, pk string, meta Meta, hasMeta bool, req *RequestSpec) (res Result, done bool, err error) {
+	now := c.cfg.Now()
+	r, created, err := c.table.BeginRequest(ctx, BeginRequestInput{
+		PK: pk, Key: req.Key, Hash: req.Hash, Now: now,
+		TTL: now.Unix() + seconds(c.cfg.requestTTL), RetryFailed: c.cfg.retryFailed,
+	})
+	if err != nil || created {
+		return Result{}, false, err
+	}
+	switch r.Status {
+	case RequestCompleted:
+		return Result{Outcome: OutcomeRecorded, Meta: meta, HasMeta: hasMeta, ResultS3Key: r.ResultS3Key}, true, nil
+	case RequestStarted:
+		return Result{Outcome: OutcomeInProgress, Meta: meta, HasMeta: hasMeta}, true, nil
+	default:
+		return Result{}, false, &RequestError{PK: pk, Request: r, Err: ErrRequestFailed}
+	}
 }
 
 // cleanupContext is the context of a best-effort clean-up (giving back a
