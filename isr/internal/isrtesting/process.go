@@ -113,28 +113,7 @@ func runWorkers(ctx context.Context, b *ProcBackend, pk, role string, n, total i
 	if err != nil {
 		return "errors=1 first=" + err.Error()
 	}
-	var violations, errs, acquired, fresh, inprog, regen, noMeta atomic.Int64
-	var firstErr atomic.Value
-	note := func(err error) {
-		errs.Add(1)
-		firstErr.CompareAndSwap(nil, err.Error())
-	}
-	// hold marks this worker as the lease holder for a moment: the shared
-	// holders counter must read exactly 1 while it does.
-	hold := func() {
-		h, err := b.Add(ctx, pk, "holders", 1)
-		if err != nil {
-			note(err)
-			return
-		}
-		if h != 1 {
-			violations.Add(1)
-		}
-		time.Sleep(30 * time.Millisecond)
-		if _, err := b.Add(ctx, pk, "holders", -1); err != nil {
-			note(err)
-		}
-	}
+	w := &workers{c: c, b: b, pk: pk, total: total}
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
 		wg.Add(1)
@@ -142,81 +121,134 @@ func runWorkers(ctx context.Context, b *ProcBackend, pk, role string, n, total i
 			defer wg.Done()
 			switch role {
 			case "contend":
-				// Each goroutine takes the lease twice; the deadline only
-				// stops a broken run from hanging.
-				deadline := time.Now().Add(workersDeadline)
-				for got := 0; got < 2; {
-					if time.Now().After(deadline) {
-						note(fmt.Errorf("no lease within %v", workersDeadline))
-						return
-					}
-					l, err := c.TryAcquire(ctx, pk, nil)
-					if err != nil {
-						if !errors.Is(err, isr.ErrLeaseHeld) && !errors.Is(err, isr.ErrConflict) {
-							note(err)
-						}
-						time.Sleep(15 * time.Millisecond)
-						continue
-					}
-					acquired.Add(1)
-					got++
-					hold()
-					if err := c.Release(ctx, l); err != nil {
-						note(err)
-					}
-				}
+				w.contend(ctx)
 			case "regen":
-				res, err := c.Regenerate(ctx, pk, nil, func(ctx context.Context, l isr.Lease) (isr.Page, error) {
-					if _, err := b.Add(ctx, pk, "regenerations", 1); err != nil {
-						return isr.Page{}, err
-					}
-					hold()
-					// The render does not end before every other caller,
-					// in every process, has been answered: they all found
-					// the page stale and none waited for the render.
-					deadline := time.Now().Add(workersDeadline)
-					for {
-						n, err := b.Add(ctx, pk, "answered", 0)
-						if err != nil {
-							return isr.Page{}, err
-						}
-						if n >= int64(total-1) {
-							break
-						}
-						if time.Now().After(deadline) {
-							return isr.Page{}, fmt.Errorf("only %d of the %d other callers were answered while the page rendered", n, total-1)
-						}
-						time.Sleep(5 * time.Millisecond)
-					}
-					return isr.Page{S3Key: "regenerated", ETag: `"r"`, RevalidateSeconds: 3600}, nil
-				})
-				if err == nil && res.Outcome != isr.OutcomeRegenerated {
-					if _, aerr := b.Add(ctx, pk, "answered", 1); aerr != nil {
-						note(aerr)
-					}
-				}
-				if err != nil {
-					note(err)
-					return
-				}
-				if !res.HasMeta {
-					noMeta.Add(1)
-				}
-				switch res.Outcome {
-				case isr.OutcomeFresh:
-					fresh.Add(1)
-				case isr.OutcomeInProgress:
-					inprog.Add(1)
-				case isr.OutcomeRegenerated:
-					regen.Add(1)
-				}
+				w.regen(ctx)
 			}
 		}()
 	}
 	wg.Wait()
-	fe, _ := firstErr.Load().(string)
+	return w.summary()
+}
+
+// workers is what the goroutines of one process share: the coordinator,
+// the backend and page, and the counts that make up its summary.
+type workers struct {
+	c     *isr.Coordinator
+	b     *ProcBackend
+	pk    string
+	total int // callers in all processes together
+
+	violations, errs, acquired, fresh, inprog, regenerated, noMeta atomic.Int64
+	firstErr                                                       atomic.Value
+}
+
+// note counts an error and keeps the first one's text.
+func (w *workers) note(err error) {
+	w.errs.Add(1)
+	w.firstErr.CompareAndSwap(nil, err.Error())
+}
+
+// hold marks this worker as the lease holder for a moment: the shared
+// holders counter must read exactly 1 while it does.
+func (w *workers) hold(ctx context.Context) {
+	h, err := w.b.Add(ctx, w.pk, "holders", 1)
+	if err != nil {
+		w.note(err)
+		return
+	}
+	if h != 1 {
+		w.violations.Add(1)
+	}
+	time.Sleep(30 * time.Millisecond)
+	if _, err := w.b.Add(ctx, w.pk, "holders", -1); err != nil {
+		w.note(err)
+	}
+}
+
+// contend takes the lease twice, holding it a moment each time; the
+// deadline only stops a broken run from hanging.
+func (w *workers) contend(ctx context.Context) {
+	deadline := time.Now().Add(workersDeadline)
+	for got := 0; got < 2; {
+		if time.Now().After(deadline) {
+			w.note(fmt.Errorf("no lease within %v", workersDeadline))
+			return
+		}
+		l, err := w.c.TryAcquire(ctx, w.pk, nil)
+		if err != nil {
+			if !errors.Is(err, isr.ErrLeaseHeld) && !errors.Is(err, isr.ErrConflict) {
+				w.note(err)
+			}
+			time.Sleep(15 * time.Millisecond)
+			continue
+		}
+		w.acquired.Add(1)
+		got++
+		w.hold(ctx)
+		if err := w.c.Release(ctx, l); err != nil {
+			w.note(err)
+		}
+	}
+}
+
+// regen calls Regenerate once, counts itself answered when it did not
+// render, and counts the outcome.
+func (w *workers) regen(ctx context.Context) {
+	res, err := w.c.Regenerate(ctx, w.pk, nil, w.render)
+	if err == nil && res.Outcome != isr.OutcomeRegenerated {
+		if _, aerr := w.b.Add(ctx, w.pk, "answered", 1); aerr != nil {
+			w.note(aerr)
+		}
+	}
+	if err != nil {
+		w.note(err)
+		return
+	}
+	if !res.HasMeta {
+		w.noMeta.Add(1)
+	}
+	switch res.Outcome {
+	case isr.OutcomeFresh:
+		w.fresh.Add(1)
+	case isr.OutcomeInProgress:
+		w.inprog.Add(1)
+	case isr.OutcomeRegenerated:
+		w.regenerated.Add(1)
+	}
+}
+
+// render is the one regeneration's render: it counts itself, holds the
+// lease a moment, and does not end before every other caller, in every
+// process, has been answered: they all found the page stale and none
+// waited for the render.
+func (w *workers) render(ctx context.Context, _ isr.Lease) (isr.Page, error) {
+	if _, err := w.b.Add(ctx, w.pk, "regenerations", 1); err != nil {
+		return isr.Page{}, err
+	}
+	w.hold(ctx)
+	deadline := time.Now().Add(workersDeadline)
+	for {
+		n, err := w.b.Add(ctx, w.pk, "answered", 0)
+		if err != nil {
+			return isr.Page{}, err
+		}
+		if n >= int64(w.total-1) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return isr.Page{}, fmt.Errorf("only %d of the %d other callers were answered while the page rendered", n, w.total-1)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return isr.Page{S3Key: "regenerated", ETag: `"r"`, RevalidateSeconds: 3600}, nil
+}
+
+// summary is the workers' counts as "key=value ...".
+func (w *workers) summary() string {
+	fe, _ := w.firstErr.Load().(string)
 	return fmt.Sprintf("violations=%d errors=%d acquired=%d fresh=%d inprogress=%d regenerated=%d nometa=%d firsterr=%q",
-		violations.Load(), errs.Load(), acquired.Load(), fresh.Load(), inprog.Load(), regen.Load(), noMeta.Load(), fe)
+		w.violations.Load(), w.errs.Load(), w.acquired.Load(), w.fresh.Load(), w.inprog.Load(), w.regenerated.Load(), w.noMeta.Load(), fe)
 }
 
 // ParseSummary reads a worker's "key=value ..." summary.
