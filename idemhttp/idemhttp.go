@@ -43,7 +43,7 @@ type response struct {
 	// caller got it, replays get ProblemResponseNotRecorded.
 	Omitted bool `json:"omitted,omitempty"`
 
-	// wire is the header section of a record in the current format, and
+	// wire is the header section of a record, and
 	// wireValues its number of values: decoded into the replay's header
 	// map directly (see setHeaders), not into Header.
 	wire       []byte

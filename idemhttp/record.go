@@ -2,15 +2,14 @@ package idemhttp
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 )
 
-// The recorded response is stored in a versioned binary format:
+// The recorded response is stored in a binary format:
 //
-//	byte     recordV2 (2)
+//	byte     recordFormat (1)
 //	uvarint  status
 //	byte     flags (flagOmitted)
 //	uvarint  number of header names
@@ -19,15 +18,14 @@ import (
 //	    uvarint length, value
 //	rest     the body, as sent
 //
-// Version 1, written by earlier releases, is the JSON encoding of response
-// (the body in base64); it always starts with '{' and is still decoded.
+// Anything else is errBadRecord.
 const (
-	recordV2    = 2
-	flagOmitted = 1
+	recordFormat = 1
+	flagOmitted  = 1
 )
 
 // recordCodec is the idem.Codec of the middleware's Guard: it encodes a
-// response in the current format and decodes both formats.
+// response in the format above and decodes it.
 type recordCodec struct{}
 
 // errBadRecord is the cause of a recorded response that does not decode.
@@ -52,7 +50,7 @@ func (recordCodec) Unmarshal(data []byte, v any) error {
 	return r.decode(data)
 }
 
-// appendTo appends r in the current format.
+// appendTo appends r in the record format.
 func (r *response) appendTo(b []byte) []byte {
 	n := 1 + 2*binary.MaxVarintLen64 + 1 + len(r.Body)
 	for k, vs := range r.Header {
@@ -64,7 +62,7 @@ func (r *response) appendTo(b []byte) []byte {
 	if b == nil {
 		b = make([]byte, 0, n)
 	}
-	b = append(b, recordV2)
+	b = append(b, recordFormat)
 	b = binary.AppendUvarint(b, uint64(r.Status))
 	var flags byte
 	if r.Omitted {
@@ -91,18 +89,12 @@ func appendHeader(b []byte, k string, vs []string) []byte {
 	return b
 }
 
-// decode sets r from a recorded response in either format. The headers of
-// the current format are checked here and materialized by header, at
+// decode sets r from a recorded response. The headers of
+// the record are checked here and materialized by header, at
 // replay; the body aliases data, which is only read.
 func (r *response) decode(data []byte) error {
 	*r = response{}
-	if len(data) > 0 && data[0] == '{' {
-		if err := json.Unmarshal(data, r); err != nil {
-			return err
-		}
-		return checkStatus(r.Status)
-	}
-	if len(data) == 0 || data[0] != recordV2 {
+	if len(data) == 0 || data[0] != recordFormat {
 		return fmt.Errorf("%w: unknown format", errBadRecord)
 	}
 	p := data[1:]

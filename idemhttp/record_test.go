@@ -46,35 +46,16 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 }
 
-// TestRecordDecodesVersion1 checks that a record written by earlier
-// releases (JSON, the body in base64) still replays.
-func TestRecordDecodesVersion1(t *testing.T) {
-	v1 := []byte(`{"status":201,"header":{"Content-Type":["application/json"],"Date":null},"body":"eyJpZCI6MX0="}`)
-	var got response
-	if err := (recordCodec{}).Unmarshal(v1, &got); err != nil {
-		t.Fatal(err)
-	}
-	if got.Status != 201 || string(got.Body) != `{"id":1}` {
-		t.Fatalf("decoded %+v", got)
-	}
-	if h := headersOf(&got); !reflect.DeepEqual(h, http.Header{"Content-Type": {"application/json"}, "Date": nil}) {
-		t.Fatalf("headers %#v", h)
-	}
-	if err := (recordCodec{}).Unmarshal([]byte(`{"omitted":true,"status":201}`), &got); err != nil || !got.Omitted {
-		t.Fatalf("omitted: %+v, %v", got, err)
-	}
-}
-
 func TestRecordRefusesMalformed(t *testing.T) {
 	good, _ := recordCodec{}.Marshal(response{Status: 200, Header: http.Header{"A": {"b"}}})
 	for name, b := range map[string][]byte{
 		"empty":          nil,
 		"unknown format": {9, 200, 1, 0},
-		"status 0":       {recordV2, 0, 0, 0},
-		"status 1000":    {recordV2, 0xe8, 0x07, 0, 0},
-		"unknown flag":   {recordV2, 200, 1, 2, 0},
+		"status 0":       {recordFormat, 0, 0, 0},
+		"status 1000":    {recordFormat, 0xe8, 0x07, 0, 0},
+		"unknown flag":   {recordFormat, 200, 1, 2, 0},
 		"truncated":      good[:len(good)-1],
-		"huge count":     {recordV2, 200, 1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f},
+		"huge count":     {recordFormat, 200, 1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f},
 		"json status 0":  []byte(`{"status":0}`),
 		"bad json":       []byte(`{"status":`),
 	} {

@@ -84,10 +84,10 @@
 // lease entry, and a probe of fresh and replayed calls beside it had a p99
 // 1.0-1.7 times its p99 in an equal window without a pass, and no worse
 // worst call (83-93 ms against 76-109 ms). Without the rests the pass
-// takes 12 s but the probe's p99 is four times its own. The Purge of the
-// previous version (every key listed, then read and purged one by one)
-// took 23 s (26.7 s in an earlier run), left 20,000 markers for good, and
-// the probe's worst call beside it was 301 ms against 89 ms.
+// takes 12 s but the probe's p99 is four times its own. A Purge that lists
+// every key, then reads and purges each one by one (legacyPurge in the
+// soak test), took 23 s (26.7 s in another run), left 20,000 markers for
+// good, and the probe's worst call beside it was 301 ms against 89 ms.
 //
 // With a max age (CreateBucket with WithMaxAge, or a bucket of the user's
 // own with a TTL), the server removes each entry that long after its last

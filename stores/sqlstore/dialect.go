@@ -63,10 +63,9 @@ func quote(d Dialect, table string) (qtable, index string) {
 // claimProcedure returns the quoted name of a MySQL table's claim
 // procedure: the table's name (and schema) with "_claim_v2", the version
 // of its body, so that a later body gets a name of its own (Migrate
-// creates it beside an earlier version, which processes not yet upgraded
-// may still call). v2 reads the clock of its read after the row (v1 read
-// it when the statement started, and could judge a row released since
-// live).
+// creates it beside the one processes not yet upgraded call). The body
+// reads the clock after the row, so a row released since the statement
+// began is judged by a clock at least as late as its release.
 func claimProcedure(table string) string {
 	p, _ := quote(MySQL, table+"_claim_v2")
 	return p

@@ -70,8 +70,7 @@
 //	                least this old (the caller's threshold counts only
 //	                for a row with 0)
 //	watched         PostgreSQL only: BOOLEAN, set by a waiter's Watch;
-//	                only a watched row's changes notify (Migrate adds it
-//	                to a table made by an earlier version)
+//	                only a watched row's changes notify
 //	INDEX (expires_at), used by Purge
 //
 // MySQL tables use utf8mb4_bin, so keys and nonces compare byte for byte,

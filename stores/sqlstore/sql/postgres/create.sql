@@ -1,5 +1,4 @@
--- The record table and the index of its expiry, which Purge reads. The
--- ALTER TABLE gives a table without the watched column that column.
+-- The record table and the index of its expiry, which Purge reads.
 CREATE TABLE IF NOT EXISTS {{table}} (
   tenant         TEXT     NOT NULL DEFAULT '',
   scope          TEXT     NOT NULL DEFAULT '',
@@ -22,4 +21,3 @@ CREATE TABLE IF NOT EXISTS {{table}} (
   PRIMARY KEY (key_hash)
 );
 CREATE INDEX IF NOT EXISTS {{index}} ON {{table}} (expires_at);
-ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS watched BOOLEAN NOT NULL DEFAULT false;
