@@ -104,3 +104,34 @@ func PurgeBatches(ctx context.Context, limit int, batch func(ctx context.Context
 		}
 	}
 }
+
+// Pacer spaces a clean-up's work out, so that the calls beside it have
+// the store (its locks, the server, the disk's journal, the CPU) most of
+// the time instead of queueing behind a removal that runs back to back.
+// Rest is called after each step of work: it sleeps Ratio times as long
+// as the work since the previous Rest took, once at least Min of work has
+// gathered (steps of microseconds add up to Min rather than each sleeping
+// a timer's granularity). The first Rest only starts the count. The zero
+// Pacer never sleeps.
+type Pacer struct {
+	Ratio float64       // sleep per unit of work
+	Min   time.Duration // work gathered before a sleep
+	start time.Time     // when the work since the last sleep began
+}
+
+// Rest sleeps after enough work (see Pacer). It returns ctx's cause if ctx
+// ends during the sleep.
+func (p *Pacer) Rest(ctx context.Context) error {
+	now := time.Now()
+	if p.start.IsZero() {
+		p.start = now
+		return nil
+	}
+	worked := now.Sub(p.start)
+	if p.Ratio <= 0 || worked < p.Min {
+		return nil
+	}
+	err := lease.Sleep(ctx, time.Duration(float64(worked)*p.Ratio))
+	p.start = time.Now()
+	return err
+}

@@ -57,7 +57,6 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/lease"
 	"github.com/idem-go/idem/storekit"
 )
 
@@ -95,6 +94,9 @@ const (
 	// and 1.55-1.98x (4 of 4) pausing three times as long; the removal
 	// took 1.9-3.6 s and 4.2-4.7 s.
 	workFor = time.Millisecond
+	// pauseRatio is how many times as long as it worked the removal
+	// pauses.
+	pauseRatio = 3
 )
 
 // memory is the storekit.Backend under a Store, and its watchers.
@@ -341,21 +343,16 @@ func (m *memory) Delete(_ context.Context, key string) error {
 // clean is a clean-up pass and Purge: shard by shard, the expired records
 // in batches, then the shard's map and heap if they shrank well below
 // their peak. After each millisecond spent removing, it pauses three
-// times as long as it worked (see workFor).
+// times as long as it worked (a storekit.Pacer; see workFor).
 func (m *memory) clean(ctx context.Context) (int, error) {
 	total := 0
-	var worked time.Duration // removing, since the last pause
+	pace := storekit.Pacer{Ratio: pauseRatio, Min: workFor}
+	_ = pace.Rest(ctx) // starts the count
 	for i := range m.shards {
 		sh := &m.shards[i]
 		n, err := storekit.PurgeBatches(ctx, batchSize, func(ctx context.Context, limit int) (int, error) {
-			t0 := time.Now()
 			n := m.purgeBatch(sh, limit)
-			if worked += time.Since(t0); worked < workFor {
-				return n, nil
-			}
-			err := lease.Sleep(ctx, 3*worked)
-			worked = 0
-			return n, err
+			return n, pace.Rest(ctx)
 		})
 		total += n
 		if err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/lease"
 	"github.com/idem-go/idem/storekit"
 )
 
@@ -174,7 +173,12 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 	}
 	defer sc.stop()
 	n := 0
-	var p pacer
+	// The pass rests purgePause times as long as each step (a chunk
+	// read, a few removals) took, so it leaves the server to the store's
+	// calls most of the time instead of running back to back. A pass of
+	// 20,000 removals takes longer this way, and claims beside it stay as
+	// fast as without it (TestSoakCleanup).
+	p := storekit.Pacer{Ratio: purgePause}
 	batch := make([]candidate, 0, purgeBatch)
 	flush := func() error {
 		if len(batch) == 0 {
@@ -196,7 +200,7 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 		return err
 	}
 	for {
-		if err := p.rest(ctx); err != nil {
+		if err := p.Rest(ctx); err != nil {
 			return n, err
 		}
 		chunk, done, err := sc.next(ctx)
@@ -233,28 +237,10 @@ func (s *Store) removable(e scanned, markers bool) (candidate, bool) {
 	return candidate{key: e.key, rev: e.rev}, true
 }
 
-// pacer spaces a pass's requests out: after each step (a chunk read, a
-// few removals) it rests purgePause times as long as the step took, so a
-// pass leaves the server to the store's calls most of the time instead of
-// running back to back. A pass of 20,000 removals takes longer this way,
-// and claims beside it stay as fast as without it (TestSoakCleanup).
-type pacer struct{ last time.Time }
-
-func (p *pacer) rest(ctx context.Context) error {
-	now := time.Now()
-	if p.last.IsZero() {
-		p.last = now
-		return nil
-	}
-	err := lease.Sleep(ctx, time.Duration(float64(now.Sub(p.last))*purgePause))
-	p.last = time.Now()
-	return err
-}
-
 // removeBatch removes batch, paceEvery at a time (purgeParallel requests
 // in flight) with a rest after each, and returns how many records (not
 // markers) it removed.
-func (s *Store) removeBatch(ctx context.Context, del jetstream.Stream, batch []candidate, p *pacer) (int, error) {
+func (s *Store) removeBatch(ctx context.Context, del jetstream.Stream, batch []candidate, p *storekit.Pacer) (int, error) {
 	n := 0
 	for len(batch) > 0 {
 		step := batch[:min(paceEvery, len(batch))]
@@ -280,7 +266,7 @@ func (s *Store) removeBatch(ctx context.Context, del jetstream.Stream, batch []c
 		if err := errors.Join(errs...); err != nil {
 			return n, err
 		}
-		if err := p.rest(ctx); err != nil {
+		if err := p.Rest(ctx); err != nil {
 			return n, err
 		}
 	}

@@ -73,6 +73,9 @@ func rowLockWaits(t testing.TB, d sqlstore.Dialect, db *sql.DB) []int64 {
 // IDEM_SOAK_QUIET seconds, default 60) without removal. It logs, per
 // dialect and way: removal time, the probe's p50/p99/worst during removal
 // and in the quiet window, and the table's size before and after.
+// IDEM_SOAK_DIALECT and IDEM_SOAK_WAY pick one; IDEM_SOAK_BATCH and
+// IDEM_SOAK_PAUSE set Purge's batch size and rest (SetPurgeBatch,
+// SetPurgePause).
 //
 //	IDEM_SOAK=1 go test -run TestSoakPurgeMillion -v -timeout 60m ./stores/sqlstore/
 func TestSoakPurgeMillion(t *testing.T) {
@@ -89,6 +92,14 @@ func TestSoakPurgeMillion(t *testing.T) {
 			}
 			t.Run(d.String()+"/"+way, func(t *testing.T) {
 				e := newEnv(t, d, sqlstore.WithoutCleanup(), sqlstore.WithRetention(0))
+				if n := envInt("IDEM_SOAK_BATCH", 0); n > 0 {
+					sqlstore.SetPurgeBatch(e.store, n)
+				}
+				if v := os.Getenv("IDEM_SOAK_PAUSE"); v != "" {
+					f, err := strconv.ParseFloat(v, 64)
+					require.NoError(t, err)
+					sqlstore.SetPurgePause(e.store, f)
+				}
 				start := time.Now()
 				fillRows(t, d, e.db, e.table, "idem:old", rows, -time.Hour)
 				fillRows(t, d, e.db, e.table, "idem:live", 100, 24*time.Hour)

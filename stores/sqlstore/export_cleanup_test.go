@@ -9,3 +9,7 @@ func CleanupPasses(s *Store) (passes, ran int64) {
 // SetPurgeBatch sets how many rows a batch of s's Purge and clean-up
 // removes at most.
 func SetPurgeBatch(s *Store, n int) { s.purger.batchSize = n }
+
+// SetPurgePause sets how many times as long as a batch took s's Purge and
+// clean-up rest after it.
+func SetPurgePause(s *Store, f float64) { s.purger.pause = f }
