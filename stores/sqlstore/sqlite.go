@@ -190,7 +190,15 @@ func sqliteNoTable(err error) bool {
 // two processes, or two goroutines, write at once) and puts the database
 // file in WAL mode, which the file keeps.
 func (s *Store) migrateSQLite(ctx context.Context) error {
-	conn, err := s.db.Conn(ctx)
+	// A new connection runs the DSN's pragmas as it opens; like a schema
+	// change, journal_mode can meet SQLITE_BUSY at once, without the
+	// busy handler, while another connection changes the schema.
+	var conn *sql.Conn
+	err := retryTransient(ctx, func() error {
+		var err error
+		conn, err = s.db.Conn(ctx)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("sqlstore: migrate %s: %w", s.cfg.table, err)
 	}
