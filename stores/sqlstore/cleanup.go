@@ -172,9 +172,11 @@ func (p *purger) pass(ctx context.Context) error {
 // p.pause times as long as the batch took, so the claims beside it have
 // the server (its CPU, its WAL's flushes) most of the time. PostgreSQL,
 // 1M expired rows, a probe of fresh claims and replays beside the
-// removal, its p99 against an equal window without removal, one run
-// each on a quiet machine: back to back, 2.34-2.78x (removal 6.8-8.7 s);
-// resting as long as each batch took, 1.98-3.02x (15-17 s).
+// removal, its p99 against an equal window without removal, on a quiet
+// 2-core machine, three alternating runs each: back to back, 2.18-4.19x
+// (removal 7-10 s); resting as long as each batch took, 2.21-3.29x
+// (14-15 s). Both miss 2x on that machine, where the database, the
+// removal and the probe share two cores.
 func (p *purger) pacer(ctx context.Context) *storekit.Pacer {
 	pace := &storekit.Pacer{Ratio: p.pause}
 	_ = pace.Rest(ctx) // starts the count
