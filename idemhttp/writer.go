@@ -51,7 +51,7 @@ func (r *recorder) head(code int, sent http.Header) {
 	// One buffer for the record: the headers are at most as long as sent,
 	// and room for a small body.
 	r.rec = make([]byte, 0, 16+size+512)
-	r.rec = append(r.rec, recordV2)
+	r.rec = append(r.rec, recordFormat)
 	r.rec = binary.AppendUvarint(r.rec, uint64(code))
 	r.rec = append(r.rec, 0) // flags
 	r.rec = r.m.appendHeaders(r.rec, r.before, sent)
