@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/redisstore"
+	"github.com/idem-go/idem/stores/redisstore/internal/redisbench"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -21,29 +21,19 @@ import (
 // per call of each.
 func commandStats(t *testing.T, c *redis.Client) (map[string]int, map[string]float64) {
 	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
+	usec, n, err := redisbench.CommandStats(context.Background(), c)
 	require.NoError(t, err)
-	calls, usec := map[string]int{}, map[string]float64{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		name = strings.TrimPrefix(name, "cmdstat_")
-		for _, kv := range strings.Split(rest, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			switch k {
-			case "calls":
-				calls[name], _ = strconv.Atoi(v)
-			case "usec_per_call":
-				usec[name], _ = strconv.ParseFloat(v, 64)
-			}
+	calls, perCall := map[string]int{}, map[string]float64{}
+	for name, k := range n {
+		calls[name] = int(k)
+		if k > 0 {
+			perCall[name] = usec[name] / float64(k)
 		}
 	}
 	delete(calls, "config|resetstat")
 	delete(calls, "info")
 	delete(calls, "hello") // a new connection of the pool
-	return calls, usec
+	return calls, perCall
 }
 
 // TestCommandsInsideScripts counts, on a private server, the Redis commands

@@ -31,11 +31,11 @@ func servers(ctx context.Context, c redis.UniversalClient, fn func(context.Conte
 	return fmt.Errorf("redisbench: client %T not supported", c)
 }
 
-// commandUsec returns the microseconds each command spent executing since
-// the last CONFIG RESETSTAT, summed over the servers (INFO commandstats;
+// CommandStats returns the microseconds each command spent executing since
+// the last CONFIG RESETSTAT, and its calls, summed over the servers (INFO commandstats;
 // a script's time includes the commands it runs, which are also counted
 // under their own names).
-func commandUsec(ctx context.Context, c redis.UniversalClient) (map[string]float64, map[string]int64, error) {
+func CommandStats(ctx context.Context, c redis.UniversalClient) (map[string]float64, map[string]int64, error) {
 	var mu sync.Mutex
 	usec, calls := map[string]float64{}, map[string]int64{}
 	err := servers(ctx, c, func(ctx context.Context, s *redis.Client) error {
@@ -109,7 +109,7 @@ func measure(ctx context.Context, admin redis.UniversalClient, name string, n in
 	if err != nil {
 		return Cost{}, fmt.Errorf("%s: %w", name, err)
 	}
-	usec, _, err := commandUsec(ctx, admin)
+	usec, _, err := CommandStats(ctx, admin)
 	if err != nil {
 		return Cost{}, err
 	}
