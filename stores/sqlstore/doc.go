@@ -330,10 +330,12 @@
 // store WithoutCleanup and calls Purge, which deletes the same rows the
 // same way (without the try-lock) and returns how many.
 //
-// Both delete in batches of storekit.DefaultPurgeBatch rows, oldest
-// expiry first, on the expires_at index, so a pass with nothing expired
-// reads one index entry and no live row, and no claim waits on a removal
-// for more than one batch:
+// Both delete in batches (100 rows on PostgreSQL, whose smaller commits
+// the claims beside them wait behind less; storekit.DefaultPurgeBatch
+// elsewhere), resting as long as each batch took, oldest expiry first, on
+// the expires_at index, so a pass with nothing expired reads one index
+// entry and no live row, and no claim waits on a removal for more than
+// one batch:
 //
 //   - PostgreSQL: one statement per batch. The batch's rows are picked
 //     with FOR UPDATE SKIP LOCKED (a row a claim holds is skipped, not

@@ -899,8 +899,9 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 
 // Purge deletes the rows of the table that expired more than the retention
 // ago (WithRetention), whatever their tenant and scope, and returns how
-// many it deleted. It deletes in batches of storekit.DefaultPurgeBatch
-// rows, each one statement (PostgreSQL) or one short READ COMMITTED
+// many it deleted. It deletes in batches (100 rows on PostgreSQL,
+// storekit.DefaultPurgeBatch elsewhere) with a rest as long as the batch
+// after each, each one statement (PostgreSQL) or one short READ COMMITTED
 // transaction (MySQL) that judges every row again by the database's clock
 // as it deletes it, so a row a claim revives meanwhile stays, and no
 // claim waits on Purge for longer than one batch's lock of the rows it
