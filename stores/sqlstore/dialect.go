@@ -153,17 +153,10 @@ func postgresQueries(table string) queries {
 	claim := strings.NewReplacer("{{table}}", t, "{{cols}}", cols, "{{now}}", pgNow,
 		"{{claimable_cur}}", claimable("cur", "clk.ms", "clk.ms"),
 		"{{claimable_locked}}", claimable("r", pgNow, "(SELECT ms FROM clk)"))
-	var q queries
-	q.create = sqlStatements(Postgres, "create", r)
+	q := commonQueries(Postgres, r)
 	q.text[stClaim] = sqlFile(Postgres, "claim", claim)
-	q.text[stGet] = sqlFile(Postgres, "get", r)
-	q.text[stHeartbeat] = sqlFile(Postgres, "heartbeat", r)
-	q.text[stComplete] = sqlFile(Postgres, "complete", r)
 	q.text[stCompleteTx] = q.text[stComplete]
-	q.text[stRelease] = sqlFile(Postgres, "release", r)
-	q.text[stDelete] = sqlFile(Postgres, "delete", r)
 	q.text[stWatch] = sqlFile(Postgres, "watch", r)
-	q.readBack = sqlFile(Postgres, "read_back", r)
 	return q
 }
 
@@ -173,20 +166,26 @@ func mysqlQueries(table string) queries {
 	t, idx := quote(MySQL, table)
 	r := strings.NewReplacer("{{table}}", t, "{{index}}", idx, "{{cols}}", cols, "{{now}}", mysqlExecNow,
 		"{{proc}}", claimProcedure(table))
-	var q queries
-	q.create = sqlStatements(MySQL, "create", r)
+	q := commonQueries(MySQL, r)
 	q.proc = sqlFile(MySQL, "claim_procedure", r)
 	q.text[stClaim] = sqlFile(MySQL, "claim", r)
 	q.text[stClaimRet] = sqlFile(MySQL, "claim_returning", r)
 	q.text[stClaimProc] = sqlFile(MySQL, "claim_call", r)
 	q.text[stCAS] = sqlFile(MySQL, "cas", r)
-	q.text[stGet] = sqlFile(MySQL, "get", r)
-	q.text[stHeartbeat] = sqlFile(MySQL, "heartbeat", r)
-	q.text[stComplete] = sqlFile(MySQL, "complete", r)
 	q.text[stCompleteTx] = sqlFile(MySQL, "complete_tx", r)
-	q.text[stRelease] = sqlFile(MySQL, "release", r)
-	q.text[stDelete] = sqlFile(MySQL, "delete", r)
-	q.readBack = sqlFile(MySQL, "read_back", r)
+	return q
+}
+
+// commonQueries returns the statements every dialect has a file of its
+// own for: the schema, get, heartbeat, complete, release, delete and the
+// read-back, with r's substitutions made.
+func commonQueries(d Dialect, r *strings.Replacer) queries {
+	var q queries
+	q.create = sqlStatements(d, "create", r)
+	for st, name := range map[stmtID]string{stGet: "get", stHeartbeat: "heartbeat", stComplete: "complete", stRelease: "release", stDelete: "delete"} {
+		q.text[st] = sqlFile(d, name, r)
+	}
+	q.readBack = sqlFile(d, "read_back", r)
 	return q
 }
 

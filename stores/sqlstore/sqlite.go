@@ -40,18 +40,11 @@ func sqliteQueries(table string) queries {
 		idx = schema + "." + idx
 	}
 	r := strings.NewReplacer("{{table}}", t, "{{index}}", idx, "{{on}}", on, "{{cols}}", cols, "{{now}}", liteNow)
-	var q queries
-	q.create = sqlStatements(SQLite, "create", r)
+	q := commonQueries(SQLite, r)
 	q.liteLock = sqlFile(SQLite, "lock", r)
 	q.liteNow = sqlFile(SQLite, "now", r)
 	q.text[stClaim] = sqlFile(SQLite, "claim", r)
-	q.text[stGet] = sqlFile(SQLite, "get", r)
-	q.text[stHeartbeat] = sqlFile(SQLite, "heartbeat", r)
-	q.text[stComplete] = sqlFile(SQLite, "complete", r)
 	q.text[stCompleteTx] = q.text[stComplete]
-	q.text[stRelease] = sqlFile(SQLite, "release", r)
-	q.text[stDelete] = sqlFile(SQLite, "delete", r)
-	q.readBack = sqlFile(SQLite, "read_back", r)
 	q.litePurge = sqlFile(SQLite, "purge", r)
 	return q
 }
