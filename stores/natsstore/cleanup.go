@@ -53,6 +53,7 @@ func (s *Store) bucketMaxAge(ctx context.Context) (time.Duration, error) {
 		return 0, &idem.StoreError{Op: "status", Err: err}
 	}
 	s.setMaxAge(st.TTL())
+	s.learnStream(st)
 	return st.TTL(), nil
 }
 
@@ -79,6 +80,7 @@ func (s *Store) deleter(ctx context.Context) (jetstream.Stream, *jetstream.Strea
 	if err != nil {
 		return nil, nil, &idem.StoreError{Op: "status", Err: err}
 	}
+	s.learnStream(st)
 	info := streamInfo(st)
 	s.streamMu.Lock()
 	defer s.streamMu.Unlock()
@@ -164,9 +166,9 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 	}
 	var sc scanner
 	if stream != nil {
-		sc, err = newConsumerScan(ctx, stream, info)
+		sc, err = newConsumerScan(ctx, stream, info, true, &s.bodies)
 	} else {
-		sc, err = newWatchScan(ctx, s.kv)
+		sc, err = newWatchScan(ctx, s.kv, &s.bodies)
 	}
 	if err != nil {
 		return 0, err
@@ -180,6 +182,7 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 	// fast as without it (TestSoakCleanup).
 	p := storekit.Pacer{Ratio: purgePause}
 	batch := make([]candidate, 0, purgeBatch)
+	reads := 0 // records read by sequence
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
@@ -208,8 +211,20 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 			return n, err
 		}
 		for _, e := range chunk {
-			if c, ok := s.removable(e, stream != nil); ok {
+			c, ok, read, err := s.removable(ctx, stream, e)
+			if err != nil {
+				return n, err
+			}
+			if ok {
 				batch = append(batch, c)
+			}
+			if read {
+				// Records read one by one rest like removals.
+				if reads++; reads%paceEvery == 0 {
+					if err := p.Rest(ctx); err != nil {
+						return n, err
+					}
+				}
 			}
 		}
 		if done || len(batch) >= purgeBatch {
@@ -221,20 +236,43 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 }
 
 // removable says whether e is one of the store's records expired past the
-// retention now, or (when markers can be removed) a delete marker of one.
-func (s *Store) removable(e scanned, markers bool) (candidate, bool) {
+// retention now, or (when the pass removes messages from the stream) a
+// delete marker of one. It decides on the expiry e's headers carry; on
+// the record itself when they carry none (a record written through the KV
+// API), read by its sequence (read is true) when the scan left values out.
+// A key that is not the store's is never read.
+func (s *Store) removable(ctx context.Context, stream jetstream.Stream, e scanned) (c candidate, ok, read bool, err error) {
 	key, ok := storageKey(e.key)
 	if !ok {
-		return candidate{}, false // not ours
+		return candidate{}, false, false, nil // not ours
 	}
 	if e.op != jetstream.KeyValuePut {
-		return candidate{key: e.key, rev: e.rev, marker: true}, markers
+		return candidate{key: e.key, rev: e.rev, marker: true}, stream != nil, false, nil
 	}
-	rec, err := decode(key, e.value)
-	if err != nil || rec.ExpiresAt > s.nowMs()-s.retention.Milliseconds() {
-		return candidate{}, false // live, or corrupt: left for an operator to see
+	expires, ok := e.expires, e.hasExpires
+	if !ok {
+		value := e.value
+		if !e.hasValue {
+			m, err := stream.GetMsg(ctx, e.rev)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return candidate{}, false, true, nil // rewritten or removed since the scan saw it
+			}
+			if err != nil {
+				return candidate{}, false, true, &idem.StoreError{Op: "purge", Err: err}
+			}
+			s.bodies.Add(1)
+			value, read = m.Data, true
+		}
+		rec, err := decode(key, value)
+		if err != nil {
+			return candidate{}, false, read, nil // corrupt: left for an operator to see
+		}
+		expires = rec.ExpiresAt
 	}
-	return candidate{key: e.key, rev: e.rev}, true
+	if expires > s.nowMs()-s.retention.Milliseconds() {
+		return candidate{}, false, read, nil // live
+	}
+	return candidate{key: e.key, rev: e.rev}, true, read, nil
 }
 
 // removeBatch removes batch, paceEvery at a time (purgeParallel requests
@@ -334,6 +372,7 @@ func (s *Store) backgroundPass(ctx context.Context) (int, error) {
 		return 0, &idem.StoreError{Op: "status", Err: err}
 	}
 	s.setMaxAge(st.TTL())
+	s.learnStream(st)
 	if st.TTL() > 0 {
 		return 0, nil
 	}

@@ -1,6 +1,10 @@
 package natsstore
 
-import "context"
+import (
+	"context"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
 
 // KVKey and StorageKey expose the key mapping to the tests.
 var (
@@ -22,3 +26,20 @@ func SetPurgePause(f float64) { purgePause = f }
 
 // SetPurgeParallel sets how many removals a pass has in flight.
 func SetPurgeParallel(n int) { purgeParallel = n }
+
+// Bodies is how many records s's scans received with their values, or
+// read one by one.
+func Bodies(s *Store) int64 { return s.bodies.Load() }
+
+// Publishes says whether a Store on the bucket whose stream is info, with
+// the JetStream context js, writes records itself with their expiry in a
+// header (else through the KV API).
+func Publishes(js jetstream.JetStream, info *jetstream.StreamInfo) bool {
+	return newPublisher(js, nil, info) != nil
+}
+
+// EntryOp is the KV operation a message's headers say.
+var EntryOp = entryOp
+
+// ExpiresHeader is the header that carries a record's ExpiresAt.
+const ExpiresHeader = expiresHeader

@@ -78,7 +78,7 @@ func (s *Store) listScanner(ctx context.Context) (scanner, error) {
 		}
 	}
 	if stream != nil && info != nil {
-		return newConsumerScan(ctx, stream, info)
+		return newConsumerScan(ctx, stream, info, false, &s.bodies)
 	}
-	return newWatchScan(ctx, s.kv)
+	return newWatchScan(ctx, s.kv, &s.bodies)
 }

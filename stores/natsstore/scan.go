@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,12 +14,16 @@ import (
 	"github.com/idem-go/idem/lease"
 )
 
-// scanned is one bucket entry as a clean-up pass reads it.
+// scanned is one bucket entry as a scan reads it.
 type scanned struct {
-	key   string // KV key
-	rev   uint64 // revision: the message's stream sequence
-	op    jetstream.KeyValueOp
-	value []byte
+	key      string // KV key
+	rev      uint64 // revision: the message's stream sequence
+	op       jetstream.KeyValueOp
+	value    []byte // the record, when the scan reads values
+	hasValue bool   // false from a headers-only scan
+
+	expires    int64 // the record's ExpiresAt, from its expiresHeader
+	hasExpires bool
 }
 
 // scanner reads a bucket's entries (the last message of every key) once,
@@ -40,32 +45,44 @@ var scanChunk = 100
 // and deleted after (the server drops it after a minute idle if the
 // deletion is lost). Neither a filter nor deliver-last-per-subject: on
 // nats-server 2.9 either makes the server scan the stream's subjects when
-// the consumer is made, holding the stream while claims wait.
+// the consumer is made, holding the stream while claims wait. A clean-up
+// pass's consumer is headers-only: the server sends each message's headers
+// (the key's operation, the record's expiry) without its body.
 type consumerScan struct {
-	stream  jetstream.Stream
-	cons    jetstream.Consumer
-	prefix  string // "$KV.<bucket>."
-	lastSeq uint64
-	done    bool
+	stream      jetstream.Stream
+	cons        jetstream.Consumer
+	prefix      string // "$KV.<bucket>."
+	lastSeq     uint64
+	headersOnly bool
+	bodies      *atomic.Int64 // counts the message bodies received
+	done        bool
 }
 
-func newConsumerScan(ctx context.Context, stream jetstream.Stream, info *jetstream.StreamInfo) (scanner, error) {
+// newConsumerScan starts a scan of the bucket whose stream is stream;
+// headersOnly leaves the records out (a clean-up pass), else each entry
+// carries its value (a listing).
+func newConsumerScan(ctx context.Context, stream jetstream.Stream, info *jetstream.StreamInfo, headersOnly bool, bodies *atomic.Int64) (scanner, error) {
 	bucket := strings.TrimPrefix(info.Config.Name, "KV_")
 	if info.State.Msgs == 0 {
 		return &consumerScan{done: true}, nil
 	}
+	desc := "idem clean-up pass"
+	if !headersOnly {
+		desc = "idem listing"
+	}
 	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
-		Description:       "idem clean-up pass",
+		Description:       desc,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		AckPolicy:         jetstream.AckNonePolicy,
 		InactiveThreshold: time.Minute,
 		MemoryStorage:     true,
 		Replicas:          1,
+		HeadersOnly:       headersOnly,
 	})
 	if err != nil {
 		return nil, &idem.StoreError{Op: "purge", Err: err}
 	}
-	return &consumerScan{stream: stream, cons: cons, prefix: "$KV." + bucket + ".", lastSeq: info.State.LastSeq}, nil
+	return &consumerScan{stream: stream, cons: cons, prefix: "$KV." + bucket + ".", lastSeq: info.State.LastSeq, headersOnly: headersOnly, bodies: bodies}, nil
 }
 
 func (c *consumerScan) next(ctx context.Context) ([]scanned, bool, error) {
@@ -99,15 +116,17 @@ func (c *consumerScan) fetch() ([]scanned, error) {
 		if err != nil {
 			continue
 		}
-		op := jetstream.KeyValuePut
-		switch m.Headers().Get("KV-Operation") {
-		case "DEL":
-			op = jetstream.KeyValueDelete
-		case "PURGE":
-			op = jetstream.KeyValuePurge
+		if len(m.Data()) > 0 {
+			c.bodies.Add(1)
 		}
 		if key, ok := strings.CutPrefix(m.Subject(), c.prefix); ok {
-			out = append(out, scanned{key: key, rev: md.Sequence.Stream, op: op, value: m.Data()})
+			h := m.Headers()
+			e := scanned{key: key, rev: md.Sequence.Stream, op: entryOp(h)}
+			if !c.headersOnly {
+				e.value, e.hasValue = m.Data(), true
+			}
+			e.expires, e.hasExpires = headerExpiry(h)
+			out = append(out, e)
 		}
 		if md.NumPending == 0 || md.Sequence.Stream >= c.lastSeq {
 			c.done = true
@@ -132,20 +151,21 @@ func (c *consumerScan) stop() {
 }
 
 // watchScan reads the bucket through a KV watch, for a Store without the
-// bucket's stream.
+// bucket's stream: a KV watch delivers every entry with its value.
 type watchScan struct {
 	w      jetstream.KeyWatcher
 	cancel context.CancelFunc
+	bodies *atomic.Int64 // counts the values received
 }
 
-func newWatchScan(ctx context.Context, kv KeyValue) (scanner, error) {
+func newWatchScan(ctx context.Context, kv KeyValue, bodies *atomic.Int64) (scanner, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	w, err := kv.Watch(wctx, ">")
 	if err != nil {
 		cancel()
 		return nil, &idem.StoreError{Op: "purge", Err: err}
 	}
-	return &watchScan{w: w, cancel: cancel}, nil
+	return &watchScan{w: w, cancel: cancel, bodies: bodies}, nil
 }
 
 func (s *watchScan) next(ctx context.Context) ([]scanned, bool, error) {
@@ -164,7 +184,10 @@ func (s *watchScan) next(ctx context.Context) ([]scanned, bool, error) {
 			if e == nil { // the last entry that was in the bucket when the pass began
 				return out, true, nil
 			}
-			out = append(out, scanned{key: e.Key(), rev: e.Revision(), op: e.Operation(), value: e.Value()})
+			if len(e.Value()) > 0 {
+				s.bodies.Add(1)
+			}
+			out = append(out, scanned{key: e.Key(), rev: e.Revision(), op: e.Operation(), value: e.Value(), hasValue: true})
 		}
 	}
 	return out, false, nil

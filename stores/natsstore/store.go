@@ -40,10 +40,12 @@ type Store struct {
 	maxAge   atomic.Int64 // the bucket's max age in nanoseconds, once known (0: none)
 	ageKnown atomic.Bool  // maxAge was read (or given by CreateBucket)
 
-	js       jetstream.JetStream // WithJetStream, to find the bucket's stream
+	js       jetstream.JetStream       // WithJetStream, to find the bucket's stream
+	pub      atomic.Pointer[publisher] // set once the bucket's stream is known and standard (see write)
 	streamMu sync.Mutex
 	stream   jetstream.Stream // the bucket's stream, once known and when it allows deletes
 	warned   atomic.Bool      // the markers warning was logged
+	bodies   atomic.Int64     // records this Store's scans received or read (for the tests)
 	cleaner  *storekit.Cleaner
 	every    time.Duration // WithCleanup
 	id       string        // this Store's name in the clean-up lease
@@ -90,6 +92,7 @@ func New(kv KeyValue, opts ...Option) (*Store, error) {
 	if b, ok := kv.(*bucket); ok {
 		s.stream = b.stream
 		s.setMaxAge(b.maxAge)
+		s.pub.Store(newPublisher(b.js, b.stream, b.stream.CachedInfo()))
 	}
 	if !c.NoCleanup {
 		s.cleaner = storekit.StartCleaner("natsstore", c.Cleanup, s.background)
@@ -108,6 +111,7 @@ func (s *Store) Close() error { return s.cleaner.Close() }
 // a read.
 type bucket struct {
 	jetstream.KeyValue
+	js     jetstream.JetStream
 	stream jetstream.Stream
 	maxAge time.Duration
 }
@@ -147,7 +151,7 @@ func CreateBucket(ctx context.Context, js jetstream.JetStream, name string, opts
 	if err != nil {
 		return nil, fmt.Errorf("natsstore: open bucket %q: %w", name, err)
 	}
-	return &bucket{KeyValue: kv, stream: stream, maxAge: c.maxAge}, nil
+	return &bucket{KeyValue: kv, js: js, stream: stream, maxAge: c.maxAge}, nil
 }
 
 // bucketStream is the stream of a KV bucket as jetstream.CreateKeyValue
@@ -213,11 +217,16 @@ func decode(key string, b []byte) (*idem.Record, error) {
 // write stores rec under key if the entry is still at revision rev (0: the
 // key has never been written or was purged; deleted is true when a read
 // found a deletion marker). conflict is true when another write got there
-// first.
+// first. With the bucket's stream known (see publisher) it publishes the
+// record itself, with its expiry in a header; otherwise it is a KV Create
+// or Update.
 func (s *Store) write(ctx context.Context, key string, rec *idem.Record, rev uint64, deleted bool) (newRev uint64, conflict bool, err error) {
 	b, err := storekit.EncodeRecord(rec)
 	if err != nil {
 		return 0, false, err
+	}
+	if p := s.pub.Load(); p != nil {
+		return p.write(ctx, kvKey(key), b, rec.ExpiresAt, rev, deleted)
 	}
 	if deleted {
 		newRev, err = s.kv.Create(ctx, kvKey(key), b)
