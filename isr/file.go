@@ -8,12 +8,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -21,7 +21,8 @@ import (
 	"github.com/idem-go/idem/storekit"
 )
 
-// fileStripes is the number of lock files; part of the on-disk layout.
+// fileStripes is the number of lock files and of fan-out directories;
+// part of the on-disk layout.
 const fileStripes = 256
 
 const (
@@ -35,15 +36,20 @@ const (
 // Every item is one JSON file holding the DynamoDB item's attribute names
 // and value types, pk and sk included: strings as JSON strings, numbers as
 // JSON numbers (read in DynamoDB's decimal form). The items of a cache key
-// live in <dir>/<sha256 hex of pk>/: META.json, LOCK.json,
-// REQ#<sha256 hex of the idempotency key>.json and
-// VER#<sha256 hex of the version id>.json (Path names them).
+// live in <dir>/<h0h1>/<sha256 hex of pk>/, h0h1 being the first two hex
+// digits of that hash (256 fan-out directories, made when first needed and
+// kept): META.json, LOCK.json, REQ#<sha256 hex of the idempotency
+// key>.json and VER#<sha256 hex of the version id>.json (Path names them).
+// Each item file's modification time is the instant it may expire (see
+// fileExpiry), so that the clean-up tells live items from expired ones
+// without opening them.
 //
-// A write takes the cache key's lock (one of 256 lock files in
-// <dir>/.locks, by a hash of pk, with gofrs/flock, and an in-process
-// semaphore beside it), reads the items it conditions on, and writes each
-// changed item to a temporary file that is fsynced and renamed over the
-// item, then fsyncs the directory; deletes are fsynced the same way. So
+// A write takes the cache key's lock (<dir>/.locks/<h0h1>, one of 256 lock
+// files, named as the cache key's fan-out directory, with gofrs/flock, and
+// an in-process semaphore beside it), reads the items it conditions on,
+// and writes each changed item to a temporary file that is fsynced and
+// renamed over the item, then fsyncs the directory; deletes are fsynced
+// the same way. So
 // every operation, the transaction recipes included, is atomic with
 // respect to every other, and a reader (which takes no lock) sees each item
 // whole, old or new. A crash between the renames of one recipe can leave it
@@ -70,6 +76,8 @@ type fileCore struct {
 	sync    bool
 	now     func() time.Time
 	stripes [fileStripes]fileStripe
+
+	purgeReads atomic.Int64 // item files the clean-up opened, for tests
 }
 
 type fileStripe struct {
@@ -137,7 +145,18 @@ func sumHex(s string) string {
 	return hex.EncodeToString(h[:])
 }
 
-func (t *fileCore) pkDir(pk string) string { return filepath.Join(t.dir, sumHex(pk)) }
+// pkDir is the directory of pk's items: <dir>/<h0h1>/<sha256 hex of pk>.
+func (t *fileCore) pkDir(pk string) string {
+	h := sumHex(pk)
+	return filepath.Join(t.dir, h[:2], h)
+}
+
+// stripeOf is the lock stripe (and fan-out directory) of a cache key's
+// directory name, the sha256 hex of its pk: its first byte.
+func stripeOf(keyHex string) int {
+	b, _ := hex.DecodeString(keyHex[:2])
+	return int(b[0])
+}
 
 // Path returns the file of the item (pk, sk) ("" for a nil or zero
 // FileTable).
@@ -159,12 +178,15 @@ func (t *fileCore) path(pk, sk string) string {
 	return filepath.Join(t.pkDir(pk), name+".json")
 }
 
-// lock takes pk's stripe: the semaphore (honouring ctx), then the file
-// lock, polled while another process holds it.
+// lock takes pk's stripe (lockStripe).
 func (t *fileCore) lock(ctx context.Context, pk string) (func(), error) {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(pk))
-	st := &t.stripes[h.Sum32()%fileStripes]
+	return t.lockStripe(ctx, stripeOf(sumHex(pk)))
+}
+
+// lockStripe takes a stripe: the semaphore (honouring ctx), then the file
+// lock, polled while another process holds it.
+func (t *fileCore) lockStripe(ctx context.Context, stripe int) (func(), error) {
+	st := &t.stripes[stripe]
 	select {
 	case st.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -298,8 +320,36 @@ func (t *FileTable) get(ctx context.Context, pk, sk string) (Item, error) {
 	return it.attrs(), nil
 }
 
+// fileNever is the modification time of an item file that never expires
+// (no ttl, or one the clean-up never acts on): 2200-01-01 UTC, within the
+// range of ext4 (256-byte inodes), XFS (bigtime), btrfs, APFS and NTFS. A
+// file system that keeps only 32-bit seconds (ext4 with 128-byte inodes,
+// XFS without bigtime) stores 2038-01-19 instead; such files are then
+// opened by the clean-up from 2038 on, and kept.
+var fileNever = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// fileExpiry is the modification time of the item file of it (with sort
+// key sk): the earliest whole second at which collectable may hold, so
+// that an item whose file's time has not passed is not collectable. That
+// is its ttl floored, or, for a LOCK, the later of that and its
+// lease_expires_at floored; fileNever when it has no ttl collectable
+// reads, or one at or past fileNever.
+func fileExpiry(sk string, it fileItem) time.Time {
+	ttl, ok := it.num(AttrTTL)
+	if !ok || ttl <= 0 || ttl >= fileNever.Unix() {
+		return fileNever
+	}
+	if sk == SKLock {
+		if exp, ok := it.num(AttrLeaseExpiresAt); ok && exp > ttl {
+			ttl = min(exp, fileNever.Unix())
+		}
+	}
+	return time.Unix(ttl, 0)
+}
+
 // write replaces the item (pk, sk): a temporary file in the same
-// directory, fsynced, renamed over the item, and the directory fsynced.
+// directory, its modification time set to fileExpiry, fsynced, renamed
+// over the item, and the directory fsynced.
 func (t *fileCore) write(pk, sk string, it fileItem) error {
 	it["pk"], it["sk"] = pk, sk
 	var buf bytes.Buffer
@@ -310,11 +360,13 @@ func (t *fileCore) write(pk, sk string, it fileItem) error {
 	}
 	dir := t.pkDir(pk)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		// The fan-out directory is made under the same stripe's lock.
+		fan := filepath.Dir(dir)
+		if err := t.mkdir(fan, t.dir); err != nil {
 			return fmt.Errorf("isr: write %s/%s: %w", pk, sk, err)
 		}
-		if err := t.syncDir(t.dir); err != nil {
-			return err
+		if err := t.mkdir(dir, fan); err != nil {
+			return fmt.Errorf("isr: write %s/%s: %w", pk, sk, err)
 		}
 	}
 	f, err := os.CreateTemp(dir, fileTmp+"*")
@@ -323,6 +375,10 @@ func (t *fileCore) write(pk, sk string, it fileItem) error {
 	}
 	tmp := f.Name()
 	_, err = f.Write(buf.Bytes())
+	if err == nil {
+		exp := fileExpiry(sk, it)
+		err = os.Chtimes(tmp, exp, exp)
+	}
 	if err == nil && t.sync {
 		err = f.Sync()
 	}
@@ -349,6 +405,19 @@ func (t *fileCore) remove(pk, sk string) error {
 		return fmt.Errorf("isr: delete %s/%s: %w", pk, sk, err)
 	}
 	return t.syncDir(t.pkDir(pk))
+}
+
+// mkdir makes dir, and fsyncs parent if it did; a dir that exists is no
+// error.
+func (t *fileCore) mkdir(dir, parent string) error {
+	err := os.Mkdir(dir, 0o700)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return t.syncDir(parent)
 }
 
 func (t *fileCore) syncDir(dir string) error {

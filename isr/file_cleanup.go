@@ -8,35 +8,30 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 )
 
-// fileTmpAge is how old a temporary file must be before the clean-up
-// removes it: a writer holds its temporary file for the few milliseconds
-// of one write, so an older one was left by a process that crashed.
-const fileTmpAge = time.Hour
-
-// purge walks the table's directory and removes every item expired at the
-// moment of its removal (collectable, on the table's clock), each under
-// its cache key's lock: the item is read without the lock, and read again
-// and judged again under it, so an item rewritten meanwhile (a lease
+// purge walks the table's fan-out directories and each cache key's
+// directory in them, and lstats every item file: a file whose
+// modification time (fileExpiry, set by every write) has not passed on
+// the table's clock is not opened. Every other file is a candidate, read
+// and judged (collectable) under its cache key's lock, and removed if it
+// is expired at that moment, so an item rewritten meanwhile (a lease
 // acquired again, a request begun again) stays. A cache key's directory
-// left empty is removed under the same lock. Each lock is held for one
-// item's removal, never for the walk.
+// left empty is removed under the same lock, and so is every temporary
+// file (writers hold the lock from making one to renaming it, so under the
+// lock any temporary file was left by a crashed writer). Each lock is held
+// for one file's removal, never for the walk.
 func (t *fileCore) purge(ctx context.Context) (int, error) {
-	dirs, err := os.ReadDir(t.dir)
+	fans, err := os.ReadDir(t.dir)
 	if err != nil {
 		return 0, fmt.Errorf("isr: file table clean-up: %w", err)
 	}
 	total := 0
-	for _, d := range dirs {
-		if !d.IsDir() || len(d.Name()) != 64 {
+	for _, f := range fans {
+		if !f.IsDir() || !isHex(f.Name(), 2) {
 			continue // .locks, or nothing isr made
 		}
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		n, err := t.purgeDir(ctx, filepath.Join(t.dir, d.Name()))
+		n, err := t.purgeFan(ctx, f.Name())
 		total += n
 		if err != nil {
 			return total, err
@@ -45,8 +40,46 @@ func (t *fileCore) purge(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// purgeDir is purge on one cache key's directory.
-func (t *fileCore) purgeDir(ctx context.Context, dir string) (int, error) {
+// isHex reports whether s is n lower-case hex digits.
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// purgeFan is purge on one fan-out directory.
+func (t *fileCore) purgeFan(ctx context.Context, fan string) (int, error) {
+	keys, err := os.ReadDir(filepath.Join(t.dir, fan))
+	if err != nil {
+		return 0, fmt.Errorf("isr: file table clean-up: %w", err)
+	}
+	total := 0
+	for _, k := range keys {
+		if !k.IsDir() || !isHex(k.Name(), 64) || k.Name()[:2] != fan {
+			continue // nothing isr made
+		}
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, err := t.purgeDir(ctx, k.Name())
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// purgeDir is purge on the directory of one cache key, named keyHex (the
+// sha256 hex of its pk).
+func (t *fileCore) purgeDir(ctx context.Context, keyHex string) (int, error) {
+	dir := filepath.Join(t.dir, keyHex[:2], keyHex)
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
@@ -54,45 +87,74 @@ func (t *fileCore) purgeDir(ctx context.Context, dir string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("isr: file table clean-up: %w", err)
 	}
-	n, pk := 0, ""
+	stripe, now := stripeOf(keyHex), t.now()
+	n, gone := 0, 0
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, fileTmp) {
-			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > fileTmpAge {
-				_ = os.Remove(filepath.Join(dir, name))
+		tmp := strings.HasPrefix(name, fileTmp)
+		if !tmp {
+			if !strings.HasSuffix(name, ".json") || !e.Type().IsRegular() {
+				continue
 			}
-			continue
+			fi, err := e.Info() // lstat: the file is not opened
+			if err != nil || fi.ModTime().After(now) {
+				continue // gone since ReadDir, or live by its modification time
+			}
 		}
-		if !strings.HasSuffix(name, ".json") {
-			continue
-		}
-		it, ipk, sk, ok := t.itemAt(filepath.Join(dir, name))
-		if !ok {
-			continue // unreadable, or not where its pk and sk put it
-		}
-		pk = ipk
-		if !collectable(sk, it.attrs(), t.now()) {
-			continue
-		}
-		removed, err := t.removeExpired(ctx, ipk, sk)
+		removed, err := t.removeCandidate(ctx, stripe, filepath.Join(dir, name), tmp)
 		if err != nil {
 			return n, err
 		}
 		if removed {
-			n++
+			gone++
+			if !tmp {
+				n++
+			}
 		}
 	}
-	if n > 0 && pk != "" {
-		if err := t.removeEmptyDir(ctx, pk); err != nil {
+	if gone == len(entries) {
+		if err := t.removeEmptyDir(ctx, stripe, dir); err != nil {
 			return n, err
 		}
 	}
 	return n, nil
 }
 
+// removeCandidate removes, under the lock of stripe, the temporary file
+// file, or the item file file if, read under the lock, it is the item its
+// pk and sk name and is expired at the table's clock read under the lock.
+// A live item's file gets its modification time set to fileExpiry, so
+// that a file written otherwise than by a FileTable is opened once.
+func (t *fileCore) removeCandidate(ctx context.Context, stripe int, file string, tmp bool) (bool, error) {
+	unlock, err := t.lockStripe(ctx, stripe)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	if tmp {
+		err := os.Remove(file)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("isr: file table clean-up: %w", err)
+		}
+		return err == nil, nil
+	}
+	it, pk, sk, ok := t.itemAt(file)
+	if !ok {
+		return false, nil // gone, unreadable, or not where its pk and sk put it
+	}
+	if !collectable(sk, it.attrs(), t.now()) {
+		if exp := fileExpiry(sk, it); exp.After(t.now()) {
+			_ = os.Chtimes(file, exp, exp)
+		}
+		return false, nil
+	}
+	return true, t.remove(pk, sk)
+}
+
 // itemAt reads an item file and the pk and sk it holds; ok is false when
 // it cannot be read or is not the file its pk and sk name.
 func (t *fileCore) itemAt(file string) (it fileItem, pk, sk string, ok bool) {
+	t.purgeReads.Add(1)
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil, "", "", false
@@ -105,52 +167,32 @@ func (t *fileCore) itemAt(file string) (it fileItem, pk, sk string, ok bool) {
 	return it, pk, sk, ok1 && ok2 && t.path(pk, sk) == file
 }
 
-// readAttrs is the item (pk, sk) as attributes, nil when it is absent or
-// unreadable.
-func (t *fileCore) readAttrs(pk, sk string) Item {
-	it, err := t.read(pk, sk)
-	if err != nil || it == nil {
-		return nil
-	}
-	return it.attrs()
-}
-
-// removeExpired removes (pk, sk) if, read under pk's lock, it is still
-// expired at the table's clock read under the lock.
-func (t *fileCore) removeExpired(ctx context.Context, pk, sk string) (bool, error) {
-	unlock, err := t.lock(ctx, pk)
-	if err != nil {
-		return false, err
-	}
-	defer unlock()
-	if !collectable(sk, t.readAttrs(pk, sk), t.now()) {
-		return false, nil
-	}
-	return true, t.remove(pk, sk)
-}
-
-// removeEmptyDir removes pk's directory under pk's lock if it holds
-// nothing (a writer creates it under the same lock).
-func (t *fileCore) removeEmptyDir(ctx context.Context, pk string) error {
-	unlock, err := t.lock(ctx, pk)
+// removeEmptyDir removes a cache key's directory dir under the lock of
+// its stripe if it holds nothing (a writer makes it under the same lock).
+// The fan-out directory above it is kept.
+func (t *fileCore) removeEmptyDir(ctx context.Context, stripe int, dir string) error {
+	unlock, err := t.lockStripe(ctx, stripe)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	dir := t.pkDir(pk)
 	if entries, err := os.ReadDir(dir); err != nil || len(entries) > 0 {
 		return nil
 	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil // not empty after all: left for the next pass
+	if err := os.Remove(dir); err != nil {
+		return nil // not empty after all, or gone: left for the next pass
 	}
-	return t.syncDir(t.dir)
+	return t.syncDir(filepath.Dir(dir))
 }
 
 // Purge removes every item whose ttl has passed on the table's clock (a
-// LOCK only once its lease has expired too), and the directories of cache
-// keys left empty, and returns how many items it removed. It reads every
-// item file; each removal holds its cache key's lock for that item alone.
+// LOCK only once its lease has expired too), the directories of cache keys
+// left empty and the temporary files of crashed writes, and returns how
+// many items it removed. It lstats every item file and opens only those
+// whose modification time (the item's ttl, set by every write) has
+// passed, so a Purge that finds nothing expired reads no item; each
+// candidate is read and judged again under its cache key's lock, held for
+// that file alone.
 // The clean-up goroutine runs it; call it yourself under WithoutCleanup.
 // It returns ctx's error if ctx ends first.
 func (t *FileTable) Purge(ctx context.Context) (int, error) {
