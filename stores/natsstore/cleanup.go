@@ -70,39 +70,52 @@ func (s *Store) checkLifetime(ctx context.Context, op string, life time.Duration
 	return nil
 }
 
-// deleter returns the bucket's stream, when the pass can delete its
-// messages (CreateBucket's, or looked up once through WithJetStream when
-// the stream allows deletes), with the stream's current information; nil
-// otherwise (the pass then removes records with KV purges, which leave
-// markers, and says so once).
-func (s *Store) deleter(ctx context.Context) (jetstream.Stream, *jetstream.StreamInfo, error) {
+// passStream returns the bucket's stream for a pass, with its current
+// information: CreateBucket's, or looked up once through WithJetStream;
+// nil without either (the pass then reads the bucket through a KV watch).
+// deletes is true when the pass can delete the stream's messages; when it
+// cannot, the pass removes records with KV purges, which leave markers,
+// and says so once.
+func (s *Store) passStream(ctx context.Context) (stream jetstream.Stream, info *jetstream.StreamInfo, deletes bool, err error) {
 	st, err := s.kv.Status(ctx)
 	if err != nil {
-		return nil, nil, &idem.StoreError{Op: "status", Err: err}
+		return nil, nil, false, &idem.StoreError{Op: "status", Err: err}
 	}
 	s.learnStream(st)
-	info := streamInfo(st)
-	s.streamMu.Lock()
-	defer s.streamMu.Unlock()
-	if s.stream != nil && info != nil {
-		return s.stream, info, nil
+	info = streamInfo(st)
+	if stream, err = s.bucketStream(ctx, info); err != nil {
+		return nil, nil, false, err
 	}
-	if s.js != nil && info != nil && !info.Config.DenyDelete {
-		stream, err := s.js.Stream(ctx, info.Config.Name)
-		if err != nil {
-			return nil, nil, &idem.StoreError{Op: "stream", Err: err}
-		}
-		s.stream = stream
-		return stream, info, nil
+	if stream != nil && !info.Config.DenyDelete {
+		return stream, info, true, nil
 	}
 	if !s.warned.Swap(true) {
 		why := "the bucket's stream denies message deletes (a bucket made by jetstream.CreateKeyValue; natsstore.CreateBucket makes one that allows them)"
-		if s.js == nil {
+		if stream == nil {
 			why = "the Store has no JetStream context (natsstore.WithJetStream) for a bucket not made by natsstore.CreateBucket"
 		}
 		slog.Default().Warn("natsstore: clean-up removes expired records with KV purges, which leave one delete marker per key in the stream", "bucket", st.Bucket(), "why", why)
 	}
-	return nil, nil, nil
+	return stream, info, false, nil
+}
+
+// bucketStream returns the handle of the stream whose information is info
+// (nil: the status had none): CreateBucket's, or looked up once with the
+// Store's JetStream context; nil without either.
+func (s *Store) bucketStream(ctx context.Context, info *jetstream.StreamInfo) (jetstream.Stream, error) {
+	if info == nil {
+		return nil, nil
+	}
+	s.streamMu.Lock()
+	defer s.streamMu.Unlock()
+	if s.stream == nil && s.js != nil {
+		stream, err := s.js.Stream(ctx, info.Config.Name)
+		if err != nil {
+			return nil, &idem.StoreError{Op: "stream", Err: err}
+		}
+		s.stream = stream
+	}
+	return s.stream, nil
 }
 
 // streamInfo is the stream information in a bucket's status, when it has
@@ -127,20 +140,26 @@ var (
 // many records it removed. It runs at once, whatever other processes do
 // (the background clean-up takes turns through a lease; Purge does not).
 //
-// It reads the bucket's entries once, in stream order, 100 per request
-// through a pull consumer of its own on the bucket's stream (a KV watch
-// when it has no stream), values included and none held beyond the batch
-// in hand, and removes what it found in batches of
+// It reads the bucket's entries once, in stream order, 100 per request,
+// none held beyond the batch in hand. With the bucket's stream
+// (CreateBucket's, or one given WithJetStream) it reads their headers
+// only, through a headers-only pull consumer of its own, and decides on
+// the expiry the Store writes in each record's header, so a pass that
+// finds nothing expired reads no live record; a record of the store's
+// without the header (written through the KV API) is read by its
+// sequence. Without the stream it reads the entries with their values
+// through a KV watch. It removes what it found in batches of
 // storekit.DefaultPurgeBatch, two requests in flight, resting as long as
-// it worked after every 20 removals and every read. Each
-// removal is conditioned on the revision read, so a record claimed again
-// meanwhile is kept: on a bucket whose stream allows message deletes
-// (CreateBucket's, or one given WithJetStream) it deletes the message with
-// the revision read as its sequence, which leaves no marker and cannot
-// touch a later write; otherwise it is a KV purge with
-// jetstream.LastRevision, which leaves a marker per key (and markers are
-// then not removed). A record that does not decode is left for an
-// operator to see; keys that are not the store's are left alone.
+// it worked after every 20 removals, every 20 records read by sequence
+// and every chunk read. Each removal is conditioned on the revision read,
+// so a record claimed again meanwhile is kept: on a bucket whose stream
+// allows message deletes (CreateBucket's, or one given WithJetStream) it
+// deletes the message with the revision read as its sequence, which
+// leaves no marker and cannot touch a later write; otherwise it is a KV
+// purge with jetstream.LastRevision, which leaves a marker per key (and
+// markers are then not removed). A record that does not decode is left
+// for an operator to see; keys that are not the store's are left alone
+// and not read.
 func (s *Store) Purge(ctx context.Context) (int, error) {
 	return s.purge(ctx, nil)
 }
@@ -156,17 +175,25 @@ type candidate struct {
 // removes a batch.
 var beforeRemove func(batch []string)
 
+// scanValues, when set (tests, to compare), makes a pass receive every
+// record with its scan and decide on the records, not on their headers.
+var scanValues bool
+
 // purge is one clean-up pass; between, when not nil, runs after every
 // batch (the background pass renews its lease there) and ends the pass
 // with its error.
 func (s *Store) purge(ctx context.Context, between func(context.Context) error) (int, error) {
-	stream, info, err := s.deleter(ctx)
+	stream, info, deletes, err := s.passStream(ctx)
 	if err != nil {
 		return 0, err
 	}
+	var del jetstream.Stream // removals delete messages from it; nil: KV purges
+	if deletes {
+		del = stream
+	}
 	var sc scanner
 	if stream != nil {
-		sc, err = newConsumerScan(ctx, stream, info, true, &s.bodies)
+		sc, err = newConsumerScan(ctx, stream, info, !scanValues, &s.bodies)
 	} else {
 		sc, err = newWatchScan(ctx, s.kv, &s.bodies)
 	}
@@ -194,7 +221,7 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 			}
 			beforeRemove(keys)
 		}
-		k, err := s.removeBatch(ctx, stream, batch, &p)
+		k, err := s.removeBatch(ctx, del, batch, &p)
 		n += k
 		batch = batch[:0]
 		if err == nil && between != nil {
@@ -211,7 +238,10 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 			return n, err
 		}
 		for _, e := range chunk {
-			c, ok, read, err := s.removable(ctx, stream, e)
+			if scanValues {
+				e.hasExpires = false
+			}
+			c, ok, read, err := s.removable(ctx, stream, e, deletes)
 			if err != nil {
 				return n, err
 			}
@@ -236,18 +266,18 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 }
 
 // removable says whether e is one of the store's records expired past the
-// retention now, or (when the pass removes messages from the stream) a
+// retention now, or (when the pass deletes messages from the stream) a
 // delete marker of one. It decides on the expiry e's headers carry; on
 // the record itself when they carry none (a record written through the KV
-// API), read by its sequence (read is true) when the scan left values out.
-// A key that is not the store's is never read.
-func (s *Store) removable(ctx context.Context, stream jetstream.Stream, e scanned) (c candidate, ok, read bool, err error) {
+// API), read from stream by its sequence (read is true) when the scan
+// left values out. A key that is not the store's is never read.
+func (s *Store) removable(ctx context.Context, stream jetstream.Stream, e scanned, deletes bool) (c candidate, ok, read bool, err error) {
 	key, ok := storageKey(e.key)
 	if !ok {
 		return candidate{}, false, false, nil // not ours
 	}
 	if e.op != jetstream.KeyValuePut {
-		return candidate{key: e.key, rev: e.rev, marker: true}, stream != nil, false, nil
+		return candidate{key: e.key, rev: e.rev, marker: true}, deletes, false, nil
 	}
 	expires, ok := e.expires, e.hasExpires
 	if !ok {

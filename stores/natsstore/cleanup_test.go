@@ -124,8 +124,10 @@ func TestClose(t *testing.T) {
 
 // TestPurgeKeepsRacingClaim: a claim that rewrites an expired record after
 // a pass decided to remove it and before the removal always wins: the
-// removal is conditioned on the revision read. Against a removal of the
-// key whatever its revision, every claim here is lost.
+// removal is conditioned on the revision read, whether it deletes the
+// message or is a KV purge, and whether the pass decided on the record or
+// on its expiry header. Against a removal of the key whatever its
+// revision, every claim here is lost.
 func TestPurgeKeepsRacingClaim(t *testing.T) {
 	_, js := connect(t, testenv.NATSURL(t))
 	for _, tc := range []struct {
@@ -134,13 +136,25 @@ func TestPurgeKeepsRacingClaim(t *testing.T) {
 	}{
 		{"stream", func(kv natsstore.KeyValue) natsstore.KeyValue { return kv }},
 		{"kv-purge", func(kv natsstore.KeyValue) natsstore.KeyValue { return plainKV{kv} }},
+		{"headers-kv-purge", nil}, // a bucket of CreateKeyValue, WithJetStream
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			kv := tc.wrap(newBucket(t, js))
 			clock := storetest.NewClock()
-			a, err := natsstore.New(kv, natsstore.WithClock(clock.Now), natsstore.WithRetention(0), natsstore.WithoutCleanup())
+			opts := []natsstore.Option{natsstore.WithClock(clock.Now), natsstore.WithRetention(0), natsstore.WithoutCleanup()}
+			var kv natsstore.KeyValue
+			if tc.wrap != nil {
+				kv = tc.wrap(newBucket(t, js))
+			} else {
+				name := randName("idemtest_")
+				own, err := js.CreateKeyValue(ctxT(t), jetstream.KeyValueConfig{Bucket: name, History: 1})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = js.DeleteKeyValue(context.Background(), name) })
+				kv = own
+				opts = append(opts, natsstore.WithJetStream(js))
+			}
+			a, err := natsstore.New(kv, opts...)
 			require.NoError(t, err)
-			b, err := natsstore.New(kv, natsstore.WithClock(clock.Now), natsstore.WithRetention(0), natsstore.WithoutCleanup())
+			b, err := natsstore.New(kv, opts...)
 			require.NoError(t, err)
 			keys := released(t, a, 5)
 			if tc.name == "stream" {

@@ -2,7 +2,8 @@
 // (github.com/nats-io/nats.go/jetstream).
 //
 // Each storage key holds one KV entry: the record, encoded with storekit's
-// versioned JSON codec. Every transition is a compare-and-set on the
+// versioned JSON codec, with its ExpiresAt in a header when the Store
+// knows the bucket's stream (see Lifecycle). Every transition is a compare-and-set on the
 // entry's revision, so the bucket's stream decides which of two writers
 // wins, on every server of a cluster:
 //
@@ -55,27 +56,46 @@
 // by another skips its pass; the holder renews it after every batch and
 // keeps it half an interval past its pass, and the intervals are jittered.
 //
-// A pass reads the bucket once, in stream order, 100 entries per request
-// through a pull consumer of its own (values included, nothing kept beyond
-// the batch in hand; every record is read once per pass, live ones too),
-// and removes what is expired in batches of storekit.DefaultPurgeBatch,
+// A pass that finds nothing expired reads no live record. A Store that
+// knows the bucket's stream (a bucket of CreateBucket, or WithJetStream)
+// writes each record by publishing it to the stream itself, as kv.Update
+// does (expecting the key's last revision; over a delete marker as
+// kv.Create does), with the record's ExpiresAt in the message's
+// "Idem-Expires-At" header (Unix milliseconds); the KV API reads such an
+// entry like any other. A pass reads the bucket once, in stream order, 100
+// entries per request, through a headers-only pull consumer of its own:
+// the server sends each entry's headers without its record, and the pass
+// decides on the expiry header. A record of the store's without the
+// header (one written through the KV API) is read by its sequence and
+// decided on; keys that are not the store's are never read. A Store
+// writes through the KV API (kv.Create, kv.Update) when it does not know
+// the stream, when its JetStream context has a domain or an API prefix,
+// or when the stream is a mirror or has subjects other than
+// "$KV.<bucket>.>"; a WithJetStream Store learns the stream at its first
+// status read (its first claim). Without the bucket's stream, a pass
+// reads the bucket through a KV watch, which delivers every record with
+// its value: that is the one case where a pass reads live records.
+//
+// A pass removes what is expired in batches of storekit.DefaultPurgeBatch,
 // two requests in flight, resting as long as it worked after every 20
-// removals and every read, so the store's calls beside it keep their
-// speed. A removal deletes the stream message whose sequence is the
-// revision the pass read: a claim that rewrote the key after the read is
-// another, later message, which the deletion cannot touch, so the claim
-// wins; and no delete marker is left. The stream must allow message
-// deletes for that, which jetstream.CreateKeyValue's buckets do not:
-// CreateBucket makes the bucket's stream itself, as CreateKeyValue would
-// but with deletes allowed. (kv.PurgeDeletes is not used: it purges a
-// marker's whole subject, so a claim written between its listing and its
-// purge would be lost; and a stream purge filtered on one key takes tens
-// of milliseconds per key on nats-server 2.9, holding the stream.) On a
-// bucket whose stream denies deletes, or without the bucket's JetStream
-// context (WithJetStream, for a bucket not from CreateBucket), a pass
-// removes records with KV purges conditioned on the revision read
-// (jetstream.LastRevision), which are as safe but leave one marker per
-// removed key, and logs a warning once.
+// removals, every 20 records read by sequence and every chunk read, so
+// the store's calls beside it keep their speed. A removal deletes the
+// stream message whose sequence is the revision the pass read: a claim
+// that rewrote the key after the read is another, later message, which the
+// deletion cannot touch, so the claim wins; and no delete marker is left.
+// The expiry header and the record are one message, so a pass that decides
+// on the header removes exactly what it would on the record. The stream
+// must allow message deletes for that, which jetstream.CreateKeyValue's
+// buckets do not: CreateBucket makes the bucket's stream itself, as
+// CreateKeyValue would but with deletes allowed. (kv.PurgeDeletes is not
+// used: it purges a marker's whole subject, so a claim written between its
+// listing and its purge would be lost; and a stream purge filtered on one
+// key takes tens of milliseconds per key on nats-server 2.9, holding the
+// stream.) On a bucket whose stream denies deletes, or without the
+// bucket's JetStream context (WithJetStream, for a bucket not from
+// CreateBucket), a pass removes records with KV purges conditioned on the
+// revision read (jetstream.LastRevision), which are as safe but leave one
+// marker per removed key, and logs a warning once.
 //
 // Measured on one nats-server 2.9.10 on a two-core machine under heavy
 // load from other work (load average about 19; TestSoakCleanup,
@@ -104,7 +124,8 @@
 //
 // A user's own bucket needs history 1 and either no max age, with a
 // stream that allows message deletes and WithJetStream (else markers stay,
-// one per removed key), or a max age as above.
+// one per removed key, and passes read every record), or a max age as
+// above.
 //
 // # Wake-ups
 //

@@ -43,3 +43,7 @@ var EntryOp = entryOp
 
 // ExpiresHeader is the header that carries a record's ExpiresAt.
 const ExpiresHeader = expiresHeader
+
+// SetScanValues makes a pass receive the records with its scan and decide
+// on them (on: the pass before expiry headers, to compare).
+func SetScanValues(on bool) { scanValues = on }

@@ -54,26 +54,40 @@ func completeAll(t *testing.T, s *natsstore.Store, n int, result []byte) []strin
 // large results receives none of them, neither in its scan nor one by
 // one (the store's counter, and the bytes its connection received, which
 // are less than the live records' results alone), and still removes the
-// expired records and delete markers and keeps the live records, whether
-// the Store's bucket came from CreateBucket or from js.KeyValue with
-// WithJetStream. A scan that reads values receives every record.
+// expired records and keeps the live records, whether the Store's bucket
+// came from CreateBucket or from js.KeyValue with WithJetStream, and on a
+// bucket of jetstream.CreateKeyValue (whose stream denies deletes: the
+// pass removes with KV purges, which leave markers). A scan that reads
+// values receives every record.
 func TestPurgeReadsNoLiveRecord(t *testing.T) {
 	url := testenv.NATSURL(t)
 	const live, expired = 2000, 50
 	result := bytes.Repeat([]byte("r"), 2048)
-	for _, how := range []string{"CreateBucket", "WithJetStream"} {
+	for _, how := range []string{"CreateBucket", "WithJetStream", "CreateKeyValue"} {
 		t.Run(how, func(t *testing.T) {
 			// The Store has a connection of its own, so what the
 			// connection received is what the Store received.
 			nc, js := connect(t, url)
-			var kv natsstore.KeyValue = newBucket(t, js)
+			var kv natsstore.KeyValue
 			clock := storetest.NewClock()
 			opts := []natsstore.Option{natsstore.WithClock(clock.Now), natsstore.WithRetention(0), natsstore.WithoutCleanup()}
-			if how == "WithJetStream" {
-				plain, err := js.KeyValue(ctxT(t), kv.(jetstream.KeyValue).Bucket())
+			left := live + 1 // the live records and the other key
+			switch how {
+			case "CreateBucket":
+				kv = newBucket(t, js)
+			case "WithJetStream":
+				plain, err := js.KeyValue(ctxT(t), newBucket(t, js).Bucket())
 				require.NoError(t, err)
 				kv = plain
 				opts = append(opts, natsstore.WithJetStream(js))
+			case "CreateKeyValue":
+				name := randName("idemtest_")
+				own, err := js.CreateKeyValue(ctxT(t), jetstream.KeyValueConfig{Bucket: name, History: 1})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = js.DeleteKeyValue(context.Background(), name) })
+				kv = own
+				opts = append(opts, natsstore.WithJetStream(js))
+				left += expired // a marker per removed record, and Delete's
 			}
 			s, err := natsstore.New(kv, opts...)
 			require.NoError(t, err)
@@ -94,7 +108,7 @@ func TestPurgeReadsNoLiveRecord(t *testing.T) {
 			assert.Zero(t, natsstore.Bodies(s)-bodies, "records the pass received")
 			assert.Less(t, received, uint64(live*len(result)), "bytes the pass received")
 			require.Equal(t, expired-1, n)
-			require.Equal(t, live+1, msgs(t, kv), "the live records and the other key are left")
+			require.Equal(t, left, msgs(t, kv), "left in the stream")
 			for _, k := range gone {
 				_, err := kv.Get(ctxT(t), natsstore.KVKey(k))
 				require.ErrorIs(t, err, jetstream.ErrKeyNotFound)

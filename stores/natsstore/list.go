@@ -68,14 +68,11 @@ func (s *Store) listScanner(ctx context.Context) (scanner, error) {
 	if err != nil {
 		return nil, &idem.StoreError{Op: "list", Err: err}
 	}
+	s.learnStream(st)
 	info := streamInfo(st)
-	s.streamMu.Lock()
-	stream := s.stream
-	s.streamMu.Unlock()
-	if stream == nil && s.js != nil && info != nil {
-		if stream, err = s.js.Stream(ctx, info.Config.Name); err != nil {
-			return nil, &idem.StoreError{Op: "list", Err: err}
-		}
+	stream, err := s.bucketStream(ctx, info)
+	if err != nil {
+		return nil, err
 	}
 	if stream != nil && info != nil {
 		return newConsumerScan(ctx, stream, info, false, &s.bodies)

@@ -64,11 +64,15 @@ func WithoutCleanup() Option {
 
 // WithJetStream gives the Store the JetStream context of a bucket that was
 // not made by CreateBucket (one opened with js.KeyValue), so that the
-// clean-up removes expired records without leaving a delete marker per key
-// (it deletes the record's message from the bucket's stream by its
-// sequence). A bucket from CreateBucket carries it already. Without it the
-// clean-up removes records with a KV purge, which leaves one marker per
-// removed key in the stream. A nil js is an invalid option.
+// clean-up reads no live record and removes expired records without
+// leaving a delete marker per key: the Store writes each record by
+// publishing it to the bucket's stream with its expiry in a header, from
+// its first status read of the bucket on, and a pass reads the entries'
+// headers only and deletes an expired record's message by its sequence
+// (see the package doc, Lifecycle). A bucket from CreateBucket carries it
+// already. Without it the clean-up reads every record, and removes
+// records with a KV purge, which leaves one marker per removed key in the
+// stream. A nil js is an invalid option.
 func WithJetStream(js jetstream.JetStream) Option {
 	return func(c *config) {
 		if js == nil { // jetstream.New hands back a nil interface with its error

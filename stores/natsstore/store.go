@@ -43,7 +43,7 @@ type Store struct {
 	js       jetstream.JetStream       // WithJetStream, to find the bucket's stream
 	pub      atomic.Pointer[publisher] // set once the bucket's stream is known and standard (see write)
 	streamMu sync.Mutex
-	stream   jetstream.Stream // the bucket's stream, once known and when it allows deletes
+	stream   jetstream.Stream // the bucket's stream, once known
 	warned   atomic.Bool      // the markers warning was logged
 	bodies   atomic.Int64     // records this Store's scans received or read (for the tests)
 	cleaner  *storekit.Cleaner
@@ -106,9 +106,10 @@ func New(kv KeyValue, opts ...Option) (*Store, error) {
 func (s *Store) Close() error { return s.cleaner.Close() }
 
 // bucket is the jetstream.KeyValue CreateBucket returns: the bucket with
-// the handle of its stream and the max age it was made with, so a Store on
-// it removes records without leaving markers and knows the max age without
-// a read.
+// the JetStream context it was made with, the handle of its stream and its
+// max age, so a Store on it writes records with their expiry header,
+// removes records without leaving markers and knows the max age without a
+// read.
 type bucket struct {
 	jetstream.KeyValue
 	js     jetstream.JetStream
@@ -125,9 +126,9 @@ type bucket struct {
 // bucket with the same settings is returned as it is; one with other
 // settings is an error, and so is one of the same name that
 // jetstream.CreateKeyValue made (its stream denies deletes: open it with
-// js.KeyValue instead). The bucket it returns carries its stream's handle
-// and its max age, so a Store on it needs neither WithJetStream nor a
-// status read.
+// js.KeyValue instead). The bucket it returns carries js, its stream's
+// handle and its max age, so a Store on it needs neither WithJetStream
+// nor a status read.
 func CreateBucket(ctx context.Context, js jetstream.JetStream, name string, opts ...BucketOption) (jetstream.KeyValue, error) {
 	c := bucketConfig{Options: storekit.Options{Store: "natsstore"}, replicas: 1}
 	if js == nil {
