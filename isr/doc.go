@@ -163,9 +163,18 @@
 //     batch of storekit.DefaultPurgeBatch items at a time, reading only
 //     expired items (an index by ttl), its maps rebuilt once they shrink
 //     to a quarter; the FileTable's lock of the cache key, one item at a
-//     time, read again under it, after a walk that reads every item file.
-//     The FileTable also removes cache-key directories left empty and
-//     temporary files crashed writers left (older than an hour).
+//     time, read under it. The FileTable's walk opens no item file that
+//     has not expired: every write sets an item file's modification time
+//     to the item's ttl (a LOCK's lease_expires_at when later; 2200-01-01
+//     UTC for an item without a ttl), and the walk lstats each file and
+//     reads only those whose time has passed, so a pass that finds nothing
+//     expired reads no live item. A file whose time says expired is judged
+//     by the item it holds, and a live one gets its time set. The FileTable
+//     also removes cache-key directories left empty and, under the cache
+//     key's lock, temporary files crashed writers left. Its cache-key
+//     directories sit under two levels of fan-out directories (at most
+//     4,352, kept when empty; see FileTable), so a directory holds about
+//     1/4,096 of the pages, not all of them.
 //
 // The removal's clock (the DynamoDB or Redis server's, the table's) must
 // agree with the workers' clocks to well within WithTTLBuffer and

@@ -21,8 +21,8 @@ import (
 	"github.com/idem-go/idem/storekit"
 )
 
-// fileStripes is the number of lock files and of fan-out directories;
-// part of the on-disk layout.
+// fileStripes is the number of lock files and of top fan-out
+// directories; part of the on-disk layout.
 const fileStripes = 256
 
 const (
@@ -36,25 +36,32 @@ const (
 // Every item is one JSON file holding the DynamoDB item's attribute names
 // and value types, pk and sk included: strings as JSON strings, numbers as
 // JSON numbers (read in DynamoDB's decimal form). The items of a cache key
-// live in <dir>/<h0h1>/<sha256 hex of pk>/, h0h1 being the first two hex
-// digits of that hash (256 fan-out directories, made when first needed and
-// kept): META.json, LOCK.json, REQ#<sha256 hex of the idempotency
-// key>.json and VER#<sha256 hex of the version id>.json (Path names them).
-// Each item file's modification time is the instant it may expire (see
-// fileExpiry), so that the clean-up tells live items from expired ones
-// without opening them.
+// live in <dir>/<h0h1>/<h2>/<sha256 hex of pk>/, h0h1 and h2 being the
+// first three hex digits of that hash: META.json, LOCK.json,
+// REQ#<sha256 hex of the idempotency key>.json and VER#<sha256 hex of the
+// version id>.json (Path names them). The 256 fan-out directories of at
+// most 16 each are made when first needed and kept, so there are never
+// more than 4,352 of them, and each leaf holds about 1/4,096 of the cache
+// keys (about 250 at a million pages); a cache key's directory is removed
+// once it is empty. Each item file's modification time is the instant the
+// item may expire, so that the clean-up tells live items from expired
+// ones without opening them: its ttl floored, a LOCK's lease_expires_at
+// floored when later, and 2200-01-01 UTC for an item without a ttl (within
+// the range of ext4 with 256-byte inodes, XFS with bigtime, btrfs, APFS
+// and NTFS; a file system that keeps 32-bit seconds stores 2038-01-19 for
+// any later time, so from then on the clean-up opens such files, and
+// keeps the live ones).
 //
 // A write takes the cache key's lock (<dir>/.locks/<h0h1>, one of 256 lock
-// files, named as the cache key's fan-out directory, with gofrs/flock, and
-// an in-process semaphore beside it), reads the items it conditions on,
-// and writes each changed item to a temporary file that is fsynced and
+// files, named as the cache key's top fan-out directory, with gofrs/flock,
+// and an in-process semaphore beside it), reads the items it conditions
+// on, and writes each changed item to a temporary file that is fsynced and
 // renamed over the item, then fsyncs the directory; deletes are fsynced
-// the same way. So
-// every operation, the transaction recipes included, is atomic with
-// respect to every other, and a reader (which takes no lock) sees each item
-// whole, old or new. A crash between the renames of one recipe can leave it
-// half applied (for example META published and LOCK not yet deleted); the
-// lease then simply expires.
+// the same way. So every operation, the transaction recipes included, is
+// atomic with respect to every other, and a reader (which takes no lock)
+// sees each item whole, old or new. A crash between the renames of one
+// recipe can leave it half applied (for example META published and LOCK
+// not yet deleted); the lease then simply expires.
 //
 // Conditions and refusals are the DynamoDB table's (dynamoisr.Table). Expiry is decided with the
 // caller's exact Now against the items' numbers, compared exactly as the
@@ -145,13 +152,16 @@ func sumHex(s string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// pkDir is the directory of pk's items: <dir>/<h0h1>/<sha256 hex of pk>.
-func (t *fileCore) pkDir(pk string) string {
-	h := sumHex(pk)
-	return filepath.Join(t.dir, h[:2], h)
+// pkDir is the directory of pk's items.
+func (t *fileCore) pkDir(pk string) string { return t.keyDir(sumHex(pk)) }
+
+// keyDir is the directory of the cache key whose pk's sha256 hex is
+// keyHex: <dir>/<h0h1>/<h2>/<keyHex>.
+func (t *fileCore) keyDir(keyHex string) string {
+	return filepath.Join(t.dir, keyHex[:2], keyHex[2:3], keyHex)
 }
 
-// stripeOf is the lock stripe (and fan-out directory) of a cache key's
+// stripeOf is the lock stripe (and top fan-out directory) of a cache key's
 // directory name, the sha256 hex of its pk: its first byte.
 func stripeOf(keyHex string) int {
 	b, _ := hex.DecodeString(keyHex[:2])
@@ -321,11 +331,8 @@ func (t *FileTable) get(ctx context.Context, pk, sk string) (Item, error) {
 }
 
 // fileNever is the modification time of an item file that never expires
-// (no ttl, or one the clean-up never acts on): 2200-01-01 UTC, within the
-// range of ext4 (256-byte inodes), XFS (bigtime), btrfs, APFS and NTFS. A
-// file system that keeps only 32-bit seconds (ext4 with 128-byte inodes,
-// XFS without bigtime) stores 2038-01-19 instead; such files are then
-// opened by the clean-up from 2038 on, and kept.
+// (no ttl, or one the clean-up never acts on): 2200-01-01 UTC (see
+// FileTable).
 var fileNever = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // fileExpiry is the modification time of the item file of it (with sort
@@ -360,13 +367,13 @@ func (t *fileCore) write(pk, sk string, it fileItem) error {
 	}
 	dir := t.pkDir(pk)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		// The fan-out directory is made under the same stripe's lock.
-		fan := filepath.Dir(dir)
-		if err := t.mkdir(fan, t.dir); err != nil {
-			return fmt.Errorf("isr: write %s/%s: %w", pk, sk, err)
-		}
-		if err := t.mkdir(dir, fan); err != nil {
-			return fmt.Errorf("isr: write %s/%s: %w", pk, sk, err)
+		// The fan-out directories are made under the same stripe's lock.
+		leaf := filepath.Dir(dir)
+		fan := filepath.Dir(leaf)
+		for _, d := range [][2]string{{fan, t.dir}, {leaf, fan}, {dir, leaf}} {
+			if err := t.mkdir(d[0], d[1]); err != nil {
+				return fmt.Errorf("isr: write %s/%s: %w", pk, sk, err)
+			}
 		}
 	}
 	f, err := os.CreateTemp(dir, fileTmp+"*")

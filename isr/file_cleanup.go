@@ -10,8 +10,8 @@ import (
 	"strings"
 )
 
-// purge walks the table's fan-out directories and each cache key's
-// directory in them, and lstats every item file: a file whose
+// purge walks the table's fan-out directories and the cache keys'
+// directories in them, and lstats every item file: a file whose
 // modification time (fileExpiry, set by every write) has not passed on
 // the table's clock is not opened. Every other file is a candidate, read
 // and judged (collectable) under its cache key's lock, and removed if it
@@ -53,16 +53,37 @@ func isHex(s string, n int) bool {
 	return true
 }
 
-// purgeFan is purge on one fan-out directory.
+// purgeFan is purge on one top fan-out directory, named fan.
 func (t *fileCore) purgeFan(ctx context.Context, fan string) (int, error) {
-	keys, err := os.ReadDir(filepath.Join(t.dir, fan))
+	leaves, err := os.ReadDir(filepath.Join(t.dir, fan))
+	if err != nil {
+		return 0, fmt.Errorf("isr: file table clean-up: %w", err)
+	}
+	total := 0
+	for _, l := range leaves {
+		if !l.IsDir() || !isHex(l.Name(), 1) {
+			continue // nothing isr made
+		}
+		n, err := t.purgeLeaf(ctx, fan+l.Name())
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// purgeLeaf is purge on one leaf fan-out directory, <dir>/<h0h1>/<h2>,
+// prefix being h0h1h2.
+func (t *fileCore) purgeLeaf(ctx context.Context, prefix string) (int, error) {
+	keys, err := os.ReadDir(filepath.Join(t.dir, prefix[:2], prefix[2:]))
 	if err != nil {
 		return 0, fmt.Errorf("isr: file table clean-up: %w", err)
 	}
 	total := 0
 	for _, k := range keys {
-		if !k.IsDir() || !isHex(k.Name(), 64) || k.Name()[:2] != fan {
-			continue // nothing isr made
+		if !k.IsDir() || !isHex(k.Name(), 64) || k.Name()[:3] != prefix {
+			continue // nothing isr made, or not where isr would look for it
 		}
 		if err := ctx.Err(); err != nil {
 			return total, err
@@ -79,7 +100,7 @@ func (t *fileCore) purgeFan(ctx context.Context, fan string) (int, error) {
 // purgeDir is purge on the directory of one cache key, named keyHex (the
 // sha256 hex of its pk).
 func (t *fileCore) purgeDir(ctx context.Context, keyHex string) (int, error) {
-	dir := filepath.Join(t.dir, keyHex[:2], keyHex)
+	dir := t.keyDir(keyHex)
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
@@ -169,7 +190,7 @@ func (t *fileCore) itemAt(file string) (it fileItem, pk, sk string, ok bool) {
 
 // removeEmptyDir removes a cache key's directory dir under the lock of
 // its stripe if it holds nothing (a writer makes it under the same lock).
-// The fan-out directory above it is kept.
+// The fan-out directories above it are kept.
 func (t *fileCore) removeEmptyDir(ctx context.Context, stripe int, dir string) error {
 	unlock, err := t.lockStripe(ctx, stripe)
 	if err != nil {
@@ -189,11 +210,11 @@ func (t *fileCore) removeEmptyDir(ctx context.Context, stripe int, dir string) e
 // LOCK only once its lease has expired too), the directories of cache keys
 // left empty and the temporary files of crashed writes, and returns how
 // many items it removed. It lstats every item file and opens only those
-// whose modification time (the item's ttl, set by every write) has
-// passed, so a Purge that finds nothing expired reads no item; each
-// candidate is read and judged again under its cache key's lock, held for
-// that file alone.
-// The clean-up goroutine runs it; call it yourself under WithoutCleanup.
+// whose modification time (the item's ttl, set by every write; see
+// FileTable) has passed, so a Purge that finds nothing expired reads no
+// item. Each of those is read and judged under its cache key's lock, held
+// for that file alone. The clean-up goroutine runs it; call it yourself
+// under WithoutCleanup.
 // It returns ctx's error if ctx ends first.
 func (t *FileTable) Purge(ctx context.Context) (int, error) {
 	if err := t.check(); err != nil {

@@ -2,12 +2,17 @@ package isr_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gofrs/flock"
 
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/isr/isrtest"
@@ -235,4 +240,48 @@ func putFile(t *testing.T, p string, mt time.Time, item string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestFileTableLayout: the items of a cache key live in
+// <dir>/<h0h1>/<h2>/<sha256 hex of pk>/, and its lock is .locks/<h0h1>: a
+// write waits while another process holds that file, and only that one.
+func TestFileTableLayout(t *testing.T) {
+	dir := t.TempDir()
+	tb, err := isr.NewFileTable(dir, isr.WithoutCleanup(), isr.WithoutFileSync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	pk := isrtest.NewPK(t)
+	h := sumHexOf(pk)
+	if got, want := tb.Path(pk, isr.SKMeta), filepath.Join(dir, h[:2], h[2:3], h, "META.json"); got != want {
+		t.Fatalf("Path = %s; want %s", got, want)
+	}
+	other := isrtest.NewPK(t)
+	for sumHexOf(other)[:2] == h[:2] {
+		other = isrtest.NewPK(t)
+	}
+	fl := flock.New(filepath.Join(dir, ".locks", h[:2]))
+	if ok, err := fl.TryLock(); !ok || err != nil {
+		t.Fatalf("lock .locks/%s: %v, %v", h[:2], ok, err)
+	}
+	defer fl.Unlock()
+	acquire := func(pk string, d time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		now := time.Now()
+		_, err := tb.AcquireLease(ctx, isr.AcquireInput{PK: pk, Token: "a", Now: now, ExpiresAt: now.Unix() + 30, TTL: now.Unix() + 3630})
+		return err
+	}
+	if err := acquire(pk, 50*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("acquire while .locks/%s is held elsewhere: %v; want it to wait (DeadlineExceeded)", h[:2], err)
+	}
+	if err := acquire(other, time.Minute); err != nil {
+		t.Fatalf("acquire of a cache key of another lock file: %v", err)
+	}
+}
+
+func sumHexOf(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }

@@ -90,11 +90,16 @@ func countFiles(t *testing.T, dir string) int {
 }
 
 // isFanDir reports whether path is a fan-out directory of the FileTable
-// in dir: <dir>/<two hex digits>.
+// in dir: <dir>/<two hex digits> or <dir>/<two hex digits>/<one>.
 func isFanDir(dir, path string) bool {
-	name := filepath.Base(path)
-	_, err := hex.DecodeString(name)
-	return filepath.Dir(path) == dir && len(name) == 2 && err == nil
+	rel, err := filepath.Rel(dir, path)
+	if err != nil {
+		return false
+	}
+	top, leaf, _ := strings.Cut(filepath.ToSlash(rel), "/")
+	_, err1 := hex.DecodeString(top)
+	_, err2 := hex.DecodeString(leaf + leaf)
+	return len(top) == 2 && err1 == nil && len(leaf) <= 1 && err2 == nil
 }
 
 func TestTableOptions(t *testing.T) {
