@@ -141,25 +141,26 @@ var (
 // (the background clean-up takes turns through a lease; Purge does not).
 //
 // It reads the bucket's entries once, in stream order, 100 per request,
-// none held beyond the batch in hand. With the bucket's stream
-// (CreateBucket's, or one given WithJetStream) it reads their headers
-// only, through a headers-only pull consumer of its own, and decides on
-// the expiry the Store writes in each record's header, so a pass that
-// finds nothing expired reads no live record; a record of the store's
-// without the header (written through the KV API) is read by its
-// sequence. Without the stream it reads the entries with their values
-// through a KV watch. It removes what it found in batches of
-// storekit.DefaultPurgeBatch, two requests in flight, resting as long as
-// it worked after every 20 removals, every 20 records read by sequence
-// and every chunk read. Each removal is conditioned on the revision read,
-// so a record claimed again meanwhile is kept: on a bucket whose stream
-// allows message deletes (CreateBucket's, or one given WithJetStream) it
-// deletes the message with the revision read as its sequence, which
-// leaves no marker and cannot touch a later write; otherwise it is a KV
-// purge with jetstream.LastRevision, which leaves a marker per key (and
-// markers are then not removed). A record that does not decode is left
-// for an operator to see; keys that are not the store's are left alone
-// and not read.
+// none held beyond the batch in hand. When the Store writes its records
+// with their expiry in a header (it knows the bucket's stream:
+// CreateBucket's, or one given WithJetStream; see the package doc), it
+// reads the entries' headers only, through a headers-only pull consumer
+// of its own, and decides on that expiry, so a pass that finds nothing
+// expired reads no live record; a record of the store's without the
+// header (written through the KV API) is read by its sequence. Otherwise
+// it reads the entries with their values (through a pull consumer, or a
+// KV watch without the stream). It removes what it found in batches of
+// storekit.DefaultPurgeBatch, two requests in flight (and reads records
+// by sequence two at a time), resting as long as it worked after every
+// 20 removals or reads and every chunk read. Each removal is conditioned
+// on the revision read, so a record claimed again meanwhile is kept: on a
+// bucket whose stream allows message deletes (CreateBucket's, or one
+// given WithJetStream) it deletes the message with the revision read as
+// its sequence, which leaves no marker and cannot touch a later write;
+// otherwise it is a KV purge with jetstream.LastRevision, which leaves a
+// marker per key (and markers are then not removed). A record that does
+// not decode is left for an operator to see; keys that are not the
+// store's are left alone and not read.
 func (s *Store) Purge(ctx context.Context) (int, error) {
 	return s.purge(ctx, nil)
 }
@@ -193,7 +194,11 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 	}
 	var sc scanner
 	if stream != nil {
-		sc, err = newConsumerScan(ctx, stream, info, !scanValues, &s.bodies)
+		// Headers only when the Store writes the expiry headers itself:
+		// otherwise its records have none, and chunks of values beat
+		// reading each record by its sequence.
+		headersOnly := s.pub.Load() != nil && !scanValues
+		sc, err = newConsumerScan(ctx, stream, info, headersOnly, &s.bodies)
 	} else {
 		sc, err = newWatchScan(ctx, s.kv, &s.bodies)
 	}
@@ -209,7 +214,6 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 	// fast as without it (TestSoakCleanup).
 	p := storekit.Pacer{Ratio: purgePause}
 	batch := make([]candidate, 0, purgeBatch)
-	reads := 0 // records read by sequence
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
@@ -229,6 +233,7 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 		}
 		return err
 	}
+	var unread []scanned // records of the chunk to read by sequence
 	for {
 		if err := p.Rest(ctx); err != nil {
 			return n, err
@@ -237,23 +242,31 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 		if err != nil {
 			return n, err
 		}
+		unread = unread[:0]
 		for _, e := range chunk {
 			if scanValues {
 				e.hasExpires = false
 			}
-			c, ok, read, err := s.removable(ctx, stream, e, deletes)
+			c, ok, read := s.removable(e, deletes)
+			switch {
+			case read:
+				unread = append(unread, e)
+			case ok:
+				batch = append(batch, c)
+			}
+		}
+		if len(unread) > 0 {
+			expired := make([]bool, len(unread))
+			err := inSteps(ctx, len(unread), &p, func(i int) (err error) {
+				expired[i], err = s.readExpired(ctx, stream, unread[i])
+				return err
+			})
 			if err != nil {
 				return n, err
 			}
-			if ok {
-				batch = append(batch, c)
-			}
-			if read {
-				// Records read one by one rest like removals.
-				if reads++; reads%paceEvery == 0 {
-					if err := p.Rest(ctx); err != nil {
-						return n, err
-					}
+			for i, e := range unread {
+				if expired[i] {
+					batch = append(batch, candidate{key: e.key, rev: e.rev})
 				}
 			}
 		}
@@ -267,78 +280,103 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 
 // removable says whether e is one of the store's records expired past the
 // retention now, or (when the pass deletes messages from the stream) a
-// delete marker of one. It decides on the expiry e's headers carry; on
-// the record itself when they carry none (a record written through the KV
-// API), read from stream by its sequence (read is true) when the scan
-// left values out. A key that is not the store's is never read.
-func (s *Store) removable(ctx context.Context, stream jetstream.Stream, e scanned, deletes bool) (c candidate, ok, read bool, err error) {
+// delete marker of one. It decides on the expiry e's headers carry, or on
+// the record the scan read when they carry none (a record written through
+// the KV API); read is true when it can decide only on the record and the
+// scan left it out (see readExpired). A key that is not the store's is
+// never read.
+func (s *Store) removable(e scanned, deletes bool) (c candidate, ok, read bool) {
 	key, ok := storageKey(e.key)
 	if !ok {
-		return candidate{}, false, false, nil // not ours
+		return candidate{}, false, false // not ours
 	}
 	if e.op != jetstream.KeyValuePut {
-		return candidate{key: e.key, rev: e.rev, marker: true}, deletes, false, nil
+		return candidate{key: e.key, rev: e.rev, marker: true}, deletes, false
 	}
 	expires, ok := e.expires, e.hasExpires
 	if !ok {
-		value := e.value
 		if !e.hasValue {
-			m, err := stream.GetMsg(ctx, e.rev)
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				return candidate{}, false, true, nil // rewritten or removed since the scan saw it
-			}
-			if err != nil {
-				return candidate{}, false, true, &idem.StoreError{Op: "purge", Err: err}
-			}
-			s.bodies.Add(1)
-			value, read = m.Data, true
+			return candidate{}, false, true
 		}
-		rec, err := decode(key, value)
+		rec, err := decode(key, e.value)
 		if err != nil {
-			return candidate{}, false, read, nil // corrupt: left for an operator to see
+			return candidate{}, false, false // corrupt: left for an operator to see
 		}
 		expires = rec.ExpiresAt
 	}
-	if expires > s.nowMs()-s.retention.Milliseconds() {
-		return candidate{}, false, read, nil // live
+	if !s.expired(expires) {
+		return candidate{}, false, false // live
 	}
-	return candidate{key: e.key, rev: e.rev}, true, read, nil
+	return candidate{key: e.key, rev: e.rev}, true, false
+}
+
+// readExpired reads the record e (one of the store's, without an expiry
+// header) by its sequence and says whether it is expired past the
+// retention. A record rewritten or removed since the scan saw it, or one
+// that does not decode, is not.
+func (s *Store) readExpired(ctx context.Context, stream jetstream.Stream, e scanned) (bool, error) {
+	m, err := stream.GetMsg(ctx, e.rev)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, &idem.StoreError{Op: "purge", Err: err}
+	}
+	s.reads.Add(1)
+	key, _ := storageKey(e.key)
+	rec, err := decode(key, m.Data)
+	return err == nil && s.expired(rec.ExpiresAt), nil
+}
+
+// expired says whether a record that expires at expiresAt (Unix
+// milliseconds) is expired past the retention now.
+func (s *Store) expired(expiresAt int64) bool {
+	return expiresAt <= s.nowMs()-s.retention.Milliseconds()
+}
+
+// inSteps runs f on 0 to n-1, paceEvery at a time with purgeParallel in
+// flight, resting after each step; it stops after the first step with
+// errors and returns them.
+func inSteps(ctx context.Context, n int, p *storekit.Pacer, f func(i int) error) error {
+	for start := 0; start < n; start += paceEvery {
+		end := min(start+paceEvery, n)
+		var (
+			next atomic.Int64
+			wg   sync.WaitGroup
+			errs = make([]error, end-start)
+		)
+		next.Store(int64(start))
+		for range min(purgeParallel, end-start) {
+			wg.Go(func() {
+				for i := int(next.Add(1)) - 1; i < end && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
+					errs[i-start] = f(i)
+				}
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		if err := p.Rest(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // removeBatch removes batch, paceEvery at a time (purgeParallel requests
 // in flight) with a rest after each, and returns how many records (not
 // markers) it removed.
 func (s *Store) removeBatch(ctx context.Context, del jetstream.Stream, batch []candidate, p *storekit.Pacer) (int, error) {
-	n := 0
-	for len(batch) > 0 {
-		step := batch[:min(paceEvery, len(batch))]
-		batch = batch[len(step):]
-		var (
-			next, removed atomic.Int64
-			wg            sync.WaitGroup
-			errs          = make([]error, len(step))
-		)
-		for range min(purgeParallel, len(step)) {
-			wg.Go(func() {
-				for i := int(next.Add(1)) - 1; i < len(step) && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
-					gone, err := s.remove(ctx, del, step[i])
-					errs[i] = err
-					if gone && !step[i].marker {
-						removed.Add(1)
-					}
-				}
-			})
+	var removed atomic.Int64
+	err := inSteps(ctx, len(batch), p, func(i int) error {
+		gone, err := s.remove(ctx, del, batch[i])
+		if gone && !batch[i].marker {
+			removed.Add(1)
 		}
-		wg.Wait()
-		n += int(removed.Load())
-		if err := errors.Join(errs...); err != nil {
-			return n, err
-		}
-		if err := p.Rest(ctx); err != nil {
-			return n, err
-		}
-	}
-	return n, nil
+		return err
+	})
+	return int(removed.Load()), err
 }
 
 // remove removes c if the key is still at the revision read: gone is false

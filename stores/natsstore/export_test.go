@@ -27,9 +27,15 @@ func SetPurgePause(f float64) { purgePause = f }
 // SetPurgeParallel sets how many removals a pass has in flight.
 func SetPurgeParallel(n int) { purgeParallel = n }
 
-// Bodies is how many records s's scans received with their values, or
-// read one by one.
+// Bodies is how many message bodies (records) s's scans received.
 func Bodies(s *Store) int64 { return s.bodies.Load() }
+
+// Reads is how many records s's passes read one by one.
+func Reads(s *Store) int64 { return s.reads.Load() }
+
+// NoPublish makes s write through the KV API, as on a stream it does not
+// publish to.
+func NoPublish(s *Store) { s.pub.Store(nil); s.js = nil }
 
 // Publishes says whether a Store on the bucket whose stream is info, with
 // the JetStream context js, writes records itself with their expiry in a

@@ -99,13 +99,14 @@ func TestPurgeReadsNoLiveRecord(t *testing.T) {
 			require.NoError(t, err)
 			clock.Advance(time.Second)
 
-			bodies, in := natsstore.Bodies(s), nc.Stats().InBytes
+			bodies, reads, in := natsstore.Bodies(s), natsstore.Reads(s), nc.Stats().InBytes
 			n, err := s.Purge(ctxT(t))
 			require.NoError(t, err)
 			received := nc.Stats().InBytes - in
-			t.Logf("pass over %d live records (%d-byte results): %d records received, %d bytes on the connection",
-				live, len(result), natsstore.Bodies(s)-bodies, received)
+			t.Logf("pass over %d live records (%d-byte results): %d records received, %d read, %d bytes on the connection",
+				live, len(result), natsstore.Bodies(s)-bodies, natsstore.Reads(s)-reads, received)
 			assert.Zero(t, natsstore.Bodies(s)-bodies, "records the pass received")
+			assert.Zero(t, natsstore.Reads(s)-reads, "records the pass read")
 			assert.Less(t, received, uint64(live*len(result)), "bytes the pass received")
 			require.Equal(t, expired-1, n)
 			require.Equal(t, left, msgs(t, kv), "left in the stream")
@@ -154,13 +155,41 @@ func TestPurgeReadsRecordsWithoutExpiry(t *testing.T) {
 	require.NoError(t, err)
 	clock.Advance(time.Second)
 
-	bodies := natsstore.Bodies(s)
+	bodies, reads := natsstore.Bodies(s), natsstore.Reads(s)
 	n, err := s.Purge(ctxT(t))
 	require.NoError(t, err)
-	assert.EqualValues(t, len(oldLive)+len(oldGone), natsstore.Bodies(s)-bodies, "records read: those without the header")
+	assert.Zero(t, natsstore.Bodies(s)-bodies, "records received")
+	assert.EqualValues(t, len(oldLive)+len(oldGone), natsstore.Reads(s)-reads, "records read: those without the header")
 	require.Equal(t, len(oldGone)+len(newGone), n)
 	require.Equal(t, len(oldLive)+len(newLive)+1, msgs(t, kv))
 	for _, k := range append(oldLive, newLive...) {
+		_, err := s.Get(ctxT(t), k)
+		require.NoError(t, err)
+	}
+}
+
+// TestPurgeWithoutPublishing: a Store that writes through the KV API (its
+// records carry no expiry header) scans the bucket with values, a chunk
+// at a time, rather than reading each record by its sequence, and
+// decides on the records.
+func TestPurgeWithoutPublishing(t *testing.T) {
+	_, js := connect(t, testenv.NATSURL(t))
+	kv := newBucket(t, js)
+	clock := storetest.NewClock()
+	s, err := natsstore.New(kv, natsstore.WithClock(clock.Now), natsstore.WithRetention(0), natsstore.WithoutCleanup())
+	require.NoError(t, err)
+	natsstore.NoPublish(s)
+	liveKeys := completeAll(t, s, 30, []byte("1"))
+	released(t, s, 20)
+	clock.Advance(time.Second)
+	bodies, reads := natsstore.Bodies(s), natsstore.Reads(s)
+	n, err := s.Purge(ctxT(t))
+	require.NoError(t, err)
+	require.Equal(t, 20, n)
+	assert.EqualValues(t, 50, natsstore.Bodies(s)-bodies, "records received with the scan")
+	assert.Zero(t, natsstore.Reads(s)-reads, "records read one by one")
+	require.Equal(t, len(liveKeys), msgs(t, kv))
+	for _, k := range liveKeys {
 		_, err := s.Get(ctxT(t), k)
 		require.NoError(t, err)
 	}

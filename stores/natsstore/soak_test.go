@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -34,8 +35,11 @@ func soakKeys(t *testing.T) int {
 }
 
 // loadExpired writes n completed records that expired an hour ago straight
-// into kv, 16 at a time.
-func loadExpired(t *testing.T, kv jetstream.KeyValue, n int) {
+// into kv, 16 at a time: published with their expiry header as a Store
+// that knows the stream writes them, or, with IDEM_SOAK_HEADERLESS=1,
+// created through the KV API (as a Store without the stream writes them).
+func loadExpired(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue, n int) {
+	headerless := os.Getenv("IDEM_SOAK_HEADERLESS") != ""
 	past := time.Now().Add(-time.Hour).UnixMilli()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -45,8 +49,14 @@ func loadExpired(t *testing.T, kv jetstream.KeyValue, n int) {
 				key := storetest.NewKey()
 				b, err := storekit.EncodeRecord(&idem.Record{Key: key, Status: idem.StatusCompleted, Result: []byte(`"ok"`),
 					Nonce: storetest.NewNonce(), Attempt: 1, StartedAt: past - 10, HeartbeatAt: past, CompletedAt: past, ExpiresAt: past})
-				if err == nil {
+				switch {
+				case err != nil:
+				case headerless:
 					_, err = kv.Create(context.Background(), natsstore.KVKey(key), b)
+				default:
+					m := &nats.Msg{Subject: "$KV." + kv.Bucket() + "." + natsstore.KVKey(key), Header: nats.Header{}, Data: b}
+					m.Header.Set(natsstore.ExpiresHeader, strconv.FormatInt(past, 10))
+					_, err = js.PublishMsg(context.Background(), m, jetstream.WithExpectLastSequencePerSubject(0))
 				}
 				if err != nil {
 					t.Error(err)
@@ -175,7 +185,7 @@ func TestSoakCleanup(t *testing.T) {
 	require.NoError(t, err)
 
 	t0 := time.Now()
-	loadExpired(t, kv, n)
+	loadExpired(t, js, kv, n)
 	t.Logf("loaded %d expired records in %v", n, time.Since(t0).Round(time.Millisecond))
 	before := msgs(t, kv)
 
@@ -230,7 +240,7 @@ func TestSoakCleanup(t *testing.T) {
 
 	if os.Getenv("IDEM_SOAK_LEGACY") != "" {
 		kv2 := newBucket(t, js)
-		loadExpired(t, kv2, n)
+		loadExpired(t, js, kv2, n)
 		t0 = time.Now()
 		removed, err := legacyPurge(ctx, kv2)
 		require.NoError(t, err)

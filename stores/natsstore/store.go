@@ -45,7 +45,8 @@ type Store struct {
 	streamMu sync.Mutex
 	stream   jetstream.Stream // the bucket's stream, once known
 	warned   atomic.Bool      // the markers warning was logged
-	bodies   atomic.Int64     // records this Store's scans received or read (for the tests)
+	bodies   atomic.Int64     // message bodies this Store's scans received (for the tests)
+	reads    atomic.Int64     // records its passes read one by one (for the tests)
 	cleaner  *storekit.Cleaner
 	every    time.Duration // WithCleanup
 	id       string        // this Store's name in the clean-up lease
