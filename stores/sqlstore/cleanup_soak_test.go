@@ -50,6 +50,24 @@ WHERE table_schema = DATABASE() AND table_name = ?`, table).Scan(&n))
 	return n
 }
 
+// walState is PostgreSQL's WAL position and the checkpoints it has begun
+// (timed and requested); zero on MySQL.
+type walState struct{ bytes, checkpoints int64 }
+
+func walCheckpoints(t testing.TB, d sqlstore.Dialect, db *sql.DB) walState {
+	t.Helper()
+	var w walState
+	if d != sqlstore.Postgres {
+		return w
+	}
+	require.NoError(t, db.QueryRow(`SELECT pg_current_wal_lsn() - '0/0', checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter`).Scan(&w.bytes, &w.checkpoints))
+	return w
+}
+
+func (w walState) since(before walState) walState {
+	return walState{w.bytes - before.bytes, w.checkpoints - before.checkpoints}
+}
+
 // rowLockWaits returns MySQL's Innodb_row_lock_waits and
 // Innodb_row_lock_time_max (server-wide counters); nil on PostgreSQL.
 func rowLockWaits(t testing.TB, d sqlstore.Dialect, db *sql.DB) []int64 {
@@ -128,13 +146,21 @@ func TestSoakPurgeMillion(t *testing.T) {
 					}
 				}
 				waits := rowLockWaits(t, d, e.db)
+				wal := walCheckpoints(t, d, e.db)
 				during, took := window(t, e.store, replay.Key, 0, remove)
+				wal = walCheckpoints(t, d, e.db).since(wal)
 				if d == sqlstore.MySQL {
 					w := rowLockWaits(t, d, e.db)
 					t.Logf("  InnoDB row lock waits during removal (whole server): %d, longest wait ever %d ms", w[0]-waits[0], w[1])
 				}
 				after := tableBytes(t, d, e.db, e.table)
+				qwal := walCheckpoints(t, d, e.db)
 				quiet, qtook := window(t, e.store, replay.Key, min(took, quietMax), nil)
+				qwal = walCheckpoints(t, d, e.db).since(qwal)
+				if d == sqlstore.Postgres {
+					t.Logf("  WAL written: %d MB during removal (%d checkpoints begun), %d MB in the quiet window (%d checkpoints)",
+						wal.bytes>>20, wal.checkpoints, qwal.bytes>>20, qwal.checkpoints)
+				}
 				t.Logf("%s %s: %d rows removed in %v; table %d MB before, %d MB after", d, way, rows,
 					took.Round(time.Millisecond), before>>20, after>>20)
 				t.Logf("  during removal: %d calls, p50 %v p99 %v worst %v", len(during),

@@ -279,8 +279,9 @@ func TestPurgeKeepsRowClaimedAfterItsRead(t *testing.T) {
 // probe claims fresh keys and replays one completed key, one call at a
 // time, recording each call's latency, until stop is closed.
 type probe struct {
-	mu  sync.Mutex
-	lat []time.Duration
+	mu   sync.Mutex
+	lat  []time.Duration
+	slow []string // the calls over 50 ms: when they began, how long, which kind
 }
 
 func (p *probe) run(t *testing.T, s *sqlstore.Store, replayKey string, stop <-chan struct{}) {
@@ -305,6 +306,10 @@ func (p *probe) run(t *testing.T, s *sqlstore.Store, replayKey string, stop <-ch
 		}
 		p.mu.Lock()
 		p.lat = append(p.lat, d)
+		if d > 50*time.Millisecond {
+			kind := [2]string{"fresh", "replay"}[i%2]
+			p.slow = append(p.slow, fmt.Sprintf("%s %s %v", start.UTC().Format("15:04:05.000"), kind, d.Round(time.Millisecond)))
+		}
 		p.mu.Unlock()
 	}
 }
@@ -327,6 +332,9 @@ func window(t *testing.T, s *sqlstore.Store, replayKey string, d time.Duration, 
 	close(stop)
 	<-done
 	slices.Sort(p.lat)
+	if len(p.slow) > 0 && os.Getenv("IDEM_SOAK") == "1" {
+		t.Logf("  calls over 50 ms: %v", p.slow)
+	}
 	return p.lat, took
 }
 
