@@ -178,7 +178,7 @@ var beforeRemove func(batch []string)
 
 // scanValues, when set (tests, to compare), makes a pass receive every
 // record with its scan and decide on the records, not on their headers.
-var scanValues bool
+var scanValues atomic.Bool
 
 // purge is one clean-up pass; between, when not nil, runs after every
 // batch (the background pass renews its lease there) and ends the pass
@@ -197,7 +197,7 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 		// Headers only when the Store writes the expiry headers itself:
 		// otherwise its records have none, and chunks of values beat
 		// reading each record by its sequence.
-		headersOnly := s.pub.Load() != nil && !scanValues
+		headersOnly := s.pub.Load() != nil && !scanValues.Load()
 		sc, err = newConsumerScan(ctx, stream, info, headersOnly, &s.bodies)
 	} else {
 		sc, err = newWatchScan(ctx, s.kv, &s.bodies)
@@ -233,6 +233,7 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 		}
 		return err
 	}
+	values := scanValues.Load()
 	var unread []scanned // records of the chunk to read by sequence
 	for {
 		if err := p.Rest(ctx); err != nil {
@@ -244,7 +245,7 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 		}
 		unread = unread[:0]
 		for _, e := range chunk {
-			if scanValues {
+			if values {
 				e.hasExpires = false
 			}
 			c, ok, read := s.removable(e, deletes)

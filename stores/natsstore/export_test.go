@@ -52,4 +52,4 @@ const ExpiresHeader = expiresHeader
 
 // SetScanValues makes a pass receive the records with its scan and decide
 // on them (on: the pass before expiry headers, to compare).
-func SetScanValues(on bool) { scanValues = on }
+func SetScanValues(on bool) { scanValues.Store(on) }
