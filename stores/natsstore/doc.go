@@ -2,10 +2,10 @@
 // (github.com/nats-io/nats.go/jetstream).
 //
 // Each storage key holds one KV entry: the record, encoded with storekit's
-// versioned JSON codec, with its ExpiresAt in a header when the Store
-// knows the bucket's stream (see Lifecycle). Every transition is a compare-and-set on the
-// entry's revision, so the bucket's stream decides which of two writers
-// wins, on every server of a cluster:
+// versioned JSON codec, with its ExpiresAt in a header when the Store knows
+// the bucket's stream (see Lifecycle). Every transition is a
+// compare-and-set on the entry's revision, so the bucket's stream decides
+// which of two writers wins, on every server of a cluster:
 //
 //   - Claim publishes a new record expecting the key to be absent
 //     (revision 0). If the key exists, it reads the entry and decides with
@@ -63,22 +63,21 @@
 // kv.Create does), with the record's ExpiresAt in the message's
 // "Idem-Expires-At" header (Unix milliseconds); the KV API reads such an
 // entry like any other, and a fresh claim is one request, as with
-// kv.Update. A pass
-// reads the bucket once, in stream order, 100 entries per request,
-// through a headers-only pull consumer of its own: the server sends each
-// entry's headers without its record, and the pass decides on the expiry
-// header. A record of the store's without the header (one written
-// through the KV API, by a Store that does not publish or by another
-// writer) is read by its sequence and decided on; keys that are not the
-// store's are never read. A Store writes through the KV API (kv.Create,
-// kv.Update) when it does not know the stream, when its JetStream
-// context has a domain or an API prefix, or when the stream is a mirror or
-// has subjects other than "$KV.<bucket>.>"; a WithJetStream Store learns
-// the stream at its first status read (its first claim). A Store that
-// does not publish has records without the header, and its pass receives
-// the entries with their values (through the same pull consumer when it
-// knows the stream, through a KV watch when it does not): those are the
-// cases where a pass reads live records.
+// kv.Update. A pass reads the bucket once, in stream order, 100 entries per
+// request, through a headers-only pull consumer of its own: the server
+// sends each entry's headers without its record, and the pass decides on
+// the expiry header. A record of the store's without the header (one
+// written through the KV API, by a Store that does not publish or by
+// another writer) is read by its sequence and decided on; keys that are not
+// the store's are never read. A Store writes through the KV API (kv.Create,
+// kv.Update) when it does not know the stream, when its JetStream context
+// has a domain or an API prefix, or when the stream is a mirror or has
+// subjects other than "$KV.<bucket>.>"; a WithJetStream Store learns the
+// stream at its first status read (its first claim). A Store that does not
+// publish has records without the header, and its pass receives the entries
+// with their values (through the same pull consumer when it knows the
+// stream, through a KV watch when it does not): those are the cases where a
+// pass reads live records.
 //
 // A pass removes what is expired in batches of storekit.DefaultPurgeBatch,
 // two requests in flight (records read by sequence too), resting as long
@@ -140,9 +139,9 @@
 // server drop a record a duplicate still needs.
 //
 // A user's own bucket needs history 1 and either no max age, with a
-// stream that allows message deletes and WithJetStream (else markers stay,
-// one per removed key, and passes read every record), or a max age as
-// above.
+// stream that allows message deletes and WithJetStream (without
+// WithJetStream passes read every record; on a stream that denies
+// deletes, markers stay, one per removed key), or a max age as above.
 //
 // # Wake-ups
 //
