@@ -144,23 +144,24 @@ var (
 // none held beyond the batch in hand. When the Store writes its records
 // with their expiry in a header (it knows the bucket's stream:
 // CreateBucket's, or one given WithJetStream; see the package doc), it
-// reads the entries' headers only, through a headers-only pull consumer
-// of its own, and decides on that expiry, so a pass that finds nothing
-// expired reads no live record; a record of the store's without the
-// header (written through the KV API) is read by its sequence. Otherwise
-// it reads the entries with their values (through a pull consumer, or a
-// KV watch without the stream). It removes what it found in batches of
-// storekit.DefaultPurgeBatch, two requests in flight (and reads records
-// by sequence two at a time), resting as long as it worked after every
-// 20 removals or reads and every chunk read. Each removal is conditioned
-// on the revision read, so a record claimed again meanwhile is kept: on a
-// bucket whose stream allows message deletes (CreateBucket's, or one
-// given WithJetStream) it deletes the message with the revision read as
-// its sequence, which leaves no marker and cannot touch a later write;
+// reads the entries' headers only, through a headers-only pull consumer of
+// its own, and decides on that expiry, so a pass that finds nothing expired
+// reads no live record; a record of the store's without the header (written
+// through the KV API) is read by its sequence, or, when most of a chunk are
+// such records, the rest of the bucket is read with values. Otherwise it
+// reads the entries with their values (through a pull consumer, or a KV
+// watch without the stream). It removes what it found in batches of
+// storekit.DefaultPurgeBatch, two requests in flight (and reads records by
+// sequence two at a time), resting as long as it worked after every 20
+// removals or reads and every chunk read. Each removal is conditioned on
+// the revision read, so a record claimed again meanwhile is kept: on a
+// bucket whose stream allows message deletes (CreateBucket's, or one given
+// WithJetStream) it deletes the message with the revision read as its
+// sequence, which leaves no marker and cannot touch a later write;
 // otherwise it is a KV purge with jetstream.LastRevision, which leaves a
-// marker per key (and markers are then not removed). A record that does
-// not decode is left for an operator to see; keys that are not the
-// store's are left alone and not read.
+// marker per key (and markers are then not removed). A record that does not
+// decode is left for an operator to see; keys that are not the store's are
+// left alone and not read.
 func (s *Store) Purge(ctx context.Context) (int, error) {
 	return s.purge(ctx, nil)
 }
@@ -243,6 +244,14 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 		if err != nil {
 			return n, err
 		}
+		if cs, ok := sc.(*consumerScan); ok && cs.headersOnly {
+			if at, ok := s.valuesFrom(chunk); ok {
+				if err := cs.withValues(ctx, chunk[at].rev); err != nil {
+					return n, err
+				}
+				chunk, done = chunk[:at], false
+			}
+		}
 		unread = unread[:0]
 		for _, e := range chunk {
 			if values {
@@ -309,6 +318,23 @@ func (s *Store) removable(e scanned, deletes bool) (c candidate, ok, read bool) 
 		return candidate{}, false, false // live
 	}
 	return candidate{key: e.key, rev: e.rev}, true, false
+}
+
+// valuesFrom says whether most of a headers-only chunk are records of the
+// store's without the expiry header (written through the KV API), and
+// where the first of them is: the pass then reads the rest of the bucket
+// with values, from there on, rather than each such record by its
+// sequence.
+func (s *Store) valuesFrom(chunk []scanned) (at int, ok bool) {
+	at, n := -1, 0
+	for i, e := range chunk {
+		if _, _, read := s.removable(e, false); read {
+			if n++; at < 0 {
+				at = i
+			}
+		}
+	}
+	return at, 2*n > len(chunk)
 }
 
 // readExpired reads the record e (one of the store's, without an expiry

@@ -3,6 +3,7 @@ package natsstore_test
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -136,8 +137,9 @@ func TestPurgeReadsNoLiveRecord(t *testing.T) {
 // TestPurgeReadsRecordsWithoutExpiry: a record without the expiry header
 // (written through the KV API, by a Store that does not know the stream)
 // is read by its sequence and decided on, one read per such record of the
-// store's: the expired ones are removed, the live ones kept, and other
-// keys are not read.
+// store's, when such records are fewer than half of the scan's chunk: the
+// expired ones are removed, the live ones kept, and other keys are not
+// read.
 func TestPurgeReadsRecordsWithoutExpiry(t *testing.T) {
 	_, js := connect(t, testenv.NATSURL(t))
 	kv := newBucket(t, js)
@@ -147,8 +149,8 @@ func TestPurgeReadsRecordsWithoutExpiry(t *testing.T) {
 	require.NoError(t, err)
 	s, err := natsstore.New(kv, opts...)
 	require.NoError(t, err)
-	oldLive := completeAll(t, old, 30, []byte("1"))
-	oldGone := released(t, old, 20)
+	oldLive := completeAll(t, old, 20, []byte("1"))
+	oldGone := released(t, old, 10)
 	newLive := completeAll(t, s, 40, []byte("1"))
 	newGone := released(t, s, 10)
 	_, err = kv.Put(ctxT(t), "other.app.key", []byte("x"))
@@ -162,6 +164,51 @@ func TestPurgeReadsRecordsWithoutExpiry(t *testing.T) {
 	assert.EqualValues(t, len(oldLive)+len(oldGone), natsstore.Reads(s)-reads, "records read: those without the header")
 	require.Equal(t, len(oldGone)+len(newGone), n)
 	require.Equal(t, len(oldLive)+len(newLive)+1, msgs(t, kv))
+	for _, k := range append(oldLive, newLive...) {
+		_, err := s.Get(ctxT(t), k)
+		require.NoError(t, err)
+	}
+}
+
+// TestPurgeSwitchesToValues: when most of a chunk of the headers-only scan
+// are records without the expiry header, the pass reads the rest of the
+// bucket with values instead of reading each by its sequence, and decides
+// on every entry once: the expired ones, with or without the header, are
+// removed and the live ones kept.
+func TestPurgeSwitchesToValues(t *testing.T) {
+	_, js := connect(t, testenv.NATSURL(t))
+	kv := newBucket(t, js)
+	clock := storetest.NewClock()
+	opts := []natsstore.Option{natsstore.WithClock(clock.Now), natsstore.WithRetention(0), natsstore.WithoutCleanup()}
+	old, err := natsstore.New(plainKV{kv}, opts...) // writes through the KV API
+	require.NoError(t, err)
+	s, err := natsstore.New(kv, opts...)
+	require.NoError(t, err)
+	// 60 records with the header, then 250 without, then 60 with it
+	// again. The scan's first chunk of 100 holds 40 without the header:
+	// those are read one by one; the second holds only records without
+	// it: the pass goes on with values from its first entry.
+	newLive := completeAll(t, s, 40, []byte("1"))
+	newGone := released(t, s, 20)
+	oldLive := completeAll(t, old, 150, []byte("1"))
+	oldGone := released(t, old, 100)
+	newLive = append(newLive, completeAll(t, s, 40, []byte("1"))...)
+	newGone = append(newGone, released(t, s, 20)...)
+	clock.Advance(time.Second)
+
+	var chosen []string
+	natsstore.SetBeforeRemove(func(keys []string) { chosen = append(chosen, keys...) })
+	defer natsstore.SetBeforeRemove(nil)
+	bodies, reads := natsstore.Bodies(s), natsstore.Reads(s)
+	n, err := s.Purge(ctxT(t))
+	require.NoError(t, err)
+	t.Logf("records received with the scan: %d; read one by one: %d", natsstore.Bodies(s)-bodies, natsstore.Reads(s)-reads)
+	slices.Sort(chosen)
+	require.Len(t, slices.Compact(chosen), len(oldGone)+len(newGone), "each expired record chosen once")
+	assert.EqualValues(t, 40, natsstore.Reads(s)-reads, "records read one by one: the first chunk's")
+	assert.EqualValues(t, 270, natsstore.Bodies(s)-bodies, "records received: all from the second chunk on")
+	require.Equal(t, len(oldGone)+len(newGone), n)
+	require.Equal(t, len(oldLive)+len(newLive), msgs(t, kv))
 	for _, k := range append(oldLive, newLive...) {
 		_, err := s.Get(ctxT(t), k)
 		require.NoError(t, err)

@@ -141,6 +141,28 @@ func (c *consumerScan) fetch() ([]scanned, error) {
 	return out, nil
 }
 
+// withValues goes on from the stream sequence seq with the entries'
+// values: the headers-only consumer is replaced by one that starts at seq
+// and delivers the records too.
+func (c *consumerScan) withValues(ctx context.Context, seq uint64) error {
+	old := c.cons.CachedInfo().Name
+	cons, err := c.stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		Description:       "idem clean-up pass",
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       seq,
+		AckPolicy:         jetstream.AckNonePolicy,
+		InactiveThreshold: time.Minute,
+		MemoryStorage:     true,
+		Replicas:          1,
+	})
+	if err != nil {
+		return &idem.StoreError{Op: "purge", Err: err}
+	}
+	_ = c.stream.DeleteConsumer(ctx, old) // else the server drops it after a minute idle
+	c.cons, c.headersOnly, c.done = cons, false, seq > c.lastSeq
+	return nil
+}
+
 func (c *consumerScan) stop() {
 	if c.cons == nil {
 		return
