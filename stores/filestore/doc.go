@@ -18,9 +18,8 @@
 // directory blocks). A leaf holds about 1/4,096 of the records: about 250
 // at a million records, where one flat directory would hold the million
 // and keep the size it grew to. The fan-out is a trade: more leaves would
-// keep each smaller, but a clean-up fsyncs every leaf it removed from,
-// and every directory costs a block on disk and a read per pass even when
-// empty. Every record file's modification time is the record's ExpiresAt
+// keep each smaller, but every directory costs a block on disk and a
+// read per pass even when empty. Every record file's modification time is the record's ExpiresAt
 // (set by each write, before the rename), so a clean-up pass tells an
 // expired record from a live one with lstat(2) alone; the decision itself
 // is always made from the record (see Lifecycle).
@@ -88,8 +87,9 @@
 // or power loss a record is either the old one or the new one. A leaf or
 // fan-out directory made for a write is fsynced into its parent before the
 // record is written in it. Delete fsyncs the leaf after the removal; the
-// clean-up fsyncs each leaf it removed from once per batch (a removal lost
-// to a power cut leaves an expired record, which the next pass removes). A
+// clean-up does not (a removal lost to a power cut leaves a record expired
+// past the retention, as the pass found it, and the next pass removes it;
+// the next write to the leaf fsyncs the removal with it). A
 // temporary file left behind by a crash is removed by the clean-up (under
 // the lock of the key it belongs to, so a write in progress is never
 // disturbed). WithoutSync skips the fsyncs: records still survive a
@@ -123,10 +123,9 @@
 // live records: 0.8-1.0x the time of a plain filepath.WalkDir with lstat
 // of the store, where the flat layout's pass read every file: 3.3x). A
 // file whose modification time says it expired is a candidate;
-// candidates are removed in batches of storekit.DefaultPurgeBatch (the background
-// clean-up one at a time, so claims beside it keep their latency; Purge
-// eight at a time, since an unlink waits on the file system's journal and
-// several share the wait, at the cost of slower claims while it runs),
+// candidates are removed in batches of storekit.DefaultPurgeBatch, one
+// at a time (an unlink waits on the file system's journal, and so does
+// every claim's fsync beside it: removing several at once slows claims),
 // each under its key's lock after reading the record again, and only if
 // that reading says it has expired past the retention. A claim, heartbeat or completion racing
 // the clean-up on the same key therefore never loses to it (the

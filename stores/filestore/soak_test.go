@@ -24,7 +24,8 @@ import (
 // clean-up, beside a probe of claims. It runs only with IDEM_SOAK=1 (it
 // writes a few hundred thousand files and takes minutes); the sizes are
 // IDEM_SOAK_LIVE (default 120000) and IDEM_SOAK_EXPIRED (default 100000);
-// IDEM_SOAK_WORKERS sets how many removals a batch runs at once.
+// IDEM_SOAK_WORKERS sets how many removals a batch runs at once
+// (default 1, the store's).
 //
 //  1. A pass with nothing expired over the live records, against a plain
 //     directory walk of the store (filepath.WalkDir, lstat of every entry).
@@ -38,8 +39,9 @@ func TestSoakLifecycle(t *testing.T) {
 	}
 	nLive := soakEnvInt("IDEM_SOAK_LIVE", 120000)
 	nExpired := soakEnvInt("IDEM_SOAK_EXPIRED", 100000)
-	workers := soakEnvInt("IDEM_SOAK_WORKERS", 8)
+	workers := soakEnvInt("IDEM_SOAK_WORKERS", 1)
 	filestore.SetRemoveWorkers(workers)
+	defer filestore.SetRemoveWorkers(1)
 	ctx := context.Background()
 	var off atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(off.Load())) }
