@@ -20,7 +20,10 @@
 // Round trips per Guard call: a fresh call 2 (the claim's publish and the
 // completion's update); a replay 2 (the refused publish and a read); a
 // call shorter than the heartbeat interval sends no heartbeat. A claim of
-// a key whose entry was deleted (Delete, Guard.Forget) takes one more.
+// a key whose entry was deleted (Delete, Guard.Forget) takes five: the
+// refused publish, a read that finds the delete marker, and, as
+// kv.Create does, a publish expecting no entry, a read of the marker's
+// revision and the publish over it (TestWriteHeader counts them).
 //
 // # Replication
 //
