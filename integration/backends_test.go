@@ -62,6 +62,7 @@ var backends = []backend{
 	{name: "mysql", open: openMySQL, cleans: true},
 	{name: "mysql-procedure", open: openMySQLProcedure, cleans: true},
 	{name: "dynamodb", open: openDynamo},
+	{name: "nats", open: openNATS, cleans: true},
 }
 
 func ctxT(t testing.TB) context.Context {

@@ -1,0 +1,47 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/stores/natsstore"
+)
+
+// openNATS opens a natsstore on a bucket of its own, made by
+// CreateBucket on the test NATS server: the Store publishes its records
+// with their expiry in a header, and its clean-up (retention 0) reads
+// headers only and deletes by stream sequence.
+func openNATS(t testing.TB) idem.Store {
+	t.Helper()
+	nc, err := nats.Connect(testenv.Lookup(t, "IDEM_NATS_URL", "nats"))
+	if err != nil {
+		testenv.Missing(t, "nats connect: "+err.Error())
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket := "lin" + randHex(6)
+	kv, err := natsstore.CreateBucket(ctxT(t), js, bucket)
+	if err != nil {
+		testenv.Missing(t, "nats create bucket: "+err.Error())
+	}
+	s, err := natsstore.New(kv, natsstore.WithRetention(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = js.DeleteKeyValue(ctx, bucket)
+	})
+	return s
+}
