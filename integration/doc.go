@@ -16,17 +16,16 @@
 // operations each, 3 keys: claims with fresh and retried nonces, takeover
 // thresholds of 2, 10 and 40 ms and 10 minutes, heartbeats, completions,
 // releases, reads and deletes) against memstore, filestore, Redis,
-// PostgreSQL, MySQL/MariaDB, DynamoDB Local and NATS JetStream, and
-// checks each with
-// porcupine against a sequential model of the idem.Store contract
-// (model_test.go explains how it treats the stores' clocks). An illegal
-// history is logged with the operations on its key and the path of
+// PostgreSQL, MySQL/MariaDB, DynamoDB Local and NATS JetStream, and checks
+// each with porcupine against a sequential model of the idem.Store
+// contract (model_test.go explains how it treats the stores' clocks). An
+// illegal history is logged with the operations on its key and the path of
 // porcupine's visualization. On the stores that clean up after themselves
-// (memstore, filestore, PostgreSQL, MySQL/MariaDB, NATS), opened with retention
-// 0, a fifth client calls Purge every few milliseconds beside the others,
-// and the model lets a released record vanish once it has expired past
-// retention but never a live one: a claim, heartbeat or completion racing
-// a clean-up must not lose. Flags:
+// (memstore, filestore, PostgreSQL, MySQL/MariaDB, NATS), opened with
+// retention 0, a fifth client calls Purge every few milliseconds beside
+// the others, and the model lets a released record vanish once it has
+// expired past retention but never a live one: a claim, heartbeat or
+// completion racing a clean-up must not lose. Flags:
 //
 //	go test -run TestLinearizable/redis -lin.histories=500 -lin.seed=42 .
 //
