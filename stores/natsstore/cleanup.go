@@ -131,7 +131,7 @@ func streamInfo(st jetstream.KeyValueStatus) *jetstream.StreamInfo {
 var (
 	purgeBatch    = storekit.DefaultPurgeBatch // removals between two lease renewals
 	paceEvery     = 20                         // removals between two rests
-	purgeParallel = 2                          // removals in flight at once
+	purgeParallel = 1                          // removals in flight at once
 	purgePause    = 1.0                        // rest per unit of work
 )
 
@@ -151,8 +151,8 @@ var (
 // such records, the rest of the bucket is read with values. Otherwise it
 // reads the entries with their values (through a pull consumer, or a KV
 // watch without the stream). It removes what it found in batches of
-// storekit.DefaultPurgeBatch, two requests in flight (and reads records by
-// sequence two at a time), resting as long as it worked after every 20
+// storekit.DefaultPurgeBatch, one request at a time (and reads records by
+// sequence one at a time), resting as long as it worked after every 20
 // removals or reads and every chunk read. Each removal is conditioned on
 // the revision read, so a record claimed again meanwhile is kept: on a
 // bucket whose stream allows message deletes (CreateBucket's, or one given

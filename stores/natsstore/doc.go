@@ -84,7 +84,7 @@
 // those are the cases where a pass reads live records.
 //
 // A pass removes what is expired in batches of storekit.DefaultPurgeBatch,
-// two requests in flight (records read by sequence too), resting as long
+// one request at a time (records read by sequence too), resting as long
 // as it worked after every 20 removals or reads and every chunk read, so
 // the store's calls beside it keep their speed. A removal deletes the
 // stream message whose sequence is the revision the pass read: a claim
@@ -104,17 +104,17 @@
 // revision read (jetstream.LastRevision), which are as safe but leave one
 // marker per removed key, and logs a warning once.
 //
-// Measured on one nats-server 2.9.10 on a two-core machine under heavy
-// load from other work (load average about 19; TestSoakCleanup,
-// IDEM_SOAK=1), 20,000 expired records: one pass removed them in 21-42 s
-// over three runs, leaving the stream with only the live records and the
-// lease entry, and a probe of fresh and replayed calls beside it had a p99
-// 1.0-1.7 times its p99 in an equal window without a pass, and no worse
-// worst call (83-93 ms against 76-109 ms). Without the rests the pass
-// takes 12 s but the probe's p99 is four times its own. A Purge that lists
-// every key, then reads and purges each one by one (legacyPurge in the
-// soak test), took 23 s (26.7 s in another run), left 20,000 markers for
-// good, and the probe's worst call beside it was 301 ms against 89 ms.
+// Measured on one nats-server 2.9.10 on a two-core machine
+// (TestSoakCleanup, IDEM_SOAK=1), 20,000 expired records: one pass
+// removed them in 7.7-12.2 s over five runs, leaving the stream with only
+// the live records and the lease entry, and a probe of fresh and replayed
+// calls beside it had a p99 1.0-1.8 times its p99 in an equal window
+// without a pass, and a worst call within 5.3 ms of that window's. With
+// two removals in flight the p99 was 1.85-2.52 times (three runs). A
+// Purge that lists every key, then reads and purges each one by one
+// (legacyPurge in the soak test), took 23 s (26.7 s in another run), left
+// 20,000 markers for good, and the probe's worst call beside it was
+// 301 ms against 89 ms.
 //
 // On the same server and machine at a load average of 5 to 8: a pass over
 // 20,000 live records with 1 KB results that finds nothing expired
@@ -124,11 +124,12 @@
 // in 0.45-0.9 s against 8.3 MB in 0.84-0.99 s. Fresh claims published by
 // the Store and fresh claims written with kv.Update, alternated, took the
 // same (p50 50-100 µs against 60-100 µs, mean 62-154 µs against 66-150 µs
-// over four runs), one request each. A pass removing 20,000 expired records
-// with the expiry header (TestSoakCleanup) took 7.2-9.1 s over seven runs,
-// and one receiving the records 7.0-8.8 s; 20,000 records without the
-// header (the pass reads them with values from its first chunk on) 9.2-9.4
-// s, against 8.5-8.9 s for a pass that receives the records, alternated.
+// over four runs), one request each. A pass removing 20,000 expired
+// records with the expiry header (TestSoakCleanup, two removals in flight)
+// took 7.2-9.1 s over seven runs, and one receiving the records 7.0-8.8 s;
+// 20,000 records without the header (the pass reads them with values from
+// its first chunk on) 9.2-9.4 s, against 8.5-8.9 s for a pass that
+// receives the records, alternated.
 //
 // With a max age (CreateBucket with WithMaxAge, or a bucket of the user's
 // own with a TTL), the server removes each entry that long after its last
