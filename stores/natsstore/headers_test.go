@@ -164,10 +164,7 @@ func TestPurgeReadsRecordsWithoutExpiry(t *testing.T) {
 	assert.EqualValues(t, len(oldLive)+len(oldGone), natsstore.Reads(s)-reads, "records read: those without the header")
 	require.Equal(t, len(oldGone)+len(newGone), n)
 	require.Equal(t, len(oldLive)+len(newLive)+1, msgs(t, kv))
-	for _, k := range append(oldLive, newLive...) {
-		_, err := s.Get(ctxT(t), k)
-		require.NoError(t, err)
-	}
+	requireKept(t, s, append(oldLive, newLive...))
 }
 
 // TestPurgeSwitchesToValues: when most of a chunk of the headers-only scan
@@ -209,10 +206,7 @@ func TestPurgeSwitchesToValues(t *testing.T) {
 	assert.EqualValues(t, 270, natsstore.Bodies(s)-bodies, "records received: all from the second chunk on")
 	require.Equal(t, len(oldGone)+len(newGone), n)
 	require.Equal(t, len(oldLive)+len(newLive), msgs(t, kv))
-	for _, k := range append(oldLive, newLive...) {
-		_, err := s.Get(ctxT(t), k)
-		require.NoError(t, err)
-	}
+	requireKept(t, s, append(oldLive, newLive...))
 }
 
 // TestPurgeWithoutPublishing: a Store that writes through the KV API (its
@@ -236,10 +230,7 @@ func TestPurgeWithoutPublishing(t *testing.T) {
 	assert.EqualValues(t, 50, natsstore.Bodies(s)-bodies, "records received with the scan")
 	assert.Zero(t, natsstore.Reads(s)-reads, "records read one by one")
 	require.Equal(t, len(liveKeys), msgs(t, kv))
-	for _, k := range liveKeys {
-		_, err := s.Get(ctxT(t), k)
-		require.NoError(t, err)
-	}
+	requireKept(t, s, liveKeys)
 }
 
 // TestWriteHeader: every record a Store on CreateBucket's bucket writes

@@ -45,3 +45,12 @@ func newBucket(t testing.TB, js jetstream.JetStream) jetstream.KeyValue {
 	t.Cleanup(func() { _ = js.DeleteKeyValue(context.Background(), name) })
 	return kv
 }
+
+// requireKept fails t unless every key in keys still holds a record.
+func requireKept(t *testing.T, s *natsstore.Store, keys []string) {
+	t.Helper()
+	for _, k := range keys {
+		_, err := s.Get(ctxT(t), k)
+		require.NoError(t, err, k)
+	}
+}
