@@ -25,13 +25,7 @@ func TestFileTablePurgeScale(t *testing.T) {
 	if n <= 0 {
 		t.Skip("ISR_PURGE_SCALE not set")
 	}
-	clock := isrtest.NewClock(isrtest.Base)
-	dir := t.TempDir()
-	tb, err := isr.NewFileTable(dir, isr.WithTableClock(clock.Now), isr.WithoutCleanup(), isr.WithoutFileSync())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
+	clock, dir, tb := purgeTable(t)
 	ctx := context.Background()
 	now := clock.Now()
 	start := time.Now()

@@ -22,13 +22,7 @@ import (
 // 1,000 cache keys opens no item file; once some of them expire, Purge
 // removes those (opening only them) and keeps the rest.
 func TestFileTablePurgeReadsNoLiveItem(t *testing.T) {
-	clock := isrtest.NewClock(isrtest.Base)
-	dir := t.TempDir()
-	tb, err := isr.NewFileTable(dir, isr.WithTableClock(clock.Now), isr.WithoutCleanup(), isr.WithoutFileSync())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
+	clock, dir, tb := purgeTable(t)
 	ctx := context.Background()
 	now := clock.Now()
 	const keys = 1000
@@ -154,13 +148,7 @@ func TestFileTableItemModTime(t *testing.T) {
 // removed; temporary files left by crashed writers go whatever their
 // modification time.
 func TestFileTablePurgeByHand(t *testing.T) {
-	clock := isrtest.NewClock(isrtest.Base)
-	dir := t.TempDir()
-	tb, err := isr.NewFileTable(dir, isr.WithTableClock(clock.Now), isr.WithoutCleanup(), isr.WithoutFileSync())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
+	clock, _, tb := purgeTable(t)
 	ctx, now := context.Background(), clock.Now()
 	past := now.Add(-time.Hour)
 	put := func(pk string, ttl int64) string {
@@ -284,4 +272,18 @@ func TestFileTableLayout(t *testing.T) {
 func sumHexOf(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// purgeTable is a FileTable in a directory of its own, on a clock of its
+// own, without clean-up or fsync: Purge is called by the test.
+func purgeTable(t *testing.T) (*isrtest.Clock, string, *isr.FileTable) {
+	t.Helper()
+	clock := isrtest.NewClock(isrtest.Base)
+	dir := t.TempDir()
+	tb, err := isr.NewFileTable(dir, isr.WithTableClock(clock.Now), isr.WithoutCleanup(), isr.WithoutFileSync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tb.Close() })
+	return clock, dir, tb
 }
