@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/isr"
-	"github.com/idem-go/idem/isr/isrtest"
 )
 
 // TestFileTablePurgeScale times Purge passes over ISR_PURGE_SCALE live
