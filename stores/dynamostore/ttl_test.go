@@ -1,0 +1,73 @@
+package dynamostore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/stores/dynamostore"
+)
+
+// TestTTLRemovesExpiredItems: the store writes no clean-up of its own;
+// DynamoDB's TTL deletion on "ttl", which CreateTable turns on, removes
+// the items of expired records. 50 completed records whose ttl (expiry
+// plus the retention) passed an hour ago, written with a clock two hours
+// behind, and 5 live ones: the expired items vanish (DynamoDB Local sweeps
+// within about a minute; the test waits up to five) and the live ones
+// stay.
+func TestTTLRemovesExpiredItems(t *testing.T) {
+	t.Parallel()
+	past := func() time.Time { return time.Now().Add(-2 * time.Hour) }
+	old := newEnv(t, dynamostore.WithClock(past), dynamostore.WithRetention(time.Minute))
+	live := newEnv(t)
+	ctx := context.Background()
+	done := idem.Completion{Status: idem.StatusCompleted, Result: []byte("r"), TTL: time.Minute}
+	var gone, kept []string
+	for range 50 {
+		k := storageKey()
+		mustClaim(t, old.store, claimReq(k, "A"), idem.Claimed)
+		if err := old.store.Complete(ctx, k, "A", done); err != nil {
+			t.Fatal(err)
+		}
+		gone = append(gone, old.prefix+k)
+	}
+	for range 5 {
+		k := storageKey()
+		mustClaim(t, live.store, claimReq(k, "A"), idem.Claimed)
+		if err := live.store.Complete(ctx, k, "A", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, live.prefix+k)
+	}
+	present := func(keys []string) int {
+		n := 0
+		for _, pk := range keys {
+			out, err := old.client.Query(ctx, &dynamodb.QueryInput{
+				TableName: aws.String(testTable), ConsistentRead: aws.Bool(true), Select: types.SelectCount,
+				KeyConditionExpression:    aws.String("pk = :pk"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: pk}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += int(out.Count)
+		}
+		return n
+	}
+	start := time.Now()
+	for present(gone) > 0 {
+		if time.Since(start) > 5*time.Minute {
+			t.Fatalf("%d of %d expired items still there after %v", present(gone), len(gone), time.Since(start).Round(time.Second))
+		}
+		time.Sleep(2 * time.Second)
+	}
+	t.Logf("%d expired items removed by the TTL deletion within %v", len(gone), time.Since(start).Round(time.Second))
+	if n := present(kept); n != len(kept) {
+		t.Fatalf("%d of %d live items left", n, len(kept))
+	}
+}
