@@ -141,19 +141,12 @@ func TestPurgeReadsNoLiveRecord(t *testing.T) {
 // expired ones are removed, the live ones kept, and other keys are not
 // read.
 func TestPurgeReadsRecordsWithoutExpiry(t *testing.T) {
-	_, js := connect(t, testenv.NATSURL(t))
-	kv := newBucket(t, js)
-	clock := storetest.NewClock()
-	opts := []natsstore.Option{natsstore.WithClock(clock.Now), natsstore.WithRetention(0), natsstore.WithoutCleanup()}
-	old, err := natsstore.New(plainKV{kv}, opts...) // writes through the KV API
-	require.NoError(t, err)
-	s, err := natsstore.New(kv, opts...)
-	require.NoError(t, err)
+	kv, clock, old, s := twoWriters(t)
 	oldLive := completeAll(t, old, 20, []byte("1"))
 	oldGone := released(t, old, 10)
 	newLive := completeAll(t, s, 40, []byte("1"))
 	newGone := released(t, s, 10)
-	_, err = kv.Put(ctxT(t), "other.app.key", []byte("x"))
+	_, err := kv.Put(ctxT(t), "other.app.key", []byte("x"))
 	require.NoError(t, err)
 	clock.Advance(time.Second)
 
@@ -173,14 +166,7 @@ func TestPurgeReadsRecordsWithoutExpiry(t *testing.T) {
 // on every entry once: the expired ones, with or without the header, are
 // removed and the live ones kept.
 func TestPurgeSwitchesToValues(t *testing.T) {
-	_, js := connect(t, testenv.NATSURL(t))
-	kv := newBucket(t, js)
-	clock := storetest.NewClock()
-	opts := []natsstore.Option{natsstore.WithClock(clock.Now), natsstore.WithRetention(0), natsstore.WithoutCleanup()}
-	old, err := natsstore.New(plainKV{kv}, opts...) // writes through the KV API
-	require.NoError(t, err)
-	s, err := natsstore.New(kv, opts...)
-	require.NoError(t, err)
+	kv, clock, old, s := twoWriters(t)
 	// 60 records with the header, then 250 without, then 60 with it
 	// again. The scan's first chunk of 100 holds 40 without the header:
 	// those are read one by one; the second holds only records without
@@ -325,4 +311,20 @@ func TestEntryOp(t *testing.T) {
 	} {
 		assert.Equal(t, tc.op, natsstore.EntryOp(tc.h), "%v", tc.h)
 	}
+}
+
+// twoWriters returns a bucket and two Stores on it, on one clock, with
+// retention 0 and no clean-up of their own: old writes through the KV API
+// (its records carry no expiry header), s publishes.
+func twoWriters(t *testing.T) (jetstream.KeyValue, *storetest.Clock, *natsstore.Store, *natsstore.Store) {
+	t.Helper()
+	_, js := connect(t, testenv.NATSURL(t))
+	kv := newBucket(t, js)
+	clock := storetest.NewClock()
+	opts := []natsstore.Option{natsstore.WithClock(clock.Now), natsstore.WithRetention(0), natsstore.WithoutCleanup()}
+	old, err := natsstore.New(plainKV{kv}, opts...)
+	require.NoError(t, err)
+	s, err := natsstore.New(kv, opts...)
+	require.NoError(t, err)
+	return kv, clock, old, s
 }
