@@ -18,10 +18,22 @@ const (
 	StateStale      RecordState = "stale"       // claimed, heartbeat older than the takeover threshold
 	StateFailed     RecordState = "failed"      // a recorded failure
 	StateCompleted  RecordState = "completed"   // a recorded result
+	// StateStepsEpoch is a call's steps epoch: the record that names the
+	// generation of a call's steps (see Step). It is never a stuck call:
+	// it lives as long as the call can be retried, and releasing or
+	// deleting it would make finished steps run again.
+	StateStepsEpoch RecordState = "steps_epoch"
 )
 
+// StepsEpochPayload is the PayloadHash of every steps epoch record, so that
+// operators' tools tell it from a call (see StateStepsEpoch).
+const StepsEpochPayload = "idem:steps-epoch"
+
+// StepsEpoch reports whether r is a call's steps epoch record.
+func (r *Record) StepsEpoch() bool { return r.PayloadHash == StepsEpochPayload }
+
 // RecordStates lists every state, in the order idem stats prints them.
-var RecordStates = []RecordState{StateInProgress, StateStale, StateFailed, StateCompleted}
+var RecordStates = []RecordState{StateInProgress, StateStale, StateFailed, StateCompleted, StateStepsEpoch}
 
 // ParseRecordState returns the state named s, or an error naming the states.
 func ParseRecordState(s string) (RecordState, error) {
@@ -30,7 +42,7 @@ func ParseRecordState(s string) (RecordState, error) {
 			return st, nil
 		}
 	}
-	return "", fmt.Errorf("unknown record state %q; the states are in_progress, stale, failed, completed", s)
+	return "", fmt.Errorf("unknown record state %q; the states are in_progress, stale, failed, completed, steps_epoch", s)
 }
 
 // State classifies r at now (Unix ms): completed and failed as stored, an
@@ -38,6 +50,9 @@ func ParseRecordState(s string) (RecordState, error) {
 // threshold stored with the claim wins; takeoverAfter is used only for a
 // record without one).
 func (r *Record) State(now int64, takeoverAfter time.Duration) RecordState {
+	if r.StepsEpoch() {
+		return StateStepsEpoch
+	}
 	switch r.Status {
 	case StatusCompleted:
 		return StateCompleted

@@ -164,7 +164,7 @@ func (sc *stepCall) epochOf(ctx context.Context) (string, error) {
 	}
 	life := sc.e.ttl
 	res, err := sc.e.store.Claim(ctx, ClaimRequest{
-		Key: epochKey(sc.sk), Nonce: lease.Token(), LeaseTTL: life, TakeoverAfter: life,
+		Key: epochKey(sc.sk), Nonce: lease.Token(), PayloadHash: StepsEpochPayload, LeaseTTL: life, TakeoverAfter: life,
 		Tenant: sc.e.tenant, Scope: sc.e.scope,
 	})
 	if err != nil {
