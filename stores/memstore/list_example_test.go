@@ -36,4 +36,5 @@ func ExampleStore_Records() {
 	// stale 0
 	// failed 0
 	// completed 3
+	// steps_epoch 0
 }
