@@ -27,6 +27,8 @@ type claim struct {
 	sent time.Time // when the claim was sent (the store's HeartbeatAt is no earlier)
 	took bool      // the claim took over a stale one
 	f    *flight   // the flight it runs for; nil for a step
+	step bool      // a step's claim (not a call's)
+	call *stepCall // a call's steps, once the claim is held; nil for a step
 
 	start  time.Time               // when the work began
 	fctx   context.Context         // the work's context
@@ -34,9 +36,81 @@ type claim struct {
 	hb     lease.Refresher         // started by begin; c is its Holder
 
 	mu      sync.Mutex
-	stopped bool // the heartbeat was stopped
-	lost    bool // the heartbeat found the claim taken over
-	ended   bool // end ran
+	stopped bool   // the heartbeat was stopped
+	lost    bool   // the heartbeat found the claim taken over
+	ended   bool   // end ran
+	ran     bool   // the work began under the claim
+	onLapse func() // called when the claim lapses (the flight lets go of it); nil if none
+}
+
+// maxUnheld is how many claims in a row a caller makes that lapse before
+// its work could begin (each reply later than the takeover threshold
+// allows) before it gives up with an error instead of claiming again.
+const maxUnheld = 3
+
+// Holding a claim (rule 4 of the package doc: fn never starts under a
+// claim that may have lapsed).
+//
+// A claim is held from the moment its reply arrives: hold starts its
+// heartbeat then, counted from when the claim was SENT (the store wrote
+// HeartbeatAt no earlier), so everything between the claim and the work
+// (rotation lookups, settling, waits) runs under the heartbeat, and a slow
+// reply shortens the lease instead of stretching it. Right before the work
+// begins, startWork checks that the heartbeat's lapse deadline (the send
+// time of the last successful claim or heartbeat, plus the takeover
+// threshold, minus half a heartbeat interval) is still ahead and that no
+// heartbeat was refused. Why that is enough: another caller can take the
+// claim over only once the store sees a heartbeat at least the threshold
+// old; the store's HeartbeatAt is no earlier than the send of the request
+// that wrote it; so until that send plus the threshold nobody can have taken
+// it over, and from then on the heartbeat keeps the claim or cuts the work
+// off (its context is cancelled at the lapse deadline, before a takeover
+// is possible). A claim whose deadline has passed before the work begins is
+// dropped (released, if it is still ours) and the caller claims again; a
+// caller whose claims lapse maxUnheld times in a row gets an error, and
+// nothing ran. The same holds for each step's claim.
+
+// hold starts holding the claim: the work's context (parent's values, the
+// fencing token, cancelled when the claim is lost or may lapse) and the
+// heartbeat. A call's parent (see callContext) carries the fencing token
+// and the call's steps already.
+func (c *claim) hold(parent context.Context) {
+	if cc, ok := parent.(*callCtx); ok {
+		c.call = &cc.call
+	} else {
+		parent = context.WithValue(parent, fencingKey{}, c.rec.Attempt)
+	}
+	c.fctx, c.cancel = context.WithCancelCause(parent)
+	c.heartbeat()
+}
+
+// startWork reports whether the claim is certainly still held, and if so
+// marks the work begun. False means the claim may have lapsed: the work
+// must not begin (drop the claim and claim again).
+func (c *claim) startWork() bool {
+	if c.cancel == nil || c.fctx.Err() != nil || !c.hb.Valid() {
+		return false
+	}
+	c.mu.Lock()
+	c.ran = true
+	c.mu.Unlock()
+	c.start = time.Now()
+	return true
+}
+
+// drop ends a claim whose work will not run under it (it may have lapsed,
+// or settling gave it up): its heartbeat is stopped and it is released if
+// it is still ours.
+func (c *claim) drop() {
+	c.end()
+	_ = c.release()
+}
+
+// unheld is the error of a caller whose claims lapsed maxUnheld times in a
+// row before its work could begin: nothing ran, so it may try again.
+func (c *claim) unheld() error {
+	return &StoreError{Op: "claim", Err: fmt.Errorf("%d claims in a row lapsed before the work could begin (the last reply came %v after its request; the takeover threshold is %v): %w",
+		maxUnheld, time.Since(c.sent).Round(time.Millisecond), c.e.takeover, &LapseError{Since: time.Since(c.sent).Round(time.Millisecond)})}
 }
 
 // tryClaim sends one Claim for sk. It returns the claim when this caller
@@ -78,18 +152,6 @@ func (c *claim) observe(kind EventKind, err error) {
 	c.e.observe(c.ctx, ev)
 }
 
-// begin starts the work: its context (parent's values, the fencing token,
-// cancelled when the claim is lost) and the heartbeat. A call's parent (see
-// callContext) carries the fencing token already.
-func (c *claim) begin(parent context.Context) {
-	if _, ok := parent.(*callCtx); !ok {
-		parent = context.WithValue(parent, fencingKey{}, c.rec.Attempt)
-	}
-	c.fctx, c.cancel = context.WithCancelCause(parent)
-	c.start = time.Now()
-	c.heartbeat()
-}
-
 // stopHeartbeat stops the heartbeat (once) and reports whether it found the
 // claim taken over. The work's context stays as it is.
 func (c *claim) stopHeartbeat() (lost bool) {
@@ -110,7 +172,9 @@ func (c *claim) end() (lost bool) {
 	c.mu.Lock()
 	c.ended = true
 	c.mu.Unlock()
-	c.cancel(nil)
+	if c.cancel != nil {
+		c.cancel(nil)
+	}
 	return lost
 }
 
@@ -159,6 +223,12 @@ func (c *claim) abandon(why error) {
 func (c *claim) release() error {
 	rctx, cancel := context.WithTimeout(c.bg, c.e.takeover)
 	defer cancel()
+	if err := c.keepHistory(rctx); err != nil {
+		// The claim is left to go stale: a stale claim is found under its
+		// key by every secret's caller, a released one without its epoch
+		// is not (see rotate.go).
+		return storeErr("release", err)
+	}
 	if err := c.e.store.Release(rctx, c.sk, c.rec.Nonce); err != nil {
 		return c.ownershipOr("release", err)
 	}
@@ -460,7 +530,11 @@ func (c *claim) heartbeat() {
 
 // Refresh implements lease.Holder: one heartbeat.
 func (c *claim) Refresh(ctx context.Context) (time.Duration, error) {
-	return c.e.takeover, c.e.store.Heartbeat(ctx, c.sk, c.rec.Nonce, c.e.lease)
+	err := c.e.store.Heartbeat(ctx, c.sk, c.rec.Nonce, c.e.lease)
+	if err == nil && c.call != nil {
+		c.call.keepAlive(c.bg)
+	}
+	return c.e.takeover, err
 }
 
 // Lost implements lease.Holder: a refused heartbeat means the claim was
@@ -475,5 +549,18 @@ func (c *claim) Lost(err error) error {
 // Lapsed implements lease.Holder: the work is cut off with a *LapseError.
 func (c *claim) Lapsed(since time.Duration, _ error) error {
 	c.e.observe(c.bg, Event{Kind: EventLapse, StorageKey: c.sk, Attempt: c.rec.Attempt, Duration: max(c.e.takeover-since, 0)})
+	c.mu.Lock()
+	onLapse := c.onLapse
+	c.mu.Unlock()
+	if onLapse != nil {
+		onLapse()
+	}
 	return &LapseError{Since: since.Round(time.Millisecond)}
+}
+
+// setOnLapse sets what the claim calls when it lapses.
+func (c *claim) setOnLapse(f func()) {
+	c.mu.Lock()
+	c.onLapse = f
+	c.mu.Unlock()
 }

@@ -56,6 +56,10 @@ type flight struct {
 	decided signal // fn runs, or the flight has finished
 	waiting signal // the flight waits on a live claim with its payload
 	done    signal // the flight has finished
+	// lapsed fires when the claim fn runs under may have lapsed: the
+	// flight no longer speaks for the key (it has left the Guard's map),
+	// and its followers ask the store, as a caller elsewhere would.
+	lapsed signal
 }
 
 // signal is an event that fires once, with a channel made on demand.
@@ -96,7 +100,7 @@ func (g *Guard[T]) fire(s *signal) {
 }
 
 // signals are a follower's channels of a flight's signals.
-type signals struct{ decided, waiting, done <-chan struct{} }
+type signals struct{ decided, waiting, done, lapsed <-chan struct{} }
 
 // New returns a Guard over store, configured by opts. It fails with an error
 // matching ErrInvalidOption if an option (or the store's own configuration,
@@ -294,7 +298,7 @@ func (g *Guard[T]) join(sk, ph string) (f *flight, leader bool, sig signals, cac
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if f, ok := g.flights[sk]; ok {
-		return f, false, signals{f.decided.wait(), f.waiting.wait(), f.done.wait()}, nil
+		return f, false, signals{f.decided.wait(), f.waiting.wait(), f.done.wait(), f.lapsed.wait()}, nil
 	}
 	if rec := g.cached(sk); rec != nil {
 		return nil, false, sig, rec
@@ -309,11 +313,25 @@ func (g *Guard[T]) join(sk, ph string) (f *flight, leader bool, sig signals, cac
 func (g *Guard[T]) land(sk string, f *flight) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	delete(g.flights, sk)
+	if g.flights[sk] == f {
+		delete(g.flights, sk)
+	}
 	if !f.running {
 		f.decided.fire()
 	}
 	f.done.fire()
+}
+
+// detach makes the flight f of sk, whose claim may have lapsed, let go of
+// the key: later callers start a flight of their own (and ask the store),
+// and its followers start over.
+func (g *Guard[T]) detach(sk string, f *flight) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.flights[sk] == f {
+		delete(g.flights, sk)
+	}
+	f.lapsed.fire()
 }
 
 // follow makes a same-process duplicate share the flight f: it is told what
@@ -338,6 +356,11 @@ func (g *Guard[T]) follow(ctx context.Context, sk, ph string, f *flight, sig sig
 		return v, waitCancelled(ctx), false
 	}
 	if f.running {
+		select {
+		case <-sig.lapsed: // the flight's claim may have lapsed: ask the store
+			return v, nil, true
+		default:
+		}
 		if f.payloadHash != ph {
 			g.observe(ctx, Event{Kind: EventPayloadMismatch, StorageKey: sk})
 			return v, ErrPayloadMismatch, false
@@ -353,6 +376,8 @@ func (g *Guard[T]) follow(ctx context.Context, sk, ph string, f *flight, sig sig
 		if !waitStart.IsZero() {
 			g.observe(ctx, Event{Kind: EventWaitDone, StorageKey: sk, Duration: time.Since(waitStart)})
 		}
+	case <-sig.lapsed:
+		return v, nil, true
 	case <-ctx.Done():
 		return v, waitCancelled(ctx), false
 	}
@@ -449,12 +474,16 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, keys []altKey, f *fl
 			ow.close()
 		}
 	}()
+	unheld := 0 // claims in a row that lapsed before fn could start
 	for {
 		c, rec, sent, err := g.tryClaim(ctx, sk, ph)
 		if err != nil {
 			return v, err, false
 		}
 		rph := ph // the payload hash under rec's secret
+		if c != nil {
+			c.hold(c.callContext())
+		}
 		if c != nil && keys != nil {
 			var restart bool
 			c, rec, rph, restart, err = g.settle(ctx, c, keys)
@@ -466,12 +495,31 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, keys []altKey, f *fl
 			}
 		}
 		if c != nil {
+			if !c.startWork() { // it may have lapsed: fn must not start under it
+				c.drop()
+				if unheld++; unheld == maxUnheld {
+					return v, c.unheld(), false
+				}
+				continue
+			}
 			w.done(ctx, c.rec.Attempt)
 			if ow != nil {
 				ow.done(ctx, c.rec.Attempt)
 			}
 			v, err = g.runClaim(c, f, sk, ph, fn, run)
 			return v, err, false
+		}
+		if keys != nil && rec.Status == StatusInProgress {
+			// During a rotation, the live claim under the active key may
+			// be another caller's settling claim while the call's outcome
+			// is recorded under another secret: that outcome answers.
+			r, kph, err := g.doneElsewhere(ctx, keys, rec.Key)
+			if err != nil {
+				return v, err, false
+			}
+			if r != nil {
+				rec, rph = r, kph
+			}
 		}
 		v, err, wait := g.decide(ctx, rec, rph)
 		if !wait {
@@ -504,6 +552,7 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, keys []altKey, f *fl
 func (g *Guard[T]) runClaim(c *claim, f *flight, sk, ph string, fn func(context.Context) (T, error), run txRunner[T]) (v T, err error) {
 	c.announce(EventClaim, EventTakeover)
 	c.f = f
+	c.setOnLapse(func() { g.detach(sk, f) })
 	f.running = true
 	g.fire(&f.decided)
 	if run != nil {
@@ -546,7 +595,6 @@ func (g *Guard[T]) previousWaiter(ow *waiter, key string) *waiter {
 
 // runFn runs fn under the claim c and ends the claim with its outcome.
 func (g *Guard[T]) runFn(c *claim, fn func(context.Context) (T, error)) (T, error) {
-	c.begin(c.callContext())
 	v, err := guarded(c, fn)
 	interrupted := c.fctx.Err() != nil // before end cancels fctx anyway
 	if c.end() {

@@ -103,12 +103,13 @@ func (e *engine) rotationKeys(key, sk, ph string, cc callConfig) ([]altKey, erro
 	return keys, nil
 }
 
-// settle settles the claim own, made under the active key, against the
-// call's other keys (see the comment above). It returns the claim fn runs
-// under (own, or one taken over under another key), or the record that
-// answers the call with the payload hash under that record's secret, or
-// restart when the call must start over (own was lost while it waited).
-// Every claim it does not return is released.
+// settle settles the claim own, made (and held) under the active key,
+// against the call's other keys (see the comment above). It returns the
+// claim fn runs under (own, or one made under another key, held), or the
+// record that answers the call with the payload hash under that record's
+// secret, or restart when the call must start over (a claim was lost or
+// may have lapsed while it waited). Every claim it does not return is
+// dropped.
 func (e *engine) settle(ctx context.Context, own *claim, keys []altKey) (c *claim, rec *Record, ph string, restart bool, err error) {
 	c = own
 	for moved := true; moved; {
@@ -119,30 +120,40 @@ func (e *engine) settle(ctx context.Context, own *claim, keys []altKey) (c *clai
 				continue
 			}
 			r, err := e.store.Get(ctx, k.sk)
+			history := false
 			switch {
 			case errors.Is(err, ErrNotFound):
-				continue
+				// Nothing live under k; the call may still have a past
+				// there (a release, and its steps): its epoch says so.
+				if history, err = e.hasEpoch(ctx, k.sk); err != nil {
+					c.drop()
+					return nil, nil, "", false, err
+				}
+				if !history {
+					continue
+				}
 			case err != nil:
-				c.releaseQuietly()
+				c.drop()
 				return nil, nil, "", false, storeErr("get", err)
 			case r.Status != StatusInProgress:
-				c.releaseQuietly()
+				c.drop()
 				return nil, r, k.ph, false, nil
 			}
-			o, r, err := e.settleLive(ctx, c, k)
+			o, r, err := e.settleLive(ctx, c, k, history)
 			switch {
 			case err != nil:
+				c.drop()
 				if errors.Is(err, errRestart) {
 					return nil, nil, "", true, nil
 				}
-				c.releaseQuietly()
 				return nil, nil, "", false, err
-			case o != nil: // took over a stale claim under k
-				c.releaseQuietly()
+			case o != nil: // the call moves to k, where its past is
+				c.drop()
+				o.hold(o.callContext())
 				c, moved = o, true
 				break scan
 			case r != nil:
-				c.releaseQuietly()
+				c.drop()
 				return nil, r, k.ph, false, nil
 			}
 		}
@@ -150,15 +161,18 @@ func (e *engine) settle(ctx context.Context, own *claim, keys []altKey) (c *clai
 	return c, nil, "", false, nil
 }
 
-// errRestart says that the claim being settled was lost while it waited.
+// errRestart says that the claim being settled was lost, or may have
+// lapsed, while it waited.
 var errRestart = errors.New("idem: claim lost while settling a rotation")
 
-// settleLive deals with the in-progress record found under k while c is
-// held: it returns a claim taken over under k, or the record that answers
-// the call, or neither when k holds no live record any more (fn may run
-// under c as far as k is concerned). c is left as it is; errRestart means
-// it was lost.
-func (e *engine) settleLive(ctx context.Context, c *claim, k altKey) (*claim, *Record, error) {
+// settleLive deals with the record found under k while c is held: a live
+// in-progress one, or (history) none live but the call's epoch. It returns
+// a claim made under k that fn is to run under (a takeover, or a claim
+// where the call has a past), or the record that answers the call, or
+// neither when k holds no live record and no past (fn may run under c as
+// far as k is concerned). c is left as it is; errRestart means it was
+// lost or may have lapsed.
+func (e *engine) settleLive(ctx context.Context, c *claim, k altKey, history bool) (*claim, *Record, error) {
 	var (
 		w        *waiter
 		deadline time.Time // zero under Wait: the caller's ctx bounds the wait
@@ -173,11 +187,18 @@ func (e *engine) settleLive(ctx context.Context, c *claim, k altKey) (*claim, *R
 		switch {
 		case err != nil:
 			return nil, nil, err
-		case o != nil && o.took:
+		case o != nil && (o.took || history):
 			return o, nil, nil
-		case o != nil: // nothing live under k any more: not ours to keep
-			o.releaseQuietly()
-			return nil, nil, nil
+		case o != nil:
+			// Nothing live under k any more. If the call was released
+			// there, its epoch is there (see keepHistory), and so is the
+			// call's home.
+			h, err := e.hasEpoch(ctx, k.sk)
+			if err != nil || !h {
+				o.drop()
+				return nil, nil, err
+			}
+			return o, nil, nil
 		case r.Status != StatusInProgress || r.PayloadHash != k.ph:
 			return nil, r, nil
 		case k.sk < c.sk: // the other claim wins: yield to it
@@ -200,29 +221,76 @@ func (e *engine) settleLive(ctx context.Context, c *claim, k altKey) (*claim, *R
 	}
 }
 
-// holdWait waits once on w while holding c, heartbeating c when it is due
-// (every heartbeat interval, as it would while fn ran). expired is true
-// once deadline (if not zero) has passed; a lost c is errRestart.
+// holdWait waits once on w while holding c (its heartbeat runs on, as it
+// would while fn ran). expired is true once deadline (if not zero) has
+// passed; a c that was lost or may have lapsed is errRestart.
 func (e *engine) holdWait(ctx context.Context, c *claim, w *waiter, attempt int64, deadline time.Time) (expired bool, err error) {
-	now := time.Now()
-	if !deadline.IsZero() && !now.Before(deadline) {
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
 		return true, nil
 	}
-	if now.Sub(c.sent) >= e.beat {
-		switch herr := e.store.Heartbeat(ctx, c.sk, c.rec.Nonce, e.lease); {
-		case herr == nil:
-			c.sent = now
-		case errors.Is(herr, ErrLostOwnership):
-			return false, errRestart
-		}
-		// Any other error is transient: the next look tries again, and a
-		// claim that went stale meanwhile is refused then.
+	if c.fctx.Err() != nil || !c.hb.Valid() {
+		return false, errRestart
 	}
 	w.limit = e.beat / 2
 	if !deadline.IsZero() {
 		w.limit = max(min(w.limit, time.Until(deadline)), time.Millisecond)
 	}
 	return false, w.wait(ctx, attempt)
+}
+
+// hasEpoch reports whether the call of storage key sk has a live steps
+// epoch: it ran steps, or it was released during a rotation (see
+// keepHistory), so its home is sk.
+func (e *engine) hasEpoch(ctx context.Context, sk string) (bool, error) {
+	_, err := e.store.Get(ctx, epochKey(sk))
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, storeErr("get", err)
+	}
+	return true, nil
+}
+
+// keepHistory makes sure, before a call's claim is released during a
+// rotation, that the call's past stays findable under its key by every
+// secret's caller: a released record is not live, so Get does not see it,
+// but the call's steps epoch is. A claim with a past (fn began under it, or
+// it took over a stale claim) gets one if it has none yet (one claim,
+// only on this path). Without a previous secret, a release is as it was.
+func (c *claim) keepHistory(ctx context.Context) error {
+	c.mu.Lock()
+	ran := c.ran
+	c.mu.Unlock()
+	if c.step || len(c.e.prev) == 0 || !(ran || c.took) {
+		return nil
+	}
+	if c.call != nil && c.call.hasEpoch() {
+		return nil
+	}
+	_, err := c.e.claimEpoch(ctx, c.sk)
+	return err
+}
+
+// doneElsewhere returns the first completed or failed record of the call
+// under one of its keys other than skip, with the payload hash under that
+// key's secret, or nil when there is none.
+func (e *engine) doneElsewhere(ctx context.Context, keys []altKey, skip string) (*Record, string, error) {
+	for _, k := range keys {
+		if k.sk == skip {
+			continue
+		}
+		r, err := e.store.Get(ctx, k.sk)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			continue
+		case err != nil:
+			return nil, "", storeErr("get", err)
+		case r.Status != StatusInProgress:
+			return r, k.ph, nil
+		}
+	}
+	return nil, "", nil
 }
 
 // asActive returns rec, found under a previous secret's key, as the flight
@@ -238,7 +306,3 @@ func asActive(rec *Record, sk, ph, rph string) *Record {
 	cp.Key, cp.PayloadHash = sk, ph
 	return cp
 }
-
-// releaseQuietly releases the claim, ignoring a failure: a claim that
-// cannot be released goes stale and is taken over.
-func (c *claim) releaseQuietly() { _ = c.release() }

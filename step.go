@@ -6,8 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/idem-go/idem/lease"
 )
@@ -31,6 +34,19 @@ type stepCall struct {
 
 	mu    sync.Mutex
 	epoch string
+	// kept are the call's step records this attempt knows (its epoch, the
+	// steps it ran or replayed), kept alive while the call lives (see
+	// keepAlive); keptAt is when they were last made to live stepsLife.
+	kept    []keptRecord
+	keptAt  time.Time
+	keeping atomic.Bool // a keepAlive pass runs
+}
+
+// keptRecord is a step record a call keeps alive: its epoch (heartbeated,
+// comp nil) or a finished step (its completion written again).
+type keptRecord struct {
+	key, nonce string
+	comp       *Completion
 }
 
 // stepInfo marks a step's context: its downstream key.
@@ -162,19 +178,113 @@ func (sc *stepCall) epochOf(ctx context.Context) (string, error) {
 	if sc.epoch != "" {
 		return sc.epoch, nil
 	}
-	life := sc.e.ttl
-	res, err := sc.e.store.Claim(ctx, ClaimRequest{
-		Key: epochKey(sc.sk), Nonce: lease.Token(), PayloadHash: StepsEpochPayload, LeaseTTL: life, TakeoverAfter: life,
-		Tenant: sc.e.tenant, Scope: sc.e.scope,
-	})
+	res, err := sc.e.claimEpoch(ctx, sc.sk)
 	if err != nil {
-		return "", storeErr("claim", err)
-	}
-	if res.Record == nil || res.Record.Nonce == "" {
-		return "", &StoreError{Op: "claim", Err: errors.New("store returned no steps epoch record")}
+		return "", err
 	}
 	sc.epoch = res.Record.Nonce
+	sc.kept = append(sc.kept, keptRecord{key: res.Record.Key, nonce: sc.epoch})
+	if res.Outcome == Claimed {
+		sc.keptAt = time.Now() // new: it lives stepsLife from now
+	} // else an earlier attempt's: kept alive at this attempt's first heartbeat
 	return sc.epoch, nil
+}
+
+// hasEpoch reports whether this attempt has read or made the call's epoch.
+func (sc *stepCall) hasEpoch() bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return sc.epoch != ""
+}
+
+// claimEpoch claims the steps epoch record of the call sk: a new one, or
+// the live one returned untouched (it is never taken over while it lives:
+// its takeover threshold is its lifetime).
+func (e *engine) claimEpoch(ctx context.Context, sk string) (ClaimResult, error) {
+	life := e.stepsLife()
+	res, err := e.store.Claim(ctx, ClaimRequest{
+		Key: epochKey(sk), Nonce: lease.Token(), PayloadHash: StepsEpochPayload, LeaseTTL: life, TakeoverAfter: life,
+		Tenant: e.tenant, Scope: e.scope,
+	})
+	if err != nil {
+		return res, storeErr("claim", err)
+	}
+	if res.Record == nil || res.Record.Nonce == "" {
+		return res, &StoreError{Op: "claim", Err: errors.New("store returned no steps epoch record")}
+	}
+	return res, nil
+}
+
+// How long a call's steps live.
+//
+// A call's steps epoch and its finished steps are written to live
+// stepsLife, the Guard's TTL plus its lease (the longest a call's record
+// lives past one claim, heartbeat or completion of it), and a call keeps
+// them alive while it lives: each heartbeat of the call's claim, once
+// stepsLife/4 has passed since they were last made to live stepsLife,
+// makes the epoch and every step record the attempt knows (ran or replayed)
+// live stepsLife again, in the background. So the records of an attempt's
+// steps outlive its last heartbeat by at least 3/4 of stepsLife, and the
+// next attempt (a takeover comes within a takeover threshold of the last
+// heartbeat; a retry after a release within the call record's life)
+// finds them: it reads the epoch at its first Step and keeps alive what
+// it reads from then on. What an attempt must do to keep that true is
+// reach each step that an earlier attempt finished within 3/4 of
+// stepsLife of that attempt's end (with the defaults, 36 hours).
+
+// stepsLife is how long a call's step records live past the last time the
+// call made them live (see above).
+func (e *engine) stepsLife() time.Duration { return e.ttl + e.lease }
+
+// keep records a step record to keep alive with the call.
+func (sc *stepCall) keep(key, nonce string, comp Completion) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	for i := range sc.kept {
+		if sc.kept[i].key == key {
+			sc.kept[i] = keptRecord{key: key, nonce: nonce, comp: &comp}
+			return
+		}
+	}
+	sc.kept = append(sc.kept, keptRecord{key: key, nonce: nonce, comp: &comp})
+}
+
+// keepAlive makes the call's kept step records live stepsLife again when
+// stepsLife/4 has passed since they last were, in the background (one
+// pass at a time). The call's claim calls it after each successful
+// heartbeat. A write that fails is tried again at the next heartbeat.
+func (sc *stepCall) keepAlive(ctx context.Context) {
+	life := sc.e.stepsLife()
+	sc.mu.Lock()
+	if len(sc.kept) == 0 || (!sc.keptAt.IsZero() && time.Since(sc.keptAt) < life/4) || !sc.keeping.CompareAndSwap(false, true) {
+		sc.mu.Unlock()
+		return
+	}
+	recs := slices.Clone(sc.kept)
+	sc.mu.Unlock()
+	go func() {
+		defer sc.keeping.Store(false)
+		began := time.Now()
+		ok := true
+		for _, r := range recs {
+			wctx, cancel := context.WithTimeout(ctx, max(sc.e.takeover, time.Second))
+			var err error
+			if r.comp == nil {
+				err = sc.e.store.Heartbeat(wctx, r.key, r.nonce, life)
+			} else {
+				comp := *r.comp
+				comp.TTL = life
+				err = sc.e.store.Complete(wctx, r.key, r.nonce, comp)
+			}
+			cancel()
+			ok = ok && err == nil
+		}
+		if ok {
+			sc.mu.Lock()
+			sc.keptAt = began
+			sc.mu.Unlock()
+		}
+	}()
 }
 
 // epochKey is the storage key of the steps epoch record of the call sk.
@@ -212,12 +322,22 @@ func (s *step[V]) do(ctx context.Context, run func(c *claim) (V, error)) (v V, e
 	e := s.sc.e
 	w := e.newWaiter(s.sk)
 	defer w.close()
+	unheld := 0 // claims in a row that lapsed before fn could start
 	for {
 		c, rec, _, err := e.tryClaim(ctx, s.sk, "")
 		if err != nil {
 			return v, err
 		}
 		if c != nil {
+			c.step = true
+			s.hold(c)
+			if !c.startWork() { // it may have lapsed: fn must not start under it
+				c.drop()
+				if unheld++; unheld == maxUnheld {
+					return v, c.unheld()
+				}
+				continue
+			}
 			w.done(ctx, c.rec.Attempt)
 			return run(c)
 		}
@@ -227,6 +347,7 @@ func (s *step[V]) do(ctx context.Context, run func(c *claim) (V, error)) (v V, e
 		switch rec.Status {
 		case StatusCompleted:
 			w.done(ctx, rec.Attempt)
+			s.sc.keep(rec.Key, rec.Nonce, Completion{Status: rec.Status, Result: rec.Result, Error: rec.Error})
 			v, err = decodeResult[V](e.codec, rec)
 			e.observe(ctx, Event{Kind: EventStepReplayed, StorageKey: s.sk, Attempt: rec.Attempt, Err: err})
 			return v, err
@@ -243,7 +364,7 @@ func (s *step[V]) do(ctx context.Context, run func(c *claim) (V, error)) (v V, e
 // run runs fn under the step's claim c: recorded when it returns a value,
 // released when it returns an error or panics.
 func (s *step[V]) run(c *claim, fn func(context.Context) (V, error)) (V, error) {
-	s.begin(c)
+	c.announce(EventStepRun, EventStepRun)
 	v, err := guarded(c, fn)
 	if c.end() {
 		return v, joinErr(ErrLostOwnership, err)
@@ -251,15 +372,27 @@ func (s *step[V]) run(c *claim, fn func(context.Context) (V, error)) (V, error) 
 	if err != nil {
 		return v, joinErr(c.cutOff(err), c.release())
 	}
-	return v, c.complete(c.success(func() ([]byte, error) { return c.e.codec.Marshal(v) }))
+	comp := s.success(c, v)
+	if err := c.complete(comp); err != nil {
+		return v, err
+	}
+	s.sc.keep(c.sk, c.rec.Nonce, comp)
+	return v, nil
 }
 
-// begin starts the step's work under its claim c: announced, with a
-// context that carries StepKey and the step's fencing token and is
-// cancelled by the caller's context or the loss of c, not by the call's.
-func (s *step[V]) begin(c *claim) {
-	c.announce(EventStepRun, EventStepRun)
-	c.begin(detached{Context: s.sc.ctx, values: context.WithValue(c.ctx, stepKey{}, &stepInfo{key: s.key})})
+// success is the completion of the step for v: its result with the Guard's
+// codec, living stepsLife (see keepAlive).
+func (s *step[V]) success(c *claim, v V) Completion {
+	comp := c.success(func() ([]byte, error) { return c.e.codec.Marshal(v) })
+	comp.TTL = c.e.stepsLife()
+	return comp
+}
+
+// hold holds the step's claim c (see claim.hold) with a context that
+// carries StepKey and the step's fencing token and is cancelled by the
+// caller's context or the loss of c, not by the call's.
+func (s *step[V]) hold(c *claim) {
+	c.hold(detached{Context: s.sc.ctx, values: context.WithValue(c.ctx, stepKey{}, &stepInfo{key: s.key})})
 }
 
 // detached is a context whose values are those of values and whose

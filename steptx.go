@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -18,7 +19,9 @@ type StepTxClaim[V any] struct {
 	// waits for a commit's reply before it reads the outcome back.
 	TakeoverAfter time.Duration
 
-	c *claim
+	c    *claim
+	mu   sync.Mutex
+	comp *Completion // what Complete returned, kept alive with the call once committed
 }
 
 // Complete stops the step claim's heartbeat and returns the completion to
@@ -34,7 +37,12 @@ func (tc *StepTxClaim[V]) Complete(v V) (Completion, error) {
 	if tc.c.stopHeartbeat() {
 		return Completion{}, fmt.Errorf("idem: step claim taken over: %w", ErrLostOwnership)
 	}
-	return tc.c.success(func() ([]byte, error) { return tc.c.e.codec.Marshal(v) }), nil
+	comp := tc.c.success(func() ([]byte, error) { return tc.c.e.codec.Marshal(v) })
+	comp.TTL = tc.c.e.stepsLife()
+	tc.mu.Lock()
+	tc.comp = &comp
+	tc.mu.Unlock()
+	return comp, nil
 }
 
 // CallStore returns the store of the guarded call whose context is ctx (the
@@ -102,7 +110,7 @@ func RunStepTx[V any](ctx context.Context, name string, run func(ctx context.Con
 func (s *step[V]) runTx(c *claim, run func(ctx context.Context, c *StepTxClaim[V]) (V, error, error)) (V, error) {
 	var zero V
 	tc := &StepTxClaim[V]{Key: c.sk, Nonce: c.rec.Nonce, Attempt: c.rec.Attempt, TakeoverAfter: c.e.takeover, c: c}
-	s.begin(c)
+	c.announce(EventStepRun, EventStepRun)
 	out, _ := guarded(c, func(ctx context.Context) (txOut[V], error) {
 		v, fnErr, commitErr := run(ctx, tc)
 		return txOut[V]{v, fnErr, commitErr}, nil
@@ -115,6 +123,11 @@ func (s *step[V]) runTx(c *claim, run func(ctx context.Context, c *StepTxClaim[V
 		}
 		return out.v, joinErr(c.cutOff(out.fnErr), c.release())
 	case out.commitErr == nil:
+		tc.mu.Lock()
+		if tc.comp != nil {
+			s.sc.keep(c.sk, c.rec.Nonce, *tc.comp)
+		}
+		tc.mu.Unlock()
 		return out.v, nil
 	case errors.Is(out.commitErr, ErrLostOwnership):
 		c.observe(EventLostOwnership, nil)

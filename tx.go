@@ -100,7 +100,6 @@ type txOut[T any] struct {
 func (g *Guard[T]) runTx(c *claim, run txRunner[T]) (T, error) {
 	var zero T
 	tc := &TxClaim[T]{Key: c.sk, Nonce: c.rec.Nonce, Attempt: c.rec.Attempt, g: g, c: c}
-	c.begin(c.callContext())
 	out, _ := guarded(c, func(ctx context.Context) (txOut[T], error) {
 		v, fnErr, commitErr := run(ctx, tc)
 		return txOut[T]{v, fnErr, commitErr}, nil

@@ -153,7 +153,20 @@ func (r *Refresher) Start(ctx context.Context, cancel context.CancelCauseFunc, s
 	if left := valid - cfg.Margin - time.Since(since); left <= cfg.Interval {
 		r.lapse = time.AfterFunc(left, r.lapsed)
 	}
-	r.next = time.AfterFunc(cfg.Interval, r.refresh)
+	// The next refresh is due one interval after since, not after Start: a
+	// lease whose acquisition reply was slow has less of its validity left.
+	r.next = time.AfterFunc(max(cfg.Interval-time.Since(since), 0), r.refresh)
+}
+
+// Valid reports whether the lease is held for certain now: started, not
+// stopped, not found lost, and its lapse deadline (the send time of the last
+// successful refresh, or of the acquisition, plus its validity, minus the
+// margin) still ahead. Work that must not begin under a lease that may have
+// lapsed checks it right before it begins.
+func (r *Refresher) Valid() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.next != nil && !r.stopped && !r.lost && time.Now().Before(r.deadline)
 }
 
 // Stop ends the refreshing, waits for a refresh in flight, and reports
