@@ -219,7 +219,11 @@ func run(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, wit
 		{"StepsStaleOwner", (*suite).stepsStaleOwner},
 		{"StepsForget", (*suite).stepsForget},
 	}
-	runTests(t, newStore, withClock, opts, append(tests, purgeTests...))
+	tests = append(tests, purgeTests...)
+	if !withClock {
+		tests = append(tests, lapseTests...)
+	}
+	runTests(t, newStore, withClock, opts, tests)
 }
 
 func runTests(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, withClock bool, opts []Option, tests []subtest) {
