@@ -32,8 +32,12 @@ var (
 // carrying on); Guards configured (old, new) and (new, old) that both claim
 // before either looks under the other's key run fn once; and goroutines
 // configured as each deploy of a rotation runs them side by side run each
-// key once. A fresh call costs 2 + len(previous) store operations, a
-// replay under the active secret 1. Every case runs for a key whose old
+// key once; a call released (an error, a panic, a cancelled context) under
+// one order of secrets and retried under the other, or crashed and
+// retried by both at once, keeps its finished steps, its StepKeys and a
+// rising fencing token; concurrent replays during a rotation are replays.
+// A fresh call costs 2 + 2×len(previous) store operations, a replay under
+// the active secret 1. Every case runs for a key whose old
 // storage key sorts first and one whose new storage key does. It runs on real time (claims go
 // stale in about a second).
 func RunRotation(t *testing.T, newStore func(t *testing.T) idem.Store) {
@@ -50,6 +54,9 @@ func RunRotation(t *testing.T, newStore func(t *testing.T) idem.Store) {
 		{"StaleTakeover", r.staleTakeover},
 		{"Tie", r.tie},
 		{"RollingDeploy", r.rollingDeploy},
+		{"ReleasedSteps", r.releasedSteps},
+		{"CrashRacingRetries", r.crashRacingRetries},
+		{"ConcurrentReplays", r.concurrentReplays},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
