@@ -39,3 +39,14 @@ func TestConformanceLocalWatch(t *testing.T) {
 		return s.LocalWatch()
 	}, storetest.WithCorrupter(corruptFile))
 }
+
+// TestRotation runs storetest's secret rotation checks (records under a
+// previous secret, ties, releases and crashes retried under the other
+// order of secrets, concurrent replays) on a file store.
+func TestRotation(t *testing.T) {
+	storetest.RunRotation(t, func(t *testing.T) idem.Store {
+		s, err := filestore.New(filepath.Join(t.TempDir(), "store"))
+		require.NoError(t, err)
+		return s
+	})
+}

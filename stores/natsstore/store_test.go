@@ -246,3 +246,15 @@ func TestKeyMapping(t *testing.T) {
 	_, ok = natsstore.StorageKey("abc=4")
 	require.False(t, ok)
 }
+
+// TestRotation runs storetest's secret rotation checks (records under a
+// previous secret, ties, releases and crashes retried under the other
+// order of secrets, concurrent replays) on a JetStream bucket.
+func TestRotation(t *testing.T) {
+	_, js := connect(t, testenv.NATSURL(t))
+	storetest.RunRotation(t, func(t *testing.T) idem.Store {
+		s, err := natsstore.New(newBucket(t, js))
+		require.NoError(t, err)
+		return s
+	})
+}
