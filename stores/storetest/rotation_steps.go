@@ -121,7 +121,7 @@ func (r *rotation) crashRacingRetries(t *testing.T) {
 						})
 					}
 					dead := &owner{Store: s}
-					gOwner := rotGuard(t, dead, rotOpts(idem.WithSecret(secretOld, secretNew))...)
+					gOwner := rotGuard(t, dead, idem.WithHeartbeat(250*time.Millisecond), idem.WithTakeoverAfter(2*time.Second), idem.WithSecret(secretOld, secretNew))
 					_, _ = gOwner.Do(context.Background(), key, func(ctx context.Context) (string, error) {
 						if _, err := fn(ctx); err != nil {
 							return "", err
@@ -135,7 +135,11 @@ func (r *rotation) crashRacingRetries(t *testing.T) {
 						rg.Add(1)
 						go func() {
 							defer rg.Done()
-							g := rotGuard(t, slow{s, 5 * time.Millisecond}, rotOpts(idem.WithSecret(secrets[0], secrets[1]), idem.OnDuplicate(idem.Wait))...)
+							// Heartbeats a quarter second apart, each bounded by that
+							// (a backend slowed by 40 concurrent callers must not
+							// make the retries' claims lapse).
+							g := rotGuard(t, slow{s, 5 * time.Millisecond}, idem.WithHeartbeat(250*time.Millisecond), idem.WithTakeoverAfter(2*time.Second),
+								idem.WithSecret(secrets[0], secrets[1]), idem.OnDuplicate(idem.Wait))
 							ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 							defer cancel()
 							if v, err := g.Do(ctx, key, fn); err != nil || v != "charged" {
