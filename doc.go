@@ -44,6 +44,17 @@
 // FencingToken(ctx), for downstream systems that reject tokens that go
 // backwards.
 //
+// fn never starts under a claim that may have lapsed. A claim is
+// heartbeated from the moment its reply arrives, its lease counted from
+// when the request was sent (not from the reply), through everything
+// between the claim and fn (rotation lookups, waits); right before fn (or
+// a step's fn) starts, the Guard checks that the lease is still certainly
+// held, and if the reply came too late for that (a slow network, a GC
+// pause, a store under load), it claims again instead: by then another
+// caller may have taken the claim over and run fn, and the new claim
+// replays its outcome. A caller whose claims lapse three times in a row
+// gets a *StoreError matching ErrLostOwnership, with nothing run.
+//
 // # Duplicates and failures
 //
 // OnDuplicate chooses what a duplicate gets. Return (default): the stored
@@ -123,8 +134,8 @@
 //	})
 //
 // A step's record is an ordinary record, under a storage key derived from
-// the call's storage key, the call's steps epoch and the step's name, with
-// the call's TTL, written with the ordinary Store operations: every store
+// the call's storage key, the call's steps epoch and the step's name,
+// written with the ordinary Store operations: every store
 // that passes storetest supports steps. A later attempt of the call (a
 // takeover after a crash or a pause, a retry after a release) gets each
 // finished step's recorded result without running it; the step in flight
@@ -142,14 +153,22 @@
 // steps, and step records cannot be listed, so a step's key includes the
 // call's steps epoch: the nonce of an epoch record (a third derived key),
 // claimed by the first Step of each attempt and never taken over while it
-// lives (its takeover threshold is its lifetime, the Guard's TTL). Forget
-// deletes it: the old steps are then out of reach and expire. Costs: a
-// step that runs is 2 store round trips (claim, complete), a replayed step
-// 1 (claim), and the first Step of each attempt 1 more (the epoch); a call
-// without steps costs exactly what it did. The epoch lasts the Guard's TTL
-// from the call's first step, as a step's record lasts the TTL from its
-// completion: attempts of one call spread over more than the TTL run their
-// steps again.
+// lives (its takeover threshold is its lifetime). Forget deletes it: the
+// old steps are then out of reach and expire. Costs: a step that runs is 2
+// store round trips (claim, complete), a replayed step 1 (claim), and the
+// first Step of each attempt 1 more (the epoch); a call without steps
+// costs exactly what it did. idem ls lists an epoch as steps_epoch (see
+// StateStepsEpoch), never as a stuck call, and idem unlock refuses it.
+//
+// A call's steps live as long as the call: the epoch and each finished
+// step are written to live the Guard's TTL plus its lease, and each
+// heartbeat of the call, once a quarter of that has passed, makes the
+// epoch and every step the attempt ran or replayed live that long again
+// (in the background; a few writes per call a day with the defaults). So
+// a call that runs past its TTL and then dies has its steps replayed by
+// the takeover, under the same StepKeys. An attempt reaches each step an
+// earlier attempt finished within three quarters of that lifetime of that
+// attempt's end (36 hours with the defaults), or runs it again.
 //
 // # Transactions
 //
@@ -175,12 +194,22 @@
 // WithSecret(active, previous...) changes the key-derivation secret
 // without running any fn twice. New records are keyed with active. A call
 // whose claim under the active key finds no live record reads the key
-// under each previous secret before fn runs (one more round trip each), and
-// a record found there answers the call as if the key had not changed: a
-// replay, ErrPreviousFailure, ErrPayloadMismatch, ErrInProgress or a wait,
-// or a takeover of a stale claim under the record's own key, so its
-// fencing token and its steps carry on. Replays of records written under
-// active cost one round trip, as before.
+// under each previous secret before fn runs, and a record found there
+// answers the call as if the key had not changed: a replay,
+// ErrPreviousFailure, ErrPayloadMismatch, ErrInProgress or a wait, or a
+// takeover of a stale claim under the record's own key, so its fencing
+// token and its steps carry on. Where nothing is live under a previous
+// key, it also reads that key's steps epoch: a call released there (an
+// error under Unlock, a panic, a cancelled context) keeps one (a Guard
+// with previous secrets makes sure of it before it releases a claim under
+// which fn ran), and the retry moves to that key, so a call's steps, its
+// StepKeys and its rising fencing token belong to the call whatever the
+// order of secrets of the process that retries it. So a fresh call pays
+// two more round trips per previous secret while they are configured.
+// Replays of records written under active cost one round trip, as before,
+// and a replay that meets another caller's settling claim under the active
+// key is answered from the record under the previous key, not "in
+// progress".
 //
 // A rotation is three deploys: WithSecret(old, new), then
 // WithSecret(new, old), then, once the TTL has passed, WithSecret(new).

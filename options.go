@@ -205,8 +205,9 @@ func WithNamespace(tenant, scope string) Option {
 // ErrPreviousFailure, ErrInProgress or waited on, taken over when stale
 // (the fencing token and the steps carry on under the record's own key),
 // ErrPayloadMismatch. Replays of records written under active cost one
-// round trip as before; a call that runs fn pays one more per previous
-// secret while they are configured.
+// round trip as before; a call that runs fn pays two more per previous
+// secret while they are configured (the key, and its steps epoch: see
+// Rotating the secret in the package doc).
 //
 // Rotating from old to new takes three deploys:
 //

@@ -14,14 +14,26 @@ import (
 // under it finds a live record is answered from that record as without
 // rotation (one round trip for a replay). A call that gets the claim
 // (fresh, or a takeover) settles it against every other key before fn
-// runs (settle): it reads each with Get, one round trip apiece, and
-// nothing found means fn runs under the claim. So a fresh call costs
-// 2 + len(previous) round trips.
+// runs (settle): it reads each with Get, and where nothing is live, the
+// key's steps epoch too (two round trips apiece); nothing found means fn
+// runs under the claim. So a fresh call costs 2 + 2×len(previous) round
+// trips.
+//
+// A call's past stays under the key it was first claimed under: its steps
+// (keyed from that storage key), its fencing tokens (that record's
+// attempts). A crashed owner leaves a live (stale) claim there, which Get
+// sees; a released claim is not live, so before a Guard with previous
+// secrets releases a claim under which fn ran (or one that took over a
+// stale claim), it makes sure the key has a steps epoch (keepHistory), and
+// the epoch, which Get does see, marks the key as the call's home.
 //
 // What settle does with what it finds under another key k, while it holds
 // its claim c:
 //
-//   - nothing live: next key.
+//   - nothing live and no steps epoch: next key.
+//   - nothing live but a steps epoch: the call has a past under k (a
+//     release): settle claims k and the call moves there, as for a
+//     takeover below.
 //   - a completed or failed record: c is released and that record answers
 //     the call (replay, ErrPreviousFailure, ErrPayloadMismatch).
 //   - an in-progress record: settle claims k itself, so that the store
@@ -31,8 +43,9 @@ import (
 //     released, fn will run under the claim on k (attempt + 1, so the
 //     fencing token goes on counting; steps derive from k, so they
 //     replay), and the other keys are settled again against k.
-//   - a fresh claim (the record went away meanwhile): released at once;
-//     k counts as empty.
+//   - a fresh claim (the record went away meanwhile): released at once,
+//     and k counts as empty, unless k has a steps epoch (the record was
+//     released): then the call moves to k.
 //   - a live record with another payload: c is released,
 //     ErrPayloadMismatch.
 //   - a live record, and k sorts before c's key: c yields: it is released,
