@@ -158,3 +158,44 @@ func TestStepLapse(t *testing.T) {
 		t.Errorf("Do returned %v, want an error matching ErrLostOwnership", err)
 	}
 }
+
+// TestSameProcessAfterLapse: an owner whose heartbeats fail (while claims
+// succeed) lapses; a caller in its own process is then answered as a
+// caller in another process is: it takes the stale claim over at the
+// threshold, instead of being told "in progress" while the lapsed owner's
+// fn (which ignores its context) still runs.
+func TestSameProcessAfterLapse(t *testing.T) {
+	const takeover = 300 * time.Millisecond
+	g, err := idem.New[string](failHeartbeats{newMem(t)}, idem.WithTakeoverAfter(takeover), idem.WithHeartbeat(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	defer close(release)
+	started := make(chan struct{})
+	go func() {
+		_, _ = g.Do(context.Background(), "k", func(ctx context.Context) (string, error) {
+			close(started)
+			<-release // ignores its context
+			return "owner", nil
+		})
+	}()
+	<-started
+	deadline := time.Now().Add(20 * takeover)
+	for {
+		v, err := g.Do(context.Background(), "k", func(context.Context) (string, error) { return "second", nil })
+		if err == nil {
+			if v != "second" {
+				t.Fatalf("the same-process caller got %q, want its own run after the takeover", v)
+			}
+			return
+		}
+		if !errors.Is(err, idem.ErrInProgress) {
+			t.Fatalf("the same-process caller got %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the same-process caller was still told %v at %v, 20x the takeover threshold after the owner's heartbeats began to fail", err, 20*takeover)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
