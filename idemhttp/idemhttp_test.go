@@ -209,7 +209,8 @@ func TestInProgress(t *testing.T) {
 			if w.Code != http.StatusConflict || problemOf(t, w).Type != idemhttp.ProblemInProgress {
 				t.Fatalf("got %d %s, want 409 in progress", w.Code, w.Body)
 			}
-			if w.Header().Get("Retry-After") != "1" {
+			// The default heartbeat interval, 5 s (see TestRetryAfterFromPolicies).
+			if w.Header().Get("Retry-After") != "5" {
 				t.Fatalf("Retry-After = %q", w.Header().Get("Retry-After"))
 			}
 			// Another body is refused as a mismatch even while in progress.
