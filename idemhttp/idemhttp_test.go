@@ -783,6 +783,8 @@ func TestInvalidOptions(t *testing.T) {
 		"WithHeaderName(bad)":                       idemhttp.WithHeaderName("Idempotency Key"),
 		"WithGuard(WithTTL(0))":                     idemhttp.WithGuard(idem.WithTTL(0)),
 		"WithGuard(RequireSecret)":                  idemhttp.WithGuard(idem.RequireSecret()),
+		"WithSkip(nil)":                             idemhttp.WithSkip(nil),
+		"WithReplayHeaders(nil)":                    idemhttp.WithReplayHeaders(nil),
 		"WithMethods(post)":                         idemhttp.WithMethods("POST", "post"),
 		"WithMethods(Patch)":                        idemhttp.WithMethods("Patch"),
 		"WithFingerprintHeaders(Transfer-Encoding)": idemhttp.WithFingerprintHeaders("transfer-encoding"),

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -242,5 +243,102 @@ func TestDamagedRecordRefused(t *testing.T) {
 				t.Fatalf("replay of a damaged record: %d %q", w.Code, w.Body)
 			}
 		})
+	}
+}
+
+// TestWithSkip: a request the skip function picks passes through
+// untouched (no key needed though required, no record, the handler runs
+// each time); the others are guarded.
+func TestWithSkip(t *testing.T) {
+	h := &counter{}
+	var asked atomic.Int32
+	srv := newMW(t, nil, idemhttp.WithRequired(), idemhttp.WithSkip(func(r *http.Request) bool {
+		asked.Add(1)
+		return r.URL.Path == "/health"
+	})).Handler(h)
+	for i := 0; i < 2; i++ {
+		if w := do(srv, req{target: "/health", key: "k"}); w.Code != http.StatusCreated || w.Header().Get(idemhttp.ReplayedHeader) != "" {
+			t.Fatalf("skipped request %d: %d %v", i, w.Code, w.Header())
+		}
+		if w := do(srv, req{target: "/health"}); w.Code != http.StatusCreated {
+			t.Fatalf("skipped request without a key: %d %s", w.Code, w.Body)
+		}
+	}
+	if n := h.runs.Load(); n != 4 {
+		t.Fatalf("skipped: runs = %d, want 4", n)
+	}
+	if w := do(srv, req{}); w.Code != http.StatusBadRequest {
+		t.Fatalf("not skipped, no key: %d, want 400", w.Code)
+	}
+	do(srv, req{key: "k"})
+	if w := do(srv, req{key: "k"}); w.Header().Get(idemhttp.ReplayedHeader) != "true" || h.runs.Load() != 5 {
+		t.Fatalf("not skipped: %d %v, runs %d", w.Code, w.Header(), h.runs.Load())
+	}
+	// Asked first, whatever the method.
+	do(srv, req{method: "GET", target: "/health"})
+	if n := asked.Load(); n != 8 {
+		t.Fatalf("skip asked %d times, want 8", n)
+	}
+}
+
+// TestWithReplayHeaders: the function decides which of the handler's
+// headers are recorded; Set-Cookie is not its to allow.
+func TestWithReplayHeaders(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Type", "text/plain")
+		hd.Set("X-Served-By", "node-1")
+		hd.Set("X-Request-Id", "req-first")
+		hd.Set("Set-Cookie", "session=1")
+		hd["Date"] = nil // removed: recorded as removed whatever the function says
+		w.WriteHeader(http.StatusCreated)
+	})
+	for _, c := range []struct {
+		name    string
+		opts    []idemhttp.Option
+		present []string
+		absent  []string
+	}{
+		{"default", nil, []string{"Content-Type", "X-Served-By"}, []string{"X-Request-Id", "Set-Cookie", "Date"}},
+		{"drop one more", []idemhttp.Option{idemhttp.WithReplayHeaders(func(name string) bool {
+			return name != "X-Served-By" && idemhttp.DefaultReplayHeaders(name)
+		})}, []string{"Content-Type"}, []string{"X-Served-By", "X-Request-Id", "Set-Cookie", "Date"}},
+		{"keep all", []idemhttp.Option{idemhttp.WithReplayHeaders(func(string) bool { return true })},
+			[]string{"Content-Type", "X-Served-By", "X-Request-Id"}, []string{"Set-Cookie", "Date"}},
+		{"keep all and cookies", []idemhttp.Option{idemhttp.WithReplayHeaders(func(string) bool { return true }), idemhttp.WithReplaySetCookie()},
+			[]string{"Content-Type", "X-Served-By", "X-Request-Id", "Set-Cookie"}, []string{"Date"}},
+		{"keep none", []idemhttp.Option{idemhttp.WithReplayHeaders(func(string) bool { return false })},
+			nil, []string{"Content-Type", "X-Served-By", "X-Request-Id", "Set-Cookie", "Date"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ts := httptest.NewServer(newMW(t, nil, c.opts...).Handler(h))
+			defer ts.Close()
+			post(t, ts.Client(), ts.URL, "POST", "k", "")
+			resp, _ := post(t, ts.Client(), ts.URL, "POST", "k", "")
+			if resp.StatusCode != http.StatusCreated || resp.Header.Get(idemhttp.ReplayedHeader) != "true" {
+				t.Fatalf("replay: %d %v", resp.StatusCode, resp.Header)
+			}
+			for _, k := range c.present {
+				if resp.Header.Get(k) == "" {
+					t.Errorf("%s not replayed: %v", k, resp.Header)
+				}
+			}
+			for _, k := range c.absent {
+				if _, ok := resp.Header[k]; ok && !(k == "Content-Type" && resp.Header.Get(k) != "text/plain") {
+					t.Errorf("%s replayed: %v", k, resp.Header)
+				}
+			}
+		})
+	}
+}
+
+func TestDefaultReplayHeaders(t *testing.T) {
+	for name, want := range map[string]bool{
+		"Date": false, "date": false, "X-Request-Id": false, "x-request-id": false, "Traceparent": false,
+		"Content-Type": true, "Location": true, "Etag": true, "Retry-After": true, "X-Custom": true,
+	} {
+		if got := idemhttp.DefaultReplayHeaders(name); got != want {
+			t.Errorf("DefaultReplayHeaders(%q) = %v, want %v", name, got, want)
+		}
 	}
 }
