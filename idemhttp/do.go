@@ -19,12 +19,14 @@ const recordWait = time.Second
 // age of the claim's heartbeat.
 const retryAfterRead = 250 * time.Millisecond
 
-// outcome is what a guarded call, or the handler it ran, came to.
+// outcome is what a guarded call, or the handler it ran, came to; or,
+// with ctx set, the call's request that the handler run under ctx.
 type outcome struct {
 	v        response
 	err      error
 	panicked bool
 	p        any
+	ctx      context.Context
 }
 
 // do runs the Guard's Do for a guarded request. Do runs in a goroutine of
@@ -38,9 +40,10 @@ type outcome struct {
 // threshold. ran reports whether the handler ran (then v and err are
 // unset: the handler answered).
 func (m *Middleware) do(w http.ResponseWriter, r *http.Request, scoped, fp string, body []byte, next http.Handler) (v response, err error, ran bool) {
-	start := make(chan context.Context)
-	handled := make(chan outcome, 1)
+	// done carries fn's request to run the handler, then Do's outcome;
+	// handled, the handler's outcome to fn.
 	done := make(chan outcome, 1)
+	handled := make(chan outcome, 1)
 	go func() {
 		var o outcome
 		defer func() {
@@ -53,20 +56,19 @@ func (m *Middleware) do(w http.ResponseWriter, r *http.Request, scoped, fp strin
 		// request's cancellation (the Guard's own), so they go on once the
 		// response has ended; fn's context ends with the request's.
 		o.v, o.err = m.guard.Do(r.Context(), scoped, func(ctx context.Context) (response, error) {
-			start <- ctx
+			done <- outcome{ctx: ctx}
 			h := <-handled
 			return h.v, h.err
 		}, idem.Payload(fp))
 	}()
-	var ctx context.Context
-	select {
-	case o := <-done:
-		if o.panicked {
-			panic(o.p) // a store or the Guard panicked: as if called here
-		}
+	o := <-done
+	switch {
+	case o.panicked:
+		panic(o.p) // a store or the Guard panicked: as if called here
+	case o.ctx == nil:
 		return o.v, o.err, false
-	case ctx = <-start:
 	}
+	ctx := o.ctx
 	finished := false
 	defer func() {
 		if !finished {
