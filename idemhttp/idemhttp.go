@@ -169,6 +169,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case errors.Is(err, idem.ErrPreviousFailure):
 		writeProblem(w, problem{Type: ProblemInternal, Title: "Previous request failed", Status: http.StatusInternalServerError,
 			Detail: "A request with this idempotency key failed, and its failure is kept."}, 0)
+	case errors.Is(err, idem.ErrCorruptRecord):
+		// Never another response: a record that fails its length or
+		// checksum is not replayed.
+		writeProblem(w, problem{Type: ProblemInternal, Title: "Idempotency record damaged", Status: http.StatusInternalServerError,
+			Detail: "A request with this idempotency key was processed, but its recorded response is damaged and cannot be replayed."}, 0)
 	case errors.As(err, &se):
 		writeProblem(w, problem{Type: ProblemStoreUnavailable, Title: "Idempotency store unavailable", Status: http.StatusServiceUnavailable,
 			Detail: "The request was not processed; retry later."}, 1)

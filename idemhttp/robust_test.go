@@ -239,7 +239,7 @@ func TestDamagedRecordRefused(t *testing.T) {
 				t.Fatalf("first: %d", w.Code)
 			}
 			w := do(srv, req{key: "k"})
-			if w.Code != http.StatusInternalServerError || problemOf(t, w).Type != idemhttp.ProblemInternal {
+			if w.Code != http.StatusInternalServerError || problemOf(t, w).Type != idemhttp.ProblemInternal || !strings.Contains(w.Body.String(), "damaged") {
 				t.Fatalf("replay of a damaged record: %d %q", w.Code, w.Body)
 			}
 		})
