@@ -91,6 +91,52 @@ func TestStoreFailureDoesNotHoldResponse(t *testing.T) {
 	}
 }
 
+// TestRecordedInBackground: an outcome the store refuses at first is
+// recorded once it accepts, after the first caller has its response: a
+// retry gets a 409 meanwhile, then the replay, and the handler runs once.
+func TestRecordedInBackground(t *testing.T) {
+	var failing atomic.Bool
+	failing.Store(true)
+	store := storetest.Instrument(mustMem())
+	store.Before = func(ctx context.Context, op storetest.Op, key string) error {
+		if op == storetest.OpComplete && failing.Load() {
+			return &idem.StoreError{Op: "complete", Err: errors.New("connection reset")}
+		}
+		return nil
+	}
+	h := &counter{}
+	ts := httptest.NewServer(newMW(t, store, idemhttp.WithGuard(idem.WithTakeoverAfter(30*time.Second))).Handler(h))
+	defer ts.Close()
+	c := &http.Client{Timeout: 10 * time.Second}
+	first, firstBody := post(t, c, ts.URL, "POST", "k", "x")
+	if first.StatusCode != http.StatusCreated {
+		t.Fatalf("first: %d %q", first.StatusCode, firstBody)
+	}
+	if resp, body := post(t, c, ts.URL, "POST", "k", "x"); resp.StatusCode != http.StatusConflict {
+		t.Fatalf("retry while the store fails: %d %q", resp.StatusCode, body)
+	}
+	failing.Store(false)
+	// The Guard retries at least once a second; 20 s is well within the
+	// 30 s it keeps trying.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, body := post(t, c, ts.URL, "POST", "k", "x")
+		if resp.StatusCode == http.StatusCreated {
+			if body != firstBody || resp.Header.Get(idemhttp.ReplayedHeader) != "true" {
+				t.Fatalf("replay: %q %v, want %q replayed", body, resp.Header, firstBody)
+			}
+			break
+		}
+		if resp.StatusCode != http.StatusConflict || time.Now().After(deadline) {
+			t.Fatalf("retry once the store accepts: %d %q", resp.StatusCode, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := h.runs.Load(); n != 1 {
+		t.Fatalf("runs = %d", n)
+	}
+}
+
 func (c *counter) statusOr() int {
 	if c.status == 0 {
 		return http.StatusCreated
