@@ -75,7 +75,7 @@ func (m *Middleware) do(w http.ResponseWriter, r *http.Request, scoped, fp strin
 			// The handler panicked (or called runtime.Goexit): the claim is
 			// released, and the panic goes on once it is (or recordWait
 			// has passed), so that a retry finds the key free.
-			handled <- outcome{err: errNotRecorded}
+			handled <- outcome{err: errHandlerPanicked}
 			awaitRecord(done)
 		}
 	}()

@@ -58,6 +58,10 @@ type response struct {
 // connection), so the next request with the key runs the handler again.
 var errNotRecorded = errors.New("idemhttp: response not recorded")
 
+// errHandlerPanicked releases the claim of a handler that panicked (or
+// called runtime.Goexit); the panic goes on in the request's goroutine.
+var errHandlerPanicked = errors.New("idemhttp: the handler panicked")
+
 // New returns a Middleware whose records live in store. It fails with an
 // error matching idem.ErrInvalidOption when an option (its own or one given
 // to WithGuard) is invalid, or store is nil.
@@ -383,8 +387,8 @@ func (m *Middleware) appendHeaders(b []byte, before, sent http.Header) []byte {
 	set := func(k string, v []string) bool {
 		bv, had := before[k]
 		// A header without a value (h["Date"] = nil: net/http sends none)
-		// is recorded as removed whatever WithReplayHeaders says: it has
-		// no value of one response's.
+		// is recorded as removed whatever WithReplayHeaders says: it
+		// carries nothing of one response's.
 		return (!had || !slices.Equal(v, bv) || (v == nil) != (bv == nil)) && !drop(k) && (len(v) == 0 || m.cfg.replayHeader(k))
 	}
 	deleted := func(k string) bool {
