@@ -60,7 +60,7 @@
 //
 // # Fingerprint
 //
-// A key names one request: its method, its path (escaped form), its query
+// A key names one request: its method (as sent: "post" is not "POST"), its path (escaped form), its query
 // string (the raw query, byte for byte: a different query is a different
 // request), the SHA-256 of its body, and the values of the headers named
 // with WithFingerprintHeaders ("Host" is the request's host, r.Host). Their hash is the Guard's payload, so a
@@ -125,8 +125,8 @@
 // # Cost
 //
 // A first request costs two store round trips (claim, complete), a replay
-// one, a 409 ProblemInProgress two (the claim, and a read for its
-// Retry-After); requests shorter than the Guard's heartbeat interval send
+// one, a 409 ProblemInProgress up to two (the claim, unless a request
+// with the key runs in the same process, and a read for its Retry-After); requests shorter than the Guard's heartbeat interval send
 // no heartbeat. Each guarded request with a key runs the Guard in a
 // goroutine of its own (the handler runs in the request's), so that the
 // response can end before the recording does.
