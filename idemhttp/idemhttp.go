@@ -58,6 +58,10 @@ type response struct {
 // connection), so the next request with the key runs the handler again.
 var errNotRecorded = errors.New("idemhttp: response not recorded")
 
+// errHandlerPanicked releases the claim of a handler that panicked (or
+// called runtime.Goexit); the panic goes on in the request's goroutine.
+var errHandlerPanicked = errors.New("idemhttp: the handler panicked")
+
 // New returns a Middleware whose records live in store. It fails with an
 // error matching idem.ErrInvalidOption when an option (its own or one given
 // to WithGuard) is invalid, or store is nil.
@@ -65,6 +69,7 @@ func New(store idem.Store, opts ...Option) (*Middleware, error) {
 	c := config{
 		methods:         map[string]bool{http.MethodPost: true, http.MethodPatch: true},
 		recordStatus:    DefaultRecordStatus,
+		replayHeader:    DefaultReplayHeaders,
 		maxBody:         DefaultMaxBody,
 		maxRecordedBody: DefaultMaxRecordedBody,
 		headerName:      DefaultHeaderName,
@@ -100,7 +105,14 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if !m.cfg.methods[r.Method] {
+	if m.cfg.skip != nil && m.cfg.skip(r) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	// Methods are matched in any case: a guarded method spelled otherwise
+	// ("post") must not reach the handler unguarded. (ToUpper returns a
+	// name already in upper case as it is.)
+	if !m.cfg.methods[strings.ToUpper(r.Method)] {
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -139,11 +151,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		scoped = principalPrefix(principal) + key
 	}
 
-	ran := false
-	v, err := m.guard.Do(r.Context(), scoped, func(ctx context.Context) (response, error) {
-		ran = true
-		return m.run(ctx, w, r, body, next)
-	}, idem.Payload(fp))
+	v, err, ran := m.do(w, r, scoped, fp, body, next)
 	if ran {
 		return // the first caller was served by the handler itself
 	}
@@ -158,13 +166,18 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			Detail: "This idempotency key was already used with a different request."}, 0)
 	case errors.Is(err, idem.ErrInProgress):
 		writeProblem(w, problem{Type: ProblemInProgress, Title: "Request in progress", Status: http.StatusConflict,
-			Detail: "A request with this idempotency key is being processed; retry later."}, 1)
+			Detail: "A request with this idempotency key is being processed; retry later."}, m.retryAfter(r.Context(), scoped))
 	case errors.Is(err, idem.ErrDuplicate):
 		writeProblem(w, problem{Type: ProblemAlreadyProcessed, Title: "Request already processed", Status: http.StatusConflict,
 			Detail: "A request with this idempotency key was already processed."}, 0)
 	case errors.Is(err, idem.ErrPreviousFailure):
 		writeProblem(w, problem{Type: ProblemInternal, Title: "Previous request failed", Status: http.StatusInternalServerError,
 			Detail: "A request with this idempotency key failed, and its failure is kept."}, 0)
+	case errors.Is(err, idem.ErrCorruptRecord):
+		// Never another response: a record that fails its length or
+		// checksum is not replayed.
+		writeProblem(w, problem{Type: ProblemInternal, Title: "Idempotency record damaged", Status: http.StatusInternalServerError,
+			Detail: "A request with this idempotency key was processed, but its recorded response is damaged and cannot be replayed."}, 0)
 	case errors.As(err, &se):
 		writeProblem(w, problem{Type: ProblemStoreUnavailable, Title: "Idempotency store unavailable", Status: http.StatusServiceUnavailable,
 			Detail: "The request was not processed; retry later."}, 1)
@@ -323,7 +336,7 @@ func (m *Middleware) run(ctx context.Context, w http.ResponseWriter, r *http.Req
 		// Neither headers nor body: the replay is a problem document.
 		return response{Status: rec.status, Omitted: true, raw: omitted(rec.status)}, nil
 	}
-	return response{Status: rec.status, raw: rec.rec}, nil
+	return response{Status: rec.status, raw: seal(rec.rec, len(rec.rec)-rec.bodyAt)}, nil
 }
 
 // bodyReader is a request body read from memory: a bytes.Reader with a
@@ -349,8 +362,8 @@ var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-A
 // values differ from before (the map as the handler got it), and, with no
 // value, those it deleted; of them, all but hop-by-hop ones (and those
 // named in Connection), trailers (those named in Trailer, which net/http
-// sends after the body, not as headers), the middleware's own, and
-// Set-Cookie unless WithReplaySetCookie.
+// sends after the body, not as headers), the middleware's own, Set-Cookie
+// unless WithReplaySetCookie, and those WithReplayHeaders refuses.
 func (m *Middleware) appendHeaders(b []byte, before, sent http.Header) []byte {
 	var named []string // named in Connection or Trailer: canonical
 	for _, field := range [2]string{"Connection", "Trailer"} {
@@ -363,12 +376,20 @@ func (m *Middleware) appendHeaders(b []byte, before, sent http.Header) []byte {
 		}
 	}
 	drop := func(k string) bool {
-		return slices.Contains(hopByHop, k) || k == ReplayedHeader || !m.cfg.replayCookies && k == "Set-Cookie" ||
-			strings.HasPrefix(k, http.TrailerPrefix) || slices.Contains(named, k)
+		switch {
+		case slices.Contains(hopByHop, k) || k == ReplayedHeader || strings.HasPrefix(k, http.TrailerPrefix) || slices.Contains(named, k):
+			return true
+		case strings.EqualFold(k, "Set-Cookie"):
+			return !m.cfg.replayCookies
+		}
+		return false
 	}
 	set := func(k string, v []string) bool {
 		bv, had := before[k]
-		return (!had || !slices.Equal(v, bv) || (v == nil) != (bv == nil)) && !drop(k)
+		// A header without a value (h["Date"] = nil: net/http sends none)
+		// is recorded as removed whatever WithReplayHeaders says: it
+		// carries nothing of one response's.
+		return (!had || !slices.Equal(v, bv) || (v == nil) != (bv == nil)) && !drop(k) && (len(v) == 0 || m.cfg.replayHeader(k))
 	}
 	deleted := func(k string) bool {
 		_, ok := sent[k]

@@ -209,7 +209,8 @@ func TestInProgress(t *testing.T) {
 			if w.Code != http.StatusConflict || problemOf(t, w).Type != idemhttp.ProblemInProgress {
 				t.Fatalf("got %d %s, want 409 in progress", w.Code, w.Body)
 			}
-			if w.Header().Get("Retry-After") != "1" {
+			// The default heartbeat interval, 5 s (see TestRetryAfterFromPolicies).
+			if w.Header().Get("Retry-After") != "5" {
 				t.Fatalf("Retry-After = %q", w.Header().Get("Retry-After"))
 			}
 			// Another body is refused as a mismatch even while in progress.
@@ -782,6 +783,8 @@ func TestInvalidOptions(t *testing.T) {
 		"WithHeaderName(bad)":                       idemhttp.WithHeaderName("Idempotency Key"),
 		"WithGuard(WithTTL(0))":                     idemhttp.WithGuard(idem.WithTTL(0)),
 		"WithGuard(RequireSecret)":                  idemhttp.WithGuard(idem.RequireSecret()),
+		"WithSkip(nil)":                             idemhttp.WithSkip(nil),
+		"WithReplayHeaders(nil)":                    idemhttp.WithReplayHeaders(nil),
 		"WithMethods(post)":                         idemhttp.WithMethods("POST", "post"),
 		"WithMethods(Patch)":                        idemhttp.WithMethods("Patch"),
 		"WithFingerprintHeaders(Transfer-Encoding)": idemhttp.WithFingerprintHeaders("transfer-encoding"),

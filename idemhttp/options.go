@@ -48,6 +48,8 @@ type config struct {
 	maxRecordedBody int64
 	headerName      string
 	replayCookies   bool
+	replayHeader    func(name string) bool
+	skip            func(*http.Request) bool
 	guardOpts       []idem.Option
 	errs            []error
 }
@@ -88,9 +90,14 @@ func WithRequired() Option {
 }
 
 // WithMethods sets the methods that are guarded (default POST and PATCH).
-// Requests with other methods pass through untouched. Names are
-// case-sensitive, as HTTP methods are, so another spelling of a standard
-// method ("post") is refused.
+// Requests with other methods pass through untouched. A request's method
+// is matched in any case: HTTP methods are case-sensitive, so "post" is
+// not POST, but a handler may still act on it, and a guarded route never
+// runs a side effect unguarded because of a method's spelling. Such a
+// request is guarded as a request of its own (its fingerprint has the
+// method as sent: "post" and "POST" with one key are a 422). A standard
+// method given in another case ("post") is refused: write it as
+// clients do.
 func WithMethods(methods ...string) Option {
 	return func(c *config) {
 		if len(methods) == 0 {
@@ -102,11 +109,23 @@ func WithMethods(methods ...string) Option {
 			if !isToken(m) {
 				c.invalid("WithMethods", "%q is not a method name", m)
 			} else if u := strings.ToUpper(m); u != m && standardMethods[u] {
-				// "post" would guard nothing: clients send "POST".
-				c.invalid("WithMethods", "%q is not %q: method names are case-sensitive", m, u)
+				c.invalid("WithMethods", "%q is not %q: standard methods are spelled in upper case", m, u)
 			}
-			c.methods[m] = true
+			c.methods[strings.ToUpper(m)] = true // matched in any case
 		}
+	}
+}
+
+// WithSkip sets a function that picks requests to leave alone: a request
+// for which skip returns true passes through to the handler untouched,
+// before anything else is looked at (method, key, body), as a request
+// with an unguarded method does. skip must not read the request body.
+func WithSkip(skip func(*http.Request) bool) Option {
+	return func(c *config) {
+		if skip == nil {
+			c.invalid("WithSkip", "function is nil")
+		}
+		c.skip = skip
 	}
 }
 
@@ -189,9 +208,63 @@ func WithHeaderName(name string) Option {
 
 // WithReplaySetCookie records Set-Cookie response headers and replays
 // them. By default they are dropped from the record (a session cookie is
-// meant for one response, and a record outlives it).
+// meant for one response, and a record outlives it). Only this option
+// records them: the function of WithReplayHeaders is not asked about
+// Set-Cookie.
 func WithReplaySetCookie() Option {
 	return func(c *config) { c.replayCookies = true }
+}
+
+// WithReplayHeaders sets which of the headers the handler set are
+// recorded and replayed: keep is called with each header's name (as the
+// handler's header map holds it: canonical, when set with Header.Set or
+// Header.Add) and reports whether to record it. The default,
+// DefaultReplayHeaders, records all but those that name one response
+// (its date, request and trace ids). Whatever keep says, hop-by-hop
+// headers, trailers and Idempotent-Replayed are never recorded, and
+// Set-Cookie only with WithReplaySetCookie; a header the handler removed
+// (deleted, or set without a value, as h["Date"] = nil keeps net/http from
+// sending one) is recorded as removed, and removed on replays. To drop a header of your own
+// beside the defaults:
+//
+//	idemhttp.WithReplayHeaders(func(name string) bool {
+//		return name != "X-Served-By" && idemhttp.DefaultReplayHeaders(name)
+//	})
+func WithReplayHeaders(keep func(name string) bool) Option {
+	return func(c *config) {
+		if keep == nil {
+			c.invalid("WithReplayHeaders", "function is nil")
+		}
+		c.replayHeader = keep
+	}
+}
+
+// perResponse are the headers DefaultReplayHeaders does not record:
+// canonical names.
+var perResponse = map[string]bool{
+	"Date":                  true,
+	"Age":                   true,
+	"Server-Timing":         true,
+	"X-Request-Id":          true,
+	"Request-Id":            true,
+	"X-Correlation-Id":      true,
+	"Correlation-Id":        true,
+	"X-Trace-Id":            true,
+	"Traceparent":           true,
+	"Tracestate":            true,
+	"X-Amzn-Trace-Id":       true,
+	"X-Cloud-Trace-Context": true,
+}
+
+// DefaultReplayHeaders is the default of WithReplayHeaders: it records
+// every header but those that describe one response rather than the
+// operation's outcome: Date and Age (a replay gets the server's own Date,
+// as any response does), Server-Timing, and request and trace ids
+// (X-Request-Id, Request-Id, X-Correlation-Id, Correlation-Id, X-Trace-Id,
+// Traceparent, Tracestate, X-Amzn-Trace-Id, X-Cloud-Trace-Context). Names
+// are matched in any case.
+func DefaultReplayHeaders(name string) bool {
+	return !perResponse[http.CanonicalHeaderKey(name)]
 }
 
 // WithGuard passes options to the idem Guard underneath: TTL, takeover

@@ -38,9 +38,11 @@ const (
 	// ProblemStoreUnavailable (503): the idempotency store failed before
 	// the handler ran; the request was not processed and may be retried.
 	ProblemStoreUnavailable = problemBase + "ProblemStoreUnavailable"
-	// ProblemInternal (500): the stored record could not be read, or it
-	// holds a stored failure (written by a Guard with idem.OnFailure(idem.Lock)
-	// on the same store and namespace; New refuses that policy itself).
+	// ProblemInternal (500): the stored record could not be read, or is
+	// damaged (it fails its length or checksum: idem.ErrCorruptRecord; it
+	// is never replayed as another response), or it holds a stored
+	// failure (written by a Guard with idem.OnFailure(idem.Lock) on the
+	// same store and namespace; New refuses that policy itself).
 	ProblemInternal = problemBase + "ProblemInternal"
 )
 

@@ -4,25 +4,43 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"net/http"
 )
 
 // The recorded response is stored in a binary format:
 //
-//	byte     recordFormat (1)
+//	byte     recordFormat (2)
 //	uvarint  status
 //	byte     flags (flagOmitted)
 //	uvarint  number of header names
 //	  uvarint length, name
 //	  uvarint number of values
 //	    uvarint length, value
-//	rest     the body, as sent
+//	bytes    the body, as sent
+//	uint64   the body's length, big-endian
+//	uint32   CRC-32C (Castagnoli) of everything before it, big-endian
 //
-// Anything else is errBadRecord.
+// The body's length and the checksum make a damaged record (bytes lost,
+// added or changed) an error, never another response. Anything else is
+// errBadRecord.
 const (
-	recordFormat = 1
+	recordFormat = 2
 	flagOmitted  = 1
+	// trailerLen is the size of the body length and checksum that end a
+	// record.
+	trailerLen = 8 + 4
 )
+
+// castagnoli is the CRC-32C table of the record checksum.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// seal appends the record trailer to b, a record up to the end of its
+// body, whose body is bodyLen bytes long.
+func seal(b []byte, bodyLen int) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(bodyLen))
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
 
 // recordCodec is the idem.Codec of the middleware's Guard: it encodes a
 // response in the format above and decodes it.
@@ -52,7 +70,7 @@ func (recordCodec) Unmarshal(data []byte, v any) error {
 
 // appendTo appends r in the record format.
 func (r *response) appendTo(b []byte) []byte {
-	n := 1 + 2*binary.MaxVarintLen64 + 1 + len(r.Body)
+	n := 1 + 2*binary.MaxVarintLen64 + 1 + len(r.Body) + trailerLen
 	for k, vs := range r.Header {
 		n += 2*binary.MaxVarintLen64 + len(k)
 		for _, v := range vs {
@@ -73,7 +91,7 @@ func (r *response) appendTo(b []byte) []byte {
 	for k, vs := range r.Header {
 		b = appendHeader(b, k, vs)
 	}
-	return append(b, r.Body...)
+	return seal(append(b, r.Body...), len(r.Body))
 }
 
 // appendHeader appends one header name and its values in the current
@@ -97,6 +115,16 @@ func (r *response) decode(data []byte) error {
 	if len(data) == 0 || data[0] != recordFormat {
 		return fmt.Errorf("%w: unknown format", errBadRecord)
 	}
+	if len(data) < 1+trailerLen {
+		return fmt.Errorf("%w: truncated", errBadRecord)
+	}
+	sum := binary.BigEndian.Uint32(data[len(data)-4:])
+	data = data[:len(data)-4]
+	if crc32.Checksum(data, castagnoli) != sum {
+		return fmt.Errorf("%w: checksum mismatch", errBadRecord)
+	}
+	bodyLen := binary.BigEndian.Uint64(data[len(data)-8:])
+	data = data[:len(data)-8]
 	p := data[1:]
 	status, ok := uvarint(&p)
 	if !ok || status > 999 {
@@ -135,6 +163,9 @@ func (r *response) decode(data []byte) error {
 	if names > 0 {
 		r.wire = data[start : len(data)-len(p)]
 		r.wireValues = values
+	}
+	if uint64(len(p)) != bodyLen {
+		return fmt.Errorf("%w: body of %d bytes, record says %d", errBadRecord, len(p), bodyLen)
 	}
 	if len(p) > 0 {
 		r.Body = p

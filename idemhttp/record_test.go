@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -55,6 +56,12 @@ func TestRecordRefusesMalformed(t *testing.T) {
 		"status 1000":    {recordFormat, 0xe8, 0x07, 0, 0},
 		"unknown flag":   {recordFormat, 200, 1, 2, 0},
 		"truncated":      good[:len(good)-1],
+		"byte appended":  append(good[:len(good):len(good)], 0),
+		"format 1":       append([]byte{1}, good[1:]...),
+		"trailer only":   seal([]byte{recordFormat}, 0),
+		"body too short": resealed(good, 1),
+		"body too long":  resealed(good, -1),
+		"flipped bit":    flipped(good, 3),
 		"huge count":     {recordFormat, 200, 1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f},
 		"json status 0":  []byte(`{"status":0}`),
 		"bad json":       []byte(`{"status":`),
@@ -68,40 +75,68 @@ func TestRecordRefusesMalformed(t *testing.T) {
 	}
 }
 
+// resealed is the record b with its body length off by delta and a
+// checksum that matches.
+func resealed(b []byte, delta int) []byte {
+	n := int(binary.BigEndian.Uint64(b[len(b)-trailerLen:]))
+	return seal(append([]byte(nil), b[:len(b)-trailerLen]...), n+delta)
+}
+
+// flipped is b with one bit of byte i flipped.
+func flipped(b []byte, i int) []byte {
+	b = append([]byte(nil), b...)
+	b[i] ^= 1
+	return b
+}
+
 // FuzzRecordDecode checks that no input makes the decoder panic, and that
-// what it accepts encodes back to a record that decodes alike.
+// what it accepts encodes back to a record that decodes alike. Each input
+// is decoded as it is, and sealed: with a trailer whose checksum matches
+// and whose body length is bodyLen, so that the fuzzer reaches past the
+// checksum into the rest of the format.
 func FuzzRecordDecode(f *testing.F) {
 	for _, r := range []response{
 		{Status: 201, Header: http.Header{"Content-Type": {"application/json"}, "X-Multi": {"a", "b"}, "Date": nil}, Body: []byte(`{"id":1}`)},
 		{Status: 409, Omitted: true},
 	} {
 		b, _ := recordCodec{}.Marshal(r)
-		f.Add(b)
+		f.Add(b, uint16(0))
+		f.Add(b[:len(b)-trailerLen], uint16(len(r.Body)))
 		j, _ := json.Marshal(r)
-		f.Add(j)
+		f.Add(j, uint16(3))
 	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var r response
-		if err := (recordCodec{}).Unmarshal(data, &r); err != nil {
-			return
-		}
-		h := headersOf(&r)
-		again := response{Status: r.Status, Omitted: r.Omitted, Header: h, Body: r.Body}
-		b, err := recordCodec{}.Marshal(again)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r2 response
-		if err := (recordCodec{}).Unmarshal(b, &r2); err != nil {
-			t.Fatalf("re-encoded record does not decode: %v", err)
-		}
-		if r2.Status != r.Status || r2.Omitted != r.Omitted || !bytes.Equal(r2.Body, r.Body) {
-			t.Fatalf("round trip: %+v, want %+v", r2, r)
-		}
-		if h2 := headersOf(&r2); !reflect.DeepEqual(h2, nilValues(h)) {
-			t.Fatalf("round trip headers: %#v, want %#v", h2, h)
-		}
+	f.Fuzz(func(t *testing.T, data []byte, bodyLen uint16) {
+		roundTrip(t, data)
+		roundTrip(t, seal(append([]byte(nil), data...), int(bodyLen)))
 	})
+}
+
+// roundTrip checks that data, if it decodes, encodes back to a record that
+// decodes alike.
+func roundTrip(t *testing.T, data []byte) {
+	var r response
+	if err := (recordCodec{}).Unmarshal(data, &r); err != nil {
+		if !errors.Is(err, errBadRecord) {
+			t.Fatalf("error %v does not match errBadRecord", err)
+		}
+		return
+	}
+	h := headersOf(&r)
+	again := response{Status: r.Status, Omitted: r.Omitted, Header: h, Body: r.Body}
+	b, err := recordCodec{}.Marshal(again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r2 response
+	if err := (recordCodec{}).Unmarshal(b, &r2); err != nil {
+		t.Fatalf("re-encoded record does not decode: %v", err)
+	}
+	if r2.Status != r.Status || r2.Omitted != r.Omitted || !bytes.Equal(r2.Body, r.Body) {
+		t.Fatalf("round trip: %+v, want %+v", r2, r)
+	}
+	if h2 := headersOf(&r2); !reflect.DeepEqual(h2, nilValues(h)) {
+		t.Fatalf("round trip headers: %#v, want %#v", h2, h)
+	}
 }
 
 // nilValues returns h with empty value lists as nil, as a replay sets them.

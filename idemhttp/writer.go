@@ -50,7 +50,7 @@ func (r *recorder) head(code int, sent http.Header) {
 	size := headerSize(sent)
 	// One buffer for the record: the headers are at most as long as sent,
 	// and room for a small body.
-	r.rec = make([]byte, 0, 16+size+512)
+	r.rec = make([]byte, 0, 16+trailerLen+size+512)
 	r.rec = append(r.rec, recordFormat)
 	r.rec = binary.AppendUvarint(r.rec, uint64(code))
 	r.rec = append(r.rec, 0) // flags
