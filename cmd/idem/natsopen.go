@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -24,20 +25,20 @@ const kindNATS = "nats"
 func openNATS(ctx context.Context, spec string) (*openedStore, error) {
 	u, err := url.Parse(spec)
 	if err != nil {
-		return nil, &StoreConfigError{redact(spec), "not a URL"}
+		return nil, &StoreConfigError{redact(spec), "not a URL", nil}
 	}
 	bucket := strings.Trim(u.Path, "/")
 	if bucket == "" || strings.Contains(bucket, "/") {
-		return nil, &StoreConfigError{redact(spec), "want nats://host:port/BUCKET"}
+		return nil, &StoreConfigError{redact(spec), "want nats://host:port/BUCKET", nil}
 	}
 	create := takeParam(u, "create")
 	switch create {
 	case "", "0", "false", "1", "true":
 	default:
-		return nil, &StoreConfigError{redact(spec), "create must be 1 or 0"}
+		return nil, &StoreConfigError{redact(spec), "create must be 1 or 0", nil}
 	}
 	if len(u.Query()) > 0 {
-		return nil, &StoreConfigError{redact(spec), "unknown parameter " + u.RawQuery}
+		return nil, &StoreConfigError{redact(spec), "unknown parameter " + u.RawQuery, nil}
 	}
 	u.Path, u.RawPath = "", ""
 	nc, err := nats.Connect(u.String(), nats.Timeout(5*time.Second), nats.Name("idem"))
@@ -47,7 +48,7 @@ func openNATS(ctx context.Context, spec string) (*openedStore, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, &StoreConfigError{redact(spec), err.Error()}
+		return nil, &StoreConfigError{redact(spec), err.Error(), nil}
 	}
 	var kv jetstream.KeyValue
 	if create == "1" || create == "true" {
@@ -57,12 +58,16 @@ func openNATS(ctx context.Context, spec string) (*openedStore, error) {
 	}
 	if err != nil {
 		nc.Close()
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			// A configuration mistake, as a SQL table that does not exist.
+			return nil, &StoreConfigError{redact(spec), "the JetStream KV bucket " + bucket + " does not exist", errNoBucket}
+		}
 		return nil, fmt.Errorf("bucket %s: %w", bucket, &idem.StoreError{Op: "open bucket", Err: err})
 	}
 	s, err := natsstore.New(kv, natsstore.WithoutCleanup(), natsstore.WithJetStream(js))
 	if err != nil {
 		nc.Close()
-		return nil, &StoreConfigError{redact(spec), err.Error()}
+		return nil, &StoreConfigError{redact(spec), err.Error(), nil}
 	}
 	return &openedStore{
 		Store: s, kind: kindNATS, desc: "nats bucket " + bucket,

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -57,6 +59,9 @@ type openedStore struct {
 	file  *filestore.Store
 	mem   *memstore.Store
 	close func() error
+	// absent is true for a file store whose directory does not exist,
+	// opened by openExisting: an empty store stands in for it.
+	absent bool
 	// purge deletes the records expired for longer than grace (SQL).
 	purge func(ctx context.Context, grace time.Duration) (int, error)
 }
@@ -86,27 +91,57 @@ func defaultStoreDir() string {
 	return filepath.Join(dir, "idem", "records")
 }
 
-// StoreConfigError says why a -store value cannot be used.
+// StoreConfigError says why a -store value cannot be used. Err, when not
+// nil, is a sentinel that names the mistake (errNoBucket, errNoDatabase),
+// for remedy.
 type StoreConfigError struct {
 	Store  string
 	Reason string
+	Err    error
 }
 
 func (e *StoreConfigError) Error() string { return "-store " + e.Store + ": " + e.Reason }
 
-// openStore opens the store named by spec. It does no network I/O except
-// for dynamodb://...?create=1, which creates the table.
+func (e *StoreConfigError) Unwrap() error { return e.Err }
+
+// Mistakes in a -store value that have a remedy (see remedy).
+var (
+	// errNoBucket: the JetStream KV bucket of a nats:// store does not
+	// exist, and create=1 was not given.
+	errNoBucket = errors.New("the bucket does not exist")
+	// errNoDatabase: the database file of a sqlite:// store does not
+	// exist, and migrate=1 was not given.
+	errNoDatabase = errors.New("the database file does not exist")
+)
+
+// openStore opens the store named by spec, for a command that writes
+// records (idem run): a file store's directory is created if it is
+// missing. It does no network I/O except for dynamodb://...?create=1,
+// which creates the table, and nats://, which connects.
 func openStore(ctx context.Context, spec string) (*openedStore, error) {
+	return open(ctx, spec, true)
+}
+
+// openExisting opens the store named by spec without creating anything: a
+// file store whose directory does not exist is opened as an empty store
+// (nothing was ever recorded there), and the directory is not made. The
+// commands that read records, or change only records that exist (inspect,
+// ls, stats, unlock, purge), open their store this way.
+func openExisting(ctx context.Context, spec string) (*openedStore, error) {
+	return open(ctx, spec, false)
+}
+
+func open(ctx context.Context, spec string, create bool) (*openedStore, error) {
 	if spec == "" {
 		spec = "file:" + defaultStoreDir()
 	}
 	scheme, rest, ok := strings.Cut(spec, ":")
 	if !ok {
-		return nil, &StoreConfigError{spec, "want one of " + knownStoreKinds}
+		return nil, &StoreConfigError{spec, "want one of " + knownStoreKinds, nil}
 	}
 	switch strings.ToLower(scheme) {
 	case "file":
-		return openFile(spec, rest)
+		return openFile(spec, rest, create)
 	case "mem":
 		name := strings.TrimPrefix(rest, "//")
 		memStores.Lock()
@@ -115,7 +150,7 @@ func openStore(ctx context.Context, spec string) (*openedStore, error) {
 		if !ok {
 			var err error
 			if s, err = memstore.New(); err != nil {
-				return nil, &StoreConfigError{spec, err.Error()}
+				return nil, &StoreConfigError{spec, err.Error(), nil}
 			}
 			memStores.m[name] = s
 		}
@@ -135,27 +170,42 @@ func openStore(ctx context.Context, spec string) (*openedStore, error) {
 	case "nats":
 		return openNATS(ctx, spec)
 	}
-	return nil, &StoreConfigError{redact(spec), fmt.Sprintf("unknown store kind %q; the kinds are %s", scheme, knownStoreKinds)}
+	return nil, &StoreConfigError{redact(spec), fmt.Sprintf("unknown store kind %q; the kinds are %s", scheme, knownStoreKinds), nil}
 }
 
-func openFile(spec, rest string) (*openedStore, error) {
+func openFile(spec, rest string, create bool) (*openedStore, error) {
 	dir := rest
 	if strings.HasPrefix(rest, "//") { // file:///abs/path or file://localhost/abs/path
 		u, err := url.Parse(spec)
 		if err != nil {
-			return nil, &StoreConfigError{spec, err.Error()}
+			return nil, &StoreConfigError{spec, err.Error(), nil}
 		}
 		if u.Host != "" && u.Host != "localhost" {
-			return nil, &StoreConfigError{spec, "a file store is local: file:/path or file:///path"}
+			return nil, &StoreConfigError{spec, "a file store is local: file:/path or file:///path", nil}
 		}
 		dir = u.Path
 	}
 	if dir == "" {
 		dir = defaultStoreDir()
 	}
+	if !create {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, &StoreConfigError{spec, err.Error(), nil}
+		}
+		if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
+			// Nothing was ever recorded here: an empty store stands in,
+			// so that reading creates no directory.
+			m, err := memstore.New(memstore.WithoutCleanup())
+			if err != nil {
+				return nil, &StoreConfigError{spec, err.Error(), nil}
+			}
+			return &openedStore{Store: m, kind: kindFile, desc: abs + " (does not exist)", absent: true}, nil
+		}
+	}
 	s, err := filestore.New(dir)
 	if err != nil {
-		return nil, &StoreConfigError{spec, err.Error()}
+		return nil, &StoreConfigError{spec, err.Error(), nil}
 	}
 	return &openedStore{Store: s, kind: kindFile, desc: s.Dir(), file: s, close: s.Close}, nil
 }
@@ -181,7 +231,7 @@ func openRedis(spec string, cluster bool) (*openedStore, error) {
 	redis.SetLogger(quietRedisLog{})
 	u, err := url.Parse(spec)
 	if err != nil {
-		return nil, &StoreConfigError{redact(spec), "not a URL"}
+		return nil, &StoreConfigError{redact(spec), "not a URL", nil}
 	}
 	prefix := takeParam(u, "prefix")
 	var opts []redisstore.Option
@@ -195,12 +245,12 @@ func openRedis(spec string, cluster bool) (*openedStore, error) {
 	if v := takeParam(u, "replica-ack"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return nil, &StoreConfigError{redact(spec), "replica-ack: not a number: " + v}
+			return nil, &StoreConfigError{redact(spec), "replica-ack: not a number: " + v, nil}
 		}
 		timeout := 100 * time.Millisecond
 		if tv := takeParam(u, "replica-ack-timeout"); tv != "" {
 			if timeout, err = time.ParseDuration(tv); err != nil {
-				return nil, &StoreConfigError{redact(spec), "replica-ack-timeout: " + err.Error()}
+				return nil, &StoreConfigError{redact(spec), "replica-ack-timeout: " + err.Error(), nil}
 			}
 		}
 		opts = append(opts, redisstore.WithReplicaAck(n, timeout))
@@ -210,7 +260,7 @@ func openRedis(spec string, cluster bool) (*openedStore, error) {
 	case "accept":
 		opts = append(opts, redisstore.AcceptAsyncReplication())
 	default:
-		return nil, &StoreConfigError{redact(spec), "async-replication: want accept, got " + v}
+		return nil, &StoreConfigError{redact(spec), "async-replication: want accept, got " + v, nil}
 	}
 	var client interface {
 		redisstore.Client
@@ -220,20 +270,20 @@ func openRedis(spec string, cluster bool) (*openedStore, error) {
 		u.Scheme = strings.TrimSuffix(strings.ToLower(u.Scheme), "-cluster")
 		o, err := redis.ParseClusterURL(u.String())
 		if err != nil {
-			return nil, &StoreConfigError{redact(spec), err.Error()}
+			return nil, &StoreConfigError{redact(spec), err.Error(), nil}
 		}
 		client = redis.NewClusterClient(o)
 	} else {
 		o, err := redis.ParseURL(u.String())
 		if err != nil {
-			return nil, &StoreConfigError{redact(spec), err.Error()}
+			return nil, &StoreConfigError{redact(spec), err.Error(), nil}
 		}
 		client = redis.NewClient(o)
 	}
 	s, err := redisstore.New(client, opts...)
 	if err != nil {
 		_ = client.Close()
-		return nil, &StoreConfigError{redact(spec), err.Error()}
+		return nil, &StoreConfigError{redact(spec), err.Error(), nil}
 	}
 	return &openedStore{
 		Store: s, kind: kindRedis, desc: redact(spec),
@@ -250,18 +300,18 @@ func openRedis(spec string, cluster bool) (*openedStore, error) {
 func openDynamo(ctx context.Context, spec string) (*openedStore, error) {
 	u, err := url.Parse(spec)
 	if err != nil {
-		return nil, &StoreConfigError{redact(spec), "not a URL"}
+		return nil, &StoreConfigError{redact(spec), "not a URL", nil}
 	}
 	table := u.Host + strings.TrimSuffix(u.Path, "/")
 	if table == "" || strings.Contains(table, "/") {
-		return nil, &StoreConfigError{redact(spec), "want dynamodb://TABLE"}
+		return nil, &StoreConfigError{redact(spec), "want dynamodb://TABLE", nil}
 	}
 	q := u.Query()
 	for name := range q {
 		switch name {
 		case "region", "endpoint", "create", "pk", "sk", "prefix":
 		default:
-			return nil, &StoreConfigError{redact(spec), "unknown parameter " + name}
+			return nil, &StoreConfigError{redact(spec), "unknown parameter " + name, nil}
 		}
 	}
 	var opts []dynamostore.Option
@@ -285,7 +335,7 @@ func openDynamo(ctx context.Context, spec string) (*openedStore, error) {
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {
-		return nil, &StoreConfigError{redact(spec), "AWS configuration: " + err.Error()}
+		return nil, &StoreConfigError{redact(spec), "AWS configuration: " + err.Error(), nil}
 	}
 	endpoint := q.Get("endpoint")
 	if endpoint != "" && cfg.Region == "" {
@@ -298,7 +348,7 @@ func openDynamo(ctx context.Context, spec string) (*openedStore, error) {
 	})
 	s, err := dynamostore.New(client, table, opts...)
 	if err != nil {
-		return nil, &StoreConfigError{redact(spec), err.Error()}
+		return nil, &StoreConfigError{redact(spec), err.Error(), nil}
 	}
 	switch q.Get("create") {
 	case "", "0", "false":
@@ -307,7 +357,7 @@ func openDynamo(ctx context.Context, spec string) (*openedStore, error) {
 			return nil, fmt.Errorf("create table: %w", &idem.StoreError{Op: "create table", Err: err})
 		}
 	default:
-		return nil, &StoreConfigError{redact(spec), "create must be 1 or 0"}
+		return nil, &StoreConfigError{redact(spec), "create must be 1 or 0", nil}
 	}
 	return &openedStore{Store: s, kind: kindDynamoDB, desc: "dynamodb table " + table}, nil
 }
@@ -323,7 +373,7 @@ func openSQL(ctx context.Context, spec string, dialect sqlstore.Dialect) (*opene
 		u, err = sqliteURL(spec)
 	}
 	if err != nil {
-		return nil, &StoreConfigError{redact(spec), "not a URL"}
+		return nil, &StoreConfigError{redact(spec), "not a URL", nil}
 	}
 	table := takeParam(u, "table")
 	migrate := takeParam(u, "migrate")
@@ -334,17 +384,34 @@ func openSQL(ctx context.Context, spec string, dialect sqlstore.Dialect) (*opene
 	case sqlstore.MySQL:
 		driver = "mysql"
 		if dsn, err = mysqlDSN(u); err != nil {
-			return nil, &StoreConfigError{redact(spec), err.Error()}
+			return nil, &StoreConfigError{redact(spec), err.Error(), nil}
 		}
 	case sqlstore.SQLite:
 		driver = "sqlite"
 		if dsn, err = sqliteDSN(u); err != nil {
-			return nil, &StoreConfigError{redact(spec), err.Error()}
+			return nil, &StoreConfigError{redact(spec), err.Error(), nil}
+		}
+		if dsn, err = sqliteCheckFile(u, dsn, migrate == "1" || migrate == "true"); err != nil {
+			var ce *StoreConfigError
+			if errors.As(err, &ce) {
+				ce.Store = redact(spec)
+				return nil, ce
+			}
+			return nil, &StoreConfigError{redact(spec), err.Error(), nil}
 		}
 	}
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
-		return nil, &StoreConfigError{redact(spec), err.Error()}
+		return nil, &StoreConfigError{redact(spec), err.Error(), nil}
+	}
+	if dialect == sqlstore.SQLite {
+		// Open the file now, so that a file SQLite cannot open is reported
+		// with its path rather than as "unable to open database file" at
+		// the first claim.
+		if err := db.PingContext(ctx); err != nil {
+			_ = db.Close()
+			return nil, &StoreConfigError{redact(spec), fmt.Sprintf("database file %s: %v", u.Path, err), nil}
+		}
 	}
 	var opts []sqlstore.Option
 	if table != "" {
@@ -353,7 +420,7 @@ func openSQL(ctx context.Context, spec string, dialect sqlstore.Dialect) (*opene
 	s, err := sqlstore.New(db, dialect, opts...)
 	if err != nil {
 		_ = db.Close()
-		return nil, &StoreConfigError{redact(spec), err.Error()}
+		return nil, &StoreConfigError{redact(spec), err.Error(), nil}
 	}
 	closeAll := func() error {
 		err := s.Close()
@@ -371,7 +438,7 @@ func openSQL(ctx context.Context, spec string, dialect sqlstore.Dialect) (*opene
 		}
 	default:
 		_ = closeAll()
-		return nil, &StoreConfigError{redact(spec), "migrate must be 1 or 0"}
+		return nil, &StoreConfigError{redact(spec), "migrate must be 1 or 0", nil}
 	}
 	return &openedStore{
 		Store: s, kind: kindSQL, desc: dialect.String() + " " + redact(spec),
@@ -409,6 +476,39 @@ func sqliteDSN(u *url.URL) (string, error) {
 	dsn := "file:" + u.Path + "?" + sqlstore.SQLiteDSNParams
 	if u.RawQuery != "" {
 		dsn += "&" + u.RawQuery
+	}
+	return dsn, nil
+}
+
+// sqliteCheckFile checks that the database file of a sqlite URL can be
+// opened as asked, before SQLite is given it, and returns dsn as it is to
+// be opened. Without migrate the file must exist, and is opened read-write
+// without create (mode=rw), so that a mistyped path creates no empty
+// database; the error is then a *StoreConfigError wrapping errNoDatabase.
+// With migrate, the file is created if it is missing, in a directory that
+// must exist.
+func sqliteCheckFile(u *url.URL, dsn string, migrate bool) (string, error) {
+	path := u.Path
+	if path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return dsn, nil // not a file name: SQLite's own business
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.IsDir():
+		return "", fmt.Errorf("%s is a directory, not a database file", path)
+	case err == nil:
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("database file %s: %v", path, err)
+	case !migrate:
+		return "", &StoreConfigError{Reason: "database file " + path + " does not exist", Err: errNoDatabase}
+	default:
+		dir := filepath.Dir(path)
+		if di, err := os.Stat(dir); err != nil || !di.IsDir() {
+			return "", fmt.Errorf("the directory %s of database file %s does not exist (migrate=1 creates the file, not its directory)", dir, path)
+		}
+	}
+	if !migrate && !u.Query().Has("mode") {
+		dsn += "&mode=rw"
 	}
 	return dsn, nil
 }
