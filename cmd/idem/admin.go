@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -124,6 +125,10 @@ func (c *cli) inspectCmd(ctx context.Context, args []string) int {
 		rec  *idem.Record
 		code int
 	)
+	if *storageKey == "" && k.key == "" {
+		c.errorf("-key or -storage-key is required")
+		return exitUsage
+	}
 	if *storageKey != "" {
 		if k.key != "" {
 			c.errorf("give -key or -storage-key, not both")
@@ -204,8 +209,10 @@ prints it), so the next run of KEY runs its command at once instead of
 waiting for the claim to go stale. The record is
 kept, expired, so fencing tokens keep counting up. A completed or failed
 record is refused (exit 77) unless -force is given; -force deletes the record
-whatever its state (and, given -key, its steps, as Guard.Forget does), and
-a run still holding it stops its command at its next heartbeat.
+whatever its state (given -key, under every secret of IDEM_SECRET and
+IDEM_PREVIOUS_SECRETS), and a run still holding it stops its command at its
+next heartbeat. The records of a call's steps are kept: a new run of the
+call replays its finished steps.
 A steps_epoch record (idem ls) is refused with or without -force (exit 77):
 it is not a claim, and releasing or deleting it would make its call's
 finished steps run again.
@@ -226,6 +233,10 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) int {
 		rec  *idem.Record
 		code int
 	)
+	if *storageKey == "" && k.key == "" {
+		c.errorf("-key or -storage-key is required")
+		return exitUsage
+	}
 	if *storageKey != "" {
 		if k.key != "" {
 			c.errorf("give -key or -storage-key, not both")
@@ -258,15 +269,20 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) int {
 		return exitOK
 	}
 	if *force {
-		// Guard.Forget, as a program would forget the key: the record and
-		// its steps, whatever its state.
-		g, _, code := c.storageKey(st, &k)
+		// The call's record, under the active secret and every previous
+		// one (so that no record of a rotation still answers), whatever
+		// its state. Not Guard.Forget: that deletes the call's steps epoch
+		// too, and a retry would run the call's finished steps again. The
+		// steps are kept, and a new run of the call replays them.
+		sks, code := c.callKeys(st, &k)
 		if code != 0 {
 			return code
 		}
-		if err := g.Forget(ctx, k.key); err != nil {
-			c.errorf("%v", err)
-			return exitFor(err)
+		for _, sk := range sks {
+			if err := st.Delete(ctx, sk); err != nil {
+				c.errorf("%v", err)
+				return exitFor(err)
+			}
 		}
 		fmt.Fprintf(c.stdout, "deleted the %s record (attempt %d)\n", rec.Status, rec.Attempt)
 		return exitOK
@@ -289,6 +305,33 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) int {
 	age := time.Since(time.UnixMilli(rec.HeartbeatAt)).Round(time.Millisecond)
 	fmt.Fprintf(c.stdout, "released the claim (attempt %d, last heartbeat %v ago)\n", rec.Attempt, age)
 	return exitOK
+}
+
+// callKeys returns the storage keys of the key in k: under IDEM_SECRET,
+// then under each of IDEM_PREVIOUS_SECRETS (where a rotation may have left
+// the key's record).
+func (c *cli) callKeys(st idem.Store, k *keyFlags) ([]string, int) {
+	_, sk, code := c.storageKey(st, k)
+	if code != 0 {
+		return nil, code
+	}
+	sks := []string{sk}
+	if p := c.getenv("IDEM_PREVIOUS_SECRETS"); p != "" {
+		for _, secret := range strings.Split(p, ",") {
+			g, err := idem.New[outcome](st, idem.WithNamespace(k.tenant, k.scope), idem.WithSecret([]byte(secret)))
+			if err != nil {
+				c.errorf("%s", flagMessage(err))
+				return nil, exitUsage
+			}
+			psk, err := g.StorageKey(k.key)
+			if err != nil {
+				c.errorf("-key: %v", err)
+				return nil, exitUsage
+			}
+			sks = append(sks, psk)
+		}
+	}
+	return sks, 0
 }
 
 const purgeAbout = `Deletes expired records from a file, SQL or NATS store. Redis and DynamoDB

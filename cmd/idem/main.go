@@ -194,9 +194,12 @@
 // is in fact still running, its next heartbeat renews the claim unless a new
 // run claimed the key first, in which case the old owner stops its command.
 // A completed or failed record is refused (exit 77) unless -force is given;
-// -force deletes the record whatever its state, so a live owner is told at
-// its next heartbeat that it lost the claim, and stops its command. Exits 66
-// when there is no live record.
+// -force deletes the record whatever its state (given -key, under
+// IDEM_SECRET and each of IDEM_PREVIOUS_SECRETS), so a live owner is told
+// at its next heartbeat that it lost the claim, and stops its command. It
+// keeps the records of the call's steps, if a Go program's call had any,
+// so a new run of the call replays its finished steps instead of running
+// them again. Exits 66 when there is no live record.
 //
 // -storage-key SK names the record by its storage key, as idem ls prints
 // it, instead of -key; with -force it deletes that record only (the records

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -144,6 +145,44 @@ func TestBinaryStepsEpoch(t *testing.T) {
 	}
 	if v, err := g.Do(ctx, "order-1", call); err != nil || v != "ch_1" || steps != 1 {
 		t.Fatalf("the call again: %q, %v, the step ran %d times; want once", v, err, steps)
+	}
+	// So does unlock -key -force: it deletes the call's record, not its
+	// steps epoch.
+	if iv := runBin(t, env{}, "unlock", "-store", spec, "-key", "order-1", "-force"); iv.code != 0 {
+		t.Fatalf("unlock -key -force: %v", iv)
+	}
+	if _, err := st.Get(ctx, callKey); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("unlock -key -force left the call's record: %v", err)
+	}
+	if rec, err := st.Get(ctx, epoch); err != nil || !rec.StepsEpoch() {
+		t.Fatalf("unlock -key -force deleted the steps epoch: %+v, %v", rec, err)
+	}
+	if v, err := g.Do(ctx, "order-1", call); err != nil || v != "ch_1" || steps != 1 {
+		t.Fatalf("the call after unlock -key -force: %q, %v, the step ran %d times; want once", v, err, steps)
+	}
+}
+
+// TestBinaryUnlockForceRotation: unlock -key -force deletes the key's
+// record under a previous secret of a rotation too.
+func TestBinaryUnlockForceRotation(t *testing.T) {
+	ctx := context.Background()
+	spec, sk, st := invoiceRecord(t, "order-9", idem.WithSecret([]byte("old")))
+	e := env{"IDEM_SECRET": "new", "IDEM_PREVIOUS_SECRETS": "old"}
+	g, err := idem.New[invoice](st.Store, idem.WithSecret([]byte("new")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Do(ctx, "order-9", func(context.Context) (invoice, error) { return invoice{"inv_new", 1}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if iv := runBin(t, e, "unlock", "-store", spec, "-key", "order-9", "-force"); iv.code != 0 {
+		t.Fatalf("unlock -key -force: %v", iv)
+	}
+	if _, err := st.Get(ctx, sk); !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("the record under the previous secret is left: %v", err)
+	}
+	if iv := runBin(t, e, "inspect", "-store", spec, "-key", "order-9"); iv.code != exitNoRecord {
+		t.Errorf("inspect after unlock -force: %v", iv)
 	}
 }
 
