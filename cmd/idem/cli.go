@@ -167,12 +167,11 @@ func remedy(err error) string {
 	case errors.Is(err, sqlstore.ErrNoSchema):
 		return "the schema (MySQL: the database) of the store's table=SCHEMA.TABLE does not exist: " +
 			"migrate=1 creates the table, not its schema; create the schema or name another"
-	case errors.Is(err, errNoBucket):
-		return "add ?create=1 to the store's URL (-store or IDEM_STORE; &create=1 after other parameters) " +
-			"to create the bucket"
-	case errors.Is(err, errNoDatabase):
-		return "add ?migrate=1 to the store's URL (-store or IDEM_STORE; &migrate=1 after other parameters) " +
-			"to create the database file and its table"
+	}
+	var me *MissingError
+	if errors.As(err, &me) {
+		return "add ?" + me.Param + "=1 to the store's URL (-store or IDEM_STORE; &" + me.Param +
+			"=1 after other parameters) to create it"
 	}
 	return ""
 }
@@ -310,9 +309,12 @@ func exitFor(err error) int {
 		return exitInProgress
 	case errors.Is(err, idem.ErrDuplicate):
 		return exitDuplicate
-	case errors.Is(err, sqlstore.ErrNoTable), errors.Is(err, sqlstore.ErrNoSchema),
-		errors.Is(err, errNoBucket), errors.Is(err, errNoDatabase):
-		return exitConfig // migrate=1 or create=1 not given, or table= in a schema that does not exist (see remedy)
+	case errors.Is(err, sqlstore.ErrNoTable), errors.Is(err, sqlstore.ErrNoSchema):
+		return exitConfig // migrate=1 not given, or table= in a schema that does not exist (see remedy)
+	}
+	var me *MissingError
+	if errors.As(err, &me) {
+		return exitConfig // create=1 or migrate=1 not given (see remedy)
 	}
 	var se *idem.StoreError
 	if errors.As(err, &se) {

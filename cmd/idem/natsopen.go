@@ -25,20 +25,20 @@ const kindNATS = "nats"
 func openNATS(ctx context.Context, spec string) (*openedStore, error) {
 	u, err := url.Parse(spec)
 	if err != nil {
-		return nil, &StoreConfigError{redact(spec), "not a URL", nil}
+		return nil, &StoreConfigError{redact(spec), "not a URL"}
 	}
 	bucket := strings.Trim(u.Path, "/")
 	if bucket == "" || strings.Contains(bucket, "/") {
-		return nil, &StoreConfigError{redact(spec), "want nats://host:port/BUCKET", nil}
+		return nil, &StoreConfigError{redact(spec), "want nats://host:port/BUCKET"}
 	}
 	create := takeParam(u, "create")
 	switch create {
 	case "", "0", "false", "1", "true":
 	default:
-		return nil, &StoreConfigError{redact(spec), "create must be 1 or 0", nil}
+		return nil, &StoreConfigError{redact(spec), "create must be 1 or 0"}
 	}
 	if len(u.Query()) > 0 {
-		return nil, &StoreConfigError{redact(spec), "unknown parameter " + u.RawQuery, nil}
+		return nil, &StoreConfigError{redact(spec), "unknown parameter " + u.RawQuery}
 	}
 	u.Path, u.RawPath = "", ""
 	nc, err := nats.Connect(u.String(), nats.Timeout(5*time.Second), nats.Name("idem"))
@@ -48,7 +48,7 @@ func openNATS(ctx context.Context, spec string) (*openedStore, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, &StoreConfigError{redact(spec), err.Error(), nil}
+		return nil, &StoreConfigError{redact(spec), err.Error()}
 	}
 	var kv jetstream.KeyValue
 	if create == "1" || create == "true" {
@@ -60,14 +60,14 @@ func openNATS(ctx context.Context, spec string) (*openedStore, error) {
 		nc.Close()
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			// A configuration mistake, as a SQL table that does not exist.
-			return nil, &StoreConfigError{redact(spec), "the JetStream KV bucket " + bucket + " does not exist", errNoBucket}
+			return nil, &MissingError{Store: redact(spec), What: "the JetStream KV bucket " + bucket, Param: "create"}
 		}
 		return nil, fmt.Errorf("bucket %s: %w", bucket, &idem.StoreError{Op: "open bucket", Err: err})
 	}
 	s, err := natsstore.New(kv, natsstore.WithoutCleanup(), natsstore.WithJetStream(js))
 	if err != nil {
 		nc.Close()
-		return nil, &StoreConfigError{redact(spec), err.Error(), nil}
+		return nil, &StoreConfigError{redact(spec), err.Error()}
 	}
 	return &openedStore{
 		Store: s, kind: kindNATS, desc: "nats bucket " + bucket,

@@ -91,28 +91,25 @@ func defaultStoreDir() string {
 	return filepath.Join(dir, "idem", "records")
 }
 
-// StoreConfigError says why a -store value cannot be used. Err, when not
-// nil, is a sentinel that names the mistake (errNoBucket, errNoDatabase),
-// for remedy.
+// StoreConfigError says why a -store value cannot be used.
 type StoreConfigError struct {
 	Store  string
 	Reason string
-	Err    error
 }
 
 func (e *StoreConfigError) Error() string { return "-store " + e.Store + ": " + e.Reason }
 
-func (e *StoreConfigError) Unwrap() error { return e.Err }
+// MissingError says that what a -store value names does not exist, and
+// the parameter that would create it was not given: a NATS bucket without
+// create=1, a SQLite database file without migrate=1. It is a mistake in
+// the configuration (exit 78), as a SQL table that does not exist is.
+type MissingError struct {
+	Store string // the -store value, its password hidden
+	What  string // what does not exist: "the JetStream KV bucket B"
+	Param string // the URL parameter that creates it: "create", "migrate"
+}
 
-// Mistakes in a -store value that have a remedy (see remedy).
-var (
-	// errNoBucket: the JetStream KV bucket of a nats:// store does not
-	// exist, and create=1 was not given.
-	errNoBucket = errors.New("the bucket does not exist")
-	// errNoDatabase: the database file of a sqlite:// store does not
-	// exist, and migrate=1 was not given.
-	errNoDatabase = errors.New("the database file does not exist")
-)
+func (e *MissingError) Error() string { return "-store " + e.Store + ": " + e.What + " does not exist" }
 
 // openStore opens the store named by spec, for a command that writes
 // records (idem run): a file store's directory is created if it is
@@ -137,7 +134,7 @@ func open(ctx context.Context, spec string, create bool) (*openedStore, error) {
 	}
 	scheme, rest, ok := strings.Cut(spec, ":")
 	if !ok {
-		return nil, &StoreConfigError{spec, "want one of " + knownStoreKinds, nil}
+		return nil, &StoreConfigError{spec, "want one of " + knownStoreKinds}
 	}
 	switch strings.ToLower(scheme) {
 	case "file":
@@ -150,7 +147,7 @@ func open(ctx context.Context, spec string, create bool) (*openedStore, error) {
 		if !ok {
 			var err error
 			if s, err = memstore.New(); err != nil {
-				return nil, &StoreConfigError{spec, err.Error(), nil}
+				return nil, &StoreConfigError{spec, err.Error()}
 			}
 			memStores.m[name] = s
 		}
@@ -170,7 +167,7 @@ func open(ctx context.Context, spec string, create bool) (*openedStore, error) {
 	case "nats":
 		return openNATS(ctx, spec)
 	}
-	return nil, &StoreConfigError{redact(spec), fmt.Sprintf("unknown store kind %q; the kinds are %s", scheme, knownStoreKinds), nil}
+	return nil, &StoreConfigError{redact(spec), fmt.Sprintf("unknown store kind %q; the kinds are %s", scheme, knownStoreKinds)}
 }
 
 func openFile(spec, rest string, create bool) (*openedStore, error) {
@@ -178,10 +175,10 @@ func openFile(spec, rest string, create bool) (*openedStore, error) {
 	if strings.HasPrefix(rest, "//") { // file:///abs/path or file://localhost/abs/path
 		u, err := url.Parse(spec)
 		if err != nil {
-			return nil, &StoreConfigError{spec, err.Error(), nil}
+			return nil, &StoreConfigError{spec, err.Error()}
 		}
 		if u.Host != "" && u.Host != "localhost" {
-			return nil, &StoreConfigError{spec, "a file store is local: file:/path or file:///path", nil}
+			return nil, &StoreConfigError{spec, "a file store is local: file:/path or file:///path"}
 		}
 		dir = u.Path
 	}
@@ -191,21 +188,21 @@ func openFile(spec, rest string, create bool) (*openedStore, error) {
 	if !create {
 		abs, err := filepath.Abs(dir)
 		if err != nil {
-			return nil, &StoreConfigError{spec, err.Error(), nil}
+			return nil, &StoreConfigError{spec, err.Error()}
 		}
 		if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
 			// Nothing was ever recorded here: an empty store stands in,
 			// so that reading creates no directory.
 			m, err := memstore.New(memstore.WithoutCleanup())
 			if err != nil {
-				return nil, &StoreConfigError{spec, err.Error(), nil}
+				return nil, &StoreConfigError{spec, err.Error()}
 			}
 			return &openedStore{Store: m, kind: kindFile, desc: abs + " (does not exist)", absent: true}, nil
 		}
 	}
 	s, err := filestore.New(dir)
 	if err != nil {
-		return nil, &StoreConfigError{spec, err.Error(), nil}
+		return nil, &StoreConfigError{spec, err.Error()}
 	}
 	return &openedStore{Store: s, kind: kindFile, desc: s.Dir(), file: s, close: s.Close}, nil
 }
@@ -231,7 +228,7 @@ func openRedis(spec string, cluster bool) (*openedStore, error) {
 	redis.SetLogger(quietRedisLog{})
 	u, err := url.Parse(spec)
 	if err != nil {
-		return nil, &StoreConfigError{redact(spec), "not a URL", nil}
+		return nil, &StoreConfigError{redact(spec), "not a URL"}
 	}
 	prefix := takeParam(u, "prefix")
 	var opts []redisstore.Option
@@ -245,12 +242,12 @@ func openRedis(spec string, cluster bool) (*openedStore, error) {
 	if v := takeParam(u, "replica-ack"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return nil, &StoreConfigError{redact(spec), "replica-ack: not a number: " + v, nil}
+			return nil, &StoreConfigError{redact(spec), "replica-ack: not a number: " + v}
 		}
 		timeout := 100 * time.Millisecond
 		if tv := takeParam(u, "replica-ack-timeout"); tv != "" {
 			if timeout, err = time.ParseDuration(tv); err != nil {
-				return nil, &StoreConfigError{redact(spec), "replica-ack-timeout: " + err.Error(), nil}
+				return nil, &StoreConfigError{redact(spec), "replica-ack-timeout: " + err.Error()}
 			}
 		}
 		opts = append(opts, redisstore.WithReplicaAck(n, timeout))
@@ -260,7 +257,7 @@ func openRedis(spec string, cluster bool) (*openedStore, error) {
 	case "accept":
 		opts = append(opts, redisstore.AcceptAsyncReplication())
 	default:
-		return nil, &StoreConfigError{redact(spec), "async-replication: want accept, got " + v, nil}
+		return nil, &StoreConfigError{redact(spec), "async-replication: want accept, got " + v}
 	}
 	var client interface {
 		redisstore.Client
@@ -270,20 +267,20 @@ func openRedis(spec string, cluster bool) (*openedStore, error) {
 		u.Scheme = strings.TrimSuffix(strings.ToLower(u.Scheme), "-cluster")
 		o, err := redis.ParseClusterURL(u.String())
 		if err != nil {
-			return nil, &StoreConfigError{redact(spec), err.Error(), nil}
+			return nil, &StoreConfigError{redact(spec), err.Error()}
 		}
 		client = redis.NewClusterClient(o)
 	} else {
 		o, err := redis.ParseURL(u.String())
 		if err != nil {
-			return nil, &StoreConfigError{redact(spec), err.Error(), nil}
+			return nil, &StoreConfigError{redact(spec), err.Error()}
 		}
 		client = redis.NewClient(o)
 	}
 	s, err := redisstore.New(client, opts...)
 	if err != nil {
 		_ = client.Close()
-		return nil, &StoreConfigError{redact(spec), err.Error(), nil}
+		return nil, &StoreConfigError{redact(spec), err.Error()}
 	}
 	return &openedStore{
 		Store: s, kind: kindRedis, desc: redact(spec),
@@ -300,18 +297,18 @@ func openRedis(spec string, cluster bool) (*openedStore, error) {
 func openDynamo(ctx context.Context, spec string) (*openedStore, error) {
 	u, err := url.Parse(spec)
 	if err != nil {
-		return nil, &StoreConfigError{redact(spec), "not a URL", nil}
+		return nil, &StoreConfigError{redact(spec), "not a URL"}
 	}
 	table := u.Host + strings.TrimSuffix(u.Path, "/")
 	if table == "" || strings.Contains(table, "/") {
-		return nil, &StoreConfigError{redact(spec), "want dynamodb://TABLE", nil}
+		return nil, &StoreConfigError{redact(spec), "want dynamodb://TABLE"}
 	}
 	q := u.Query()
 	for name := range q {
 		switch name {
 		case "region", "endpoint", "create", "pk", "sk", "prefix":
 		default:
-			return nil, &StoreConfigError{redact(spec), "unknown parameter " + name, nil}
+			return nil, &StoreConfigError{redact(spec), "unknown parameter " + name}
 		}
 	}
 	var opts []dynamostore.Option
@@ -335,7 +332,7 @@ func openDynamo(ctx context.Context, spec string) (*openedStore, error) {
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {
-		return nil, &StoreConfigError{redact(spec), "AWS configuration: " + err.Error(), nil}
+		return nil, &StoreConfigError{redact(spec), "AWS configuration: " + err.Error()}
 	}
 	endpoint := q.Get("endpoint")
 	if endpoint != "" && cfg.Region == "" {
@@ -348,7 +345,7 @@ func openDynamo(ctx context.Context, spec string) (*openedStore, error) {
 	})
 	s, err := dynamostore.New(client, table, opts...)
 	if err != nil {
-		return nil, &StoreConfigError{redact(spec), err.Error(), nil}
+		return nil, &StoreConfigError{redact(spec), err.Error()}
 	}
 	switch q.Get("create") {
 	case "", "0", "false":
@@ -357,7 +354,7 @@ func openDynamo(ctx context.Context, spec string) (*openedStore, error) {
 			return nil, fmt.Errorf("create table: %w", &idem.StoreError{Op: "create table", Err: err})
 		}
 	default:
-		return nil, &StoreConfigError{redact(spec), "create must be 1 or 0", nil}
+		return nil, &StoreConfigError{redact(spec), "create must be 1 or 0"}
 	}
 	return &openedStore{Store: s, kind: kindDynamoDB, desc: "dynamodb table " + table}, nil
 }
@@ -373,7 +370,7 @@ func openSQL(ctx context.Context, spec string, dialect sqlstore.Dialect) (*opene
 		u, err = sqliteURL(spec)
 	}
 	if err != nil {
-		return nil, &StoreConfigError{redact(spec), "not a URL", nil}
+		return nil, &StoreConfigError{redact(spec), "not a URL"}
 	}
 	table := takeParam(u, "table")
 	migrate := takeParam(u, "migrate")
@@ -384,25 +381,25 @@ func openSQL(ctx context.Context, spec string, dialect sqlstore.Dialect) (*opene
 	case sqlstore.MySQL:
 		driver = "mysql"
 		if dsn, err = mysqlDSN(u); err != nil {
-			return nil, &StoreConfigError{redact(spec), err.Error(), nil}
+			return nil, &StoreConfigError{redact(spec), err.Error()}
 		}
 	case sqlstore.SQLite:
 		driver = "sqlite"
 		if dsn, err = sqliteDSN(u); err != nil {
-			return nil, &StoreConfigError{redact(spec), err.Error(), nil}
+			return nil, &StoreConfigError{redact(spec), err.Error()}
 		}
 		if dsn, err = sqliteCheckFile(u, dsn, migrate == "1" || migrate == "true"); err != nil {
-			var ce *StoreConfigError
-			if errors.As(err, &ce) {
-				ce.Store = redact(spec)
-				return nil, ce
+			var me *MissingError
+			if errors.As(err, &me) {
+				me.Store = redact(spec)
+				return nil, me
 			}
-			return nil, &StoreConfigError{redact(spec), err.Error(), nil}
+			return nil, &StoreConfigError{redact(spec), err.Error()}
 		}
 	}
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
-		return nil, &StoreConfigError{redact(spec), err.Error(), nil}
+		return nil, &StoreConfigError{redact(spec), err.Error()}
 	}
 	if dialect == sqlstore.SQLite {
 		// Open the file now, so that a file SQLite cannot open is reported
@@ -410,7 +407,7 @@ func openSQL(ctx context.Context, spec string, dialect sqlstore.Dialect) (*opene
 		// the first claim.
 		if err := db.PingContext(ctx); err != nil {
 			_ = db.Close()
-			return nil, &StoreConfigError{redact(spec), fmt.Sprintf("database file %s: %v", u.Path, err), nil}
+			return nil, &StoreConfigError{redact(spec), fmt.Sprintf("database file %s: %v", u.Path, err)}
 		}
 	}
 	var opts []sqlstore.Option
@@ -420,7 +417,7 @@ func openSQL(ctx context.Context, spec string, dialect sqlstore.Dialect) (*opene
 	s, err := sqlstore.New(db, dialect, opts...)
 	if err != nil {
 		_ = db.Close()
-		return nil, &StoreConfigError{redact(spec), err.Error(), nil}
+		return nil, &StoreConfigError{redact(spec), err.Error()}
 	}
 	closeAll := func() error {
 		err := s.Close()
@@ -438,7 +435,7 @@ func openSQL(ctx context.Context, spec string, dialect sqlstore.Dialect) (*opene
 		}
 	default:
 		_ = closeAll()
-		return nil, &StoreConfigError{redact(spec), "migrate must be 1 or 0", nil}
+		return nil, &StoreConfigError{redact(spec), "migrate must be 1 or 0"}
 	}
 	return &openedStore{
 		Store: s, kind: kindSQL, desc: dialect.String() + " " + redact(spec),
@@ -484,7 +481,7 @@ func sqliteDSN(u *url.URL) (string, error) {
 // opened as asked, before SQLite is given it, and returns dsn as it is to
 // be opened. Without migrate the file must exist, and is opened read-write
 // without create (mode=rw), so that a mistyped path creates no empty
-// database; the error is then a *StoreConfigError wrapping errNoDatabase.
+// database; the error is then a *MissingError.
 // With migrate, the file is created if it is missing, in a directory that
 // must exist.
 func sqliteCheckFile(u *url.URL, dsn string, migrate bool) (string, error) {
@@ -500,7 +497,7 @@ func sqliteCheckFile(u *url.URL, dsn string, migrate bool) (string, error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return "", fmt.Errorf("database file %s: %v", path, err)
 	case !migrate:
-		return "", &StoreConfigError{Reason: "database file " + path + " does not exist", Err: errNoDatabase}
+		return "", &MissingError{What: "database file " + path, Param: "migrate"}
 	default:
 		dir := filepath.Dir(path)
 		if di, err := os.Stat(dir); err != nil || !di.IsDir() {
