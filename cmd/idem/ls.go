@@ -29,9 +29,9 @@ state. Reads every record, as idem ls does.
 const stepsEpochAbout = `
 A steps_epoch record belongs to a Go program's call that ran idem.Step: it
 names the generation of the call's recorded steps and lives as long as the
-call can be retried. It is never a stuck claim (it has no heartbeat, and is
-never in_progress or stale), and idem unlock refuses it: releasing or
-deleting it would make the call's finished steps run again.
+call can be retried. It is never a stuck claim (nothing heartbeats it, and
+it is never in_progress or stale), and idem unlock refuses it: releasing
+or deleting it would make the call's finished steps run again.
 `
 
 // listFlags are the flags idem ls and idem stats share.

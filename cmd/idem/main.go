@@ -217,7 +217,7 @@
 // takeover threshold: a run now would take it over), failed, completed, or
 // steps_epoch: the record a Go program's call that ran idem.Step keeps
 // while it can be retried, naming the generation of its recorded steps.
-// A steps epoch has no heartbeat, is never in_progress or stale, and is
+// Nothing heartbeats a steps epoch; it is never in_progress or stale, and is
 // not stuck: it expires with its call, and idem unlock refuses it.
 // -state STATE lists only those; -limit N stops after N; -json prints one
 // JSON object per line with idem inspect's field names (storage_key,
