@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -35,6 +37,8 @@ type record struct {
 	ExpiresAtMs    int64                 `json:"expires_at_ms"`
 	PayloadHash    string                `json:"payload_hash"`
 	ResultBytes    int                   `json:"result_bytes"`
+	Result         json.RawMessage       `json:"result,omitempty"`        // a program's result, when it is JSON
+	ResultBase64   string                `json:"result_base64,omitempty"` // a program's result, when it is not
 	ExitCode       *int                  `json:"exit_code,omitempty"`
 	StdoutBytes    *int                  `json:"stdout_bytes,omitempty"`
 	StdoutTotal    *int64                `json:"stdout_total_bytes,omitempty"`
@@ -43,8 +47,11 @@ type record struct {
 	ResultError    string                `json:"result_error,omitempty"`
 }
 
-const inspectAbout = `Prints the live record of KEY as JSON (or, with -stdout, its recorded
-standard output). Exits 66 when KEY has no live record.
+const inspectAbout = `Prints the live record of KEY (or of -storage-key, as idem ls prints it)
+as JSON, or, with -stdout, its recorded standard output. A record that
+idem run did not write (a Go program's call) shows its stored result: as
+"result" when it is JSON, else as "result_base64". Exits 66 when there is
+no live record.
 `
 
 // lookup opens the store and reads the record of the key in k. On failure
@@ -53,7 +60,7 @@ func (c *cli) lookup(ctx context.Context, k *keyFlags) (*openedStore, string, *i
 	if _, code := c.guardOptions(k); code != 0 {
 		return nil, "", nil, code
 	}
-	st, err := openStore(ctx, k.store)
+	st, err := openExisting(ctx, k.store)
 	if err != nil {
 		c.errorf("%v", err)
 		return nil, "", nil, storeOpenExit(err)
@@ -67,6 +74,10 @@ func (c *cli) lookup(ctx context.Context, k *keyFlags) (*openedStore, string, *i
 	if err != nil {
 		if errors.Is(err, idem.ErrNotFound) {
 			c.errorf("no live record for the key in %s", st.desc)
+			if c.getenv("IDEM_SECRET") == "" {
+				c.errorf("IDEM_SECRET is not set: records written with a secret (IDEM_SECRET, idem.WithSecret) " +
+					"have other storage keys: set the writers' secret, and give their -tenant and -scope")
+			}
 		} else {
 			c.errorf("%v", err)
 		}
@@ -80,7 +91,7 @@ func (c *cli) lookup(ctx context.Context, k *keyFlags) (*openedStore, string, *i
 // (as idem ls prints it). On failure it has reported the error and returns
 // the exit status.
 func (c *cli) lookupStorageKey(ctx context.Context, spec, sk string) (*openedStore, string, *idem.Record, int) {
-	st, err := openStore(ctx, spec)
+	st, err := openExisting(ctx, spec)
 	if err != nil {
 		c.errorf("%v", err)
 		return nil, "", nil, storeOpenExit(err)
@@ -99,15 +110,34 @@ func (c *cli) lookupStorageKey(ctx context.Context, spec, sk string) (*openedSto
 }
 
 func (c *cli) inspectCmd(ctx context.Context, args []string) int {
-	fs := c.newFlagSet("inspect", "idem inspect [flags] -key KEY", inspectAbout)
+	fs := c.newFlagSet("inspect", "idem inspect [flags] -key KEY|-storage-key SK", inspectAbout)
 	var k keyFlags
 	c.addKeyFlags(fs, &k)
 	takeover := fs.Duration("takeover-after", idem.DefaultTakeoverAfter, "threshold for the \"stale\" field of an in-progress record")
 	stdout := fs.Bool("stdout", false, "print the recorded standard output instead of the record")
+	storageKey := fs.String("storage-key", "", "the record's storage `key` as idem ls prints it, instead of -key")
 	if code, done := c.parseNoArgs(fs, args); done {
 		return code
 	}
-	st, sk, rec, code := c.lookup(ctx, &k)
+	var (
+		st   *openedStore
+		sk   string
+		rec  *idem.Record
+		code int
+	)
+	if *storageKey == "" && k.key == "" {
+		c.errorf("-key or -storage-key is required")
+		return exitUsage
+	}
+	if *storageKey != "" {
+		if k.key != "" {
+			c.errorf("give -key or -storage-key, not both")
+			return exitUsage
+		}
+		st, sk, rec, code = c.lookupStorageKey(ctx, k.store, *storageKey)
+	} else {
+		st, sk, rec, code = c.lookup(ctx, &k)
+	}
 	if code != 0 {
 		return code
 	}
@@ -122,8 +152,9 @@ func (c *cli) inspectCmd(ctx context.Context, args []string) int {
 		ExpiresAt: formatMs(rec.ExpiresAt), ExpiresAtMs: rec.ExpiresAt,
 		PayloadHash: rec.PayloadHash, ResultBytes: len(rec.Result), Error: rec.Error,
 	}
-	if rec.Status == idem.StatusInProgress {
-		now := time.Now().UnixMilli()
+	now := time.Now().UnixMilli()
+	out.State = rec.State(now, *takeover)
+	if rec.Status == idem.StatusInProgress && !rec.StepsEpoch() {
 		age := now - rec.HeartbeatAt
 		stale := rec.Stale(now, *takeover)
 		out.HeartbeatAgeMs, out.Stale = &age, &stale
@@ -131,12 +162,18 @@ func (c *cli) inspectCmd(ctx context.Context, args []string) int {
 	var res *outcome
 	if rec.Status == idem.StatusCompleted && rec.Error == nil {
 		var o outcome
-		if err := json.Unmarshal(rec.Result, &o); err != nil || o.V != outcomeVersion {
-			out.ResultError = "the result is not an idem run outcome"
-		} else {
+		switch {
+		case json.Unmarshal(rec.Result, &o) == nil && o.V == outcomeVersion:
 			res = &o
 			n, trunc := len(o.Stdout), o.truncated()
 			out.ExitCode, out.StdoutBytes, out.StdoutTotal, out.Truncated = &o.Exit, &n, &o.StdoutLen, &trunc
+		case len(rec.Result) == 0:
+			out.ResultError = "the record holds no result (it could not be encoded when the call completed)"
+		case json.Valid(rec.Result):
+			// A Go program's result, in its Guard's codec (JSON by default).
+			out.Result = json.RawMessage(rec.Result)
+		default:
+			out.ResultBase64 = base64.StdEncoding.EncodeToString(rec.Result)
 		}
 	}
 	if *stdout {
@@ -150,6 +187,9 @@ func (c *cli) inspectCmd(ctx context.Context, args []string) int {
 		case rec.Status == idem.StatusInProgress:
 			c.errorf("the key is in progress: nothing recorded yet")
 			return exitInProgress
+		case out.Result != nil || out.ResultBase64 != "":
+			c.errorf("the record holds a program's result, not a command's output: idem inspect without -stdout prints it")
+			return exitSoftware
 		default:
 			c.errorf("the record holds no recorded output (%s)", rec.Status)
 			return exitSoftware
@@ -169,8 +209,13 @@ prints it), so the next run of KEY runs its command at once instead of
 waiting for the claim to go stale. The record is
 kept, expired, so fencing tokens keep counting up. A completed or failed
 record is refused (exit 77) unless -force is given; -force deletes the record
-whatever its state (and, given -key, its steps, as Guard.Forget does), and
-a run still holding it stops its command at its next heartbeat.
+whatever its state (given -key, under every secret of IDEM_SECRET and
+IDEM_PREVIOUS_SECRETS), and a run still holding it stops its command at its
+next heartbeat. The records of a call's steps are kept: a new run of the
+call replays its finished steps.
+A steps_epoch record (idem ls) is refused with or without -force (exit 77):
+it is not a claim, and releasing or deleting it would make its call's
+finished steps run again.
 `
 
 func (c *cli) unlockCmd(ctx context.Context, args []string) int {
@@ -188,6 +233,10 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) int {
 		rec  *idem.Record
 		code int
 	)
+	if *storageKey == "" && k.key == "" {
+		c.errorf("-key or -storage-key is required")
+		return exitUsage
+	}
 	if *storageKey != "" {
 		if k.key != "" {
 			c.errorf("give -key or -storage-key, not both")
@@ -201,6 +250,14 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) int {
 		return code
 	}
 	defer st.Close()
+	if rec.StepsEpoch() {
+		// Never released nor deleted, -force or not: the call's next
+		// attempt would find no epoch and run its finished steps again.
+		c.errorf("the record is a call's steps epoch (state %s), not a claim: releasing or deleting it "+
+			"would make the call's finished steps run again, so unlock refuses it (with or without -force); "+
+			"it expires with its call", idem.StateStepsEpoch)
+		return exitRefused
+	}
 	if *force && *storageKey != "" {
 		// Only the storage key is known: the record is deleted; the
 		// records of its steps, if any, are left to expire.
@@ -212,15 +269,20 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) int {
 		return exitOK
 	}
 	if *force {
-		// Guard.Forget, as a program would forget the key: the record and
-		// its steps, whatever its state.
-		g, _, code := c.storageKey(st, &k)
+		// The call's record, under the active secret and every previous
+		// one (so that no record of a rotation still answers), whatever
+		// its state. Not Guard.Forget: that deletes the call's steps epoch
+		// too, and a retry would run the call's finished steps again. The
+		// steps are kept, and a new run of the call replays them.
+		sks, code := c.callKeys(st, &k)
 		if code != 0 {
 			return code
 		}
-		if err := g.Forget(ctx, k.key); err != nil {
-			c.errorf("%v", err)
-			return exitFor(err)
+		for _, sk := range sks {
+			if err := st.Delete(ctx, sk); err != nil {
+				c.errorf("%v", err)
+				return exitFor(err)
+			}
 		}
 		fmt.Fprintf(c.stdout, "deleted the %s record (attempt %d)\n", rec.Status, rec.Attempt)
 		return exitOK
@@ -245,6 +307,33 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) int {
 	return exitOK
 }
 
+// callKeys returns the storage keys of the key in k: under IDEM_SECRET,
+// then under each of IDEM_PREVIOUS_SECRETS (where a rotation may have left
+// the key's record).
+func (c *cli) callKeys(st idem.Store, k *keyFlags) ([]string, int) {
+	_, sk, code := c.storageKey(st, k)
+	if code != 0 {
+		return nil, code
+	}
+	sks := []string{sk}
+	if p := c.getenv("IDEM_PREVIOUS_SECRETS"); p != "" {
+		for _, secret := range strings.Split(p, ",") {
+			g, err := idem.New[outcome](st, idem.WithNamespace(k.tenant, k.scope), idem.WithSecret([]byte(secret)))
+			if err != nil {
+				c.errorf("%s", flagMessage(err))
+				return nil, exitUsage
+			}
+			psk, err := g.StorageKey(k.key)
+			if err != nil {
+				c.errorf("-key: %v", err)
+				return nil, exitUsage
+			}
+			sks = append(sks, psk)
+		}
+	}
+	return sks, 0
+}
+
 const purgeAbout = `Deletes expired records from a file, SQL or NATS store. Redis and DynamoDB
 expire records natively, so there is nothing to do there.
 `
@@ -261,7 +350,7 @@ func (c *cli) purgeCmd(ctx context.Context, args []string) int {
 		c.errorf("-grace must not be negative")
 		return exitUsage
 	}
-	st, err := openStore(ctx, spec)
+	st, err := openExisting(ctx, spec)
 	if err != nil {
 		c.errorf("%v", err)
 		return storeOpenExit(err)
@@ -269,6 +358,10 @@ func (c *cli) purgeCmd(ctx context.Context, args []string) int {
 	defer st.Close()
 	switch st.kind {
 	case kindFile:
+		if st.absent {
+			fmt.Fprintf(c.stdout, "purged 0 expired records from %s\n", st.desc)
+			return exitOK
+		}
 		fst, err := filestore.New(st.desc, filestore.WithRetention(*grace))
 		if err != nil {
 			c.errorf("%v", err)

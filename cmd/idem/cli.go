@@ -42,17 +42,19 @@ Usage:
   idem run [flags] -key KEY [--] COMMAND [ARG...]
                            run COMMAND unless KEY already ran; replay its
                            stdout and exit status otherwise
-  idem inspect [flags] -key KEY
+  idem inspect [flags] -key KEY|-storage-key SK
                            print the record of KEY as JSON
   idem unlock [flags] -key KEY|-storage-key SK [-force]
                            release an in-progress claim (-force: delete any record)
   idem ls [-state S] [-json] [-limit N]
                            list the store's live records by state (in_progress,
-                           stale, failed, completed)
+                           stale, failed, completed, steps_epoch)
   idem stats [-json]       count the store's live records by state
-  idem purge [flags]       delete expired records from a file store
+  idem purge [flags]       delete expired records from a file, SQL or NATS store
+                           (Redis and DynamoDB expire records themselves)
   idem key [-s] NAME [ARG...]
                            print the canonical key of NAME and JSON arguments
+  idem version             print the version of idem
 
 Run "idem SUBCOMMAND -h" for the flags of a subcommand.
 
@@ -69,9 +71,11 @@ Stores (-store, default $IDEM_STORE, else a directory in the user cache):
   dynamodb://TABLE[?region=R&endpoint=URL&create=1&pk=pk&sk=sk&prefix=P]
   postgres://user:pass@host:port/db[?table=T&migrate=1&sslmode=...]
   mysql://user:pass@host:port/db[?table=T&migrate=1&tls=...]   (MySQL or MariaDB)
+  sqlite://PATH[?table=T&migrate=1]     a SQLite database file; processes on one host
   nats://host:port/BUCKET[?create=1]    a JetStream KV bucket
   mem:[NAME]                            in memory, for tests
-  migrate=1 creates the SQL table if it is missing: give it on the first run.
+  migrate=1 creates the SQL table (and the SQLite file) if it is missing, and
+  create=1 the bucket: give it on the first run.
 
 Environment:
   IDEM_SECRET         HMAC secret for storage keys and payload hashes (shared by all hosts)
@@ -124,6 +128,8 @@ func (c *cli) main(ctx context.Context, args []string) int {
 		return c.statsCmd(ctx, args[1:])
 	case "key":
 		return c.keyCmd(args[1:])
+	case "version", "-version", "--version":
+		return c.versionCmd(args[1:])
 	case "help", "-h", "-help", "--help":
 		io.WriteString(c.stdout, usageText)
 		return exitOK
@@ -161,6 +167,11 @@ func remedy(err error) string {
 	case errors.Is(err, sqlstore.ErrNoSchema):
 		return "the schema (MySQL: the database) of the store's table=SCHEMA.TABLE does not exist: " +
 			"migrate=1 creates the table, not its schema; create the schema or name another"
+	}
+	var me *MissingError
+	if errors.As(err, &me) {
+		return "add ?" + me.Param + "=1 to the store's URL (-store or IDEM_STORE; &" + me.Param +
+			"=1 after other parameters) to create it"
 	}
 	return ""
 }
@@ -211,7 +222,7 @@ type keyFlags struct {
 
 func (c *cli) addStoreFlag(fs *flag.FlagSet, dst *string) {
 	def := c.getenv("IDEM_STORE")
-	help := "`URL` of the store where records live: file:DIR, redis://..., redis-cluster://..., dynamodb://TABLE?..., postgres://..., mysql://..., nats://HOST:PORT/BUCKET, mem:"
+	help := "`URL` of the store where records live: file:DIR, redis://..., redis-cluster://..., dynamodb://TABLE?..., postgres://..., mysql://..., sqlite://PATH, nats://HOST:PORT/BUCKET, mem:"
 	if def == "" {
 		help += " (default $IDEM_STORE, else file:" + defaultStoreDir() + ")"
 	}
@@ -300,6 +311,10 @@ func exitFor(err error) int {
 		return exitDuplicate
 	case errors.Is(err, sqlstore.ErrNoTable), errors.Is(err, sqlstore.ErrNoSchema):
 		return exitConfig // migrate=1 not given, or table= in a schema that does not exist (see remedy)
+	}
+	var me *MissingError
+	if errors.As(err, &me) {
+		return exitConfig // create=1 or migrate=1 not given (see remedy)
 	}
 	var se *idem.StoreError
 	if errors.As(err, &se) {

@@ -13,15 +13,25 @@ import (
 )
 
 const lsAbout = `Lists the live records of the store with their state (in_progress, stale,
-failed, completed), storage key, attempt, heartbeat age and expiry; -json
-prints one JSON object per line, with idem inspect's field names. Stores
-without an index of their keys (files, Redis, DynamoDB, NATS) read their
-whole keyspace, a page at a time; claims go on meanwhile.
-`
+failed, completed, steps_epoch), storage key, attempt, heartbeat age and
+expiry; -json prints one JSON object per line, with idem inspect's field
+names. Stores without an index of their keys (files, Redis, DynamoDB, NATS)
+read their whole keyspace, a page at a time; claims go on meanwhile.
+` + stepsEpochAbout
 
 const statsAbout = `Counts the live records of the store by state (in_progress, stale,
-failed, completed); -json prints one object with a count per state.
-Reads every record, as idem ls does.
+failed, completed, steps_epoch); -json prints one object with a count per
+state. Reads every record, as idem ls does.
+` + stepsEpochAbout
+
+// stepsEpochAbout says what a steps_epoch record is, for the help of the
+// commands that show one.
+const stepsEpochAbout = `
+A steps_epoch record belongs to a Go program's call that ran idem.Step: it
+names the generation of the call's recorded steps and lives as long as the
+call can be retried. It is never a stuck claim (nothing heartbeats it, and
+it is never in_progress or stale), and idem unlock refuses it: releasing
+or deleting it would make the call's finished steps run again.
 `
 
 // listFlags are the flags idem ls and idem stats share.
@@ -39,7 +49,7 @@ func (c *cli) addListFlags(fs *flag.FlagSet, l *listFlags) {
 // state. Records that cannot be decoded are reported and counted; any
 // other error ends the listing.
 func (c *cli) listRecords(ctx context.Context, l *listFlags, f func(st *openedStore, rec *idem.Record, state idem.RecordState, now int64) bool) (corrupt int, code int) {
-	st, err := openStore(ctx, l.store)
+	st, err := openExisting(ctx, l.store)
 	if err != nil {
 		c.errorf("%v", err)
 		return 0, storeOpenExit(err)
@@ -84,7 +94,7 @@ func listed(st *openedStore, rec *idem.Record, state idem.RecordState, now int64
 		ExpiresAt: formatMs(rec.ExpiresAt), ExpiresAtMs: rec.ExpiresAt,
 		PayloadHash: rec.PayloadHash, ResultBytes: len(rec.Result), Error: rec.Error,
 	}
-	if rec.Status == idem.StatusInProgress {
+	if rec.Status == idem.StatusInProgress && state != idem.StateStepsEpoch {
 		age := now - rec.HeartbeatAt
 		stale := state == idem.StateStale
 		out.HeartbeatAgeMs, out.Stale = &age, &stale
@@ -96,7 +106,7 @@ func (c *cli) lsCmd(ctx context.Context, args []string) int {
 	fs := c.newFlagSet("ls", "idem ls [flags]", lsAbout)
 	var l listFlags
 	c.addListFlags(fs, &l)
-	stateName := fs.String("state", "", "list only the records in this `state`: in_progress, stale, failed or completed")
+	stateName := fs.String("state", "", "list only the records in this `state`: in_progress, stale, failed, completed or steps_epoch")
 	asJSON := fs.Bool("json", false, "print one JSON object per record, one per line")
 	limit := fs.Int("limit", 0, "stop after `N` records (0: all)")
 	if code, done := c.parseNoArgs(fs, args); done {
@@ -130,7 +140,7 @@ func (c *cli) lsCmd(ctx context.Context, args []string) int {
 			werr = enc.Encode(listed(st, rec, state, now))
 		} else {
 			age := "-"
-			if rec.Status == idem.StatusInProgress {
+			if rec.Status == idem.StatusInProgress && state != idem.StateStepsEpoch {
 				age = (time.Duration(now-rec.HeartbeatAt) * time.Millisecond).String()
 			}
 			_, werr = fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", state, rec.Key, rec.Attempt, age, formatMs(rec.ExpiresAt))
@@ -138,7 +148,7 @@ func (c *cli) lsCmd(ctx context.Context, args []string) int {
 		n++
 		return werr == nil && (*limit == 0 || n < *limit)
 	})
-	if !*asJSON {
+	if !*asJSON && (code == exitOK || n > 0) { // no header for a store that could not be read
 		if err := tw.Flush(); err != nil && werr == nil {
 			werr = err
 		}

@@ -6,20 +6,24 @@
 // Usage:
 //
 //	idem run [flags] -key KEY [--] COMMAND [ARG...]
-//	idem inspect [flags] -key KEY
+//	idem inspect [flags] -key KEY|-storage-key SK
 //	idem unlock [flags] -key KEY|-storage-key SK [-force]
 //	idem ls [flags] [-state STATE] [-json] [-limit N]
 //	idem stats [flags] [-json]
 //	idem purge [flags]
 //	idem key [-s] NAME [ARG...]
+//	idem version
 //
 // Run "idem SUBCOMMAND -h" for the flags of each subcommand.
 //
 // # idem run
 //
-// The first run of a key claims it in the store, runs COMMAND, and records
-// its exit status and the first -max-output bytes of its standard output
-// (default 1 MiB; 256 KiB on DynamoDB, whose items are limited to 400 KB).
+// The first run of a key claims it in the store, runs COMMAND, and, when
+// COMMAND succeeds (exit status 0), records its exit status and the first
+// -max-output bytes of its standard output (default 1 MiB; 256 KiB on
+// DynamoDB, whose items are limited to 400 KB). A failure is recorded the
+// same way only under -on-failure lock; by default it releases the claim
+// and nothing is recorded (see below).
 // Standard output is streamed as the command writes it and captured at the
 // same time; standard error is passed through and never recorded; standard
 // input is the command's own.
@@ -122,7 +126,9 @@
 //
 // -store (default: the IDEM_STORE environment variable, else a file store
 // in the user cache directory, e.g. ~/.cache/idem/records) selects where
-// records live:
+// records live. Only idem run creates a file store's directory; the other
+// subcommands read a directory that does not exist as an empty store and
+// create nothing.
 //
 //	file:/path/to/dir            one file per key; processes on one host
 //	redis://[user:pass@]host:port/db?prefix=P
@@ -142,9 +148,16 @@
 //	                             MySQL or MariaDB (go-sql-driver/mysql; its
 //	                             parameters, such as tls, pass through);
 //	                             migrate=1 creates the table if it is missing
+//	sqlite://PATH?table=T&migrate=1
+//	                             a SQLite database file (pure Go driver);
+//	                             processes on one host. migrate=1 creates the
+//	                             file (in a directory that exists) and the
+//	                             table; without it a missing file is an error
+//	                             (exit 78), and no file is created
 //	nats://[user:pass@]host:port/BUCKET?create=1
 //	                             a JetStream KV bucket; create=1 creates it if
-//	                             it is missing. The command starts no clean-up:
+//	                             it is missing (without it, a missing bucket
+//	                             exits 78). The command starts no clean-up:
 //	                             give the bucket a max age, or let a
 //	                             long-running natsstore do it
 //	mem:[NAME]                   in memory, for tests: nothing outlives the process
@@ -155,7 +168,8 @@
 //
 // # idem inspect
 //
-// Prints the record of KEY as one JSON object: status (in_progress,
+// Prints the record of KEY (or of -storage-key SK, as idem ls prints it)
+// as one JSON object: state and status (in_progress,
 // completed or failed), attempt (the fencing token), started_at,
 // heartbeat_at, completed_at and expires_at as RFC 3339 times with _ms twins
 // in Unix milliseconds, the heartbeat's age and whether a run now would take
@@ -163,7 +177,12 @@
 // stored result's size, and the recorded exit status and output size. It
 // prints the key as typed and the storage key, never anything else about
 // the key; the ownership nonce is not printed. -stdout prints the recorded
-// standard output instead. Exits 66 when there is no live record.
+// standard output instead. A record that idem run did not write (a Go
+// program's call of the same store) has no exit status or output: inspect
+// prints its stored result instead, as "result" when it is JSON (the
+// Guard's default codec) and as "result_base64" otherwise. Exits 66 when
+// there is no live record; when IDEM_SECRET is not set, it adds that
+// records written with a secret have other storage keys.
 //
 // # idem unlock
 //
@@ -175,20 +194,31 @@
 // is in fact still running, its next heartbeat renews the claim unless a new
 // run claimed the key first, in which case the old owner stops its command.
 // A completed or failed record is refused (exit 77) unless -force is given;
-// -force deletes the record whatever its state, so a live owner is told at
-// its next heartbeat that it lost the claim, and stops its command. Exits 66
-// when there is no live record.
+// -force deletes the record whatever its state (given -key, under
+// IDEM_SECRET and each of IDEM_PREVIOUS_SECRETS), so a live owner is told
+// at its next heartbeat that it lost the claim, and stops its command. It
+// keeps the records of the call's steps, if a Go program's call had any,
+// so a new run of the call replays its finished steps instead of running
+// them again. Exits 66 when there is no live record.
 //
 // -storage-key SK names the record by its storage key, as idem ls prints
 // it, instead of -key; with -force it deletes that record only (the records
 // of its steps, if any, expire).
+//
+// A steps epoch record (state steps_epoch in idem ls) is refused, with or
+// without -force (exit 77): it is not a claim, and releasing or deleting it
+// would make its call's finished steps run again.
 //
 // # idem ls and idem stats
 //
 // idem ls lists the store's live records, one line each: state, storage
 // key, attempt, heartbeat age (in progress) and expiry. The state is
 // in_progress, stale (in progress, its heartbeat older than its owner's
-// takeover threshold: a run now would take it over), failed or completed.
+// takeover threshold: a run now would take it over), failed, completed, or
+// steps_epoch: the record a Go program's call that ran idem.Step keeps
+// while it can be retried, naming the generation of its recorded steps.
+// Nothing heartbeats a steps epoch; it is never in_progress or stale, and is
+// not stuck: it expires with its call, and idem unlock refuses it.
 // -state STATE lists only those; -limit N stops after N; -json prints one
 // JSON object per line with idem inspect's field names (storage_key,
 // status, attempt, heartbeat_age_ms, stale, expires_at, ...) and state.
@@ -202,6 +232,12 @@
 // holds a lock that a claim waits for, and a record written meanwhile may
 // be listed in its old state or its new one. The records of a call's steps
 // are listed too, under their own storage keys.
+//
+// # idem version
+//
+// Prints the version of the command's module as installed (go install
+// github.com/idem-go/idem/cmd/idem@VERSION), or (devel) for a build from a
+// working tree, and the Go version it was built with.
 //
 // # idem purge
 //
@@ -225,10 +261,12 @@
 //	     -wait-timeout passed, or unlock found the record changed
 //	76   lost ownership: the claim was taken over while COMMAND ran, or could
 //	     not be refreshed in time; COMMAND was stopped
-//	77   unlock refused: the record is completed or failed and -force was not given
-//	78   configuration: bad -store, a SQL table that does not exist (give
-//	     migrate=1 to create it) or whose schema does not, unsafe store
-//	     directory, -require-secret without IDEM_SECRET
+//	77   unlock refused: the record is completed or failed and -force was not
+//	     given, or it is a steps epoch
+//	78   configuration: bad -store, a SQL table or SQLite file that does not
+//	     exist (give migrate=1 to create it) or whose schema does not, a NATS
+//	     bucket that does not exist (give create=1), unsafe store directory,
+//	     -require-secret without IDEM_SECRET
 //	79   duplicate under -on-duplicate raise: KEY already completed
 //	126  COMMAND could not be executed
 //	127  COMMAND was not found

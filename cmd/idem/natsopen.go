@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -57,6 +58,10 @@ func openNATS(ctx context.Context, spec string) (*openedStore, error) {
 	}
 	if err != nil {
 		nc.Close()
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			// A configuration mistake, as a SQL table that does not exist.
+			return nil, &MissingError{Store: redact(spec), What: "the JetStream KV bucket " + bucket, Param: "create"}
+		}
 		return nil, fmt.Errorf("bucket %s: %w", bucket, &idem.StoreError{Op: "open bucket", Err: err})
 	}
 	s, err := natsstore.New(kv, natsstore.WithoutCleanup(), natsstore.WithJetStream(js))

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -57,6 +59,9 @@ type openedStore struct {
 	file  *filestore.Store
 	mem   *memstore.Store
 	close func() error
+	// absent is true for a file store whose directory does not exist,
+	// opened by openExisting: an empty store stands in for it.
+	absent bool
 	// purge deletes the records expired for longer than grace (SQL).
 	purge func(ctx context.Context, grace time.Duration) (int, error)
 }
@@ -94,9 +99,36 @@ type StoreConfigError struct {
 
 func (e *StoreConfigError) Error() string { return "-store " + e.Store + ": " + e.Reason }
 
-// openStore opens the store named by spec. It does no network I/O except
-// for dynamodb://...?create=1, which creates the table.
+// MissingError says that what a -store value names does not exist, and
+// the parameter that would create it was not given: a NATS bucket without
+// create=1, a SQLite database file without migrate=1. It is a mistake in
+// the configuration (exit 78), as a SQL table that does not exist is.
+type MissingError struct {
+	Store string // the -store value, its password hidden
+	What  string // what does not exist: "the JetStream KV bucket B"
+	Param string // the URL parameter that creates it: "create", "migrate"
+}
+
+func (e *MissingError) Error() string { return "-store " + e.Store + ": " + e.What + " does not exist" }
+
+// openStore opens the store named by spec, for a command that writes
+// records (idem run): a file store's directory is created if it is
+// missing. It does no network I/O except for dynamodb://...?create=1,
+// which creates the table, and nats://, which connects.
 func openStore(ctx context.Context, spec string) (*openedStore, error) {
+	return open(ctx, spec, true)
+}
+
+// openExisting opens the store named by spec without creating anything: a
+// file store whose directory does not exist is opened as an empty store
+// (nothing was ever recorded there), and the directory is not made. The
+// commands that read records, or change only records that exist (inspect,
+// ls, stats, unlock, purge), open their store this way.
+func openExisting(ctx context.Context, spec string) (*openedStore, error) {
+	return open(ctx, spec, false)
+}
+
+func open(ctx context.Context, spec string, create bool) (*openedStore, error) {
 	if spec == "" {
 		spec = "file:" + defaultStoreDir()
 	}
@@ -106,7 +138,7 @@ func openStore(ctx context.Context, spec string) (*openedStore, error) {
 	}
 	switch strings.ToLower(scheme) {
 	case "file":
-		return openFile(spec, rest)
+		return openFile(spec, rest, create)
 	case "mem":
 		name := strings.TrimPrefix(rest, "//")
 		memStores.Lock()
@@ -138,7 +170,7 @@ func openStore(ctx context.Context, spec string) (*openedStore, error) {
 	return nil, &StoreConfigError{redact(spec), fmt.Sprintf("unknown store kind %q; the kinds are %s", scheme, knownStoreKinds)}
 }
 
-func openFile(spec, rest string) (*openedStore, error) {
+func openFile(spec, rest string, create bool) (*openedStore, error) {
 	dir := rest
 	if strings.HasPrefix(rest, "//") { // file:///abs/path or file://localhost/abs/path
 		u, err := url.Parse(spec)
@@ -152,6 +184,21 @@ func openFile(spec, rest string) (*openedStore, error) {
 	}
 	if dir == "" {
 		dir = defaultStoreDir()
+	}
+	if !create {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, &StoreConfigError{spec, err.Error()}
+		}
+		if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
+			// Nothing was ever recorded here: an empty store stands in,
+			// so that reading creates no directory.
+			m, err := memstore.New(memstore.WithoutCleanup())
+			if err != nil {
+				return nil, &StoreConfigError{spec, err.Error()}
+			}
+			return &openedStore{Store: m, kind: kindFile, desc: abs + " (does not exist)", absent: true}, nil
+		}
 	}
 	s, err := filestore.New(dir)
 	if err != nil {
@@ -341,10 +388,27 @@ func openSQL(ctx context.Context, spec string, dialect sqlstore.Dialect) (*opene
 		if dsn, err = sqliteDSN(u); err != nil {
 			return nil, &StoreConfigError{redact(spec), err.Error()}
 		}
+		if dsn, err = sqliteCheckFile(u, dsn, migrate == "1" || migrate == "true"); err != nil {
+			var me *MissingError
+			if errors.As(err, &me) {
+				me.Store = redact(spec)
+				return nil, me
+			}
+			return nil, &StoreConfigError{redact(spec), err.Error()}
+		}
 	}
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		return nil, &StoreConfigError{redact(spec), err.Error()}
+	}
+	if dialect == sqlstore.SQLite {
+		// Open the file now, so that a file SQLite cannot open is reported
+		// with its path rather than as "unable to open database file" at
+		// the first claim.
+		if err := db.PingContext(ctx); err != nil {
+			_ = db.Close()
+			return nil, &StoreConfigError{redact(spec), fmt.Sprintf("database file %s: %v", u.Path, err)}
+		}
 	}
 	var opts []sqlstore.Option
 	if table != "" {
@@ -409,6 +473,39 @@ func sqliteDSN(u *url.URL) (string, error) {
 	dsn := "file:" + u.Path + "?" + sqlstore.SQLiteDSNParams
 	if u.RawQuery != "" {
 		dsn += "&" + u.RawQuery
+	}
+	return dsn, nil
+}
+
+// sqliteCheckFile checks that the database file of a sqlite URL can be
+// opened as asked, before SQLite is given it, and returns dsn as it is to
+// be opened. Without migrate the file must exist, and is opened read-write
+// without create (mode=rw), so that a mistyped path creates no empty
+// database; the error is then a *MissingError.
+// With migrate, the file is created if it is missing, in a directory that
+// must exist.
+func sqliteCheckFile(u *url.URL, dsn string, migrate bool) (string, error) {
+	path := u.Path
+	if path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return dsn, nil // not a file name: SQLite's own business
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.IsDir():
+		return "", fmt.Errorf("%s is a directory, not a database file", path)
+	case err == nil:
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("database file %s: %v", path, err)
+	case !migrate:
+		return "", &MissingError{What: "database file " + path, Param: "migrate"}
+	default:
+		dir := filepath.Dir(path)
+		if di, err := os.Stat(dir); err != nil || !di.IsDir() {
+			return "", fmt.Errorf("the directory %s of database file %s does not exist (migrate=1 creates the file, not its directory)", dir, path)
+		}
+	}
+	if !migrate && !u.Query().Has("mode") {
+		dsn += "&mode=rw"
 	}
 	return dsn, nil
 }
