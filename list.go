@@ -32,6 +32,13 @@ const StepsEpochPayload = "idem:steps-epoch"
 // StepsEpoch reports whether r is a call's steps epoch record.
 func (r *Record) StepsEpoch() bool { return r.PayloadHash == StepsEpochPayload }
 
+// StepPayload is the PayloadHash of every step's record (see Step), so that
+// operators' tools tell it from a call's.
+const StepPayload = "idem:step"
+
+// StepRecord reports whether r is the record of one step of a call.
+func (r *Record) StepRecord() bool { return r.PayloadHash == StepPayload }
+
 // RecordStates lists every state, in the order idem stats prints them.
 var RecordStates = []RecordState{StateInProgress, StateStale, StateFailed, StateCompleted, StateStepsEpoch}
 

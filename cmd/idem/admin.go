@@ -258,6 +258,12 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) int {
 			"it expires with its call", idem.StateStepsEpoch)
 		return exitRefused
 	}
+	if rec.StepRecord() && rec.Status != idem.StatusInProgress {
+		// A finished step: deleting it would make it run again.
+		c.errorf("the record is a finished step of a call (%s), not a claim: deleting it would make the step run again, "+
+			"so unlock refuses it (with or without -force); it expires with its call", rec.Status)
+		return exitRefused
+	}
 	if *force && *storageKey != "" {
 		// Only the storage key is known: the record is deleted; the
 		// records of its steps, if any, are left to expire.

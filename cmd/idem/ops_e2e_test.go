@@ -138,6 +138,21 @@ func TestBinaryStepsEpoch(t *testing.T) {
 		}
 	}
 
+	// A finished step's record is refused too: deleting it would run the
+	// step again.
+	for sk := range recs {
+		if sk == callKey || sk == epoch {
+			continue
+		}
+		iv := runBin(t, env{}, "unlock", "-store", spec, "-storage-key", sk, "-force")
+		if iv.code != exitRefused || !strings.Contains(iv.stderr, "finished step") {
+			t.Errorf("unlock -force of the step's record: %v; want exit %d and a message that it is a finished step", iv, exitRefused)
+		}
+		if rec, err := st.Get(ctx, sk); err != nil || !rec.StepRecord() {
+			t.Fatalf("unlock -force changed the step's record: %+v, %v", rec, err)
+		}
+	}
+
 	// The call, forgotten by the binary's unlock -storage-key -force (its
 	// record only), runs again and replays its finished step.
 	if iv := runBin(t, env{}, "unlock", "-store", spec, "-storage-key", callKey, "-force"); iv.code != 0 {
