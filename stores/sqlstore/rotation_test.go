@@ -3,6 +3,7 @@ package sqlstore_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
@@ -40,4 +41,48 @@ func TestRotationProcesses(t *testing.T) {
 			},
 		})
 	})
+}
+
+// TestRotationOrders: six processes on PostgreSQL, each configured with
+// another order of three secrets (every order of a rotation at once), x 4
+// goroutines with a Guard each, call the same 30 keys, with a 2s takeover
+// threshold, under Return, Raise and Wait, plain and with a step whose
+// call fails its first attempt (so it is released and retried by a
+// process with another order): each key runs once, charges once, and
+// every caller that gets a result gets that run's.
+func TestRotationOrders(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	d := sqlstore.Postgres
+	for _, dup := range []idem.DuplicatePolicy{idem.Return, idem.Raise, idem.Wait} {
+		for _, steps := range []bool{false, true} {
+			name := dup.String()
+			if steps {
+				name += "/steps"
+			}
+			t.Run(name, func(t *testing.T) {
+				table := "idem_rot_" + randHex(6)
+				t.Cleanup(func() { dropTable(t, d, table) })
+				storetest.RunRotationOrders(t, storetest.ProcessConfig{
+					Namespace:  table,
+					Goroutines: 4,
+					Keys:       30,
+					Duplicate:  &dup,
+					Steps:      steps,
+					Options:    []idem.Option{idem.WithTakeoverAfter(2 * time.Second)},
+					NewStore: func(table string) (idem.Store, error) {
+						// Six processes share the server's connections.
+						db := sharedDB(t, d)
+						db.SetMaxOpenConns(4)
+						s, err := sqlstore.New(db, d, sqlstore.WithTable(table))
+						if err != nil {
+							return nil, err
+						}
+						return s, s.Migrate(context.Background())
+					},
+				})
+			})
+		}
+	}
 }

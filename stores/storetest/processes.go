@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -32,9 +33,18 @@ type ProcessConfig struct {
 	// goroutine with its own Guard (so all of them go to the store).
 	// Defaults 4, 16 and 12.
 	Processes, Goroutines, Keys int
-	// Options are extra Guard options; OnDuplicate(Wait) is always set, so
-	// every caller gets a result.
+	// Options are extra Guard options; OnDuplicate(Wait) is set unless
+	// Duplicate says otherwise.
 	Options []idem.Option
+	// Duplicate, if set, is the duplicate policy of every Guard instead of
+	// Wait. Under Return and Raise a caller may be told the call is in
+	// progress; every caller that gets a result must get the run's.
+	Duplicate *idem.DuplicatePolicy
+	// Steps makes every call run Step "charge" first, and its first
+	// attempt (fencing token 1) fail after it, so the call is released and
+	// retried by another caller: the charge must run once per key, and the
+	// call succeed once.
+	Steps bool
 	// Env is extra environment for the children.
 	Env []string
 }
@@ -82,7 +92,7 @@ func RunProcesses(t *testing.T, cfg ProcessConfig) {
 		t.Fatal(err)
 	}
 	outs := runChildren(t, cfg, execLog)
-	executor := readExecLog(t, execLog, cfg.Keys)
+	executor := readExecLog(t, execLog, cfg.Keys, cfg.Duplicate == nil)
 	checkResults(t, cfg, executor, outs)
 	if !t.Failed() {
 		t.Logf("%d keys x %d processes x %d goroutines: each key ran once and all %d callers got its result",
@@ -127,21 +137,29 @@ func runChildren(t *testing.T, cfg ProcessConfig, execLog string) []bytes.Buffer
 // readExecLog returns who ran each key, from the children's shared log,
 // and fails the test for a key that ran twice or a number of keys run
 // other than keys.
-func readExecLog(t *testing.T, execLog string, keys int) map[string]string {
+func readExecLog(t *testing.T, execLog string, keys int, all bool) map[string]string {
 	t.Helper()
 	raw, err := os.ReadFile(execLog)
 	if err != nil {
 		t.Fatal(err)
 	}
 	executor := map[string]string{}
+	charged := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
-		key, who, _ := strings.Cut(line, " ")
-		if prev, dup := executor[key]; dup {
-			t.Errorf("%s ran twice: by %s and by %s", key, prev, who)
+		if line == "" {
+			continue
 		}
-		executor[key] = who
+		key, who, _ := strings.Cut(line, " ")
+		runs, what := executor, "ran"
+		if k, ok := strings.CutPrefix(key, "charge:"); ok {
+			key, runs, what = k, charged, "charged"
+		}
+		if prev, dup := runs[key]; dup {
+			t.Errorf("%s %s twice: by %s and by %s", key, what, prev, who)
+		}
+		runs[key] = who
 	}
-	if len(executor) != keys {
+	if all && len(executor) != keys {
 		t.Errorf("%d keys ran, want %d", len(executor), keys)
 	}
 	return executor
@@ -171,6 +189,9 @@ func checkResults(t *testing.T, cfg ProcessConfig, executor map[string]string, o
 			}
 		}
 	}
+	if cfg.Duplicate != nil || cfg.Steps {
+		return // not every caller gets a result
+	}
 	for k := range cfg.Keys {
 		key := fmt.Sprint("key-", k)
 		if want := cfg.Processes * cfg.Goroutines; results[key] != want {
@@ -178,6 +199,10 @@ func checkResults(t *testing.T, cfg ProcessConfig, executor map[string]string, o
 		}
 	}
 }
+
+// errFirstAttempt is the error of a call's first attempt under
+// ProcessConfig.Steps.
+var errFirstAttempt = errors.New("storetest: the first attempt fails after its step")
 
 // processChild is the work of one child of RunProcesses; it returns the
 // process's exit status.
@@ -197,7 +222,11 @@ func processChild(cfg ProcessConfig) int {
 		fmt.Fprintln(os.Stderr, "NewStore:", err)
 		return 2
 	}
-	opts := append(append([]idem.Option(nil), cfg.Options...), idem.OnDuplicate(idem.Wait))
+	dup := idem.Wait
+	if cfg.Duplicate != nil {
+		dup = *cfg.Duplicate
+	}
+	opts := append(append([]idem.Option(nil), cfg.Options...), idem.OnDuplicate(dup))
 	time.Sleep(time.Until(time.UnixMilli(startAt)))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -217,6 +246,18 @@ func processChild(cfg ProcessConfig) int {
 			for _, k := range rand.Perm(nkeys) {
 				key := fmt.Sprint("key-", k)
 				v, err := g.Do(ctx, key, func(ctx context.Context) (string, error) {
+					if cfg.Steps {
+						if _, err := idem.Step(ctx, "charge", func(context.Context) (string, error) {
+							_, err := fmt.Fprintf(logFile, "charge:%s %s\n", key, me)
+							return me, err
+						}); err != nil {
+							return "", err
+						}
+						if tok, _ := idem.FencingToken(ctx); tok == 1 {
+							time.Sleep(time.Duration(5+rand.IntN(20)) * time.Millisecond)
+							return "", errFirstAttempt
+						}
+					}
 					// One write(2) per line: O_APPEND keeps lines whole.
 					if _, err := fmt.Fprintf(logFile, "%s %s\n", key, me); err != nil {
 						return "", err
@@ -225,9 +266,12 @@ func processChild(cfg ProcessConfig) int {
 					return me, nil
 				})
 				mu.Lock()
-				if err != nil {
+				switch {
+				case errors.Is(err, errFirstAttempt), cfg.Duplicate != nil && (errors.Is(err, idem.ErrInProgress) || errors.Is(err, idem.ErrDuplicate)):
+					fmt.Fprintf(out, "I %s -\n", key) // no result, as the policy allows
+				case err != nil:
 					fmt.Fprintf(out, "E %s %v\n", key, strings.ReplaceAll(err.Error(), "\n", " "))
-				} else {
+				default:
 					fmt.Fprintf(out, "R %s %s\n", key, v)
 				}
 				mu.Unlock()

@@ -82,6 +82,23 @@ func RunRotationProcesses(t *testing.T, cfg ProcessConfig) {
 	RunProcesses(t, cfg)
 }
 
+// RunRotationOrders is RunProcesses with three secrets (A, B, C) during a
+// rotation, every order of them at once: six children, child i
+// configured WithSecret with the i-th permutation of (A, B, C), with
+// cfg.Options, cfg.Duplicate and cfg.Steps too. Each key must run once
+// (and, with Steps, charge once), and every caller that gets a result get
+// that run's.
+func RunRotationOrders(t *testing.T, cfg ProcessConfig) {
+	t.Helper()
+	proc, _ := strconv.Atoi(os.Getenv(procEnv)) // 0 in the test process, which only checks
+	secrets := [][]byte{secretOld, secretNew, secretOlder}
+	perms := [][3]int{{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}}
+	p := perms[proc%len(perms)]
+	cfg.Processes = len(perms)
+	cfg.Options = append(append([]idem.Option(nil), cfg.Options...), idem.WithSecret(secrets[p[0]], secrets[p[1]], secrets[p[2]]))
+	RunProcesses(t, cfg)
+}
+
 // rotation is the state of one RunRotation.
 type rotation struct {
 	newStore func(t *testing.T) idem.Store
