@@ -196,6 +196,10 @@ func WithNamespace(tenant, scope string) Option {
 	return func(c *config) { c.tenant, c.scope = tenant, scope }
 }
 
+// MinSecretLen is the shortest secret WithSecret accepts: 16 bytes, 128
+// bits of HMAC key.
+const MinSecretLen = 16
+
 // WithSecret derives storage keys and payload hashes with HMAC-SHA256 under
 // active, so nobody without it can guess a storage key from a caller key.
 // New records are keyed with active. previous are secrets being rotated
@@ -219,12 +223,16 @@ func WithNamespace(tenant, scope string) Option {
 //  3. Once the TTL has passed since step 2 finished: WithSecret(new).
 //
 // Every secret any process uses as its active one must be known to every
-// other process sharing the store, as steps 1 and 2 ensure. An empty
-// secret, or a previous one equal to another secret given, is an error.
+// other process sharing the store, as steps 1 and 2 ensure. A secret
+// (active or previous) shorter than MinSecretLen bytes, or a previous one
+// equal to another secret given, is an error.
 func WithSecret(active []byte, previous ...[]byte) Option {
 	return func(c *config) {
-		if len(active) == 0 {
+		switch {
+		case len(active) == 0:
 			c.invalid("WithSecret", "secret is empty")
+		case len(active) < MinSecretLen:
+			c.invalid("WithSecret", "secret is %d bytes, want at least %d (an HMAC key under 128 bits is guessable)", len(active), MinSecretLen)
 		}
 		c.secret = append([]byte(nil), active...)
 		c.previous = nil
@@ -232,6 +240,9 @@ func WithSecret(active []byte, previous ...[]byte) Option {
 			switch {
 			case len(p) == 0:
 				c.invalid("WithSecret", "previous secret %d is empty", i+1)
+				continue
+			case len(p) < MinSecretLen:
+				c.invalid("WithSecret", "previous secret %d is %d bytes, want at least %d (an HMAC key under 128 bits is guessable)", i+1, len(p), MinSecretLen)
 				continue
 			case string(p) == string(active):
 				c.invalid("WithSecret", "previous secret %d is the active secret", i+1)
