@@ -64,7 +64,7 @@ func (s *Store) checkLifetime(ctx context.Context, op string, life time.Duration
 	if err != nil || maxAge == 0 {
 		return err
 	}
-	if total := life + s.retention; total > maxAge {
+	if total := storekit.AddDuration(life, s.retention); total > maxAge {
 		return &MaxAgeError{Op: op, Lifetime: total, MaxAge: maxAge}
 	}
 	return nil
