@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -70,7 +72,9 @@ var (
 // New returns a Store on kv (a jetstream.KeyValue, from CreateBucket or
 // js.KeyValue). It checks its options and does no I/O. Unless
 // WithoutCleanup is given, it starts the Store's clean-up in the
-// background (see the package doc); Close stops it.
+// background (see the package doc); Close stops it. A Store dropped
+// without Close stops its clean-up once it is garbage collected, but call
+// Close when you are done with a Store.
 func New(kv KeyValue, opts ...Option) (*Store, error) {
 	c := config{Options: storekit.Options{Store: "natsstore", Now: time.Now, Retention: DefaultRetention, Cleanup: DefaultCleanup}}
 	// CreateBucket and js.KeyValue hand back a nil interface with their
@@ -96,7 +100,17 @@ func New(kv KeyValue, opts ...Option) (*Store, error) {
 		s.pub.Store(newPublisher(b.js, b.stream, b.stream.CachedInfo()))
 	}
 	if !c.NoCleanup {
-		s.cleaner = storekit.StartCleaner("natsstore", c.Cleanup, s.background)
+		// The cleaner holds the Store weakly between passes, so that a Store
+		// dropped without Close is collected, and its collection stops the
+		// cleaner, as in the other stores.
+		w := weak.Make(s)
+		s.cleaner = storekit.StartCleaner("natsstore", c.Cleanup, func(ctx context.Context) error {
+			if s := w.Value(); s != nil {
+				return s.background(ctx)
+			}
+			return nil
+		})
+		runtime.AddCleanup(s, func(c *storekit.Cleaner) { go c.Close() }, s.cleaner)
 	}
 	return s, nil
 }
