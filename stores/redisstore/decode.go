@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // The record encoding: one string value per key, a fixed-width ASCII
@@ -95,7 +96,7 @@ func digits(s string) (int64, bool) {
 // encode returns the value of r in the record encoding. The stores' scripts
 // write records themselves; encode serves tests and tools.
 func encode(r *idem.Record) (string, error) {
-	if err := r.Validate(); err != nil {
+	if err := storekit.CheckRecord(r); err != nil {
 		return "", err
 	}
 	var flags byte
@@ -181,7 +182,7 @@ func decode(key, v string, pexpire int64) (*idem.Record, error) {
 	if h.flags&flagError != 0 {
 		r.Error = &idem.RecordedFailure{Message: parts[4], Type: parts[5]}
 	}
-	if err := r.Validate(); err != nil {
+	if err := storekit.CheckRecord(r); err != nil {
 		return nil, &idem.CorruptRecordError{Key: key, Err: err}
 	}
 	return r, nil
