@@ -185,6 +185,12 @@ func decode(key, v string, pexpire int64) (*idem.Record, error) {
 	if err := storekit.CheckRecord(r); err != nil {
 		return nil, &idem.CorruptRecordError{Key: key, Err: err}
 	}
+	if r.Attempt >= maxNum {
+		// The largest attempt the field holds: no claim can follow it (as
+		// storekit.CheckRecord says of math.MaxInt64), and check() in
+		// lua/common.lua refuses it too.
+		return nil, corrupt("attempt %d is the largest: no claim can follow it", r.Attempt)
+	}
 	return r, nil
 }
 

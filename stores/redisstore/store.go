@@ -1025,7 +1025,7 @@ func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
 	if err := checked("get", key, storekit.ValidateKey(key)); err != nil {
 		return nil, err
 	}
-	v, _, err := s.run(ctx, "get", scriptGet, key, false, s.Channel(key))
+	v, _, err := s.run(ctx, "get", scriptGet, key, false, s.Channel(key), key)
 	if err != nil {
 		return nil, err
 	}
