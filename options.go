@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 )
 
@@ -158,15 +159,24 @@ func OnFailure(p FailurePolicy) Option {
 	}
 }
 
+// MaxThreshold is the longest takeover threshold (WithTakeoverAfter) and
+// heartbeat interval (WithHeartbeat) a Guard accepts, about 73 years: a
+// claim's lease is twice the threshold, and sums of them must not wrap.
+const MaxThreshold = time.Duration(math.MaxInt64 / 4)
+
 // WithHeartbeat sets how often the owner of a claim refreshes it while fn
 // runs. It must be at most half the takeover threshold, so that one failed
 // heartbeat can be followed by another before the claim goes stale; by
 // default it is 5s, or a third of the threshold if that is shorter. A call
-// that returns within one interval sends no heartbeat.
+// that returns within one interval sends no heartbeat. It must be positive
+// and at most MaxThreshold.
 func WithHeartbeat(d time.Duration) Option {
 	return func(c *config) {
-		if d <= 0 {
+		switch {
+		case d <= 0:
 			c.invalid("WithHeartbeat", "interval must be positive, got %v", d)
+		case d > MaxThreshold:
+			c.invalid("WithHeartbeat", "interval must be at most %v (and half the takeover threshold), got %v", MaxThreshold, d)
 		}
 		c.heartbeat = d
 	}
@@ -178,13 +188,17 @@ func WithHeartbeat(d time.Duration) Option {
 // stored threshold, so a Guard with a shorter one never takes over a live
 // claim of a Guard with a longer one. Default 30s; at least
 // 1ms, since records keep times in milliseconds (a shorter threshold would
-// count as zero and make every live claim stale at once). With
+// count as zero and make every live claim stale at once), at most
+// MaxThreshold. With
 // stores that use the caller's clock, hosts may disagree by up to this
 // threshold minus the heartbeat interval before a live claim looks stale.
 func WithTakeoverAfter(d time.Duration) Option {
 	return func(c *config) {
-		if d < time.Millisecond {
+		switch {
+		case d < time.Millisecond:
 			c.invalid("WithTakeoverAfter", "threshold must be at least 1ms (records keep times in milliseconds), got %v", d)
+		case d > MaxThreshold:
+			c.invalid("WithTakeoverAfter", "threshold must be at most %v (a claim's lease is twice it), got %v", MaxThreshold, d)
 		}
 		c.takeoverAfter = d
 	}
