@@ -24,9 +24,13 @@ func storableType[T any](codec Codec, errs []error) []error {
 	if bad == nil {
 		return errs
 	}
+	where := path + " is " + bad.String()
+	if path == typeName(t) {
+		where = "the type itself" // a chan, func or complex result
+	}
 	return append(errs, &OptionError{
 		Option: "New",
-		Reason: "result type " + typeName(t) + " cannot be encoded by the JSON codec: " + path + " is " + bad.String() +
+		Reason: "result type " + typeName(t) + " cannot be encoded by the JSON codec: " + where +
 			" (exclude the field with json:\"-\", give the type a MarshalJSON method, or use WithCodec)",
 	})
 }
