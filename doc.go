@@ -100,6 +100,12 @@
 // first (valid UTF-8 without NUL bytes, at most 4 KiB, with its type); if
 // the store refuses it anyway, it is stored with a 256-byte message.
 //
+// With the default JSON codec, a replay gets what JSON carries: a
+// struct's unexported fields (and fields tagged json:"-") come back empty,
+// whatever the first caller got. New refuses a result type JSON can never
+// encode (a channel, a function or a complex number where JSON would reach
+// it), with an error naming the path to it.
+//
 // If the completion cannot be written, it is retried with backoff for as
 // long as the claim can still be ours (the takeover threshold). If it still
 // fails, the record is read back before answering, since a write may have

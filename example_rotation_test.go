@@ -16,7 +16,7 @@ func ExampleWithSecret() {
 		panic(err)
 	}
 	ctx := context.Background()
-	oldSecret, newSecret := []byte("old secret"), []byte("new secret")
+	oldSecret, newSecret := []byte("old secret, 32 bytes of random"), []byte("new secret, 32 bytes of random")
 
 	before, _ := idem.New[string](store, idem.WithSecret(oldSecret))
 	v, _ := before.Do(ctx, "order-42", func(context.Context) (string, error) { return "charged once", nil })

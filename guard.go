@@ -143,6 +143,7 @@ func New[T any](store Store, opts ...Option) (*Guard[T], error) {
 	if g.errType == nil {
 		g.errType = func(err error) string { return fmt.Sprintf("%T", err) }
 	}
+	c.errs = storableType[T](c.codec, c.errs)
 	if v, ok := store.(interface{ Validate() error }); ok {
 		if err := v.Validate(); err != nil {
 			c.errs = append(c.errs, err)

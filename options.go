@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 )
 
@@ -158,15 +159,24 @@ func OnFailure(p FailurePolicy) Option {
 	}
 }
 
+// MaxThreshold is the longest takeover threshold (WithTakeoverAfter) and
+// heartbeat interval (WithHeartbeat) a Guard accepts, about 73 years: a
+// claim's lease is twice the threshold, and sums of them must not wrap.
+const MaxThreshold = time.Duration(math.MaxInt64 / 4)
+
 // WithHeartbeat sets how often the owner of a claim refreshes it while fn
 // runs. It must be at most half the takeover threshold, so that one failed
 // heartbeat can be followed by another before the claim goes stale; by
 // default it is 5s, or a third of the threshold if that is shorter. A call
-// that returns within one interval sends no heartbeat.
+// that returns within one interval sends no heartbeat. It must be positive
+// and at most MaxThreshold.
 func WithHeartbeat(d time.Duration) Option {
 	return func(c *config) {
-		if d <= 0 {
+		switch {
+		case d <= 0:
 			c.invalid("WithHeartbeat", "interval must be positive, got %v", d)
+		case d > MaxThreshold:
+			c.invalid("WithHeartbeat", "interval must be at most %v (and half the takeover threshold), got %v", MaxThreshold, d)
 		}
 		c.heartbeat = d
 	}
@@ -178,13 +188,17 @@ func WithHeartbeat(d time.Duration) Option {
 // stored threshold, so a Guard with a shorter one never takes over a live
 // claim of a Guard with a longer one. Default 30s; at least
 // 1ms, since records keep times in milliseconds (a shorter threshold would
-// count as zero and make every live claim stale at once). With
+// count as zero and make every live claim stale at once), at most
+// MaxThreshold. With
 // stores that use the caller's clock, hosts may disagree by up to this
 // threshold minus the heartbeat interval before a live claim looks stale.
 func WithTakeoverAfter(d time.Duration) Option {
 	return func(c *config) {
-		if d < time.Millisecond {
+		switch {
+		case d < time.Millisecond:
 			c.invalid("WithTakeoverAfter", "threshold must be at least 1ms (records keep times in milliseconds), got %v", d)
+		case d > MaxThreshold:
+			c.invalid("WithTakeoverAfter", "threshold must be at most %v (a claim's lease is twice it), got %v", MaxThreshold, d)
 		}
 		c.takeoverAfter = d
 	}
@@ -195,6 +209,10 @@ func WithTakeoverAfter(d time.Duration) Option {
 func WithNamespace(tenant, scope string) Option {
 	return func(c *config) { c.tenant, c.scope = tenant, scope }
 }
+
+// MinSecretLen is the shortest secret WithSecret accepts: 16 bytes, 128
+// bits of HMAC key.
+const MinSecretLen = 16
 
 // WithSecret derives storage keys and payload hashes with HMAC-SHA256 under
 // active, so nobody without it can guess a storage key from a caller key.
@@ -220,12 +238,16 @@ func WithNamespace(tenant, scope string) Option {
 //  3. Once the TTL has passed since step 2 finished: WithSecret(new).
 //
 // Every secret any process uses as its active one must be known to every
-// other process sharing the store, as steps 1 and 2 ensure. An empty
-// secret, or a previous one equal to another secret given, is an error.
+// other process sharing the store, as steps 1 and 2 ensure. A secret
+// (active or previous) shorter than MinSecretLen bytes, or a previous one
+// equal to another secret given, is an error.
 func WithSecret(active []byte, previous ...[]byte) Option {
 	return func(c *config) {
-		if len(active) == 0 {
+		switch {
+		case len(active) == 0:
 			c.invalid("WithSecret", "secret is empty")
+		case len(active) < MinSecretLen:
+			c.invalid("WithSecret", "secret is %d bytes, want at least %d (an HMAC key under 128 bits is guessable)", len(active), MinSecretLen)
 		}
 		c.secret = append([]byte(nil), active...)
 		c.previous = nil
@@ -233,6 +255,9 @@ func WithSecret(active []byte, previous ...[]byte) Option {
 			switch {
 			case len(p) == 0:
 				c.invalid("WithSecret", "previous secret %d is empty", i+1)
+				continue
+			case len(p) < MinSecretLen:
+				c.invalid("WithSecret", "previous secret %d is %d bytes, want at least %d (an HMAC key under 128 bits is guessable)", i+1, len(p), MinSecretLen)
 				continue
 			case string(p) == string(active):
 				c.invalid("WithSecret", "previous secret %d is the active secret", i+1)

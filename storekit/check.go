@@ -3,6 +3,7 @@ package storekit
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -91,4 +92,22 @@ func Found(cur *idem.Record, now int64) (*idem.Record, error) {
 		return nil, idem.ErrNotFound
 	}
 	return cur, nil
+}
+
+// CheckRecord is the check of a record a store decoded (or is about to
+// encode): idem.Record.Validate's invariants, and an attempt below
+// math.MaxInt64, since a record at the largest attempt could never be
+// claimed again (its next attempt is out of range). A store reports a
+// record that fails it as an *idem.CorruptRecordError, whatever path read
+// it (a claim, Get, a listing), and never takes it over; a store whose
+// backend decides a claim itself (SQL, scripts) refuses to write over such
+// a record by the same rule.
+func CheckRecord(r *idem.Record) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if r.Attempt == math.MaxInt64 {
+		return fmt.Errorf("attempt %d is the largest: no claim can follow it", r.Attempt)
+	}
+	return nil
 }

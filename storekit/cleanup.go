@@ -3,6 +3,8 @@ package storekit
 import (
 	"context"
 	"log/slog"
+	"math"
+	mathrand "math/rand/v2"
 	"sync"
 	"time"
 
@@ -13,11 +15,16 @@ import (
 // batch (one statement, one lock hold) before it lets claims through.
 const DefaultPurgeBatch = 500
 
+// MinCleanup is the shortest clean-up interval SetCleanup accepts: a
+// shorter one would run passes back to back.
+const MinCleanup = time.Millisecond
+
 // SetCleanup is the rule of a store's WithCleanup option: the store cleans
-// up by itself about every d; d must be positive.
+// up by itself about every d; d must be at least MinCleanup. A huge d (up
+// to math.MaxInt64) means rarely: the waits saturate, they never wrap.
 func (o *Options) SetCleanup(d time.Duration) {
-	if d <= 0 {
-		o.Invalid("WithCleanup", "interval must be positive, got %v", d)
+	if d < MinCleanup {
+		o.Invalid("WithCleanup", "interval must be at least %v, got %v", MinCleanup, d)
 		return
 	}
 	o.Cleanup = d
@@ -52,7 +59,7 @@ func StartCleaner(store string, interval time.Duration, pass func(ctx context.Co
 	go func() {
 		defer close(c.done)
 		for {
-			wait := interval/2 + lease.Jitter(interval)
+			wait := CleanupWait(interval)
 			if err := lease.Sleep(ctx, wait); err != nil {
 				return
 			}
@@ -62,6 +69,44 @@ func StartCleaner(store string, interval time.Duration, pass func(ctx context.Co
 		}
 	}()
 	return c
+}
+
+// CleanupWait draws one wait of a cleaner running about every interval,
+// uniformly from [interval/2, interval*3/2), saturated at the largest
+// time.Duration instead of wrapping: a huge interval means a long wait,
+// never a short or negative one. An interval under MinCleanup is taken as
+// MinCleanup.
+func CleanupWait(interval time.Duration) time.Duration {
+	interval = max(interval, MinCleanup)
+	return AddDuration(interval/2, mathrand.N(interval))
+}
+
+// AddDuration returns a+b, saturated at the largest or smallest
+// time.Duration where the sum would wrap. Stores add durations from
+// options (retention, intervals, timeouts) with it.
+func AddDuration(a, b time.Duration) time.Duration {
+	switch {
+	case b > 0 && a > math.MaxInt64-b:
+		return math.MaxInt64
+	case b < 0 && a < math.MinInt64-b:
+		return math.MinInt64
+	}
+	return a + b
+}
+
+// ScaleDuration returns d*f, saturated at the largest or smallest
+// time.Duration where the product is out of range; a NaN f gives 0.
+func ScaleDuration(d time.Duration, f float64) time.Duration {
+	p := float64(d) * f
+	switch {
+	case p != p:
+		return 0
+	case p >= math.MaxInt64:
+		return math.MaxInt64
+	case p <= math.MinInt64:
+		return math.MinInt64
+	}
+	return time.Duration(p)
 }
 
 // Close stops the cleaner and waits for a pass in flight to return. It may
@@ -128,10 +173,10 @@ func (p *Pacer) Rest(ctx context.Context) error {
 		return nil
 	}
 	worked := now.Sub(p.start)
-	if p.Ratio <= 0 || worked < p.Min {
+	if !(p.Ratio > 0) || worked < p.Min { // a NaN Ratio never sleeps either
 		return nil
 	}
-	err := lease.Sleep(ctx, time.Duration(float64(worked)*p.Ratio))
+	err := lease.Sleep(ctx, ScaleDuration(worked, p.Ratio))
 	p.start = time.Now()
 	return err
 }

@@ -30,13 +30,13 @@ type recordJSON struct {
 
 // EncodeRecord encodes r as one versioned JSON document, for stores that
 // keep a record as one blob (the file store; any key-value backend). It
-// refuses a record that idem.Record.Validate rejects. DecodeRecord reads
+// refuses a record that CheckRecord rejects. DecodeRecord reads
 // it back.
 func EncodeRecord(r *idem.Record) ([]byte, error) {
 	if r == nil {
 		return nil, fmt.Errorf("storekit: encode record: nil record")
 	}
-	if err := r.Validate(); err != nil {
+	if err := CheckRecord(r); err != nil {
 		return nil, fmt.Errorf("storekit: encode record: %w", err)
 	}
 	return json.Marshal(recordJSON{
@@ -48,7 +48,7 @@ func EncodeRecord(r *idem.Record) ([]byte, error) {
 }
 
 // DecodeRecord decodes what EncodeRecord wrote. Anything else (truncated,
-// an unknown version, a record that fails idem.Record.Validate) is an
+// an unknown version, a record that fails CheckRecord) is an
 // *idem.CorruptRecordError matching idem.ErrCorruptRecord; it never panics.
 // A store must report such a record, never overwrite it.
 func DecodeRecord(b []byte) (*idem.Record, error) {
@@ -68,7 +68,7 @@ func DecodeRecord(b []byte) (*idem.Record, error) {
 	if len(r.Result) == 0 {
 		r.Result = nil // "result":"" and no result are one state
 	}
-	if err := r.Validate(); err != nil {
+	if err := CheckRecord(r); err != nil {
 		return nil, &idem.CorruptRecordError{Key: j.Key, Err: err}
 	}
 	return r, nil

@@ -161,17 +161,17 @@ func TestRunScenarios(t *testing.T) {
 			{args: append([]string{"run", "-tenant", "a", "-key", "k"}, countCmd("z", 0)...), stdout: "a", runs: 3},
 		}},
 		{"secrets separate keys", []step{
-			{env: env{"IDEM_SECRET": "one"}, args: append([]string{"run", "-require-secret", "-key", "k"}, countCmd("1", 0)...), stdout: "1", runs: 1},
-			{env: env{"IDEM_SECRET": "two"}, args: append([]string{"run", "-key", "k"}, countCmd("2", 0)...), stdout: "2", runs: 2},
-			{env: env{"IDEM_SECRET": "one"}, args: append([]string{"run", "-key", "k"}, countCmd("3", 0)...), stdout: "1", runs: 2},
+			{env: env{"IDEM_SECRET": "secret-one-0123456789"}, args: append([]string{"run", "-require-secret", "-key", "k"}, countCmd("1", 0)...), stdout: "1", runs: 1},
+			{env: env{"IDEM_SECRET": "secret-two-0123456789"}, args: append([]string{"run", "-key", "k"}, countCmd("2", 0)...), stdout: "2", runs: 2},
+			{env: env{"IDEM_SECRET": "secret-one-0123456789"}, args: append([]string{"run", "-key", "k"}, countCmd("3", 0)...), stdout: "1", runs: 2},
 			{args: append([]string{"run", "-require-secret", "-key", "k"}, countCmd("4", 0)...), code: exitConfig, stderrHas: "IDEM_SECRET", runs: 2},
 		}},
 		{"a rotated secret finds the old record", []step{
-			{env: env{"IDEM_SECRET": "one"}, args: append([]string{"run", "-key", "k"}, countCmd("1", 0)...), stdout: "1", runs: 1},
-			{env: env{"IDEM_SECRET": "two", "IDEM_PREVIOUS_SECRETS": "one"}, args: append([]string{"run", "-key", "k"}, countCmd("2", 0)...), stdout: "1", runs: 1},
-			{env: env{"IDEM_SECRET": "two", "IDEM_PREVIOUS_SECRETS": "zero,one"}, args: append([]string{"run", "-key", "k"}, countCmd("3", 0)...), stdout: "1", runs: 1},
-			{env: env{"IDEM_PREVIOUS_SECRETS": "one"}, args: append([]string{"run", "-key", "k"}, countCmd("4", 0)...), code: exitConfig, stderrHas: "IDEM_SECRET", runs: 1},
-			{env: env{"IDEM_SECRET": "two", "IDEM_PREVIOUS_SECRETS": "two"}, args: append([]string{"run", "-key", "k"}, countCmd("5", 0)...), code: exitUsage, stderrHas: "is the active secret", runs: 1},
+			{env: env{"IDEM_SECRET": "secret-one-0123456789"}, args: append([]string{"run", "-key", "k"}, countCmd("1", 0)...), stdout: "1", runs: 1},
+			{env: env{"IDEM_SECRET": "secret-two-0123456789", "IDEM_PREVIOUS_SECRETS": "secret-one-0123456789"}, args: append([]string{"run", "-key", "k"}, countCmd("2", 0)...), stdout: "1", runs: 1},
+			{env: env{"IDEM_SECRET": "secret-two-0123456789", "IDEM_PREVIOUS_SECRETS": "secret-zero-0123456789,secret-one-0123456789"}, args: append([]string{"run", "-key", "k"}, countCmd("3", 0)...), stdout: "1", runs: 1},
+			{env: env{"IDEM_PREVIOUS_SECRETS": "secret-one-0123456789"}, args: append([]string{"run", "-key", "k"}, countCmd("4", 0)...), code: exitConfig, stderrHas: "IDEM_SECRET", runs: 1},
+			{env: env{"IDEM_SECRET": "secret-two-0123456789", "IDEM_PREVIOUS_SECRETS": "secret-two-0123456789"}, args: append([]string{"run", "-key", "k"}, countCmd("5", 0)...), code: exitUsage, stderrHas: "is the active secret", runs: 1},
 		}},
 		{"command not found is never recorded", []step{
 			{args: []string{"run", "-on-failure", "lock", "-key", "k", "--", "idem-no-such-command"}, code: exitNotFound, stderrHas: "idem-no-such-command", runs: 0},
@@ -199,8 +199,8 @@ func TestRunScenarios(t *testing.T) {
 			{args: []string{"run", "-timeout", "100ms", "-kill-grace", "200ms", "-key", "k", "--", "sh", "-c", `trap '' TERM; echo run >> "$COUNTER"; sleep 30; echo survived`}, code: 128 + 9, runs: 1},
 		}},
 		{"fencing token and environment", []step{
-			{env: env{"IDEM_SECRET": "s"}, args: []string{"run", "-key", "k", "--", "sh", "-c", `echo run >> "$COUNTER"; echo "$IDEM_FENCING_TOKEN ${IDEM_SECRET:-nosecret} ${#IDEM_STORAGE_KEY}"; exit 1`}, code: 1, stdout: "1 nosecret 69\n", runs: 1},
-			{env: env{"IDEM_SECRET": "s"}, args: []string{"run", "-key", "k", "--", "sh", "-c", `echo run >> "$COUNTER"; echo "$IDEM_FENCING_TOKEN"`}, stdout: "2\n", runs: 2},
+			{env: env{"IDEM_SECRET": "secret-s-0123456789"}, args: []string{"run", "-key", "k", "--", "sh", "-c", `echo run >> "$COUNTER"; echo "$IDEM_FENCING_TOKEN ${IDEM_SECRET:-nosecret} ${#IDEM_STORAGE_KEY}"; exit 1`}, code: 1, stdout: "1 nosecret 69\n", runs: 1},
+			{env: env{"IDEM_SECRET": "secret-s-0123456789"}, args: []string{"run", "-key", "k", "--", "sh", "-c", `echo run >> "$COUNTER"; echo "$IDEM_FENCING_TOKEN"`}, stdout: "2\n", runs: 2},
 		}},
 		{"unlock", []step{
 			{args: []string{"unlock", "-key", "k"}, code: exitNoRecord, runs: 0},

@@ -7,6 +7,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // decode turns an item into a record. Anything missing, wrongly typed or
@@ -86,7 +87,7 @@ func decodeItem(key string, item map[string]types.AttributeValue) (*idem.Record,
 	case hasType:
 		return nil, fmt.Errorf("attribute %s without %s", attrErrType, attrErrMessage)
 	}
-	if err := r.Validate(); err != nil {
+	if err := storekit.CheckRecord(r); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -153,9 +154,13 @@ var (
 	exprReclaim = "SET #st = :ip, #ph = :ph, #n = :n, " +
 		"#a = if_not_exists(#a, :zero) + :one, #sa = :now, #hb = :now, " +
 		"#ea = :exp, #ttl = :ttl, #v = :v, #tm = :tm, #sta = :sta REMOVE #res, #em, #et, #ca"
-	exprReclaimCond = "attribute_not_exists(#pk) OR #ea <= :now OR " +
+	// An item whose attempt is the largest int64, or whose takeover_ms is
+	// negative, is refused: it is corrupt (storekit.CheckRecord), and the
+	// claim reports it instead of writing over it.
+	exprReclaimCond = "attribute_not_exists(#pk) OR (#ea <= :now AND (attribute_not_exists(#a) OR NOT attribute_type(#a, :N) OR #a < :maxa)) OR " +
 		"(#st = :ip AND #sta <= :now AND #ph = :ph AND #n <> :n AND #ea <= :exp AND #v = :v AND " +
-		"attribute_type(#n, :S) AND attribute_type(#a, :N) AND attribute_type(#sa, :N))"
+		"attribute_type(#n, :S) AND attribute_type(#a, :N) AND attribute_type(#sa, :N) AND #a < :maxa AND " +
+		"(attribute_not_exists(#tm) OR #tm >= :zero))"
 
 	// Complete: one update expression for each combination of result and
 	// stored error; every one uses all of completeNames.
@@ -181,6 +186,7 @@ var (
 	inProgressValue     = statusValue(idem.StatusInProgress)
 	versionValue        = attrN(encodingVersion)
 	zeroValue, oneValue = attrN(0), attrN(1)
+	maxAttemptValue     = attrN(math.MaxInt64)
 	typeSValue          = attrS("S")
 	typeNValue          = attrS("N")
 )
@@ -397,7 +403,7 @@ func (st *Store) claimExisting(ctx context.Context, key map[string]types.Attribu
 				":exp": attrN(exp), ":ttl": attrN(st.ttlAt(exp)), ":v": versionValue,
 				":tm":  attrN(req.TakeoverAfter.Milliseconds()),
 				":sta": attrN(now + req.TakeoverAfter.Milliseconds()),
-				":S":   typeSValue, ":N": typeNValue,
+				":S":   typeSValue, ":N": typeNValue, ":maxa": maxAttemptValue,
 			},
 			ReturnValues:                        types.ReturnValueAllOld,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,

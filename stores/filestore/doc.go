@@ -130,7 +130,8 @@
 // that reading says it has expired past the retention. A claim, heartbeat or completion racing
 // the clean-up on the same key therefore never loses to it (the
 // modification time is only a hint: a file whose time was changed by hand
-// is judged by its record). A claim waits for the clean-up at most the
+// is judged by its record; a listing, Records, reads every record file and
+// never skips one by its time). A claim waits for the clean-up at most the
 // removal of one file under its stripe's lock. Empty leaf directories are
 // kept, so file counts and directory sizes return to their baseline (at
 // most 4,352 directories, each the size its share of the peak made it)

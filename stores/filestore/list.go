@@ -14,11 +14,13 @@ import (
 var _ idem.Lister = (*Store)(nil)
 
 // Records implements idem.Lister. It walks the whole directory, one leaf
-// at a time (a leaf holds about 1/4,096 of the records): a file whose
-// modification time (its record's expiry) has passed is skipped by lstat
-// alone, every other one is read without a lock (a record file is replaced
-// by rename, never written in place, so a read sees a whole record). A
-// file removed between the directory read and its own read is skipped.
+// at a time (a leaf holds about 1/4,096 of the records), and reads every
+// record file without a lock (a record file is replaced by rename, never
+// written in place, so a read sees a whole record). A record is judged by
+// its content, as Do judges it, never by the file's modification time: a
+// file restored from a backup or copied without its times is listed if
+// its record is live, and reported if it is corrupt. A file removed
+// between the directory read and its own read is skipped.
 func (s *Store) Records(ctx context.Context) iter.Seq2[*idem.Record, error] {
 	return func(yield func(*idem.Record, error) bool) {
 		tops, err := os.ReadDir(s.dir)
@@ -66,10 +68,6 @@ func (s *Store) listLeaf(ctx context.Context, leaf string, yield func(*idem.Reco
 		name := e.Name()
 		if !e.Type().IsRegular() || ValidateKey(name) != nil || s.leafOf(name) != leaf {
 			continue
-		}
-		fi, err := e.Info()
-		if err != nil || fi.ModTime().UnixMilli() <= s.nowMs() {
-			continue // gone since ReadDir, or expired by its modification time
 		}
 		r, err := s.read(name)
 		if err != nil {

@@ -78,8 +78,8 @@ const DefaultCleanup = time.Minute
 
 // WithCleanup makes the store remove expired records by itself about every
 // d (each wait drawn from [d/2, 3d/2)) until Close; the default is
-// DefaultCleanup. d must be positive. It overrides an earlier
-// WithoutCleanup.
+// DefaultCleanup. d must be at least a millisecond; a huge d means
+// rarely. It overrides an earlier WithoutCleanup.
 func WithCleanup(every time.Duration) Option {
 	return func(c *config) { c.SetCleanup(every) }
 }

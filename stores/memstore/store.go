@@ -159,8 +159,9 @@ const DefaultCleanup = time.Second
 // WithCleanup sets how often the store removes expired records by itself
 // until Close: about once per interval every (each wait drawn from
 // [every/2, 3*every/2)); the default is DefaultCleanup. A pass costs next
-// to nothing when nothing has expired. every must be positive. It
-// overrides an earlier WithoutCleanup.
+// to nothing when nothing has expired. every must be at least a
+// millisecond; a huge every means rarely. It overrides an earlier
+// WithoutCleanup.
 func WithCleanup(every time.Duration) Option {
 	return func(c *config) { c.SetCleanup(every) }
 }

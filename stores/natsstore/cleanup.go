@@ -48,13 +48,40 @@ func (s *Store) bucketMaxAge(ctx context.Context) (time.Duration, error) {
 	if s.ageKnown.Load() {
 		return time.Duration(s.maxAge.Load()), nil
 	}
-	st, err := s.kv.Status(ctx)
+	st, err := s.status(ctx, "status")
 	if err != nil {
-		return 0, &idem.StoreError{Op: "status", Err: err}
+		return 0, err
 	}
 	s.setMaxAge(st.TTL())
 	s.learnStream(st)
 	return st.TTL(), nil
+}
+
+// status reads the bucket's status for op, and refuses a bucket that
+// keeps more than one revision per key (see checkHistory).
+func (s *Store) status(ctx context.Context, op string) (jetstream.KeyValueStatus, error) {
+	st, err := s.kv.Status(ctx)
+	if err != nil {
+		return nil, &idem.StoreError{Op: op, Err: err}
+	}
+	if err := checkHistory(st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// checkHistory refuses a bucket whose history is over 1: its stream holds
+// a key's older revisions beside the last, and a pass or a listing that
+// reads the stream would take an old revision (a completed key's earlier
+// claim) for a record. The error matches idem.ErrInvalidOption.
+func checkHistory(st jetstream.KeyValueStatus) error {
+	if st == nil {
+		return nil
+	}
+	if h := st.History(); h > 1 {
+		return &idem.OptionError{Option: "natsstore.New", Reason: fmt.Sprintf("bucket %q keeps a history of %d revisions per key; a Store needs history 1 (natsstore.CreateBucket makes such a bucket)", st.Bucket(), h)}
+	}
+	return nil
 }
 
 // checkLifetime refuses a write whose record lives life past it (plus the
@@ -64,7 +91,7 @@ func (s *Store) checkLifetime(ctx context.Context, op string, life time.Duration
 	if err != nil || maxAge == 0 {
 		return err
 	}
-	if total := life + s.retention; total > maxAge {
+	if total := storekit.AddDuration(life, s.retention); total > maxAge {
 		return &MaxAgeError{Op: op, Lifetime: total, MaxAge: maxAge}
 	}
 	return nil
@@ -77,9 +104,9 @@ func (s *Store) checkLifetime(ctx context.Context, op string, life time.Duration
 // cannot, the pass removes records with KV purges, which leave markers,
 // and says so once.
 func (s *Store) passStream(ctx context.Context) (stream jetstream.Stream, info *jetstream.StreamInfo, deletes bool, err error) {
-	st, err := s.kv.Status(ctx)
+	st, err := s.status(ctx, "status")
 	if err != nil {
-		return nil, nil, false, &idem.StoreError{Op: "status", Err: err}
+		return nil, nil, false, err
 	}
 	s.learnStream(st)
 	info = streamInfo(st)
@@ -462,9 +489,9 @@ func (s *Store) background(ctx context.Context) error {
 
 // backgroundPass is background, with what it removed and whether it ran.
 func (s *Store) backgroundPass(ctx context.Context) (int, error) {
-	st, err := s.kv.Status(ctx)
+	st, err := s.status(ctx, "status")
 	if err != nil {
-		return 0, &idem.StoreError{Op: "status", Err: err}
+		return 0, err
 	}
 	s.setMaxAge(st.TTL())
 	s.learnStream(st)

@@ -148,6 +148,10 @@
 // stream that allows message deletes and WithJetStream (without
 // WithJetStream passes read every record; on a stream that denies
 // deletes, markers stay, one per removed key), or a max age as above.
+// New refuses a bucket with a longer history (an error matching
+// idem.ErrInvalidOption), and so does every later status read (a pass, a
+// listing): the stream would hold a key's older revisions beside its
+// record.
 //
 // # Wake-ups
 //

@@ -64,9 +64,9 @@ func (s *Store) Records(ctx context.Context) iter.Seq2[*idem.Record, error] {
 // listScanner returns a scanner of the bucket: a pull consumer on its
 // stream when the Store can reach the stream, a KV watch otherwise.
 func (s *Store) listScanner(ctx context.Context) (scanner, error) {
-	st, err := s.kv.Status(ctx)
+	st, err := s.status(ctx, "list")
 	if err != nil {
-		return nil, &idem.StoreError{Op: "list", Err: err}
+		return nil, err
 	}
 	s.learnStream(st)
 	info := streamInfo(st)

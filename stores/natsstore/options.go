@@ -47,7 +47,7 @@ const DefaultCleanup = 5 * time.Minute
 // [every/2, every*3/2)). A pass runs only when the bucket has no max age:
 // on a bucket with one the server removes entries itself. Processes that
 // share a bucket take turns through a lease entry in it (see the package
-// doc). every must be positive.
+// doc). every must be at least a millisecond; a huge every means rarely.
 func WithCleanup(every time.Duration) Option {
 	return func(c *config) {
 		c.SetCleanup(every)

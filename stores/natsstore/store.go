@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -68,9 +70,15 @@ var (
 )
 
 // New returns a Store on kv (a jetstream.KeyValue, from CreateBucket or
-// js.KeyValue). It checks its options and does no I/O. Unless
+// js.KeyValue). It checks its options and, for a bucket not made by
+// CreateBucket, reads the bucket's status once: a bucket that keeps more
+// than one revision per key (history over 1) is refused with an error
+// matching idem.ErrInvalidOption (if the status cannot be read then, the
+// Store refuses the bucket at its first write, pass or listing). Unless
 // WithoutCleanup is given, it starts the Store's clean-up in the
-// background (see the package doc); Close stops it.
+// background (see the package doc); Close stops it. A Store dropped
+// without Close stops its clean-up once it is garbage collected, but call
+// Close when you are done with a Store.
 func New(kv KeyValue, opts ...Option) (*Store, error) {
 	c := config{Options: storekit.Options{Store: "natsstore", Now: time.Now, Retention: DefaultRetention, Cleanup: DefaultCleanup}}
 	// CreateBucket and js.KeyValue hand back a nil interface with their
@@ -88,6 +96,11 @@ func New(kv KeyValue, opts ...Option) (*Store, error) {
 	if err := c.Err(); err != nil {
 		return nil, err
 	}
+	if _, made := kv.(*bucket); !made {
+		if err := readHistory(kv); err != nil {
+			return nil, err
+		}
+	}
 	s := &Store{kv: kv, now: c.Now, retention: c.Retention, revs: make(map[string]entry),
 		js: c.js, every: c.Cleanup, id: lease.Token()}
 	if b, ok := kv.(*bucket); ok {
@@ -96,9 +109,37 @@ func New(kv KeyValue, opts ...Option) (*Store, error) {
 		s.pub.Store(newPublisher(b.js, b.stream, b.stream.CachedInfo()))
 	}
 	if !c.NoCleanup {
-		s.cleaner = storekit.StartCleaner("natsstore", c.Cleanup, s.background)
+		// The cleaner holds the Store weakly between passes, so that a Store
+		// dropped without Close is collected, and its collection stops the
+		// cleaner, as in the other stores.
+		w := weak.Make(s)
+		s.cleaner = storekit.StartCleaner("natsstore", c.Cleanup, func(ctx context.Context) error {
+			if s := w.Value(); s != nil {
+				return s.background(ctx)
+			}
+			return nil
+		})
+		runtime.AddCleanup(s, func(c *storekit.Cleaner) { go c.Close() }, s.cleaner)
 	}
 	return s, nil
+}
+
+// newStatusTimeout bounds New's read of a bucket's status.
+const newStatusTimeout = 5 * time.Second
+
+// readHistory is New's check of a bucket not made by CreateBucket: one
+// status read, and a bucket with a history over 1 is refused (see
+// checkHistory). A status that cannot be read now is not an error here:
+// the Store reads it again before its first write, pass or listing, and
+// refuses the bucket then.
+func readHistory(kv KeyValue) error {
+	ctx, cancel := context.WithTimeout(context.Background(), newStatusTimeout)
+	defer cancel()
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil
+	}
+	return checkHistory(st)
 }
 
 // Close stops the Store's clean-up and waits for a pass in flight to

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // The record encoding: one string value per key, a fixed-width ASCII
@@ -95,7 +96,7 @@ func digits(s string) (int64, bool) {
 // encode returns the value of r in the record encoding. The stores' scripts
 // write records themselves; encode serves tests and tools.
 func encode(r *idem.Record) (string, error) {
-	if err := r.Validate(); err != nil {
+	if err := storekit.CheckRecord(r); err != nil {
 		return "", err
 	}
 	var flags byte
@@ -181,8 +182,14 @@ func decode(key, v string, pexpire int64) (*idem.Record, error) {
 	if h.flags&flagError != 0 {
 		r.Error = &idem.RecordedFailure{Message: parts[4], Type: parts[5]}
 	}
-	if err := r.Validate(); err != nil {
+	if err := storekit.CheckRecord(r); err != nil {
 		return nil, &idem.CorruptRecordError{Key: key, Err: err}
+	}
+	if r.Attempt >= maxNum {
+		// The largest attempt the field holds: no claim can follow it (as
+		// storekit.CheckRecord says of math.MaxInt64), and check() in
+		// lua/common.lua refuses it too.
+		return nil, corrupt("attempt %d is the largest: no claim can follow it", r.Attempt)
 	}
 	return r, nil
 }

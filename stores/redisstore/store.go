@@ -799,7 +799,7 @@ func (s *Store) acked(ctx context.Context, req idem.ClaimRequest, acked int64, a
 	if ackErr == nil {
 		ackErr = &ReplicaAckError{Op: "claim", Key: req.Key, Want: s.ackN, Got: acked}
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ackTimeout+time.Second)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storekit.AddDuration(s.ackTimeout, time.Second))
 	defer cancel()
 	if rerr := s.Release(rctx, req.Key, req.Nonce); rerr != nil && !errors.Is(rerr, idem.ErrLostOwnership) {
 		return errors.Join(ackErr, rerr)
@@ -822,7 +822,7 @@ type nx struct {
 // type) is left to the claim script, which reports it.
 func (s *Store) setNX(ctx context.Context, key string, value []byte, lease time.Duration) (nx, error) {
 	rk := s.Key(key)
-	args := redis.SetArgs{Mode: "NX", Get: true, TTL: lease + s.retention}
+	args := redis.SetArgs{Mode: "NX", Get: true, TTL: storekit.AddDuration(lease, s.retention)}
 	var (
 		set *redis.StatusCmd
 		w   *redis.Cmd
@@ -1025,7 +1025,7 @@ func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
 	if err := checked("get", key, storekit.ValidateKey(key)); err != nil {
 		return nil, err
 	}
-	v, _, err := s.run(ctx, "get", scriptGet, key, false, s.Channel(key))
+	v, _, err := s.run(ctx, "get", scriptGet, key, false, s.Channel(key), key)
 	if err != nil {
 		return nil, err
 	}

@@ -33,7 +33,7 @@ const postgresPurgeBatch = 100
 // WithCleanup makes the store remove the rows expired past retention by
 // itself about every d (each wait drawn from [d/2, 3d/2)) until Close; the
 // default is DefaultCleanup. Of the processes sharing a table, one cleans
-// at a time. d must be positive. It overrides an earlier WithoutCleanup.
+// at a time. d must be at least a millisecond; a huge d means rarely. It overrides an earlier WithoutCleanup.
 func WithCleanup(every time.Duration) Option {
 	return func(c *config) { c.SetCleanup(every) }
 }

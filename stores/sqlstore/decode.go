@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // encodingVersion is the record_version this package writes and reads.
@@ -57,7 +58,7 @@ func (r *rawRecord) record(key string) (*idem.Record, error) {
 	if r.errMessage.Valid {
 		rec.Error = &idem.RecordedFailure{Message: r.errMessage.String, Type: r.errType.String}
 	}
-	if err := rec.Validate(); err != nil {
+	if err := storekit.CheckRecord(rec); err != nil {
 		return nil, corrupt(err)
 	}
 	return rec, nil

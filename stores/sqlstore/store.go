@@ -43,7 +43,11 @@ type Store struct {
 var _ idem.Store = (*Store)(nil)
 
 // New returns a store over db. It does no I/O: Migrate creates the table,
-// and statements are prepared on first use. Unless WithoutCleanup is
+// and statements are prepared on first use. A dialect that is not the one
+// of db's driver (pgx or lib/pq: Postgres; go-sql-driver/mysql: MySQL;
+// modernc.org/sqlite, mattn/go-sqlite3 or ncruces/go-sqlite3: SQLite) is
+// an invalid argument, and so is, at Migrate, one that is not the
+// database's (as its version() tells). Unless WithoutCleanup is
 // given, it starts the store's clean-up goroutine (see Lifecycle in the
 // package documentation), whose first pass comes after about one
 // interval; Close stops it. A nil db, an unknown dialect
@@ -56,6 +60,10 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 	}
 	if dialect != Postgres && dialect != MySQL && dialect != SQLite {
 		cfg.Invalid("New", "unknown dialect %d", int(dialect))
+	} else if db != nil {
+		if d, pkg, ok := driverDialect(db); ok && d != dialect {
+			cfg.Invalid("New", "%s", dialectMismatch(dialect, d, "driver "+pkg))
+		}
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -99,10 +107,15 @@ func (s *Store) Dialect() Dialect { return s.dialect }
 // to run at every start; run it from one process at a time (concurrent
 // CREATE TABLE IF NOT EXISTS can fail on PostgreSQL). It creates no
 // schema: a table in a schema that does not exist is an error matching
-// ErrNoSchema.
+// ErrNoSchema. It first asks the database what it is (version()), and a
+// store whose dialect is not the database's is an *idem.OptionError
+// naming the dialect to use.
 func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.Validate(); err != nil {
 		return err
+	}
+	if d, version, ok := serverDialect(ctx, s.db); ok && d != s.dialect {
+		return &idem.OptionError{Option: "sqlstore.Migrate", Reason: dialectMismatch(s.dialect, d, "version() says "+version)}
 	}
 	if s.dialect == SQLite {
 		if err := s.migrateSQLite(ctx); err != nil {

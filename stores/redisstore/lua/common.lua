@@ -79,7 +79,7 @@ local function check(v, key)
     return nil, 'relative times on a record that is not a fresh claim'
   end
   local res, err = bit.band(f, 1) ~= 0, bit.band(f, 2) ~= 0
-  if nl == 0 or kl == 0 or num(v, 57, 69) < 1
+  if nl == 0 or kl == 0 or num(v, 57, 69) < 1 or num(v, 57, 69) >= 9999999999999
     or (not res and rl > 0) or (not err and (ml > 0 or tl > 0))
     or (not err and string.byte(v, 3) == 70) then
     return nil, 'inconsistent record fields'
