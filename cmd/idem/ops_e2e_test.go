@@ -181,9 +181,9 @@ func TestBinaryStepsEpoch(t *testing.T) {
 // record under a previous secret of a rotation too.
 func TestBinaryUnlockForceRotation(t *testing.T) {
 	ctx := context.Background()
-	spec, sk, st := invoiceRecord(t, "order-9", idem.WithSecret([]byte("old")))
-	e := env{"IDEM_SECRET": "new", "IDEM_PREVIOUS_SECRETS": "old"}
-	g, err := idem.New[invoice](st.Store, idem.WithSecret([]byte("new")))
+	spec, sk, st := invoiceRecord(t, "order-9", idem.WithSecret([]byte("old-secret-0123456789")))
+	e := env{"IDEM_SECRET": "new-secret-0123456789", "IDEM_PREVIOUS_SECRETS": "old-secret-0123456789"}
+	g, err := idem.New[invoice](st.Store, idem.WithSecret([]byte("new-secret-0123456789")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func TestBinaryInspectStorageKey(t *testing.T) {
 // TestBinaryInspectSecretHint: a record keyed with a secret is not found
 // without IDEM_SECRET, and the message then says a secret may be missing.
 func TestBinaryInspectSecretHint(t *testing.T) {
-	spec, sk, _ := invoiceRecord(t, "order-8", idem.WithSecret([]byte("s3cret")))
+	spec, sk, _ := invoiceRecord(t, "order-8", idem.WithSecret([]byte("s3cret-0123456789abc")))
 	for _, sub := range []string{"inspect", "unlock"} {
 		iv := runBin(t, env{"IDEM_SECRET": ""}, sub, "-store", spec, "-key", "order-8")
 		if iv.code != exitNoRecord || !strings.Contains(iv.stderr, "no live record") || !strings.Contains(iv.stderr, "IDEM_SECRET is not set") {
@@ -319,7 +319,7 @@ func TestBinaryInspectSecretHint(t *testing.T) {
 	if iv.code != exitNoRecord || strings.Contains(iv.stderr, "IDEM_SECRET is not set") {
 		t.Errorf("inspect with another IDEM_SECRET: %v", iv)
 	}
-	inspectProgram(t, env{"IDEM_SECRET": "s3cret"}, sk, "inspect", "-store", spec, "-key", "order-8")
+	inspectProgram(t, env{"IDEM_SECRET": "s3cret-0123456789abc"}, sk, "inspect", "-store", spec, "-key", "order-8")
 }
 
 // TestBinaryHelpNamesStores: idem -h and the -store help of every
