@@ -159,7 +159,9 @@ func (c *claim) stopHeartbeat() (lost bool) {
 	defer c.mu.Unlock()
 	if !c.stopped {
 		c.stopped = true
-		c.lost = c.hb.Stop()
+		// Halt, not Stop: a heartbeat whose reply is slow must not hold the
+		// outcome's write back until the claim may be taken over.
+		c.lost = c.hb.Halt()
 	}
 	return c.lost
 }

@@ -32,7 +32,7 @@ import (
 // outcome is recorded; a finished step never runs again; a Do that
 // returns a value returns the recorded one.
 
-var guardHistories = flag.Int("lin.guard", 6, "random Guard histories per store in TestGuardLinearizable")
+var guardHistories = flag.Int("lin.guard", 3, "random Guard histories per store in TestGuardLinearizable")
 
 // Guard history event kinds.
 const (
@@ -194,7 +194,7 @@ func guardHistory(t testing.TB, s idem.Store, seed uint64, prefix string) []porc
 	rnd := &lockedRand{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	const (
 		clients   = 4
-		calls     = 8
+		calls     = 6
 		threshold = 400 * time.Millisecond
 	)
 	log := &gLog{began: time.Now()}
@@ -205,7 +205,7 @@ func guardHistory(t testing.TB, s idem.Store, seed uint64, prefix string) []porc
 		if c%2 == 0 {
 			secrets = []idem.Option{idem.WithSecret(linSecretB, linSecretA)}
 		}
-		g, err := idem.New[string](slowReplies{Store: s, rnd: rnd, p: 0.15, hold: threshold * 3 / 2},
+		g, err := idem.New[string](slowReplies{Store: s, rnd: rnd, p: 0.06, hold: threshold * 3 / 2},
 			append(secrets, idem.WithTakeoverAfter(threshold), idem.WithHeartbeat(threshold/4), idem.OnDuplicate(idem.Wait))...)
 		if err != nil {
 			t.Fatal(err)

@@ -187,6 +187,26 @@ func (r *Refresher) Stop() (lost bool) {
 	return r.lost
 }
 
+// Halt stops the refreshing as Stop does, but does not wait for a refresh
+// in flight: it reports whether the lease was found lost so far. Work that
+// has ended and must now write its outcome uses it, so that a refresh
+// whose reply is slow does not hold the write back past the lease's end
+// (when another holder could take over). A refresh still in flight is
+// ignored when it returns: it cancels nothing, and a store refuses it
+// once the lease was released or completed.
+func (r *Refresher) Halt() (lost bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	if r.next != nil {
+		r.next.Stop()
+	}
+	if r.lapse != nil {
+		r.lapse.Stop()
+	}
+	return r.lost
+}
+
 func (r *Refresher) lapsed() {
 	r.mu.Lock()
 	if r.stopped {
@@ -224,8 +244,11 @@ func (r *Refresher) refresh() {
 		if cause := r.h.Lost(err); cause != nil {
 			r.mu.Lock()
 			r.lost = true
+			stopped := r.stopped
 			r.mu.Unlock()
-			r.cancel(cause)
+			if !stopped {
+				r.cancel(cause)
+			}
 			return
 		}
 		r.mu.Lock()

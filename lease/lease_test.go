@@ -315,3 +315,38 @@ func TestStopUnstarted(t *testing.T) {
 		t.Fatal("a Refresher never started reports its lease lost")
 	}
 }
+
+// TestHaltDoesNotWait: Halt returns at once while a refresh hangs, and the
+// refresh, when it returns refused, cancels nothing.
+func TestHaltDoesNotWait(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	inRefresh, unblock := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r := start(ctx, cancel, time.Now(), time.Hour, testConfig{
+		Interval: time.Millisecond,
+		Refresh: func(context.Context) (time.Duration, error) {
+			once.Do(func() { close(inRefresh) })
+			<-unblock
+			return 0, errors.New("refused")
+		},
+		Lost:    func(err error) error { return err },
+		OnLapse: func(time.Duration, error) error { return errors.New("lapsed") },
+	})
+	<-inRefresh
+	done := make(chan bool)
+	go func() { done <- r.Halt() }()
+	select {
+	case lost := <-done:
+		if lost {
+			t.Error("Halt reported a loss no refresh had found")
+		}
+	case <-time.After(wait):
+		t.Fatal("Halt waited for the refresh in flight")
+	}
+	close(unblock)
+	time.Sleep(20 * time.Millisecond)
+	if ctx.Err() != nil {
+		t.Errorf("a refresh that returned after Halt cancelled the work: %v", context.Cause(ctx))
+	}
+}
