@@ -29,6 +29,22 @@
 //
 //	go test -run TestLinearizable/redis -lin.histories=500 -lin.seed=42 .
 //
+// TestGuardLinearizable runs random histories of Guards, not Store calls,
+// on the same stores: four clients configured with either order of two
+// secrets (a rotation's second deploy), whose stores hold back about one
+// claim, get and heartbeat reply in sixteen for one and a half takeover
+// thresholds (the request applied, its reply late), call five keys with
+// an fn that runs a step and then fails (a release), panics, runs past
+// the threshold or returns. Every fn and step run is logged (started,
+// ended with its value or failed, cut off by the Guard), and porcupine
+// checks the log against the promise: a run starts only while no run of
+// its key holds it and no outcome is recorded, a finished step never runs
+// again, and a Do returns the recorded value. The previous core failed it
+// on memstore and filestore (a step run again after a release under the
+// other order of secrets), and it found that a heartbeat reply slower than
+// the threshold held an owner's completion back until its claim was taken
+// over. Flag: -lin.guard=N histories per store (default 3).
+//
 // TestPurgeConformance runs storetest's clean-up checks (storetest.RunPurge)
 // on the same stores with retention 0, and on PostgreSQL and MySQL with 2s.
 //

@@ -227,9 +227,6 @@ func guardHistory(t testing.TB, s idem.Store, seed uint64, prefix string) []porc
 					})
 				}()
 				cancel()
-				if testing.Verbose() {
-					fmt.Printf("%v c%d %s mode %d: %q %v\n", time.Since(log.began).Round(time.Millisecond), c, key, mode, v, err)
-				}
 				if err == nil {
 					log.add(gInput{Key: key, Kind: evDo, Client: c, Value: v})
 				}
