@@ -286,3 +286,73 @@ func TestStepTxCommitReplyLost(t *testing.T) {
 		assert.Equal(t, 1, sideRows(t, d, side, "u"))
 	})
 }
+
+// TestStepTxRotationRelease: under WithSecret(A, B) a call runs StepTx
+// "order" and then ends without an outcome (an error, a panic, a
+// cancelled context), so its claim is released; the retry runs on a Guard
+// configured WithSecret(B, A). The order is replayed: one row, fn run
+// once, and the call's fencing token goes up.
+func TestStepTxRotationRelease(t *testing.T) {
+	secretA, secretB := []byte("steptx-rotation-secret-a"), []byte("steptx-rotation-secret-b")
+	for _, d := range append(dialects, sqlstore.SQLite) {
+		t.Run(d.String(), func(t *testing.T) { stepTxRotationRelease(t, d, secretA, secretB) })
+	}
+}
+
+func stepTxRotationRelease(t *testing.T, d sqlstore.Dialect, secretA, secretB []byte) {
+	{
+		e := newEnv(t, d)
+		side := sideTable(t, d)
+		for _, end := range []string{"error", "panic", "cancel"} {
+			t.Run(end, func(t *testing.T) {
+				gAB := newGuard[int](t, e.store, idem.WithSecret(secretA, secretB))
+				gBA := newGuard[int](t, e.store, idem.WithSecret(secretB, secretA))
+				key, row := "rot-"+end, "rot-"+end
+				var runs atomic.Int32
+				var tokens []int64
+				order := func(ctx context.Context, tx *sql.Tx) (int, error) {
+					runs.Add(1)
+					return 7, insertSide(ctx, tx, d, side, row)
+				}
+				call := func(ctx context.Context) (int, error) {
+					tok, _ := idem.FencingToken(ctx)
+					tokens = append(tokens, tok)
+					return sqlstore.StepTx(ctx, "order", order)
+				}
+				ctx, cancel := context.WithCancel(ctxT(t))
+				switch end {
+				case "error":
+					_, err := gAB.Do(ctx, key, func(ctx context.Context) (int, error) {
+						if _, err := call(ctx); err != nil {
+							return 0, err
+						}
+						return 0, errors.New("the call fails after its step")
+					})
+					require.Error(t, err)
+				case "panic":
+					func() {
+						defer func() { _ = recover() }()
+						_, _ = gAB.Do(ctx, key, func(ctx context.Context) (int, error) {
+							_, _ = call(ctx)
+							panic("fn panics after its step")
+						})
+					}()
+				case "cancel":
+					_, _ = gAB.Do(ctx, key, func(ctx context.Context) (int, error) {
+						_, _ = call(ctx)
+						cancel()
+						return 0, ctx.Err()
+					})
+				}
+				cancel()
+				v, err := gBA.Do(ctxT(t), key, call)
+				require.NoError(t, err)
+				assert.Equal(t, 7, v)
+				assert.EqualValues(t, 1, runs.Load(), "the order's fn ran once")
+				assert.Equal(t, 1, sideRows(t, d, side, row), "one order row")
+				require.Len(t, tokens, 2)
+				assert.Greater(t, tokens[1], tokens[0], "the fencing token goes up")
+			})
+		}
+	}
+}
