@@ -434,3 +434,39 @@ func stopOutsideLock(t *testing.T, c *child, lockPath string) {
 	}
 	t.Fatal("could not stop the child outside its lock")
 }
+
+// TestRotationOrders: six processes sharing one directory, each configured
+// with another order of three secrets (every order of a rotation at once),
+// x 4 goroutines with a Guard each, call the same 30 keys with a 2s
+// threshold, under Return, Raise and Wait, plain and with a step whose
+// call fails its first attempt (released, then retried by a process with
+// another order): each key runs once, charges once, and every caller
+// that gets a result gets that run's.
+func TestRotationOrders(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	for _, dup := range []idem.DuplicatePolicy{idem.Return, idem.Raise, idem.Wait} {
+		for _, steps := range []bool{false, true} {
+			name := dup.String()
+			if steps {
+				name += "/steps"
+			}
+			t.Run(name, func(t *testing.T) {
+				var dir string
+				storetest.RunRotationOrders(t, storetest.ProcessConfig{
+					Goroutines: 4,
+					Keys:       30,
+					Duplicate:  &dup,
+					Steps:      steps,
+					Options:    []idem.Option{idem.WithTakeoverAfter(2 * time.Second)},
+					NewStore: func(ns string) (idem.Store, error) {
+						dir = filepath.Join(os.TempDir(), "idem-filestore-"+ns)
+						return filestore.New(dir)
+					},
+				})
+				_ = os.RemoveAll(dir)
+			})
+		}
+	}
+}
