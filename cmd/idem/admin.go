@@ -119,25 +119,7 @@ func (c *cli) inspectCmd(ctx context.Context, args []string) int {
 	if code, done := c.parseNoArgs(fs, args); done {
 		return code
 	}
-	var (
-		st   *openedStore
-		sk   string
-		rec  *idem.Record
-		code int
-	)
-	if *storageKey == "" && k.key == "" {
-		c.errorf("-key or -storage-key is required")
-		return exitUsage
-	}
-	if *storageKey != "" {
-		if k.key != "" {
-			c.errorf("give -key or -storage-key, not both")
-			return exitUsage
-		}
-		st, sk, rec, code = c.lookupStorageKey(ctx, k.store, *storageKey)
-	} else {
-		st, sk, rec, code = c.lookup(ctx, &k)
-	}
+	st, sk, rec, code := c.lookupEither(ctx, &k, *storageKey)
 	if code != 0 {
 		return code
 	}
@@ -227,25 +209,7 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) int {
 	if code, done := c.parseNoArgs(fs, args); done {
 		return code
 	}
-	var (
-		st   *openedStore
-		sk   string
-		rec  *idem.Record
-		code int
-	)
-	if *storageKey == "" && k.key == "" {
-		c.errorf("-key or -storage-key is required")
-		return exitUsage
-	}
-	if *storageKey != "" {
-		if k.key != "" {
-			c.errorf("give -key or -storage-key, not both")
-			return exitUsage
-		}
-		st, sk, rec, code = c.lookupStorageKey(ctx, k.store, *storageKey)
-	} else {
-		st, sk, rec, code = c.lookup(ctx, &k)
-	}
+	st, sk, rec, code := c.lookupEither(ctx, &k, *storageKey)
 	if code != 0 {
 		return code
 	}
@@ -457,4 +421,20 @@ func parseJSONArg(s string) (any, error) {
 		return nil, errors.New("more than one value")
 	}
 	return v, nil
+}
+
+// lookupEither finds the record that -key (k) or -storage-key
+// (storageKey) names: exactly one of them must be given.
+func (c *cli) lookupEither(ctx context.Context, k *keyFlags, storageKey string) (*openedStore, string, *idem.Record, int) {
+	switch {
+	case storageKey == "" && k.key == "":
+		c.errorf("-key or -storage-key is required")
+		return nil, "", nil, exitUsage
+	case storageKey != "" && k.key != "":
+		c.errorf("give -key or -storage-key, not both")
+		return nil, "", nil, exitUsage
+	case storageKey != "":
+		return c.lookupStorageKey(ctx, k.store, storageKey)
+	}
+	return c.lookup(ctx, k)
 }

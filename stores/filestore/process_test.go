@@ -446,27 +446,14 @@ func TestRotationOrders(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	for _, dup := range []idem.DuplicatePolicy{idem.Return, idem.Raise, idem.Wait} {
-		for _, steps := range []bool{false, true} {
-			name := dup.String()
-			if steps {
-				name += "/steps"
-			}
-			t.Run(name, func(t *testing.T) {
-				var dir string
-				storetest.RunRotationOrders(t, storetest.ProcessConfig{
-					Goroutines: 4,
-					Keys:       30,
-					Duplicate:  &dup,
-					Steps:      steps,
-					Options:    []idem.Option{idem.WithTakeoverAfter(2 * time.Second)},
-					NewStore: func(ns string) (idem.Store, error) {
-						dir = filepath.Join(os.TempDir(), "idem-filestore-"+ns)
-						return filestore.New(dir)
-					},
-				})
-				_ = os.RemoveAll(dir)
-			})
-		}
-	}
+	storetest.RunRotationOrders(t, storetest.ProcessConfig{
+		Goroutines: 4,
+		Keys:       30,
+		Options:    []idem.Option{idem.WithTakeoverAfter(2 * time.Second)},
+		NewStore: func(ns string) (idem.Store, error) {
+			dir := filepath.Join(os.TempDir(), "idem-filestore-"+ns)
+			t.Cleanup(func() { _ = os.RemoveAll(dir) })
+			return filestore.New(dir)
+		},
+	})
 }

@@ -55,34 +55,23 @@ func TestRotationOrders(t *testing.T) {
 		t.Skip("spawns processes")
 	}
 	d := sqlstore.Postgres
-	for _, dup := range []idem.DuplicatePolicy{idem.Return, idem.Raise, idem.Wait} {
-		for _, steps := range []bool{false, true} {
-			name := dup.String()
-			if steps {
-				name += "/steps"
+	storetest.RunRotationOrders(t, storetest.ProcessConfig{
+		Namespace:  "idem_rot_" + randHex(6),
+		Goroutines: 4,
+		Keys:       30,
+		Options:    []idem.Option{idem.WithTakeoverAfter(2 * time.Second)},
+		NewStore: func(table string) (idem.Store, error) {
+			// Six processes share the server's connections: a pool of
+			// four each.
+			db := openDB(t, d, dsn(t, d), nil)
+			db.SetMaxOpenConns(4)
+			t.Cleanup(func() { _ = db.Close() })
+			s, err := sqlstore.New(db, d, sqlstore.WithTable(table))
+			if err != nil {
+				return nil, err
 			}
-			t.Run(name, func(t *testing.T) {
-				table := "idem_rot_" + randHex(6)
-				t.Cleanup(func() { dropTable(t, d, table) })
-				storetest.RunRotationOrders(t, storetest.ProcessConfig{
-					Namespace:  table,
-					Goroutines: 4,
-					Keys:       30,
-					Duplicate:  &dup,
-					Steps:      steps,
-					Options:    []idem.Option{idem.WithTakeoverAfter(2 * time.Second)},
-					NewStore: func(table string) (idem.Store, error) {
-						// Six processes share the server's connections.
-						db := sharedDB(t, d)
-						db.SetMaxOpenConns(4)
-						s, err := sqlstore.New(db, d, sqlstore.WithTable(table))
-						if err != nil {
-							return nil, err
-						}
-						return s, s.Migrate(context.Background())
-					},
-				})
-			})
-		}
-	}
+			t.Cleanup(func() { dropTable(t, d, table) })
+			return s, s.Migrate(context.Background())
+		},
+	})
 }

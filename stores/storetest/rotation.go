@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -85,10 +86,36 @@ func RunRotationProcesses(t *testing.T, cfg ProcessConfig) {
 // RunRotationOrders is RunProcesses with three secrets (A, B, C) during a
 // rotation, every order of them at once: six children, child i
 // configured WithSecret with the i-th permutation of (A, B, C), with
-// cfg.Options, cfg.Duplicate and cfg.Steps too. Each key must run once
-// (and, with Steps, charge once), and every caller that gets a result get
-// that run's.
+// cfg.Options too. It runs, as subtests, each duplicate policy (Return,
+// Raise, Wait), plain and with ProcessConfig.Steps (a step, then a first
+// attempt that fails and is retried by a process with another order),
+// each under cfg.Namespace (default: a fresh one) with the subtest's name
+// appended ("_return_steps"). Each key must run once (and charge once),
+// and every caller that gets a result get that run's. cfg.Duplicate and
+// cfg.Steps are ignored.
 func RunRotationOrders(t *testing.T, cfg ProcessConfig) {
+	t.Helper()
+	if cfg.Namespace == "" {
+		cfg.Namespace = "rot" + strconv.FormatUint(rand.Uint64(), 36)
+	}
+	for _, dup := range []idem.DuplicatePolicy{idem.Return, idem.Raise, idem.Wait} {
+		for _, steps := range []bool{false, true} {
+			name := dup.String()
+			if steps {
+				name += "/steps"
+			}
+			t.Run(name, func(t *testing.T) {
+				c := cfg
+				c.Duplicate, c.Steps = &dup, steps
+				c.Namespace = cfg.Namespace + "_" + strings.ReplaceAll(name, "/", "_")
+				rotationOrders(t, c)
+			})
+		}
+	}
+}
+
+// rotationOrders is one configuration of RunRotationOrders.
+func rotationOrders(t *testing.T, cfg ProcessConfig) {
 	t.Helper()
 	proc, _ := strconv.Atoi(os.Getenv(procEnv)) // 0 in the test process, which only checks
 	secrets := [][]byte{secretOld, secretNew, secretOlder}
