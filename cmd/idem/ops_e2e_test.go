@@ -315,7 +315,7 @@ func TestBinaryInspectSecretHint(t *testing.T) {
 			t.Errorf("%s of a keyed record without IDEM_SECRET: %v; want exit %d and a word on IDEM_SECRET", sub, iv, exitNoRecord)
 		}
 	}
-	iv := runBin(t, env{"IDEM_SECRET": "other"}, "inspect", "-store", spec, "-key", "order-8")
+	iv := runBin(t, env{"IDEM_SECRET": "another-secret-0123456789"}, "inspect", "-store", spec, "-key", "order-8")
 	if iv.code != exitNoRecord || strings.Contains(iv.stderr, "IDEM_SECRET is not set") {
 		t.Errorf("inspect with another IDEM_SECRET: %v", iv)
 	}

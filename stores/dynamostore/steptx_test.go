@@ -144,7 +144,7 @@ func TestStepTxStolenClaim(t *testing.T) {
 				return "", err
 			}
 			var err error
-			stolen, err = thief.Claim(ctx, idem.ClaimRequest{Key: stepKey.Load().(string), Nonce: randHex(16), LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
+			stolen, err = thief.Claim(ctx, idem.ClaimRequest{Key: stepKey.Load().(string), Nonce: randHex(16), PayloadHash: idem.StepPayload, LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
 			if err != nil {
 				t.Error(err)
 			}

@@ -134,6 +134,7 @@ func TestStepTxStolenClaim(t *testing.T) {
 				age(t, e, key, 2*time.Hour)
 				r := claimReq(key)
 				r.TakeoverAfter = time.Hour
+				r.PayloadHash = idem.StepPayload // a step's claim
 				var err error
 				stolen, err = other.Claim(ctx, r)
 				require.NoError(t, err)
