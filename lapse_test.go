@@ -199,3 +199,36 @@ func TestSameProcessAfterLapse(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// lateClaims is a store whose every claim reply comes back after the
+// takeover threshold (the claim applied).
+type lateClaims struct {
+	idem.Store
+	late time.Duration
+}
+
+func (s lateClaims) Claim(ctx context.Context, r idem.ClaimRequest) (idem.ClaimResult, error) {
+	res, err := s.Store.Claim(ctx, r)
+	time.Sleep(s.late)
+	return res, err
+}
+
+// TestClaimsLapseBeforeFn: a caller whose every claim reply comes after
+// the threshold never starts fn; after three such claims it gets a
+// *StoreError matching ErrLostOwnership.
+func TestClaimsLapseBeforeFn(t *testing.T) {
+	const takeover = 100 * time.Millisecond
+	g, err := idem.New[int](lateClaims{newMem(t), 3 * takeover / 2}, idem.WithTakeoverAfter(takeover), idem.WithHeartbeat(takeover/4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	_, err = g.Do(context.Background(), "k", func(context.Context) (int, error) { runs++; return 1, nil })
+	var se *idem.StoreError
+	if !errors.As(err, &se) || !errors.Is(err, idem.ErrLostOwnership) {
+		t.Fatalf("Do = %v; want a *StoreError matching ErrLostOwnership", err)
+	}
+	if runs != 0 {
+		t.Errorf("fn ran %d times under claims that had lapsed", runs)
+	}
+}
