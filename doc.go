@@ -207,8 +207,9 @@
 // token and its steps carry on. Where nothing is live under a previous
 // key, it also reads that key's steps epoch: a call released there (an
 // error under Unlock, a panic, a cancelled context) keeps one (a Guard
-// with previous secrets makes sure of it before it releases a claim under
-// which fn ran), and the retry moves to that key, so a call's steps, its
+// with a secret makes sure of it before it releases a claim under which fn
+// ran: one more write on that path), and the retry moves to that key, so
+// a call's steps, its
 // StepKeys and its rising fencing token belong to the call whatever the
 // order of secrets of the process that retries it. So a fresh call pays
 // two more round trips per previous secret while they are configured.

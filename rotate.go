@@ -22,10 +22,12 @@ import (
 // A call's past stays under the key it was first claimed under: its steps
 // (keyed from that storage key), its fencing tokens (that record's
 // attempts). A crashed owner leaves a live (stale) claim there, which Get
-// sees; a released claim is not live, so before a Guard with previous
-// secrets releases a claim under which fn ran (or one that took over a
-// stale claim), it makes sure the key has a steps epoch (keepHistory), and
-// the epoch, which Get does see, marks the key as the call's home.
+// sees; a released claim is not live, so before a Guard with a secret
+// releases a claim under which fn ran (or one that took over a stale
+// claim), it makes sure the key has a steps epoch (keepHistory), and the
+// epoch, which Get does see, marks the key as the call's home. (Every
+// Guard with a secret does, not only one with previous secrets: a call
+// released before a rotation began may be retried in its second deploy.)
 //
 // What settle does with what it finds under another key k, while it holds
 // its claim c:
@@ -265,17 +267,18 @@ func (e *engine) hasEpoch(ctx context.Context, sk string) (bool, error) {
 	return true, nil
 }
 
-// keepHistory makes sure, before a call's claim is released during a
-// rotation, that the call's past stays findable under its key by every
-// secret's caller: a released record is not live, so Get does not see it,
-// but the call's steps epoch is. A claim with a past (fn began under it, or
-// it took over a stale claim) gets one if it has none yet (one claim,
-// only on this path). Without a previous secret, a release is as it was.
+// keepHistory makes sure, before a call's claim is released by a Guard
+// with a secret (which a rotation may later change), that the call's past
+// stays findable under its key by every secret's caller: a released record
+// is not live, so Get does not see it, but the call's steps epoch is. A
+// claim with a past (fn began under it, or it took over a stale claim)
+// gets one if it has none yet (one claim, only on this path). Without a
+// secret there is no rotation, and a release is as it was.
 func (c *claim) keepHistory(ctx context.Context) error {
 	c.mu.Lock()
 	ran := c.ran
 	c.mu.Unlock()
-	if c.step || len(c.e.prev) == 0 || !(ran || c.took) {
+	if c.step || len(c.e.keys.secret) == 0 || !(ran || c.took) {
 		return nil
 	}
 	if c.call != nil && c.call.hasEpoch() {

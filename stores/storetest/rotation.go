@@ -56,6 +56,7 @@ func RunRotation(t *testing.T, newStore func(t *testing.T) idem.Store) {
 		{"Tie", r.tie},
 		{"RollingDeploy", r.rollingDeploy},
 		{"ReleasedSteps", r.releasedSteps},
+		{"ReleasedBeforeRotation", r.releasedBeforeRotation},
 		{"CrashRacingRetries", r.crashRacingRetries},
 		{"ConcurrentReplays", r.concurrentReplays},
 	} {

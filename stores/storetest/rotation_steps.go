@@ -97,6 +97,45 @@ func (r *rotation) releasedSteps(t *testing.T) {
 	}
 }
 
+// releasedBeforeRotation: a call without steps fails under a Guard with
+// only the old secret (before the rotation began), so its claim is
+// released; the retry runs in the rotation's second deploy, on a Guard
+// configured (new, old). Its fencing token goes on counting: the retry
+// runs under the old key, where the call's attempts are.
+func (r *rotation) releasedBeforeRotation(t *testing.T) {
+	for _, o := range rotOrders {
+		t.Run(o.name, func(t *testing.T) {
+			t.Parallel()
+			s := r.newStore(t)
+			key := r.key(t, "released-before", o.oldFirst)
+			gOld := rotGuard(t, s, rotOpts(idem.WithSecret(secretOld))...)
+			gBA := rotGuard(t, s, rotOpts(idem.WithSecret(secretNew, secretOld))...)
+			var tokens []int64
+			fn := func(fail bool) func(context.Context) (string, error) {
+				return func(ctx context.Context) (string, error) {
+					tok, _ := idem.FencingToken(ctx)
+					tokens = append(tokens, tok)
+					if fail {
+						return "", errStepFails
+					}
+					return "done", nil
+				}
+			}
+			for range 2 {
+				if _, err := gOld.Do(context.Background(), key, fn(true)); !errors.Is(err, errStepFails) {
+					t.Fatalf("an attempt before the rotation: %v, want its error", err)
+				}
+			}
+			if v, err := gBA.Do(context.Background(), key, fn(false)); err != nil || v != "done" {
+				t.Fatalf("the retry under (new, old) = %q, %v", v, err)
+			}
+			if len(tokens) != 3 || tokens[2] <= tokens[1] || tokens[1] <= tokens[0] {
+				t.Errorf("fencing tokens %v, want them to go up", tokens)
+			}
+		})
+	}
+}
+
 // crashRacingRetries: an owner configured (old, new) dies after its
 // charge step; a Guard configured (old, new) and one configured (new, old)
 // retry at once. The charge runs once for every key, and both retries get
