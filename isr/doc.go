@@ -67,7 +67,7 @@
 // closed on a different request_hash), FailRequest, AbandonRequest.
 // Four implementations behave identically: dynamoisr.Table (DynamoDB,
 // TransactWriteItems and conditional writes; dynamoisr.CreateTable makes
-// the table), redisisr.Table (redisisr.NewRedisTable: one hash per item under
+// the table), redisisr.Table (redisisr.NewTable: one hash per item under
 // the cache key's hash tag, one Lua script per operation, each recipe one
 // script), FileTable
 // (NewFileTable: one host, one JSON file per item, flock, temp file +

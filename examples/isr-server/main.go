@@ -178,7 +178,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 	case o.redisAddr != "":
 		client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(o.redisAddr, ",")})
 		defer client.Close()
-		rt, err := redisisr.NewRedisTable(client, redisisr.WithPrefix(o.redisPrefix))
+		rt, err := redisisr.NewTable(client, redisisr.WithPrefix(o.redisPrefix))
 		if err != nil {
 			return err
 		}
@@ -216,7 +216,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 				return err
 			}
 		}
-		dt, err := dynamoisr.NewDynamoTable(client, o.table)
+		dt, err := dynamoisr.NewTable(client, o.table)
 		if err != nil {
 			return err
 		}

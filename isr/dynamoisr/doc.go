@@ -5,7 +5,7 @@
 //	if err != nil {
 //		return err
 //	}
-//	table, err := dynamoisr.NewDynamoTable(dynamodb.NewFromConfig(cfg), "") // FACETHEORY_CACHE_TABLE_NAME
+//	table, err := dynamoisr.NewTable(dynamodb.NewFromConfig(cfg), "") // FACETHEORY_CACHE_TABLE_NAME
 //	if err != nil {
 //		return err
 //	}

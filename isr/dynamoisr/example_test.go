@@ -16,7 +16,7 @@ import (
 // from the AWS SDK (config.LoadDefaultConfig in a real server); nothing
 // here contacts AWS until the handler serves a request.
 func Example() {
-	table, err := dynamoisr.NewDynamoTable(dynamodb.New(dynamodb.Options{Region: "eu-west-1"}), "isr-pages")
+	table, err := dynamoisr.NewTable(dynamodb.New(dynamodb.Options{Region: "eu-west-1"}), "isr-pages")
 	if err != nil {
 		panic(err)
 	}

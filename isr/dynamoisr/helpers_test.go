@@ -11,9 +11,9 @@ import (
 
 func mustDynamoTable(t testing.TB, client dynamoisr.Client, table string) *dynamoisr.Table {
 	t.Helper()
-	tb, err := dynamoisr.NewDynamoTable(client, table)
+	tb, err := dynamoisr.NewTable(client, table)
 	if err != nil {
-		t.Fatalf("NewDynamoTable: %v", err)
+		t.Fatalf("NewTable: %v", err)
 	}
 	return tb
 }

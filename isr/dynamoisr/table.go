@@ -45,19 +45,19 @@ type Table struct {
 
 var _ isr.Table = (*Table)(nil)
 
-// NewDynamoTable returns a Table on table. It does no I/O. An empty
+// NewTable returns a Table on table. It does no I/O. An empty
 // table name means FACETHEORY_CACHE_TABLE_NAME. A nil client and a missing
 // table name are reported, joined, each an *idem.OptionError matching
 // idem.ErrInvalidOption.
-func NewDynamoTable(client Client, table string) (*Table, error) {
+func NewTable(client Client, table string) (*Table, error) {
 	errs := storekit.Options{Store: "dynamoisr"}
 	if client == nil {
-		errs.Invalid("NewDynamoTable", "DynamoDB client is nil")
+		errs.Invalid("NewTable", "DynamoDB client is nil")
 	}
 	if table == "" {
 		name, err := isr.TableNameFromEnv()
 		if err != nil {
-			errs.Invalid("NewDynamoTable", "table name is empty and %s is not set", isr.EnvTableName)
+			errs.Invalid("NewTable", "table name is empty and %s is not set", isr.EnvTableName)
 		}
 		table = name
 	}
@@ -67,10 +67,10 @@ func NewDynamoTable(client Client, table string) (*Table, error) {
 	return &Table{client: client, table: table}, nil
 }
 
-// check refuses a Table that NewDynamoTable did not make.
+// check refuses a Table that NewTable did not make.
 func (t *Table) check() error {
 	if t == nil || t.client == nil || t.table == "" {
-		return &idem.OptionError{Option: "dynamoisr.Table", Reason: "nil or zero Table: use NewDynamoTable"}
+		return &idem.OptionError{Option: "dynamoisr.Table", Reason: "nil or zero Table: use NewTable"}
 	}
 	return nil
 }

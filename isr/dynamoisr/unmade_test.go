@@ -27,8 +27,8 @@ func TestUnmadeValues(t *testing.T) {
 
 func TestNewTableOptions(t *testing.T) {
 	t.Setenv(isr.EnvTableName, "")
-	_, err := dynamoisr.NewDynamoTable(nil, "")
-	storetest.CheckOptionErrors(t, err, "dynamoisr.NewDynamoTable", "dynamoisr.NewDynamoTable")
+	_, err := dynamoisr.NewTable(nil, "")
+	storetest.CheckOptionErrors(t, err, "dynamoisr.NewTable", "dynamoisr.NewTable")
 	if _, err := (&dynamoisr.Table{}).GetMeta(context.Background(), "CACHE#x"); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("use of a zero table: %v", err)
 	}

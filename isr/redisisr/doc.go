@@ -2,7 +2,7 @@
 // own so that isr itself needs no Redis client.
 //
 //	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-//	table, err := redisisr.NewRedisTable(client, redisisr.WithPrefix("site1:"))
+//	table, err := redisisr.NewTable(client, redisisr.WithPrefix("site1:"))
 //	if err != nil {
 //		return err
 //	}

@@ -15,7 +15,7 @@ import (
 func Example() {
 	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	defer client.Close()
-	table, err := redisisr.NewRedisTable(client, redisisr.WithPrefix("site1:"))
+	table, err := redisisr.NewTable(client, redisisr.WithPrefix("site1:"))
 	if err != nil {
 		panic(err)
 	}

@@ -19,11 +19,11 @@ func TestLeaseLapseStopsRender(t *testing.T) {
 	proxy := isrtesting.NewCutProxy(t, testenv.RedisAddr(t))
 	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = viaProxy.Close() })
-	holder, err := redisisr.NewRedisTable(viaProxy, redisisr.WithPrefix(prefix))
+	holder, err := redisisr.NewTable(viaProxy, redisisr.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := redisisr.NewRedisTable(direct, redisisr.WithPrefix(prefix))
+	other, err := redisisr.NewTable(direct, redisisr.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 func TestRedisTableLifecycle(t *testing.T) {
 	client := redisClient(t)
 	prefix := redisPrefix(t, client)
-	tb, err := redisisr.NewRedisTable(client, redisisr.WithPrefix(prefix))
+	tb, err := redisisr.NewTable(client, redisisr.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

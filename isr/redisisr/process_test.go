@@ -13,7 +13,7 @@ import (
 // it.
 func openRedisBackend(t *testing.T, prefix string) *isrtesting.ProcBackend {
 	c := redisClient(t)
-	tb, err := redisisr.NewRedisTable(c, redisisr.WithPrefix(prefix))
+	tb, err := redisisr.NewTable(c, redisisr.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,7 +63,7 @@ var (
 // WithPrefix.
 const DefaultPrefix = "isr:"
 
-// Option configures a Table. NewRedisTable reports every
+// Option configures a Table. NewTable reports every
 // invalid option as an *idem.OptionError matching idem.ErrInvalidOption.
 type Option func(*config)
 
@@ -120,17 +120,17 @@ type Table struct {
 	prefix string
 }
 
-// NewRedisTable returns a Table on client. It does no I/O. A nil
+// NewTable returns a Table on client. It does no I/O. A nil
 // client and every invalid option are reported, joined, each an
 // *idem.OptionError matching idem.ErrInvalidOption.
-func NewRedisTable(client Client, opts ...Option) (*Table, error) {
+func NewTable(client Client, opts ...Option) (*Table, error) {
 	c := config{Options: storekit.Options{Store: "redisisr"}, prefix: DefaultPrefix}
 	if client == nil {
-		c.Invalid("NewRedisTable", "Redis client is nil")
+		c.Invalid("NewTable", "Redis client is nil")
 	}
 	for _, o := range opts {
 		if o == nil {
-			c.Invalid("NewRedisTable", "nil option")
+			c.Invalid("NewTable", "nil option")
 			continue
 		}
 		o(&c)
@@ -141,10 +141,10 @@ func NewRedisTable(client Client, opts ...Option) (*Table, error) {
 	return &Table{client: client, prefix: c.prefix}, nil
 }
 
-// check refuses a Table that NewRedisTable did not make.
+// check refuses a Table that NewTable did not make.
 func (t *Table) check() error {
 	if t == nil || t.client == nil {
-		return &idem.OptionError{Option: "redisisr.Table", Reason: "nil or zero Table: use NewRedisTable"}
+		return &idem.OptionError{Option: "redisisr.Table", Reason: "nil or zero Table: use NewTable"}
 	}
 	return nil
 }

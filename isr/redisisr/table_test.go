@@ -62,7 +62,7 @@ func redisPrefix(t testing.TB, c redis.UniversalClient) string {
 
 func newRedisTable(t testing.TB, c redis.UniversalClient) *redisisr.Table {
 	t.Helper()
-	tb, err := redisisr.NewRedisTable(c, redisisr.WithPrefix(redisPrefix(t, c)))
+	tb, err := redisisr.NewTable(c, redisisr.WithPrefix(redisPrefix(t, c)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,22 +85,22 @@ func TestNewTableOptions(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
 	defer c.Close()
 	for i, f := range []func() (*redisisr.Table, error){
-		func() (*redisisr.Table, error) { return redisisr.NewRedisTable(nil) },
-		func() (*redisisr.Table, error) { return redisisr.NewRedisTable(c, nil) },
-		func() (*redisisr.Table, error) { return redisisr.NewRedisTable(c, redisisr.WithPrefix("a{b}:")) },
+		func() (*redisisr.Table, error) { return redisisr.NewTable(nil) },
+		func() (*redisisr.Table, error) { return redisisr.NewTable(c, nil) },
+		func() (*redisisr.Table, error) { return redisisr.NewTable(c, redisisr.WithPrefix("a{b}:")) },
 	} {
 		tb, err := f()
 		if tb != nil || !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("case %d: %v, %v", i, tb, err)
 		}
 	}
-	tb, err := redisisr.NewRedisTable(nil, redisisr.WithPrefix("{"), nil)
-	storetest.CheckOptionErrors(t, err, "redisisr.NewRedisTable", "redisisr.WithPrefix", "redisisr.NewRedisTable")
+	tb, err := redisisr.NewTable(nil, redisisr.WithPrefix("{"), nil)
+	storetest.CheckOptionErrors(t, err, "redisisr.NewTable", "redisisr.WithPrefix", "redisisr.NewTable")
 	if tb != nil {
 		t.Errorf("got %v, want nil", tb)
 	}
-	tb, err = redisisr.NewRedisTable(c, redisisr.WithPrefix("site1:"))
+	tb, err = redisisr.NewTable(c, redisisr.WithPrefix("site1:"))
 	if err != nil || tb.Key("CACHE#ab", isr.SKMeta) != "site1:{CACHE#ab}:META" {
-		t.Fatalf("NewRedisTable: %v, %v", tb, err)
+		t.Fatalf("NewTable: %v, %v", tb, err)
 	}
 }
