@@ -33,8 +33,19 @@ func TestDroppedStoreStopsCleanup(t *testing.T) {
 	const n = 20
 	_, js := connect(t, testenv.NATSURL(t))
 	kv := newBucket(t, js)
+	// Earlier tests' dropped Stores may still be ending their clean-up:
+	// count from a settled number.
 	runtime.GC()
 	before := cleaners()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		runtime.GC()
+		now := cleaners()
+		if now == before {
+			break
+		}
+		before = now
+	}
 	for range n {
 		_, err := natsstore.New(kv, natsstore.WithCleanup(10*time.Millisecond))
 		require.NoError(t, err)
