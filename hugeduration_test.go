@@ -9,10 +9,10 @@ import (
 )
 
 // TestHugeDurationOptions: a heartbeat interval or takeover threshold past
-// MaxThreshold is an invalid option. (WithHeartbeat(math.MaxInt64) was
-// accepted beside the default 30s threshold: twice the interval wrapped
-// negative and passed the check that it is at most half the threshold,
-// and a claim would never heartbeat.) A huge TTL and local cache age are
+// MaxThreshold is an invalid option. (WithHeartbeat(math.MaxInt64) beside
+// the default 30s threshold is the case to refuse: twice the interval
+// wraps negative, would pass the check that it is at most half the
+// threshold, and a claim would never heartbeat.) A huge TTL and local cache age are
 // accepted.
 func TestHugeDurationOptions(t *testing.T) {
 	s := mustMem()

@@ -273,7 +273,7 @@ func (e *engine) hasEpoch(ctx context.Context, sk string) (bool, error) {
 // is not live, so Get does not see it, but the call's steps epoch is. A
 // claim with a past (fn began under it, or it took over a stale claim)
 // gets one if it has none yet (one claim, only on this path). Without a
-// secret there is no rotation, and a release is as it was.
+// secret there is no rotation, and a release writes nothing else.
 func (c *claim) keepHistory(ctx context.Context) error {
 	c.mu.Lock()
 	ran := c.ran

@@ -39,11 +39,10 @@
 // ended with its value or failed, cut off by the Guard), and porcupine
 // checks the log against the promise: a run starts only while no run of
 // its key holds it and no outcome is recorded, a finished step never runs
-// again, and a Do returns the recorded value. An earlier core failed it
-// on memstore (a finished step run again after a release under the other
-// order of secrets), and it found that a heartbeat reply slower than
-// the threshold held an owner's completion back until its claim was taken
-// over. Flag: -lin.guard=N histories per store (default 3).
+// again, and a Do returns the recorded value. It catches a finished step
+// run again after a release under the other order of secrets, and an
+// owner's completion held back by a heartbeat reply slower than the
+// threshold until its claim is taken over. Flag: -lin.guard=N histories per store (default 3).
 //
 // TestPurgeConformance runs storetest's clean-up checks (storetest.RunPurge)
 // on the same stores with retention 0, and on PostgreSQL and MySQL with 2s.

@@ -13,8 +13,8 @@ import (
 )
 
 // TestCleanupHugeInterval: a clean-up interval of math.MaxInt64 means
-// rarely: no pass runs within a quarter second (the wait used to wrap
-// negative and passes ran back to back), and every wait drawn is long.
+// rarely: no pass runs within a quarter second (a wait that wrapped
+// negative would run passes back to back), and every wait drawn is long.
 func TestCleanupHugeInterval(t *testing.T) {
 	var passes atomic.Int64
 	c := storekit.StartCleaner("test", math.MaxInt64, func(context.Context) error {

@@ -16,8 +16,8 @@ import (
 // TestMalformedItemsAreCorrupt: an item the Go validation calls corrupt
 // is reported as corrupt by a claim, never taken over: a stale claim with
 // a negative takeover_ms, and an expired item or a stale claim whose
-// attempt is the largest int64 (the reclaim's update added one on the
-// server, fn ran, and the item was left with an attempt past int64).
+// attempt is the largest int64 (a reclaim's update would add one on the
+// server, run fn, and leave the item with an attempt past int64).
 func TestMalformedItemsAreCorrupt(t *testing.T) {
 	e := newEnv(t)
 	g, err := idem.New[int](e.store, idem.WithTakeoverAfter(20*time.Millisecond), idem.WithHeartbeat(5*time.Millisecond))

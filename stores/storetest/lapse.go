@@ -19,15 +19,14 @@ var lapseTests = []subtest{
 	{"StepsOutliveTTL", (*suite).stepsOutliveTTL},
 }
 
-// late is a store as one caller sees it over a slow network: the replies
-// of the operations hold picks are held back (the request has reached the
+// late is a store as one caller sees it over a slow network: the claim
+// and heartbeat replies hold picks are held back (the request has reached the
 // store and been applied) until release is called; dead makes every later
 // write fail without reaching the store, as a process that died.
 type late struct {
 	idem.Store
-	hold    func(op string, n int64) bool // op "claim", "get" or "heartbeat"; n counts that op from 1
+	hold    func(op string, n int64) bool // op "claim" or "heartbeat"; n counts that op from 1
 	claims  atomic.Int64
-	gets    atomic.Int64
 	beats   atomic.Int64
 	held    chan struct{} // closed when a reply is first held back
 	once    sync.Once
@@ -55,12 +54,6 @@ func (l *late) Claim(ctx context.Context, r idem.ClaimRequest) (idem.ClaimResult
 	res, err := l.Store.Claim(ctx, r)
 	l.wait("claim", l.claims.Add(1))
 	return res, err
-}
-
-func (l *late) Get(ctx context.Context, key string) (*idem.Record, error) {
-	rec, err := l.Store.Get(ctx, key)
-	l.wait("get", l.gets.Add(1))
-	return rec, err
 }
 
 func (l *late) Heartbeat(ctx context.Context, key, nonce string, lease time.Duration) error {
