@@ -3,7 +3,8 @@ package idem_test
 import (
 	"testing"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/internal/benchkit"
 )
 
@@ -13,9 +14,9 @@ import (
 func BenchmarkDo(b *testing.B) {
 	stores := []struct {
 		name string
-		new  func(b *testing.B) idem.Store
+		new  func(b *testing.B) storekit.Store
 	}{
-		{"memstore", func(b *testing.B) idem.Store { return newMem(b) }},
+		{"memstore", func(b *testing.B) storekit.Store { return newMem(b) }},
 	}
 	for _, s := range stores {
 		b.Run(s.name+"/fresh", func(b *testing.B) { benchkit.Fresh(b, s.new(b)) })

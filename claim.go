@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/lease"
 )
 
@@ -22,13 +24,13 @@ type claim struct {
 	ctx  context.Context // the caller's context
 	bg   context.Context // ctx without its cancellation: writes that must go out
 	sk   string
-	ph   string    // the call's payload hash
-	rec  *Record   // the record as claimed: its nonce and attempt
-	sent time.Time // when the claim was sent (the store's HeartbeatAt is no earlier)
-	took bool      // the claim took over a stale one
-	f    *flight   // the flight it runs for; nil for a step
-	step bool      // a step's claim (not a call's)
-	call *stepCall // a call's steps, once the claim is held; nil for a step
+	ph   string           // the call's payload hash
+	rec  *storekit.Record // the record as claimed: its nonce and attempt
+	sent time.Time        // when the claim was sent (the store's HeartbeatAt is no earlier)
+	took bool             // the claim took over a stale one
+	f    *flight          // the flight it runs for; nil for a step
+	step bool             // a step's claim (not a call's)
+	call *stepCall        // a call's steps, once the claim is held; nil for a step
 
 	start  time.Time               // when the work began
 	fctx   context.Context         // the work's context
@@ -115,9 +117,9 @@ func (c *claim) unheld() error {
 
 // tryClaim sends one Claim for sk. It returns the claim when this caller
 // got it (claimed or took over), or the live record that stands in its way.
-func (e *engine) tryClaim(ctx context.Context, sk, ph string) (c *claim, existing *Record, sent time.Time, err error) {
+func (e *engine) tryClaim(ctx context.Context, sk, ph string) (c *claim, existing *storekit.Record, sent time.Time, err error) {
 	sent = time.Now()
-	res, err := e.store.Claim(ctx, ClaimRequest{
+	res, err := e.store.Claim(ctx, storekit.ClaimRequest{
 		Key: sk, Nonce: lease.Token(), PayloadHash: ph, LeaseTTL: e.lease, TakeoverAfter: e.takeover,
 		Tenant: e.tenant, Scope: e.scope,
 	})
@@ -127,10 +129,10 @@ func (e *engine) tryClaim(ctx context.Context, sk, ph string) (c *claim, existin
 	if res.Record == nil {
 		return nil, nil, sent, &StoreError{Op: "claim", Err: errors.New("store returned no record")}
 	}
-	if res.Outcome == Existing {
+	if res.Outcome == storekit.Existing {
 		return nil, res.Record, sent, nil
 	}
-	c = &claim{e: e, ctx: ctx, bg: context.WithoutCancel(ctx), sk: sk, ph: ph, rec: res.Record, sent: sent, took: res.Outcome == TookOver}
+	c = &claim{e: e, ctx: ctx, bg: context.WithoutCancel(ctx), sk: sk, ph: ph, rec: res.Record, sent: sent, took: res.Outcome == storekit.TookOver}
 	return c, nil, sent, nil
 }
 
@@ -265,7 +267,7 @@ func (c *claim) fail(err error, interrupted bool) error {
 	if c.e.fail == Unlock || gaveUp {
 		return joinErr(ret, c.release())
 	}
-	comp := Completion{Status: StatusFailed, Error: storableError(err.Error(), c.e.errType(err), maxStoredMessage), TTL: c.e.ttl}
+	comp := storekit.Completion{Status: storekit.StatusFailed, Error: storableError(err.Error(), c.e.errType(err), maxStoredMessage), TTL: c.e.ttl}
 	return joinErr(ret, c.complete(comp))
 }
 
@@ -273,12 +275,12 @@ func (c *claim) fail(err error, interrupted bool) error {
 // that cannot be encoded (encode fails or panics) completes the record
 // without a result: the side effect happened, so the key must not run
 // again, and replays get ErrResultUnavailable.
-func (c *claim) success(encode func() ([]byte, error)) Completion {
-	comp := Completion{Status: StatusCompleted, TTL: c.e.ttl}
+func (c *claim) success(encode func() ([]byte, error)) storekit.Completion {
+	comp := storekit.Completion{Status: storekit.StatusCompleted, TTL: c.e.ttl}
 	b, err := safeEncode(encode)
 	if err != nil {
 		c.observe(EventResultUnavailable, err)
-		comp.Error = storableError("result could not be encoded: "+err.Error(), ResultUnavailableType, maxStoredMessage)
+		comp.Error = storableError("result could not be encoded: "+err.Error(), storekit.ResultUnavailableType, maxStoredMessage)
 		return comp
 	}
 	comp.Result = b
@@ -301,7 +303,7 @@ func safeEncode(encode func() ([]byte, error)) (b []byte, err error) {
 // one without a result (see withoutResult), so the key still ends. When
 // retries run out, the outcome is settled before answering (see
 // unsettled). On success the flight's followers are handed the record.
-func (c *claim) complete(comp Completion) error {
+func (c *claim) complete(comp storekit.Completion) error {
 	deadline := time.Now().Add(c.e.takeover)
 	backoff := 10 * time.Millisecond
 	maybeApplied := false // a failed attempt may have reached the store
@@ -322,11 +324,11 @@ func (c *claim) complete(comp Completion) error {
 			// retrying or reading back would not change that.
 			c.observe(EventNotRecorded, err)
 			return err
-		case errors.Is(err, ErrPermanent):
+		case errors.Is(err, storekit.ErrPermanent):
 			// The store refused this value and would refuse it again: store
 			// the smaller outcome instead, once, without waiting.
 			if smaller, ok := withoutResult(comp, err); ok {
-				if comp.Status == StatusCompleted {
+				if comp.Status == storekit.StatusCompleted {
 					c.observe(EventResultUnavailable, err)
 				}
 				comp = smaller
@@ -347,7 +349,7 @@ func (c *claim) complete(comp Completion) error {
 // completed hands the flight's followers the record as comp left it. The
 // claim's own record becomes it: the claim has ended (its heartbeat is
 // stopped, and nothing reads it after its completion but its attempt).
-func (c *claim) completed(comp Completion) {
+func (c *claim) completed(comp storekit.Completion) {
 	if c.f == nil {
 		return
 	}
@@ -367,22 +369,22 @@ func (c *claim) completed(comp Completion) {
 // network: the claim is fenced first (see fence). When the store cannot be
 // read, or the fence cannot be set, nobody can know, and the answer is
 // ErrOutcomeUnknown.
-func (c *claim) unsettled(comp Completion, err error, maybeApplied bool) error {
+func (c *claim) unsettled(comp storekit.Completion, err error, maybeApplied bool) error {
 	gctx, cancel := context.WithTimeout(c.bg, max(c.e.beat, 250*time.Millisecond))
 	cur, gerr := c.e.store.Get(gctx, c.sk)
 	cancel()
 	switch {
-	case gerr == nil && cur.Nonce == c.rec.Nonce && cur.Status != StatusInProgress:
+	case gerr == nil && cur.Nonce == c.rec.Nonce && cur.Status != storekit.StatusInProgress:
 		if c.f != nil {
 			c.f.final = cur
 		}
 		return nil
 	case !maybeApplied || gerr == nil && cur.Nonce != c.rec.Nonce:
 		c.observe(EventNotRecorded, err)
-		return &NotRecordedError{Err: storeErr("complete", err)}
-	case gerr != nil && !errors.Is(gerr, ErrNotFound):
+		return &storekit.NotRecordedError{Err: storeErr("complete", err)}
+	case gerr != nil && !errors.Is(gerr, storekit.ErrNotFound):
 		c.observe(EventNotRecorded, err)
-		return &OutcomeUnknownError{Err: storeErr("complete", err), ReadErr: gerr}
+		return &storekit.OutcomeUnknownError{Err: storeErr("complete", err), ReadErr: gerr}
 	}
 	return c.fence(&comp, err)
 }
@@ -394,7 +396,7 @@ func (c *claim) unsettled(comp Completion, err error, maybeApplied bool) error {
 // is refused, and completes comp under the new nonce. A record that turns
 // out completed under the old nonce (the delayed write landed meanwhile) is
 // the outcome recorded.
-func (c *claim) fence(comp *Completion, err error) error {
+func (c *claim) fence(comp *storekit.Completion, err error) error {
 	deadline := time.Now().Add(c.e.takeover + c.e.beat)
 	backoff := 10 * time.Millisecond
 	var last error = err
@@ -407,14 +409,14 @@ func (c *claim) fence(comp *Completion, err error) error {
 		case n != nil: // the old nonce is fenced off
 			n.f = c.f
 			return n.settleFenced(comp, err)
-		case rec.Nonce == c.rec.Nonce && rec.Status != StatusInProgress:
+		case rec.Nonce == c.rec.Nonce && rec.Status != storekit.StatusInProgress:
 			if c.f != nil {
 				c.f.final = rec
 			}
 			return nil
 		case rec.Nonce != c.rec.Nonce: // another claim holds the key: ours can no longer complete
 			c.observe(EventNotRecorded, err)
-			return &NotRecordedError{Err: storeErr("complete", err)}
+			return &storekit.NotRecordedError{Err: storeErr("complete", err)}
 		}
 		// The claim is stale for certain by the deadline, so the last try
 		// is one that starts at or after it, however long the tries before
@@ -428,7 +430,7 @@ func (c *claim) fence(comp *Completion, err error) error {
 		backoff = min(2*backoff, c.e.pollMax())
 	}
 	c.observe(EventNotRecorded, err)
-	return &OutcomeUnknownError{Err: storeErr("complete", err), ReadErr: fmt.Errorf("fencing off a late completion: %w", last)}
+	return &storekit.OutcomeUnknownError{Err: storeErr("complete", err), ReadErr: fmt.Errorf("fencing off a late completion: %w", last)}
 }
 
 // settleFenced runs under the claim that fenced off an earlier one whose
@@ -437,7 +439,7 @@ func (c *claim) fence(comp *Completion, err error) error {
 // certain, releases the claim and answers ErrNotRecorded, true now that no
 // earlier nonce can complete. A completion here whose fate is unknown is
 // fenced off in turn, without a completion of its own.
-func (c *claim) settleFenced(comp *Completion, err error) error {
+func (c *claim) settleFenced(comp *storekit.Completion, err error) error {
 	if comp != nil {
 		cctx, cancel := context.WithTimeout(c.bg, c.e.takeover)
 		cerr := c.e.store.Complete(cctx, c.sk, c.rec.Nonce, *comp)
@@ -446,26 +448,26 @@ func (c *claim) settleFenced(comp *Completion, err error) error {
 		case cerr == nil:
 			c.completed(*comp)
 			return nil
-		case !errors.Is(cerr, ErrLostOwnership) && !errors.Is(cerr, ErrPermanent) && !unsent(cerr):
+		case !errors.Is(cerr, ErrLostOwnership) && !errors.Is(cerr, storekit.ErrPermanent) && !unsent(cerr):
 			return c.fence(nil, err)
 		}
 	}
 	_ = c.release()
 	c.observe(EventNotRecorded, err)
-	return &NotRecordedError{Err: storeErr("complete", err)}
+	return &storekit.NotRecordedError{Err: storeErr("complete", err)}
 }
 
 // withoutResult returns the completion to store when the store refused c
 // for good (refusal, its error): a success keeps its status without the
 // result, as an unencodable one does; a failure keeps its type with a
 // short message. ok is false when c is already that small.
-func withoutResult(c Completion, refusal error) (Completion, bool) {
-	if c.Status == StatusCompleted && c.Result != nil {
+func withoutResult(c storekit.Completion, refusal error) (storekit.Completion, bool) {
+	if c.Status == storekit.StatusCompleted && c.Result != nil {
 		msg := "result refused by the store: " + refusal.Error()
-		return Completion{Status: StatusCompleted, Error: storableError(msg, ResultUnavailableType, minStoredMessage), TTL: c.TTL}, true
+		return storekit.Completion{Status: storekit.StatusCompleted, Error: storableError(msg, storekit.ResultUnavailableType, minStoredMessage), TTL: c.TTL}, true
 	}
 	if c.Error != nil && len(c.Error.Message) > minStoredMessage {
-		return Completion{Status: c.Status, Error: storableError(c.Error.Message, c.Error.Type, minStoredMessage), TTL: c.TTL}, true
+		return storekit.Completion{Status: c.Status, Error: storableError(c.Error.Message, c.Error.Type, minStoredMessage), TTL: c.TTL}, true
 	}
 	return c, false
 }

@@ -3,14 +3,14 @@ package idem_test
 import (
 	"testing"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // TestClaimOutcomeString: an unknown outcome prints as such, not as
 // "existing" (as it did before).
 func TestClaimOutcomeString(t *testing.T) {
-	for o, want := range map[idem.ClaimOutcome]string{
-		idem.Existing: "existing", idem.Claimed: "claimed", idem.TookOver: "took_over",
+	for o, want := range map[storekit.ClaimOutcome]string{
+		storekit.Existing: "existing", storekit.Claimed: "claimed", storekit.TookOver: "took_over",
 		7: "ClaimOutcome(7)", -1: "ClaimOutcome(-1)",
 	} {
 		if got := o.String(); got != want {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/memstore"
 )
@@ -33,7 +35,7 @@ func storageKey[T any](t *testing.T, g *idem.Guard[T], key string) string {
 }
 
 // record returns the live record of key, or nil.
-func record[T any](t *testing.T, g *idem.Guard[T], key string) *idem.Record {
+func record[T any](t *testing.T, g *idem.Guard[T], key string) *storekit.Record {
 	t.Helper()
 	rec, err := g.Store().Get(context.Background(), storageKey(t, g, key))
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"sync"
 	"time"
+
+	"github.com/idem-go/idem/storekit"
 )
 
 // Guard runs functions at most once per key, with their outcomes kept in a
@@ -27,8 +29,8 @@ type Guard[T any] struct {
 // engine is the part of a Guard that does not depend on its result type:
 // what a claim (of a call or of a step) needs.
 type engine struct {
-	store    Store
-	watcher  Watcher // nil if the store cannot push changes
+	store    storekit.Store
+	watcher  storekit.Watcher // nil if the store cannot push changes
 	keys     keyer
 	prev     []keyer // WithSecret's previous secrets, looked under before fn runs
 	ttl      time.Duration
@@ -48,8 +50,8 @@ type engine struct {
 // this process share: one claim (and the fn it runs), or one wait.
 type flight struct {
 	payloadHash string
-	running     bool    // the flight holds a claim and fn runs; set before decided fires
-	final       *Record // set before done fires: the record that decides for followers, or nil
+	running     bool             // the flight holds a claim and fn runs; set before decided fires
+	final       *storekit.Record // set before done fires: the record that decides for followers, or nil
 	// What followers wait for, guarded by the Guard's mu. A signal makes
 	// its channel only when a follower waits on it, so a flight that has
 	// none (nearly every replay) allocates no channel.
@@ -105,11 +107,11 @@ type signals struct{ decided, waiting, done, lapsed <-chan struct{} }
 // New returns a Guard over store, configured by opts. It fails with an error
 // matching ErrInvalidOption if an option (or the store's own configuration,
 // for stores with a Validate() error method) is invalid.
-func New[T any](store Store, opts ...Option) (*Guard[T], error) {
+func New[T any](store storekit.Store, opts ...Option) (*Guard[T], error) {
 	if isNilStore(store) {
-		return nil, &OptionError{Option: "store", Reason: "store is nil"}
+		return nil, &storekit.OptionError{Option: "store", Reason: "store is nil"}
 	}
-	c := config{ttl: DefaultTTL, takeoverAfter: DefaultTakeoverAfter, codec: JSON}
+	c := config{ttl: DefaultTTL, takeoverAfter: DefaultTakeoverAfter, codec: jsonCodec{}}
 	for _, o := range opts {
 		if o == nil {
 			c.invalid("New", "nil option")
@@ -155,7 +157,7 @@ func New[T any](store Store, opts ...Option) (*Guard[T], error) {
 	for _, p := range c.previous {
 		g.prev = append(g.prev, newKeyer(c.tenant, c.scope, p))
 	}
-	if w, ok := store.(Watcher); ok {
+	if w, ok := store.(storekit.Watcher); ok {
 		g.watcher = w
 	}
 	if c.cacheEntries > 0 {
@@ -212,14 +214,14 @@ func (g *Guard[T]) check(ctx context.Context, method string) error {
 	case g == nil || g.store == nil:
 		return errZeroGuard(method)
 	case ctx == nil:
-		return &OptionError{Option: method, Reason: "context is nil"}
+		return &storekit.OptionError{Option: method, Reason: "context is nil"}
 	}
 	return nil
 }
 
 // errNilFunc is the error of a method given a nil function.
 func errNilFunc(method string) error {
-	return &OptionError{Option: method, Reason: "function is nil"}
+	return &storekit.OptionError{Option: method, Reason: "function is nil"}
 }
 
 // isNilStore reports whether store is nil, or a nil pointer inside the
@@ -228,7 +230,7 @@ func errNilFunc(method string) error {
 // stores included), so no typed check can see the nil pointer: reflection
 // is the one general way, and New calls this once per Guard, never per
 // call.
-func isNilStore(store Store) bool {
+func isNilStore(store storekit.Store) bool {
 	if store == nil {
 		return true
 	}
@@ -237,7 +239,7 @@ func isNilStore(store Store) bool {
 }
 
 func errZeroGuard(method string) error {
-	return &OptionError{Option: method, Reason: "the Guard is nil or zero; make one with New"}
+	return &storekit.OptionError{Option: method, Reason: "the Guard is nil or zero; make one with New"}
 }
 
 // txRunner is RunTx's run.
@@ -295,7 +297,7 @@ func (g *Guard[T]) call(ctx context.Context, key string, opts []CallOption, fn f
 // it); a follower gets the channels of its signals. A flight that ended
 // since the caller looked at the cache filled the cache before it left the
 // map: then the cached record is returned instead.
-func (g *Guard[T]) join(sk, ph string) (f *flight, leader bool, sig signals, cached *Record) {
+func (g *Guard[T]) join(sk, ph string) (f *flight, leader bool, sig signals, cached *storekit.Record) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if f, ok := g.flights[sk]; ok {
@@ -396,16 +398,16 @@ func waitCancelled(ctx context.Context) error {
 
 // decide turns a record that this call did not claim into the call's answer;
 // again is true when a waiting caller should look again.
-func (g *Guard[T]) decide(ctx context.Context, rec *Record, ph string) (v T, err error, again bool) {
+func (g *Guard[T]) decide(ctx context.Context, rec *storekit.Record, ph string) (v T, err error, again bool) {
 	if rec.PayloadHash != ph {
 		g.observe(ctx, Event{Kind: EventPayloadMismatch, StorageKey: rec.Key, Attempt: rec.Attempt})
 		return v, ErrPayloadMismatch, false
 	}
 	if err := rec.Validate(); err != nil { // a store that returned what it could not have stored
-		return v, &CorruptRecordError{Key: rec.Key, Err: err}, false
+		return v, &storekit.CorruptRecordError{Key: rec.Key, Err: err}, false
 	}
 	switch rec.Status {
-	case StatusCompleted:
+	case storekit.StatusCompleted:
 		if g.dup == Raise {
 			g.observe(ctx, Event{Kind: EventHit, StorageKey: rec.Key, Attempt: rec.Attempt})
 			return v, &DuplicateError{StorageKey: rec.Key, Status: rec.Status, Attempt: rec.Attempt}, false
@@ -415,7 +417,7 @@ func (g *Guard[T]) decide(ctx context.Context, rec *Record, ph string) (v T, err
 			g.observe(ctx, Event{Kind: hitOr(err), StorageKey: rec.Key, Attempt: rec.Attempt})
 		}
 		return v, err, false
-	case StatusFailed:
+	case storekit.StatusFailed:
 		g.observe(ctx, Event{Kind: EventPreviousFailure, StorageKey: rec.Key, Attempt: rec.Attempt})
 		se := &RecordedFailure{Message: rec.Error.Message, Type: rec.Error.Type}
 		if g.dup == Raise {
@@ -439,12 +441,12 @@ func hitOr(err error) EventKind {
 }
 
 // decodeResult decodes the result of a completed record with codec.
-func decodeResult[V any](codec Codec, rec *Record) (v V, err error) {
+func decodeResult[V any](codec Codec, rec *storekit.Record) (v V, err error) {
 	if rec.Error != nil {
 		return v, fmt.Errorf("%w: %s", ErrResultUnavailable, rec.Error.Message)
 	}
 	if err := codec.Unmarshal(rec.Result, &v); err != nil {
-		return v, &CorruptRecordError{Key: rec.Key, Err: fmt.Errorf("result does not decode: %w", err)}
+		return v, &storekit.CorruptRecordError{Key: rec.Key, Err: fmt.Errorf("result does not decode: %w", err)}
 	}
 	return v, nil
 }
@@ -452,7 +454,7 @@ func decodeResult[V any](codec Codec, rec *Record) (v V, err error) {
 func (g *Guard[T]) inProgress(ctx context.Context, sk string, attempt int64) error {
 	g.observe(ctx, Event{Kind: EventInProgress, StorageKey: sk, Attempt: attempt})
 	if g.dup == Raise {
-		return &DuplicateError{StorageKey: sk, Status: StatusInProgress, Attempt: attempt}
+		return &DuplicateError{StorageKey: sk, Status: storekit.StatusInProgress, Attempt: attempt}
 	}
 	return ErrInProgress
 }
@@ -510,7 +512,7 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, keys []altKey, f *fl
 			v, err = g.runClaim(c, f, sk, ph, fn, run)
 			return v, err, false
 		}
-		if keys != nil && rec.Status == StatusInProgress {
+		if keys != nil && rec.Status == storekit.StatusInProgress {
 			// During a rotation, the live claim under the active key may
 			// be another caller's settling claim while the call's outcome
 			// is recorded under another secret: that outcome answers.
@@ -571,7 +573,7 @@ func (g *Guard[T]) runClaim(c *claim, f *flight, sk, ph string, fn func(context.
 // (read with its payload hash rph, at sent), the flight f's final record,
 // under the active storage key sk and payload hash ph, and keeps it in the
 // local cache.
-func (g *Guard[T]) answered(rec *Record, sent time.Time, sk, ph, rph string, f *flight) {
+func (g *Guard[T]) answered(rec *storekit.Record, sent time.Time, sk, ph, rph string, f *flight) {
 	if rec.Key != sk {
 		rec = asActive(rec, sk, ph, rph)
 	}
@@ -614,7 +616,7 @@ func (g *Guard[T]) runFn(c *claim, fn func(context.Context) (T, error)) (T, erro
 // cannot be encoded (the codec fails, or the codec or sanitizer panics)
 // completes the record without a result: fn's side effect happened, so the
 // key must not run again, and replays get ErrResultUnavailable.
-func (g *Guard[T]) success(c *claim, v T) Completion {
+func (g *Guard[T]) success(c *claim, v T) storekit.Completion {
 	return c.success(func() ([]byte, error) {
 		if g.sanitize != nil {
 			v = g.sanitize(v)
@@ -631,7 +633,7 @@ func (e *engine) observe(ctx context.Context, ev Event) {
 }
 
 // cached returns the local cache's record for sk, or nil.
-func (g *Guard[T]) cached(sk string) *Record {
+func (g *Guard[T]) cached(sk string) *storekit.Record {
 	if g.cache == nil {
 		return nil
 	}
@@ -660,7 +662,7 @@ func (g *Guard[T]) Policies() Policies {
 // Store returns the store the Guard was made with (nil for a nil or zero
 // Guard), so that a store package's transaction runner can check that the
 // Guard is over one of its stores.
-func (g *Guard[T]) Store() Store {
+func (g *Guard[T]) Store() storekit.Store {
 	if g == nil {
 		return nil
 	}
@@ -673,7 +675,7 @@ func Wrap[A, T any](g *Guard[T], name string, fn func(context.Context, A) (T, er
 	return func(ctx context.Context, a A) (T, error) {
 		if fn == nil {
 			var zero T
-			return zero, &OptionError{Option: "Wrap", Reason: "function is nil"}
+			return zero, &storekit.OptionError{Option: "Wrap", Reason: "function is nil"}
 		}
 		k, err := Key(name, a)
 		if err != nil {

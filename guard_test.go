@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/storetest"
@@ -24,7 +26,7 @@ type invoice struct {
 	Secret string `json:"secret,omitempty"`
 }
 
-func newGuard[T any](t *testing.T, s idem.Store, opts ...idem.Option) *idem.Guard[T] {
+func newGuard[T any](t *testing.T, s storekit.Store, opts ...idem.Option) *idem.Guard[T] {
 	t.Helper()
 	g, err := idem.New[T](s, opts...)
 	if err != nil {
@@ -162,7 +164,7 @@ func TestConcurrentGoroutinesRunOnce(t *testing.T) {
 func TestTwoGuardsWait(t *testing.T) {
 	for _, name := range []string{"push", "poll"} {
 		t.Run(name, func(t *testing.T) {
-			var s idem.Store = newMem(t)
+			var s storekit.Store = newMem(t)
 			if name == "poll" {
 				s = noWatch{s}
 			}
@@ -207,7 +209,7 @@ func TestTwoGuardsWait(t *testing.T) {
 }
 
 // noWatch hides the Watcher of a store, so waiters poll.
-type noWatch struct{ idem.Store }
+type noWatch struct{ storekit.Store }
 
 func TestWaitThenRunAfterUnlockedFailure(t *testing.T) {
 	s := newMem(t)
@@ -383,8 +385,8 @@ func TestReturnAndRaiseInProgress(t *testing.T) {
 			if !errors.As(err, &de) {
 				t.Fatalf("got %v, want a %T", err, de)
 			}
-			if de.Status != idem.StatusInProgress {
-				t.Errorf("got %v, want %v", de.Status, idem.StatusInProgress)
+			if de.Status != storekit.StatusInProgress {
+				t.Errorf("got %v, want %v", de.Status, storekit.StatusInProgress)
 			}
 			close(release)
 			<-done
@@ -540,7 +542,7 @@ func TestTakeoverOfCrashedClaim(t *testing.T) {
 	}
 	// The dead owner used the same threshold: staleness is judged by the
 	// owner's stored one.
-	_, err = s.Claim(context.Background(), idem.ClaimRequest{Key: sk, Nonce: "dead-owner", LeaseTTL: time.Hour, TakeoverAfter: 150 * time.Millisecond})
+	_, err = s.Claim(context.Background(), storekit.ClaimRequest{Key: sk, Nonce: "dead-owner", LeaseTTL: time.Hour, TakeoverAfter: 150 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
@@ -569,7 +571,7 @@ func TestTakeoverOfCrashedClaim(t *testing.T) {
 	if got := c.Count(idem.EventWait); got != int64(1) {
 		t.Errorf("got %v, want %v", got, int64(1))
 	}
-	if err := s.Complete(context.Background(), sk, "dead-owner", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}); !errors.Is(err, idem.ErrLostOwnership) {
+	if err := s.Complete(context.Background(), sk, "dead-owner", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}); !errors.Is(err, idem.ErrLostOwnership) {
 		t.Errorf("got %v, want %v", err, idem.ErrLostOwnership)
 	}
 }
@@ -917,7 +919,7 @@ func TestOptionsValidated(t *testing.T) {
 		if !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("%v: got %v, want %v", name, err, idem.ErrInvalidOption)
 		}
-		var oe *idem.OptionError
+		var oe *storekit.OptionError
 		if !errors.As(err, &oe) {
 			t.Errorf("%v: got %v, want a %T", name, err, oe)
 		}
@@ -1118,11 +1120,11 @@ func TestCorruptStoredResult(t *testing.T) {
 	s := newMem(t)
 	g := newGuard[string](t, s)
 	sk, _ := g.StorageKey("k")
-	_, err := s.Claim(context.Background(), idem.ClaimRequest{Key: sk, Nonce: "n", LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
+	_, err := s.Claim(context.Background(), storekit.ClaimRequest{Key: sk, Nonce: "n", LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
 	if err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
-	if err := s.Complete(context.Background(), sk, "n", idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"not":"a string"}`), TTL: time.Hour}); err != nil {
+	if err := s.Complete(context.Background(), sk, "n", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`{"not":"a string"}`), TTL: time.Hour}); err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
 	_, err = g.Do(context.Background(), "k", func(ctx context.Context) (string, error) { return "x", nil })
@@ -1282,21 +1284,21 @@ func noLapseRun(t *testing.T, beat time.Duration) (*idem.LapseError, int) {
 
 // badStore answers every claim with a record no store could have written.
 type badStore struct {
-	idem.Store
-	rec idem.Record
+	storekit.Store
+	rec storekit.Record
 }
 
-func (s badStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s badStore) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	r := s.rec
 	r.Key = req.Key
-	return idem.ClaimResult{Outcome: idem.Existing, Record: &r}, nil
+	return storekit.ClaimResult{Outcome: storekit.Existing, Record: &r}, nil
 }
 
 func TestInvalidRecordFromStore(t *testing.T) {
-	for name, rec := range map[string]idem.Record{
-		"failed without error": {Status: idem.StatusFailed, Nonce: "n", Attempt: 1, ExpiresAt: 1 << 62},
+	for name, rec := range map[string]storekit.Record{
+		"failed without error": {Status: storekit.StatusFailed, Nonce: "n", Attempt: 1, ExpiresAt: 1 << 62},
 		"unknown status":       {Status: "done", Nonce: "n", Attempt: 1, ExpiresAt: 1 << 62},
-		"no nonce":             {Status: idem.StatusCompleted, Attempt: 1, ExpiresAt: 1 << 62},
+		"no nonce":             {Status: storekit.StatusCompleted, Attempt: 1, ExpiresAt: 1 << 62},
 	} {
 		g := newGuard[int](t, badStore{Store: newMem(t), rec: rec})
 		_, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 1, nil })
@@ -1326,8 +1328,8 @@ func TestPermanentCompletionFailureNotRetried(t *testing.T) {
 	if !errors.Is(err, idem.ErrNotRecorded) {
 		t.Errorf("got %v, want %v", err, idem.ErrNotRecorded)
 	}
-	if !errors.Is(err, idem.ErrPermanent) {
-		t.Errorf("got %v, want %v", err, idem.ErrPermanent)
+	if !errors.Is(err, storekit.ErrPermanent) {
+		t.Errorf("got %v, want %v", err, storekit.ErrPermanent)
 	}
 	if got := inst.Count(storetest.OpComplete); got != 2 {
 		t.Errorf("the outcome, then the outcome without its result: got %v, want %v", got, 2)

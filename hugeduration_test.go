@@ -4,12 +4,13 @@ import (
 	"errors"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/idem-go/idem"
 )
 
 // TestHugeDurationOptions: a heartbeat interval or takeover threshold past
-// MaxThreshold is an invalid option. (WithHeartbeat(math.MaxInt64) beside
+// The largest threshold (math.MaxInt64/4) is an invalid option. (WithHeartbeat(math.MaxInt64) beside
 // the default 30s threshold is the case to refuse: twice the interval
 // wraps negative, would pass the check that it is at most half the
 // threshold, and a claim would never heartbeat.) A huge TTL and local cache age are
@@ -27,7 +28,7 @@ func TestHugeDurationOptions(t *testing.T) {
 		}
 	}
 	for name, opts := range map[string][]idem.Option{
-		"largest threshold":        {idem.WithTakeoverAfter(idem.MaxThreshold), idem.WithHeartbeat(idem.MaxThreshold / 2)},
+		"largest threshold":        {idem.WithTakeoverAfter(time.Duration(math.MaxInt64 / 4)), idem.WithHeartbeat(time.Duration(math.MaxInt64/4) / 2)},
 		"TTL MaxInt64":             {idem.WithTTL(math.MaxInt64)},
 		"local cache age MaxInt64": {idem.WithLocalCache(10, math.MaxInt64)},
 	} {

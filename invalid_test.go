@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -54,7 +56,7 @@ func TestInvalidCallsAreErrors(t *testing.T) {
 				}
 			}()
 			err := call()
-			var oe *idem.OptionError
+			var oe *storekit.OptionError
 			if !errors.Is(err, idem.ErrInvalidOption) || !errors.As(err, &oe) {
 				t.Fatalf("err = %v, want an *OptionError matching ErrInvalidOption", err)
 			}

@@ -10,12 +10,10 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/jcs"
 )
-
-// StorageKeyPrefix starts every storage key a Guard makes. The rest is the
-// hex SHA-256 (or HMAC-SHA256) of the tenant, scope and key.
-const StorageKeyPrefix = "idem:"
 
 // MaxKeyLen bounds the caller's key, in bytes.
 const MaxKeyLen = 4096
@@ -115,7 +113,7 @@ func (k keyer) storageKey(key string) (string, error) {
 	b = appendField(b, k.tenant)
 	b = appendField(b, k.scope)
 	b = appendField(b, key)
-	return k.sum(StorageKeyPrefix, b), nil
+	return k.sum(storekit.StorageKeyPrefix, b), nil
 }
 
 func (k keyer) payloadHash(v any) (string, error) {

@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
-type failHeartbeats struct{ idem.Store }
+type failHeartbeats struct{ storekit.Store }
 
 func (failHeartbeats) Heartbeat(context.Context, string, string, time.Duration) error {
 	return errors.New("injected: unreachable")
@@ -203,11 +205,11 @@ func TestSameProcessAfterLapse(t *testing.T) {
 // lateClaims is a store whose every claim reply comes back after the
 // takeover threshold (the claim applied).
 type lateClaims struct {
-	idem.Store
+	storekit.Store
 	late time.Duration
 }
 
-func (s lateClaims) Claim(ctx context.Context, r idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s lateClaims) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	res, err := s.Store.Claim(ctx, r)
 	time.Sleep(s.late)
 	return res, err

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -12,13 +14,13 @@ import (
 // stale.
 func ExampleRecord_State() {
 	now := time.Now().UnixMilli()
-	running := &idem.Record{Status: idem.StatusInProgress, HeartbeatAt: now - 1000, TakeoverMs: 30_000}
-	stuck := &idem.Record{Status: idem.StatusInProgress, HeartbeatAt: now - 60_000, TakeoverMs: 30_000}
-	done := &idem.Record{Status: idem.StatusCompleted}
-	for _, r := range []*idem.Record{running, stuck, done} {
+	running := &storekit.Record{Status: storekit.StatusInProgress, HeartbeatAt: now - 1000, TakeoverMs: 30_000}
+	stuck := &storekit.Record{Status: storekit.StatusInProgress, HeartbeatAt: now - 60_000, TakeoverMs: 30_000}
+	done := &storekit.Record{Status: storekit.StatusCompleted}
+	for _, r := range []*storekit.Record{running, stuck, done} {
 		fmt.Println(r.State(now, idem.DefaultTakeoverAfter))
 	}
-	s, err := idem.ParseRecordState("stale")
+	s, err := storekit.ParseRecordState("stale")
 	fmt.Println(s, err)
 	// Output:
 	// in_progress

@@ -4,6 +4,8 @@ import (
 	"container/list"
 	"sync"
 	"time"
+
+	"github.com/idem-go/idem/storekit"
 )
 
 // localCache keeps recently read completed and failed records in process
@@ -31,7 +33,7 @@ type localCache struct {
 
 type cacheEntry struct {
 	key      string
-	rec      *Record
+	rec      *storekit.Record
 	deadline time.Time
 }
 
@@ -41,7 +43,7 @@ func newLocalCache(entries int, maxAge time.Duration) *localCache {
 
 // get returns the record cached for key, or nil. An entry past its deadline
 // is dropped, not returned.
-func (c *localCache) get(key string) *Record {
+func (c *localCache) get(key string) *storekit.Record {
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -62,8 +64,8 @@ func (c *localCache) get(key string) *Record {
 // put caches rec, read from the store by a request sent at sent, if it is a
 // completed or failed outcome with time left to serve. In-progress records
 // are never cached: their state is the store's to change.
-func (c *localCache) put(rec *Record, sent time.Time) {
-	if rec == nil || (rec.Status != StatusCompleted && rec.Status != StatusFailed) || rec.Validate() != nil {
+func (c *localCache) put(rec *storekit.Record, sent time.Time) {
+	if rec == nil || (rec.Status != storekit.StatusCompleted && rec.Status != storekit.StatusFailed) || rec.Validate() != nil {
 		return
 	}
 	left := c.maxAge

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -15,7 +17,7 @@ import (
 // the store later, when deliver is called. With first set only the first
 // Complete is held; the others go through.
 type delayedCompletes struct {
-	idem.Store
+	storekit.Store
 	first bool
 
 	mu      sync.Mutex
@@ -25,11 +27,11 @@ type delayedCompletes struct {
 	results []error
 }
 
-func newDelayed(s idem.Store, first bool) *delayedCompletes {
+func newDelayed(s storekit.Store, first bool) *delayedCompletes {
 	return &delayedCompletes{Store: s, first: first, deliver: make(chan struct{})}
 }
 
-func (d *delayedCompletes) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+func (d *delayedCompletes) Complete(ctx context.Context, key, nonce string, c storekit.Completion) error {
 	d.mu.Lock()
 	hold := !d.first || d.held == 0
 	if hold {
@@ -82,7 +84,7 @@ func TestNotRecordedOnlyWhenTrue(t *testing.T) {
 			v, err := g.Do(context.Background(), "k", func(context.Context) (int, error) { return 7, nil })
 			d.deliverAll()
 			rec, gerr := mem.Get(context.Background(), storageKey(t, g, "k"))
-			completed := gerr == nil && rec.Status == idem.StatusCompleted
+			completed := gerr == nil && rec.Status == storekit.StatusCompleted
 			if errors.Is(err, idem.ErrNotRecorded) && completed {
 				t.Fatalf("Do answered %v, and the record ended completed: %+v (late results %v)", err, rec, d.results)
 			}

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"math"
 	"time"
+
+	"github.com/idem-go/idem/storekit"
 )
 
 // DuplicatePolicy says what a call gets when its key was already claimed.
@@ -61,15 +63,14 @@ func (p FailurePolicy) String() string {
 	return fmt.Sprintf("FailurePolicy(%d)", int(p))
 }
 
-// Codec encodes results for storage. The default is JSON.
+// Codec encodes results for storage. The default encodes with
+// encoding/json.
 type Codec interface {
 	Marshal(v any) ([]byte, error)
 	Unmarshal(data []byte, v any) error
 }
 
-// JSON is the default Codec.
-var JSON Codec = jsonCodec{}
-
+// jsonCodec is the default Codec.
 type jsonCodec struct{}
 
 func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
@@ -100,25 +101,8 @@ type config struct {
 }
 
 func (c *config) invalid(option, format string, args ...any) {
-	c.errs = append(c.errs, &OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
+	c.errs = append(c.errs, &storekit.OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
 }
-
-// OptionError says which option was rejected and why. It matches
-// ErrInvalidOption. Every constructor of this repository (New here, every
-// store's New, idemhttp.New, isr.NewCoordinator, ...) reports each invalid
-// argument or option as one, all of them joined with errors.Join. Option
-// names the option as Go spells it, qualified with its package outside
-// package idem ("WithTTL", "memstore.WithRetention"); an invalid argument
-// of a constructor is named after the constructor ("redisstore.New").
-type OptionError struct {
-	Option string
-	Reason string
-}
-
-func (e *OptionError) Error() string { return "idem: " + e.Option + ": " + e.Reason }
-
-// Is makes an OptionError match ErrInvalidOption.
-func (e *OptionError) Is(target error) bool { return target == ErrInvalidOption }
 
 // Defaults used when an option is not given.
 const (
@@ -159,24 +143,24 @@ func OnFailure(p FailurePolicy) Option {
 	}
 }
 
-// MaxThreshold is the longest takeover threshold (WithTakeoverAfter) and
+// maxThreshold is the longest takeover threshold (WithTakeoverAfter) and
 // heartbeat interval (WithHeartbeat) a Guard accepts, about 73 years: a
 // claim's lease is twice the threshold, and sums of them must not wrap.
-const MaxThreshold = time.Duration(math.MaxInt64 / 4)
+const maxThreshold = time.Duration(math.MaxInt64 / 4)
 
 // WithHeartbeat sets how often the owner of a claim refreshes it while fn
 // runs. It must be at most half the takeover threshold, so that one failed
 // heartbeat can be followed by another before the claim goes stale; by
 // default it is 5s, or a third of the threshold if that is shorter. A call
 // that returns within one interval sends no heartbeat. It must be positive
-// and at most MaxThreshold.
+// and at most maxThreshold.
 func WithHeartbeat(d time.Duration) Option {
 	return func(c *config) {
 		switch {
 		case d <= 0:
 			c.invalid("WithHeartbeat", "interval must be positive, got %v", d)
-		case d > MaxThreshold:
-			c.invalid("WithHeartbeat", "interval must be at most %v (and half the takeover threshold), got %v", MaxThreshold, d)
+		case d > maxThreshold:
+			c.invalid("WithHeartbeat", "interval must be at most %v (and half the takeover threshold), got %v", maxThreshold, d)
 		}
 		c.heartbeat = d
 	}
@@ -189,7 +173,7 @@ func WithHeartbeat(d time.Duration) Option {
 // claim of a Guard with a longer one. Default 30s; at least
 // 1ms, since records keep times in milliseconds (a shorter threshold would
 // count as zero and make every live claim stale at once), at most
-// MaxThreshold. With
+// maxThreshold. With
 // stores that use the caller's clock, hosts may disagree by up to this
 // threshold minus the heartbeat interval before a live claim looks stale.
 func WithTakeoverAfter(d time.Duration) Option {
@@ -197,8 +181,8 @@ func WithTakeoverAfter(d time.Duration) Option {
 		switch {
 		case d < time.Millisecond:
 			c.invalid("WithTakeoverAfter", "threshold must be at least 1ms (records keep times in milliseconds), got %v", d)
-		case d > MaxThreshold:
-			c.invalid("WithTakeoverAfter", "threshold must be at most %v (a claim's lease is twice it), got %v", MaxThreshold, d)
+		case d > maxThreshold:
+			c.invalid("WithTakeoverAfter", "threshold must be at most %v (a claim's lease is twice it), got %v", maxThreshold, d)
 		}
 		c.takeoverAfter = d
 	}
@@ -303,7 +287,7 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithCodec sets how results are encoded for storage. Default JSON.
+// WithCodec sets how results are encoded for storage. Default: encoding/json.
 func WithCodec(codec Codec) Option {
 	return func(c *config) {
 		if codec == nil {

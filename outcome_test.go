@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/storetest"
@@ -18,12 +20,12 @@ import (
 // refusing wraps a store whose Complete refuses, for good, every completion
 // refuse says to (as DynamoDB refuses an item over 400 KB).
 type refusing struct {
-	idem.Store
-	refuse func(c idem.Completion) bool
+	storekit.Store
+	refuse func(c storekit.Completion) bool
 	calls  atomic.Int32
 }
 
-func (s *refusing) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+func (s *refusing) Complete(ctx context.Context, key, nonce string, c storekit.Completion) error {
 	s.calls.Add(1)
 	if s.refuse(c) {
 		return &idem.StoreError{Op: "complete", Err: errors.New("value too large"), Permanent: true}
@@ -37,7 +39,7 @@ func (s *refusing) Complete(ctx context.Context, key, nonce string, c idem.Compl
 // with ErrNotRecorded and the next caller ran fn again after the threshold.)
 func TestRefusedResultCompletesWithoutResult(t *testing.T) {
 	clk := storetest.NewClock() // the store's time: past the threshold without sleeping
-	s := &refusing{Store: mustMem(memstore.WithClock(clk.Now)), refuse: func(c idem.Completion) bool { return len(c.Result) > 1000 }}
+	s := &refusing{Store: mustMem(memstore.WithClock(clk.Now)), refuse: func(c storekit.Completion) bool { return len(c.Result) > 1000 }}
 	g := newGuard[string](t, s, idem.WithTakeoverAfter(100*time.Millisecond), idem.WithHeartbeat(20*time.Millisecond), idem.OnDuplicate(idem.Wait))
 	var runs atomic.Int32
 	big := strings.Repeat("x", 5000)
@@ -68,7 +70,7 @@ func TestRefusedResultCompletesWithoutResult(t *testing.T) {
 // message and its type, so replays still get ErrPreviousFailure.
 func TestRefusedFailureStoredShort(t *testing.T) {
 	clk := storetest.NewClock()
-	s := &refusing{Store: mustMem(memstore.WithClock(clk.Now)), refuse: func(c idem.Completion) bool { return c.Error != nil && len(c.Error.Message) > 300 }}
+	s := &refusing{Store: mustMem(memstore.WithClock(clk.Now)), refuse: func(c storekit.Completion) bool { return c.Error != nil && len(c.Error.Message) > 300 }}
 	g := newGuard[int](t, s, idem.OnFailure(idem.Lock), idem.WithTakeoverAfter(100*time.Millisecond), idem.WithHeartbeat(20*time.Millisecond))
 	var runs atomic.Int32
 	long := errors.New("declined: " + strings.Repeat("é", 1000))
@@ -106,7 +108,7 @@ func TestRefusedFailureStoredShort(t *testing.T) {
 // A failure message with a NUL byte or invalid UTF-8 (which PostgreSQL text
 // refuses) is stored sanitised at the first try.
 func TestFailureMessageSanitised(t *testing.T) {
-	s := &refusing{Store: mustMem(), refuse: func(c idem.Completion) bool {
+	s := &refusing{Store: mustMem(), refuse: func(c storekit.Completion) bool {
 		return c.Error != nil && (strings.ContainsRune(c.Error.Message, 0) || !utf8.ValidString(c.Error.Message))
 	}}
 	g := newGuard[int](t, s, idem.OnFailure(idem.Lock))
@@ -211,7 +213,7 @@ func TestCompletionOutcomeUnknown(t *testing.T) {
 	if errors.Is(err, idem.ErrNotRecorded) {
 		t.Errorf("got %v, must not match %v", err, idem.ErrNotRecorded)
 	}
-	var ue *idem.OutcomeUnknownError
+	var ue *storekit.OutcomeUnknownError
 	if !errors.As(err, &ue) {
 		t.Errorf("got %v, want a %T", err, ue)
 	}
@@ -258,7 +260,7 @@ func TestFenceTriesAfterASlowAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := inst.Get(context.Background(), sk); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := inst.Get(context.Background(), sk); !errors.Is(err, storekit.ErrNotFound) {
 		t.Errorf("record: %v, want it released", err)
 	}
 }

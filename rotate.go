@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/idem-go/idem/storekit"
 )
 
 // Rotating the secret (WithSecret(active, previous...)).
@@ -125,7 +127,7 @@ func (e *engine) rotationKeys(key, sk, ph string, cc callConfig) ([]altKey, erro
 // secret, or restart when the call must start over (a claim was lost or
 // may have lapsed while it waited). Every claim it does not return is
 // dropped.
-func (e *engine) settle(ctx context.Context, own *claim, keys []altKey) (c *claim, rec *Record, ph string, restart bool, err error) {
+func (e *engine) settle(ctx context.Context, own *claim, keys []altKey) (c *claim, rec *storekit.Record, ph string, restart bool, err error) {
 	c = own
 	for moved := true; moved; {
 		moved = false
@@ -137,7 +139,7 @@ func (e *engine) settle(ctx context.Context, own *claim, keys []altKey) (c *clai
 			r, err := e.store.Get(ctx, k.sk)
 			history := false
 			switch {
-			case errors.Is(err, ErrNotFound):
+			case errors.Is(err, storekit.ErrNotFound):
 				// Nothing live under k; the call may still have a past
 				// there (a release, and its steps): its epoch says so.
 				if history, err = e.hasEpoch(ctx, k.sk); err != nil {
@@ -150,7 +152,7 @@ func (e *engine) settle(ctx context.Context, own *claim, keys []altKey) (c *clai
 			case err != nil:
 				c.drop()
 				return nil, nil, "", false, storeErr("get", err)
-			case r.Status != StatusInProgress:
+			case r.Status != storekit.StatusInProgress:
 				c.drop()
 				return nil, r, k.ph, false, nil
 			}
@@ -187,7 +189,7 @@ var errRestart = errors.New("idem: claim lost while settling a rotation")
 // neither when k holds no live record and no past (fn may run under c as
 // far as k is concerned). c is left as it is; errRestart means it was
 // lost or may have lapsed.
-func (e *engine) settleLive(ctx context.Context, c *claim, k altKey, history bool) (*claim, *Record, error) {
+func (e *engine) settleLive(ctx context.Context, c *claim, k altKey, history bool) (*claim, *storekit.Record, error) {
 	var (
 		w        *waiter
 		deadline time.Time // zero under Wait: the caller's ctx bounds the wait
@@ -214,7 +216,7 @@ func (e *engine) settleLive(ctx context.Context, c *claim, k altKey, history boo
 				return nil, nil, err
 			}
 			return o, nil, nil
-		case r.Status != StatusInProgress || r.PayloadHash != k.ph:
+		case r.Status != storekit.StatusInProgress || r.PayloadHash != k.ph:
 			return nil, r, nil
 		case k.sk < c.sk: // the other claim wins: yield to it
 			return nil, r, nil
@@ -259,7 +261,7 @@ func (e *engine) holdWait(ctx context.Context, c *claim, w *waiter, attempt int6
 func (e *engine) hasEpoch(ctx context.Context, sk string) (bool, error) {
 	_, err := e.store.Get(ctx, epochKey(sk))
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, storekit.ErrNotFound):
 		return false, nil
 	case err != nil:
 		return false, storeErr("get", err)
@@ -291,18 +293,18 @@ func (c *claim) keepHistory(ctx context.Context) error {
 // doneElsewhere returns the first completed or failed record of the call
 // under one of its keys other than skip, with the payload hash under that
 // key's secret, or nil when there is none.
-func (e *engine) doneElsewhere(ctx context.Context, keys []altKey, skip string) (*Record, string, error) {
+func (e *engine) doneElsewhere(ctx context.Context, keys []altKey, skip string) (*storekit.Record, string, error) {
 	for _, k := range keys {
 		if k.sk == skip {
 			continue
 		}
 		r, err := e.store.Get(ctx, k.sk)
 		switch {
-		case errors.Is(err, ErrNotFound):
+		case errors.Is(err, storekit.ErrNotFound):
 			continue
 		case err != nil:
 			return nil, "", storeErr("get", err)
-		case r.Status != StatusInProgress:
+		case r.Status != storekit.StatusInProgress:
 			return r, k.ph, nil
 		}
 	}
@@ -314,7 +316,7 @@ func (e *engine) doneElsewhere(ctx context.Context, keys []altKey, skip string) 
 // payload hash ph, when rec's payload hash is rph (the call's payload
 // under rec's secret). A record with another payload gives nil: a
 // same-process caller then asks the store itself.
-func asActive(rec *Record, sk, ph, rph string) *Record {
+func asActive(rec *storekit.Record, sk, ph, rph string) *storekit.Record {
 	if rec.PayloadHash != rph {
 		return nil
 	}

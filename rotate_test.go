@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -22,7 +24,7 @@ var (
 // secret, a tie between Guards mid-deploy, and goroutines configured as
 // each deploy of a rotation.
 func TestRotation(t *testing.T) {
-	storetest.RunRotation(t, func(*testing.T) idem.Store { return mustMem() })
+	storetest.RunRotation(t, func(*testing.T) storekit.Store { return mustMem() })
 }
 
 // TestWithSecretInvalid: bad secrets are option errors, and one argument
@@ -95,7 +97,7 @@ func TestRotationWaitHoldsClaim(t *testing.T) {
 	}()
 	time.Sleep(500 * time.Millisecond) // five takeover thresholds
 	rec, err := s.Get(ctx, skNew)
-	if err != nil || rec.Status != idem.StatusInProgress {
+	if err != nil || rec.Status != storekit.StatusInProgress {
 		t.Fatalf("the waiting caller's claim: %+v, %v; want it held", rec, err)
 	}
 	if rec.HeartbeatAt <= rec.StartedAt || rec.Attempt != 1 {

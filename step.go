@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/lease"
 )
 
@@ -46,7 +48,7 @@ type stepCall struct {
 // comp nil) or a finished step (its completion written again).
 type keptRecord struct {
 	key, nonce string
-	comp       *Completion
+	comp       *storekit.Completion
 }
 
 // stepInfo marks a step's context: its downstream key.
@@ -107,9 +109,9 @@ func Step[V any](ctx context.Context, name string, fn func(context.Context) (V, 
 	var zero V
 	switch {
 	case ctx == nil:
-		return zero, &OptionError{Option: "Step", Reason: "context is nil"}
+		return zero, &storekit.OptionError{Option: "Step", Reason: "context is nil"}
 	case fn == nil:
-		return zero, &OptionError{Option: "Step", Reason: "function is nil"}
+		return zero, &storekit.OptionError{Option: "Step", Reason: "function is nil"}
 	case name == "":
 		return zero, &KeyError{Reason: "empty step name"}
 	}
@@ -184,7 +186,7 @@ func (sc *stepCall) epochOf(ctx context.Context) (string, error) {
 	}
 	sc.epoch = res.Record.Nonce
 	sc.kept = append(sc.kept, keptRecord{key: res.Record.Key, nonce: sc.epoch})
-	if res.Outcome == Claimed {
+	if res.Outcome == storekit.Claimed {
 		sc.keptAt = time.Now() // new: it lives stepsLife from now
 	} // else an earlier attempt's: kept alive at this attempt's first heartbeat
 	return sc.epoch, nil
@@ -200,10 +202,10 @@ func (sc *stepCall) hasEpoch() bool {
 // claimEpoch claims the steps epoch record of the call sk: a new one, or
 // the live one returned untouched (it is never taken over while it lives:
 // its takeover threshold is its lifetime).
-func (e *engine) claimEpoch(ctx context.Context, sk string) (ClaimResult, error) {
+func (e *engine) claimEpoch(ctx context.Context, sk string) (storekit.ClaimResult, error) {
 	life := e.stepsLife()
-	res, err := e.store.Claim(ctx, ClaimRequest{
-		Key: epochKey(sk), Nonce: lease.Token(), PayloadHash: StepsEpochPayload, LeaseTTL: life, TakeoverAfter: life,
+	res, err := e.store.Claim(ctx, storekit.ClaimRequest{
+		Key: epochKey(sk), Nonce: lease.Token(), PayloadHash: storekit.StepsEpochPayload, LeaseTTL: life, TakeoverAfter: life,
 		Tenant: e.tenant, Scope: e.scope,
 	})
 	if err != nil {
@@ -237,7 +239,7 @@ func (e *engine) claimEpoch(ctx context.Context, sk string) (ClaimResult, error)
 func (e *engine) stepsLife() time.Duration { return e.ttl + e.lease }
 
 // keep records a step record to keep alive with the call.
-func (sc *stepCall) keep(key, nonce string, comp Completion) {
+func (sc *stepCall) keep(key, nonce string, comp storekit.Completion) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	for i := range sc.kept {
@@ -293,7 +295,7 @@ func epochKey(sk string) string { return derivedKey("idem/steps-epoch/v1", sk) }
 // derivedKey is a storage key derived from fields: shaped like every other
 // storage key (the prefix and 64 hex digits), so every store takes it.
 func derivedKey(fields ...string) string {
-	return StorageKeyPrefix + digest(fields...)
+	return storekit.StorageKeyPrefix + digest(fields...)
 }
 
 func stepKeyOf(sk, epoch, name string) string { return digest("idem/step-key/v1", sk, epoch, name) }
@@ -324,7 +326,7 @@ func (s *step[V]) do(ctx context.Context, run func(c *claim) (V, error)) (v V, e
 	defer w.close()
 	unheld := 0 // claims in a row that lapsed before fn could start
 	for {
-		c, rec, _, err := e.tryClaim(ctx, s.sk, StepPayload)
+		c, rec, _, err := e.tryClaim(ctx, s.sk, storekit.StepPayload)
 		if err != nil {
 			return v, err
 		}
@@ -342,16 +344,16 @@ func (s *step[V]) do(ctx context.Context, run func(c *claim) (V, error)) (v V, e
 			return run(c)
 		}
 		if err := rec.Validate(); err != nil {
-			return v, &CorruptRecordError{Key: rec.Key, Err: err}
+			return v, &storekit.CorruptRecordError{Key: rec.Key, Err: err}
 		}
 		switch rec.Status {
-		case StatusCompleted:
+		case storekit.StatusCompleted:
 			w.done(ctx, rec.Attempt)
-			s.sc.keep(rec.Key, rec.Nonce, Completion{Status: rec.Status, Result: rec.Result, Error: rec.Error})
+			s.sc.keep(rec.Key, rec.Nonce, storekit.Completion{Status: rec.Status, Result: rec.Result, Error: rec.Error})
 			v, err = decodeResult[V](e.codec, rec)
 			e.observe(ctx, Event{Kind: EventStepReplayed, StorageKey: s.sk, Attempt: rec.Attempt, Err: err})
 			return v, err
-		case StatusFailed: // steps record no failures; a store that holds one says so
+		case storekit.StatusFailed: // steps record no failures; a store that holds one says so
 			return v, &RecordedFailure{Message: rec.Error.Message, Type: rec.Error.Type}
 		}
 		w.begin(ctx, rec.Attempt)
@@ -382,7 +384,7 @@ func (s *step[V]) run(c *claim, fn func(context.Context) (V, error)) (V, error) 
 
 // success is the completion of the step for v: its result with the Guard's
 // codec, living stepsLife (see keepAlive).
-func (s *step[V]) success(c *claim, v V) Completion {
+func (s *step[V]) success(c *claim, v V) storekit.Completion {
 	comp := c.success(func() ([]byte, error) { return c.e.codec.Marshal(v) })
 	comp.TTL = c.e.stepsLife()
 	return comp

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/storetest"
@@ -244,7 +246,7 @@ func TestForget(t *testing.T) {
 // failCallHeartbeats fails every Heartbeat of one key, so the call's claim
 // goes stale while its step's claim lives.
 type failCallHeartbeats struct {
-	idem.Store
+	storekit.Store
 	key string
 }
 

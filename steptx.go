@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/idem-go/idem/storekit"
 )
 
 // StepTxClaim is the claim a step holds while a store's step transaction
@@ -21,7 +23,7 @@ type StepTxClaim[V any] struct {
 
 	c    *claim
 	mu   sync.Mutex
-	comp *Completion // what Complete returned, kept alive with the call once committed
+	comp *storekit.Completion // what Complete returned, kept alive with the call once committed
 }
 
 // Complete stops the step claim's heartbeat and returns the completion to
@@ -30,12 +32,12 @@ type StepTxClaim[V any] struct {
 // Step does). It returns an error matching ErrLostOwnership when the step's
 // claim was already lost. Call it after fn returned, right before writing
 // the completed record inside the transaction.
-func (tc *StepTxClaim[V]) Complete(v V) (Completion, error) {
+func (tc *StepTxClaim[V]) Complete(v V) (storekit.Completion, error) {
 	if tc == nil || tc.c == nil {
-		return Completion{}, &OptionError{Option: "StepTxClaim.Complete", Reason: "not a claim handed out by RunStepTx"}
+		return storekit.Completion{}, &storekit.OptionError{Option: "StepTxClaim.Complete", Reason: "not a claim handed out by RunStepTx"}
 	}
 	if tc.c.stopHeartbeat() {
-		return Completion{}, fmt.Errorf("idem: step claim taken over: %w", ErrLostOwnership)
+		return storekit.Completion{}, fmt.Errorf("idem: step claim taken over: %w", ErrLostOwnership)
 	}
 	comp := tc.c.success(func() ([]byte, error) { return tc.c.e.codec.Marshal(v) })
 	comp.TTL = tc.c.e.stepsLife()
@@ -50,9 +52,9 @@ func (tc *StepTxClaim[V]) Complete(v V) (Completion, error) {
 // transaction runner can check that the call is over one of its stores
 // before it runs a step. Outside a guarded fn, or inside a step's fn, it
 // returns ErrNoCall.
-func CallStore(ctx context.Context) (Store, error) {
+func CallStore(ctx context.Context) (storekit.Store, error) {
 	if ctx == nil {
-		return nil, &OptionError{Option: "CallStore", Reason: "context is nil"}
+		return nil, &storekit.OptionError{Option: "CallStore", Reason: "context is nil"}
 	}
 	sc, err := stepCallOf(ctx, "CallStore", "")
 	if err != nil {
@@ -88,9 +90,9 @@ func RunStepTx[V any](ctx context.Context, name string, run func(ctx context.Con
 	var zero V
 	switch {
 	case ctx == nil:
-		return zero, &OptionError{Option: "RunStepTx", Reason: "context is nil"}
+		return zero, &storekit.OptionError{Option: "RunStepTx", Reason: "context is nil"}
 	case run == nil:
-		return zero, &OptionError{Option: "RunStepTx", Reason: "function is nil"}
+		return zero, &storekit.OptionError{Option: "RunStepTx", Reason: "function is nil"}
 	case name == "":
 		return zero, &KeyError{Reason: "empty step name"}
 	}

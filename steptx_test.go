@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/memstore"
 )
@@ -120,7 +122,7 @@ func TestRunStepTx(t *testing.T) {
 		t.Fatalf("lost = %v", err)
 	}
 	// An unknown outcome comes with the value.
-	unknown := &idem.OutcomeUnknownError{Err: errors.New("no reply"), ReadErr: errors.New("no read")}
+	unknown := &storekit.OutcomeUnknownError{Err: errors.New("no reply"), ReadErr: errors.New("no read")}
 	if v, err := do("e", unknown); !errors.Is(err, idem.ErrOutcomeUnknown) || v != 1 {
 		t.Fatalf("unknown = %d, %v", v, err)
 	}
@@ -161,7 +163,7 @@ func TestRunStepTxInvalid(t *testing.T) {
 	s := mustMemStore(t)
 	g, _ := idem.New[int](s)
 	_, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
-		if st, err := idem.CallStore(ctx); err != nil || st != idem.Store(s) {
+		if st, err := idem.CallStore(ctx); err != nil || st != storekit.Store(s) {
 			t.Errorf("CallStore = %v, %v", st, err)
 		}
 		if _, err := idem.RunStepTx[int](ctx, "s", nil); !errors.Is(err, idem.ErrInvalidOption) {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"strings"
+
+	"github.com/idem-go/idem/storekit"
 )
 
 // storableType checks, for the default JSON codec only, that the result
@@ -28,7 +30,7 @@ func storableType[T any](codec Codec, errs []error) []error {
 	if path == typeName(t) {
 		where = "the type itself" // a chan, func or complex result
 	}
-	return append(errs, &OptionError{
+	return append(errs, &storekit.OptionError{
 		Option: "New",
 		Reason: "result type " + typeName(t) + " cannot be encoded by the JSON codec: " + where +
 			" (exclude the field with json:\"-\", give the type a MarshalJSON method, or use WithCodec)",

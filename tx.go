@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/idem-go/idem/storekit"
 )
 
 // TxClaim is the claim a call holds while a store's transaction runner
@@ -18,7 +20,7 @@ type TxClaim[T any] struct {
 	c *claim
 
 	mu   sync.Mutex
-	comp *Completion // what Complete returned, for the flight's followers
+	comp *storekit.Completion // what Complete returned, for the flight's followers
 }
 
 // Complete stops the claim's heartbeat and returns the completion to write
@@ -28,12 +30,12 @@ type TxClaim[T any] struct {
 // the claim was already lost. Call it after fn returned, right before
 // writing the completed record inside the transaction. It does not cancel
 // the context handed to the runner, which the transaction may still use.
-func (tc *TxClaim[T]) Complete(v T) (Completion, error) {
+func (tc *TxClaim[T]) Complete(v T) (storekit.Completion, error) {
 	if tc == nil || tc.c == nil {
-		return Completion{}, &OptionError{Option: "TxClaim.Complete", Reason: "not a claim handed out by RunTx"}
+		return storekit.Completion{}, &storekit.OptionError{Option: "TxClaim.Complete", Reason: "not a claim handed out by RunTx"}
 	}
 	if tc.c.stopHeartbeat() {
-		return Completion{}, fmt.Errorf("idem: claim taken over: %w", ErrLostOwnership)
+		return storekit.Completion{}, fmt.Errorf("idem: claim taken over: %w", ErrLostOwnership)
 	}
 	comp := tc.g.success(tc.c, v)
 	tc.mu.Lock()

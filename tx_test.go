@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -33,7 +35,7 @@ func fakeTx(fn func(ctx context.Context) (int, error), commitErr error) func(con
 
 type storeKey struct{}
 
-func storeOf(ctx context.Context) idem.Store { return ctx.Value(storeKey{}).(idem.Store) }
+func storeOf(ctx context.Context) storekit.Store { return ctx.Value(storeKey{}).(storekit.Store) }
 
 func txCtx(g *idem.Guard[int]) context.Context {
 	return context.WithValue(context.Background(), storeKey{}, g.Store())
@@ -102,7 +104,7 @@ func TestRunTxLostOwnership(t *testing.T) {
 	if !errors.Is(err, idem.ErrLostOwnership) || v != 0 {
 		t.Fatalf("RunTx = %d, %v; want 0, ErrLostOwnership", v, err)
 	}
-	if rec := record(t, g, "k"); rec == nil || rec.Status != idem.StatusInProgress {
+	if rec := record(t, g, "k"); rec == nil || rec.Status != storekit.StatusInProgress {
 		t.Fatalf("record = %+v, want the claim left in progress (not released)", rec)
 	}
 }
@@ -110,12 +112,12 @@ func TestRunTxLostOwnership(t *testing.T) {
 func TestRunTxOutcomeUnknown(t *testing.T) {
 	g, _ := memGuard[int](t)
 	ctx := txCtx(g)
-	unknown := &idem.OutcomeUnknownError{Err: errors.New("commit reply lost"), ReadErr: errors.New("read back failed")}
+	unknown := &storekit.OutcomeUnknownError{Err: errors.New("commit reply lost"), ReadErr: errors.New("read back failed")}
 	v, err := idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 5, nil }, unknown))
 	if !errors.Is(err, idem.ErrOutcomeUnknown) || v != 5 {
 		t.Fatalf("RunTx = %d, %v; want 5, ErrOutcomeUnknown", v, err)
 	}
-	if rec := record(t, g, "k"); rec == nil || rec.Status != idem.StatusInProgress {
+	if rec := record(t, g, "k"); rec == nil || rec.Status != storekit.StatusInProgress {
 		t.Fatalf("record = %+v, want the claim left to go stale", rec)
 	}
 }
@@ -219,7 +221,7 @@ func TestPoliciesAndStore(t *testing.T) {
 	if got := g.Policies(); got != want {
 		t.Fatalf("Policies() = %+v, want %+v", got, want)
 	}
-	if g.Store() != idem.Store(s) {
+	if g.Store() != storekit.Store(s) {
 		t.Fatal("Store() is not the store the Guard was made with")
 	}
 	d, _ := memGuard[int](t)

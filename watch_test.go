@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/memstore"
 )
@@ -37,7 +39,7 @@ func TestWatchFailureRemembered(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A live claim held by someone else, for the whole wait.
-	if _, err := s.Claim(context.Background(), idem.ClaimRequest{Key: sk, Nonce: "other", LeaseTTL: time.Hour, TakeoverAfter: time.Hour}); err != nil {
+	if _, err := s.Claim(context.Background(), storekit.ClaimRequest{Key: sk, Nonce: "other", LeaseTTL: time.Hour, TakeoverAfter: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/idem-go/idem/storekit"
+
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -39,9 +41,9 @@ var errNotRecorded = errors.New("idemgrpc: outcome not recorded")
 
 // New returns an Interceptor whose records live in store. Every invalid
 // option (its own, or one given to WithGuard), and a nil store, is
-// reported as an *idem.OptionError, all of them joined in the error, which
+// reported as an *storekit.OptionError, all of them joined in the error, which
 // matches idem.ErrInvalidOption.
-func New(store idem.Store, opts ...Option) (*Interceptor, error) {
+func New(store storekit.Store, opts ...Option) (*Interceptor, error) {
 	c := config{recordCode: DefaultRecordCode}
 	for _, o := range opts {
 		if o == nil {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -25,13 +27,13 @@ import (
 	"github.com/idem-go/idem/stores/memstore"
 )
 
-func newStore(t testing.TB) idem.Store {
+func newStore(t testing.TB) storekit.Store {
 	s, err := memstore.New()
 	require.NoError(t, err)
 	return s
 }
 
-func newInterceptor(t testing.TB, store idem.Store, opts ...idemgrpc.Option) *idemgrpc.Interceptor {
+func newInterceptor(t testing.TB, store storekit.Store, opts ...idemgrpc.Option) *idemgrpc.Interceptor {
 	t.Helper()
 	ic, err := idemgrpc.New(store, opts...)
 	require.NoError(t, err)
@@ -69,10 +71,10 @@ func TestNewOptions(t *testing.T) {
 		assert.Contains(t, err.Error(), want)
 	}
 	assert.NotContains(t, err.Error(), `"/svc/Create"`)
-	// Every error joined is an *idem.OptionError.
+	// Every error joined is an *storekit.OptionError.
 	var n int
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		var oe *idem.OptionError
+		var oe *storekit.OptionError
 		if assert.ErrorAs(t, e, &oe, "%v", e) {
 			n++
 		}
@@ -84,7 +86,7 @@ func TestNewOptions(t *testing.T) {
 
 	for _, dup := range []idem.DuplicatePolicy{idem.Return, idem.Raise, idem.Wait} {
 		_, err = idemgrpc.New(newStore(t), idemgrpc.WithGuard(idem.OnDuplicate(dup), idem.OnFailure(idem.Lock)))
-		var oe *idem.OptionError
+		var oe *storekit.OptionError
 		require.ErrorAs(t, err, &oe, "policy %v", dup)
 		assert.Contains(t, oe.Error(), "OnFailure(idem.Lock)")
 	}
@@ -108,14 +110,14 @@ func TestCheckKey(t *testing.T) {
 }
 
 // failingStore fails every operation, as an unreachable store does.
-type failingStore struct{ idem.Store }
+type failingStore struct{ storekit.Store }
 
 var errDown = errors.New("store down")
 
-func (failingStore) Claim(context.Context, idem.ClaimRequest) (idem.ClaimResult, error) {
-	return idem.ClaimResult{}, errDown
+func (failingStore) Claim(context.Context, storekit.ClaimRequest) (storekit.ClaimResult, error) {
+	return storekit.ClaimResult{}, errDown
 }
-func (failingStore) Get(context.Context, string) (*idem.Record, error) { return nil, errDown }
+func (failingStore) Get(context.Context, string) (*storekit.Record, error) { return nil, errDown }
 
 // TestRefusals: every refusal has its code, and the handler does not run
 // for the refused call.
@@ -133,7 +135,7 @@ func TestRefusals(t *testing.T) {
 	}
 	cases := []struct {
 		name   string
-		store  func(t *testing.T) idem.Store
+		store  func(t *testing.T) storekit.Store
 		opts   []idemgrpc.Option
 		before func(t *testing.T, cc *grpc.ClientConn) // calls that may run the handler
 		call   func(ctx context.Context, cc *grpc.ClientConn) error
@@ -208,7 +210,7 @@ func TestRefusals(t *testing.T) {
 		},
 		{
 			name:  "store failure",
-			store: func(t *testing.T) idem.Store { return failingStore{newStore(t)} },
+			store: func(t *testing.T) storekit.Store { return failingStore{newStore(t)} },
 			call: func(ctx context.Context, cc *grpc.ClientConn) error {
 				_, err := call(ctx, cc, methodCreate, "k", "a")
 				return err

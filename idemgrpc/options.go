@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 
+	"github.com/idem-go/idem/storekit"
+
 	"google.golang.org/grpc/codes"
 
 	"github.com/idem-go/idem"
@@ -25,7 +27,7 @@ func DefaultRecordCode(c codes.Code) bool {
 }
 
 // Option configures an Interceptor. Options are checked by New, which
-// returns every invalid one as an *idem.OptionError (matching
+// returns every invalid one as an *storekit.OptionError (matching
 // idem.ErrInvalidOption), joined.
 type Option func(*config)
 
@@ -39,7 +41,7 @@ type config struct {
 }
 
 func (c *config) invalid(option, reason string) {
-	c.errs = append(c.errs, &idem.OptionError{Option: "idemgrpc." + option, Reason: reason})
+	c.errs = append(c.errs, &storekit.OptionError{Option: "idemgrpc." + option, Reason: reason})
 }
 
 // WithPrincipal sets the function that names who is calling (the

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -114,7 +116,7 @@ func (m *Middleware) retryAfter(ctx context.Context, scoped string) int {
 		rec, err := m.guard.Store().Get(gctx, sk)
 		cancel()
 		switch {
-		case err == nil && rec.Status != idem.StatusInProgress:
+		case err == nil && rec.Status != storekit.StatusInProgress:
 			return 1
 		case err == nil:
 			if rec.TakeoverMs > 0 {

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -65,7 +67,7 @@ var errHandlerPanicked = errors.New("idemhttp: the handler panicked")
 // New returns a Middleware whose records live in store. It fails with an
 // error matching idem.ErrInvalidOption when an option (its own or one given
 // to WithGuard) is invalid, or store is nil.
-func New(store idem.Store, opts ...Option) (*Middleware, error) {
+func New(store storekit.Store, opts ...Option) (*Middleware, error) {
 	c := config{
 		methods:         map[string]bool{http.MethodPost: true, http.MethodPatch: true},
 		recordStatus:    DefaultRecordStatus,

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/stores/memstore"
@@ -50,7 +52,7 @@ func (c *counter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"run":%d,"token":%d,"body":%q}`, n, tok, body)
 }
 
-func newMW(t testing.TB, store idem.Store, opts ...idemhttp.Option) *idemhttp.Middleware {
+func newMW(t testing.TB, store storekit.Store, opts ...idemhttp.Option) *idemhttp.Middleware {
 	t.Helper()
 	if store == nil {
 		store = mustMem()
@@ -127,7 +129,7 @@ func TestErrorRows(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		store   idem.Store
+		store   storekit.Store
 		opts    []idemhttp.Option
 		first   *req // sent before, must succeed
 		req     req

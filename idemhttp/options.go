@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -55,7 +57,7 @@ type config struct {
 }
 
 func (c *config) invalid(option, format string, args ...any) {
-	c.errs = append(c.errs, &idem.OptionError{Option: "idemhttp." + option, Reason: fmt.Sprintf(format, args...)})
+	c.errs = append(c.errs, &storekit.OptionError{Option: "idemhttp." + option, Reason: fmt.Sprintf(format, args...)})
 }
 
 // WithPrincipal sets the function that names who is asking (an API key, a

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/stores/memstore"
@@ -265,11 +267,11 @@ func TestRetryAfterFromPolicies(t *testing.T) {
 
 // damaging is a store whose completions are stored damaged by damage.
 type damaging struct {
-	idem.Store
+	storekit.Store
 	damage func([]byte) []byte
 }
 
-func (s damaging) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+func (s damaging) Complete(ctx context.Context, key, nonce string, c storekit.Completion) error {
 	if c.Result != nil {
 		c.Result = s.damage(append([]byte(nil), c.Result...))
 	}

@@ -56,6 +56,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -136,7 +138,7 @@ func WithGuard(opts ...idem.Option) Option {
 func WithBusyDelay(d time.Duration) Option {
 	return func(c *config) {
 		if d < time.Millisecond {
-			c.errs = append(c.errs, &idem.OptionError{Option: "idemmsg.WithBusyDelay", Reason: fmt.Sprintf("delay %v is under 1ms", d)})
+			c.errs = append(c.errs, &storekit.OptionError{Option: "idemmsg.WithBusyDelay", Reason: fmt.Sprintf("delay %v is under 1ms", d)})
 			return
 		}
 		c.busy = d
@@ -145,11 +147,11 @@ func WithBusyDelay(d time.Duration) Option {
 
 // New returns a Dedup over store. It fails with an error matching
 // idem.ErrInvalidOption if an option is invalid.
-func New(store idem.Store, opts ...Option) (*Dedup, error) {
+func New(store storekit.Store, opts ...Option) (*Dedup, error) {
 	c := config{busy: DefaultBusyDelay}
 	for _, o := range opts {
 		if o == nil {
-			c.errs = append(c.errs, &idem.OptionError{Option: "idemmsg.New", Reason: "nil option"})
+			c.errs = append(c.errs, &storekit.OptionError{Option: "idemmsg.New", Reason: "nil option"})
 			continue
 		}
 		o(&c)
@@ -158,7 +160,7 @@ func New(store idem.Store, opts ...Option) (*Dedup, error) {
 	if err != nil {
 		c.errs = append(c.errs, err)
 	} else if g.Policies().Duplicate == idem.Wait {
-		c.errs = append(c.errs, &idem.OptionError{Option: "idemmsg.WithGuard", Reason: "OnDuplicate(Wait) holds a consumer on another's message; redeliveries are retried instead"})
+		c.errs = append(c.errs, &storekit.OptionError{Option: "idemmsg.WithGuard", Reason: "OnDuplicate(Wait) holds a consumer on another's message; redeliveries are retried instead"})
 	}
 	if err := errors.Join(c.errs...); err != nil {
 		return nil, err
@@ -181,7 +183,7 @@ func BodyHash(body []byte) string {
 // empty key is refused (Reject, with an error matching idem.ErrInvalidKey).
 func (d *Dedup) Handle(ctx context.Context, key string, body []byte, handler func(context.Context) error) Result {
 	if handler == nil {
-		return Result{Action: Reject, Err: &idem.OptionError{Option: "idemmsg.Handle", Reason: "nil handler"}}
+		return Result{Action: Reject, Err: &storekit.OptionError{Option: "idemmsg.Handle", Reason: "nil handler"}}
 	}
 	_, r := d.HandleOutput(ctx, key, body, func(ctx context.Context) ([]byte, error) { return nil, handler(ctx) })
 	return r
@@ -193,10 +195,10 @@ func (d *Dedup) Handle(ctx context.Context, key string, body []byte, handler fun
 // a message already done gets the recorded output back (Ack, Replayed).
 func (d *Dedup) HandleOutput(ctx context.Context, key string, body []byte, handler func(context.Context) ([]byte, error)) ([]byte, Result) {
 	if d == nil || d.g == nil {
-		return nil, Result{Action: Retry, Err: &idem.OptionError{Option: "idemmsg.Dedup", Reason: "nil or zero Dedup: use New"}}
+		return nil, Result{Action: Retry, Err: &storekit.OptionError{Option: "idemmsg.Dedup", Reason: "nil or zero Dedup: use New"}}
 	}
 	if handler == nil {
-		return nil, Result{Action: Reject, Err: &idem.OptionError{Option: "idemmsg.HandleOutput", Reason: "nil handler"}}
+		return nil, Result{Action: Reject, Err: &storekit.OptionError{Option: "idemmsg.HandleOutput", Reason: "nil handler"}}
 	}
 	var (
 		ran    bool

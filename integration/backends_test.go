@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/dynamotest"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/dynamostore"
@@ -38,7 +39,7 @@ func randHex(n int) string {
 }
 
 // storageKey returns a key shaped like the ones a Guard passes.
-func storageKey() string { return idem.StorageKeyPrefix + randHex(32) }
+func storageKey() string { return storekit.StorageKeyPrefix + randHex(32) }
 
 // backend opens one store on its real server (a fresh table, prefix or
 // directory) for a test. Every store keeps its default clock: its server's
@@ -48,7 +49,7 @@ func storageKey() string { return idem.StorageKeyPrefix + randHex(32) }
 // the history's purging client.
 type backend struct {
 	name   string
-	open   func(t testing.TB) idem.Store
+	open   func(t testing.TB) storekit.Store
 	cleans bool
 }
 
@@ -71,7 +72,7 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-func openMem(t testing.TB) idem.Store {
+func openMem(t testing.TB) storekit.Store {
 	t.Helper()
 	s, err := memstore.New(memstore.WithRetention(0))
 	if err != nil {
@@ -80,7 +81,7 @@ func openMem(t testing.TB) idem.Store {
 	return s
 }
 
-func openFile(t testing.TB) idem.Store {
+func openFile(t testing.TB) storekit.Store {
 	t.Helper()
 	s, err := filestore.New(t.TempDir(), filestore.WithoutSync(), filestore.WithRetention(0))
 	if err != nil {
@@ -93,7 +94,7 @@ func openFile(t testing.TB) idem.Store {
 // IFEQ: the store completes fresh claims with lua/set_ifeq.lua (once it has
 // read the server's clock, in the background, at its first completion).
 // ifeqSets counts those completions for the store.
-func openRedis(t testing.TB) idem.Store {
+func openRedis(t testing.TB) storekit.Store {
 	t.Helper()
 	return openIfEq(t, redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), PoolSize: 16}))
 }
@@ -102,13 +103,13 @@ func openRedis(t testing.TB) idem.Store {
 // IFEQ: the store completes fresh claims with SET ... IFEQ (once it has
 // read the server's version and clock, in the background, at its first
 // completion). ifeqSets counts those completions for the store.
-func openValkey(t testing.TB) idem.Store {
+func openValkey(t testing.TB) storekit.Store {
 	t.Helper()
 	return openIfEq(t, redis.NewClient(&redis.Options{Addr: testenv.Lookup(t, "IDEM_VALKEY_ADDR", "valkey 8.1"), PoolSize: 16}))
 }
 
 // openValkeyCluster is openValkey on the test Valkey 8.1 Cluster.
-func openValkeyCluster(t testing.TB) idem.Store {
+func openValkeyCluster(t testing.TB) storekit.Store {
 	t.Helper()
 	addrs := strings.Split(testenv.Lookup(t, "IDEM_VALKEY_CLUSTER", "valkey 8.1 cluster"), ",")
 	return openIfEq(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 16}))
@@ -117,7 +118,7 @@ func openValkeyCluster(t testing.TB) idem.Store {
 // openIfEq opens a redisstore on c, counting the conditional completions
 // (SET ... IFEQ, or lua/set_ifeq.lua where SET has no IFEQ) c sends in
 // ifeqSets.
-func openIfEq(t testing.TB, c redis.UniversalClient) idem.Store {
+func openIfEq(t testing.TB, c redis.UniversalClient) storekit.Store {
 	t.Helper()
 	t.Cleanup(func() { _ = c.Close() })
 	if err := c.Ping(ctxT(t)).Err(); err != nil {
@@ -138,12 +139,12 @@ func openIfEq(t testing.TB, c redis.UniversalClient) idem.Store {
 
 var (
 	ifeqMu   sync.Mutex
-	ifeqSets = map[idem.Store]*atomic.Int64{}
+	ifeqSets = map[storekit.Store]*atomic.Int64{}
 )
 
 // ifeqUsed returns how many conditional completions the client of s
 // (opened by openIfEq) has sent; ok is false for any other store.
-func ifeqUsed(s idem.Store) (n int64, ok bool) {
+func ifeqUsed(s storekit.Store) (n int64, ok bool) {
 	ifeqMu.Lock()
 	defer ifeqMu.Unlock()
 	c, ok := ifeqSets[s]
@@ -222,14 +223,14 @@ func sqlDB(t testing.TB, d sqlstore.Dialect) *sql.DB {
 	return db
 }
 
-func openSQL(t testing.TB, d sqlstore.Dialect) idem.Store {
+func openSQL(t testing.TB, d sqlstore.Dialect) storekit.Store {
 	t.Helper()
 	return openSQLOn(t, sqlDB(t, d), d)
 }
 
 // openSQLOn opens a store of dialect d on a table of its own in db, with
 // retention 0 unless opts say otherwise.
-func openSQLOn(t testing.TB, db *sql.DB, d sqlstore.Dialect, opts ...sqlstore.Option) idem.Store {
+func openSQLOn(t testing.TB, db *sql.DB, d sqlstore.Dialect, opts ...sqlstore.Option) storekit.Store {
 	t.Helper()
 	table := "idem_lin_" + randHex(6)
 	s, err := sqlstore.New(db, d, append([]sqlstore.Option{sqlstore.WithTable(table), sqlstore.WithRetention(0)}, opts...)...)
@@ -249,12 +250,12 @@ func openSQLOn(t testing.TB, db *sql.DB, d sqlstore.Dialect, opts ...sqlstore.Op
 	return s
 }
 
-func openPostgres(t testing.TB) idem.Store {
+func openPostgres(t testing.TB) storekit.Store {
 	t.Helper()
 	return openSQL(t, sqlstore.Postgres)
 }
 
-func openMySQL(t testing.TB) idem.Store {
+func openMySQL(t testing.TB) storekit.Store {
 	t.Helper()
 	return openSQL(t, sqlstore.MySQL)
 }
@@ -269,7 +270,7 @@ var (
 	dynamoErr    error
 )
 
-func openDynamo(t testing.TB) idem.Store {
+func openDynamo(t testing.TB) storekit.Store {
 	t.Helper()
 	endpoint := testenv.DynamoDBEndpoint(t)
 	dynamoOnce.Do(func() {

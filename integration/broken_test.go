@@ -9,7 +9,6 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/memstore"
 )
@@ -19,7 +18,7 @@ import (
 // ownership check would.
 type nonceBlindStore struct{ *memstore.Store }
 
-func (s nonceBlindStore) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+func (s nonceBlindStore) Complete(ctx context.Context, key, nonce string, c storekit.Completion) error {
 	if rec, err := s.Get(ctx, key); err == nil {
 		nonce = rec.Nonce
 	}
@@ -31,12 +30,12 @@ func (s nonceBlindStore) Complete(ctx context.Context, key, nonce string, c idem
 // between. Its other operations hold the lock throughout, as memstore's do.
 type checkThenSetStore struct {
 	mu   sync.Mutex
-	recs map[string]*idem.Record
+	recs map[string]*storekit.Record
 }
 
 func nowMs() int64 { return time.Now().UnixMilli() }
 
-func (s *checkThenSetStore) Claim(_ context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *checkThenSetStore) Claim(_ context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	s.mu.Lock()
 	cur := s.recs[req.Key].Clone()
 	s.mu.Unlock()
@@ -51,7 +50,7 @@ func (s *checkThenSetStore) Claim(_ context.Context, req idem.ClaimRequest) (ide
 }
 
 // update applies f to key's record under the lock.
-func (s *checkThenSetStore) update(key string, f func(cur *idem.Record, now int64) (*idem.Record, error)) error {
+func (s *checkThenSetStore) update(key string, f func(cur *storekit.Record, now int64) (*storekit.Record, error)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	next, err := f(s.recs[key], nowMs())
@@ -62,24 +61,24 @@ func (s *checkThenSetStore) update(key string, f func(cur *idem.Record, now int6
 }
 
 func (s *checkThenSetStore) Heartbeat(_ context.Context, key, nonce string, leaseTTL time.Duration) error {
-	return s.update(key, func(cur *idem.Record, now int64) (*idem.Record, error) {
+	return s.update(key, func(cur *storekit.Record, now int64) (*storekit.Record, error) {
 		return storekit.ApplyHeartbeat(cur, nonce, leaseTTL, now)
 	})
 }
 
-func (s *checkThenSetStore) Complete(_ context.Context, key, nonce string, c idem.Completion) error {
-	return s.update(key, func(cur *idem.Record, now int64) (*idem.Record, error) {
+func (s *checkThenSetStore) Complete(_ context.Context, key, nonce string, c storekit.Completion) error {
+	return s.update(key, func(cur *storekit.Record, now int64) (*storekit.Record, error) {
 		return storekit.ApplyComplete(cur, nonce, c, now)
 	})
 }
 
 func (s *checkThenSetStore) Release(_ context.Context, key, nonce string) error {
-	return s.update(key, func(cur *idem.Record, now int64) (*idem.Record, error) {
+	return s.update(key, func(cur *storekit.Record, now int64) (*storekit.Record, error) {
 		return storekit.ApplyRelease(cur, nonce, now)
 	})
 }
 
-func (s *checkThenSetStore) Get(_ context.Context, key string) (*idem.Record, error) {
+func (s *checkThenSetStore) Get(_ context.Context, key string) (*storekit.Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return storekit.Found(s.recs[key].Clone(), nowMs())
@@ -104,7 +103,7 @@ type stalePurgeStore struct {
 	keys map[string]bool
 }
 
-func openStalePurge(t *testing.T) idem.Store {
+func openStalePurge(t *testing.T) storekit.Store {
 	s, err := memstore.New(memstore.WithRetention(0), memstore.WithoutCleanup())
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +112,7 @@ func openStalePurge(t *testing.T) idem.Store {
 	return &stalePurgeStore{Store: s, keys: map[string]bool{}}
 }
 
-func (s *stalePurgeStore) Claim(ctx context.Context, r idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *stalePurgeStore) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	s.mu.Lock()
 	s.keys[r.Key] = true
 	s.mu.Unlock()
@@ -124,7 +123,7 @@ func (s *stalePurgeStore) Purge(ctx context.Context) (int, error) {
 	s.mu.Lock()
 	var expired []string
 	for k := range s.keys {
-		if _, err := s.Get(ctx, k); errors.Is(err, idem.ErrNotFound) {
+		if _, err := s.Get(ctx, k); errors.Is(err, storekit.ErrNotFound) {
 			expired = append(expired, k)
 		}
 	}
@@ -151,11 +150,11 @@ func TestBrokenStoresRejected(t *testing.T) {
 	cleans.Cleans = true
 	for _, tc := range []struct {
 		name string
-		open func(t *testing.T) idem.Store
+		open func(t *testing.T) storekit.Store
 		cfg  historyConfig
 	}{
-		{"complete_ignores_nonce", func(t *testing.T) idem.Store { return nonceBlindStore{openMem(t).(*memstore.Store)} }, defaultHistory},
-		{"claim_check_then_set", func(*testing.T) idem.Store { return &checkThenSetStore{recs: map[string]*idem.Record{}} }, defaultHistory},
+		{"complete_ignores_nonce", func(t *testing.T) storekit.Store { return nonceBlindStore{openMem(t).(*memstore.Store)} }, defaultHistory},
+		{"claim_check_then_set", func(*testing.T) storekit.Store { return &checkThenSetStore{recs: map[string]*storekit.Record{}} }, defaultHistory},
 		{"purge_by_stale_reading", openStalePurge, cleans},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

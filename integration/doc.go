@@ -17,7 +17,7 @@
 // thresholds of 2, 10 and 40 ms and 10 minutes, heartbeats, completions,
 // releases, reads and deletes) against memstore, filestore, Redis,
 // PostgreSQL, MySQL/MariaDB, DynamoDB Local and NATS JetStream, and checks
-// each with porcupine against a sequential model of the idem.Store
+// each with porcupine against a sequential model of the storekit.Store
 // contract (model_test.go explains how it treats the stores' clocks). An
 // illegal history is logged with the operations on its key and the path of
 // porcupine's visualization. On the stores that clean up after themselves

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/idem-go/idem"
@@ -67,7 +69,7 @@ func TestDynamoDBHeartbeatAfterRelease(t *testing.T) {
 	}
 	ctx := ctxT(t)
 	key := storageKey()
-	if _, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: "n1", LeaseTTL: time.Minute, TakeoverAfter: time.Minute}); err != nil {
+	if _, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: "n1", LeaseTTL: time.Minute, TakeoverAfter: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	hc.arm()
@@ -81,7 +83,7 @@ func TestDynamoDBHeartbeatAfterRelease(t *testing.T) {
 	close(hc.release)
 	hbErr := <-hb
 	rec, getErr := s.Get(ctx, key)
-	if !errors.Is(hbErr, idem.ErrLostOwnership) || !errors.Is(getErr, idem.ErrNotFound) {
+	if !errors.Is(hbErr, idem.ErrLostOwnership) || !errors.Is(getErr, storekit.ErrNotFound) {
 		t.Fatalf("heartbeat delivered after the release: %v; then Get: %+v, %v (want ErrLostOwnership and ErrNotFound: a released claim is not revived)",
 			hbErr, rec, getErr)
 	}

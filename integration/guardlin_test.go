@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/anishathalye/porcupine"
 
 	"github.com/idem-go/idem"
@@ -145,7 +147,7 @@ func (l *gLog) add(in gInput) {
 // slowReplies holds back, at random, claim, get and heartbeat replies (the
 // request applied) for hold, as a network that delays them.
 type slowReplies struct {
-	idem.Store
+	storekit.Store
 	rnd  *lockedRand
 	p    float64
 	hold time.Duration
@@ -157,13 +159,13 @@ func (s slowReplies) late() {
 	}
 }
 
-func (s slowReplies) Claim(ctx context.Context, r idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s slowReplies) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	res, err := s.Store.Claim(ctx, r)
 	s.late()
 	return res, err
 }
 
-func (s slowReplies) Get(ctx context.Context, key string) (*idem.Record, error) {
+func (s slowReplies) Get(ctx context.Context, key string) (*storekit.Record, error) {
 	rec, err := s.Store.Get(ctx, key)
 	s.late()
 	return rec, err
@@ -190,7 +192,7 @@ var (
 )
 
 // guardHistory runs one random Guard history on s and returns its events.
-func guardHistory(t testing.TB, s idem.Store, seed uint64, prefix string) []porcupine.Operation {
+func guardHistory(t testing.TB, s storekit.Store, seed uint64, prefix string) []porcupine.Operation {
 	rnd := &lockedRand{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	const (
 		clients   = 4

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/anishathalye/porcupine"
 
 	"github.com/idem-go/idem"
@@ -89,7 +91,7 @@ func (k *knowledge) pick(r *rand.Rand) string {
 // anything but ErrLostOwnership or ErrNotFound are returned as an error:
 // on loopback servers there should be none, and the model cannot judge
 // them.
-func runHistory(ctx context.Context, s idem.Store, cfg historyConfig, seed uint64) ([]porcupine.Operation, error) {
+func runHistory(ctx context.Context, s storekit.Store, cfg historyConfig, seed uint64) ([]porcupine.Operation, error) {
 	keys := make([]string, cfg.Keys)
 	know := make([]*knowledge, cfg.Keys)
 	for i := range keys {
@@ -208,9 +210,9 @@ func randomInput(r *rand.Rand, key string, know *knowledge, fresh func() string,
 		in.Op = opHeartbeat
 	case x < 68:
 		in.Op = opComplete
-		in.Status, in.Result = idem.StatusCompleted, result
+		in.Status, in.Result = storekit.StatusCompleted, result
 		if r.IntN(4) == 0 {
-			in.Status = idem.StatusFailed
+			in.Status = storekit.StatusFailed
 		}
 	case x < 84:
 		in.Op = opRelease
@@ -227,14 +229,14 @@ func randomInput(r *rand.Rand, key string, know *knowledge, fresh func() string,
 
 // apply runs in on s as client c and returns it as a porcupine operation,
 // timed from base.
-func apply(ctx context.Context, s idem.Store, in linInput, c int, base time.Time) (porcupine.Operation, error) {
+func apply(ctx context.Context, s storekit.Store, in linInput, c int, base time.Time) (porcupine.Operation, error) {
 	var out linOutput
 	var err error
 	t0 := time.Now()
 	switch in.Op {
 	case opClaim:
-		var res idem.ClaimResult
-		res, err = s.Claim(ctx, idem.ClaimRequest{
+		var res storekit.ClaimResult
+		res, err = s.Claim(ctx, storekit.ClaimRequest{
 			Key: in.Key, Nonce: in.Nonce, PayloadHash: in.Payload,
 			LeaseTTL: historyLease, TakeoverAfter: time.Duration(in.TakeoverMs) * time.Millisecond,
 		})
@@ -244,8 +246,8 @@ func apply(ctx context.Context, s idem.Store, in linInput, c int, base time.Time
 	case opHeartbeat:
 		err = s.Heartbeat(ctx, in.Key, in.Nonce, historyLease)
 	case opComplete:
-		cpl := idem.Completion{Status: in.Status, TTL: historyLease}
-		if in.Status == idem.StatusFailed {
+		cpl := storekit.Completion{Status: in.Status, TTL: historyLease}
+		if in.Status == storekit.StatusFailed {
 			cpl.Error = &idem.RecordedFailure{Message: in.Result, Type: "test"}
 		} else {
 			cpl.Result = []byte(in.Result)
@@ -254,7 +256,7 @@ func apply(ctx context.Context, s idem.Store, in linInput, c int, base time.Time
 	case opRelease:
 		err = s.Release(ctx, in.Key, in.Nonce)
 	case opGet:
-		var rec *idem.Record
+		var rec *storekit.Record
 		rec, err = s.Get(ctx, in.Key)
 		if err == nil {
 			out.Rec = viewOf(rec)
@@ -267,7 +269,7 @@ func apply(ctx context.Context, s idem.Store, in linInput, c int, base time.Time
 	case err == nil:
 	case errors.Is(err, idem.ErrLostOwnership) && (in.Op == opHeartbeat || in.Op == opComplete || in.Op == opRelease):
 		out.Err, err = errLost, nil
-	case errors.Is(err, idem.ErrNotFound) && in.Op == opGet:
+	case errors.Is(err, storekit.ErrNotFound) && in.Op == opGet:
 		out.Err, err = errNotFound, nil
 	}
 	if err != nil {

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
+	"github.com/idem-go/idem/storekit"
 
-	"github.com/idem-go/idem"
+	"github.com/anishathalye/porcupine"
 )
 
 var (
@@ -118,7 +118,7 @@ func purgesIn(ops []porcupine.Operation) (purges, removed int) {
 }
 
 // runAndCheck runs n histories on s and fails t for each illegal one.
-func runAndCheck(t *testing.T, name string, s idem.Store, cfg historyConfig, n int) {
+func runAndCheck(t *testing.T, name string, s storekit.Store, cfg historyConfig, n int) {
 	t.Helper()
 	seed := firstSeed()
 	var illegal, unknown, total, purges, removed int

@@ -5,12 +5,12 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/anishathalye/porcupine"
+	"github.com/idem-go/idem/storekit"
 
-	"github.com/idem-go/idem"
+	"github.com/anishathalye/porcupine"
 )
 
-// This file is a sequential model of the idem.Store contract (store.go's
+// This file is a sequential model of the storekit.Store contract (store.go's
 // doc on Claim, Heartbeat, Complete, Release, Get and Delete) for
 // porcupine, one key at a time.
 //
@@ -77,7 +77,7 @@ type errKind uint8
 const (
 	errNone     errKind = iota
 	errLost             // idem.ErrLostOwnership
-	errNotFound         // idem.ErrNotFound
+	errNotFound         // storekit.ErrNotFound
 )
 
 func (e errKind) String() string {
@@ -95,7 +95,7 @@ type linInput struct {
 	TakeoverMs int64
 	// Status and Result are the completion's (Result is the completed
 	// record's result, or the failed record's error message).
-	Status idem.Status
+	Status storekit.Status
 	Result string
 	// NowLo is a lower bound on the store's now for this operation: the
 	// call time in Unix ms, less clockSlack.
@@ -108,7 +108,7 @@ type linInput struct {
 
 // view is the part of a record the model checks.
 type view struct {
-	Status  idem.Status
+	Status  storekit.Status
 	Nonce   string
 	Attempt int64
 	Payload string
@@ -127,13 +127,13 @@ func (v view) String() string {
 }
 
 // viewOf is the part of rec the model checks.
-func viewOf(rec *idem.Record) view {
+func viewOf(rec *storekit.Record) view {
 	if rec == nil {
 		return view{}
 	}
 	v := view{Status: rec.Status, Nonce: rec.Nonce, Attempt: rec.Attempt, Payload: rec.PayloadHash}
 	switch {
-	case rec.Status == idem.StatusFailed && rec.Error != nil:
+	case rec.Status == storekit.StatusFailed && rec.Error != nil:
 		v.Result = rec.Error.Message
 	case rec.Result != nil:
 		v.Result = string(rec.Result)
@@ -144,8 +144,8 @@ func viewOf(rec *idem.Record) view {
 // linOutput is one operation's output.
 type linOutput struct {
 	Err     errKind
-	Outcome idem.ClaimOutcome // claim
-	Rec     view              // claim, get
+	Outcome storekit.ClaimOutcome // claim
+	Rec     view                  // claim, get
 	// NowHi is an upper bound on the store's now for this operation: the
 	// return time in Unix ms, plus clockSlack.
 	NowHi int64
@@ -223,8 +223,8 @@ func stepOn(s linState, in linInput, out linOutput) (bool, linState) {
 			if s.Exists {
 				attempt = s.Rec.Attempt + 1
 			}
-			want := view{Status: idem.StatusInProgress, Nonce: in.Nonce, Attempt: attempt, Payload: in.Payload}
-			if out.Outcome != idem.Claimed || out.Rec != want {
+			want := view{Status: storekit.StatusInProgress, Nonce: in.Nonce, Attempt: attempt, Payload: in.Payload}
+			if out.Outcome != storekit.Claimed || out.Rec != want {
 				return false, s
 			}
 			next.Exists, next.Live, next.Rec = true, true, want
@@ -235,13 +235,13 @@ func stepOn(s linState, in linInput, out linOutput) (bool, linState) {
 		}
 		if owned {
 			// A retried claim whose first try was applied.
-			return out.Outcome == idem.Claimed && out.Rec == s.Rec, next
+			return out.Outcome == storekit.Claimed && out.Rec == s.Rec, next
 		}
-		if s.Rec.Status == idem.StatusInProgress && s.Rec.Payload == in.Payload {
+		if s.Rec.Status == storekit.StatusInProgress && s.Rec.Payload == in.Payload {
 			canStale := nowHi-s.HbLo >= s.TakeoverMs
 			canFresh := nowLo-s.HbHi < s.TakeoverMs
 			switch {
-			case out.Outcome == idem.TookOver && canStale:
+			case out.Outcome == storekit.TookOver && canStale:
 				want := s.Rec
 				want.Nonce, want.Attempt = in.Nonce, s.Rec.Attempt+1
 				if out.Rec != want {
@@ -252,14 +252,14 @@ func stepOn(s linState, in linInput, out linOutput) (bool, linState) {
 				next.HbLo, next.HbHi = max(nowLo, s.HbLo+s.TakeoverMs), nowHi
 				next.Clock = next.HbLo
 				return true, next
-			case out.Outcome == idem.Existing && canFresh:
+			case out.Outcome == storekit.Existing && canFresh:
 				return out.Rec == s.Rec, next
 			}
 			return false, s
 		}
-		return out.Outcome == idem.Existing && out.Rec == s.Rec, next
+		return out.Outcome == storekit.Existing && out.Rec == s.Rec, next
 	case opHeartbeat:
-		if owned && s.Live && s.Rec.Status == idem.StatusInProgress {
+		if owned && s.Live && s.Rec.Status == storekit.StatusInProgress {
 			next.HbLo, next.HbHi = nowLo, nowHi
 			next.Clock = nowLo
 			return out.Err == errNone, next
@@ -276,7 +276,7 @@ func stepOn(s linState, in linInput, out linOutput) (bool, linState) {
 		}
 		return out.Err == errLost, next
 	case opRelease:
-		if owned && s.Rec.Status == idem.StatusInProgress {
+		if owned && s.Rec.Status == storekit.StatusInProgress {
 			next.Live = false
 			next.Clock = nowLo
 			next.RelLo = nowLo

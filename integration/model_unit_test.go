@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
+	"github.com/idem-go/idem/storekit"
 
-	"github.com/idem-go/idem"
+	"github.com/anishathalye/porcupine"
 )
 
 // hop is a hand-written operation for the model's own tests: client c
@@ -23,14 +23,14 @@ func claimIn(nonce string, takeover time.Duration) linInput {
 	return linInput{Op: opClaim, Nonce: nonce, Payload: "a", TakeoverMs: takeover.Milliseconds()}
 }
 
-func claimOut(o idem.ClaimOutcome, nonce string, attempt int64, st idem.Status, result string) linOutput {
+func claimOut(o storekit.ClaimOutcome, nonce string, attempt int64, st storekit.Status, result string) linOutput {
 	return linOutput{Outcome: o, Rec: view{Status: st, Nonce: nonce, Attempt: attempt, Payload: "a", Result: result}}
 }
 
 func ownerIn(op opKind, nonce string) linInput { return linInput{Op: op, Nonce: nonce} }
 
 func completeIn(nonce, result string) linInput {
-	return linInput{Op: opComplete, Nonce: nonce, Status: idem.StatusCompleted, Result: result}
+	return linInput{Op: opComplete, Nonce: nonce, Status: storekit.StatusCompleted, Result: result}
 }
 
 var (
@@ -38,7 +38,7 @@ var (
 	lostOut = linOutput{Err: errLost}
 )
 
-func getOut(nonce string, attempt int64, st idem.Status, result string) linOutput {
+func getOut(nonce string, attempt int64, st storekit.Status, result string) linOutput {
 	return linOutput{Rec: view{Status: st, Nonce: nonce, Attempt: attempt, Payload: "a", Result: result}}
 }
 
@@ -61,7 +61,7 @@ func cleaning(retentionMs int64, ops ...porcupine.Operation) []porcupine.Operati
 // accepted, and each mechanism of non-linearizability seen in the stores
 // (and the time bounds of takeovers) is rejected.
 func TestModel(t *testing.T) {
-	ip, done := idem.StatusInProgress, idem.StatusCompleted
+	ip, done := storekit.StatusInProgress, storekit.StatusCompleted
 	get := ownerIn(opGet, "")
 	for _, tc := range []struct {
 		name  string
@@ -69,149 +69,149 @@ func TestModel(t *testing.T) {
 		ops   []porcupine.Operation
 	}{
 		{"a call's life", true, []porcupine.Operation{
-			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
-			hop(1, 2, 3, claimIn("n2", long), claimOut(idem.Existing, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
+			hop(1, 2, 3, claimIn("n2", long), claimOut(storekit.Existing, "n1", 1, ip, "")),
 			hop(0, 2, 3, ownerIn(opHeartbeat, "n1"), okOut),
 			hop(0, 4, 5, completeIn("n1", "r"), okOut),
-			hop(1, 6, 7, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, done, "r")),
-			hop(1, 8, 9, claimIn("n3", long), claimOut(idem.Existing, "n1", 1, done, "r")),
+			hop(1, 6, 7, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, done, "r")),
+			hop(1, 8, 9, claimIn("n3", long), claimOut(storekit.Existing, "n1", 1, done, "r")),
 			hop(1, 10, 11, get, getOut("n1", 1, done, "r")),
 			hop(1, 12, 13, ownerIn(opDelete, ""), okOut),
-			hop(1, 14, 15, claimIn("n4", long), claimOut(idem.Claimed, "n4", 1, ip, "")),
+			hop(1, 14, 15, claimIn("n4", long), claimOut(storekit.Claimed, "n4", 1, ip, "")),
 		}},
 		{"a retried claim of a completed record answered Existing (Redis claim.lua)", false, []porcupine.Operation{
-			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(0, 2, 3, completeIn("n1", "r"), okOut),
-			hop(1, 4, 5, claimIn("n1", long), claimOut(idem.Existing, "n1", 1, done, "r")),
+			hop(1, 4, 5, claimIn("n1", long), claimOut(storekit.Existing, "n1", 1, done, "r")),
 		}},
 		{"a complete that wrote nothing reported ok (MySQL UPDATE then SELECT)", false, []porcupine.Operation{
-			hop(0, 0, 10, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 10, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(1, 1, 5, completeIn("n1", "r"), okOut),
 			hop(1, 6, 7, get, getOut("n1", 1, ip, "")),
 		}},
 		{"a heartbeat racing a release revives the claim (now read before the lock)", false, []porcupine.Operation{
-			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(0, 10, 20, ownerIn(opRelease, "n1"), okOut),
 			hop(1, 5, 25, ownerIn(opHeartbeat, "n1"), okOut),
 			hop(1, 30, 31, get, getOut("n1", 1, ip, "")),
 		}},
 		{"the heartbeat lands first: legal", true, []porcupine.Operation{
-			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(0, 10, 20, ownerIn(opRelease, "n1"), okOut),
 			hop(1, 5, 25, ownerIn(opHeartbeat, "n1"), okOut),
 			hop(1, 30, 31, get, linOutput{Err: errNotFound}),
 		}},
 		{"a claim after a release answers took_over (PostgreSQL EXCLUDED.started_at)", false, []porcupine.Operation{
-			hop(0, 0, 1, claimIn("n1", time.Millisecond), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", time.Millisecond), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(0, 10, 11, ownerIn(opRelease, "n1"), okOut),
-			hop(1, 20, 21, claimIn("n2", long), claimOut(idem.TookOver, "n2", 2, ip, "")),
+			hop(1, 20, 21, claimIn("n2", long), claimOut(storekit.TookOver, "n2", 2, ip, "")),
 		}},
 		{"a claim after a release: claimed, attempt goes on", true, []porcupine.Operation{
-			hop(0, 0, 1, claimIn("n1", time.Millisecond), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", time.Millisecond), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(0, 10, 11, ownerIn(opRelease, "n1"), okOut),
-			hop(1, 20, 21, claimIn("n2", long), claimOut(idem.Claimed, "n2", 2, ip, "")),
+			hop(1, 20, 21, claimIn("n2", long), claimOut(storekit.Claimed, "n2", 2, ip, "")),
 			hop(0, 22, 23, ownerIn(opHeartbeat, "n1"), lostOut),
 			hop(0, 24, 25, completeIn("n1", "r"), lostOut),
 		}},
 		{"a takeover before the threshold passed", false, []porcupine.Operation{
-			hop(0, 0, 1, claimIn("n1", 40*time.Millisecond), claimOut(idem.Claimed, "n1", 1, ip, "")),
-			hop(1, 10, 11, claimIn("n2", long), claimOut(idem.TookOver, "n2", 2, ip, "")),
+			hop(0, 0, 1, claimIn("n1", 40*time.Millisecond), claimOut(storekit.Claimed, "n1", 1, ip, "")),
+			hop(1, 10, 11, claimIn("n2", long), claimOut(storekit.TookOver, "n2", 2, ip, "")),
 		}},
 		{"a takeover after the threshold passed", true, []porcupine.Operation{
-			hop(0, 0, 1, claimIn("n1", 40*time.Millisecond), claimOut(idem.Claimed, "n1", 1, ip, "")),
-			hop(1, 50, 51, claimIn("n2", long), claimOut(idem.TookOver, "n2", 2, ip, "")),
+			hop(0, 0, 1, claimIn("n1", 40*time.Millisecond), claimOut(storekit.Claimed, "n1", 1, ip, "")),
+			hop(1, 50, 51, claimIn("n2", long), claimOut(storekit.TookOver, "n2", 2, ip, "")),
 			hop(0, 52, 53, ownerIn(opHeartbeat, "n1"), lostOut),
 			hop(1, 54, 55, completeIn("n2", "r"), okOut),
 		}},
 		{"a read between a claim's now and its write does not bound that now", true, []porcupine.Operation{
-			hop(0, 0, 10, claimIn("n1", 10*time.Millisecond), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 10, claimIn("n1", 10*time.Millisecond), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(1, 5, 6, get, linOutput{Err: errNotFound}),
-			hop(1, 11, 11, claimIn("n2", long), claimOut(idem.TookOver, "n2", 2, ip, "")),
+			hop(1, 11, 11, claimIn("n2", long), claimOut(storekit.TookOver, "n2", 2, ip, "")),
 		}},
 		{"a delete that finds nothing does not bound a later claim's now", true, []porcupine.Operation{
-			hop(0, 0, 20, claimIn("n1", 10*time.Millisecond), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 20, claimIn("n1", 10*time.Millisecond), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(1, 5, 6, ownerIn(opDelete, ""), okOut),
-			hop(2, 11, 11, claimIn("n2", long), claimOut(idem.TookOver, "n2", 2, ip, "")),
+			hop(2, 11, 11, claimIn("n2", long), claimOut(storekit.TookOver, "n2", 2, ip, "")),
 		}},
 		{"a write does bound the now of a later one", false, []porcupine.Operation{
-			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(0, 5, 6, ownerIn(opRelease, "n1"), okOut),
 			// Attempt 2: after the release, so its now is at least 5.
-			hop(1, 0, 10, claimIn("n2", 10*time.Millisecond), claimOut(idem.Claimed, "n2", 2, ip, "")),
-			hop(2, 11, 11, claimIn("n3", long), claimOut(idem.TookOver, "n3", 3, ip, "")),
+			hop(1, 0, 10, claimIn("n2", 10*time.Millisecond), claimOut(storekit.Claimed, "n2", 2, ip, "")),
+			hop(2, 11, 11, claimIn("n3", long), claimOut(storekit.TookOver, "n3", 3, ip, "")),
 		}},
 		{"a stale claim not taken over", false, []porcupine.Operation{
-			hop(0, 0, 1, claimIn("n1", 40*time.Millisecond), claimOut(idem.Claimed, "n1", 1, ip, "")),
-			hop(1, 50, 51, claimIn("n2", long), claimOut(idem.Existing, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", 40*time.Millisecond), claimOut(storekit.Claimed, "n1", 1, ip, "")),
+			hop(1, 50, 51, claimIn("n2", long), claimOut(storekit.Existing, "n1", 1, ip, "")),
 		}},
 		{"the stored threshold, not the caller's, decides", false, []porcupine.Operation{
-			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
-			hop(1, 50, 51, claimIn("n2", time.Millisecond), claimOut(idem.TookOver, "n2", 2, ip, "")),
+			hop(0, 0, 1, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
+			hop(1, 50, 51, claimIn("n2", time.Millisecond), claimOut(storekit.TookOver, "n2", 2, ip, "")),
 		}},
 		{"a heartbeat keeps the claim fresh", true, []porcupine.Operation{
-			hop(0, 0, 1, claimIn("n1", 40*time.Millisecond), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", 40*time.Millisecond), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(0, 30, 31, ownerIn(opHeartbeat, "n1"), okOut),
-			hop(1, 50, 51, claimIn("n2", long), claimOut(idem.Existing, "n1", 1, ip, "")),
+			hop(1, 50, 51, claimIn("n2", long), claimOut(storekit.Existing, "n1", 1, ip, "")),
 		}},
 		{"another payload is never taken over", false, []porcupine.Operation{
-			hop(0, 0, 1, claimIn("n1", time.Millisecond), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", time.Millisecond), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(1, 50, 51, linInput{Op: opClaim, Nonce: "n2", Payload: "b", TakeoverMs: 1},
-				linOutput{Outcome: idem.TookOver, Rec: view{Status: ip, Nonce: "n2", Attempt: 2, Payload: "a"}}),
+				linOutput{Outcome: storekit.TookOver, Rec: view{Status: ip, Nonce: "n2", Attempt: 2, Payload: "a"}}),
 		}},
 		{"a completion by a stale nonce", false, []porcupine.Operation{
-			hop(0, 0, 1, claimIn("n1", time.Millisecond), claimOut(idem.Claimed, "n1", 1, ip, "")),
-			hop(1, 10, 11, claimIn("n2", long), claimOut(idem.TookOver, "n2", 2, ip, "")),
+			hop(0, 0, 1, claimIn("n1", time.Millisecond), claimOut(storekit.Claimed, "n1", 1, ip, "")),
+			hop(1, 10, 11, claimIn("n2", long), claimOut(storekit.TookOver, "n2", 2, ip, "")),
 			hop(0, 12, 13, completeIn("n1", "r"), okOut),
 		}},
 		{"concurrent claims both claimed", false, []porcupine.Operation{
-			hop(0, 0, 10, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
-			hop(1, 0, 10, claimIn("n2", long), claimOut(idem.Claimed, "n2", 1, ip, "")),
+			hop(0, 0, 10, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
+			hop(1, 0, 10, claimIn("n2", long), claimOut(storekit.Claimed, "n2", 1, ip, "")),
 		}},
 		{"a released record cleaned up: the next claim starts at attempt 1", true, cleaning(0,
-			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(0, 2, 3, ownerIn(opRelease, "n1"), okOut),
 			hop(2, 4, 9, purge, okOut),
 			hop(0, 10, 11, completeIn("n1", "r"), lostOut),
-			hop(1, 12, 13, claimIn("n2", long), claimOut(idem.Claimed, "n2", 1, ip, "")),
+			hop(1, 12, 13, claimIn("n2", long), claimOut(storekit.Claimed, "n2", 1, ip, "")),
 		)},
 		{"a store that does not clean keeps a released record", false, []porcupine.Operation{
-			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(0, 2, 3, ownerIn(opRelease, "n1"), okOut),
-			hop(1, 12, 13, claimIn("n2", long), claimOut(idem.Claimed, "n2", 1, ip, "")),
+			hop(1, 12, 13, claimIn("n2", long), claimOut(storekit.Claimed, "n2", 1, ip, "")),
 		}},
 		{"a released record removed before its retention passed", false, cleaning(100,
-			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(0, 2, 3, ownerIn(opRelease, "n1"), okOut),
-			hop(1, 50, 51, claimIn("n2", long), claimOut(idem.Claimed, "n2", 1, ip, "")),
+			hop(1, 50, 51, claimIn("n2", long), claimOut(storekit.Claimed, "n2", 1, ip, "")),
 		)},
 		{"a released record removed once its retention passed", true, cleaning(100,
-			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(0, 2, 3, ownerIn(opRelease, "n1"), okOut),
-			hop(1, 101, 102, claimIn("n2", long), claimOut(idem.Claimed, "n2", 1, ip, "")),
+			hop(1, 101, 102, claimIn("n2", long), claimOut(storekit.Claimed, "n2", 1, ip, "")),
 		)},
 		{"a purge removes a claim that revived a released record (a stale reading)", false, cleaning(0,
-			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(0, 2, 3, ownerIn(opRelease, "n1"), okOut),
 			hop(2, 4, 20, purge, linOutput{Removed: 1}),
-			hop(1, 5, 6, claimIn("n2", long), claimOut(idem.Claimed, "n2", 2, ip, "")),
+			hop(1, 5, 6, claimIn("n2", long), claimOut(storekit.Claimed, "n2", 2, ip, "")),
 			hop(1, 21, 22, ownerIn(opHeartbeat, "n2"), lostOut),
 		)},
 		{"the purge lands before the claim: legal", true, cleaning(0,
-			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(0, 2, 3, ownerIn(opRelease, "n1"), okOut),
 			hop(2, 4, 20, purge, linOutput{Removed: 1}),
-			hop(1, 5, 6, claimIn("n2", long), claimOut(idem.Claimed, "n2", 1, ip, "")),
+			hop(1, 5, 6, claimIn("n2", long), claimOut(storekit.Claimed, "n2", 1, ip, "")),
 			hop(1, 21, 22, ownerIn(opHeartbeat, "n2"), okOut),
 		)},
 		{"a purge removes a completion of a released claim", false, cleaning(0,
-			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(0, 2, 3, ownerIn(opRelease, "n1"), okOut),
 			hop(0, 4, 5, completeIn("n1", "r"), okOut),
 			hop(2, 6, 7, purge, linOutput{Removed: 1}),
-			hop(1, 8, 9, claimIn("n2", long), claimOut(idem.Claimed, "n2", 1, ip, "")),
+			hop(1, 8, 9, claimIn("n2", long), claimOut(storekit.Claimed, "n2", 1, ip, "")),
 		)},
 		{"a purge removes a live claim", false, cleaning(0,
-			hop(0, 0, 1, claimIn("n1", long), claimOut(idem.Claimed, "n1", 1, ip, "")),
+			hop(0, 0, 1, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(2, 2, 3, purge, linOutput{Removed: 1}),
 			hop(1, 4, 5, get, linOutput{Err: errNotFound}),
 		)},

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/sqlstore"
 )
@@ -72,7 +73,7 @@ func (c versionConn) CheckNamedValue(nv *driver.NamedValue) error {
 // openMySQLProcedure opens a MySQL store on the test MariaDB through a pool
 // that reports a MySQL server, so that every claim goes through the claim
 // procedure (one CALL) instead of MariaDB's INSERT ... RETURNING.
-func openMySQLProcedure(t testing.TB) idem.Store {
+func openMySQLProcedure(t testing.TB) storekit.Store {
 	t.Helper()
 	return openSQLOn(t, mysqlPool(t, 16), sqlstore.MySQL)
 }
@@ -122,7 +123,7 @@ func TestMySQLProcedureClaims(t *testing.T) {
 	before := calls()
 	const claims = 3
 	for i := range claims {
-		r := idem.ClaimRequest{Key: idem.StorageKeyPrefix + strings.Repeat(string(rune('a'+i)), 64), Nonce: "n1",
+		r := storekit.ClaimRequest{Key: storekit.StorageKeyPrefix + strings.Repeat(string(rune('a'+i)), 64), Nonce: "n1",
 			LeaseTTL: time.Minute, TakeoverAfter: time.Minute}
 		if _, err := s.Claim(ctx, r); err != nil {
 			t.Fatal(err)

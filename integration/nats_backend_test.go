@@ -5,10 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/natsstore"
 )
@@ -17,7 +18,7 @@ import (
 // CreateBucket on the test NATS server: the Store publishes its records
 // with their expiry in a header, and its clean-up (retention 0) reads
 // headers only and deletes by stream sequence.
-func openNATS(t testing.TB) idem.Store {
+func openNATS(t testing.TB) storekit.Store {
 	t.Helper()
 	nc, err := nats.Connect(testenv.Lookup(t, "IDEM_NATS_URL", "nats"))
 	if err != nil {

@@ -4,7 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/stores/sqlstore"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -24,7 +25,7 @@ func TestPurgeConformance(t *testing.T) {
 		}
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			storetest.RunPurge(t, func(t *testing.T) idem.Store { return b.open(t) },
+			storetest.RunPurge(t, func(t *testing.T) storekit.Store { return b.open(t) },
 				storetest.WithRetention(0), storetest.WithClockSkew(100*time.Millisecond))
 		})
 	}
@@ -32,7 +33,7 @@ func TestPurgeConformance(t *testing.T) {
 	for _, d := range []sqlstore.Dialect{sqlstore.Postgres, sqlstore.MySQL} {
 		t.Run(d.String()+"-retention", func(t *testing.T) {
 			t.Parallel()
-			storetest.RunPurge(t, func(t *testing.T) idem.Store {
+			storetest.RunPurge(t, func(t *testing.T) storekit.Store {
 				return openSQLOn(t, sqlDB(t, d), d, sqlstore.WithRetention(retention))
 			}, storetest.WithRetention(retention), storetest.WithClockSkew(100*time.Millisecond))
 		})

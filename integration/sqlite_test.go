@@ -6,9 +6,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/idem-go/idem/storekit"
+
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
 )
 
@@ -18,7 +19,7 @@ func init() {
 	backends = append(backends, backend{name: "sqlite", open: openSQLite, cleans: true})
 }
 
-func openSQLite(t testing.TB) idem.Store {
+func openSQLite(t testing.TB) storekit.Store {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "idem.db")+"?"+sqlstore.SQLiteDSNParams)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 )
 
 // Option configures a Coordinator. NewCoordinator reports every invalid
-// option as an *idem.OptionError matching idem.ErrInvalidOption.
+// option as an *storekit.OptionError matching idem.ErrInvalidOption.
 type Option func(*config)
 
 type config struct {
@@ -121,7 +121,7 @@ type Coordinator struct {
 
 // NewCoordinator returns a Coordinator over table. It does no I/O. A nil
 // table and every invalid option are reported, joined, each an
-// *idem.OptionError matching idem.ErrInvalidOption.
+// *storekit.OptionError matching idem.ErrInvalidOption.
 func NewCoordinator(table Table, opts ...Option) (*Coordinator, error) {
 	cfg := config{
 		Options:       storekit.Options{Store: "isr", Now: time.Now},

@@ -239,7 +239,7 @@
 //     A recipe-A META without revalidate_seconds is corrupt.
 //   - A Coordinator, Handler or table its constructor did not make (a nil
 //     pointer, a zero value) is not usable: every method that returns an
-//     error returns an *idem.OptionError matching idem.ErrInvalidOption,
+//     error returns an *storekit.OptionError matching idem.ErrInvalidOption,
 //     the others a zero result; none panics.
 //
 // # Writing a Table

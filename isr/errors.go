@@ -46,7 +46,7 @@ var (
 	// Nothing was written; retrying is safe.
 	ErrConflict = errors.New("isr: concurrent transaction conflict")
 	// ErrInvalidInput: a key or argument of a call is malformed. (A
-	// constructor reports a bad argument or option as an *idem.OptionError
+	// constructor reports a bad argument or option as an *storekit.OptionError
 	// matching idem.ErrInvalidOption.)
 	ErrInvalidInput = errors.New("isr: invalid input")
 	// ErrCorruptItem: an item in the table does not have the schema's

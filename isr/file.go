@@ -96,7 +96,7 @@ var _ Table = (*FileTable)(nil)
 
 // NewFileTable returns a FileTable in dir, creating the directory if
 // needed. An empty dir, a dir that is not a directory and every invalid
-// option are reported, joined, each an *idem.OptionError matching
+// option are reported, joined, each an *storekit.OptionError matching
 // idem.ErrInvalidOption.
 func NewFileTable(dir string, opts ...FileOption) (*FileTable, error) {
 	c := newTableConfig()

@@ -50,7 +50,7 @@ func DefaultKey(r *http.Request) (string, string, error) {
 }
 
 // HandlerOption configures a Handler. NewHandler reports every invalid
-// option as an *idem.OptionError matching idem.ErrInvalidOption.
+// option as an *storekit.OptionError matching idem.ErrInvalidOption.
 type HandlerOption func(*handlerConfig)
 
 type handlerConfig struct {
@@ -247,7 +247,7 @@ type flightResult struct {
 
 // NewHandler returns a Handler that coordinates through coord, keeps bodies
 // in bodies and renders pages with render. It does no I/O. A nil argument
-// and every invalid option are reported, joined, each an *idem.OptionError
+// and every invalid option are reported, joined, each an *storekit.OptionError
 // matching idem.ErrInvalidOption.
 func NewHandler(coord *Coordinator, bodies body.Store, render PageFunc, opts ...HandlerOption) (*Handler, error) {
 	cfg := handlerConfig{

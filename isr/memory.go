@@ -43,7 +43,7 @@ type memCore struct {
 // given, it starts the table's clean-up goroutine (about every
 // DefaultTableCleanup; WithCleanup changes it); Close stops it. Every
 // invalid option (WithoutFileSync among them) is reported, joined, each an
-// *idem.OptionError matching idem.ErrInvalidOption.
+// *storekit.OptionError matching idem.ErrInvalidOption.
 func NewMemoryTable(opts ...TableOption) (*MemoryTable, error) {
 	c := newTableConfig()
 	c.apply("NewMemoryTable", opts)

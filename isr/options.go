@@ -1,9 +1,9 @@
 package isr
 
-import "github.com/idem-go/idem"
+import "github.com/idem-go/idem/storekit"
 
 // unmade is the error of a method called on a nil or zero value that its
 // constructor did not make.
 func unmade(typ, constructor string) error {
-	return &idem.OptionError{Option: "isr." + typ, Reason: "nil or zero " + typ + ": use " + constructor}
+	return &storekit.OptionError{Option: "isr." + typ, Reason: "nil or zero " + typ + ": use " + constructor}
 }

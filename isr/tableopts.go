@@ -9,7 +9,7 @@ import (
 // TableOption configures a FileTable or a MemoryTable, the tables isr
 // keeps itself (a DynamoDB or Redis table has its items removed by the
 // server). NewFileTable and NewMemoryTable report every invalid option as
-// an *idem.OptionError matching idem.ErrInvalidOption.
+// an *storekit.OptionError matching idem.ErrInvalidOption.
 type TableOption func(*tableConfig)
 
 // FileOption is the TableOption of NewFileTable.

@@ -38,6 +38,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -83,7 +85,7 @@ type config struct {
 }
 
 func (c *config) invalid(option, reason string) {
-	c.errs = append(c.errs, &idem.OptionError{Option: "otelidem." + option, Reason: reason})
+	c.errs = append(c.errs, &storekit.OptionError{Option: "otelidem." + option, Reason: reason})
 }
 
 // WithMeterProvider sets the meter provider. Default: the global one

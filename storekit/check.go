@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"time"
-
-	"github.com/idem-go/idem"
 )
 
 // ErrInvalidRequest is matched (errors.Is) by every *RequestError: a call
@@ -33,7 +31,7 @@ func (e *RequestError) Is(target error) bool { return target == ErrInvalidReques
 // tighter rule (a length limit, a character set) check it after this.
 func ValidateKey(key string) error {
 	if key == "" {
-		return &idem.KeyError{Reason: "empty storage key"}
+		return &KeyError{Reason: "empty storage key"}
 	}
 	return nil
 }
@@ -41,7 +39,7 @@ func ValidateKey(key string) error {
 // ValidateClaim checks a ClaimRequest before a store acts on it: a storage
 // key, a nonce, and a lease and takeover threshold of at least a
 // millisecond (records keep times in milliseconds).
-func ValidateClaim(req idem.ClaimRequest) error {
+func ValidateClaim(req ClaimRequest) error {
 	if err := ValidateKey(req.Key); err != nil {
 		return err
 	}
@@ -58,11 +56,11 @@ func ValidateClaim(req idem.ClaimRequest) error {
 
 // ValidateCompletion checks a Completion: status completed or failed, a
 // failure with its error, and a TTL of at least a millisecond.
-func ValidateCompletion(c idem.Completion) error {
+func ValidateCompletion(c Completion) error {
 	switch {
-	case c.Status != idem.StatusCompleted && c.Status != idem.StatusFailed:
+	case c.Status != StatusCompleted && c.Status != StatusFailed:
 		return &RequestError{Op: "complete", Field: "Status", Reason: fmt.Sprintf("%q is not completed or failed", c.Status)}
-	case c.Status == idem.StatusFailed && c.Error == nil:
+	case c.Status == StatusFailed && c.Error == nil:
 		return &RequestError{Op: "complete", Field: "Error", Reason: "a failure needs its error"}
 	case c.TTL < time.Millisecond:
 		return &RequestError{Op: "complete", Field: "TTL", Reason: fmt.Sprintf("%v is under 1ms", c.TTL)}
@@ -71,7 +69,7 @@ func ValidateCompletion(c idem.Completion) error {
 }
 
 // ValidateOwner checks the key and nonce of a heartbeat, complete or
-// release. An empty nonce is idem.ErrLostOwnership, not a request error: no
+// release. An empty nonce is ErrLostOwnership, not a request error: no
 // record carries one, so the call could never own the key, and the store
 // need not look.
 func ValidateOwner(key, nonce string) error {
@@ -79,30 +77,30 @@ func ValidateOwner(key, nonce string) error {
 		return err
 	}
 	if nonce == "" {
-		return fmt.Errorf("empty nonce: %w", idem.ErrLostOwnership)
+		return fmt.Errorf("empty nonce: %w", ErrLostOwnership)
 	}
 	return nil
 }
 
 // Found is the rule of Store.Get: a record that is missing (nil) or no
-// longer live at now (Unix ms) is idem.ErrNotFound, whatever the backend's
+// longer live at now (Unix ms) is ErrNotFound, whatever the backend's
 // own expiry has or has not deleted.
-func Found(cur *idem.Record, now int64) (*idem.Record, error) {
+func Found(cur *Record, now int64) (*Record, error) {
 	if cur == nil || !cur.Live(now) {
-		return nil, idem.ErrNotFound
+		return nil, ErrNotFound
 	}
 	return cur, nil
 }
 
 // CheckRecord is the check of a record a store decoded (or is about to
-// encode): idem.Record.Validate's invariants, and an attempt below
+// encode): Record.Validate's invariants, and an attempt below
 // math.MaxInt64, since a record at the largest attempt could never be
 // claimed again (its next attempt is out of range). A store reports a
-// record that fails it as an *idem.CorruptRecordError, whatever path read
+// record that fails it as an *CorruptRecordError, whatever path read
 // it (a claim, Get, a listing), and never takes it over; a store whose
 // backend decides a claim itself (SQL, scripts) refuses to write over such
 // a record by the same rule.
-func CheckRecord(r *idem.Record) error {
+func CheckRecord(r *Record) error {
 	if err := r.Validate(); err != nil {
 		return err
 	}

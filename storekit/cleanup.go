@@ -128,7 +128,7 @@ func (c *Cleaner) Close() error {
 // for its own few records, so claims of other keys (and of the same key,
 // between batches) go through while a large backlog is removed. A batch
 // must remove only records expired past retention at the moment it removes
-// them, judged by the store's own rule (idem.Record's ExpiresAt on the
+// them, judged by the store's own rule (Record's ExpiresAt on the
 // store's clock).
 func PurgeBatches(ctx context.Context, limit int, batch func(ctx context.Context, limit int) (int, error)) (int, error) {
 	if limit <= 0 {

@@ -3,8 +3,6 @@ package storekit
 import (
 	"encoding/json"
 	"fmt"
-
-	"github.com/idem-go/idem"
 )
 
 // RecordVersion is the version of the encoding EncodeRecord writes. A
@@ -13,26 +11,26 @@ import (
 const RecordVersion = 1
 
 type recordJSON struct {
-	V           int                   `json:"v"`
-	Key         string                `json:"key"`
-	Status      idem.Status           `json:"status"`
-	Result      []byte                `json:"result,omitempty"`
-	Error       *idem.RecordedFailure `json:"error,omitempty"`
-	PayloadHash string                `json:"payload_hash,omitempty"`
-	Nonce       string                `json:"nonce"`
-	Attempt     int64                 `json:"attempt"`
-	StartedAt   int64                 `json:"started_at"`
-	HeartbeatAt int64                 `json:"heartbeat_at"`
-	CompletedAt int64                 `json:"completed_at,omitempty"`
-	ExpiresAt   int64                 `json:"expires_at"`
-	TakeoverMs  int64                 `json:"takeover_ms,omitempty"`
+	V           int              `json:"v"`
+	Key         string           `json:"key"`
+	Status      Status           `json:"status"`
+	Result      []byte           `json:"result,omitempty"`
+	Error       *RecordedFailure `json:"error,omitempty"`
+	PayloadHash string           `json:"payload_hash,omitempty"`
+	Nonce       string           `json:"nonce"`
+	Attempt     int64            `json:"attempt"`
+	StartedAt   int64            `json:"started_at"`
+	HeartbeatAt int64            `json:"heartbeat_at"`
+	CompletedAt int64            `json:"completed_at,omitempty"`
+	ExpiresAt   int64            `json:"expires_at"`
+	TakeoverMs  int64            `json:"takeover_ms,omitempty"`
 }
 
 // EncodeRecord encodes r as one versioned JSON document, for stores that
 // keep a record as one blob (the file store; any key-value backend). It
 // refuses a record that CheckRecord rejects. DecodeRecord reads
 // it back.
-func EncodeRecord(r *idem.Record) ([]byte, error) {
+func EncodeRecord(r *Record) ([]byte, error) {
 	if r == nil {
 		return nil, fmt.Errorf("storekit: encode record: nil record")
 	}
@@ -49,17 +47,17 @@ func EncodeRecord(r *idem.Record) ([]byte, error) {
 
 // DecodeRecord decodes what EncodeRecord wrote. Anything else (truncated,
 // an unknown version, a record that fails CheckRecord) is an
-// *idem.CorruptRecordError matching idem.ErrCorruptRecord; it never panics.
+// *CorruptRecordError matching ErrCorruptRecord; it never panics.
 // A store must report such a record, never overwrite it.
-func DecodeRecord(b []byte) (*idem.Record, error) {
+func DecodeRecord(b []byte) (*Record, error) {
 	var j recordJSON
 	if err := json.Unmarshal(b, &j); err != nil {
-		return nil, &idem.CorruptRecordError{Err: err}
+		return nil, &CorruptRecordError{Err: err}
 	}
 	if j.V != RecordVersion {
-		return nil, &idem.CorruptRecordError{Key: j.Key, Err: fmt.Errorf("unsupported record version %d", j.V)}
+		return nil, &CorruptRecordError{Key: j.Key, Err: fmt.Errorf("unsupported record version %d", j.V)}
 	}
-	r := &idem.Record{
+	r := &Record{
 		Key: j.Key, Status: j.Status, Result: j.Result, Error: j.Error,
 		PayloadHash: j.PayloadHash, Nonce: j.Nonce, Attempt: j.Attempt,
 		StartedAt: j.StartedAt, HeartbeatAt: j.HeartbeatAt, CompletedAt: j.CompletedAt,
@@ -69,7 +67,7 @@ func DecodeRecord(b []byte) (*idem.Record, error) {
 		r.Result = nil // "result":"" and no result are one state
 	}
 	if err := CheckRecord(r); err != nil {
-		return nil, &idem.CorruptRecordError{Key: j.Key, Err: err}
+		return nil, &CorruptRecordError{Key: j.Key, Err: err}
 	}
 	return r, nil
 }

@@ -5,14 +5,13 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 )
 
 func TestRecordRoundTrip(t *testing.T) {
-	r := &idem.Record{
-		Key: "idem:ab", Status: idem.StatusFailed, Result: []byte{0, 1, 2, 255},
-		Error: &idem.RecordedFailure{Message: "m", Type: "t"}, PayloadHash: "ph", Nonce: "n",
+	r := &storekit.Record{
+		Key: "idem:ab", Status: storekit.StatusFailed, Result: []byte{0, 1, 2, 255},
+		Error: &storekit.RecordedFailure{Message: "m", Type: "t"}, PayloadHash: "ph", Nonce: "n",
 		Attempt: 3, StartedAt: 1, HeartbeatAt: 2, CompletedAt: 3, ExpiresAt: 4, TakeoverMs: 30000,
 	}
 	b, err := storekit.EncodeRecord(r)
@@ -26,7 +25,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(r, got) {
 		t.Fatalf("round trip: got %+v, want %+v", got, r)
 	}
-	if _, err := storekit.EncodeRecord(&idem.Record{Key: "k", Status: "weird", Nonce: "n", Attempt: 1}); err == nil {
+	if _, err := storekit.EncodeRecord(&storekit.Record{Key: "k", Status: "weird", Nonce: "n", Attempt: 1}); err == nil {
 		t.Fatal("encoding an invalid record succeeded")
 	}
 	if _, err := storekit.EncodeRecord(nil); err == nil {
@@ -50,12 +49,12 @@ func TestRecordDecodeCorrupt(t *testing.T) {
 		"binary":    "\x00\xff\xfe",
 	} {
 		_, err := storekit.DecodeRecord([]byte(in))
-		if !errors.Is(err, idem.ErrCorruptRecord) {
+		if !errors.Is(err, storekit.ErrCorruptRecord) {
 			t.Errorf("%s: got %v, want ErrCorruptRecord", name, err)
 		}
-		var ce *idem.CorruptRecordError
+		var ce *storekit.CorruptRecordError
 		if !errors.As(err, &ce) {
-			t.Errorf("%s: got %T, want *idem.CorruptRecordError", name, err)
+			t.Errorf("%s: got %T, want *storekit.CorruptRecordError", name, err)
 		}
 	}
 }
@@ -63,14 +62,14 @@ func TestRecordDecodeCorrupt(t *testing.T) {
 // FuzzDecodeRecord: any bytes decode to a valid record or a corrupt-record
 // error, never a panic, and a decoded record re-encodes to the same record.
 func FuzzDecodeRecord(f *testing.F) {
-	good, _ := storekit.EncodeRecord(&idem.Record{Key: "idem:k", Status: idem.StatusCompleted, Result: []byte(`{"a":1}`), Nonce: "n", Attempt: 1, ExpiresAt: 9, TakeoverMs: 5})
+	good, _ := storekit.EncodeRecord(&storekit.Record{Key: "idem:k", Status: storekit.StatusCompleted, Result: []byte(`{"a":1}`), Nonce: "n", Attempt: 1, ExpiresAt: 9, TakeoverMs: 5})
 	f.Add(good)
 	f.Add([]byte(`{"v":1}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := storekit.DecodeRecord(b)
 		if err != nil {
-			if !errors.Is(err, idem.ErrCorruptRecord) {
+			if !errors.Is(err, storekit.ErrCorruptRecord) {
 				t.Fatalf("error %v does not match ErrCorruptRecord", err)
 			}
 			return

@@ -2,17 +2,15 @@ package storekit
 
 import (
 	"time"
-
-	"github.com/idem-go/idem"
 )
 
 // Decision is what DecideClaim concluded: the claim's outcome, the record as
 // it is after the claim, and whether that record must be written.
 type Decision struct {
-	Outcome idem.ClaimOutcome
+	Outcome ClaimOutcome
 	// Record is what Claim returns: the record to write when Write is set,
 	// otherwise the current record, untouched.
-	Record *idem.Record
+	Record *Record
 	// Write is true when the claim changes the store: a new claim or a
 	// takeover. It is false for an existing live record and for a retried
 	// claim whose first try was applied (Outcome Claimed, nothing to
@@ -22,28 +20,28 @@ type Decision struct {
 }
 
 // Result is the decision as Store.Claim returns it.
-func (d Decision) Result() idem.ClaimResult {
-	return idem.ClaimResult{Outcome: d.Outcome, Record: d.Record}
+func (d Decision) Result() ClaimResult {
+	return ClaimResult{Outcome: d.Outcome, Record: d.Record}
 }
 
-// DecideClaim applies the rules of idem.Store.Claim (stated in its doc) to
+// DecideClaim applies the rules of Store.Claim (stated in its doc) to
 // the current record (nil if there is none) at now (Unix milliseconds, the
 // store's clock). It never modifies cur.
-func DecideClaim(cur *idem.Record, req idem.ClaimRequest, now int64) Decision {
+func DecideClaim(cur *Record, req ClaimRequest, now int64) Decision {
 	lease := req.LeaseTTL.Milliseconds()
 	if cur == nil || !cur.Live(now) {
 		attempt := int64(1)
 		if cur != nil {
 			attempt = cur.Attempt + 1
 		}
-		return Decision{Outcome: idem.Claimed, Write: true, Record: &idem.Record{
-			Key: req.Key, Status: idem.StatusInProgress, PayloadHash: req.PayloadHash,
+		return Decision{Outcome: Claimed, Write: true, Record: &Record{
+			Key: req.Key, Status: StatusInProgress, PayloadHash: req.PayloadHash,
 			Nonce: req.Nonce, Attempt: attempt, StartedAt: now, HeartbeatAt: now,
 			ExpiresAt: now + lease, TakeoverMs: req.TakeoverAfter.Milliseconds(),
 		}}
 	}
 	if cur.Nonce == req.Nonce {
-		return Decision{Outcome: idem.Claimed, Record: cur}
+		return Decision{Outcome: Claimed, Record: cur}
 	}
 	if cur.PayloadHash == req.PayloadHash && cur.Stale(now, req.TakeoverAfter) {
 		next := cur.Clone()
@@ -52,17 +50,17 @@ func DecideClaim(cur *idem.Record, req idem.ClaimRequest, now int64) Decision {
 		next.StartedAt, next.HeartbeatAt = now, now
 		next.ExpiresAt = max(cur.ExpiresAt, now+lease)
 		next.TakeoverMs = req.TakeoverAfter.Milliseconds()
-		return Decision{Outcome: idem.TookOver, Record: next, Write: true}
+		return Decision{Outcome: TookOver, Record: next, Write: true}
 	}
-	return Decision{Outcome: idem.Existing, Record: cur}
+	return Decision{Outcome: Existing, Record: cur}
 }
 
 // ApplyHeartbeat returns the record to write after a heartbeat at now, or
-// idem.ErrLostOwnership and nothing to write, by the rules of
-// idem.Store.Heartbeat.
-func ApplyHeartbeat(cur *idem.Record, nonce string, leaseTTL time.Duration, now int64) (*idem.Record, error) {
-	if !owns(cur, nonce) || cur.Status != idem.StatusInProgress || !cur.Live(now) {
-		return nil, idem.ErrLostOwnership
+// ErrLostOwnership and nothing to write, by the rules of
+// Store.Heartbeat.
+func ApplyHeartbeat(cur *Record, nonce string, leaseTTL time.Duration, now int64) (*Record, error) {
+	if !owns(cur, nonce) || cur.Status != StatusInProgress || !cur.Live(now) {
+		return nil, ErrLostOwnership
 	}
 	next := cur.Clone()
 	next.HeartbeatAt = now
@@ -71,15 +69,15 @@ func ApplyHeartbeat(cur *idem.Record, nonce string, leaseTTL time.Duration, now 
 }
 
 // ApplyComplete returns the record to write after a completion at now, or
-// idem.ErrLostOwnership, by the rules of idem.Store.Complete (a retried
+// ErrLostOwnership, by the rules of Store.Complete (a retried
 // Complete that finds its own outcome writes it again, and succeeds). A
 // completion that ValidateCompletion rejects is returned as its error.
-func ApplyComplete(cur *idem.Record, nonce string, c idem.Completion, now int64) (*idem.Record, error) {
+func ApplyComplete(cur *Record, nonce string, c Completion, now int64) (*Record, error) {
 	if err := ValidateCompletion(c); err != nil {
 		return nil, err
 	}
 	if !owns(cur, nonce) {
-		return nil, idem.ErrLostOwnership
+		return nil, ErrLostOwnership
 	}
 	next := cur.Clone()
 	next.Status = c.Status
@@ -93,10 +91,10 @@ func ApplyComplete(cur *idem.Record, nonce string, c idem.Completion, now int64)
 
 // ApplyRelease returns the record to write after a release at now (the
 // same record with ExpiresAt = now, so the next claim goes on counting
-// attempts), or idem.ErrLostOwnership, by the rules of idem.Store.Release.
-func ApplyRelease(cur *idem.Record, nonce string, now int64) (*idem.Record, error) {
-	if !owns(cur, nonce) || cur.Status != idem.StatusInProgress {
-		return nil, idem.ErrLostOwnership
+// attempts), or ErrLostOwnership, by the rules of Store.Release.
+func ApplyRelease(cur *Record, nonce string, now int64) (*Record, error) {
+	if !owns(cur, nonce) || cur.Status != StatusInProgress {
+		return nil, ErrLostOwnership
 	}
 	next := cur.Clone()
 	next.ExpiresAt = now
@@ -105,6 +103,6 @@ func ApplyRelease(cur *idem.Record, nonce string, now int64) (*idem.Record, erro
 
 // owns reports whether cur exists and carries nonce. An empty nonce owns
 // nothing: no valid record carries one.
-func owns(cur *idem.Record, nonce string) bool {
+func owns(cur *Record, nonce string) bool {
 	return cur != nil && nonce != "" && cur.Nonce == nonce
 }

@@ -6,40 +6,39 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 )
 
-func claimReq(nonce, payload string) idem.ClaimRequest {
-	return idem.ClaimRequest{Key: "idem:k", Nonce: nonce, PayloadHash: payload, LeaseTTL: 10 * time.Second, TakeoverAfter: time.Second}
+func claimReq(nonce, payload string) storekit.ClaimRequest {
+	return storekit.ClaimRequest{Key: "idem:k", Nonce: nonce, PayloadHash: payload, LeaseTTL: 10 * time.Second, TakeoverAfter: time.Second}
 }
 
 func TestDecideClaim(t *testing.T) {
 	const now = 1_000_000
-	live := &idem.Record{Key: "idem:k", Status: idem.StatusInProgress, PayloadHash: "p", Nonce: "n1", Attempt: 3,
+	live := &storekit.Record{Key: "idem:k", Status: storekit.StatusInProgress, PayloadHash: "p", Nonce: "n1", Attempt: 3,
 		StartedAt: now - 100, HeartbeatAt: now - 100, ExpiresAt: now + 5000, TakeoverMs: 1000}
 	stale := live.Clone()
 	stale.HeartbeatAt = now - 1000
 	expired := live.Clone()
 	expired.ExpiresAt = now
 	done := live.Clone()
-	done.Status, done.HeartbeatAt = idem.StatusCompleted, now-5000
+	done.Status, done.HeartbeatAt = storekit.StatusCompleted, now-5000
 	for _, tc := range []struct {
 		name    string
-		cur     *idem.Record
-		req     idem.ClaimRequest
-		out     idem.ClaimOutcome
+		cur     *storekit.Record
+		req     storekit.ClaimRequest
+		out     storekit.ClaimOutcome
 		write   bool
 		attempt int64
 		nonce   string
 	}{
-		{"none", nil, claimReq("n2", "p"), idem.Claimed, true, 1, "n2"},
-		{"expired", expired, claimReq("n2", "x"), idem.Claimed, true, 4, "n2"},
-		{"retry", live, claimReq("n1", "p"), idem.Claimed, false, 3, "n1"},
-		{"live", live, claimReq("n2", "p"), idem.Existing, false, 3, "n1"},
-		{"stale", stale, claimReq("n2", "p"), idem.TookOver, true, 4, "n2"},
-		{"stale other payload", stale, claimReq("n2", "q"), idem.Existing, false, 3, "n1"},
-		{"completed", done, claimReq("n2", "p"), idem.Existing, false, 3, "n1"},
+		{"none", nil, claimReq("n2", "p"), storekit.Claimed, true, 1, "n2"},
+		{"expired", expired, claimReq("n2", "x"), storekit.Claimed, true, 4, "n2"},
+		{"retry", live, claimReq("n1", "p"), storekit.Claimed, false, 3, "n1"},
+		{"live", live, claimReq("n2", "p"), storekit.Existing, false, 3, "n1"},
+		{"stale", stale, claimReq("n2", "p"), storekit.TookOver, true, 4, "n2"},
+		{"stale other payload", stale, claimReq("n2", "q"), storekit.Existing, false, 3, "n1"},
+		{"completed", done, claimReq("n2", "p"), storekit.Existing, false, 3, "n1"},
 	} {
 		before := tc.cur.Clone()
 		d := storekit.DecideClaim(tc.cur, tc.req, now)
@@ -63,8 +62,8 @@ func TestDecideClaim(t *testing.T) {
 
 func TestApply(t *testing.T) {
 	const now = 1_000_000
-	rec := &idem.Record{Key: "idem:k", Status: idem.StatusInProgress, Nonce: "n", Attempt: 1, ExpiresAt: now + 10}
-	if _, err := storekit.ApplyHeartbeat(rec, "", time.Second, now); !errors.Is(err, idem.ErrLostOwnership) {
+	rec := &storekit.Record{Key: "idem:k", Status: storekit.StatusInProgress, Nonce: "n", Attempt: 1, ExpiresAt: now + 10}
+	if _, err := storekit.ApplyHeartbeat(rec, "", time.Second, now); !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Errorf("heartbeat with an empty nonce: %v", err)
 	}
 	next, err := storekit.ApplyHeartbeat(rec, "n", time.Second, now)
@@ -73,30 +72,30 @@ func TestApply(t *testing.T) {
 	}
 	expired := rec.Clone()
 	expired.ExpiresAt = now
-	if _, err := storekit.ApplyHeartbeat(expired, "n", time.Second, now); !errors.Is(err, idem.ErrLostOwnership) {
+	if _, err := storekit.ApplyHeartbeat(expired, "n", time.Second, now); !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Errorf("heartbeat of an expired claim: %v", err)
 	}
-	c := idem.Completion{Status: idem.StatusCompleted, Result: []byte("1"), TTL: time.Minute}
-	if _, err := storekit.ApplyComplete(rec, "other", c, now); !errors.Is(err, idem.ErrLostOwnership) {
+	c := storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("1"), TTL: time.Minute}
+	if _, err := storekit.ApplyComplete(rec, "other", c, now); !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Errorf("complete by another nonce: %v", err)
 	}
-	for _, bad := range []idem.Completion{
-		{Status: idem.StatusInProgress, TTL: time.Minute},
-		{Status: idem.StatusFailed, TTL: time.Minute},
-		{Status: idem.StatusCompleted},
+	for _, bad := range []storekit.Completion{
+		{Status: storekit.StatusInProgress, TTL: time.Minute},
+		{Status: storekit.StatusFailed, TTL: time.Minute},
+		{Status: storekit.StatusCompleted},
 	} {
 		if _, err := storekit.ApplyComplete(rec, "n", bad, now); !errors.Is(err, storekit.ErrInvalidRequest) {
 			t.Errorf("complete %+v: %v, want ErrInvalidRequest", bad, err)
 		}
 	}
 	done, err := storekit.ApplyComplete(rec, "n", c, now)
-	if err != nil || done.Status != idem.StatusCompleted || done.ExpiresAt != now+60_000 || done.CompletedAt != now {
+	if err != nil || done.Status != storekit.StatusCompleted || done.ExpiresAt != now+60_000 || done.CompletedAt != now {
 		t.Errorf("complete: %+v, %v", done, err)
 	}
 	if _, err := storekit.ApplyComplete(done, "n", c, now+1); err != nil {
 		t.Errorf("a retried complete: %v", err)
 	}
-	if _, err := storekit.ApplyRelease(done, "n", now); !errors.Is(err, idem.ErrLostOwnership) {
+	if _, err := storekit.ApplyRelease(done, "n", now); !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Errorf("release of a completed record: %v", err)
 	}
 	rel, err := storekit.ApplyRelease(rec, "n", now)
@@ -110,10 +109,10 @@ func TestValidate(t *testing.T) {
 	if err := storekit.ValidateClaim(good); err != nil {
 		t.Fatal(err)
 	}
-	for name, mod := range map[string]func(*idem.ClaimRequest){
-		"nonce":    func(r *idem.ClaimRequest) { r.Nonce = "" },
-		"lease":    func(r *idem.ClaimRequest) { r.LeaseTTL = 0 },
-		"takeover": func(r *idem.ClaimRequest) { r.TakeoverAfter = time.Microsecond },
+	for name, mod := range map[string]func(*storekit.ClaimRequest){
+		"nonce":    func(r *storekit.ClaimRequest) { r.Nonce = "" },
+		"lease":    func(r *storekit.ClaimRequest) { r.LeaseTTL = 0 },
+		"takeover": func(r *storekit.ClaimRequest) { r.TakeoverAfter = time.Microsecond },
 	} {
 		r := good
 		mod(&r)
@@ -125,16 +124,16 @@ func TestValidate(t *testing.T) {
 	}
 	r := good
 	r.Key = ""
-	if err := storekit.ValidateClaim(r); !errors.Is(err, idem.ErrInvalidKey) {
+	if err := storekit.ValidateClaim(r); !errors.Is(err, storekit.ErrInvalidKey) {
 		t.Errorf("empty key: %v", err)
 	}
-	if err := storekit.ValidateOwner("idem:k", ""); !errors.Is(err, idem.ErrLostOwnership) {
+	if err := storekit.ValidateOwner("idem:k", ""); !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Errorf("empty nonce: %v", err)
 	}
-	if _, err := storekit.Found(&idem.Record{ExpiresAt: 5}, 5); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := storekit.Found(&storekit.Record{ExpiresAt: 5}, 5); !errors.Is(err, storekit.ErrNotFound) {
 		t.Errorf("expired record found: %v", err)
 	}
-	if _, err := storekit.Found(nil, 5); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := storekit.Found(nil, 5); !errors.Is(err, storekit.ErrNotFound) {
 		t.Errorf("missing record found: %v", err)
 	}
 }

@@ -1,41 +1,41 @@
 // Package storekit is for authors of idem stores. Users of idem never import
-// it: they pick a store and hand it to idem.New. A store author implements
-// idem.Store (declared in package idem, with the records, requests,
+// it: they pick a store and hand it to New. A store author implements
+// Store (declared in package idem, with the records, requests,
 // statuses and errors it speaks) and uses this package for the parts that
 // must be the same in every store:
 //
-//   - The rules, as idem.Store's method docs state them. DecideClaim
+//   - The rules, as Store's method docs state them. DecideClaim
 //     applies Store.Claim's rules to the record a store read and says
 //     whether there is something to write (Decision.Write);
 //     ApplyHeartbeat, ApplyComplete and ApplyRelease return the record to
-//     write or idem.ErrLostOwnership. A store whose backend runs its own
+//     write or ErrLostOwnership. A store whose backend runs its own
 //     scripts (Lua, SQL, condition expressions) implements the same rules
 //     there, and these functions are their reference.
 //   - The checks. ValidateClaim, ValidateOwner, ValidateCompletion and
 //     ValidateKey reject calls no Guard makes (a typed error) before a store
 //     touches its backend; an empty nonce owns nothing and is
-//     idem.ErrLostOwnership. Found is Store.Get's rule: a record that is
-//     not live is idem.ErrNotFound, whatever the backend's own expiry has
+//     ErrLostOwnership. Found is Store.Get's rule: a record that is
+//     not live is ErrNotFound, whatever the backend's own expiry has
 //     deleted.
 //   - The record codec. EncodeRecord and DecodeRecord are a versioned JSON
-//     form of idem.Record for backends that keep a record as one value. A
-//     record that does not decode is idem.ErrCorruptRecord, and a store
+//     form of Record for backends that keep a record as one value. A
+//     record that does not decode is ErrCorruptRecord, and a store
 //     must report it, never overwrite it.
 //   - The adapter. A backend that can lock one key (a mutex, a lock file, a
 //     row lock) implements Backend, three methods, and NewLocked turns it
-//     into a complete idem.Store: stores/memstore and stores/filestore are
+//     into a complete Store: stores/memstore and stores/filestore are
 //     built so.
 //   - The wake-ups. Watchers keeps a store's watches of its keys in this
-//     process: Watch is idem.Watcher's method, Notify (the Changed hook of
+//     process: Watch is Watcher's method, Notify (the Changed hook of
 //     NewLocked) wakes a key's waiters after a change.
 //
 // # Writing a store
 //
-// Implement Backend (or idem.Store directly, with the rules above), and run
+// Implement Backend (or Store directly, with the rules above), and run
 // the conformance suite from a test of your package:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) idem.Store { return newMyStore(t) })
+//		storetest.Run(t, func(t *testing.T) Store { return newMyStore(t) })
 //	}
 //
 // storetest depends on the standard library only. Give it a corrupter

@@ -14,16 +14,16 @@ import (
 // and encode records with storekit.EncodeRecord.
 type mapBackend struct {
 	mu sync.Mutex
-	m  map[string]*idem.Record
+	m  map[string]*storekit.Record
 }
 
-func (b *mapBackend) Load(_ context.Context, key string) (*idem.Record, error) {
+func (b *mapBackend) Load(_ context.Context, key string) (*storekit.Record, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.m[key].Clone(), nil
 }
 
-func (b *mapBackend) Update(_ context.Context, key string, fn func(*idem.Record) (*idem.Record, error)) error {
+func (b *mapBackend) Update(_ context.Context, key string, fn func(*storekit.Record) (*storekit.Record, error)) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	next, err := fn(b.m[key].Clone())
@@ -44,7 +44,7 @@ func (b *mapBackend) Delete(_ context.Context, key string) error {
 // A store in three methods: the Backend stores records under a lock, and
 // storekit.Locked makes every decision. Check it with storetest.Run.
 func Example() {
-	store := storekit.NewLocked(&mapBackend{m: map[string]*idem.Record{}}, storekit.LockedConfig{Name: "mapstore"})
+	store := storekit.NewLocked(&mapBackend{m: map[string]*storekit.Record{}}, storekit.LockedConfig{Name: "mapstore"})
 	g, err := idem.New[string](store)
 	if err != nil {
 		panic(err)
@@ -67,7 +67,7 @@ func Example() {
 // write; a store with a conditional write (compare-and-set) writes
 // d.Record only if the key still holds the record it read.
 func ExampleDecideClaim() {
-	req := idem.ClaimRequest{Key: "idem:k", Nonce: "n1", LeaseTTL: 10_000_000_000, TakeoverAfter: 1_000_000_000}
+	req := storekit.ClaimRequest{Key: "idem:k", Nonce: "n1", LeaseTTL: 10_000_000_000, TakeoverAfter: 1_000_000_000}
 	d := storekit.DecideClaim(nil, req, 1000)
 	fmt.Println(d.Outcome, d.Write, d.Record.Attempt)
 	req.Nonce = "n2"

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/idem-go/idem"
 )
 
 // Backend is the storage under a Locked store: whole records by storage
@@ -15,20 +13,20 @@ type Backend interface {
 	// Load returns the record stored under key, or nil when there is none.
 	// It may read without the key's lock, provided it never returns a
 	// half-written record. A record that cannot be decoded is an error
-	// matching idem.ErrCorruptRecord.
-	Load(ctx context.Context, key string) (*idem.Record, error)
+	// matching ErrCorruptRecord.
+	Load(ctx context.Context, key string) (*Record, error)
 	// Update calls fn with the record stored under key (nil when there is
 	// none) while holding a lock that excludes every other Update of key,
 	// in every process the backend serves. When fn returns a record, Update
 	// stores it under key before releasing the lock; when fn returns nil,
 	// it writes nothing. An error from fn is returned as is, with nothing
 	// written. A record that cannot be decoded is reported (matching
-	// idem.ErrCorruptRecord) without calling fn, so it is never replaced.
+	// ErrCorruptRecord) without calling fn, so it is never replaced.
 	// fn may keep cur and may modify neither cur nor the record it returns
 	// after returning it; Update must not hand fn a record it will change,
 	// and may keep the record fn returns as it is (Locked hands its callers
 	// copies of the records it passes to and gets from Update).
-	Update(ctx context.Context, key string, fn func(cur *idem.Record) (*idem.Record, error)) error
+	Update(ctx context.Context, key string, fn func(cur *Record) (*Record, error)) error
 	// Delete removes the record under key whatever its state. Deleting a
 	// missing record is not an error.
 	Delete(ctx context.Context, key string) error
@@ -42,12 +40,12 @@ type LockedConfig struct {
 	Now func() time.Time
 	// Changed, if set, is called after every write that may end a wait
 	// (a claim, a takeover, a completion, a release, a delete), with the
-	// lock released: a store that implements idem.Watcher wakes its
+	// lock released: a store that implements Watcher wakes its
 	// watchers of key there.
 	Changed func(key string)
 }
 
-// Locked is an idem.Store made of a Backend: each operation reads the
+// Locked is an Store made of a Backend: each operation reads the
 // record under the key's lock, decides with DecideClaim or an Apply
 // function, and writes the result before unlocking. A claim that finds a
 // live record it must leave untouched (a replay, a duplicate) is answered
@@ -59,7 +57,7 @@ type Locked struct {
 	changed func(string)
 }
 
-var _ idem.Store = (*Locked)(nil)
+var _ Store = (*Locked)(nil)
 
 // NewLocked returns a Locked store over b.
 func NewLocked(b Backend, cfg LockedConfig) *Locked {
@@ -81,17 +79,17 @@ func (l *Locked) notify(key string) {
 	}
 }
 
-// Claim implements idem.Store.
-func (l *Locked) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+// Claim implements Store.
+func (l *Locked) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
 	if err := ValidateClaim(req); err != nil {
-		return idem.ClaimResult{}, err
+		return ClaimResult{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return idem.ClaimResult{}, err
+		return ClaimResult{}, err
 	}
 	cur, err := l.b.Load(ctx, req.Key)
 	if err != nil {
-		return idem.ClaimResult{}, err
+		return ClaimResult{}, err
 	}
 	if cur != nil {
 		if d := DecideClaim(cur, req, l.nowMs()); !d.Write {
@@ -99,7 +97,7 @@ func (l *Locked) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRe
 		}
 	}
 	var d Decision
-	err = l.b.Update(ctx, req.Key, func(cur *idem.Record) (*idem.Record, error) {
+	err = l.b.Update(ctx, req.Key, func(cur *Record) (*Record, error) {
 		d = DecideClaim(cur, req, l.nowMs())
 		if !d.Write {
 			return nil, nil
@@ -107,7 +105,7 @@ func (l *Locked) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRe
 		return d.Record, nil
 	})
 	if err != nil {
-		return idem.ClaimResult{}, err
+		return ClaimResult{}, err
 	}
 	if d.Write {
 		l.notify(req.Key)
@@ -117,39 +115,39 @@ func (l *Locked) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRe
 	return d.Result(), nil
 }
 
-// Heartbeat implements idem.Store.
+// Heartbeat implements Store.
 func (l *Locked) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
-	return l.update(ctx, "heartbeat", key, nonce, false, func(cur *idem.Record, now int64) (*idem.Record, error) {
+	return l.update(ctx, "heartbeat", key, nonce, false, func(cur *Record, now int64) (*Record, error) {
 		return ApplyHeartbeat(cur, nonce, leaseTTL, now)
 	})
 }
 
-// Complete implements idem.Store.
-func (l *Locked) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+// Complete implements Store.
+func (l *Locked) Complete(ctx context.Context, key, nonce string, c Completion) error {
 	if err := ValidateCompletion(c); err != nil {
 		return err
 	}
-	return l.update(ctx, "complete", key, nonce, true, func(cur *idem.Record, now int64) (*idem.Record, error) {
+	return l.update(ctx, "complete", key, nonce, true, func(cur *Record, now int64) (*Record, error) {
 		return ApplyComplete(cur, nonce, c, now)
 	})
 }
 
-// Release implements idem.Store. The record is kept with ExpiresAt = now,
+// Release implements Store. The record is kept with ExpiresAt = now,
 // so the next claim goes on counting attempts.
 func (l *Locked) Release(ctx context.Context, key, nonce string) error {
-	return l.update(ctx, "release", key, nonce, true, func(cur *idem.Record, now int64) (*idem.Record, error) {
+	return l.update(ctx, "release", key, nonce, true, func(cur *Record, now int64) (*Record, error) {
 		return ApplyRelease(cur, nonce, now)
 	})
 }
 
-func (l *Locked) update(ctx context.Context, op, key, nonce string, notify bool, apply func(*idem.Record, int64) (*idem.Record, error)) error {
+func (l *Locked) update(ctx context.Context, op, key, nonce string, notify bool, apply func(*Record, int64) (*Record, error)) error {
 	if err := ValidateOwner(key, nonce); err != nil {
 		return fmt.Errorf("%s: %s %s: %w", l.name, op, key, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := l.b.Update(ctx, key, func(cur *idem.Record) (*idem.Record, error) {
+	err := l.b.Update(ctx, key, func(cur *Record) (*Record, error) {
 		next, err := apply(cur, l.nowMs())
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s %s: %w", l.name, op, key, err)
@@ -162,8 +160,8 @@ func (l *Locked) update(ctx context.Context, op, key, nonce string, notify bool,
 	return err
 }
 
-// Get implements idem.Store: the live record, or idem.ErrNotFound.
-func (l *Locked) Get(ctx context.Context, key string) (*idem.Record, error) {
+// Get implements Store: the live record, or ErrNotFound.
+func (l *Locked) Get(ctx context.Context, key string) (*Record, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
@@ -181,7 +179,7 @@ func (l *Locked) Get(ctx context.Context, key string) (*idem.Record, error) {
 	return rec, nil
 }
 
-// Delete implements idem.Store.
+// Delete implements Store.
 func (l *Locked) Delete(ctx context.Context, key string) error {
 	if err := ValidateKey(key); err != nil {
 		return err

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -18,7 +17,7 @@ type blobBackend struct {
 	m  map[string][]byte
 }
 
-func (b *blobBackend) decode(key string) (*idem.Record, error) {
+func (b *blobBackend) decode(key string) (*storekit.Record, error) {
 	raw, ok := b.m[key]
 	if !ok {
 		return nil, nil
@@ -26,13 +25,13 @@ func (b *blobBackend) decode(key string) (*idem.Record, error) {
 	return storekit.DecodeRecord(raw)
 }
 
-func (b *blobBackend) Load(_ context.Context, key string) (*idem.Record, error) {
+func (b *blobBackend) Load(_ context.Context, key string) (*storekit.Record, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.decode(key)
 }
 
-func (b *blobBackend) Update(_ context.Context, key string, fn func(*idem.Record) (*idem.Record, error)) error {
+func (b *blobBackend) Update(_ context.Context, key string, fn func(*storekit.Record) (*storekit.Record, error)) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	cur, err := b.decode(key)
@@ -61,16 +60,16 @@ func (b *blobBackend) Delete(_ context.Context, key string) error {
 // TestLockedConformance: a Backend of three methods under storekit.Locked
 // passes the whole conformance suite, on the suite's clock.
 func TestLockedConformance(t *testing.T) {
-	backends := map[idem.Store]*blobBackend{}
+	backends := map[storekit.Store]*blobBackend{}
 	var mu sync.Mutex
-	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) idem.Store {
+	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) storekit.Store {
 		b := &blobBackend{m: map[string][]byte{}}
 		s := storekit.NewLocked(b, storekit.LockedConfig{Name: "blobstore", Now: c.Now})
 		mu.Lock()
 		backends[s] = b
 		mu.Unlock()
 		return s
-	}, storetest.WithCorrupter(func(t *testing.T, s idem.Store, key string) {
+	}, storetest.WithCorrupter(func(t *testing.T, s storekit.Store, key string) {
 		mu.Lock()
 		b := backends[s]
 		mu.Unlock()

@@ -4,13 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/idem-go/idem"
 )
 
 // Options is what the options of every store have in common: the rejected
 // options, collected the one way every constructor of this repository
-// reports them (each an *idem.OptionError matching idem.ErrInvalidOption,
+// reports them (each an *OptionError matching ErrInvalidOption,
 // all of them joined), and the clock and retention of the stores that
 // decide with the caller's clock. A store's option struct embeds it; its
 // options call Invalid, SetClock and SetRetention; its New returns Err.
@@ -41,7 +39,7 @@ func (o *Options) Invalid(option, format string, args ...any) {
 	if o.Store != "" {
 		option = o.Store + "." + option
 	}
-	o.errs = append(o.errs, &idem.OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
+	o.errs = append(o.errs, &OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
 }
 
 // SetClock is the rule of a store's WithClock option: a nil clock is

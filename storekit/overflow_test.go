@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 )
 
@@ -41,7 +40,7 @@ func TestCleanupIntervalValidated(t *testing.T) {
 	for _, d := range []time.Duration{0, -time.Second, time.Nanosecond, math.MinInt64} {
 		o := storekit.Options{Store: "test"}
 		o.SetCleanup(d)
-		if err := o.Err(); !errors.Is(err, idem.ErrInvalidOption) {
+		if err := o.Err(); !errors.Is(err, storekit.ErrInvalidOption) {
 			t.Errorf("SetCleanup(%v): %v, want ErrInvalidOption", d, err)
 		}
 	}

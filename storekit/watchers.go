@@ -8,7 +8,7 @@ import (
 
 // Watchers keeps the watches of a store's keys in this process and wakes
 // them: a store that knows when it changes a record (every write goes
-// through it, as with Locked's Changed hook) implements idem.Watcher with
+// through it, as with Locked's Changed hook) implements Watcher with
 // Watch and calls Notify after each change. The zero value is ready to
 // use; it is safe for concurrent use, and Notify may be called while the
 // store holds its own locks.
@@ -21,7 +21,7 @@ type Watchers struct {
 	keys atomic.Int64
 }
 
-// Watch is idem.Watcher's Watch for key: the channel is closed by the next
+// Watch is Watcher's Watch for key: the channel is closed by the next
 // Notify(key). stop ends the watch and frees it, and may be called more
 // than once; the end of ctx does the same (the channel is then never
 // closed). A ctx that has already ended is its error. Watch does not check

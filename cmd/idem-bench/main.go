@@ -33,7 +33,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/internal/benchkit"
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/memstore"
@@ -74,7 +75,7 @@ func main() {
 	}
 	stores := []struct {
 		name  string
-		store idem.Store
+		store storekit.Store
 	}{{"memstore", mem}, {"filestore", fs}}
 
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -83,8 +84,8 @@ func main() {
 	for _, s := range stores {
 		for _, c := range []struct {
 			name  string
-			guard func(b *testing.B, s idem.Store) (int, int)
-			raw   func(b *testing.B, s idem.Store)
+			guard func(b *testing.B, s storekit.Store) (int, int)
+			raw   func(b *testing.B, s storekit.Store)
 			want  float64
 		}{
 			{"fresh", benchkit.Fresh, benchkit.RawFresh, 2},

@@ -17,6 +17,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/filestore"
@@ -41,7 +43,7 @@ type soakConfig struct {
 // now (a count and bytes, each named), and how to close it.
 type soakStore struct {
 	name      string
-	store     idem.Store
+	store     storekit.Store
 	size      func(ctx context.Context) (count int64, bytes int64, err error)
 	countName string
 	bytesName string

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/filestore"
 )
@@ -22,8 +24,8 @@ type record struct {
 	Scope          string                `json:"scope,omitempty"`
 	StorageKey     string                `json:"storage_key"`
 	Store          string                `json:"store"`
-	State          idem.RecordState      `json:"state,omitempty"`
-	Status         idem.Status           `json:"status"`
+	State          storekit.RecordState  `json:"state,omitempty"`
+	Status         storekit.Status       `json:"status"`
 	Attempt        int64                 `json:"attempt"`
 	StartedAt      string                `json:"started_at"`
 	StartedAtMs    int64                 `json:"started_at_ms"`
@@ -56,7 +58,7 @@ no live record.
 
 // lookup opens the store and reads the record of the key in k. On failure
 // it has reported the error and returns the exit status.
-func (c *cli) lookup(ctx context.Context, k *keyFlags) (*openedStore, string, *idem.Record, int) {
+func (c *cli) lookup(ctx context.Context, k *keyFlags) (*openedStore, string, *storekit.Record, int) {
 	if _, code := c.guardOptions(k); code != 0 {
 		return nil, "", nil, code
 	}
@@ -72,7 +74,7 @@ func (c *cli) lookup(ctx context.Context, k *keyFlags) (*openedStore, string, *i
 	}
 	rec, err := st.Get(ctx, sk)
 	if err != nil {
-		if errors.Is(err, idem.ErrNotFound) {
+		if errors.Is(err, storekit.ErrNotFound) {
 			c.errorf("no live record for the key in %s", st.desc)
 			if c.getenv("IDEM_SECRET") == "" {
 				c.errorf("IDEM_SECRET is not set: records written with a secret (IDEM_SECRET, idem.WithSecret) " +
@@ -90,7 +92,7 @@ func (c *cli) lookup(ctx context.Context, k *keyFlags) (*openedStore, string, *i
 // lookupStorageKey opens the store and reads the record of a storage key
 // (as idem ls prints it). On failure it has reported the error and returns
 // the exit status.
-func (c *cli) lookupStorageKey(ctx context.Context, spec, sk string) (*openedStore, string, *idem.Record, int) {
+func (c *cli) lookupStorageKey(ctx context.Context, spec, sk string) (*openedStore, string, *storekit.Record, int) {
 	st, err := openExisting(ctx, spec)
 	if err != nil {
 		c.errorf("%v", err)
@@ -98,7 +100,7 @@ func (c *cli) lookupStorageKey(ctx context.Context, spec, sk string) (*openedSto
 	}
 	rec, err := st.Get(ctx, sk)
 	if err != nil {
-		if errors.Is(err, idem.ErrNotFound) {
+		if errors.Is(err, storekit.ErrNotFound) {
 			c.errorf("no live record for the storage key in %s", st.desc)
 		} else {
 			c.errorf("%v", err)
@@ -136,13 +138,13 @@ func (c *cli) inspectCmd(ctx context.Context, args []string) int {
 	}
 	now := time.Now().UnixMilli()
 	out.State = rec.State(now, *takeover)
-	if rec.Status == idem.StatusInProgress && !rec.StepsEpoch() {
+	if rec.Status == storekit.StatusInProgress && !rec.StepsEpoch() {
 		age := now - rec.HeartbeatAt
 		stale := rec.Stale(now, *takeover)
 		out.HeartbeatAgeMs, out.Stale = &age, &stale
 	}
 	var res *outcome
-	if rec.Status == idem.StatusCompleted && rec.Error == nil {
+	if rec.Status == storekit.StatusCompleted && rec.Error == nil {
 		var o outcome
 		switch {
 		case json.Unmarshal(rec.Result, &o) == nil && o.V == outcomeVersion:
@@ -166,7 +168,7 @@ func (c *cli) inspectCmd(ctx context.Context, args []string) int {
 				return exitSoftware
 			}
 			return exitOK
-		case rec.Status == idem.StatusInProgress:
+		case rec.Status == storekit.StatusInProgress:
 			c.errorf("the key is in progress: nothing recorded yet")
 			return exitInProgress
 		case out.Result != nil || out.ResultBase64 != "":
@@ -219,10 +221,10 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) int {
 		// attempt would find no epoch and run its finished steps again.
 		c.errorf("the record is a call's steps epoch (state %s), not a claim: releasing or deleting it "+
 			"would make the call's finished steps run again, so unlock refuses it (with or without -force); "+
-			"it expires with its call", idem.StateStepsEpoch)
+			"it expires with its call", storekit.StateStepsEpoch)
 		return exitRefused
 	}
-	if rec.StepRecord() && rec.Status != idem.StatusInProgress {
+	if rec.StepRecord() && rec.Status != storekit.StatusInProgress {
 		// A finished step: deleting it would make it run again.
 		c.errorf("the record is a finished step of a call (%s), not a claim: deleting it would make the step run again, "+
 			"so unlock refuses it (with or without -force); it expires with its call", rec.Status)
@@ -257,7 +259,7 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) int {
 		fmt.Fprintf(c.stdout, "deleted the %s record (attempt %d)\n", rec.Status, rec.Attempt)
 		return exitOK
 	}
-	if rec.Status != idem.StatusInProgress {
+	if rec.Status != storekit.StatusInProgress {
 		c.errorf("the key is %s, not in progress; use -force to delete the record", rec.Status)
 		return exitRefused
 	}
@@ -280,7 +282,7 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) int {
 // callKeys returns the storage keys of the key in k: under IDEM_SECRET,
 // then under each of IDEM_PREVIOUS_SECRETS (where a rotation may have left
 // the key's record).
-func (c *cli) callKeys(st idem.Store, k *keyFlags) ([]string, int) {
+func (c *cli) callKeys(st storekit.Store, k *keyFlags) ([]string, int) {
 	_, sk, code := c.storageKey(st, k)
 	if code != 0 {
 		return nil, code
@@ -425,7 +427,7 @@ func parseJSONArg(s string) (any, error) {
 
 // lookupEither finds the record that -key (k) or -storage-key
 // (storageKey) names: exactly one of them must be given.
-func (c *cli) lookupEither(ctx context.Context, k *keyFlags, storageKey string) (*openedStore, string, *idem.Record, int) {
+func (c *cli) lookupEither(ctx context.Context, k *keyFlags, storageKey string) (*openedStore, string, *storekit.Record, int) {
 	switch {
 	case storageKey == "" && k.key == "":
 		c.errorf("-key or -storage-key is required")

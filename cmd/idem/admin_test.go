@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -68,7 +70,7 @@ func TestInProgress(t *testing.T) {
 			if err := json.Unmarshal([]byte(iv.stdout), &insp); err != nil {
 				t.Fatal(err)
 			}
-			if insp.Status != idem.StatusInProgress || insp.Attempt != 1 || insp.HeartbeatAgeMs == nil || insp.Stale == nil || *insp.Stale || insp.ExitCode != nil {
+			if insp.Status != storekit.StatusInProgress || insp.Attempt != 1 || insp.HeartbeatAgeMs == nil || insp.Stale == nil || *insp.Stale || insp.ExitCode != nil {
 				t.Errorf("inspect of a run in progress: %s", iv.stdout)
 			}
 			if iv := invoke(context.Background(), e, "inspect", "-stdout", "-key", "k"); iv.code != exitInProgress {
@@ -221,8 +223,8 @@ func TestInspect(t *testing.T) {
 			if err := json.Unmarshal([]byte(iv.stdout), &r); err != nil {
 				t.Fatal(err)
 			}
-			if r.Key != "user key" || r.Tenant != "t1" || r.Scope != "s1" || !strings.HasPrefix(r.StorageKey, idem.StorageKeyPrefix) ||
-				r.Status != idem.StatusCompleted || r.Attempt != 1 || r.PayloadHash == "" || r.ResultBytes == 0 ||
+			if r.Key != "user key" || r.Tenant != "t1" || r.Scope != "s1" || !strings.HasPrefix(r.StorageKey, storekit.StorageKeyPrefix) ||
+				r.Status != storekit.StatusCompleted || r.Attempt != 1 || r.PayloadHash == "" || r.ResultBytes == 0 ||
 				r.ExitCode == nil || *r.ExitCode != 0 || *r.StdoutBytes != 5 || *r.StdoutTotal != 5 || *r.Truncated ||
 				r.HeartbeatAgeMs != nil || r.Stale != nil {
 				t.Errorf("inspect: %s", iv.stdout)

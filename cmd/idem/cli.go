@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
 )
@@ -271,7 +273,7 @@ func (c *cli) guardOptions(k *keyFlags) (opts []idem.Option, code int) {
 
 // storageKey opens nothing: it derives the storage key of k under its
 // namespace and secret.
-func (c *cli) storageKey(st idem.Store, k *keyFlags, extra ...idem.Option) (*idem.Guard[outcome], string, int) {
+func (c *cli) storageKey(st storekit.Store, k *keyFlags, extra ...idem.Option) (*idem.Guard[outcome], string, int) {
 	opts, code := c.guardOptions(k)
 	if code != 0 {
 		return nil, "", code
@@ -294,7 +296,7 @@ func exitFor(err error) int {
 	switch {
 	case errors.Is(err, idem.ErrPayloadMismatch):
 		return exitMismatch
-	case errors.Is(err, idem.ErrNotFound):
+	case errors.Is(err, storekit.ErrNotFound):
 		return exitNoRecord
 	case errors.Is(err, idem.ErrInvalidKey), errors.Is(err, idem.ErrInvalidOption), errors.Is(err, idem.ErrInvalidPayload):
 		return exitUsage
@@ -396,13 +398,13 @@ var optionFlags = map[string]string{
 }
 
 // flagMessage is err as a shell user should read it: every
-// *idem.OptionError of the command's own options becomes "-flag: reason",
+// *storekit.OptionError of the command's own options becomes "-flag: reason",
 // joined by "; ".
 func flagMessage(err error) string {
 	var msgs []string
 	var walk func(error)
 	walk = func(e error) {
-		if oe, ok := e.(*idem.OptionError); ok {
+		if oe, ok := e.(*storekit.OptionError); ok {
 			if f, ok := optionFlags[oe.Option]; ok {
 				msgs = append(msgs, f+": "+oe.Reason)
 				return

@@ -22,7 +22,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/internal/testenv"
 )
 
@@ -223,7 +224,7 @@ func TestBinaryTakeoverAfterKill(t *testing.T) {
 
 	iv := runBin(t, e, "inspect", "-store", store, "-key", "k")
 	var r record
-	if err := json.Unmarshal([]byte(iv.stdout), &r); err != nil || r.Status != idem.StatusInProgress || r.Attempt != 1 {
+	if err := json.Unmarshal([]byte(iv.stdout), &r); err != nil || r.Status != storekit.StatusInProgress || r.Attempt != 1 {
 		t.Fatalf("inspect after the kill: %v", iv)
 	}
 
@@ -355,7 +356,7 @@ func TestBinaryDefaultStore(t *testing.T) {
 	// The file store keeps records in fan-out directories below its own.
 	var records int
 	err := filepath.WalkDir(filepath.Join(cache, "idem", "records"), func(_ string, de fs.DirEntry, err error) error {
-		if err == nil && !de.IsDir() && strings.HasPrefix(de.Name(), idem.StorageKeyPrefix) {
+		if err == nil && !de.IsDir() && strings.HasPrefix(de.Name(), storekit.StorageKeyPrefix) {
 			records++
 		}
 		return err

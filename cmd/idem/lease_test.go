@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // failingHeartbeats is a store whose heartbeats fail as if the store could
 // not be reached from this host.
-type failingHeartbeats struct{ idem.Store }
+type failingHeartbeats struct{ storekit.Store }
 
 func (failingHeartbeats) Heartbeat(context.Context, string, string, time.Duration) error {
 	return errors.New("injected: store unreachable")
@@ -30,7 +30,7 @@ func TestLeaseExpiry(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			dir := t.TempDir()
 			e := env{"COUNTER": filepath.Join(dir, "counter"), "DIR": dir, "IDEM_STORE": storeSpec(t, kind)}
-			testWrapStore = func(s idem.Store) idem.Store { return failingHeartbeats{s} }
+			testWrapStore = func(s storekit.Store) storekit.Store { return failingHeartbeats{s} }
 			first := background(context.Background(), e, append([]string{"run", "-takeover-after", "600ms", "-heartbeat", "100ms", "-kill-grace", "5s", "-key", "k"}, holding(dir)...)...)
 			var iv invocation
 			select {
@@ -57,7 +57,7 @@ func TestLeaseExpiry(t *testing.T) {
 func TestLeaseExpiryKillsQuickly(t *testing.T) {
 	dir := t.TempDir()
 	e := env{"COUNTER": filepath.Join(dir, "counter"), "DIR": dir, "IDEM_STORE": storeSpec(t, "mem")}
-	testWrapStore = func(s idem.Store) idem.Store { return failingHeartbeats{s} }
+	testWrapStore = func(s storekit.Store) storekit.Store { return failingHeartbeats{s} }
 	defer func() { testWrapStore = nil }()
 	iv := invoke(context.Background(), e, "run", "-takeover-after", "600ms", "-heartbeat", "200ms", "-kill-grace", "1h", "-key", "k",
 		"--", "sh", "-c", `trap '' TERM; sleep 60`)

@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -48,21 +50,21 @@ func (c *cli) addListFlags(fs *flag.FlagSet, l *listFlags) {
 // listRecords opens the store and calls f for each live record and its
 // state. Records that cannot be decoded are reported and counted; any
 // other error ends the listing.
-func (c *cli) listRecords(ctx context.Context, l *listFlags, f func(st *openedStore, rec *idem.Record, state idem.RecordState, now int64) bool) (corrupt int, code int) {
+func (c *cli) listRecords(ctx context.Context, l *listFlags, f func(st *openedStore, rec *storekit.Record, state storekit.RecordState, now int64) bool) (corrupt int, code int) {
 	st, err := openExisting(ctx, l.store)
 	if err != nil {
 		c.errorf("%v", err)
 		return 0, storeOpenExit(err)
 	}
 	defer st.Close()
-	lister, ok := st.Store.(idem.Lister)
+	lister, ok := st.Store.(storekit.Lister)
 	if !ok {
 		c.errorf("%s cannot list its records", st.desc)
 		return 0, exitConfig
 	}
 	for rec, err := range lister.Records(ctx) {
 		if err != nil {
-			var ce *idem.CorruptRecordError
+			var ce *storekit.CorruptRecordError
 			if errors.As(err, &ce) {
 				c.errorf("%v", err)
 				corrupt++
@@ -84,7 +86,7 @@ func (c *cli) listRecords(ctx context.Context, l *listFlags, f func(st *openedSt
 
 // listed is the record idem ls prints: idem inspect's fields about the
 // record, and its state.
-func listed(st *openedStore, rec *idem.Record, state idem.RecordState, now int64) record {
+func listed(st *openedStore, rec *storekit.Record, state storekit.RecordState, now int64) record {
 	out := record{
 		StorageKey: rec.Key, Store: st.desc, State: state,
 		Status: rec.Status, Attempt: rec.Attempt,
@@ -94,9 +96,9 @@ func listed(st *openedStore, rec *idem.Record, state idem.RecordState, now int64
 		ExpiresAt: formatMs(rec.ExpiresAt), ExpiresAtMs: rec.ExpiresAt,
 		PayloadHash: rec.PayloadHash, ResultBytes: len(rec.Result), Error: rec.Error,
 	}
-	if rec.Status == idem.StatusInProgress && state != idem.StateStepsEpoch {
+	if rec.Status == storekit.StatusInProgress && state != storekit.StateStepsEpoch {
 		age := now - rec.HeartbeatAt
-		stale := state == idem.StateStale
+		stale := state == storekit.StateStale
 		out.HeartbeatAgeMs, out.Stale = &age, &stale
 	}
 	return out
@@ -112,9 +114,9 @@ func (c *cli) lsCmd(ctx context.Context, args []string) int {
 	if code, done := c.parseNoArgs(fs, args); done {
 		return code
 	}
-	var want idem.RecordState
+	var want storekit.RecordState
 	if *stateName != "" {
-		s, err := idem.ParseRecordState(*stateName)
+		s, err := storekit.ParseRecordState(*stateName)
 		if err != nil {
 			c.errorf("-state: %v", err)
 			return exitUsage
@@ -132,7 +134,7 @@ func (c *cli) lsCmd(ctx context.Context, args []string) int {
 	}
 	n := 0
 	var werr error
-	_, code := c.listRecords(ctx, &l, func(st *openedStore, rec *idem.Record, state idem.RecordState, now int64) bool {
+	_, code := c.listRecords(ctx, &l, func(st *openedStore, rec *storekit.Record, state storekit.RecordState, now int64) bool {
 		if want != "" && state != want {
 			return true
 		}
@@ -140,7 +142,7 @@ func (c *cli) lsCmd(ctx context.Context, args []string) int {
 			werr = enc.Encode(listed(st, rec, state, now))
 		} else {
 			age := "-"
-			if rec.Status == idem.StatusInProgress && state != idem.StateStepsEpoch {
+			if rec.Status == storekit.StatusInProgress && state != storekit.StateStepsEpoch {
 				age = (time.Duration(now-rec.HeartbeatAt) * time.Millisecond).String()
 			}
 			_, werr = fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", state, rec.Key, rec.Attempt, age, formatMs(rec.ExpiresAt))
@@ -168,9 +170,9 @@ func (c *cli) statsCmd(ctx context.Context, args []string) int {
 	if code, done := c.parseNoArgs(fs, args); done {
 		return code
 	}
-	counts := map[idem.RecordState]int{}
+	counts := map[storekit.RecordState]int{}
 	total := 0
-	corrupt, code := c.listRecords(ctx, &l, func(_ *openedStore, _ *idem.Record, state idem.RecordState, _ int64) bool {
+	corrupt, code := c.listRecords(ctx, &l, func(_ *openedStore, _ *storekit.Record, state storekit.RecordState, _ int64) bool {
 		counts[state]++
 		total++
 		return true
@@ -180,7 +182,7 @@ func (c *cli) statsCmd(ctx context.Context, args []string) int {
 	}
 	if *asJSON {
 		out := map[string]int{"total": total}
-		for _, s := range idem.RecordStates {
+		for _, s := range storekit.RecordStates() {
 			out[string(s)] = counts[s]
 		}
 		if corrupt > 0 {
@@ -192,7 +194,7 @@ func (c *cli) statsCmd(ctx context.Context, args []string) int {
 		}
 		return code
 	}
-	for _, s := range idem.RecordStates {
+	for _, s := range storekit.RecordStates() {
 		fmt.Fprintf(c.stdout, "%-12s %d\n", s, counts[s])
 	}
 	if corrupt > 0 {

@@ -12,11 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/go-sql-driver/mysql"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -118,7 +119,7 @@ func listCLI(t *testing.T, spec string) {
 	if iv.code != 0 {
 		t.Fatalf("ls -json: %v", iv)
 	}
-	got := map[string]idem.RecordState{}
+	got := map[string]storekit.RecordState{}
 	for _, line := range strings.Split(strings.TrimSpace(iv.stdout), "\n") {
 		var r record
 		if err := json.Unmarshal([]byte(line), &r); err != nil {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -86,7 +88,7 @@ func TestBinaryStepsEpoch(t *testing.T) {
 	var epoch string
 	for sk, r := range recs {
 		switch {
-		case r.State == idem.StateStepsEpoch:
+		case r.State == storekit.StateStepsEpoch:
 			if epoch != "" {
 				t.Errorf("two steps epochs: %s and %s", epoch, sk)
 			}
@@ -96,11 +98,11 @@ func TestBinaryStepsEpoch(t *testing.T) {
 					t.Errorf("ls -json prints %q for the steps epoch, as for a claim: %v", f, raw[sk])
 				}
 			}
-		case r.State != idem.StateCompleted:
+		case r.State != storekit.StateCompleted:
 			t.Errorf("ls: %s is %s, want completed (the call and its step)", sk, r.State)
 		}
 	}
-	if epoch == "" || len(recs) != 3 || recs[callKey].State != idem.StateCompleted {
+	if epoch == "" || len(recs) != 3 || recs[callKey].State != storekit.StateCompleted {
 		t.Fatalf("ls listed %v; want the call, its step and one steps_epoch record", recs)
 	}
 
@@ -133,7 +135,7 @@ func TestBinaryStepsEpoch(t *testing.T) {
 			t.Errorf("%q: %v; want exit %d and a message that the steps would run again", args, iv, exitRefused)
 		}
 		rec, err := st.Get(ctx, epoch)
-		if err != nil || !rec.StepsEpoch() || rec.Status != idem.StatusInProgress {
+		if err != nil || !rec.StepsEpoch() || rec.Status != storekit.StatusInProgress {
 			t.Fatalf("%q changed the steps epoch: %+v, %v", args, rec, err)
 		}
 	}
@@ -166,7 +168,7 @@ func TestBinaryStepsEpoch(t *testing.T) {
 	if iv := runBin(t, env{}, "unlock", "-store", spec, "-key", "order-1", "-force"); iv.code != 0 {
 		t.Fatalf("unlock -key -force: %v", iv)
 	}
-	if _, err := st.Get(ctx, callKey); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := st.Get(ctx, callKey); !errors.Is(err, storekit.ErrNotFound) {
 		t.Fatalf("unlock -key -force left the call's record: %v", err)
 	}
 	if rec, err := st.Get(ctx, epoch); err != nil || !rec.StepsEpoch() {
@@ -193,7 +195,7 @@ func TestBinaryUnlockForceRotation(t *testing.T) {
 	if iv := runBin(t, e, "unlock", "-store", spec, "-key", "order-9", "-force"); iv.code != 0 {
 		t.Fatalf("unlock -key -force: %v", iv)
 	}
-	if _, err := st.Get(ctx, sk); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := st.Get(ctx, sk); !errors.Is(err, storekit.ErrNotFound) {
 		t.Errorf("the record under the previous secret is left: %v", err)
 	}
 	if iv := runBin(t, e, "inspect", "-store", spec, "-key", "order-9"); iv.code != exitNoRecord {
@@ -205,7 +207,7 @@ func TestBinaryUnlockForceRotation(t *testing.T) {
 // program's result.
 type inspected struct {
 	StorageKey   string          `json:"storage_key"`
-	Status       idem.Status     `json:"status"`
+	Status       storekit.Status `json:"status"`
 	ResultBytes  int             `json:"result_bytes"`
 	Result       json.RawMessage `json:"result"`
 	ResultBase64 string          `json:"result_base64"`
@@ -256,7 +258,7 @@ func inspectProgram(t *testing.T, e env, sk string, args ...string) {
 	}
 	var result bytes.Buffer
 	_ = json.Compact(&result, r.Result)
-	if r.StorageKey != sk || r.Status != idem.StatusCompleted || r.ResultError != "" ||
+	if r.StorageKey != sk || r.Status != storekit.StatusCompleted || r.ResultError != "" ||
 		result.String() != `{"ID":"inv_1","Amount":1999}` || r.ExitCode != nil {
 		t.Errorf("%q: %s; want the program's result as JSON", args, iv.stdout)
 	}
@@ -300,7 +302,7 @@ func TestBinaryInspectStorageKey(t *testing.T) {
 	if iv := runBin(t, env{}, "inspect", "-store", spec, "-storage-key", sk, "-key", "order-7"); iv.code != exitUsage {
 		t.Errorf("inspect with -key and -storage-key: %v", iv)
 	}
-	if iv := runBin(t, env{}, "inspect", "-store", spec, "-storage-key", idem.StorageKeyPrefix+strings.Repeat("0", 64)); iv.code != exitNoRecord {
+	if iv := runBin(t, env{}, "inspect", "-store", spec, "-storage-key", storekit.StorageKeyPrefix+strings.Repeat("0", 64)); iv.code != exitNoRecord {
 		t.Errorf("inspect -storage-key of no record: %v", iv)
 	}
 }
@@ -409,7 +411,7 @@ func TestBinaryReadingCreatesNothing(t *testing.T) {
 			{[]string{"stats", "-json"}, 0},
 			{[]string{"inspect", "-key", "k"}, exitNoRecord},
 			{[]string{"unlock", "-key", "k"}, exitNoRecord},
-			{[]string{"unlock", "-storage-key", idem.StorageKeyPrefix + strings.Repeat("0", 64), "-force"}, exitNoRecord},
+			{[]string{"unlock", "-storage-key", storekit.StorageKeyPrefix + strings.Repeat("0", 64), "-force"}, exitNoRecord},
 			{[]string{"purge"}, 0},
 		} {
 			if iv := runBin(t, e, c.args...); iv.code != c.code {

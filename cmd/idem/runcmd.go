@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -342,7 +344,7 @@ func (c *cli) runExit(ctx context.Context, cfg *runConfig, res runResult, lw *le
 
 // testWrapStore, when set by a test, wraps the store a run uses, to inject
 // faults.
-var testWrapStore func(idem.Store) idem.Store
+var testWrapStore func(storekit.Store) storekit.Store
 
 // afterRun is the exit status of a run that ran COMMAND, given what the
 // Guard said about recording it.

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -53,7 +55,7 @@ const (
 // openedStore is a store selected by -store, with what is needed to close
 // it and to describe it.
 type openedStore struct {
-	idem.Store
+	storekit.Store
 	kind  string
 	desc  string // for messages: a directory, a host, a table; never a password
 	file  *filestore.Store

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idem-go/idem"
@@ -16,7 +18,7 @@ func charge(context.Context, []byte) error { return nil }
 // ExampleHandle consumes a queue with manual acknowledgements; every
 // delivery carries a MessageId set by its publisher.
 func ExampleHandle() {
-	var store idem.Store // any idem store shared by the consumers
+	var store storekit.Store // any idem store shared by the consumers
 	d, err := idemmsg.New(store, idemmsg.WithGuard(idem.WithTakeoverAfter(20*time.Second)))
 	if err != nil {
 		return

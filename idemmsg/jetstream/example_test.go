@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem"
@@ -19,7 +21,7 @@ func charge(context.Context, []byte) error { return nil }
 // once the dead consumer's claim is 20s stale.
 func ExampleHandler() {
 	var (
-		store idem.Store      // any idem store shared by the consumers
+		store storekit.Store  // any idem store shared by the consumers
 		cons  natsjs.Consumer // js.CreateOrUpdateConsumer(ctx, "ORDERS", natsjs.ConsumerConfig{Durable: "billing", AckPolicy: natsjs.AckExplicitPolicy})
 	)
 	d, err := idemmsg.New(store, idemmsg.WithGuard(idem.WithTakeoverAfter(20*time.Second)))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	wm "github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -16,7 +18,7 @@ import (
 // Watermill's in-memory deduplicator.
 func ExampleMiddleware() {
 	var (
-		store idem.Store         // any idem store shared by the consumers
+		store storekit.Store     // any idem store shared by the consumers
 		sub   message.Subscriber // e.g. watermill-amqp or watermill-nats
 	)
 	d, err := idemmsg.New(store, idemmsg.WithGuard(idem.WithTakeoverAfter(20*time.Second)))

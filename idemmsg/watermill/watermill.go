@@ -32,6 +32,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idem-go/idem"
@@ -148,7 +150,7 @@ func decode(b []byte) ([]*message.Message, error) {
 	}
 	var p []produced
 	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, &idem.CorruptRecordError{Err: fmt.Errorf("produced messages do not decode: %w", err)}
+		return nil, &storekit.CorruptRecordError{Err: fmt.Errorf("produced messages do not decode: %w", err)}
 	}
 	out := make([]*message.Message, len(p))
 	for i, m := range p {

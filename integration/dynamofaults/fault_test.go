@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
@@ -181,10 +183,10 @@ func TestConnectionCutMidRequest(t *testing.T) {
 
 			// The claim is applied, its response lost; the SDK's retry finds
 			// its own nonce and reports Claimed, attempt 1.
-			var applied *idem.Record
+			var applied *storekit.Record
 			f.onCut = func(string) { applied, _ = direct.store.Get(ctx, key) }
 			f.cutNext(1, kind)
-			rec := mustClaim(t, f.store, claimReq(key, "A"), idem.Claimed)
+			rec := mustClaim(t, f.store, claimReq(key, "A"), storekit.Claimed)
 			f.onCut = nil
 			if applied == nil || applied.Nonce != "A" {
 				t.Fatalf("the cut claim was not applied before the cut: %+v", applied)
@@ -202,20 +204,20 @@ func TestConnectionCutMidRequest(t *testing.T) {
 			wantOps(t, f.env, "PutItem", "PutItem")
 
 			f.cutNext(1, kind)
-			mustClaim(t, f.store, claimReq(key, "B"), idem.Existing)
+			mustClaim(t, f.store, claimReq(key, "B"), storekit.Existing)
 			f.cutNext(1, kind)
 			if err := f.store.Heartbeat(ctx, key, "A", time.Minute); err != nil {
 				t.Fatalf("heartbeat after a cut: %v", err)
 			}
 			f.cutNext(1, kind)
-			if err := f.store.Complete(ctx, key, "A", idem.Completion{Status: idem.StatusCompleted, Result: []byte("7"), TTL: time.Hour}); err != nil {
+			if err := f.store.Complete(ctx, key, "A", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("7"), TTL: time.Hour}); err != nil {
 				t.Fatalf("complete after a cut: %v", err)
 			}
-			if got, err := direct.store.Get(ctx, key); err != nil || got.Status != idem.StatusCompleted || string(got.Result) != "7" {
+			if got, err := direct.store.Get(ctx, key); err != nil || got.Status != storekit.StatusCompleted || string(got.Result) != "7" {
 				t.Fatalf("completed record %+v, %v", got, err)
 			}
 			key2 := storageKey()
-			mustClaim(t, f.store, claimReq(key2, "A"), idem.Claimed)
+			mustClaim(t, f.store, claimReq(key2, "A"), storekit.Claimed)
 			f.cutNext(1, kind)
 			if err := f.store.Release(ctx, key2, "A"); err != nil {
 				t.Fatalf("release after a cut: %v", err)

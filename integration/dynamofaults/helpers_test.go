@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/idem-go/idem"
@@ -101,7 +103,7 @@ func mustNew(t testing.TB, c dynamostore.Client, table string, opts ...dynamosto
 	return s
 }
 
-func newGuard[T any](t *testing.T, s idem.Store, opts ...idem.Option) *idem.Guard[T] {
+func newGuard[T any](t *testing.T, s storekit.Store, opts ...idem.Option) *idem.Guard[T] {
 	t.Helper()
 	g, err := idem.New[T](s, opts...)
 	if err != nil {
@@ -110,11 +112,11 @@ func newGuard[T any](t *testing.T, s idem.Store, opts ...idem.Option) *idem.Guar
 	return g
 }
 
-func claimReq(key, nonce string) idem.ClaimRequest {
-	return idem.ClaimRequest{Key: key, Nonce: nonce, PayloadHash: "ph", LeaseTTL: time.Minute, TakeoverAfter: 10 * time.Second}
+func claimReq(key, nonce string) storekit.ClaimRequest {
+	return storekit.ClaimRequest{Key: key, Nonce: nonce, PayloadHash: "ph", LeaseTTL: time.Minute, TakeoverAfter: 10 * time.Second}
 }
 
-func mustClaim(t *testing.T, s idem.Store, req idem.ClaimRequest, want idem.ClaimOutcome) *idem.Record {
+func mustClaim(t *testing.T, s storekit.Store, req storekit.ClaimRequest, want storekit.ClaimOutcome) *storekit.Record {
 	t.Helper()
 	res, err := s.Claim(context.Background(), req)
 	if err != nil {

@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/natsstore"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -186,8 +187,8 @@ func claimAll(t *testing.T, stores []*natsstore.Store, keys []string, kill func(
 				defer wg.Done()
 				for ki := w; ki < len(keys); ki += 4 {
 					key := keys[ki]
-					req := idem.ClaimRequest{Key: key, Nonce: fmt.Sprintf("c%d-%s", ci, storetest.NewNonce()), LeaseTTL: 10 * time.Minute, TakeoverAfter: 10 * time.Minute}
-					var res idem.ClaimResult
+					req := storekit.ClaimRequest{Key: key, Nonce: fmt.Sprintf("c%d-%s", ci, storetest.NewNonce()), LeaseTTL: 10 * time.Minute, TakeoverAfter: 10 * time.Minute}
+					var res storekit.ClaimResult
 					var err error
 					for try := 0; try < 60; try++ {
 						ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -202,7 +203,7 @@ func claimAll(t *testing.T, stores []*natsstore.Store, keys []string, kill func(
 						lost.Add(1)
 						continue
 					}
-					if res.Outcome == idem.Claimed {
+					if res.Outcome == storekit.Claimed {
 						mu.Lock()
 						winners[key]++
 						mu.Unlock()
@@ -279,7 +280,7 @@ func TestLeaderKilledReplicated(t *testing.T) {
 	require.NotEqual(t, killed, newLeader)
 
 	t.Run("conformance after the leader change", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) idem.Store {
+		storetest.Run(t, func(t *testing.T) storekit.Store {
 			name := randName("idemr3c_")
 			kv, err := natsstore.CreateBucket(ctxT(t), js, name, natsstore.WithReplicas(2))
 			require.NoError(t, err)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -244,7 +246,7 @@ func assertDefaultRefuses(t *testing.T, d deployment) {
 	})
 	assert.ErrorIs(t, err, redisstore.ErrAsyncReplication)
 	_, err = s.Get(ctx, key)
-	assert.ErrorIs(t, err, idem.ErrNotFound, "the refused claim wrote nothing")
+	assert.ErrorIs(t, err, storekit.ErrNotFound, "the refused claim wrote nothing")
 }
 
 // TestFailoverWithoutReplicaAckDuplicates shows the hole WithReplicaAck

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
@@ -126,7 +128,7 @@ func TestFaultResetMidCall(t *testing.T) {
 			rec, err := s.Get(ctx, sk)
 			require.NoError(t, err)
 			assert.EqualValues(t, 1, rec.Attempt)
-			assert.Equal(t, idem.StatusCompleted, rec.Status)
+			assert.Equal(t, storekit.StatusCompleted, rec.Status)
 		})
 	}
 }
@@ -170,7 +172,7 @@ func TestFaultResetNoRetry(t *testing.T) {
 	require.NoError(t, err)
 	rec, err := s.Get(ctx, sk)
 	require.NoError(t, err)
-	assert.Equal(t, idem.StatusInProgress, rec.Status)
+	assert.Equal(t, storekit.StatusInProgress, rec.Status)
 
 	v, err := g.Do(ctx, "k", fn)
 	require.NoError(t, err)
@@ -329,7 +331,7 @@ func TestFaultRedisRestart(t *testing.T) {
 						t.Logf("key %d: %v", key, err)
 					}
 					var se *idem.StoreError
-					var nr *idem.NotRecordedError
+					var nr *storekit.NotRecordedError
 					if !errors.As(err, &se) && !errors.As(err, &nr) {
 						mu.Lock()
 						unwrapped = append(unwrapped, err)
@@ -349,7 +351,7 @@ func TestFaultRedisRestart(t *testing.T) {
 	t.Logf("%d calls failed during the outage", failures.Load())
 	require.Error(t, outageErr, "a store call during the outage fails")
 	assert.Contains(t, outageErr.Error(), "redisstore: get")
-	assert.NotErrorIs(t, outageErr, idem.ErrNotFound)
+	assert.NotErrorIs(t, outageErr, storekit.ErrNotFound)
 	assert.Empty(t, unwrapped, "every failure is a wrapped store error")
 	require.Len(t, execs, keys)
 	for k, n := range execs {

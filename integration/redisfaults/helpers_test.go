@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -53,8 +54,8 @@ func mustNew(t testing.TB, c redisstore.Client, opts ...redisstore.Option) *redi
 	return s
 }
 
-func claimReq(key, nonce string) idem.ClaimRequest {
-	return idem.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: 10 * time.Second, TakeoverAfter: 5 * time.Second}
+func claimReq(key, nonce string) storekit.ClaimRequest {
+	return storekit.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: 10 * time.Second, TakeoverAfter: 5 * time.Second}
 }
 
 func ctxT(t testing.TB) context.Context {

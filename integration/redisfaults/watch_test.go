@@ -4,9 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -54,7 +55,7 @@ func TestWatchSilentlyDeadConnection(t *testing.T) {
 		}
 		return err == nil
 	}, 10*time.Second, 20*time.Millisecond, "watch never works again")
-	require.NoError(t, direct.Complete(ctx, k, "n", idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+	require.NoError(t, direct.Complete(ctx, k, "n", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}))
 	select {
 	case <-ch2:
 	case <-time.After(5 * time.Second):

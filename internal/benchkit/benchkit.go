@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -40,17 +42,17 @@ func result(r testing.BenchmarkResult, ops, beats int) Result {
 }
 
 // Fresh measures Do on keys never seen before: claim, fn, complete.
-func Fresh(b *testing.B, s idem.Store) (ops, beats int) {
+func Fresh(b *testing.B, s storekit.Store) (ops, beats int) {
 	return fresh(b, s, "fresh-", func(context.Context) (int, error) { return 42, nil })
 }
 
 // Replay measures Do on a completed key: one claim that returns the record.
-func Replay(b *testing.B, s idem.Store) (ops, beats int) {
+func Replay(b *testing.B, s storekit.Store) (ops, beats int) {
 	return repeated(b, s, "replay-", func(context.Context) (int, error) { return 42, nil }, nil)
 }
 
 // fresh measures Do of fn on keys never seen before (named after prefix).
-func fresh(b *testing.B, s idem.Store, prefix string, fn func(context.Context) (int, error)) (ops, beats int) {
+func fresh(b *testing.B, s storekit.Store, prefix string, fn func(context.Context) (int, error)) (ops, beats int) {
 	inst := storetest.Instrument(s)
 	g, err := idem.New[int](inst)
 	if err != nil {
@@ -72,7 +74,7 @@ func fresh(b *testing.B, s idem.Store, prefix string, fn func(context.Context) (
 
 // repeated measures Do of fn on one key (named after name) after a first,
 // untimed call; every call must end in want (nil: success).
-func repeated(b *testing.B, s idem.Store, name string, fn func(context.Context) (int, error), want error) (ops, beats int) {
+func repeated(b *testing.B, s storekit.Store, name string, fn func(context.Context) (int, error), want error) (ops, beats int) {
 	inst := storetest.Instrument(s)
 	g, err := idem.New[int](inst)
 	if err != nil {
@@ -98,18 +100,18 @@ func repeated(b *testing.B, s idem.Store, name string, fn func(context.Context) 
 
 // RawFresh performs what a fresh Do asks of the store (Claim, Complete)
 // directly, without the Guard: the baseline for Fresh.
-func RawFresh(b *testing.B, s idem.Store) {
+func RawFresh(b *testing.B, s storekit.Store) {
 	ctx := context.Background()
 	prefix := uniq("raw-")
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		key := idem.StorageKeyPrefix + prefix + "-" + strconv.Itoa(i)
+		key := storekit.StorageKeyPrefix + prefix + "-" + strconv.Itoa(i)
 		nonce := strconv.Itoa(i) + "n"
-		if _, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second}); err != nil {
+		if _, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second}); err != nil {
 			b.Fatal(err)
 		}
-		if err := s.Complete(ctx, key, nonce, idem.Completion{Status: idem.StatusCompleted, Result: []byte("42"), TTL: time.Hour}); err != nil {
+		if err := s.Complete(ctx, key, nonce, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("42"), TTL: time.Hour}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -117,19 +119,19 @@ func RawFresh(b *testing.B, s idem.Store) {
 
 // RawReplay performs the one Claim of a replay directly: the baseline for
 // Replay.
-func RawReplay(b *testing.B, s idem.Store) {
+func RawReplay(b *testing.B, s storekit.Store) {
 	ctx := context.Background()
-	key := idem.StorageKeyPrefix + uniq("rawreplay-")
-	if _, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: time.Minute}); err != nil {
+	key := storekit.StorageKeyPrefix + uniq("rawreplay-")
+	if _, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: time.Minute}); err != nil {
 		b.Fatal(err)
 	}
-	if err := s.Complete(ctx, key, "n", idem.Completion{Status: idem.StatusCompleted, Result: []byte("42"), TTL: time.Hour}); err != nil {
+	if err := s.Complete(ctx, key, "n", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("42"), TTL: time.Hour}); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: "other", LeaseTTL: time.Minute, TakeoverAfter: time.Minute}); err != nil {
+		if _, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: "other", LeaseTTL: time.Minute, TakeoverAfter: time.Minute}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -18,7 +20,7 @@ import (
 // takeover, which bounds the poll interval of a waiter whose store cannot
 // push. The waiter has been waiting 100-300ms when the owner finishes. The
 // samples are returned sorted.
-func WakeLatency(ctx context.Context, owner, waiter idem.Store, samples int, takeover time.Duration) ([]time.Duration, error) {
+func WakeLatency(ctx context.Context, owner, waiter storekit.Store, samples int, takeover time.Duration) ([]time.Duration, error) {
 	if samples < 1 {
 		return nil, fmt.Errorf("benchkit: %d samples", samples)
 	}

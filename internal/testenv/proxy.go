@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -244,7 +246,7 @@ func (p *Proxy) replies(c, s net.Conn) {
 // applied: the Guard must read the record back and tell the caller the
 // outcome was recorded (7, no error), and a replay must return 7 without
 // running fn again.
-func CheckCompletionReadBack(t testing.TB, s idem.Store, p *Proxy) {
+func CheckCompletionReadBack(t testing.TB, s storekit.Store, p *Proxy) {
 	t.Helper()
 	g, err := idem.New[int](s, idem.WithTakeoverAfter(time.Second))
 	if err != nil {

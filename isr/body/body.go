@@ -27,7 +27,7 @@
 // Delete of an absent key is not an error. An empty or otherwise unusable key
 // returns a *KeyError (matching ErrInvalidKey), never a panic. A store its
 // constructor did not make (nil, or a zero File or Memory) returns an
-// *idem.OptionError matching idem.ErrInvalidOption.
+// *storekit.OptionError matching idem.ErrInvalidOption.
 package body
 
 import (

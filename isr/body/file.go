@@ -9,12 +9,12 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/idem-go/idem/storekit"
+
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
-
-	"github.com/idem-go/idem"
 )
 
 // fileMagic starts every body file; the media type follows on the same line.
@@ -32,10 +32,10 @@ type File struct {
 }
 
 // NewFile returns a store rooted at dir, creating it (mode 0700) if needed.
-// An empty dir is an *idem.OptionError matching idem.ErrInvalidOption.
+// An empty dir is an *storekit.OptionError matching idem.ErrInvalidOption.
 func NewFile(dir string) (*File, error) {
 	if strings.TrimSpace(dir) == "" {
-		return nil, &idem.OptionError{Option: "body.NewFile", Reason: "directory is empty"}
+		return nil, &storekit.OptionError{Option: "body.NewFile", Reason: "directory is empty"}
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -50,7 +50,7 @@ func NewFile(dir string) (*File, error) {
 // check refuses a File that NewFile did not make.
 func (f *File) check() error {
 	if f == nil || f.dir == "" {
-		return &idem.OptionError{Option: "body.File", Reason: "nil or zero File: use NewFile"}
+		return &storekit.OptionError{Option: "body.File", Reason: "nil or zero File: use NewFile"}
 	}
 	return nil
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // Memory is a Store held in process memory. The zero value is not usable;
@@ -80,7 +80,7 @@ func (m *Memory) Delete(ctx context.Context, key string) error {
 // check refuses a Memory that NewMemory did not make.
 func (m *Memory) check() error {
 	if m == nil || m.objects == nil {
-		return &idem.OptionError{Option: "body.Memory", Reason: "nil or zero Memory: use NewMemory"}
+		return &storekit.OptionError{Option: "body.Memory", Reason: "nil or zero Memory: use NewMemory"}
 	}
 	return nil
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/aws/smithy-go"
 
 	smithyhttp "github.com/aws/smithy-go/transport/http"
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/isr/body"
 	"github.com/idem-go/idem/storekit"
 )
@@ -42,7 +41,7 @@ type S3Body struct {
 var _ body.Store = (*S3Body)(nil)
 
 // S3BodyOption configures an S3Body. NewS3Body reports every invalid option as
-// an *idem.OptionError matching idem.ErrInvalidOption.
+// an *storekit.OptionError matching idem.ErrInvalidOption.
 type S3BodyOption func(*s3BodyConfig)
 
 type s3BodyConfig struct {
@@ -64,7 +63,7 @@ func WithS3Prefix(prefix string) S3BodyOption {
 
 // NewS3Body returns a store for bucket through client. A nil client, an empty
 // bucket name and every invalid option are reported, joined, each an
-// *idem.OptionError matching idem.ErrInvalidOption.
+// *storekit.OptionError matching idem.ErrInvalidOption.
 func NewS3Body(client S3Client, bucket string, opts ...S3BodyOption) (*S3Body, error) {
 	c := s3BodyConfig{Options: storekit.Options{Store: "dynamoisr"}}
 	if client == nil {
@@ -89,7 +88,7 @@ func NewS3Body(client S3Client, bucket string, opts ...S3BodyOption) (*S3Body, e
 // Validate reports, without contacting S3, an S3Body that NewS3Body did not make.
 func (s *S3Body) Validate() error {
 	if s == nil || s.client == nil {
-		return &idem.OptionError{Option: "dynamoisr.S3Body", Reason: "nil or zero S3Body: use NewS3Body"}
+		return &storekit.OptionError{Option: "dynamoisr.S3Body", Reason: "nil or zero S3Body: use NewS3Body"}
 	}
 	return nil
 }

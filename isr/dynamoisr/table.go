@@ -12,7 +12,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/storekit"
 )
@@ -47,7 +46,7 @@ var _ isr.Table = (*Table)(nil)
 
 // NewTable returns a Table on table. It does no I/O. An empty
 // table name means FACETHEORY_CACHE_TABLE_NAME. A nil client and a missing
-// table name are reported, joined, each an *idem.OptionError matching
+// table name are reported, joined, each an *storekit.OptionError matching
 // idem.ErrInvalidOption.
 func NewTable(client Client, table string) (*Table, error) {
 	errs := storekit.Options{Store: "dynamoisr"}
@@ -70,7 +69,7 @@ func NewTable(client Client, table string) (*Table, error) {
 // check refuses a Table that NewTable did not make.
 func (t *Table) check() error {
 	if t == nil || t.client == nil || t.table == "" {
-		return &idem.OptionError{Option: "dynamoisr.Table", Reason: "nil or zero Table: use NewTable"}
+		return &storekit.OptionError{Option: "dynamoisr.Table", Reason: "nil or zero Table: use NewTable"}
 	}
 	return nil
 }

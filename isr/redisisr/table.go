@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/isr"
 	"github.com/idem-go/idem/storekit"
 )
@@ -64,7 +63,7 @@ var (
 const DefaultPrefix = "isr:"
 
 // Option configures a Table. NewTable reports every
-// invalid option as an *idem.OptionError matching idem.ErrInvalidOption.
+// invalid option as an *storekit.OptionError matching idem.ErrInvalidOption.
 type Option func(*config)
 
 type config struct {
@@ -122,7 +121,7 @@ type Table struct {
 
 // NewTable returns a Table on client. It does no I/O. A nil
 // client and every invalid option are reported, joined, each an
-// *idem.OptionError matching idem.ErrInvalidOption.
+// *storekit.OptionError matching idem.ErrInvalidOption.
 func NewTable(client Client, opts ...Option) (*Table, error) {
 	c := config{Options: storekit.Options{Store: "redisisr"}, prefix: DefaultPrefix}
 	if client == nil {
@@ -144,7 +143,7 @@ func NewTable(client Client, opts ...Option) (*Table, error) {
 // check refuses a Table that NewTable did not make.
 func (t *Table) check() error {
 	if t == nil || t.client == nil {
-		return &idem.OptionError{Option: "redisisr.Table", Reason: "nil or zero Table: use NewTable"}
+		return &storekit.OptionError{Option: "redisisr.Table", Reason: "nil or zero Table: use NewTable"}
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -117,10 +119,10 @@ func BenchmarkFresh(b *testing.B) {
 		}},
 		{name: "store", fn: func(i int) error {
 			k := "idem:" + key("store", i)
-			if _, err := e.store.Claim(ctx, idem.ClaimRequest{Key: k, Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second}); err != nil {
+			if _, err := e.store.Claim(ctx, storekit.ClaimRequest{Key: k, Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second}); err != nil {
 				return err
 			}
-			return e.store.Complete(ctx, k, "n", idem.Completion{Status: idem.StatusCompleted, Result: []byte("42"), TTL: time.Hour})
+			return e.store.Complete(ctx, k, "n", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("42"), TTL: time.Hour})
 		}},
 		{name: "guard", fn: func(i int) error {
 			_, err := g.Do(ctx, key("guard", i), func(context.Context) (int, error) { return 42, nil })
@@ -146,10 +148,10 @@ func BenchmarkReplay(b *testing.B) {
 	if err := rawComplete(ctx, e.client, rawPK, "n"); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := e.store.Claim(ctx, idem.ClaimRequest{Key: storeKey, Nonce: "n", LeaseTTL: time.Minute}); err != nil {
+	if _, err := e.store.Claim(ctx, storekit.ClaimRequest{Key: storeKey, Nonce: "n", LeaseTTL: time.Minute}); err != nil {
 		b.Fatal(err)
 	}
-	if err := e.store.Complete(ctx, storeKey, "n", idem.Completion{Status: idem.StatusCompleted, Result: []byte("42"), TTL: time.Hour}); err != nil {
+	if err := e.store.Complete(ctx, storeKey, "n", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("42"), TTL: time.Hour}); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := g.Do(ctx, "guard-replay", func(context.Context) (int, error) { return 42, nil }); err != nil {
@@ -164,8 +166,8 @@ func BenchmarkReplay(b *testing.B) {
 			return nil
 		}},
 		{name: "store", fn: func(int) error {
-			res, err := e.store.Claim(ctx, idem.ClaimRequest{Key: storeKey, Nonce: "other", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second})
-			if err == nil && res.Outcome != idem.Existing {
+			res, err := e.store.Claim(ctx, storekit.ClaimRequest{Key: storeKey, Nonce: "other", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second})
+			if err == nil && res.Outcome != storekit.Existing {
 				b.Fatalf("outcome %v", res.Outcome)
 			}
 			return err

@@ -4,7 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/stores/dynamostore"
 )
 
@@ -20,9 +21,9 @@ func TestClaimPaths(t *testing.T) {
 	ctx := context.Background()
 
 	key := storageKey()
-	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	mustClaim(t, e.store, claimReq(key, "A"), storekit.Claimed)
 	wantOps(t, e, "PutItem")
-	mustClaim(t, e.store, claimReq(key, "B"), idem.Existing)
+	mustClaim(t, e.store, claimReq(key, "B"), storekit.Existing)
 	wantOps(t, e, "PutItem")
 
 	// Released here: the retry is one UpdateItem and continues the attempts.
@@ -30,7 +31,7 @@ func TestClaimPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.log.Take()
-	if rec := mustClaim(t, e.store, claimReq(key, "C"), idem.Claimed); rec.Attempt != 2 {
+	if rec := mustClaim(t, e.store, claimReq(key, "C"), storekit.Claimed); rec.Attempt != 2 {
 		t.Fatalf("re-claim after release: attempt %d", rec.Attempt)
 	}
 	wantOps(t, e, "UpdateItem")
@@ -40,30 +41,30 @@ func TestClaimPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	key2 := storageKey()
-	mustClaim(t, other, claimReq(key2, "A"), idem.Claimed)
+	mustClaim(t, other, claimReq(key2, "A"), storekit.Claimed)
 	if err := other.Release(ctx, key2, "A"); err != nil {
 		t.Fatal(err)
 	}
 	e.log.Take()
-	if rec := mustClaim(t, e.store, claimReq(key2, "B"), idem.Claimed); rec.Attempt != 2 {
+	if rec := mustClaim(t, e.store, claimReq(key2, "B"), storekit.Claimed); rec.Attempt != 2 {
 		t.Fatalf("re-claim of a record released elsewhere: attempt %d", rec.Attempt)
 	}
 	wantOps(t, e, "PutItem", "UpdateItem")
 
 	// A stale hint: released here, then claimed by another store. The
 	// update is refused and carries the live record.
-	if rec := mustClaim(t, other, claimReq(key, "D"), idem.Claimed); rec.Attempt != 3 {
+	if rec := mustClaim(t, other, claimReq(key, "D"), storekit.Claimed); rec.Attempt != 3 {
 		t.Fatalf("claim by the other store: attempt %d", rec.Attempt)
 	}
 	e.log.Take()
-	if rec := mustClaim(t, e.store, claimReq(key, "E"), idem.Existing); rec.Nonce != "D" {
+	if rec := mustClaim(t, e.store, claimReq(key, "E"), storekit.Existing); rec.Nonce != "D" {
 		t.Fatalf("existing %+v", rec)
 	}
 	wantOps(t, e, "UpdateItem")
 
 	// A stale hint on a deleted record: the update creates it.
 	key3 := storageKey()
-	mustClaim(t, e.store, claimReq(key3, "A"), idem.Claimed)
+	mustClaim(t, e.store, claimReq(key3, "A"), storekit.Claimed)
 	if err := e.store.Release(ctx, key3, "A"); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestClaimPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.log.Take()
-	if rec := mustClaim(t, e.store, claimReq(key3, "B"), idem.Claimed); rec.Attempt != 1 {
+	if rec := mustClaim(t, e.store, claimReq(key3, "B"), storekit.Claimed); rec.Attempt != 1 {
 		t.Fatalf("claim after delete: attempt %d", rec.Attempt)
 	}
 	wantOps(t, e, "UpdateItem")

@@ -5,21 +5,22 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/storetest"
 )
 
 func TestConformance(t *testing.T) {
-	var envs sync.Map // idem.Store -> *env
-	storetest.Run(t, func(t *testing.T) idem.Store {
+	var envs sync.Map // storekit.Store -> *env
+	storetest.Run(t, func(t *testing.T) storekit.Store {
 		e := newEnv(t)
-		envs.Store(idem.Store(e.store), e)
+		envs.Store(storekit.Store(e.store), e)
 		return e.store
-	}, storetest.WithCorrupter(func(t *testing.T, s idem.Store, key string) {
+	}, storetest.WithCorrupter(func(t *testing.T, s storekit.Store, key string) {
 		v, ok := envs.Load(s)
 		if !ok {
 			t.Fatal("corrupter: unknown store")

@@ -6,21 +6,20 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 )
 
 // decode turns an item into a record. Anything missing, wrongly typed or
-// out of range is a *idem.CorruptRecordError.
-func (st *Store) decode(key string, item map[string]types.AttributeValue) (*idem.Record, error) {
+// out of range is a *storekit.CorruptRecordError.
+func (st *Store) decode(key string, item map[string]types.AttributeValue) (*storekit.Record, error) {
 	rec, err := decodeItem(key, item)
 	if err != nil {
-		return nil, &idem.CorruptRecordError{Key: key, Err: err}
+		return nil, &storekit.CorruptRecordError{Key: key, Err: err}
 	}
 	return rec, nil
 }
 
-func decodeItem(key string, item map[string]types.AttributeValue) (*idem.Record, error) {
+func decodeItem(key string, item map[string]types.AttributeValue) (*storekit.Record, error) {
 	v, err := numAttr(item, attrVersion)
 	if err != nil {
 		return nil, err
@@ -28,7 +27,7 @@ func decodeItem(key string, item map[string]types.AttributeValue) (*idem.Record,
 	if v != encodingVersion {
 		return nil, fmt.Errorf("unsupported record version %d", v)
 	}
-	r := &idem.Record{Key: key}
+	r := &storekit.Record{Key: key}
 	var status string
 	for _, f := range []struct {
 		name string
@@ -38,7 +37,7 @@ func decodeItem(key string, item map[string]types.AttributeValue) (*idem.Record,
 			return nil, err
 		}
 	}
-	r.Status = idem.Status(status)
+	r.Status = storekit.Status(status)
 	for _, f := range []struct {
 		name string
 		dst  *int64
@@ -74,7 +73,7 @@ func decodeItem(key string, item map[string]types.AttributeValue) (*idem.Record,
 	_, hasType := item[attrErrType]
 	switch {
 	case hasMsg:
-		e := &idem.RecordedFailure{}
+		e := &storekit.RecordedFailure{}
 		if e.Message, err = strAttr(item, attrErrMessage); err != nil {
 			return nil, err
 		}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/dynamostore"
 )
@@ -111,9 +113,9 @@ func TestNotRecordedOnlyWhenTrue(t *testing.T) {
 				t.Fatal(err2)
 			}
 			rec, gerr := e.store.Get(ctx, sk)
-			completed := gerr == nil && rec.Status == idem.StatusCompleted
+			completed := gerr == nil && rec.Status == storekit.StatusCompleted
 			t.Logf("Do = %d, %v; held %d, caller gave up on %d, late statuses %v; record completed %v", v, err, h.held, h.gaveUp.Load(), h.results, completed)
-			if errors.Is(err, idem.ErrNotRecorded) && completed {
+			if errors.Is(err, storekit.ErrNotRecorded) && completed {
 				t.Fatalf("Do answered %v, and the record ended completed: %+v", err, rec)
 			}
 			if v != 7 {

@@ -1,4 +1,4 @@
-// Package dynamostore is an idem.Store kept in an Amazon DynamoDB table:
+// Package dynamostore is an storekit.Store kept in an Amazon DynamoDB table:
 // one item per call, one request per operation in the common case, and
 // DoTx and StepTx to commit fn's own items with the outcome in one
 // TransactWriteItems.
@@ -26,7 +26,7 @@
 //
 // New takes a client (a *dynamodb.Client, or any Client) and a table name;
 // an invalid option makes it fail with an error matching
-// idem.ErrInvalidOption.
+// storekit.ErrInvalidOption.
 //
 //   - WithKeyAttributes(pk, sk): the table's key attribute names (default
 //     "pk" and "sk"; sk "" for a table with a partition key only).
@@ -54,7 +54,7 @@
 //     NTP. How much skew the takeover threshold tolerates is under Time.
 //   - DoTx and StepTx commit fn's items exactly when the outcome (or the
 //     step's record) commits (see Transactions).
-//   - A corrupt item is reported as a *idem.CorruptRecordError, never a
+//   - A corrupt item is reported as a *storekit.CorruptRecordError, never a
 //     panic, and a live one is never overwritten.
 //   - An encoded result must stay under about 399 KB (see Limits).
 //
@@ -67,7 +67,7 @@
 // progress, and on no fence for this transaction (see below), so fn's
 // writes commit exactly when the outcome does. The cost of a fresh call is
 // two requests, the claim and the transaction; fn's writes add none.
-// Outcomes: a lost claim cancels the transaction (idem.ErrLostOwnership,
+// Outcomes: a lost claim cancels the transaction (storekit.ErrLostOwnership,
 // nothing written, nothing released); fn's own failing condition cancels it
 // with a *TxCanceledError naming the item (index, table, reason), and the
 // claim is released; a cancellation caused only by concurrent transactions
@@ -83,7 +83,7 @@
 // way: nothing was committed, the claim is released and a retry runs fn
 // again. A fence refused because the record is completed with this nonce
 // means the transaction applied. If the fence gets no answer either, DoTx
-// returns idem.ErrOutcomeUnknown. Under OnFailure(Lock) an error from fn is
+// returns storekit.ErrOutcomeUnknown. Under OnFailure(Lock) an error from fn is
 // recorded after the (unsent) transaction, as Do records it.
 //
 // StepTx is the same for one step of a call (idem.Step): fn's items and
@@ -134,7 +134,7 @@
 //	ttl            N   epoch seconds: expires_at/1000 + the TTL buffer
 //
 // Decoding is strict: a missing or wrongly typed attribute, an unknown
-// status or record_version is a *idem.CorruptRecordError, never a panic. A
+// status or record_version is a *storekit.CorruptRecordError, never a panic. A
 // live corrupt item is never overwritten by a claim: the claim's condition
 // compares typed attributes (a takeover also checks the record_version and
 // the types of nonce, attempt and started_at), so it fails and the refused
@@ -171,7 +171,7 @@
 //     correct for any state of the item, and a PutItem for any key.
 //   - Heartbeat, Complete and Release are UpdateItem conditioned on the
 //     nonce (and on status = in_progress for heartbeat and release); a
-//     refused condition is idem.ErrLostOwnership. Get is a strongly
+//     refused condition is storekit.ErrLostOwnership. Get is a strongly
 //     consistent GetItem; Delete is DeleteItem.
 //
 // A guarded fresh call therefore costs two requests (PutItem, UpdateItem)
@@ -185,12 +185,12 @@
 // takeover threshold under a millisecond, or a completion with an unknown
 // status or a TTL under a millisecond, is a *storekit.RequestError matching
 // storekit.ErrInvalidRequest; an empty key, or one over 2048 bytes with the
-// prefix, is an *idem.KeyError; a heartbeat, completion or release with an
-// empty nonce is idem.ErrLostOwnership. Claim decides on the item a refused
+// prefix, is an *storekit.KeyError; a heartbeat, completion or release with an
+// empty nonce is storekit.ErrLostOwnership. Claim decides on the item a refused
 // condition returns with storekit.DecideClaim (its Write says whether a
 // second request is needed), a refused heartbeat with
 // storekit.ApplyHeartbeat's ownership rule, and Get applies storekit.Found:
-// an expired item DynamoDB has not deleted yet is idem.ErrNotFound.
+// an expired item DynamoDB has not deleted yet is storekit.ErrNotFound.
 //
 // A takeover (or heartbeat) that finds an expiry later than the one it would
 // write keeps the later expiry, as storekit.DecideClaim does, with an
@@ -206,7 +206,7 @@
 // whose first reply was lost is answered by the retry; when every reply is
 // lost the Guard reads the record back before it answers:
 // TestCompletionReplyLostIsReadBack). Errors that
-// remain after the SDK's retries are returned as *idem.StoreError wrapping
+// remain after the SDK's retries are returned as *storekit.StoreError wrapping
 // the SDK error (errors.As finds the SDK's types.*Exception). The store uses
 // no transactions, so there are no transaction cancellations to map.
 //

@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
-func newGuard[T any](t *testing.T, s idem.Store, opts ...idem.Option) *idem.Guard[T] {
+func newGuard[T any](t *testing.T, s storekit.Store, opts ...idem.Option) *idem.Guard[T] {
 	t.Helper()
 	g, err := idem.New[T](s, opts...)
 	if err != nil {
@@ -58,8 +60,8 @@ func TestGuardRoundTrips(t *testing.T) {
 	}
 	wantOps(t, e, "PutItem", "UpdateItem")
 	_, err = locked.Do(ctx, "order-2", fn)
-	var se *idem.RecordedFailure
-	if !errors.Is(err, idem.ErrPreviousFailure) || !errors.As(err, &se) || se.Message != "card declined" {
+	var se *storekit.RecordedFailure
+	if !errors.Is(err, storekit.ErrPreviousFailure) || !errors.As(err, &se) || se.Message != "card declined" {
 		t.Fatalf("replayed failure: %v", err)
 	}
 	wantOps(t, e, "PutItem")
@@ -92,7 +94,7 @@ func TestGuardTakeoverOfACrashedOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An owner that claimed and died without heartbeating.
-	mustClaim(t, e.store, idem.ClaimRequest{Key: sk, Nonce: "crashed", LeaseTTL: time.Hour, TakeoverAfter: 300 * time.Millisecond}, idem.Claimed)
+	mustClaim(t, e.store, storekit.ClaimRequest{Key: sk, Nonce: "crashed", LeaseTTL: time.Hour, TakeoverAfter: 300 * time.Millisecond}, storekit.Claimed)
 	if _, err := g.Do(ctx, "job-7", func(context.Context) (int64, error) { return 0, nil }); !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("while the claim is fresh: %v", err)
 	}
@@ -110,8 +112,8 @@ func TestGuardTakeoverOfACrashedOwner(t *testing.T) {
 	// lease is longer than the crashed claim's, so the expiry is not kept);
 	// fn is far shorter than the heartbeat interval.
 	wantOps(t, e, "PutItem", "UpdateItem", "UpdateItem")
-	err = e.store.Complete(ctx, sk, "crashed", idem.Completion{Status: idem.StatusCompleted, Result: []byte("1"), TTL: time.Hour})
-	if !errors.Is(err, idem.ErrLostOwnership) {
+	err = e.store.Complete(ctx, sk, "crashed", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("1"), TTL: time.Hour})
+	if !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Fatalf("crashed owner's late complete: %v", err)
 	}
 	if v, err := g.Do(ctx, "job-7", func(context.Context) (int64, error) { return -1, nil }); err != nil || v != 2 {
@@ -145,16 +147,16 @@ func TestGuardLostOwnershipCancelsFn(t *testing.T) {
 	if err := e.store.Delete(ctx, sk); err != nil {
 		t.Fatal(err)
 	}
-	mustClaim(t, e.store, idem.ClaimRequest{Key: sk, Nonce: "other", LeaseTTL: time.Hour, TakeoverAfter: time.Hour}, idem.Claimed)
+	mustClaim(t, e.store, storekit.ClaimRequest{Key: sk, Nonce: "other", LeaseTTL: time.Hour, TakeoverAfter: time.Hour}, storekit.Claimed)
 	select {
 	case err := <-done:
-		if !errors.Is(err, idem.ErrLostOwnership) || !errors.Is(cause, idem.ErrLostOwnership) {
+		if !errors.Is(err, storekit.ErrLostOwnership) || !errors.Is(cause, storekit.ErrLostOwnership) {
 			t.Fatalf("Do: %v; fn's context cause: %v", err, cause)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("fn was not cancelled after losing ownership")
 	}
-	if rec, err := e.store.Get(ctx, sk); err != nil || rec.Nonce != "other" || rec.Status != idem.StatusInProgress {
+	if rec, err := e.store.Get(ctx, sk); err != nil || rec.Nonce != "other" || rec.Status != storekit.StatusInProgress {
 		t.Fatalf("the new owner's record: %+v, %v", rec, err)
 	}
 }

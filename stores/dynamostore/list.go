@@ -6,14 +6,14 @@ import (
 	"iter"
 	"strings"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
-	"github.com/idem-go/idem"
 )
 
-var _ idem.Lister = (*Store)(nil)
+var _ storekit.Lister = (*Store)(nil)
 
 // Scanner is the DynamoDB call Records needs beyond Client;
 // *dynamodb.Client has it.
@@ -24,7 +24,7 @@ type Scanner interface {
 // listPage is how many items one Scan request reads at most.
 const listPage = 1000
 
-// Records implements idem.Lister. DynamoDB keeps no index of the store's
+// Records implements storekit.Lister. DynamoDB keeps no index of the store's
 // items: it scans the whole table, a page (at most 1000 items or 1 MB) per
 // request, with a filter that keeps the store's items (partition key
 // starting with the key prefix, the store's sort key value) that have not
@@ -33,8 +33,8 @@ const listPage = 1000
 // so claims go on while it runs; memory holds one page. The client must
 // also implement Scanner (a *dynamodb.Client does); otherwise the sequence
 // yields an error.
-func (st *Store) Records(ctx context.Context) iter.Seq2[*idem.Record, error] {
-	return func(yield func(*idem.Record, error) bool) {
+func (st *Store) Records(ctx context.Context) iter.Seq2[*storekit.Record, error] {
+	return func(yield func(*storekit.Record, error) bool) {
 		if err := st.Validate(); err != nil {
 			yield(nil, err)
 			return

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -38,7 +40,7 @@ func TestMalformedItemsAreCorrupt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.store.Claim(ctx, idem.ClaimRequest{Key: sk, Nonce: "owner", LeaseTTL: time.Hour, TakeoverAfter: time.Hour}); err != nil {
+		if _, err := e.store.Claim(ctx, storekit.ClaimRequest{Key: sk, Nonce: "owner", LeaseTTL: time.Hour, TakeoverAfter: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 		expr, vals, i := "SET", map[string]types.AttributeValue{}, 0
@@ -66,9 +68,9 @@ func TestMalformedItemsAreCorrupt(t *testing.T) {
 		}
 		ran := false
 		_, err = g.Do(ctx, tc.name, func(context.Context) (int, error) { ran = true; return 1, nil })
-		var cre *idem.CorruptRecordError
+		var cre *storekit.CorruptRecordError
 		if !errors.As(err, &cre) {
-			t.Errorf("%s: Do: %v, want a *idem.CorruptRecordError", tc.name, err)
+			t.Errorf("%s: Do: %v, want a *storekit.CorruptRecordError", tc.name, err)
 		}
 		if ran {
 			t.Errorf("%s: fn ran", tc.name)

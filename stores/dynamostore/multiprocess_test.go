@@ -3,7 +3,8 @@ package dynamostore_test
 import (
 	"testing"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/dynamostore"
 	"github.com/idem-go/idem/stores/storetest"
@@ -16,7 +17,7 @@ func TestMultiProcessExactlyOnce(t *testing.T) {
 	endpoint := testenv.DynamoDBEndpoint(t)
 	storetest.RunProcesses(t, storetest.ProcessConfig{
 		Namespace: "t" + randHex(6) + "#",
-		NewStore: func(prefix string) (idem.Store, error) {
+		NewStore: func(prefix string) (storekit.Store, error) {
 			client := newClient(clientConfig{endpoint: endpoint})
 			ensureTable(t, client)
 			s := mustNew(t, client, testTable, dynamostore.WithKeyPrefix(prefix))

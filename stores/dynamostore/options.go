@@ -16,8 +16,8 @@ const (
 )
 
 // Option configures a Store. New (and CreateTable) check every option and
-// report each invalid one as an *idem.OptionError matching
-// idem.ErrInvalidOption.
+// report each invalid one as an *storekit.OptionError matching
+// storekit.ErrInvalidOption.
 type Option func(*config)
 
 type config struct {

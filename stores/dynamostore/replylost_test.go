@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -101,25 +103,25 @@ func TestCompletionReplyLostIsReadBack(t *testing.T) {
 		name             string
 		completion, read fault
 		wantErr          error // nil: recorded, no error
-		wantStatus       idem.Status
+		wantStatus       storekit.Status
 		sdkAttempts      int
 	}{
 		// The SDK's retry of an applied completion is applied again (its
 		// condition is the nonce only), so the caller is answered at once.
-		{"applied, first reply lost", loseOnce, pass, nil, idem.StatusCompleted, 3},
+		{"applied, first reply lost", loseOnce, pass, nil, storekit.StatusCompleted, 3},
 		// Every reply lost until the Guard gives up: it reads the record
 		// back and finds its outcome.
-		{"applied, reply lost", lose, pass, nil, idem.StatusCompleted, 3},
+		{"applied, reply lost", lose, pass, nil, storekit.StatusCompleted, 3},
 		// Never sent: the Guard fences the claim off (a late completion can
 		// no longer land) and releases it, so "not recorded" is true and the
 		// record reads as gone.
-		{"never sent, read back in progress", drop, pass, idem.ErrNotRecorded, "", 3},
-		{"applied, reply lost, read-back fails", lose, drop, idem.ErrOutcomeUnknown, idem.StatusCompleted, 3},
+		{"never sent, read back in progress", drop, pass, storekit.ErrNotRecorded, "", 3},
+		{"applied, reply lost, read-back fails", lose, drop, storekit.ErrOutcomeUnknown, storekit.StatusCompleted, 3},
 		// Every attempt refused at dial, so nothing can have been applied.
 		// Without the SDK's own retries: a deadline that falls in the
 		// SDK's backoff ends the call with a context error, which does not
 		// say that nothing was sent, and the answer is ErrOutcomeUnknown.
-		{"refused connection, read-back fails", refuse, refuse, idem.ErrNotRecorded, idem.StatusInProgress, 1},
+		{"refused connection, read-back fails", refuse, refuse, storekit.ErrNotRecorded, storekit.StatusInProgress, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
@@ -162,7 +164,7 @@ func TestCompletionReplyLostIsReadBack(t *testing.T) {
 				t.Fatalf("Do: %v; want no error (the record holds the outcome)", err)
 			case tc.wantErr != nil && !errors.Is(err, tc.wantErr):
 				t.Fatalf("Do: %v; want %v", err, tc.wantErr)
-			case errors.Is(err, idem.ErrNotRecorded) && errors.Is(err, idem.ErrOutcomeUnknown):
+			case errors.Is(err, storekit.ErrNotRecorded) && errors.Is(err, storekit.ErrOutcomeUnknown):
 				t.Fatalf("Do: %v matches both ErrNotRecorded and ErrOutcomeUnknown", err)
 			}
 			if tc.completion != loseOnce && (lossy.completions.Load() == 0 || lossy.reads.Load() == 0) {
@@ -178,7 +180,7 @@ func TestCompletionReplyLostIsReadBack(t *testing.T) {
 
 			rec, err := e.store.Get(context.Background(), sk) // straight to DynamoDB Local
 			if tc.wantStatus == "" {
-				if !errors.Is(err, idem.ErrNotFound) {
+				if !errors.Is(err, storekit.ErrNotFound) {
 					t.Fatalf("record %+v, %v; want it released", rec, err)
 				}
 				return
@@ -189,7 +191,7 @@ func TestCompletionReplyLostIsReadBack(t *testing.T) {
 			if rec.Status != tc.wantStatus {
 				t.Fatalf("record %+v, want status %s", rec, tc.wantStatus)
 			}
-			if tc.wantStatus == idem.StatusCompleted {
+			if tc.wantStatus == storekit.StatusCompleted {
 				if string(rec.Result) != "7" {
 					t.Fatalf("completed record holds %q, want 7", rec.Result)
 				}

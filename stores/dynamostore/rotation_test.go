@@ -3,7 +3,8 @@ package dynamostore_test
 import (
 	"testing"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/dynamostore"
 	"github.com/idem-go/idem/stores/storetest"
@@ -14,7 +15,7 @@ import (
 // each deploy runs them) on DynamoDB Local, each store under a fresh key
 // prefix.
 func TestRotation(t *testing.T) {
-	storetest.RunRotation(t, func(t *testing.T) idem.Store { return newEnv(t).store })
+	storetest.RunRotation(t, func(t *testing.T) storekit.Store { return newEnv(t).store })
 }
 
 // TestRotationProcesses: 4 processes, two configured WithSecret(A, B) and
@@ -28,7 +29,7 @@ func TestRotationProcesses(t *testing.T) {
 		Namespace:  "t" + randHex(6) + "#",
 		Goroutines: 8,
 		Keys:       8,
-		NewStore: func(prefix string) (idem.Store, error) {
+		NewStore: func(prefix string) (storekit.Store, error) {
 			client := newClient(clientConfig{endpoint: endpoint})
 			ensureTable(t, client)
 			s := mustNew(t, client, testTable, dynamostore.WithKeyPrefix(prefix))

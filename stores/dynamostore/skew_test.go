@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/dynamostore"
 )
@@ -69,7 +71,7 @@ func TestSkewedGuardClocks(t *testing.T) {
 	if n := runs.Load(); n != 2 {
 		t.Fatalf("fn ran %d times; past the skew limit the live claim is taken over", n)
 	}
-	if err := <-done; !errors.Is(err, idem.ErrLostOwnership) {
+	if err := <-done; !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Fatalf("the owner behind: %v, want ErrLostOwnership", err)
 	}
 	close(release)
@@ -126,24 +128,24 @@ func TestSkewLimit(t *testing.T) {
 		dynamostore.WithClock(func() time.Time { return base.Now().Add(skew) }))
 	ctx := context.Background()
 	key := storageKey()
-	req := func(nonce string) idem.ClaimRequest {
-		return idem.ClaimRequest{Key: key, Nonce: nonce, PayloadHash: "ph", LeaseTTL: time.Hour, TakeoverAfter: takeover}
+	req := func(nonce string) storekit.ClaimRequest {
+		return storekit.ClaimRequest{Key: key, Nonce: nonce, PayloadHash: "ph", LeaseTTL: time.Hour, TakeoverAfter: takeover}
 	}
-	mustClaim(t, e.store, req("owner"), idem.Claimed)
+	mustClaim(t, e.store, req("owner"), storekit.Claimed)
 	for range 3 { // heartbeats on time: never stale for the caller ahead
 		base.Advance(heartbeat - time.Millisecond)
-		mustClaim(t, ahead, req("ahead"), idem.Existing)
+		mustClaim(t, ahead, req("ahead"), storekit.Existing)
 		if err := e.store.Heartbeat(ctx, key, "owner", time.Hour); err != nil {
 			t.Fatal(err)
 		}
 	}
 	base.Advance(heartbeat - time.Millisecond)
-	mustClaim(t, ahead, req("ahead"), idem.Existing)
+	mustClaim(t, ahead, req("ahead"), storekit.Existing)
 	base.Advance(time.Millisecond) // s + h = threshold
-	if rec := mustClaim(t, ahead, req("ahead"), idem.TookOver); rec.Attempt != 2 {
+	if rec := mustClaim(t, ahead, req("ahead"), storekit.TookOver); rec.Attempt != 2 {
 		t.Fatalf("took over %+v", rec)
 	}
-	if err := e.store.Heartbeat(ctx, key, "owner", time.Hour); !errors.Is(err, idem.ErrLostOwnership) {
+	if err := e.store.Heartbeat(ctx, key, "owner", time.Hour); !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Fatalf("the owner's heartbeat after the takeover: %v", err)
 	}
 }

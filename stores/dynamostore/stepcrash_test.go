@@ -5,7 +5,8 @@ package dynamostore_test
 import (
 	"testing"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/dynamostore"
 	"github.com/idem-go/idem/stores/storetest"
@@ -18,7 +19,7 @@ func TestStepCrash(t *testing.T) {
 	endpoint := testenv.DynamoDBEndpoint(t)
 	storetest.RunStepCrash(t, storetest.StepCrashConfig{
 		Namespace: "steps" + randHex(6) + "#",
-		NewStore: func(prefix string) (idem.Store, error) {
+		NewStore: func(prefix string) (storekit.Store, error) {
 			client := newClient(clientConfig{endpoint: endpoint})
 			ensureTable(t, client)
 			return dynamostore.New(client, testTable, dynamostore.WithKeyPrefix(prefix))

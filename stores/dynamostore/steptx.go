@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -26,21 +28,21 @@ import (
 //     sent, the step's claim is released and the error returned.
 //   - the step's claim was lost: the nonce condition cancels the
 //     transaction, nothing of fn's is written, and the error matches
-//     idem.ErrLostOwnership.
+//     storekit.ErrLostOwnership.
 //   - one of fn's own conditions failed: nothing is written, the step's
-//     claim is released, and the error is an *idem.StoreError (Op
+//     claim is released, and the error is an *storekit.StoreError (Op
 //     "commit") around a *TxCanceledError naming the item.
 //   - the reply was lost: the transaction is fenced as in DoTx; not
 //     applied, for certain: the claim is released and a later attempt runs
 //     fn again; applied: the value; unknown: an error matching
-//     idem.ErrOutcomeUnknown, and the step's claim is left to go stale.
+//     storekit.ErrOutcomeUnknown, and the step's claim is left to go stale.
 //
 // A crash before the transaction is sent leaves neither fn's writes nor
 // the record: a later attempt runs fn again. The call's store must be a
-// *Store (any other store is an error matching idem.ErrInvalidOption,
+// *Store (any other store is an error matching storekit.ErrInvalidOption,
 // before any store call); outside a guarded fn, or inside a step's fn, the
 // error is idem.ErrNoCall; a nil fn is an error matching
-// idem.ErrInvalidOption. fn's items may be on any table of the same
+// storekit.ErrInvalidOption. fn's items may be on any table of the same
 // account and region, up to MaxTxItems of them.
 //
 // Cost: a StepTx that runs is its claim plus the TransactWriteItems (the
@@ -48,7 +50,7 @@ import (
 func StepTx[V any](ctx context.Context, name string, fn func(context.Context, *Tx) (V, error)) (V, error) {
 	var zero V
 	if fn == nil {
-		return zero, &idem.OptionError{Option: "StepTx", Reason: "nil fn"}
+		return zero, &storekit.OptionError{Option: "StepTx", Reason: "nil fn"}
 	}
 	s, err := idem.CallStore(ctx)
 	if err != nil {
@@ -56,7 +58,7 @@ func StepTx[V any](ctx context.Context, name string, fn func(context.Context, *T
 	}
 	st, ok := s.(*Store)
 	if !ok || st == nil {
-		return zero, &idem.OptionError{Option: "StepTx", Reason: fmt.Sprintf("the call's store is %T, not a *dynamostore.Store", s)}
+		return zero, &storekit.OptionError{Option: "StepTx", Reason: fmt.Sprintf("the call's store is %T, not a *dynamostore.Store", s)}
 	}
 	if err := st.Validate(); err != nil {
 		return zero, err

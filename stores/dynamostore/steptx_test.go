@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -112,10 +114,10 @@ func TestStepTxInvalid(t *testing.T) {
 		t.Errorf("StepTx outside a call = %v", err)
 	}
 	g := newGuard[int](t, memStore(t))
-	if _, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return dynamostore.StepTx(ctx, "s", fn) }); !errors.Is(err, idem.ErrInvalidOption) {
+	if _, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return dynamostore.StepTx(ctx, "s", fn) }); !errors.Is(err, storekit.ErrInvalidOption) {
 		t.Errorf("StepTx on a memstore call = %v", err)
 	}
-	if _, err := g.Do(context.Background(), "k2", func(ctx context.Context) (int, error) { return dynamostore.StepTx[int](ctx, "s", nil) }); !errors.Is(err, idem.ErrInvalidOption) {
+	if _, err := g.Do(context.Background(), "k2", func(ctx context.Context) (int, error) { return dynamostore.StepTx[int](ctx, "s", nil) }); !errors.Is(err, storekit.ErrInvalidOption) {
 		t.Errorf("StepTx with nil fn = %v", err)
 	}
 }
@@ -137,31 +139,31 @@ func TestStepTxStolenClaim(t *testing.T) {
 	g := newGuard[string](t, e.store, obs, idem.WithHeartbeat(time.Hour), idem.WithTakeoverAfter(2*time.Hour))
 	thief := mustNew(t, e.client, testTable, dynamostore.WithKeyPrefix(e.prefix),
 		dynamostore.WithClock(func() time.Time { return time.Now().Add(3 * time.Hour) }))
-	var stolen idem.ClaimResult
+	var stolen storekit.ClaimResult
 	_, err := g.Do(ctx, "s", func(ctx context.Context) (string, error) {
 		return dynamostore.StepTx(ctx, "order", func(ctx context.Context, tx *dynamostore.Tx) (string, error) {
 			if err := putRow(tx, table, "s", "owner"); err != nil {
 				return "", err
 			}
 			var err error
-			stolen, err = thief.Claim(ctx, idem.ClaimRequest{Key: stepKey.Load().(string), Nonce: randHex(16), PayloadHash: idem.StepPayload, LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
+			stolen, err = thief.Claim(ctx, storekit.ClaimRequest{Key: stepKey.Load().(string), Nonce: randHex(16), PayloadHash: storekit.StepPayload, LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
 			if err != nil {
 				t.Error(err)
 			}
 			return "owner", nil
 		})
 	})
-	if stolen.Outcome != idem.TookOver {
+	if stolen.Outcome != storekit.TookOver {
 		t.Fatalf("thief's claim: %v", stolen.Outcome)
 	}
-	if !errors.Is(err, idem.ErrLostOwnership) {
+	if !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Fatalf("owner's StepTx = %v, want ErrLostOwnership", err)
 	}
 	if got := rows(t, e.client, table, "s"); len(got) != 0 {
 		t.Fatalf("rows = %v, want none", got)
 	}
 	rec, err := thief.Get(ctx, stolen.Record.Key)
-	if err != nil || rec.Status != idem.StatusInProgress || rec.Nonce != stolen.Record.Nonce {
+	if err != nil || rec.Status != storekit.StatusInProgress || rec.Nonce != stolen.Record.Nonce {
 		t.Fatalf("thief's record = %+v, %v; want its claim untouched", rec, err)
 	}
 }
@@ -230,8 +232,8 @@ func TestStepTxUnknownOutcome(t *testing.T) {
 					t.Fatalf("StepTx with a lost reply = %q, %v; want the committed value", v, err)
 				}
 			default:
-				var se *idem.StoreError
-				if !errors.As(err, &se) || se.Op != "commit" || errors.Is(err, idem.ErrOutcomeUnknown) {
+				var se *storekit.StoreError
+				if !errors.As(err, &se) || se.Op != "commit" || errors.Is(err, storekit.ErrOutcomeUnknown) {
 					t.Fatalf("StepTx with a lost request = %q, %v; want a commit StoreError", v, err)
 				}
 				if got := rows(t, e.client, table, "u"); len(got) != 0 {
@@ -325,7 +327,7 @@ func TestStepTxHelperProcess(t *testing.T) {
 			fmt.Println("inserted")
 			_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 		}, nothing)
-		if errors.Is(err, idem.ErrLostOwnership) {
+		if errors.Is(err, storekit.ErrLostOwnership) {
 			fmt.Println("result lost")
 		} else {
 			fmt.Println("result", err)

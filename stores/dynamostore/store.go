@@ -14,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 )
 
@@ -33,7 +32,7 @@ type Client interface {
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 }
 
-// Store is an idem.Store kept in one DynamoDB table. It is safe for
+// Store is an storekit.Store kept in one DynamoDB table. It is safe for
 // concurrent use by many goroutines and processes.
 type Store struct {
 	client Client
@@ -79,11 +78,11 @@ func (r *releasedKeys) take(key string) bool {
 	return ok
 }
 
-var _ idem.Store = (*Store)(nil)
+var _ storekit.Store = (*Store)(nil)
 
 // New returns a store over table. It does no I/O. A nil client, an empty
 // table name and every invalid option are reported, joined, each an
-// *idem.OptionError matching idem.ErrInvalidOption.
+// *storekit.OptionError matching storekit.ErrInvalidOption.
 func New(client Client, table string, opts ...Option) (*Store, error) {
 	cfg, err := newConfig("New", client, table, opts)
 	if err != nil {
@@ -100,7 +99,7 @@ func New(client Client, table string, opts ...Option) (*Store, error) {
 // returned by New is valid; a nil or zero Store is not.
 func (st *Store) Validate() error {
 	if st == nil || st.client == nil {
-		return &idem.OptionError{Option: "dynamostore.Store", Reason: "nil or zero Store: use dynamostore.New"}
+		return &storekit.OptionError{Option: "dynamostore.Store", Reason: "nil or zero Store: use dynamostore.New"}
 	}
 	return nil
 }
@@ -183,7 +182,7 @@ var (
 	exprTakeover        = "SET #n = :n, #a = #a + :one, #sa = :now, #hb = :now, #tm = :tm, #sta = :sta"
 	exprTakeoverCond    = "#n = :old AND #st = :ip AND #hb = :oldhb AND #ea = :oldea AND #ph = :ph"
 	takeoverNames       = placeholders("#n", "#a", "#sa", "#hb", "#st", "#ea", "#ph", "#tm", "#sta")
-	inProgressValue     = statusValue(idem.StatusInProgress)
+	inProgressValue     = statusValue(storekit.StatusInProgress)
 	versionValue        = attrN(encodingVersion)
 	zeroValue, oneValue = attrN(0), attrN(1)
 	maxAttemptValue     = attrN(math.MaxInt64)
@@ -218,8 +217,8 @@ func attrS(v string) types.AttributeValue { return &types.AttributeValueMemberS{
 func attrN(v int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
 }
-func attrB(v []byte) types.AttributeValue             { return &types.AttributeValueMemberB{Value: v} }
-func statusValue(st idem.Status) types.AttributeValue { return attrS(string(st)) }
+func attrB(v []byte) types.AttributeValue                 { return &types.AttributeValueMemberB{Value: v} }
+func statusValue(st storekit.Status) types.AttributeValue { return attrS(string(st)) }
 
 // begin checks the configuration and the request and returns the item
 // key. check is the verdict of the storekit check of the request (which
@@ -235,7 +234,7 @@ func (st *Store) begin(op, key string, check error) (map[string]types.AttributeV
 	pk := st.cfg.prefix + key
 	if len(pk) > maxPartitionKeyBytes {
 		return nil, fmt.Errorf("dynamostore: %s: %w", op,
-			&idem.KeyError{Reason: fmt.Sprintf("storage key longer than %d bytes with the prefix", maxPartitionKeyBytes)})
+			&storekit.KeyError{Reason: fmt.Sprintf("storage key longer than %d bytes with the prefix", maxPartitionKeyBytes)})
 	}
 	k := map[string]types.AttributeValue{st.cfg.pk: attrS(pk)}
 	if st.cfg.sk != "" {
@@ -259,7 +258,7 @@ func (st *Store) ttlAt(expiresAt int64) int64 {
 func storeErr(op string, err error) error {
 	var api smithy.APIError
 	permanent := errors.As(err, &api) && api.ErrorCode() == "ValidationException" // e.g. an item over 400 KB
-	return &idem.StoreError{Op: op, Err: err, Permanent: permanent}
+	return &storekit.StoreError{Op: op, Err: err, Permanent: permanent}
 }
 
 // conditionFailed reports whether err is a refused condition, and returns
@@ -278,20 +277,20 @@ func conditionFailed(err error) (map[string]types.AttributeValue, bool) {
 // progress on the key.
 const maxClaimRounds = 8
 
-// ErrContention is returned (wrapped in *idem.StoreError) when Claim keeps
+// ErrContention is returned (wrapped in *storekit.StoreError) when Claim keeps
 // losing races on a key it tries to take over.
 var ErrContention = errors.New("dynamostore: claim kept losing to concurrent writes")
 
-// Claim implements idem.Store (see the package documentation): one
+// Claim implements storekit.Store (see the package documentation): one
 // conditional PutItem that creates the record when the key has none, and
 // whose refusal carries the existing record (ALL_OLD), so a fresh claim and
 // a duplicate are one request each. Only an expired, released or stale
 // record (or one it cannot read) takes the second path: a conditional
 // UpdateItem that keeps the attempt number monotonic.
-func (st *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+func (st *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	key, err := st.begin("claim", req.Key, storekit.ValidateClaim(req))
 	if err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	if st.released.take(req.Key) {
 		return st.claimExisting(ctx, key, req, nil)
@@ -306,20 +305,20 @@ func (st *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRe
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if err == nil {
-		return idem.ClaimResult{Outcome: idem.Claimed, Record: &idem.Record{
-			Key: req.Key, Status: idem.StatusInProgress, PayloadHash: req.PayloadHash,
+		return storekit.ClaimResult{Outcome: storekit.Claimed, Record: &storekit.Record{
+			Key: req.Key, Status: storekit.StatusInProgress, PayloadHash: req.PayloadHash,
 			Nonce: req.Nonce, Attempt: 1, StartedAt: now, HeartbeatAt: now, ExpiresAt: exp,
 			TakeoverMs: req.TakeoverAfter.Milliseconds(),
 		}}, nil
 	}
 	old, refused := conditionFailed(err)
 	if !refused {
-		return idem.ClaimResult{}, storeErr("claim", err)
+		return storekit.ClaimResult{}, storeErr("claim", err)
 	}
 	if old == nil {
 		// The condition refuses only an existing item, so a refusal
 		// without it means the endpoint ignored ALL_OLD.
-		return idem.ClaimResult{}, errNoOldItem()
+		return storekit.ClaimResult{}, errNoOldItem()
 	}
 	cur, err := st.decode(req.Key, old)
 	if err != nil {
@@ -342,7 +341,7 @@ func errNoOldItem() error {
 }
 
 // claimItem is the item of a first claim.
-func (st *Store) claimItem(key map[string]types.AttributeValue, req idem.ClaimRequest, now, exp int64) map[string]types.AttributeValue {
+func (st *Store) claimItem(key map[string]types.AttributeValue, req storekit.ClaimRequest, now, exp int64) map[string]types.AttributeValue {
 	item := make(map[string]types.AttributeValue, len(key)+11)
 	for k, v := range key {
 		item[k] = v
@@ -368,19 +367,19 @@ func (st *Store) claimItem(key map[string]types.AttributeValue, req idem.ClaimRe
 // UpdateItem, or, for a stale claim whose expiry is later than ours, a
 // compare-and-swap that keeps that expiry; a concurrent change makes it
 // decide again.
-func (st *Store) claimExisting(ctx context.Context, key map[string]types.AttributeValue, req idem.ClaimRequest, cur *idem.Record) (idem.ClaimResult, error) {
+func (st *Store) claimExisting(ctx context.Context, key map[string]types.AttributeValue, req storekit.ClaimRequest, cur *storekit.Record) (storekit.ClaimResult, error) {
 	for range maxClaimRounds {
 		now := st.nowMs()
 		exp := now + req.LeaseTTL.Milliseconds()
 		if cur != nil && cur.Live(now) && cur.ExpiresAt > exp &&
-			storekit.DecideClaim(cur, req, now).Outcome == idem.TookOver {
+			storekit.DecideClaim(cur, req, now).Outcome == storekit.TookOver {
 			// Stale, but its expiry is later than ours: keep it.
 			rec, err := st.takeOverKeepingExpiry(ctx, key, cur, req, now)
 			if err != nil {
-				return idem.ClaimResult{}, err
+				return storekit.ClaimResult{}, err
 			}
 			if rec != nil {
-				return idem.ClaimResult{Outcome: idem.TookOver, Record: rec}, nil
+				return storekit.ClaimResult{Outcome: storekit.TookOver, Record: rec}, nil
 			}
 		}
 		cur = nil
@@ -417,16 +416,16 @@ func (st *Store) claimExisting(ctx context.Context, key map[string]types.Attribu
 				// An expired item passed the condition but its attempt is
 				// not a number: report the item rather than the request.
 				if cerr := st.checkDecodable(ctx, key, req.Key); cerr != nil {
-					return idem.ClaimResult{}, cerr
+					return storekit.ClaimResult{}, cerr
 				}
 			}
-			return idem.ClaimResult{}, storeErr("claim", err)
+			return storekit.ClaimResult{}, storeErr("claim", err)
 		}
 		if old == nil {
-			return idem.ClaimResult{}, errNoOldItem()
+			return storekit.ClaimResult{}, errNoOldItem()
 		}
 		if cur, err = st.decode(req.Key, old); err != nil {
-			return idem.ClaimResult{}, err
+			return storekit.ClaimResult{}, err
 		}
 		if d := storekit.DecideClaim(cur, req, now); !d.Write {
 			return d.Result(), nil
@@ -435,7 +434,7 @@ func (st *Store) claimExisting(ctx context.Context, key map[string]types.Attribu
 		// next round), or the record changed between the condition and our
 		// decision: decide again.
 	}
-	return idem.ClaimResult{}, storeErr("claim", ErrContention)
+	return storekit.ClaimResult{}, storeErr("claim", ErrContention)
 }
 
 // checkDecodable reads the item behind key and returns its decoding error,
@@ -458,14 +457,14 @@ func isValidation(err error) bool {
 
 // claimed builds the result of an applied claim from the old item the
 // update returned.
-func (st *Store) claimed(req idem.ClaimRequest, old map[string]types.AttributeValue, now, exp int64) (idem.ClaimResult, error) {
-	rec := &idem.Record{
-		Key: req.Key, Status: idem.StatusInProgress, PayloadHash: req.PayloadHash,
+func (st *Store) claimed(req storekit.ClaimRequest, old map[string]types.AttributeValue, now, exp int64) (storekit.ClaimResult, error) {
+	rec := &storekit.Record{
+		Key: req.Key, Status: storekit.StatusInProgress, PayloadHash: req.PayloadHash,
 		Nonce: req.Nonce, Attempt: 1, StartedAt: now, HeartbeatAt: now, ExpiresAt: exp,
 		TakeoverMs: req.TakeoverAfter.Milliseconds(),
 	}
 	if len(old) == 0 {
-		return idem.ClaimResult{Outcome: idem.Claimed, Record: rec}, nil
+		return storekit.ClaimResult{Outcome: storekit.Claimed, Record: rec}, nil
 	}
 	// The update succeeded, so an old attempt, if any, was a number (the
 	// server added one to it) and old expires_at was a number (the
@@ -473,7 +472,7 @@ func (st *Store) claimed(req idem.ClaimRequest, old map[string]types.AttributeVa
 	if _, ok := old[attrAttempt]; ok {
 		a, err := numAttr(old, attrAttempt)
 		if err != nil {
-			return idem.ClaimResult{}, &idem.CorruptRecordError{Key: req.Key, Err: err}
+			return storekit.ClaimResult{}, &storekit.CorruptRecordError{Key: req.Key, Err: err}
 		}
 		rec.Attempt = a + 1
 	}
@@ -485,15 +484,15 @@ func (st *Store) claimed(req idem.ClaimRequest, old map[string]types.AttributeVa
 		oldExp, _ = strconv.ParseFloat(nv.Value, 64)
 	}
 	if oldExp > float64(now) {
-		return idem.ClaimResult{Outcome: idem.TookOver, Record: rec}, nil
+		return storekit.ClaimResult{Outcome: storekit.TookOver, Record: rec}, nil
 	}
-	return idem.ClaimResult{Outcome: idem.Claimed, Record: rec}, nil
+	return storekit.ClaimResult{Outcome: storekit.Claimed, Record: rec}, nil
 }
 
 // takeOverKeepingExpiry takes over cur, a stale claim whose expiry is later
 // than now + lease, keeping that expiry. It is a compare-and-swap on the
 // nonce, heartbeat and expiry seen; it returns nil, nil when it lost.
-func (st *Store) takeOverKeepingExpiry(ctx context.Context, key map[string]types.AttributeValue, cur *idem.Record, req idem.ClaimRequest, now int64) (*idem.Record, error) {
+func (st *Store) takeOverKeepingExpiry(ctx context.Context, key map[string]types.AttributeValue, cur *storekit.Record, req storekit.ClaimRequest, now int64) (*storekit.Record, error) {
 	out, err := st.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                &st.table,
 		Key:                      key,
@@ -517,7 +516,7 @@ func (st *Store) takeOverKeepingExpiry(ctx context.Context, key map[string]types
 	return st.decode(req.Key, out.Attributes)
 }
 
-// Heartbeat implements idem.Store.
+// Heartbeat implements storekit.Store.
 func (st *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
 	k, err := st.begin("heartbeat", key, storekit.ValidateOwner(key, nonce))
 	if err != nil {
@@ -547,7 +546,7 @@ func (st *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time
 	}
 	// Refused: not ours (storekit.ApplyHeartbeat's rule), or ours with an
 	// expiry later than now + leaseTTL.
-	var cur *idem.Record
+	var cur *storekit.Record
 	if len(old) > 0 {
 		if cur, err = st.decode(key, old); err != nil {
 			return err
@@ -571,8 +570,8 @@ func (st *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time
 	return st.ownershipErr("heartbeat", err)
 }
 
-// Complete implements idem.Store.
-func (st *Store) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+// Complete implements storekit.Store.
+func (st *Store) Complete(ctx context.Context, key, nonce string, c storekit.Completion) error {
 	k, err := st.begin("complete", key, storekit.ValidateOwner(key, nonce))
 	if err != nil {
 		return err
@@ -605,7 +604,7 @@ func (st *Store) Complete(ctx context.Context, key, nonce string, c idem.Complet
 	return st.ownershipErr("complete", err)
 }
 
-// Release implements idem.Store: the record stays, so the next claim
+// Release implements storekit.Store: the record stays, so the next claim
 // continues its attempt numbers, with expires_at = 0: not live at anyone's
 // clock, so a heartbeat of the old owner whose clock reading predates the
 // release cannot find it live and revive it (its ttl still keeps it for
@@ -632,8 +631,8 @@ func (st *Store) Release(ctx context.Context, key, nonce string) error {
 	return st.ownershipErr("release", err)
 }
 
-// Get implements idem.Store with a strongly consistent read.
-func (st *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+// Get implements storekit.Store with a strongly consistent read.
+func (st *Store) Get(ctx context.Context, key string) (*storekit.Record, error) {
 	k, err := st.begin("get", key, storekit.ValidateKey(key))
 	if err != nil {
 		return nil, err
@@ -646,7 +645,7 @@ func (st *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
 	if err != nil {
 		return nil, storeErr("get", err)
 	}
-	var rec *idem.Record
+	var rec *storekit.Record
 	if len(out.Item) > 0 {
 		if rec, err = st.decode(key, out.Item); err != nil {
 			return nil, err
@@ -655,7 +654,7 @@ func (st *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
 	return storekit.Found(rec, st.nowMs())
 }
 
-// Delete implements idem.Store.
+// Delete implements storekit.Store.
 func (st *Store) Delete(ctx context.Context, key string) error {
 	k, err := st.begin("delete", key, storekit.ValidateKey(key))
 	if err != nil {
@@ -685,5 +684,5 @@ func (st *Store) ownershipErr(op string, err error) error {
 // lost is the error of a write refused because the nonce (or status) no
 // longer matches.
 func lost(op string) error {
-	return fmt.Errorf("dynamostore: %s: %w", op, idem.ErrLostOwnership)
+	return fmt.Errorf("dynamostore: %s: %w", op, storekit.ErrLostOwnership)
 }

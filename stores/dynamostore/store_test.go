@@ -18,17 +18,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/dynamostore"
 	"github.com/idem-go/idem/stores/storetest"
 )
 
-func claimReq(key, nonce string) idem.ClaimRequest {
-	return idem.ClaimRequest{Key: key, Nonce: nonce, PayloadHash: "ph", LeaseTTL: time.Minute, TakeoverAfter: 10 * time.Second}
+func claimReq(key, nonce string) storekit.ClaimRequest {
+	return storekit.ClaimRequest{Key: key, Nonce: nonce, PayloadHash: "ph", LeaseTTL: time.Minute, TakeoverAfter: 10 * time.Second}
 }
 
-func mustClaim(t *testing.T, s idem.Store, req idem.ClaimRequest, want idem.ClaimOutcome) *idem.Record {
+func mustClaim(t *testing.T, s storekit.Store, req storekit.ClaimRequest, want storekit.ClaimOutcome) *storekit.Record {
 	t.Helper()
 	res, err := s.Claim(context.Background(), req)
 	if err != nil {
@@ -92,9 +91,9 @@ func TestClaimFreshAndReplayAreOneRequest(t *testing.T) {
 	ctx := context.Background()
 	key := storageKey()
 	before := time.Now().UnixMilli()
-	rec := mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	rec := mustClaim(t, e.store, claimReq(key, "A"), storekit.Claimed)
 	wantOps(t, e, "PutItem")
-	if rec.Key != key || rec.Status != idem.StatusInProgress || rec.Nonce != "A" || rec.Attempt != 1 ||
+	if rec.Key != key || rec.Status != storekit.StatusInProgress || rec.Nonce != "A" || rec.Attempt != 1 ||
 		rec.PayloadHash != "ph" || rec.StartedAt < before || rec.HeartbeatAt != rec.StartedAt ||
 		rec.ExpiresAt != rec.StartedAt+time.Minute.Milliseconds() || rec.CompletedAt != 0 {
 		t.Fatalf("claimed record %+v", rec)
@@ -109,21 +108,21 @@ func TestClaimFreshAndReplayAreOneRequest(t *testing.T) {
 	}
 
 	// In progress: another claim gets the record from the refused condition.
-	ex := mustClaim(t, e.store, claimReq(key, "B"), idem.Existing)
+	ex := mustClaim(t, e.store, claimReq(key, "B"), storekit.Existing)
 	wantOps(t, e, "PutItem")
 	if fmt.Sprint(ex) != fmt.Sprint(rec) {
 		t.Fatalf("existing %+v, want %+v", ex, rec)
 	}
 
-	if err := e.store.Complete(ctx, key, "A", idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"id":1}`), TTL: time.Hour}); err != nil {
+	if err := e.store.Complete(ctx, key, "A", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`{"id":1}`), TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	wantOps(t, e, "UpdateItem")
 
 	// Completed: a replay is one request and carries the result.
-	ex = mustClaim(t, e.store, claimReq(key, "C"), idem.Existing)
+	ex = mustClaim(t, e.store, claimReq(key, "C"), storekit.Existing)
 	wantOps(t, e, "PutItem")
-	if ex.Status != idem.StatusCompleted || string(ex.Result) != `{"id":1}` || ex.Nonce != "A" ||
+	if ex.Status != storekit.StatusCompleted || string(ex.Result) != `{"id":1}` || ex.Nonce != "A" ||
 		ex.Attempt != 1 || ex.CompletedAt == 0 || ex.Error != nil {
 		t.Fatalf("replayed record %+v", ex)
 	}
@@ -139,8 +138,8 @@ func TestClaimFreshAndReplayAreOneRequest(t *testing.T) {
 func TestClaimRetryWithSameNonceIsClaimed(t *testing.T) {
 	e := newEnv(t)
 	key := storageKey()
-	first := mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
-	again := mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	first := mustClaim(t, e.store, claimReq(key, "A"), storekit.Claimed)
+	again := mustClaim(t, e.store, claimReq(key, "A"), storekit.Claimed)
 	if again.Attempt != 1 || again.StartedAt != first.StartedAt || again.Nonce != "A" {
 		t.Fatalf("retried claim %+v, first %+v", again, first)
 	}
@@ -151,21 +150,21 @@ func TestTakeoverIncrementsAttemptAndFencesOldOwner(t *testing.T) {
 	e := newEnv(t, dynamostore.WithClock(clock.Now))
 	ctx := context.Background()
 	key := storageKey()
-	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	mustClaim(t, e.store, claimReq(key, "A"), storekit.Claimed)
 
 	clock.Advance(9 * time.Second)
-	mustClaim(t, e.store, claimReq(key, "B"), idem.Existing) // heartbeat not stale yet
+	mustClaim(t, e.store, claimReq(key, "B"), storekit.Existing) // heartbeat not stale yet
 	other := claimReq(key, "X")
 	other.PayloadHash = "other"
 	clock.Advance(2 * time.Second)
-	mustClaim(t, e.store, other, idem.Existing) // stale, but another payload
+	mustClaim(t, e.store, other, storekit.Existing) // stale, but another payload
 	e.log.Take()
 
-	rec := mustClaim(t, e.store, claimReq(key, "B"), idem.TookOver)
+	rec := mustClaim(t, e.store, claimReq(key, "B"), storekit.TookOver)
 	wantOps(t, e, "PutItem", "UpdateItem") // refused with the stale record, then taken over
 	now := clock.Now().UnixMilli()
 	if rec.Nonce != "B" || rec.Attempt != 2 || rec.StartedAt != now || rec.HeartbeatAt != now ||
-		rec.ExpiresAt != now+time.Minute.Milliseconds() || rec.Status != idem.StatusInProgress {
+		rec.ExpiresAt != now+time.Minute.Milliseconds() || rec.Status != storekit.StatusInProgress {
 		t.Fatalf("took over %+v", rec)
 	}
 	if got, err := e.store.Get(ctx, key); err != nil || fmt.Sprint(got) != fmt.Sprint(rec) {
@@ -173,22 +172,22 @@ func TestTakeoverIncrementsAttemptAndFencesOldOwner(t *testing.T) {
 	}
 
 	// The old owner is fenced off everywhere.
-	if err := e.store.Heartbeat(ctx, key, "A", time.Minute); !errors.Is(err, idem.ErrLostOwnership) {
+	if err := e.store.Heartbeat(ctx, key, "A", time.Minute); !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Fatalf("heartbeat by old owner: %v", err)
 	}
-	if err := e.store.Complete(ctx, key, "A", idem.Completion{Status: idem.StatusCompleted, Result: []byte("x"), TTL: time.Hour}); !errors.Is(err, idem.ErrLostOwnership) {
+	if err := e.store.Complete(ctx, key, "A", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("x"), TTL: time.Hour}); !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Fatalf("complete by old owner: %v", err)
 	}
-	if err := e.store.Release(ctx, key, "A"); !errors.Is(err, idem.ErrLostOwnership) {
+	if err := e.store.Release(ctx, key, "A"); !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Fatalf("release by old owner: %v", err)
 	}
-	if got, _ := e.store.Get(ctx, key); got.Nonce != "B" || got.Status != idem.StatusInProgress {
+	if got, _ := e.store.Get(ctx, key); got.Nonce != "B" || got.Status != storekit.StatusInProgress {
 		t.Fatalf("record after fenced writes %+v", got)
 	}
 
 	// Another takeover: 2 -> 3.
 	clock.Advance(11 * time.Second)
-	if rec := mustClaim(t, e.store, claimReq(key, "C"), idem.TookOver); rec.Attempt != 3 {
+	if rec := mustClaim(t, e.store, claimReq(key, "C"), storekit.TookOver); rec.Attempt != 3 {
 		t.Fatalf("second takeover attempt %d", rec.Attempt)
 	}
 }
@@ -199,10 +198,10 @@ func TestTakeoverKeepsALaterExpiry(t *testing.T) {
 	key := storageKey()
 	long := claimReq(key, "A")
 	long.LeaseTTL = 10 * time.Minute
-	first := mustClaim(t, e.store, long, idem.Claimed)
+	first := mustClaim(t, e.store, long, storekit.Claimed)
 	clock.Advance(11 * time.Second)
 	e.log.Take()
-	rec := mustClaim(t, e.store, claimReq(key, "B"), idem.TookOver)
+	rec := mustClaim(t, e.store, claimReq(key, "B"), storekit.TookOver)
 	wantOps(t, e, "PutItem", "UpdateItem") // refused with the stale record, then the compare-and-swap
 	if rec.ExpiresAt != first.ExpiresAt || rec.Attempt != 2 || rec.Nonce != "B" || rec.HeartbeatAt != clock.Now().UnixMilli() {
 		t.Fatalf("took over %+v, first %+v", rec, first)
@@ -214,22 +213,22 @@ func TestReclaimAfterExpiryIncrementsAttempt(t *testing.T) {
 	e := newEnv(t, dynamostore.WithClock(clock.Now))
 	ctx := context.Background()
 	key := storageKey()
-	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
-	if err := e.store.Complete(ctx, key, "A", idem.Completion{
-		Status: idem.StatusFailed, Error: &idem.RecordedFailure{Message: "boom", Type: "*errors.errorString"}, Result: []byte("r"), TTL: time.Second,
+	mustClaim(t, e.store, claimReq(key, "A"), storekit.Claimed)
+	if err := e.store.Complete(ctx, key, "A", storekit.Completion{
+		Status: storekit.StatusFailed, Error: &storekit.RecordedFailure{Message: "boom", Type: "*errors.errorString"}, Result: []byte("r"), TTL: time.Second,
 	}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := e.store.Get(ctx, key)
-	if err != nil || rec.Status != idem.StatusFailed || rec.Error == nil || *rec.Error != (idem.RecordedFailure{Message: "boom", Type: "*errors.errorString"}) {
+	if err != nil || rec.Status != storekit.StatusFailed || rec.Error == nil || *rec.Error != (storekit.RecordedFailure{Message: "boom", Type: "*errors.errorString"}) {
 		t.Fatalf("failed record %+v, %v", rec, err)
 	}
 	clock.Advance(time.Second)
-	if _, err := e.store.Get(ctx, key); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := e.store.Get(ctx, key); !errors.Is(err, storekit.ErrNotFound) {
 		t.Fatalf("get after expiry: %v", err)
 	}
 	e.log.Take()
-	rec = mustClaim(t, e.store, claimReq(key, "B"), idem.Claimed)
+	rec = mustClaim(t, e.store, claimReq(key, "B"), storekit.Claimed)
 	wantOps(t, e, "PutItem", "UpdateItem") // refused with the expired record, then re-claimed
 	if rec.Attempt != 2 || rec.Result != nil || rec.Error != nil || rec.CompletedAt != 0 {
 		t.Fatalf("re-claimed %+v", rec)
@@ -250,8 +249,8 @@ func TestReleaseMakesClaimableAndKeepsAttempt(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	key := storageKey()
-	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
-	if err := e.store.Release(ctx, key, "B"); !errors.Is(err, idem.ErrLostOwnership) {
+	mustClaim(t, e.store, claimReq(key, "A"), storekit.Claimed)
+	if err := e.store.Release(ctx, key, "B"); !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Fatalf("release with another nonce: %v", err)
 	}
 	e.log.Take()
@@ -263,17 +262,17 @@ func TestReleaseMakesClaimableAndKeepsAttempt(t *testing.T) {
 		t.Fatalf("second release: %v", err)
 	}
 	time.Sleep(2 * time.Millisecond) // expires_at = release time; "now" must pass it
-	if _, err := e.store.Get(ctx, key); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := e.store.Get(ctx, key); !errors.Is(err, storekit.ErrNotFound) {
 		t.Fatalf("get after release: %v", err)
 	}
-	if rec := mustClaim(t, e.store, claimReq(key, "B"), idem.Claimed); rec.Attempt != 2 {
+	if rec := mustClaim(t, e.store, claimReq(key, "B"), storekit.Claimed); rec.Attempt != 2 {
 		t.Fatalf("attempt after release %d", rec.Attempt)
 	}
 	// A completed record cannot be released.
-	if err := e.store.Complete(ctx, key, "B", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}); err != nil {
+	if err := e.store.Complete(ctx, key, "B", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.Release(ctx, key, "B"); !errors.Is(err, idem.ErrLostOwnership) {
+	if err := e.store.Release(ctx, key, "B"); !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Fatalf("release of a completed record: %v", err)
 	}
 }
@@ -283,7 +282,7 @@ func TestHeartbeat(t *testing.T) {
 	e := newEnv(t, dynamostore.WithClock(clock.Now))
 	ctx := context.Background()
 	key := storageKey()
-	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	mustClaim(t, e.store, claimReq(key, "A"), storekit.Claimed)
 	clock.Advance(40 * time.Second)
 	e.log.Take()
 	if err := e.store.Heartbeat(ctx, key, "A", time.Minute); err != nil {
@@ -307,16 +306,16 @@ func TestHeartbeat(t *testing.T) {
 		t.Fatalf("after short heartbeat %+v, %v", got, err)
 	}
 	// Someone else's nonce, a missing record, a completed record: refused.
-	if err := e.store.Heartbeat(ctx, key, "B", time.Minute); !errors.Is(err, idem.ErrLostOwnership) {
+	if err := e.store.Heartbeat(ctx, key, "B", time.Minute); !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Fatalf("heartbeat with another nonce: %v", err)
 	}
-	if err := e.store.Heartbeat(ctx, storageKey(), "A", time.Minute); !errors.Is(err, idem.ErrLostOwnership) {
+	if err := e.store.Heartbeat(ctx, storageKey(), "A", time.Minute); !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Fatalf("heartbeat on a missing record: %v", err)
 	}
-	if err := e.store.Complete(ctx, key, "A", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}); err != nil {
+	if err := e.store.Complete(ctx, key, "A", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.Heartbeat(ctx, key, "A", time.Minute); !errors.Is(err, idem.ErrLostOwnership) {
+	if err := e.store.Heartbeat(ctx, key, "A", time.Minute); !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Fatalf("heartbeat on a completed record: %v", err)
 	}
 }
@@ -326,53 +325,53 @@ func TestCompleteVariants(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct {
 		name string
-		c    idem.Completion
+		c    storekit.Completion
 	}{
-		{"result", idem.Completion{Status: idem.StatusCompleted, Result: []byte("hello"), TTL: time.Hour}},
-		{"empty result", idem.Completion{Status: idem.StatusCompleted, Result: []byte{}, TTL: time.Hour}},
-		{"no result", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}},
-		{"unavailable", idem.Completion{Status: idem.StatusCompleted, Error: &idem.RecordedFailure{Message: "cannot encode", Type: idem.ResultUnavailableType}, TTL: time.Hour}},
-		{"failed", idem.Completion{Status: idem.StatusFailed, Error: &idem.RecordedFailure{Message: "card declined"}, TTL: time.Hour}},
-		{"failed empty message", idem.Completion{Status: idem.StatusFailed, Error: &idem.RecordedFailure{}, TTL: time.Hour}},
+		{"result", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("hello"), TTL: time.Hour}},
+		{"empty result", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte{}, TTL: time.Hour}},
+		{"no result", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}},
+		{"unavailable", storekit.Completion{Status: storekit.StatusCompleted, Error: &storekit.RecordedFailure{Message: "cannot encode", Type: storekit.ResultUnavailableType}, TTL: time.Hour}},
+		{"failed", storekit.Completion{Status: storekit.StatusFailed, Error: &storekit.RecordedFailure{Message: "card declined"}, TTL: time.Hour}},
+		{"failed empty message", storekit.Completion{Status: storekit.StatusFailed, Error: &storekit.RecordedFailure{}, TTL: time.Hour}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			key := storageKey()
-			mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+			mustClaim(t, e.store, claimReq(key, "A"), storekit.Claimed)
 			for range 2 { // the second is a retried complete finding its own write
 				if err := e.store.Complete(ctx, key, "A", tc.c); err != nil {
 					t.Fatal(err)
 				}
 			}
-			rec := mustClaim(t, e.store, claimReq(key, "B"), idem.Existing)
+			rec := mustClaim(t, e.store, claimReq(key, "B"), storekit.Existing)
 			if rec.Status != tc.c.Status || (rec.Result == nil) != (tc.c.Result == nil) || string(rec.Result) != string(tc.c.Result) {
 				t.Fatalf("record %+v", rec)
 			}
 			if (rec.Error == nil) != (tc.c.Error == nil) || (rec.Error != nil && *rec.Error != *tc.c.Error) {
 				t.Fatalf("error %+v, want %+v", rec.Error, tc.c.Error)
 			}
-			if err := e.store.Complete(ctx, key, "B", tc.c); !errors.Is(err, idem.ErrLostOwnership) {
+			if err := e.store.Complete(ctx, key, "B", tc.c); !errors.Is(err, storekit.ErrLostOwnership) {
 				t.Fatalf("complete with another nonce: %v", err)
 			}
 		})
 	}
 	t.Run("invalid", func(t *testing.T) {
 		key := storageKey()
-		mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
-		for _, c := range []idem.Completion{{Status: idem.StatusInProgress}, {Status: "bogus"}, {Status: idem.StatusFailed}} {
+		mustClaim(t, e.store, claimReq(key, "A"), storekit.Claimed)
+		for _, c := range []storekit.Completion{{Status: storekit.StatusInProgress}, {Status: "bogus"}, {Status: storekit.StatusFailed}} {
 			err := e.store.Complete(ctx, key, "A", c)
 			var re *storekit.RequestError
 			if !errors.As(err, &re) || !errors.Is(err, storekit.ErrInvalidRequest) {
 				t.Fatalf("complete %+v: %v, want a *storekit.RequestError", c, err)
 			}
 		}
-		if rec, err := e.store.Get(ctx, key); err != nil || rec.Status != idem.StatusInProgress {
+		if rec, err := e.store.Get(ctx, key); err != nil || rec.Status != storekit.StatusInProgress {
 			t.Fatalf("record after invalid completions %+v, %v", rec, err)
 		}
 	})
 	t.Run("missing record", func(t *testing.T) {
-		err := e.store.Complete(ctx, storageKey(), "A", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour})
-		if !errors.Is(err, idem.ErrLostOwnership) {
+		err := e.store.Complete(ctx, storageKey(), "A", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour})
+		if !errors.Is(err, storekit.ErrLostOwnership) {
 			t.Fatalf("complete of a missing record: %v", err)
 		}
 	})
@@ -385,16 +384,16 @@ func TestDelete(t *testing.T) {
 	if err := e.store.Delete(ctx, key); err != nil {
 		t.Fatalf("delete missing: %v", err)
 	}
-	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	mustClaim(t, e.store, claimReq(key, "A"), storekit.Claimed)
 	e.log.Take()
 	if err := e.store.Delete(ctx, key); err != nil {
 		t.Fatal(err)
 	}
 	wantOps(t, e, "DeleteItem")
-	if _, err := e.store.Get(ctx, key); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := e.store.Get(ctx, key); !errors.Is(err, storekit.ErrNotFound) {
 		t.Fatalf("get after delete: %v", err)
 	}
-	if rec := mustClaim(t, e.store, claimReq(key, "B"), idem.Claimed); rec.Attempt != 1 {
+	if rec := mustClaim(t, e.store, claimReq(key, "B"), storekit.Claimed); rec.Attempt != 1 {
 		t.Fatalf("attempt after delete %d", rec.Attempt)
 	}
 }
@@ -405,7 +404,7 @@ func TestConcurrentClaimsOneWinner(t *testing.T) {
 		key := storageKey()
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		outcomes := map[idem.ClaimOutcome]int{}
+		outcomes := map[storekit.ClaimOutcome]int{}
 		var winner string
 		start := make(chan struct{})
 		for i := range 24 {
@@ -420,7 +419,7 @@ func TestConcurrentClaimsOneWinner(t *testing.T) {
 					return
 				}
 				outcomes[res.Outcome]++
-				if res.Outcome == idem.Claimed {
+				if res.Outcome == storekit.Claimed {
 					winner = nonce
 				}
 				if res.Record.Attempt != 1 {
@@ -430,7 +429,7 @@ func TestConcurrentClaimsOneWinner(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		if outcomes[idem.Claimed] != 1 || outcomes[idem.Existing] != 23 {
+		if outcomes[storekit.Claimed] != 1 || outcomes[storekit.Existing] != 23 {
 			t.Fatalf("outcomes %v", outcomes)
 		}
 		if rec, err := e.store.Get(context.Background(), key); err != nil || rec.Nonce != winner {
@@ -453,7 +452,7 @@ func concurrentTakeovers(t *testing.T, firstLease time.Duration) {
 	key := storageKey()
 	first := claimReq(key, "A")
 	first.LeaseTTL = firstLease
-	firstRec := mustClaim(t, e.store, first, idem.Claimed)
+	firstRec := mustClaim(t, e.store, first, storekit.Claimed)
 	clock.Advance(time.Minute - time.Millisecond) // stale, still live
 	var wg sync.WaitGroup
 	var took, existing int
@@ -466,9 +465,9 @@ func concurrentTakeovers(t *testing.T, firstLease time.Duration) {
 			switch {
 			case err != nil:
 				t.Error(err)
-			case res.Outcome == idem.TookOver:
+			case res.Outcome == storekit.TookOver:
 				took++
-			case res.Outcome == idem.Existing && res.Record.Attempt == 2:
+			case res.Outcome == storekit.Existing && res.Record.Attempt == 2:
 				existing++
 			default:
 				t.Errorf("outcome %v record %+v", res.Outcome, res.Record)
@@ -553,8 +552,8 @@ func TestCorruptRecords(t *testing.T) {
 				return
 			}
 			for op, err := range map[string]error{"get": getErr, "claim": claimErr} {
-				var ce *idem.CorruptRecordError
-				if !errors.Is(err, idem.ErrCorruptRecord) || !errors.As(err, &ce) || ce.Key != key {
+				var ce *storekit.CorruptRecordError
+				if !errors.Is(err, storekit.ErrCorruptRecord) || !errors.As(err, &ce) || ce.Key != key {
 					t.Errorf("%s: %v, want a *CorruptRecordError for %s", op, err, key)
 				}
 			}
@@ -565,7 +564,7 @@ func TestCorruptRecords(t *testing.T) {
 			if err := e.store.Delete(ctx, key); err != nil {
 				t.Fatal(err)
 			}
-			mustClaim(t, e.store, claimReq(key, "C"), idem.Claimed)
+			mustClaim(t, e.store, claimReq(key, "C"), storekit.Claimed)
 		})
 	}
 }
@@ -606,7 +605,7 @@ func TestTakeoverRefusesACorruptItem(t *testing.T) {
 				t.Fatal(err)
 			}
 			res, err := e.store.Claim(ctx, claimReq(key, "B"))
-			if !errors.Is(err, idem.ErrCorruptRecord) {
+			if !errors.Is(err, storekit.ErrCorruptRecord) {
 				t.Fatalf("claim: %v, %v; want a corrupt record", res.Outcome, err)
 			}
 			if after, before := plain(t, rawItem(t, e, key)), plain(t, item); !reflect.DeepEqual(after, before) {
@@ -629,7 +628,7 @@ func TestClaimOverwritesAnExpiredOddRecord(t *testing.T) {
 	if _, err := e.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(testTable), Item: item}); err != nil {
 		t.Fatal(err)
 	}
-	rec := mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
+	rec := mustClaim(t, e.store, claimReq(key, "A"), storekit.Claimed)
 	if rec.Attempt != 5 {
 		t.Fatalf("attempt %d", rec.Attempt)
 	}
@@ -653,8 +652,8 @@ func TestSharesTableWithOtherItems(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
-	if err := e.store.Complete(ctx, key, "A", idem.Completion{Status: idem.StatusCompleted, Result: []byte("r"), TTL: time.Hour}); err != nil {
+	mustClaim(t, e.store, claimReq(key, "A"), storekit.Claimed)
+	if err := e.store.Complete(ctx, key, "A", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("r"), TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.store.Delete(ctx, key); err != nil {
@@ -679,8 +678,8 @@ func TestSharesTableWithOtherItems(t *testing.T) {
 
 	// A custom sort key value keeps two stores on one partition apart.
 	other := mustNew(t, e.client, testTable, dynamostore.WithKeyPrefix(e.prefix), dynamostore.WithSortKeyValue("IDEM#2"))
-	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
-	mustClaim(t, other, claimReq(key, "B"), idem.Claimed)
+	mustClaim(t, e.store, claimReq(key, "A"), storekit.Claimed)
+	mustClaim(t, other, claimReq(key, "B"), storekit.Claimed)
 }
 
 func TestCustomKeySchemas(t *testing.T) {
@@ -714,9 +713,9 @@ func TestCustomKeySchemas(t *testing.T) {
 			}
 			s := mustNew(t, c, table, tc.opts...)
 			key := storageKey()
-			mustClaim(t, s, claimReq(key, "A"), idem.Claimed)
-			mustClaim(t, s, claimReq(key, "B"), idem.Existing)
-			if err := s.Complete(ctx, key, "A", idem.Completion{Status: idem.StatusCompleted, Result: []byte("r"), TTL: time.Hour}); err != nil {
+			mustClaim(t, s, claimReq(key, "A"), storekit.Claimed)
+			mustClaim(t, s, claimReq(key, "B"), storekit.Existing)
+			if err := s.Complete(ctx, key, "A", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("r"), TTL: time.Hour}); err != nil {
 				t.Fatal(err)
 			}
 			if rec, err := s.Get(ctx, key); err != nil || string(rec.Result) != "r" {
@@ -767,14 +766,14 @@ func TestInvalidConfiguration(t *testing.T) {
 	for name, mk := range cases {
 		t.Run(name, func(t *testing.T) {
 			s, err := mk()
-			var oe *idem.OptionError
-			if s != nil || !errors.Is(err, idem.ErrInvalidOption) || !errors.As(err, &oe) {
+			var oe *storekit.OptionError
+			if s != nil || !errors.Is(err, storekit.ErrInvalidOption) || !errors.As(err, &oe) {
 				t.Fatalf("New = %v, %v", s, err)
 			}
 		})
 	}
 	var zero *dynamostore.Store
-	if err := zero.Validate(); !errors.Is(err, idem.ErrInvalidOption) {
+	if err := zero.Validate(); !errors.Is(err, storekit.ErrInvalidOption) {
 		t.Fatalf("nil store: %v", err)
 	}
 	_, err := dynamostore.New(nil, "", dynamostore.WithRetention(-1), nil, dynamostore.WithClock(nil))
@@ -784,8 +783,8 @@ func TestInvalidConfiguration(t *testing.T) {
 	}
 	err = dynamostore.CreateTable(context.Background(), nil, "", nil)
 	storetest.CheckOptionErrors(t, err, "dynamostore.CreateTable", "dynamostore.CreateTable", "dynamostore.CreateTable")
-	if _, err := (&dynamostore.Store{}).Get(context.Background(), storageKey()); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Errorf("zero Store: got %v, want an error matching idem.ErrInvalidOption", err)
+	if _, err := (&dynamostore.Store{}).Get(context.Background(), storageKey()); !errors.Is(err, storekit.ErrInvalidOption) {
+		t.Errorf("zero Store: got %v, want an error matching storekit.ErrInvalidOption", err)
 	}
 }
 
@@ -795,7 +794,7 @@ func TestInvalidRequests(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	key := storageKey()
-	for name, r := range map[string]idem.ClaimRequest{
+	for name, r := range map[string]storekit.ClaimRequest{
 		"empty nonce":    {Key: key, LeaseTTL: time.Minute, TakeoverAfter: time.Second},
 		"zero takeover":  {Key: key, Nonce: "n", LeaseTTL: time.Minute},
 		"sub-ms lease":   {Key: key, Nonce: "n", LeaseTTL: time.Microsecond, TakeoverAfter: time.Second},
@@ -807,24 +806,24 @@ func TestInvalidRequests(t *testing.T) {
 			t.Errorf("claim, %s: %v, want a *storekit.RequestError", name, err)
 		}
 	}
-	for name, c := range map[string]idem.Completion{
+	for name, c := range map[string]storekit.Completion{
 		"unknown status":        {Status: "done", TTL: time.Minute},
-		"in progress":           {Status: idem.StatusInProgress, TTL: time.Minute},
-		"failure without error": {Status: idem.StatusFailed, TTL: time.Minute},
-		"zero TTL":              {Status: idem.StatusCompleted, Result: []byte("1")},
-		"sub-ms TTL":            {Status: idem.StatusCompleted, TTL: time.Microsecond},
+		"in progress":           {Status: storekit.StatusInProgress, TTL: time.Minute},
+		"failure without error": {Status: storekit.StatusFailed, TTL: time.Minute},
+		"zero TTL":              {Status: storekit.StatusCompleted, Result: []byte("1")},
+		"sub-ms TTL":            {Status: storekit.StatusCompleted, TTL: time.Microsecond},
 	} {
 		if err := e.store.Complete(ctx, key, "n", c); !errors.Is(err, storekit.ErrInvalidRequest) {
 			t.Errorf("complete, %s: %v, want ErrInvalidRequest", name, err)
 		}
 	}
-	ok := idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}
+	ok := storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}
 	for op, err := range map[string]error{
 		"heartbeat": e.store.Heartbeat(ctx, key, "", time.Minute),
 		"complete":  e.store.Complete(ctx, key, "", ok),
 		"release":   e.store.Release(ctx, key, ""),
 	} {
-		if !errors.Is(err, idem.ErrLostOwnership) {
+		if !errors.Is(err, storekit.ErrLostOwnership) {
 			t.Errorf("%s with an empty nonce: %v, want ErrLostOwnership", op, err)
 		}
 	}
@@ -839,9 +838,9 @@ func TestInvalidRequests(t *testing.T) {
 		"get, long key":    func() error { _, err := e.store.Get(ctx, long); return err }(),
 		"delete":           e.store.Delete(ctx, ""),
 	} {
-		var ke *idem.KeyError
-		if !errors.Is(err, idem.ErrInvalidKey) || !errors.As(err, &ke) {
-			t.Errorf("%s: %v, want a *idem.KeyError", op, err)
+		var ke *storekit.KeyError
+		if !errors.Is(err, storekit.ErrInvalidKey) || !errors.As(err, &ke) {
+			t.Errorf("%s: %v, want a *storekit.KeyError", op, err)
 		}
 	}
 	if got := e.log.Take(); len(got) != 0 {
@@ -854,12 +853,12 @@ func TestBackendErrorsAreWrapped(t *testing.T) {
 	ctx := context.Background()
 	missing := mustNew(t, e.client, "idem_no_such_table_"+randHex(4))
 	_, err := missing.Claim(ctx, claimReq(storageKey(), "A"))
-	var se *idem.StoreError
+	var se *storekit.StoreError
 	var rnf *types.ResourceNotFoundException
 	if !errors.As(err, &se) || se.Op != "claim" || !errors.As(err, &rnf) {
 		t.Fatalf("claim on a missing table: %v", err)
 	}
-	if errors.Is(err, idem.ErrLostOwnership) || errors.Is(err, idem.ErrNotFound) {
+	if errors.Is(err, storekit.ErrLostOwnership) || errors.Is(err, storekit.ErrNotFound) {
 		t.Fatalf("a backend error matched a store sentinel: %v", err)
 	}
 
@@ -874,17 +873,17 @@ func TestBackendErrorsAreWrapped(t *testing.T) {
 	for op, err := range map[string]error{
 		"claim":     func() error { _, err := dead.Claim(ctx, claimReq(storageKey(), "A")); return err }(),
 		"heartbeat": dead.Heartbeat(ctx, storageKey(), "A", time.Minute),
-		"complete":  dead.Complete(ctx, storageKey(), "A", idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}),
+		"complete":  dead.Complete(ctx, storageKey(), "A", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}),
 		"release":   dead.Release(ctx, storageKey(), "A"),
 		"get":       func() error { _, err := dead.Get(ctx, storageKey()); return err }(),
 		"delete":    dead.Delete(ctx, storageKey()),
 	} {
-		var se *idem.StoreError
+		var se *storekit.StoreError
 		var ne net.Error
 		if !errors.As(err, &se) || se.Op != op || !errors.As(err, &ne) {
 			t.Errorf("%s against a closed port: %v", op, err)
 		}
-		if errors.Is(err, idem.ErrLostOwnership) {
+		if errors.Is(err, storekit.ErrLostOwnership) {
 			t.Errorf("%s: a network error matched ErrLostOwnership", op)
 		}
 	}
@@ -895,10 +894,10 @@ func TestBackendErrorsAreWrapped(t *testing.T) {
 func TestOversizeResultIsPermanent(t *testing.T) {
 	e := newEnv(t)
 	key := storageKey()
-	mustClaim(t, e.store, claimReq(key, "A"), idem.Claimed)
-	err := e.store.Complete(context.Background(), key, "A", idem.Completion{
-		Status: idem.StatusCompleted, Result: make([]byte, 500<<10), TTL: time.Hour})
-	if !errors.Is(err, idem.ErrPermanent) {
+	mustClaim(t, e.store, claimReq(key, "A"), storekit.Claimed)
+	err := e.store.Complete(context.Background(), key, "A", storekit.Completion{
+		Status: storekit.StatusCompleted, Result: make([]byte, 500<<10), TTL: time.Hour})
+	if !errors.Is(err, storekit.ErrPermanent) {
 		t.Fatalf("oversize complete: %v, want ErrPermanent", err)
 	}
 }
@@ -914,7 +913,7 @@ func TestStoredTakeover(t *testing.T) {
 	owner := claimReq(key, "A")
 	owner.TakeoverAfter = time.Hour
 	owner.LeaseTTL = 3 * time.Hour
-	rec := mustClaim(t, e.store, owner, idem.Claimed)
+	rec := mustClaim(t, e.store, owner, storekit.Claimed)
 	if rec.TakeoverMs != time.Hour.Milliseconds() {
 		t.Fatalf("claimed record TakeoverMs = %d", rec.TakeoverMs)
 	}
@@ -926,15 +925,15 @@ func TestStoredTakeover(t *testing.T) {
 	other.TakeoverAfter = time.Second
 	other.LeaseTTL = 5 * time.Hour // a later expiry: the single conditional request decides
 	clock.Advance(time.Minute)
-	mustClaim(t, e.store, other, idem.Existing)
+	mustClaim(t, e.store, other, storekit.Existing)
 	clock.Advance(50 * time.Minute)
 	if err := e.store.Heartbeat(ctx, key, "A", 3*time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(50 * time.Minute) // 100 min after the claim, 50 after the heartbeat
-	mustClaim(t, e.store, other, idem.Existing)
+	mustClaim(t, e.store, other, storekit.Existing)
 	clock.Advance(11 * time.Minute)
-	rec = mustClaim(t, e.store, other, idem.TookOver)
+	rec = mustClaim(t, e.store, other, storekit.TookOver)
 	if rec.TakeoverMs != time.Second.Milliseconds() {
 		t.Fatalf("took over with TakeoverMs = %d, want the new owner's", rec.TakeoverMs)
 	}

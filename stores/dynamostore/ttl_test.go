@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/dynamostore"
 )
 
@@ -33,11 +34,11 @@ func TestTTLRemovesExpiredItems(t *testing.T) {
 	old := newEnv(t, dynamostore.WithClock(past), dynamostore.WithRetention(time.Minute))
 	live := newEnv(t)
 	ctx := context.Background()
-	done := idem.Completion{Status: idem.StatusCompleted, Result: []byte("r"), TTL: time.Minute}
+	done := storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("r"), TTL: time.Minute}
 	var gone, kept []string
 	for range 50 {
 		k := storageKey()
-		mustClaim(t, old.store, claimReq(k, "A"), idem.Claimed)
+		mustClaim(t, old.store, claimReq(k, "A"), storekit.Claimed)
 		if err := old.store.Complete(ctx, k, "A", done); err != nil {
 			t.Fatal(err)
 		}
@@ -45,8 +46,8 @@ func TestTTLRemovesExpiredItems(t *testing.T) {
 	}
 	for range 5 {
 		k := storageKey()
-		mustClaim(t, live.store, claimReq(k, "A"), idem.Claimed)
-		if err := live.store.Complete(ctx, k, "A", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}); err != nil {
+		mustClaim(t, live.store, claimReq(k, "A"), storekit.Claimed)
+		if err := live.store.Complete(ctx, k, "A", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 		kept = append(kept, live.prefix+k)

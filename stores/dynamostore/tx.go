@@ -49,7 +49,7 @@ func (e *TxItemError) Unwrap() error { return e.Err }
 // cancelled because of one of fn's items (its condition failed, a
 // concurrent transaction kept conflicting with it, it was invalid): nothing
 // was written, and the claim is released, so a retry runs fn again. The
-// call returns it inside an *idem.StoreError (Op "commit"); errors.As finds
+// call returns it inside an *storekit.StoreError (Op "commit"); errors.As finds
 // it.
 type TxCanceledError struct {
 	Index   int    // index of the first failing item among fn's (the order added)
@@ -183,7 +183,7 @@ func (tx *Tx) finish() ([]types.TransactWriteItem, []string, error) {
 // heartbeats, fencing token, Step) and commits fn's writes, added to tx,
 // together with the call's completed record in one TransactWriteItems.
 // g's store must be a *Store (anything else is an error matching
-// idem.ErrInvalidOption); fn's items may be on any table of the same
+// storekit.ErrInvalidOption); fn's items may be on any table of the same
 // account and region, up to MaxTxItems of them.
 //
 // The completed record is an update of the call's record conditioned on
@@ -196,9 +196,9 @@ func (tx *Tx) finish() ([]types.TransactWriteItem, []string, error) {
 //     item) is such an error when fn returns nothing of its own.
 //   - the claim was lost (taken over after a pause, say): the nonce
 //     condition cancels the transaction, nothing of fn's is written, and
-//     DoTx returns an error matching idem.ErrLostOwnership.
+//     DoTx returns an error matching storekit.ErrLostOwnership.
 //   - one of fn's own conditions fails: nothing is written, the claim is
-//     released, and DoTx returns an *idem.StoreError (Op "commit") around
+//     released, and DoTx returns an *storekit.StoreError (Op "commit") around
 //     a *TxCanceledError naming the item. A cancellation caused only by
 //     concurrent transactions (TransactionConflict) is retried a few times
 //     first.
@@ -214,7 +214,7 @@ func (tx *Tx) finish() ([]types.TransactWriteItem, []string, error) {
 //     claim is released and a retry runs fn again. If the record shows
 //     this claim's nonce completed, the transaction committed and DoTx
 //     returns fn's result. If not even the fence gets an answer, DoTx
-//     returns an error matching idem.ErrOutcomeUnknown with fn's result;
+//     returns an error matching storekit.ErrOutcomeUnknown with fn's result;
 //     the claim is left to go stale.
 //
 // The heartbeat stops right before the transaction is sent; a heartbeat
@@ -229,11 +229,11 @@ func (tx *Tx) finish() ([]types.TransactWriteItem, []string, error) {
 func DoTx[T any](ctx context.Context, g *idem.Guard[T], key string, fn func(context.Context, *Tx) (T, error), opts ...idem.CallOption) (T, error) {
 	var zero T
 	if fn == nil {
-		return zero, &idem.OptionError{Option: "DoTx", Reason: "nil fn"}
+		return zero, &storekit.OptionError{Option: "DoTx", Reason: "nil fn"}
 	}
 	st, ok := g.Store().(*Store)
 	if !ok || st == nil {
-		return zero, &idem.OptionError{Option: "DoTx", Reason: fmt.Sprintf("the Guard's store is %T, not a *dynamostore.Store", g.Store())}
+		return zero, &storekit.OptionError{Option: "DoTx", Reason: fmt.Sprintf("the Guard's store is %T, not a *dynamostore.Store", g.Store())}
 	}
 	if err := st.Validate(); err != nil {
 		return zero, err
@@ -246,7 +246,7 @@ func DoTx[T any](ctx context.Context, g *idem.Guard[T], key string, fn func(cont
 // runTx is DoTx's and StepTx's transaction runner (see idem.RunTx for
 // what it reports): fn's items and the completion of the record key,
 // made by complete and conditioned on nonce, in one TransactWriteItems.
-func runTx[T any](ctx context.Context, st *Store, key, nonce string, complete func(T) (idem.Completion, error), fn func(context.Context, *Tx) (T, error)) (v T, fnErr, commitErr error) {
+func runTx[T any](ctx context.Context, st *Store, key, nonce string, complete func(T) (storekit.Completion, error), fn func(context.Context, *Tx) (T, error)) (v T, fnErr, commitErr error) {
 	var zero T
 	k, err := st.begin("commit", key, storekit.ValidateOwner(key, nonce))
 	if err != nil {
@@ -275,7 +275,7 @@ const txConflictTries = 4
 // commit sends fn's items and the completion of the record behind k,
 // conditioned on nonce, in one TransactWriteItems; see DoTx for what it
 // returns.
-func (st *Store) commit(ctx context.Context, k map[string]types.AttributeValue, nonce string, comp idem.Completion, items []types.TransactWriteItem, kinds []string) error {
+func (st *Store) commit(ctx context.Context, k map[string]types.AttributeValue, nonce string, comp storekit.Completion, items []types.TransactWriteItem, kinds []string) error {
 	if err := storekit.ValidateCompletion(comp); err != nil {
 		return fmt.Errorf("dynamostore: commit: %w", err)
 	}
@@ -399,7 +399,7 @@ const attrFence = "tx_fence"
 // token: Complete's update, conditioned on the nonce, on the record being
 // in progress (a second application finds it completed) and on no fence
 // for token (see fence).
-func (st *Store) completionUpdate(k map[string]types.AttributeValue, nonce, token string, c idem.Completion) *types.Update {
+func (st *Store) completionUpdate(k map[string]types.AttributeValue, nonce, token string, c storekit.Completion) *types.Update {
 	now := st.nowMs()
 	exp := now + c.TTL.Milliseconds()
 	vals := make(map[string]types.AttributeValue, 10)
@@ -439,7 +439,7 @@ func completedBy(item map[string]types.AttributeValue, nonce string) bool {
 		return false
 	}
 	st, err := strAttr(item, attrStatus)
-	return err == nil && st == string(idem.StatusCompleted)
+	return err == nil && st == string(storekit.StatusCompleted)
 }
 
 // fenceTries bounds the fence's attempts after a transaction's lost reply.
@@ -484,7 +484,7 @@ func (st *Store) fence(ctx context.Context, k map[string]types.AttributeValue, n
 		}
 		return lost("commit")
 	}
-	return &idem.OutcomeUnknownError{Err: sendErr, ReadErr: last}
+	return &storekit.OutcomeUnknownError{Err: sendErr, ReadErr: last}
 }
 
 // txToken is a fresh ClientRequestToken (at most 36 characters).

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -196,10 +198,10 @@ func TestDoTxBadInput(t *testing.T) {
 		t.Errorf("Put after fn returned = %v", err)
 	}
 	// Not a DynamoDB store; nil fn.
-	if _, err := dynamostore.DoTx(ctx, newGuard[string](t, memStore(t)), "k", func(context.Context, *dynamostore.Tx) (string, error) { return "", nil }); !errors.Is(err, idem.ErrInvalidOption) {
+	if _, err := dynamostore.DoTx(ctx, newGuard[string](t, memStore(t)), "k", func(context.Context, *dynamostore.Tx) (string, error) { return "", nil }); !errors.Is(err, storekit.ErrInvalidOption) {
 		t.Errorf("DoTx on a memstore Guard = %v", err)
 	}
-	if _, err := dynamostore.DoTx[string](ctx, g, "k", nil); !errors.Is(err, idem.ErrInvalidOption) {
+	if _, err := dynamostore.DoTx[string](ctx, g, "k", nil); !errors.Is(err, storekit.ErrInvalidOption) {
 		t.Errorf("DoTx with nil fn = %v", err)
 	}
 }
@@ -230,7 +232,7 @@ func TestDoTxOwnConditionFails(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Index != 1 || ce.Kind != "ConditionCheck" || ce.Table != table || ce.Code != "ConditionalCheckFailed" {
 		t.Fatalf("DoTx = %v (%+v), want a *TxCanceledError naming item 1", err, ce)
 	}
-	if errors.Is(err, idem.ErrLostOwnership) {
+	if errors.Is(err, storekit.ErrLostOwnership) {
 		t.Fatalf("DoTx = %v: fn's condition is not a lost claim", err)
 	}
 	if got := rows(t, e.client, table, "c"); len(got) != 0 {
@@ -287,7 +289,7 @@ func TestDoTxStolenClaim(t *testing.T) {
 	})
 	before := rows(t, e.client, table, "s")
 	close(ownerDone)
-	if !errors.Is(err, idem.ErrLostOwnership) {
+	if !errors.Is(err, storekit.ErrLostOwnership) {
 		t.Fatalf("stale owner's DoTx = %v, want ErrLostOwnership", err)
 	}
 	if len(before) != 0 {
@@ -463,7 +465,7 @@ func TestDoTxProcessesOneKey(t *testing.T) {
 	}
 }
 
-func memStore(t testing.TB) idem.Store {
+func memStore(t testing.TB) storekit.Store {
 	t.Helper()
 	s, err := memstore.New()
 	if err != nil {
@@ -530,8 +532,8 @@ func TestDoTxUnknownOutcome(t *testing.T) {
 					t.Fatalf("DoTx with a lost reply = %q, %v; want the committed result", v, err)
 				}
 			default:
-				var se *idem.StoreError
-				if !errors.As(err, &se) || se.Op != "commit" || errors.Is(err, idem.ErrNotRecorded) || errors.Is(err, idem.ErrOutcomeUnknown) {
+				var se *storekit.StoreError
+				if !errors.As(err, &se) || se.Op != "commit" || errors.Is(err, storekit.ErrNotRecorded) || errors.Is(err, storekit.ErrOutcomeUnknown) {
 					t.Fatalf("DoTx with a lost request = %q, %v; want a commit StoreError (nothing committed, for certain)", v, err)
 				}
 			}
@@ -620,7 +622,7 @@ func TestDoTxLockRecordsFnError(t *testing.T) {
 	if _, err := dynamostore.DoTx(context.Background(), g, "l", fn); !errors.Is(err, boom) {
 		t.Fatalf("DoTx = %v, want fn's error", err)
 	}
-	if _, err := dynamostore.DoTx(context.Background(), g, "l", fn); !errors.Is(err, idem.ErrPreviousFailure) {
+	if _, err := dynamostore.DoTx(context.Background(), g, "l", fn); !errors.Is(err, storekit.ErrPreviousFailure) {
 		t.Fatalf("replay = %v, want ErrPreviousFailure", err)
 	}
 	if got := rows(t, e.client, table, "l"); len(got) != 0 {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
@@ -37,13 +39,13 @@ func BenchmarkClaimComplete(b *testing.B) {
 		b.Run(m.name, func(b *testing.B) {
 			s := benchStore(b, m.opts...)
 			ctx := context.Background()
-			c := idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"id":42}`), TTL: time.Hour}
+			c := storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`{"id":42}`), TTL: time.Hour}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
 				k := key(i)
 				res, err := s.Claim(ctx, req(k, "n"))
-				if err != nil || res.Outcome != idem.Claimed {
+				if err != nil || res.Outcome != storekit.Claimed {
 					b.Fatal(res.Outcome, err)
 				}
 				if err := s.Complete(ctx, k, "n", c); err != nil {
@@ -63,12 +65,12 @@ func BenchmarkReplay(b *testing.B) {
 	k := key(1)
 	_, err := s.Claim(ctx, req(k, "n"))
 	require.NoError(b, err)
-	require.NoError(b, s.Complete(ctx, k, "n", idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"id":42}`), TTL: time.Hour}))
+	require.NoError(b, s.Complete(ctx, k, "n", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`{"id":42}`), TTL: time.Hour}))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
 		res, err := s.Claim(ctx, req(k, "other"))
-		if err != nil || res.Outcome != idem.Existing {
+		if err != nil || res.Outcome != storekit.Existing {
 			b.Fatal(res.Outcome, err)
 		}
 	}
@@ -83,7 +85,7 @@ func BenchmarkReplayParallel(b *testing.B) {
 	k := key(1)
 	_, err := s.Claim(ctx, req(k, "n"))
 	require.NoError(b, err)
-	require.NoError(b, s.Complete(ctx, k, "n", idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Hour}))
+	require.NoError(b, s.Complete(ctx, k, "n", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`1`), TTL: time.Hour}))
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -97,11 +99,11 @@ func BenchmarkReplayParallel(b *testing.B) {
 
 // countingStore counts the store operations a Guard makes.
 type countingStore struct {
-	idem.Store
+	storekit.Store
 	ops atomic.Int64
 }
 
-func (c *countingStore) Claim(ctx context.Context, r idem.ClaimRequest) (idem.ClaimResult, error) {
+func (c *countingStore) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	c.ops.Add(1)
 	return c.Store.Claim(ctx, r)
 }
@@ -111,7 +113,7 @@ func (c *countingStore) Heartbeat(ctx context.Context, key, nonce string, ttl ti
 	return c.Store.Heartbeat(ctx, key, nonce, ttl)
 }
 
-func (c *countingStore) Complete(ctx context.Context, key, nonce string, comp idem.Completion) error {
+func (c *countingStore) Complete(ctx context.Context, key, nonce string, comp storekit.Completion) error {
 	c.ops.Add(1)
 	return c.Store.Complete(ctx, key, nonce, comp)
 }
@@ -121,7 +123,7 @@ func (c *countingStore) Release(ctx context.Context, key, nonce string) error {
 	return c.Store.Release(ctx, key, nonce)
 }
 
-func (c *countingStore) Get(ctx context.Context, key string) (*idem.Record, error) {
+func (c *countingStore) Get(ctx context.Context, key string) (*storekit.Record, error) {
 	c.ops.Add(1)
 	return c.Store.Get(ctx, key)
 }

@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/gofrs/flock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -51,7 +52,7 @@ func TestCleanupRemovesExpired(t *testing.T) {
 	released(t, s, 50, "a")
 	_, err := s.Claim(context.Background(), req(key(99), "live"))
 	require.NoError(t, err)
-	require.NoError(t, s.Complete(context.Background(), key(99), "live", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}))
+	require.NoError(t, s.Complete(context.Background(), key(99), "live", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}))
 	require.Equal(t, 50, countRecords(t, s, 50))
 	clk.Advance(30 * time.Second)
 	// Passes run, but within the retention nothing goes.
@@ -71,7 +72,7 @@ func TestCleanupRemovesExpired(t *testing.T) {
 func TestPassOpensNoLiveRecord(t *testing.T) {
 	s, clk := newStore(t, filestore.WithoutSync(), filestore.WithRetention(0), filestore.WithoutCleanup())
 	ctx := context.Background()
-	done := idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Hour}
+	done := storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`1`), TTL: time.Hour}
 	const live = 300
 	for i := range live {
 		_, err := s.Claim(ctx, req(key(i), "n"))
@@ -134,7 +135,7 @@ func TestPurgeNeverRemovesNewClaim(t *testing.T) {
 				for i := w; i < keys; i += 2 {
 					res, err := s.Claim(ctx, req(key(i), nonce))
 					if assert.NoError(t, err) {
-						assert.Equal(t, idem.Claimed, res.Outcome)
+						assert.Equal(t, storekit.Claimed, res.Outcome)
 					}
 				}
 			})
@@ -143,7 +144,7 @@ func TestPurgeNeverRemovesNewClaim(t *testing.T) {
 		wg.Wait()
 		for i := range keys {
 			got, err := s.Get(ctx, key(i))
-			if errors.Is(err, idem.ErrNotFound) {
+			if errors.Is(err, storekit.ErrNotFound) {
 				t.Fatalf("round %d: the granted claim of %s was removed", round, key(i))
 			}
 			require.NoError(t, err)
@@ -213,7 +214,7 @@ func TestWithoutCleanupAndClose(t *testing.T) {
 		assert.Equal(t, 10, n)
 		res, err := s.Claim(context.Background(), req(key(0), "b"))
 		require.NoError(t, err)
-		assert.Equal(t, idem.Claimed, res.Outcome)
+		assert.Equal(t, storekit.Claimed, res.Outcome)
 	}
 }
 
@@ -221,7 +222,7 @@ func TestCleanupOptions(t *testing.T) {
 	dir := t.TempDir()
 	for _, d := range []time.Duration{0, -time.Second} {
 		_, err := filestore.New(dir, filestore.WithCleanup(d))
-		require.ErrorIs(t, err, idem.ErrInvalidOption, d)
+		require.ErrorIs(t, err, storekit.ErrInvalidOption, d)
 		storetest.CheckOptionErrors(t, err, "filestore.WithCleanup")
 	}
 	s, err := filestore.New(dir, filestore.WithoutCleanup(), filestore.WithCleanup(time.Hour))

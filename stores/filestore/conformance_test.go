@@ -4,16 +4,17 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/storetest"
 )
 
 // corruptFile overwrites the record file of key with bytes that do not
 // decode, bypassing the store.
-func corruptFile(t *testing.T, s idem.Store, key string) {
+func corruptFile(t *testing.T, s storekit.Store, key string) {
 	fs, ok := s.(*filestore.Store)
 	if w, isW := s.(*filestore.WatchingStore); isW {
 		fs, ok = w.Store, true
@@ -23,7 +24,7 @@ func corruptFile(t *testing.T, s idem.Store, key string) {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) idem.Store {
+	storetest.Run(t, func(t *testing.T) storekit.Store {
 		s, err := filestore.New(filepath.Join(t.TempDir(), "store"))
 		require.NoError(t, err)
 		return s
@@ -33,7 +34,7 @@ func TestConformance(t *testing.T) {
 // TestConformanceLocalWatch runs the suite on a clock it advances, so it
 // checks staleness and expiry exactly and sleeps not at all.
 func TestConformanceLocalWatch(t *testing.T) {
-	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) idem.Store {
+	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) storekit.Store {
 		s, err := filestore.New(filepath.Join(t.TempDir(), "store"), filestore.WithoutSync(), filestore.WithClock(c.Now))
 		require.NoError(t, err)
 		return s.LocalWatch()
@@ -44,7 +45,7 @@ func TestConformanceLocalWatch(t *testing.T) {
 // previous secret, ties, releases and crashes retried under the other
 // order of secrets, concurrent replays) on a file store.
 func TestRotation(t *testing.T) {
-	storetest.RunRotation(t, func(t *testing.T) idem.Store {
+	storetest.RunRotation(t, func(t *testing.T) storekit.Store {
 		s, err := filestore.New(filepath.Join(t.TempDir(), "store"))
 		require.NoError(t, err)
 		return s

@@ -1,4 +1,4 @@
-// Package filestore is an idem.Store that keeps one file per key in a local
+// Package filestore is an storekit.Store that keeps one file per key in a local
 // directory, safe for many goroutines and many processes on one host.
 //
 // # Layout
@@ -30,7 +30,7 @@
 // key may not start with a dot (so it can never name ".", "..", the lock
 // directory or a temporary file) and is at most MaxKeyLen bytes. Anything
 // else ("../x", "/etc/passwd", "a/b", a NUL byte, the empty key) is an
-// *idem.KeyError matching idem.ErrInvalidKey before any file is touched.
+// *storekit.KeyError matching storekit.ErrInvalidKey before any file is touched.
 // Keys made by an idem Guard ("idem:" and 64 hex digits) always pass.
 //
 // A record file also carries its key; a file whose stored key differs from
@@ -147,11 +147,11 @@
 //
 // # Waiting
 //
-// A Store does not implement idem.Watcher: it cannot see changes made by
+// A Store does not implement storekit.Watcher: it cannot see changes made by
 // other processes, and a Guard given a Watcher trusts it and polls only
 // slowly, so waiters in other processes would learn of a completion late.
 // Against a plain Store a waiting Guard polls with a short, growing backoff.
-// Store.LocalWatch returns a WatchingStore that does implement idem.Watcher
+// Store.LocalWatch returns a WatchingStore that does implement storekit.Watcher
 // for directories used by one process only: its channel is closed after a
 // claim, takeover, completion, release, deletion or purge of the key through
 // any Store on the same directory in the process. Heartbeats do not wake

@@ -3,7 +3,7 @@ package filestore
 import (
 	"strconv"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // MaxKeyLen is the longest storage key the store accepts, in bytes. It keeps
@@ -13,19 +13,19 @@ const MaxKeyLen = 200
 
 // ValidateKey reports whether key can name a record file: non-empty, at most
 // MaxKeyLen bytes, only the characters A-Z a-z 0-9 . _ : -, and not starting
-// with a dot. The error is an *idem.KeyError matching idem.ErrInvalidKey.
+// with a dot. The error is an *storekit.KeyError matching storekit.ErrInvalidKey.
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
-		return &idem.KeyError{Reason: "empty storage key"}
+		return &storekit.KeyError{Reason: "empty storage key"}
 	case len(key) > MaxKeyLen:
-		return &idem.KeyError{Reason: "storage key longer than " + strconv.Itoa(MaxKeyLen) + " bytes"}
+		return &storekit.KeyError{Reason: "storage key longer than " + strconv.Itoa(MaxKeyLen) + " bytes"}
 	case key[0] == '.':
-		return &idem.KeyError{Reason: "storage key starts with a dot"}
+		return &storekit.KeyError{Reason: "storage key starts with a dot"}
 	}
 	for i := 0; i < len(key); i++ {
 		if !keyByte(key[i]) {
-			return &idem.KeyError{Reason: "storage key has a disallowed byte " + strconv.Quote(key[i:i+1]) + " at offset " + strconv.Itoa(i)}
+			return &storekit.KeyError{Reason: "storage key has a disallowed byte " + strconv.Quote(key[i:i+1]) + " at offset " + strconv.Itoa(i)}
 		}
 	}
 	return nil

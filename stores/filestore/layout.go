@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 )
 
@@ -46,8 +45,8 @@ func isLeafName(name string) bool { return len(name) == 1 && isHex(name[0]) }
 func isHex(b byte) bool { return b >= '0' && b <= '9' || b >= 'a' && b <= 'f' }
 
 // read returns the record stored for key, nil if there is none, or a
-// *idem.CorruptRecordError.
-func (c *core) read(key string) (*idem.Record, error) {
+// *storekit.CorruptRecordError.
+func (c *core) read(key string) (*storekit.Record, error) {
 	c.recordReads.Add(1)
 	b, err := os.ReadFile(c.path(key))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -58,14 +57,14 @@ func (c *core) read(key string) (*idem.Record, error) {
 	}
 	r, err := storekit.DecodeRecord(b)
 	if err != nil {
-		var ce *idem.CorruptRecordError
+		var ce *storekit.CorruptRecordError
 		if errors.As(err, &ce) {
-			return nil, &idem.CorruptRecordError{Key: key, Err: ce.Err}
+			return nil, &storekit.CorruptRecordError{Key: key, Err: ce.Err}
 		}
-		return nil, &idem.CorruptRecordError{Key: key, Err: err}
+		return nil, &storekit.CorruptRecordError{Key: key, Err: err}
 	}
 	if r.Key != key {
-		return nil, &idem.CorruptRecordError{Key: key, Err: fmt.Errorf("file holds the record of key %q", r.Key)}
+		return nil, &storekit.CorruptRecordError{Key: key, Err: fmt.Errorf("file holds the record of key %q", r.Key)}
 	}
 	return r, nil
 }
@@ -76,7 +75,7 @@ func (c *core) read(key string) (*idem.Record, error) {
 // fsync, rename over the record, fsync of the leaf directory (the rename
 // itself must be durable before the write is reported done). The caller
 // holds the key's lock.
-func (c *core) write(key string, r *idem.Record) (err error) {
+func (c *core) write(key string, r *storekit.Record) (err error) {
 	b, err := storekit.EncodeRecord(r)
 	if err != nil {
 		return fmt.Errorf("filestore: write %s: %w", key, err)

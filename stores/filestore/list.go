@@ -8,12 +8,12 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
-var _ idem.Lister = (*Store)(nil)
+var _ storekit.Lister = (*Store)(nil)
 
-// Records implements idem.Lister. It walks the whole directory, one leaf
+// Records implements storekit.Lister. It walks the whole directory, one leaf
 // at a time (a leaf holds about 1/4,096 of the records), and reads every
 // record file without a lock (a record file is replaced by rename, never
 // written in place, so a read sees a whole record). A record is judged by
@@ -21,8 +21,8 @@ var _ idem.Lister = (*Store)(nil)
 // file restored from a backup or copied without its times is listed if
 // its record is live, and reported if it is corrupt. A file removed
 // between the directory read and its own read is skipped.
-func (s *Store) Records(ctx context.Context) iter.Seq2[*idem.Record, error] {
-	return func(yield func(*idem.Record, error) bool) {
+func (s *Store) Records(ctx context.Context) iter.Seq2[*storekit.Record, error] {
+	return func(yield func(*storekit.Record, error) bool) {
 		tops, err := os.ReadDir(s.dir)
 		if err != nil {
 			yield(nil, fmt.Errorf("filestore: list: %w", err))
@@ -51,7 +51,7 @@ func (s *Store) Records(ctx context.Context) iter.Seq2[*idem.Record, error] {
 }
 
 // listLeaf yields the live records of one leaf directory; false means stop.
-func (s *Store) listLeaf(ctx context.Context, leaf string, yield func(*idem.Record, error) bool) bool {
+func (s *Store) listLeaf(ctx context.Context, leaf string, yield func(*storekit.Record, error) bool) bool {
 	if err := ctx.Err(); err != nil {
 		yield(nil, err)
 		return false

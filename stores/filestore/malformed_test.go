@@ -43,7 +43,7 @@ func TestMalformedRecordsAreCorrupt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Claim(ctx, idem.ClaimRequest{Key: sk, Nonce: "owner", LeaseTTL: time.Hour, TakeoverAfter: time.Hour}); err != nil {
+		if _, err := s.Claim(ctx, storekit.ClaimRequest{Key: sk, Nonce: "owner", LeaseTTL: time.Hour, TakeoverAfter: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 		v, err := json.Marshal(map[string]any{"v": storekit.RecordVersion, "key": sk, "status": "in_progress",
@@ -57,7 +57,7 @@ func TestMalformedRecordsAreCorrupt(t *testing.T) {
 		}
 		ran := false
 		_, err = g.Do(ctx, tc.name, func(context.Context) (int, error) { ran = true; return 1, nil })
-		if !errors.Is(err, idem.ErrCorruptRecord) {
+		if !errors.Is(err, storekit.ErrCorruptRecord) {
 			t.Errorf("%s: Do: %v, want ErrCorruptRecord", tc.name, err)
 		}
 		if ran {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -40,7 +42,7 @@ func TestShortThresholdDoesNotStealLiveClaim(t *testing.T) {
 	// Past the owner's own threshold a dead claim is taken over, by anyone.
 	sk, err := short.StorageKey("dead")
 	require.NoError(t, err)
-	_, err = s.Claim(context.Background(), idem.ClaimRequest{Key: sk, Nonce: "dead-owner", LeaseTTL: time.Hour, TakeoverAfter: 2 * time.Second})
+	_, err = s.Claim(context.Background(), storekit.ClaimRequest{Key: sk, Nonce: "dead-owner", LeaseTTL: time.Hour, TakeoverAfter: 2 * time.Second})
 	require.NoError(t, err)
 	clk.Advance(2 * time.Second)
 	v, err := short.Do(context.Background(), "dead", func(ctx context.Context) (int, error) { return 3, nil })
@@ -59,7 +61,7 @@ func TestLockFailureStoredBounded(t *testing.T) {
 	})
 	require.Error(t, err)
 	_, err = g.Do(context.Background(), "k", func(ctx context.Context) (int, error) { return 1, nil })
-	var se *idem.RecordedFailure
+	var se *storekit.RecordedFailure
 	require.ErrorAs(t, err, &se)
 	assert.NotContains(t, se.Message, "\x00")
 	assert.LessOrEqual(t, len(se.Message), 4096)

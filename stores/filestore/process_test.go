@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/gofrs/flock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -216,12 +218,12 @@ func childClaim(out *childOut) error {
 			defer wg.Done()
 			for i := range keys {
 				nonce := fmt.Sprintf("%d-%d-%d", os.Getpid(), g, i)
-				res, err := s.Claim(ctx, idem.ClaimRequest{Key: key(i), Nonce: nonce, LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
+				res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key(i), Nonce: nonce, LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
 				if err != nil {
 					errs <- err
 					return
 				}
-				if res.Outcome != idem.Existing {
+				if res.Outcome != storekit.Existing {
 					out.printf("win %s %s %s", key(i), nonce, res.Outcome)
 				}
 			}
@@ -271,7 +273,7 @@ const (
 	gHeartbeat = 100 * time.Millisecond
 )
 
-func newGuard(t testing.TB, s idem.Store, opts ...idem.Option) *idem.Guard[string] {
+func newGuard(t testing.TB, s storekit.Store, opts ...idem.Option) *idem.Guard[string] {
 	g, err := idem.New[string](s, append([]idem.Option{
 		idem.WithTakeoverAfter(gTakeover), idem.WithHeartbeat(gHeartbeat), idem.WithTTL(time.Hour),
 	}, opts...)...)
@@ -298,7 +300,7 @@ func TestGuardExactlyOnceAcrossProcesses(t *testing.T) {
 		// No crash here: a long threshold keeps a loaded machine's slow
 		// fsync or scheduling from making a live owner look stale.
 		Options: []idem.Option{idem.WithTakeoverAfter(20 * time.Second), idem.WithHeartbeat(2 * time.Second)},
-		NewStore: func(ns string) (idem.Store, error) {
+		NewStore: func(ns string) (storekit.Store, error) {
 			dir = filepath.Join(os.TempDir(), "idem-filestore-"+ns)
 			return filestore.New(dir)
 		},
@@ -326,11 +328,11 @@ func childGuardHold(out *childOut) error {
 		case <-time.After(hold):
 			out.printf("fn held %v", hold)
 		case <-ctx.Done():
-			out.printf("fn cancelled lost=%t", errors.Is(context.Cause(ctx), idem.ErrLostOwnership))
+			out.printf("fn cancelled lost=%t", errors.Is(context.Cause(ctx), storekit.ErrLostOwnership))
 		}
 		return "child", nil
 	})
-	out.printf("done lost=%t value=%q err=%v", errors.Is(err, idem.ErrLostOwnership), v, err)
+	out.printf("done lost=%t value=%q err=%v", errors.Is(err, storekit.ErrLostOwnership), v, err)
 	return nil
 }
 
@@ -356,7 +358,7 @@ func takeOverAndComplete(t *testing.T, s *filestore.Store, k string) {
 	require.NoError(t, err)
 	rec, err := s.Get(ctx, sk)
 	require.NoError(t, err)
-	assert.Equal(t, idem.StatusCompleted, rec.Status)
+	assert.Equal(t, storekit.StatusCompleted, rec.Status)
 	assert.Equal(t, `"parent"`, string(rec.Result))
 	assert.EqualValues(t, 2, rec.Attempt)
 }
@@ -450,7 +452,7 @@ func TestRotationOrders(t *testing.T) {
 		Goroutines: 4,
 		Keys:       30,
 		Options:    []idem.Option{idem.WithTakeoverAfter(2 * time.Second)},
-		NewStore: func(ns string) (idem.Store, error) {
+		NewStore: func(ns string) (storekit.Store, error) {
 			dir := filepath.Join(os.TempDir(), "idem-filestore-"+ns)
 			t.Cleanup(func() { _ = os.RemoveAll(dir) })
 			return filestore.New(dir)

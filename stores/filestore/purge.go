@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 )
 
@@ -247,6 +246,6 @@ func (p *purger) removeOne(ctx context.Context, cand candidate) (removed bool, e
 	return removed, err
 }
 
-func (c *core) expired(r *idem.Record) bool {
+func (c *core) expired(r *storekit.Record) bool {
 	return r.ExpiresAt+c.retention.Milliseconds() <= c.nowMs()
 }

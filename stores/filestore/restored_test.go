@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/stores/filestore"
 )
 
@@ -29,7 +30,7 @@ func TestRecordsJudgeByContent(t *testing.T) {
 		if _, err := s.Claim(ctx, req(k, "n")); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Complete(ctx, k, "n", idem.Completion{Status: idem.StatusCompleted, Result: []byte("1"), TTL: time.Hour}); err != nil {
+		if err := s.Complete(ctx, k, "n", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("1"), TTL: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -42,7 +43,7 @@ func TestRecordsJudgeByContent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Get(ctx, bad); !errors.Is(err, idem.ErrCorruptRecord) {
+	if _, err := s.Get(ctx, bad); !errors.Is(err, storekit.ErrCorruptRecord) {
 		t.Fatalf("Get of the damaged file: %v, want ErrCorruptRecord", err)
 	}
 	if _, err := s.Get(ctx, live); err != nil {
@@ -51,7 +52,7 @@ func TestRecordsJudgeByContent(t *testing.T) {
 	listed, corrupt := 0, 0
 	for rec, err := range s.Records(ctx) {
 		switch {
-		case errors.Is(err, idem.ErrCorruptRecord):
+		case errors.Is(err, storekit.ErrCorruptRecord):
 			corrupt++
 		case err != nil:
 			t.Fatal(err)

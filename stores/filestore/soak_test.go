@@ -16,7 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/stores/filestore"
 )
 
@@ -111,7 +112,7 @@ func TestSoakLifecycle(t *testing.T) {
 	var probeSeq atomic.Int64
 	probe := func(stop <-chan struct{}) []time.Duration {
 		var lat []time.Duration
-		c := idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"id":42}`), TTL: 24 * time.Hour}
+		c := storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`{"id":42}`), TTL: 24 * time.Hour}
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -123,7 +124,7 @@ func TestSoakLifecycle(t *testing.T) {
 				t0 := time.Now()
 				res, err := s.Claim(ctx, soakReq(k))
 				lat = append(lat, time.Since(t0))
-				if err != nil || res.Outcome != idem.Claimed {
+				if err != nil || res.Outcome != storekit.Claimed {
 					t.Errorf("fresh probe claim: %v %v", res.Outcome, err)
 					return lat
 				}
@@ -138,7 +139,7 @@ func TestSoakLifecycle(t *testing.T) {
 				r.Nonce = "replay" // a nonce of its own: the record's is a retry of its claim
 				res, err := s.Claim(ctx, r)
 				lat = append(lat, time.Since(t0))
-				if err != nil || res.Outcome != idem.Existing {
+				if err != nil || res.Outcome != storekit.Existing {
 					t.Errorf("replay probe claim: %v %v", res.Outcome, err)
 					return lat
 				}
@@ -221,14 +222,14 @@ func soakEnvInt(name string, def int) int {
 
 func soakKey(kind string, i int) string { return fmt.Sprintf("idem:%s%059x", kind[:1], i) }
 
-func soakReq(k string) idem.ClaimRequest {
-	return idem.ClaimRequest{Key: k, Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: 10 * time.Second}
+func soakReq(k string) storekit.ClaimRequest {
+	return storekit.ClaimRequest{Key: k, Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: 10 * time.Second}
 }
 
 // soakLoad writes n completed records of the given kind, on two goroutines.
 func soakLoad(t *testing.T, s *filestore.Store, kind string, n int, ttl time.Duration) {
 	ctx := context.Background()
-	c := idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"id":42}`), TTL: ttl}
+	c := storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`{"id":42}`), TTL: ttl}
 	var wg sync.WaitGroup
 	for w := range 2 {
 		wg.Go(func() {

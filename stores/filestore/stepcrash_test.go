@@ -4,7 +4,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -15,6 +16,6 @@ import (
 func TestStepCrash(t *testing.T) {
 	storetest.RunStepCrash(t, storetest.StepCrashConfig{
 		Namespace: filepath.Join(t.TempDir(), "store"),
-		NewStore:  func(dir string) (idem.Store, error) { return filestore.New(dir) },
+		NewStore:  func(dir string) (storekit.Store, error) { return filestore.New(dir) },
 	})
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/gofrs/flock"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 )
 
@@ -91,7 +90,7 @@ func WithoutCleanup() Option {
 	return func(c *config) { c.SetNoCleanup() }
 }
 
-// Store is an idem.Store keeping one file per key under a directory. It is
+// Store is an storekit.Store keeping one file per key under a directory. It is
 // safe for concurrent use by many goroutines and by many processes on one
 // host sharing the directory. See the package doc for the layout and
 // guarantees.
@@ -119,12 +118,12 @@ type core struct {
 	skipped     atomic.Int64 // clean-up passes skipped: another one held cleanLock
 }
 
-var _ idem.Store = (*Store)(nil)
+var _ storekit.Store = (*Store)(nil)
 
 // New opens the store in dir, creating it (mode 0700) if it does not exist.
 // It refuses a directory that is group- or world-writable (*UnsafeDirError)
 // and reports every invalid argument or option, joined, each an
-// *idem.OptionError matching idem.ErrInvalidOption. Unless WithoutCleanup
+// *storekit.OptionError matching storekit.ErrInvalidOption. Unless WithoutCleanup
 // is given, it starts the store's clean-up goroutine; Close stops it.
 func New(dir string, opts ...Option) (*Store, error) {
 	c := config{Options: storekit.Options{Store: "filestore", Now: time.Now, Retention: DefaultRetention, Cleanup: DefaultCleanup}, sync: true}
@@ -237,13 +236,13 @@ type files struct{ s *core }
 var _ storekit.Backend = files{}
 
 // Load implements storekit.Backend.
-func (f files) Load(_ context.Context, key string) (*idem.Record, error) {
+func (f files) Load(_ context.Context, key string) (*storekit.Record, error) {
 	return f.s.read(key)
 }
 
 // Update implements storekit.Backend: read, decide and write under the
 // key's lock. A corrupt record is reported without calling fn.
-func (f files) Update(ctx context.Context, key string, fn func(cur *idem.Record) (*idem.Record, error)) error {
+func (f files) Update(ctx context.Context, key string, fn func(cur *storekit.Record) (*storekit.Record, error)) error {
 	return f.s.locked(ctx, key, func() error {
 		cur, err := f.s.read(key)
 		if err != nil {
@@ -263,17 +262,17 @@ func (f files) Delete(ctx context.Context, key string) error {
 	return f.s.locked(ctx, key, func() error { return f.s.remove(key) })
 }
 
-// Claim implements idem.Store. A live record that the claim must leave
+// Claim implements storekit.Store. A live record that the claim must leave
 // untouched is answered from an unlocked read; anything that writes decides
 // again under the key's lock. A corrupt record is reported, never replaced.
-func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if err := ValidateKey(req.Key); err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	return s.kit.Claim(ctx, req)
 }
 
-// Heartbeat implements idem.Store.
+// Heartbeat implements storekit.Store.
 func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
 	if err := ValidateKey(key); err != nil {
 		return err
@@ -281,15 +280,15 @@ func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.
 	return s.kit.Heartbeat(ctx, key, nonce, leaseTTL)
 }
 
-// Complete implements idem.Store.
-func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+// Complete implements storekit.Store.
+func (s *Store) Complete(ctx context.Context, key, nonce string, c storekit.Completion) error {
 	if err := ValidateKey(key); err != nil {
 		return err
 	}
 	return s.kit.Complete(ctx, key, nonce, c)
 }
 
-// Release implements idem.Store: the record is kept with ExpiresAt = now, so
+// Release implements storekit.Store: the record is kept with ExpiresAt = now, so
 // the next claim continues its attempt counter.
 func (s *Store) Release(ctx context.Context, key, nonce string) error {
 	if err := ValidateKey(key); err != nil {
@@ -298,16 +297,16 @@ func (s *Store) Release(ctx context.Context, key, nonce string) error {
 	return s.kit.Release(ctx, key, nonce)
 }
 
-// Get implements idem.Store. It takes no lock: records are replaced whole by
+// Get implements storekit.Store. It takes no lock: records are replaced whole by
 // rename, so it reads either the previous or the next record.
-func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+func (s *Store) Get(ctx context.Context, key string) (*storekit.Record, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
 	return s.kit.Get(ctx, key)
 }
 
-// Delete implements idem.Store. It removes the record whatever its state,
+// Delete implements storekit.Store. It removes the record whatever its state,
 // corrupt records included.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := ValidateKey(key); err != nil {

@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/storetest"
@@ -83,8 +82,8 @@ func storeFiles(t testing.TB, dir string) []string {
 
 func key(i int) string { return fmt.Sprintf("idem:%064x", i) }
 
-func req(k, nonce string) idem.ClaimRequest {
-	return idem.ClaimRequest{Key: k, Nonce: nonce, LeaseTTL: lease, TakeoverAfter: takeover}
+func req(k, nonce string) storekit.ClaimRequest {
+	return storekit.ClaimRequest{Key: k, Nonce: nonce, LeaseTTL: lease, TakeoverAfter: takeover}
 }
 
 func TestClaimFresh(t *testing.T) {
@@ -95,10 +94,10 @@ func TestClaimFresh(t *testing.T) {
 	r.PayloadHash = "ph"
 	res, err := s.Claim(ctx, r)
 	require.NoError(t, err)
-	require.Equal(t, idem.Claimed, res.Outcome)
+	require.Equal(t, storekit.Claimed, res.Outcome)
 	now := clk.Ms()
-	assert.Equal(t, &idem.Record{
-		Key: k, Status: idem.StatusInProgress, PayloadHash: "ph", Nonce: "n1", Attempt: 1,
+	assert.Equal(t, &storekit.Record{
+		Key: k, Status: storekit.StatusInProgress, PayloadHash: "ph", Nonce: "n1", Attempt: 1,
 		StartedAt: now, HeartbeatAt: now, ExpiresAt: now + lease.Milliseconds(),
 		TakeoverMs: takeover.Milliseconds(), // the owner's threshold is kept with the claim
 	}, res.Record)
@@ -125,13 +124,13 @@ func TestClaimExistingAndRetriedNonce(t *testing.T) {
 	clk.Advance(takeover - time.Millisecond)
 	res, err := s.Claim(ctx, req(k, "n2"))
 	require.NoError(t, err)
-	assert.Equal(t, idem.Existing, res.Outcome)
+	assert.Equal(t, storekit.Existing, res.Outcome)
 	assert.Equal(t, first.Record, res.Record, "existing record returned untouched")
 
 	// A claim retried with the nonce that won is Claimed again, unchanged.
 	res, err = s.Claim(ctx, req(k, "n1"))
 	require.NoError(t, err)
-	assert.Equal(t, idem.Claimed, res.Outcome)
+	assert.Equal(t, storekit.Claimed, res.Outcome)
 	assert.Equal(t, first.Record, res.Record)
 }
 
@@ -145,23 +144,23 @@ func TestTakeoverAndNonceFencing(t *testing.T) {
 	clk.Advance(takeover)
 	res, err := s.Claim(ctx, req(k, "new"))
 	require.NoError(t, err)
-	require.Equal(t, idem.TookOver, res.Outcome)
+	require.Equal(t, storekit.TookOver, res.Outcome)
 	assert.Equal(t, "new", res.Record.Nonce)
 	assert.EqualValues(t, 2, res.Record.Attempt)
 	assert.Equal(t, clk.Ms(), res.Record.HeartbeatAt)
 	assert.Equal(t, clk.Ms(), res.Record.StartedAt)
 
 	// The stale owner can write nothing.
-	require.ErrorIs(t, s.Heartbeat(ctx, k, "old", lease), idem.ErrLostOwnership)
-	require.ErrorIs(t, s.Complete(ctx, k, "old", idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Hour}), idem.ErrLostOwnership)
-	require.ErrorIs(t, s.Release(ctx, k, "old"), idem.ErrLostOwnership)
+	require.ErrorIs(t, s.Heartbeat(ctx, k, "old", lease), storekit.ErrLostOwnership)
+	require.ErrorIs(t, s.Complete(ctx, k, "old", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Hour}), storekit.ErrLostOwnership)
+	require.ErrorIs(t, s.Release(ctx, k, "old"), storekit.ErrLostOwnership)
 	got, err := s.Get(ctx, k)
 	require.NoError(t, err)
 	assert.Equal(t, res.Record, got)
 
 	// The new owner completes; the stale owner still cannot overwrite.
-	require.NoError(t, s.Complete(ctx, k, "new", idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"fresh"`), TTL: time.Hour}))
-	require.ErrorIs(t, s.Complete(ctx, k, "old", idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Hour}), idem.ErrLostOwnership)
+	require.NoError(t, s.Complete(ctx, k, "new", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`"fresh"`), TTL: time.Hour}))
+	require.ErrorIs(t, s.Complete(ctx, k, "old", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Hour}), storekit.ErrLostOwnership)
 	got, err = s.Get(ctx, k)
 	require.NoError(t, err)
 	assert.Equal(t, `"fresh"`, string(got.Result))
@@ -180,7 +179,7 @@ func TestNoTakeoverWithDifferentPayload(t *testing.T) {
 	r2.PayloadHash = "b"
 	res, err := s.Claim(ctx, r2)
 	require.NoError(t, err)
-	assert.Equal(t, idem.Existing, res.Outcome)
+	assert.Equal(t, storekit.Existing, res.Outcome)
 	assert.Equal(t, "n1", res.Record.Nonce)
 }
 
@@ -192,23 +191,23 @@ func TestExpiry(t *testing.T) {
 	require.NoError(t, err)
 	clk.Advance(lease)
 	_, err = s.Get(ctx, k)
-	require.ErrorIs(t, err, idem.ErrNotFound)
+	require.ErrorIs(t, err, storekit.ErrNotFound)
 
 	res, err := s.Claim(ctx, req(k, "n2"))
 	require.NoError(t, err)
-	assert.Equal(t, idem.Claimed, res.Outcome)
+	assert.Equal(t, storekit.Claimed, res.Outcome)
 	assert.EqualValues(t, 2, res.Record.Attempt, "attempt continues across expiry")
 
 	// Completed records expire too.
-	require.NoError(t, s.Complete(ctx, k, "n2", idem.Completion{Status: idem.StatusCompleted, Result: []byte("1"), TTL: time.Hour}))
+	require.NoError(t, s.Complete(ctx, k, "n2", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("1"), TTL: time.Hour}))
 	clk.Advance(time.Hour - time.Millisecond)
 	res, err = s.Claim(ctx, req(k, "n3"))
 	require.NoError(t, err)
-	assert.Equal(t, idem.Existing, res.Outcome)
+	assert.Equal(t, storekit.Existing, res.Outcome)
 	clk.Advance(time.Millisecond)
 	res, err = s.Claim(ctx, req(k, "n3"))
 	require.NoError(t, err)
-	assert.Equal(t, idem.Claimed, res.Outcome)
+	assert.Equal(t, storekit.Claimed, res.Outcome)
 	assert.EqualValues(t, 3, res.Record.Attempt)
 }
 
@@ -230,12 +229,12 @@ func TestHeartbeat(t *testing.T) {
 	clk.Advance(takeover - time.Second)
 	res, err := s.Claim(ctx, req(k, "n2"))
 	require.NoError(t, err)
-	assert.Equal(t, idem.Existing, res.Outcome)
+	assert.Equal(t, storekit.Existing, res.Outcome)
 
-	require.ErrorIs(t, s.Heartbeat(ctx, k, "other", lease), idem.ErrLostOwnership)
-	require.ErrorIs(t, s.Heartbeat(ctx, key(999), "n1", lease), idem.ErrLostOwnership, "missing record")
-	require.NoError(t, s.Complete(ctx, k, "n1", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}))
-	require.ErrorIs(t, s.Heartbeat(ctx, k, "n1", lease), idem.ErrLostOwnership, "completed record")
+	require.ErrorIs(t, s.Heartbeat(ctx, k, "other", lease), storekit.ErrLostOwnership)
+	require.ErrorIs(t, s.Heartbeat(ctx, key(999), "n1", lease), storekit.ErrLostOwnership, "missing record")
+	require.NoError(t, s.Complete(ctx, k, "n1", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}))
+	require.ErrorIs(t, s.Heartbeat(ctx, k, "n1", lease), storekit.ErrLostOwnership, "completed record")
 }
 
 func TestCompleteAndFail(t *testing.T) {
@@ -245,11 +244,11 @@ func TestCompleteAndFail(t *testing.T) {
 	_, err := s.Claim(ctx, req(k, "n1"))
 	require.NoError(t, err)
 	clk.Advance(time.Second)
-	c := idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"id":1}`), TTL: time.Hour}
+	c := storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`{"id":1}`), TTL: time.Hour}
 	require.NoError(t, s.Complete(ctx, k, "n1", c))
 	got, err := s.Get(ctx, k)
 	require.NoError(t, err)
-	assert.Equal(t, idem.StatusCompleted, got.Status)
+	assert.Equal(t, storekit.StatusCompleted, got.Status)
 	assert.Equal(t, `{"id":1}`, string(got.Result))
 	assert.Equal(t, clk.Ms(), got.CompletedAt)
 	assert.Equal(t, clk.Ms()+time.Hour.Milliseconds(), got.ExpiresAt)
@@ -259,20 +258,20 @@ func TestCompleteAndFail(t *testing.T) {
 	// A replay sees the completed record.
 	res, err := s.Claim(ctx, req(k, "n2"))
 	require.NoError(t, err)
-	assert.Equal(t, idem.Existing, res.Outcome)
-	assert.Equal(t, idem.StatusCompleted, res.Record.Status)
+	assert.Equal(t, storekit.Existing, res.Outcome)
+	assert.Equal(t, storekit.StatusCompleted, res.Record.Status)
 
 	k2 := key(8)
 	_, err = s.Claim(ctx, req(k2, "m1"))
 	require.NoError(t, err)
-	se := &idem.RecordedFailure{Message: "boom", Type: "*errors.errorString"}
-	require.NoError(t, s.Complete(ctx, k2, "m1", idem.Completion{Status: idem.StatusFailed, Error: se, TTL: time.Hour}))
+	se := &storekit.RecordedFailure{Message: "boom", Type: "*errors.errorString"}
+	require.NoError(t, s.Complete(ctx, k2, "m1", storekit.Completion{Status: storekit.StatusFailed, Error: se, TTL: time.Hour}))
 	got, err = s.Get(ctx, k2)
 	require.NoError(t, err)
-	assert.Equal(t, idem.StatusFailed, got.Status)
+	assert.Equal(t, storekit.StatusFailed, got.Status)
 	assert.Equal(t, se, got.Error)
 
-	require.ErrorIs(t, s.Complete(ctx, key(998), "x", c), idem.ErrLostOwnership, "missing record")
+	require.ErrorIs(t, s.Complete(ctx, key(998), "x", c), storekit.ErrLostOwnership, "missing record")
 }
 
 func TestRelease(t *testing.T) {
@@ -281,18 +280,18 @@ func TestRelease(t *testing.T) {
 	k := key(9)
 	_, err := s.Claim(ctx, req(k, "n1"))
 	require.NoError(t, err)
-	require.ErrorIs(t, s.Release(ctx, k, "n2"), idem.ErrLostOwnership)
+	require.ErrorIs(t, s.Release(ctx, k, "n2"), storekit.ErrLostOwnership)
 	require.NoError(t, s.Release(ctx, k, "n1"))
 	_, err = s.Get(ctx, k)
-	require.ErrorIs(t, err, idem.ErrNotFound)
+	require.ErrorIs(t, err, storekit.ErrNotFound)
 
 	res, err := s.Claim(ctx, req(k, "n2"))
 	require.NoError(t, err)
-	assert.Equal(t, idem.Claimed, res.Outcome)
+	assert.Equal(t, storekit.Claimed, res.Outcome)
 	assert.EqualValues(t, 2, res.Record.Attempt, "fencing token stays monotonic across release")
 
-	require.NoError(t, s.Complete(ctx, k, "n2", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}))
-	require.ErrorIs(t, s.Release(ctx, k, "n2"), idem.ErrLostOwnership, "completed record cannot be released")
+	require.NoError(t, s.Complete(ctx, k, "n2", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}))
+	require.ErrorIs(t, s.Release(ctx, k, "n2"), storekit.ErrLostOwnership, "completed record cannot be released")
 }
 
 func TestGetAndDelete(t *testing.T) {
@@ -300,27 +299,27 @@ func TestGetAndDelete(t *testing.T) {
 	ctx := context.Background()
 	k := key(10)
 	_, err := s.Get(ctx, k)
-	require.ErrorIs(t, err, idem.ErrNotFound)
+	require.ErrorIs(t, err, storekit.ErrNotFound)
 	require.NoError(t, s.Delete(ctx, k), "deleting a missing record")
 
 	_, err = s.Claim(ctx, req(k, "n1"))
 	require.NoError(t, err)
 	require.NoError(t, s.Delete(ctx, k))
 	_, err = s.Get(ctx, k)
-	require.ErrorIs(t, err, idem.ErrNotFound)
+	require.ErrorIs(t, err, storekit.ErrNotFound)
 	_, err = os.Stat(filepath.Join(s.Dir(), k))
 	require.ErrorIs(t, err, os.ErrNotExist)
 
 	res, err := s.Claim(ctx, req(k, "n2"))
 	require.NoError(t, err)
-	assert.Equal(t, idem.Claimed, res.Outcome)
+	assert.Equal(t, storekit.Claimed, res.Outcome)
 	assert.EqualValues(t, 1, res.Record.Attempt)
 }
 
 func TestCorruptRecord(t *testing.T) {
-	valid, err := storekit.EncodeRecord(&idem.Record{Key: key(11), Status: idem.StatusCompleted, Nonce: "n", Attempt: 1, ExpiresAt: 1 << 60})
+	valid, err := storekit.EncodeRecord(&storekit.Record{Key: key(11), Status: storekit.StatusCompleted, Nonce: "n", Attempt: 1, ExpiresAt: 1 << 60})
 	require.NoError(t, err)
-	other, err := storekit.EncodeRecord(&idem.Record{Key: key(12), Status: idem.StatusCompleted, Nonce: "n", Attempt: 1, ExpiresAt: 1 << 60})
+	other, err := storekit.EncodeRecord(&storekit.Record{Key: key(12), Status: storekit.StatusCompleted, Nonce: "n", Attempt: 1, ExpiresAt: 1 << 60})
 	require.NoError(t, err)
 	cases := map[string][]byte{
 		"garbage":       []byte("not json at all"),
@@ -342,8 +341,8 @@ func TestCorruptRecord(t *testing.T) {
 			check := func(op string, err error) {
 				t.Helper()
 				require.Error(t, err, op)
-				require.ErrorIs(t, err, idem.ErrCorruptRecord, op)
-				var ce *idem.CorruptRecordError
+				require.ErrorIs(t, err, storekit.ErrCorruptRecord, op)
+				var ce *storekit.CorruptRecordError
 				require.ErrorAs(t, err, &ce, op)
 				assert.Equal(t, k, ce.Key, op)
 			}
@@ -352,7 +351,7 @@ func TestCorruptRecord(t *testing.T) {
 			_, err = s.Get(ctx, k)
 			check("get", err)
 			check("heartbeat", s.Heartbeat(ctx, k, "n", lease))
-			check("complete", s.Complete(ctx, k, "n", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}))
+			check("complete", s.Complete(ctx, k, "n", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}))
 			check("release", s.Release(ctx, k, "n"))
 			n, err := s.Purge(ctx)
 			require.NoError(t, err)
@@ -365,7 +364,7 @@ func TestCorruptRecord(t *testing.T) {
 			require.NoError(t, s.Delete(ctx, k))
 			res, err := s.Claim(ctx, req(k, "n1"))
 			require.NoError(t, err)
-			assert.Equal(t, idem.Claimed, res.Outcome)
+			assert.Equal(t, storekit.Claimed, res.Outcome)
 		})
 	}
 }
@@ -385,8 +384,8 @@ func TestInvalidKeys(t *testing.T) {
 		t.Run(fmt.Sprintf("%q", k), func(t *testing.T) {
 			check := func(op string, err error) {
 				t.Helper()
-				require.ErrorIs(t, err, idem.ErrInvalidKey, op)
-				var ke *idem.KeyError
+				require.ErrorIs(t, err, storekit.ErrInvalidKey, op)
+				var ke *storekit.KeyError
 				require.ErrorAs(t, err, &ke, op)
 			}
 			check("validate", filestore.ValidateKey(k))
@@ -395,7 +394,7 @@ func TestInvalidKeys(t *testing.T) {
 			_, err = s.Get(ctx, k)
 			check("get", err)
 			check("heartbeat", s.Heartbeat(ctx, k, "n", lease))
-			check("complete", s.Complete(ctx, k, "n", idem.Completion{Status: idem.StatusCompleted}))
+			check("complete", s.Complete(ctx, k, "n", storekit.Completion{Status: storekit.StatusCompleted}))
 			check("release", s.Release(ctx, k, "n"))
 			check("delete", s.Delete(ctx, k))
 			_, _, err = s.LocalWatch().Watch(ctx, k)
@@ -420,7 +419,7 @@ func TestValidKeys(t *testing.T) {
 		require.NoError(t, filestore.ValidateKey(k), k)
 		res, err := s.Claim(ctx, req(k, "n"))
 		require.NoError(t, err, k)
-		assert.Equal(t, idem.Claimed, res.Outcome, k)
+		assert.Equal(t, storekit.Claimed, res.Outcome, k)
 		_, err = os.Stat(filestore.RecordPath(s, k))
 		require.NoError(t, err, k)
 	}
@@ -492,10 +491,10 @@ func TestOptions(t *testing.T) {
 		"nil option":     {nil},
 	} {
 		_, err := filestore.New(dir, opts...)
-		require.ErrorIs(t, err, idem.ErrInvalidOption, name)
+		require.ErrorIs(t, err, storekit.ErrInvalidOption, name)
 	}
 	_, err := filestore.New("")
-	require.ErrorIs(t, err, idem.ErrInvalidOption)
+	require.ErrorIs(t, err, storekit.ErrInvalidOption)
 	_, err = filestore.New("", filestore.WithClock(nil), nil, filestore.WithRetention(-time.Second))
 	storetest.CheckOptionErrors(t, err, "filestore.New", "filestore.WithClock", "filestore.New", "filestore.WithRetention")
 	assert.Contains(t, err.Error(), "idem: filestore.WithRetention: retention must not be negative, got -1s")
@@ -504,7 +503,7 @@ func TestOptions(t *testing.T) {
 	require.NoError(t, err)
 	res, err := s.Claim(context.Background(), req(key(1), "n"))
 	require.NoError(t, err)
-	assert.Equal(t, idem.Claimed, res.Outcome)
+	assert.Equal(t, storekit.Claimed, res.Outcome)
 }
 
 func TestContext(t *testing.T) {
@@ -533,7 +532,7 @@ func TestLockWaitHonoursContext(t *testing.T) {
 	_, err := s.Claim(ctx, req(k, "n1"))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	_, err = s.Get(context.Background(), k)
-	require.ErrorIs(t, err, idem.ErrNotFound, "nothing written without the lock")
+	require.ErrorIs(t, err, storekit.ErrNotFound, "nothing written without the lock")
 
 	// A waiter blocked in the kernel proceeds when the lock is released.
 	done := make(chan error, 1)
@@ -561,7 +560,7 @@ func TestLockWaitHonoursContext(t *testing.T) {
 func TestPurge(t *testing.T) {
 	s, clk := newStore(t, filestore.WithRetention(0))
 	ctx := context.Background()
-	done := idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}
+	done := storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}
 
 	_, err := s.Claim(ctx, req(key(1), "live"))
 	require.NoError(t, err)
@@ -673,7 +672,7 @@ func TestPurgeRacesClaims(t *testing.T) {
 				if !assert.NoError(t, err) {
 					return
 				}
-				assert.Equal(t, idem.Claimed, res.Outcome)
+				assert.Equal(t, storekit.Claimed, res.Outcome)
 				_, err = s.Get(ctx, key(i))
 				assert.NoError(t, err, "a live claim was purged: %s", key(i))
 			}
@@ -698,7 +697,7 @@ func TestConcurrentClaimOneKey(t *testing.T) {
 		ctx := context.Background()
 		k := key(round)
 		const n = 64
-		results := make([]idem.ClaimResult, n)
+		results := make([]storekit.ClaimResult, n)
 		errs := make([]error, n)
 		start := make(chan struct{})
 		var wg sync.WaitGroup
@@ -716,11 +715,11 @@ func TestConcurrentClaimOneKey(t *testing.T) {
 		var winner string
 		for i := range n {
 			require.NoError(t, errs[i])
-			if results[i].Outcome == idem.Claimed {
+			if results[i].Outcome == storekit.Claimed {
 				winners++
 				winner = results[i].Record.Nonce
 			} else {
-				require.Equal(t, idem.Existing, results[i].Outcome)
+				require.Equal(t, storekit.Existing, results[i].Outcome)
 			}
 		}
 		require.Equal(t, 1, winners)
@@ -756,7 +755,7 @@ func TestTwoStoresOneDirectory(t *testing.T) {
 				if !assert.NoError(t, err) {
 					return
 				}
-				if res.Outcome == idem.Claimed {
+				if res.Outcome == storekit.Claimed {
 					wins[i].Add(1)
 				}
 			}
@@ -783,7 +782,7 @@ func TestWatch(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	k := key(1)
-	_, isWatcher := any(plain).(idem.Watcher)
+	_, isWatcher := any(plain).(storekit.Watcher)
 	require.False(t, isWatcher, "a plain Store is no Watcher")
 
 	closed := func(ch <-chan struct{}) bool {
@@ -813,9 +812,9 @@ func TestWatch(t *testing.T) {
 	assert.False(t, closed(ch), "heartbeat does not wake")
 	res, err := s.Claim(ctx, req(k, "n2"))
 	require.NoError(t, err)
-	require.Equal(t, idem.Existing, res.Outcome)
+	require.Equal(t, storekit.Existing, res.Outcome)
 	assert.False(t, closed(ch), "an existing claim changes nothing")
-	require.NoError(t, s.Complete(ctx, k, "n1", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}))
+	require.NoError(t, s.Complete(ctx, k, "n1", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}))
 	assert.True(t, closed(ch), "completion wakes")
 
 	ch, stop3, err := s.Watch(ctx, k)
@@ -833,8 +832,8 @@ func TestWatch(t *testing.T) {
 
 	_, _, err = s.Watch(wctx, k)
 	require.ErrorIs(t, err, context.Canceled)
-	var _ idem.Watcher = s
-	require.False(t, errors.Is(err, idem.ErrInvalidKey))
+	var _ storekit.Watcher = s
+	require.False(t, errors.Is(err, storekit.ErrInvalidKey))
 }
 
 // TestInvalidRequests: calls no Guard makes are refused with storekit's
@@ -845,7 +844,7 @@ func TestInvalidRequests(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
 	key := storetest.NewKey()
-	for name, r := range map[string]idem.ClaimRequest{
+	for name, r := range map[string]storekit.ClaimRequest{
 		"no nonce":           {Key: key, LeaseTTL: lease, TakeoverAfter: takeover},
 		"zero threshold":     {Key: key, Nonce: "n", LeaseTTL: lease},
 		"sub-ms lease":       {Key: key, Nonce: "n", LeaseTTL: time.Microsecond, TakeoverAfter: takeover},
@@ -855,11 +854,11 @@ func TestInvalidRequests(t *testing.T) {
 		require.ErrorIs(t, err, storekit.ErrInvalidRequest, name)
 	}
 	_, err := s.Get(ctx, key)
-	require.ErrorIs(t, err, idem.ErrNotFound, "a refused claim wrote nothing")
-	_, err = s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: "n", LeaseTTL: lease, TakeoverAfter: takeover})
+	require.ErrorIs(t, err, storekit.ErrNotFound, "a refused claim wrote nothing")
+	_, err = s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: "n", LeaseTTL: lease, TakeoverAfter: takeover})
 	require.NoError(t, err)
-	require.ErrorIs(t, s.Complete(ctx, key, "n", idem.Completion{Status: "done", TTL: time.Hour}), storekit.ErrInvalidRequest)
-	require.ErrorIs(t, s.Complete(ctx, key, "n", idem.Completion{Status: idem.StatusFailed, TTL: time.Hour}), storekit.ErrInvalidRequest)
-	require.ErrorIs(t, s.Heartbeat(ctx, key, "", lease), idem.ErrLostOwnership)
-	require.ErrorIs(t, s.Release(ctx, key, ""), idem.ErrLostOwnership)
+	require.ErrorIs(t, s.Complete(ctx, key, "n", storekit.Completion{Status: "done", TTL: time.Hour}), storekit.ErrInvalidRequest)
+	require.ErrorIs(t, s.Complete(ctx, key, "n", storekit.Completion{Status: storekit.StatusFailed, TTL: time.Hour}), storekit.ErrInvalidRequest)
+	require.ErrorIs(t, s.Heartbeat(ctx, key, "", lease), storekit.ErrLostOwnership)
+	require.ErrorIs(t, s.Release(ctx, key, ""), storekit.ErrLostOwnership)
 }

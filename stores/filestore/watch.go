@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 )
 
@@ -22,13 +21,13 @@ func hubFor(dir string) *storekit.Watchers {
 	return h.(*storekit.Watchers)
 }
 
-// WatchingStore is a Store that also implements idem.Watcher, with
+// WatchingStore is a Store that also implements storekit.Watcher, with
 // notification inside this process only. Make one with Store.LocalWatch.
 type WatchingStore struct {
 	*Store
 }
 
-var _ idem.Watcher = (*WatchingStore)(nil)
+var _ storekit.Watcher = (*WatchingStore)(nil)
 
 // LocalWatch returns s as a WatchingStore. Use it when every caller that may
 // wait on a key runs in this process (several Guards sharing a directory).
@@ -39,7 +38,7 @@ var _ idem.Watcher = (*WatchingStore)(nil)
 // sooner.
 func (s *Store) LocalWatch() *WatchingStore { return &WatchingStore{Store: s} }
 
-// Watch implements idem.Watcher for waiters in this process: the channel is
+// Watch implements storekit.Watcher for waiters in this process: the channel is
 // closed after the record for key is claimed, taken over, completed,
 // released, deleted or purged by any Store on the same directory in this
 // process (heartbeats do not wake it). Changes made by other processes are

@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -33,7 +34,7 @@ func claimN(t testing.TB, s *memstore.Store, n int, lease time.Duration) []strin
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = storetest.NewKey()
-		if _, err := s.Claim(ctx, idem.ClaimRequest{Key: keys[i], Nonce: storetest.NewNonce(), LeaseTTL: lease, TakeoverAfter: lease}); err != nil {
+		if _, err := s.Claim(ctx, storekit.ClaimRequest{Key: keys[i], Nonce: storetest.NewNonce(), LeaseTTL: lease, TakeoverAfter: lease}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -67,7 +68,7 @@ func TestCleanupOptions(t *testing.T) {
 		"negative interval": memstore.WithCleanup(-time.Second),
 	} {
 		_, err := memstore.New(o)
-		if !errors.Is(err, idem.ErrInvalidOption) {
+		if !errors.Is(err, storekit.ErrInvalidOption) {
 			t.Errorf("%s: got %v, want ErrInvalidOption", name, err)
 			continue
 		}
@@ -252,7 +253,7 @@ func purgeBesideClaims(t *testing.T, n int) (worst, purge time.Duration, claims 
 		ctx := context.Background()
 		for i := 0; !stop.Load(); i++ {
 			t0 := time.Now()
-			_, err := s.Claim(ctx, idem.ClaimRequest{Key: storetest.NewKey(), Nonce: storetest.NewNonce(), LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
+			_, err := s.Claim(ctx, storekit.ClaimRequest{Key: storetest.NewKey(), Nonce: storetest.NewNonce(), LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
 			spans = append(spans, [2]time.Time{t0, time.Now()})
 			if err != nil {
 				t.Error(err)

@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // TestExpiryHeap checks the heap's order and every entry's index after
@@ -36,12 +36,12 @@ func TestExpiryHeap(t *testing.T) {
 	for step := range 20_000 {
 		switch op := r.IntN(4); {
 		case op == 0 || len(h) == 0:
-			e := &entry{rec: &idem.Record{ExpiresAt: r.Int64N(1000)}}
+			e := &entry{rec: &storekit.Record{ExpiresAt: r.Int64N(1000)}}
 			live[e] = true
 			h.push(e)
 		case op == 1:
 			e := pick()
-			e.rec = &idem.Record{ExpiresAt: r.Int64N(1000)}
+			e.rec = &storekit.Record{ExpiresAt: r.Int64N(1000)}
 			h.fix(e.index)
 		case op == 2:
 			e := pick()

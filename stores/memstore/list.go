@@ -4,19 +4,19 @@ import (
 	"context"
 	"iter"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
-var _ idem.Lister = (*Store)(nil)
+var _ storekit.Lister = (*Store)(nil)
 
-// Records implements idem.Lister: it yields a copy of every live record,
+// Records implements storekit.Lister: it yields a copy of every live record,
 // one shard at a time. A shard's mutex is held only while the shard's
 // record pointers are copied (stored records are replaced, never changed),
 // never while the caller handles a record, so a listing holds up the calls
 // of one shard for about as long as a clean-up batch.
-func (s *Store) Records(ctx context.Context) iter.Seq2[*idem.Record, error] {
-	return func(yield func(*idem.Record, error) bool) {
-		var buf []*idem.Record
+func (s *Store) Records(ctx context.Context) iter.Seq2[*storekit.Record, error] {
+	return func(yield func(*storekit.Record, error) bool) {
+		var buf []*storekit.Record
 		for i := range s.mem.shards {
 			if err := ctx.Err(); err != nil {
 				yield(nil, err)

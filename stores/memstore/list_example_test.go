@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/memstore"
 )
@@ -20,7 +22,7 @@ func ExampleStore_Records() {
 		_, _ = g.Do(ctx, key, func(context.Context) (string, error) { return "done", nil })
 	}
 
-	counts := map[idem.RecordState]int{}
+	counts := map[storekit.RecordState]int{}
 	for rec, err := range store.Records(ctx) {
 		if err != nil {
 			fmt.Println(err)
@@ -28,7 +30,7 @@ func ExampleStore_Records() {
 		}
 		counts[rec.State(time.Now().UnixMilli(), idem.DefaultTakeoverAfter)]++
 	}
-	for _, s := range idem.RecordStates {
+	for _, s := range storekit.RecordStates() {
 		fmt.Println(s, counts[s])
 	}
 	// Output:

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 
 	"github.com/idem-go/idem/stores/memstore"
@@ -45,14 +47,14 @@ func TestRecordsSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	sk, _ := g.StorageKey("call")
-	keys := map[string]idem.RecordState{}
+	keys := map[string]storekit.RecordState{}
 	for rec, err := range s.Records(ctx) {
 		if err != nil {
 			t.Fatal(err)
 		}
 		keys[rec.Key] = rec.State(time.Now().UnixMilli(), time.Minute)
 	}
-	if keys[sk] != idem.StateCompleted || len(keys) < 3 {
+	if keys[sk] != storekit.StateCompleted || len(keys) < 3 {
 		t.Errorf("listed %v; want the call %s and its two steps, completed", keys, sk)
 	}
 	t.Logf("a call with two steps lists %d records", len(keys))

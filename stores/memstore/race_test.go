@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -20,7 +21,7 @@ import (
 // second claim's heartbeat and completion must find its record: a removal
 // that judged the record by an earlier reading (expired when read, live
 // again when removed) loses it, and its owner's heartbeat fails with
-// idem.ErrLostOwnership.
+// storekit.ErrLostOwnership.
 func TestCleanupNeverRemovesLiveRecord(t *testing.T) {
 	clock := newFakeClock()
 	s := newStore(t, memstore.WithClock(clock.Now), memstore.WithRetention(0), memstore.WithCleanup(time.Millisecond))
@@ -43,8 +44,8 @@ func TestCleanupNeverRemovesLiveRecord(t *testing.T) {
 	defer done.Store(true)
 	claim := func(key string) (string, bool) {
 		nonce := storetest.NewNonce()
-		res, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
-		if err != nil || (res.Outcome != idem.Claimed && res.Outcome != idem.TookOver) {
+		res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
+		if err != nil || (res.Outcome != storekit.Claimed && res.Outcome != storekit.TookOver) {
 			t.Errorf("claim %s: %v, %v", key, res.Outcome, err)
 			return "", false
 		}
@@ -76,7 +77,7 @@ func TestCleanupNeverRemovesLiveRecord(t *testing.T) {
 					t.Errorf("worker %d round %d: heartbeat of a live claim: %v", w, i, err)
 					return
 				}
-				if err := s.Complete(ctx, key, n2, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Millisecond}); err != nil {
+				if err := s.Complete(ctx, key, n2, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`1`), TTL: time.Millisecond}); err != nil {
 					t.Errorf("worker %d round %d: complete of a live claim: %v", w, i, err)
 					return
 				}

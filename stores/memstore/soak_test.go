@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/storetest"
@@ -65,10 +67,10 @@ func TestSoakCleanup(t *testing.T) {
 	loadStart := time.Now()
 	for range n {
 		key, nonce := storetest.NewKey(), storetest.NewNonce()
-		if _, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Second, TakeoverAfter: time.Second}); err != nil {
+		if _, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Second, TakeoverAfter: time.Second}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Complete(ctx, key, nonce, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"ok"`), TTL: time.Second}); err != nil {
+		if err := s.Complete(ctx, key, nonce, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`"ok"`), TTL: time.Second}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,11 +1,11 @@
-// Package memstore is an in-memory idem.Store: records in 256 shards by
+// Package memstore is an in-memory storekit.Store: records in 256 shards by
 // key hash, each a mutex, a map and a heap of expiry times, so expired
 // records are removed and memory stays bounded by the number of live
 // records, not by the number of keys ever seen.
 //
 // It coordinates goroutines of one process only; use filestore, redisstore,
 // dynamostore or sqlstore to coordinate processes. It implements
-// idem.Watcher, so Guards in Wait mode are woken without polling.
+// storekit.Watcher, so Guards in Wait mode are woken without polling.
 //
 // Its decisions are storekit's (memstore is a storekit.Backend under a
 // storekit.Locked store); it decides with the caller's clock, replaceable
@@ -56,11 +56,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 )
 
-// Store is an in-memory idem.Store. The zero value is not usable; call New.
+// Store is an in-memory storekit.Store. The zero value is not usable; call New.
 type Store struct {
 	kit     *storekit.Locked
 	mem     *memory
@@ -124,12 +123,12 @@ type shard struct {
 }
 
 type entry struct {
-	rec   *idem.Record
+	rec   *storekit.Record
 	index int // position in its shard's expiry heap
 }
 
 // Option configures a Store. New checks every option and reports each
-// invalid one as an *idem.OptionError matching idem.ErrInvalidOption.
+// invalid one as an *storekit.OptionError matching storekit.ErrInvalidOption.
 type Option func(*config)
 
 type config struct{ storekit.Options }
@@ -175,8 +174,8 @@ func WithoutCleanup() Option {
 
 // New returns an empty Store. Unless WithoutCleanup is given, it starts
 // the store's clean-up goroutine; Close stops it. Every invalid option is
-// reported, joined, each an *idem.OptionError matching
-// idem.ErrInvalidOption.
+// reported, joined, each an *storekit.OptionError matching
+// storekit.ErrInvalidOption.
 func New(opts ...Option) (*Store, error) {
 	c := config{storekit.Options{Store: "memstore", Now: time.Now, Retention: DefaultRetention, Cleanup: DefaultCleanup}}
 	for _, o := range opts {
@@ -206,8 +205,8 @@ func New(opts ...Option) (*Store, error) {
 }
 
 var (
-	_ idem.Store       = (*Store)(nil)
-	_ idem.Watcher     = (*Store)(nil)
+	_ storekit.Store   = (*Store)(nil)
+	_ storekit.Watcher = (*Store)(nil)
 	_ storekit.Backend = (*memory)(nil)
 )
 
@@ -220,38 +219,38 @@ func (s *Store) Close() error {
 	return s.cleaner.Close()
 }
 
-// Claim implements idem.Store.
-func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+// Claim implements storekit.Store.
+func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	return s.kit.Claim(ctx, req)
 }
 
-// Heartbeat implements idem.Store.
+// Heartbeat implements storekit.Store.
 func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
 	return s.kit.Heartbeat(ctx, key, nonce, leaseTTL)
 }
 
-// Complete implements idem.Store.
-func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+// Complete implements storekit.Store.
+func (s *Store) Complete(ctx context.Context, key, nonce string, c storekit.Completion) error {
 	return s.kit.Complete(ctx, key, nonce, c)
 }
 
-// Release implements idem.Store. The record is kept (for the retention
+// Release implements storekit.Store. The record is kept (for the retention
 // period) with ExpiresAt = now, so attempts go on counting.
 func (s *Store) Release(ctx context.Context, key, nonce string) error {
 	return s.kit.Release(ctx, key, nonce)
 }
 
-// Get implements idem.Store.
-func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+// Get implements storekit.Store.
+func (s *Store) Get(ctx context.Context, key string) (*storekit.Record, error) {
 	return s.kit.Get(ctx, key)
 }
 
-// Delete implements idem.Store.
+// Delete implements storekit.Store.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	return s.kit.Delete(ctx, key)
 }
 
-// Watch implements idem.Watcher: the channel is closed by the next claim,
+// Watch implements storekit.Watcher: the channel is closed by the next claim,
 // takeover, completion, release, delete or purge of key. stop ends the
 // watch and frees it; so does the end of ctx (the channel is then never
 // closed). A ctx that has already ended is an error.
@@ -283,7 +282,7 @@ func (m *memory) shard(key string) *shard {
 }
 
 // Load implements storekit.Backend.
-func (m *memory) Load(_ context.Context, key string) (*idem.Record, error) {
+func (m *memory) Load(_ context.Context, key string) (*storekit.Record, error) {
 	sh := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -296,7 +295,7 @@ func (m *memory) Load(_ context.Context, key string) (*idem.Record, error) {
 // Update implements storekit.Backend. It removes a few expired records of
 // the key's shard first, which keeps memory bounded under writes between
 // clean-up passes.
-func (m *memory) Update(_ context.Context, key string, fn func(*idem.Record) (*idem.Record, error)) error {
+func (m *memory) Update(_ context.Context, key string, fn func(*storekit.Record) (*storekit.Record, error)) error {
 	sh := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -304,7 +303,7 @@ func (m *memory) Update(_ context.Context, key string, fn func(*idem.Record) (*i
 	// A stored record is replaced, never changed, so fn gets the stored one
 	// itself, and the one it returns is stored as it is (the Backend
 	// contract: fn changes neither; Locked copies what it returns).
-	var cur *idem.Record
+	var cur *storekit.Record
 	if e := sh.m[key]; e != nil {
 		cur = e.rec
 	}

@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -22,12 +23,12 @@ func newStore(t testing.TB, opts ...memstore.Option) *memstore.Store {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t) })
+	storetest.Run(t, func(t *testing.T) storekit.Store { return newStore(t) })
 }
 
 // TestConformanceClock runs the suite on a clock it advances: no sleeping.
 func TestConformanceClock(t *testing.T) {
-	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) idem.Store {
+	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) storekit.Store {
 		return newStore(t, memstore.WithClock(c.Now))
 	})
 }
@@ -38,7 +39,7 @@ func TestOptions(t *testing.T) {
 		"nil clock":          memstore.WithClock(nil),
 		"negative retention": memstore.WithRetention(-time.Second),
 	} {
-		if _, err := memstore.New(o); !errors.Is(err, idem.ErrInvalidOption) {
+		if _, err := memstore.New(o); !errors.Is(err, storekit.ErrInvalidOption) {
 			t.Errorf("%s: got %v, want ErrInvalidOption", name, err)
 		}
 	}
@@ -61,10 +62,10 @@ func TestBoundedMemory(t *testing.T) {
 	peak := 0
 	for i := 0; i < n; i++ {
 		key, nonce := storetest.NewKey(), storetest.NewNonce()
-		if _, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Second, TakeoverAfter: time.Second}); err != nil {
+		if _, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Second, TakeoverAfter: time.Second}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Complete(ctx, key, nonce, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Second}); err != nil {
+		if err := s.Complete(ctx, key, nonce, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`1`), TTL: time.Second}); err != nil {
 			t.Fatal(err)
 		}
 		now = now.Add(time.Millisecond) // 1000 live records at any time
@@ -88,14 +89,14 @@ func TestRetentionKeepsAttempts(t *testing.T) {
 	ctx := context.Background()
 	key := storetest.NewKey()
 	n1 := storetest.NewNonce()
-	if _, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: n1, LeaseTTL: time.Second, TakeoverAfter: time.Second}); err != nil {
+	if _, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: n1, LeaseTTL: time.Second, TakeoverAfter: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Release(ctx, key, n1); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(30 * time.Second)
-	res, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: storetest.NewNonce(), LeaseTTL: time.Second, TakeoverAfter: time.Second})
+	res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: storetest.NewNonce(), LeaseTTL: time.Second, TakeoverAfter: time.Second})
 	if err != nil || res.Record.Attempt != 2 {
 		t.Fatalf("claim within the retention: %+v, %v", res.Record, err)
 	}
@@ -165,7 +166,7 @@ func TestWatchWakesEveryWatcher(t *testing.T) {
 	b, stopB, _ := s.Watch(ctx, key)
 	defer stopA()
 	defer stopB()
-	if _, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Second, TakeoverAfter: time.Second}); err != nil {
+	if _, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Second, TakeoverAfter: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	for _, ch := range []<-chan struct{}{a, b} {

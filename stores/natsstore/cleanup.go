@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 )
 
@@ -21,7 +20,7 @@ import (
 // (WithMaxAge, or a bucket configured with a TTL) when the record would
 // outlive it: the server would remove the entry before the record's own
 // expiry plus the retention, and a duplicate could then run fn again. It
-// matches idem.ErrInvalidOption: a Guard's TTL or takeover threshold, or
+// matches storekit.ErrInvalidOption: a Guard's TTL or takeover threshold, or
 // the store's retention, does not fit the bucket.
 type MaxAgeError struct {
 	Op       string        // "claim" or "complete"
@@ -34,8 +33,8 @@ func (e *MaxAgeError) Error() string {
 		e.Op, e.Lifetime, e.MaxAge)
 }
 
-// Is reports whether target is idem.ErrInvalidOption.
-func (e *MaxAgeError) Is(target error) bool { return target == idem.ErrInvalidOption }
+// Is reports whether target is storekit.ErrInvalidOption.
+func (e *MaxAgeError) Is(target error) bool { return target == storekit.ErrInvalidOption }
 
 func (s *Store) setMaxAge(d time.Duration) {
 	s.maxAge.Store(int64(d))
@@ -62,7 +61,7 @@ func (s *Store) bucketMaxAge(ctx context.Context) (time.Duration, error) {
 func (s *Store) status(ctx context.Context, op string) (jetstream.KeyValueStatus, error) {
 	st, err := s.kv.Status(ctx)
 	if err != nil {
-		return nil, &idem.StoreError{Op: op, Err: err}
+		return nil, &storekit.StoreError{Op: op, Err: err}
 	}
 	if err := checkHistory(st); err != nil {
 		return nil, err
@@ -73,13 +72,13 @@ func (s *Store) status(ctx context.Context, op string) (jetstream.KeyValueStatus
 // checkHistory refuses a bucket whose history is over 1: its stream holds
 // a key's older revisions beside the last, and a pass or a listing that
 // reads the stream would take an old revision (a completed key's earlier
-// claim) for a record. The error matches idem.ErrInvalidOption.
+// claim) for a record. The error matches storekit.ErrInvalidOption.
 func checkHistory(st jetstream.KeyValueStatus) error {
 	if st == nil {
 		return nil
 	}
 	if h := st.History(); h > 1 {
-		return &idem.OptionError{Option: "natsstore.New", Reason: fmt.Sprintf("bucket %q keeps a history of %d revisions per key; a Store needs history 1 (natsstore.CreateBucket makes such a bucket)", st.Bucket(), h)}
+		return &storekit.OptionError{Option: "natsstore.New", Reason: fmt.Sprintf("bucket %q keeps a history of %d revisions per key; a Store needs history 1 (natsstore.CreateBucket makes such a bucket)", st.Bucket(), h)}
 	}
 	return nil
 }
@@ -138,7 +137,7 @@ func (s *Store) bucketStream(ctx context.Context, info *jetstream.StreamInfo) (j
 	if s.stream == nil && s.js != nil {
 		stream, err := s.js.Stream(ctx, info.Config.Name)
 		if err != nil {
-			return nil, &idem.StoreError{Op: "stream", Err: err}
+			return nil, &storekit.StoreError{Op: "stream", Err: err}
 		}
 		s.stream = stream
 	}
@@ -374,7 +373,7 @@ func (s *Store) readExpired(ctx context.Context, stream jetstream.Stream, e scan
 		return false, nil
 	}
 	if err != nil {
-		return false, &idem.StoreError{Op: "purge", Err: err}
+		return false, &storekit.StoreError{Op: "purge", Err: err}
 	}
 	s.reads.Add(1)
 	key, _ := storageKey(e.key)
@@ -448,7 +447,7 @@ func (s *Store) remove(ctx context.Context, del jetstream.Stream, c candidate) (
 			// removed since the read. nats.go keeps only the text.
 			return false, nil
 		default:
-			return false, &idem.StoreError{Op: "purge", Err: err}
+			return false, &storekit.StoreError{Op: "purge", Err: err}
 		}
 	}
 	err = s.kv.Purge(ctx, c.key, jetstream.LastRevision(c.rev))
@@ -458,7 +457,7 @@ func (s *Store) remove(ctx context.Context, del jetstream.Stream, c candidate) (
 	case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSeq(err):
 		return false, nil // claimed again since the read: kept
 	default:
-		return false, &idem.StoreError{Op: "purge", Err: err}
+		return false, &storekit.StoreError{Op: "purge", Err: err}
 	}
 }
 
@@ -531,7 +530,7 @@ func (s *Store) takeLease(ctx context.Context, rev uint64, hold time.Duration) (
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		case err != nil:
-			return 0, false, &idem.StoreError{Op: "lease", Err: err}
+			return 0, false, &storekit.StoreError{Op: "lease", Err: err}
 		default:
 			var l cleanupLease
 			if json.Unmarshal(e.Value(), &l) == nil && l.Owner != s.id && l.Until > now.UnixMilli() {
@@ -555,6 +554,6 @@ func (s *Store) takeLease(ctx context.Context, rev uint64, hold time.Duration) (
 	case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSeq(err):
 		return 0, false, nil
 	default:
-		return 0, false, &idem.StoreError{Op: "lease", Err: err}
+		return 0, false, &storekit.StoreError{Op: "lease", Err: err}
 	}
 }

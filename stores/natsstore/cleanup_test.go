@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -34,9 +36,9 @@ type plainKV struct{ natsstore.KeyValue }
 func claim(t testing.TB, s *natsstore.Store, key string) string {
 	t.Helper()
 	nonce := storetest.NewNonce()
-	res, err := s.Claim(context.Background(), idem.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Minute, TakeoverAfter: time.Minute})
+	res, err := s.Claim(context.Background(), storekit.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Minute, TakeoverAfter: time.Minute})
 	require.NoError(t, err)
-	require.Contains(t, []idem.ClaimOutcome{idem.Claimed, idem.TookOver}, res.Outcome, "claim of %s", key)
+	require.Contains(t, []storekit.ClaimOutcome{storekit.Claimed, storekit.TookOver}, res.Outcome, "claim of %s", key)
 	return nonce
 }
 
@@ -116,7 +118,7 @@ func TestClose(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	require.Equal(t, 10, msgs(t, kv), "no pass after Close")
 	key := storetest.NewKey()
-	require.NoError(t, s.Complete(ctxT(t), key, claim(t, s, key), idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+	require.NoError(t, s.Complete(ctxT(t), key, claim(t, s, key), storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}))
 }
 
 // TestPurgeKeepsRacingClaim: a claim that rewrites an expired record after
@@ -177,7 +179,7 @@ func TestPurgeKeepsRacingClaim(t *testing.T) {
 			require.Len(t, nonces, len(keys), "the pass chose every expired record and marker")
 			assert.Zero(t, n, "a claimed record is not removed")
 			for _, k := range keys {
-				require.NoError(t, b.Complete(ctxT(t), k, nonces[k], idem.Completion{Status: idem.StatusCompleted, Result: []byte("1"), TTL: time.Minute}), "claim lost")
+				require.NoError(t, b.Complete(ctxT(t), k, nonces[k], storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("1"), TTL: time.Minute}), "claim lost")
 				rec, err := a.Get(ctxT(t), k)
 				require.NoError(t, err)
 				require.Equal(t, nonces[k], rec.Nonce)
@@ -209,7 +211,7 @@ func TestPurgeRacingClaimLoop(t *testing.T) {
 			time.Sleep(time.Duration(i%7) * 100 * time.Microsecond)
 		}
 		nonce := claim(t, b, key)
-		cerr := b.Complete(ctx, key, nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour})
+		cerr := b.Complete(ctx, key, nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour})
 		wg.Wait()
 		require.NoError(t, perr)
 		require.NoError(t, cerr, "iteration %d: the claim was lost", i)
@@ -341,7 +343,7 @@ func TestMaxAge(t *testing.T) {
 			require.NoError(t, err)
 			ran := false
 			_, err = long.Do(ctx, "k2", func(context.Context) (int, error) { ran = true; return 1, nil })
-			require.ErrorIs(t, err, idem.ErrInvalidOption)
+			require.ErrorIs(t, err, storekit.ErrInvalidOption)
 			var mae *natsstore.MaxAgeError
 			require.ErrorAs(t, err, &mae)
 			assert.Equal(t, 2*time.Hour, mae.MaxAge)
@@ -351,7 +353,7 @@ func TestMaxAge(t *testing.T) {
 			// A completion that would outlive the bucket is refused too.
 			key := storetest.NewKey()
 			nonce := claim(t, s, key)
-			err = s.Complete(ctx, key, nonce, idem.Completion{Status: idem.StatusCompleted, TTL: 3 * time.Hour})
+			err = s.Complete(ctx, key, nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: 3 * time.Hour})
 			require.ErrorAs(t, err, &mae)
 
 			// The server expires entries here: the background pass leaves

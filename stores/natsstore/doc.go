@@ -1,4 +1,4 @@
-// Package natsstore is an idem.Store on NATS JetStream key-value buckets
+// Package natsstore is an storekit.Store on NATS JetStream key-value buckets
 // (github.com/nats-io/nats.go/jetstream).
 //
 // Each storage key holds one KV entry: the record, encoded with storekit's
@@ -141,7 +141,7 @@
 // Store reads the bucket's max age (from CreateBucket, or with one status
 // request at its first claim, again at every clean-up pass) and refuses a
 // claim or a completion whose record would outlive it with a *MaxAgeError
-// (matching idem.ErrInvalidOption), before fn runs, rather than let the
+// (matching storekit.ErrInvalidOption), before fn runs, rather than let the
 // server drop a record a duplicate still needs.
 //
 // A user's own bucket needs history 1 and either no max age, with a
@@ -149,13 +149,13 @@
 // WithJetStream passes read every record; on a stream that denies
 // deletes, markers stay, one per removed key), or a max age as above.
 // New refuses a bucket with a longer history (an error matching
-// idem.ErrInvalidOption), and so does every later status read (a pass, a
+// storekit.ErrInvalidOption), and so does every later status read (a pass, a
 // listing): the stream would hold a key's older revisions beside its
 // record.
 //
 // # Wake-ups
 //
-// Store implements idem.Watcher with a KV watch on the key, so Guards in
+// Store implements storekit.Watcher with a KV watch on the key, so Guards in
 // Wait mode are woken when the record changes instead of polling.
 //
 // # Keys

@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -94,7 +96,7 @@ func ExampleWithMaxAge() {
 	long, _ := idem.New[string](store, idem.WithTTL(48*time.Hour))
 	_, err = long.Do(ctx, "order-1002", fn)
 	var mae *natsstore.MaxAgeError
-	fmt.Println(errors.Is(err, idem.ErrInvalidOption), errors.As(err, &mae) && mae.MaxAge == 25*time.Hour)
+	fmt.Println(errors.Is(err, storekit.ErrInvalidOption), errors.As(err, &mae) && mae.MaxAge == 25*time.Hour)
 	// Output:
 	// ch_1 <nil>
 	// true true

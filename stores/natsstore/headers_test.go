@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/natsstore"
 	"github.com/idem-go/idem/stores/storetest"
@@ -35,9 +36,9 @@ func completeAll(t *testing.T, s *natsstore.Store, n int, result []byte) []strin
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
 				nonce := storetest.NewNonce()
-				_, err := s.Claim(context.Background(), idem.ClaimRequest{Key: keys[i], Nonce: nonce, LeaseTTL: time.Minute, TakeoverAfter: time.Minute})
+				_, err := s.Claim(context.Background(), storekit.ClaimRequest{Key: keys[i], Nonce: nonce, LeaseTTL: time.Minute, TakeoverAfter: time.Minute})
 				if err == nil {
-					err = s.Complete(context.Background(), keys[i], nonce, idem.Completion{Status: idem.StatusCompleted, Result: result, TTL: time.Hour})
+					err = s.Complete(context.Background(), keys[i], nonce, storekit.Completion{Status: storekit.StatusCompleted, Result: result, TTL: time.Hour})
 				}
 				if err != nil {
 					t.Error(err)
@@ -251,21 +252,21 @@ func TestWriteHeader(t *testing.T) {
 	check(key)
 	require.NoError(t, s.Heartbeat(ctx, key, nonce, time.Minute))
 	check(key)
-	require.NoError(t, s.Complete(ctx, key, nonce, idem.Completion{Status: idem.StatusCompleted, Result: []byte("1"), TTL: time.Hour}))
+	require.NoError(t, s.Complete(ctx, key, nonce, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("1"), TTL: time.Hour}))
 	check(key)
 
 	require.NoError(t, s.Delete(ctx, key))
 	out = nc.Stats().OutMsgs
-	res, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: storetest.NewNonce(), LeaseTTL: time.Minute, TakeoverAfter: time.Minute})
+	res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: storetest.NewNonce(), LeaseTTL: time.Minute, TakeoverAfter: time.Minute})
 	require.NoError(t, err)
-	require.Equal(t, idem.Claimed, res.Outcome)
+	require.Equal(t, storekit.Claimed, res.Outcome)
 	assert.EqualValues(t, 5, nc.Stats().OutMsgs-out, "requests of a claim over a delete marker (the package doc counts them)")
 	check(key)
 
 	// A claim that finds a live record is refused as before.
-	res, err = s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: storetest.NewNonce(), LeaseTTL: time.Minute, TakeoverAfter: time.Minute})
+	res, err = s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: storetest.NewNonce(), LeaseTTL: time.Minute, TakeoverAfter: time.Minute})
 	require.NoError(t, err)
-	require.Equal(t, idem.Existing, res.Outcome)
+	require.Equal(t, storekit.Existing, res.Outcome)
 }
 
 // TestPublishes: a Store writes records itself only on a plain bucket

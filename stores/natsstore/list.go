@@ -4,14 +4,14 @@ import (
 	"context"
 	"iter"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/idem-go/idem/storekit"
 
-	"github.com/idem-go/idem"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
-var _ idem.Lister = (*Store)(nil)
+var _ storekit.Lister = (*Store)(nil)
 
-// Records implements idem.Lister. A bucket keeps no index of its keys
+// Records implements storekit.Lister. A bucket keeps no index of its keys
 // that a listing could page through: it reads the whole bucket, every
 // key's last entry, as a clean-up pass does (through a pull consumer on
 // the bucket's stream, 100 messages per request, when the Store knows the
@@ -20,8 +20,8 @@ var _ idem.Lister = (*Store)(nil)
 // on a key, so claims go on while it runs; memory holds one chunk. Keys
 // that are not the store's (its clean-up lease, another application's
 // keys) and delete markers are skipped.
-func (s *Store) Records(ctx context.Context) iter.Seq2[*idem.Record, error] {
-	return func(yield func(*idem.Record, error) bool) {
+func (s *Store) Records(ctx context.Context) iter.Seq2[*storekit.Record, error] {
+	return func(yield func(*storekit.Record, error) bool) {
 		sc, err := s.listScanner(ctx)
 		if err != nil {
 			yield(nil, err)

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/natsstore"
 	"github.com/idem-go/idem/stores/storetest"
@@ -73,11 +74,11 @@ func TestSoakLivePass(t *testing.T) {
 		}
 		out := nc.Stats().OutMsgs
 		t0 := time.Now()
-		res, err := st.Claim(ctx, idem.ClaimRequest{Key: storetest.NewKey(), Nonce: storetest.NewNonce(), LeaseTTL: time.Minute, TakeoverAfter: time.Minute})
+		res, err := st.Claim(ctx, storekit.ClaimRequest{Key: storetest.NewKey(), Nonce: storetest.NewNonce(), LeaseTTL: time.Minute, TakeoverAfter: time.Minute})
 		lat[name] = append(lat[name], time.Since(t0))
 		reqs[name] += nc.Stats().OutMsgs - out
 		require.NoError(t, err)
-		require.Equal(t, idem.Claimed, res.Outcome)
+		require.Equal(t, storekit.Claimed, res.Outcome)
 	}
 	for _, name := range []string{"publish", "kv.Update"} {
 		var sum time.Duration

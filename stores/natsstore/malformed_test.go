@@ -47,7 +47,7 @@ func TestMalformedRecordsAreCorrupt(t *testing.T) {
 		require.NoError(t, err)
 		ran := false
 		_, err = g.Do(ctx, tc.name, func(context.Context) (int, error) { ran = true; return 1, nil })
-		if !errors.Is(err, idem.ErrCorruptRecord) {
+		if !errors.Is(err, storekit.ErrCorruptRecord) {
 			t.Errorf("%s: Do: %v, want ErrCorruptRecord", tc.name, err)
 		}
 		if ran {

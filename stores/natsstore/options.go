@@ -114,7 +114,7 @@ func WithReplicas(n int) BucketOption {
 // lifetime (max(TTL, 2×takeover threshold); with the defaults, the 24h
 // TTL) plus the store's retention (default one minute): 25h is safe for
 // the defaults. A Store refuses a claim or a completion whose record
-// would outlive d with a *MaxAgeError (matching idem.ErrInvalidOption),
+// would outlive d with a *MaxAgeError (matching storekit.ErrInvalidOption),
 // before fn runs. d must be positive. Without WithMaxAge the bucket keeps
 // entries until they are removed, and the Store cleans up by itself.
 func WithMaxAge(d time.Duration) BucketOption {

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/idem-go/idem"
 )
 
 // expiresHeader carries a record's ExpiresAt (Unix milliseconds, decimal)
@@ -103,20 +103,20 @@ func (p *publisher) write(ctx context.Context, key string, value []byte, expires
 	case err == nil:
 		return newRev, false, nil
 	case !isWrongLastSeq(err):
-		return 0, false, &idem.StoreError{Op: "write", Err: err}
+		return 0, false, &storekit.StoreError{Op: "write", Err: err}
 	case !deleted:
 		return 0, true, nil
 	}
 	st, err := p.handle(ctx)
 	if err != nil {
-		return 0, false, &idem.StoreError{Op: "stream", Err: err}
+		return 0, false, &storekit.StoreError{Op: "stream", Err: err}
 	}
 	last, err := st.GetLastMsgForSubject(ctx, p.prefix+key)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return 0, true, nil // removed since: the caller reads again
 	case err != nil:
-		return 0, false, &idem.StoreError{Op: "get", Err: err}
+		return 0, false, &storekit.StoreError{Op: "get", Err: err}
 	case entryOp(last.Header) == jetstream.KeyValuePut:
 		return 0, true, nil // written since
 	}
@@ -127,7 +127,7 @@ func (p *publisher) write(ctx context.Context, key string, value []byte, expires
 	case isWrongLastSeq(err):
 		return 0, true, nil
 	default:
-		return 0, false, &idem.StoreError{Op: "write", Err: err}
+		return 0, false, &storekit.StoreError{Op: "write", Err: err}
 	}
 }
 

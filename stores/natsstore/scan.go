@@ -7,10 +7,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/lease"
 )
 
@@ -80,7 +81,7 @@ func newConsumerScan(ctx context.Context, stream jetstream.Stream, info *jetstre
 		HeadersOnly:       headersOnly,
 	})
 	if err != nil {
-		return nil, &idem.StoreError{Op: "purge", Err: err}
+		return nil, &storekit.StoreError{Op: "purge", Err: err}
 	}
 	return &consumerScan{stream: stream, cons: cons, prefix: "$KV." + bucket + ".", lastSeq: info.State.LastSeq, headersOnly: headersOnly, bodies: bodies}, nil
 }
@@ -108,7 +109,7 @@ func (c *consumerScan) next(ctx context.Context) ([]scanned, bool, error) {
 func (c *consumerScan) fetch() ([]scanned, error) {
 	batch, err := c.cons.FetchNoWait(scanChunk)
 	if err != nil {
-		return nil, &idem.StoreError{Op: "purge", Err: err}
+		return nil, &storekit.StoreError{Op: "purge", Err: err}
 	}
 	var out []scanned
 	for m := range batch.Messages() {
@@ -133,7 +134,7 @@ func (c *consumerScan) fetch() ([]scanned, error) {
 		}
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
-		return out, &idem.StoreError{Op: "purge", Err: err} // not done: the caller may try again
+		return out, &storekit.StoreError{Op: "purge", Err: err} // not done: the caller may try again
 	}
 	if len(out) == 0 {
 		c.done = true // nothing left
@@ -156,7 +157,7 @@ func (c *consumerScan) withValues(ctx context.Context, seq uint64) error {
 		Replicas:          1,
 	})
 	if err != nil {
-		return &idem.StoreError{Op: "purge", Err: err}
+		return &storekit.StoreError{Op: "purge", Err: err}
 	}
 	_ = c.stream.DeleteConsumer(ctx, old) // else the server drops it after a minute idle
 	c.cons, c.headersOnly, c.done = cons, false, seq > c.lastSeq
@@ -185,7 +186,7 @@ func newWatchScan(ctx context.Context, kv KeyValue, bodies *atomic.Int64) (scann
 	w, err := kv.Watch(wctx, ">")
 	if err != nil {
 		cancel()
-		return nil, &idem.StoreError{Op: "purge", Err: err}
+		return nil, &storekit.StoreError{Op: "purge", Err: err}
 	}
 	return &watchScan{w: w, cancel: cancel, bodies: bodies}, nil
 }
@@ -201,7 +202,7 @@ func (s *watchScan) next(ctx context.Context) ([]scanned, bool, error) {
 				if err := ctx.Err(); err != nil {
 					return out, false, err
 				}
-				return out, false, &idem.StoreError{Op: "purge", Err: errors.New("watch of the bucket ended")}
+				return out, false, &storekit.StoreError{Op: "purge", Err: errors.New("watch of the bucket ended")}
 			}
 			if e == nil { // the last entry that was in the bucket when the pass began
 				return out, true, nil

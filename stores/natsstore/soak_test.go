@@ -47,7 +47,7 @@ func loadExpired(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue, n 
 		wg.Go(func() {
 			for next.Add(1) <= int64(n) {
 				key := storetest.NewKey()
-				b, err := storekit.EncodeRecord(&idem.Record{Key: key, Status: idem.StatusCompleted, Result: []byte(`"ok"`),
+				b, err := storekit.EncodeRecord(&storekit.Record{Key: key, Status: storekit.StatusCompleted, Result: []byte(`"ok"`),
 					Nonce: storetest.NewNonce(), Attempt: 1, StartedAt: past - 10, HeartbeatAt: past, CompletedAt: past, ExpiresAt: past})
 				switch {
 				case err != nil:

@@ -4,7 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/natsstore"
 	"github.com/idem-go/idem/stores/storetest"
@@ -17,7 +18,7 @@ func TestStepCrash(t *testing.T) {
 	url := testenv.NATSURL(t)
 	storetest.RunStepCrash(t, storetest.StepCrashConfig{
 		Namespace: randName("idemsteps_"),
-		NewStore: func(bucket string) (idem.Store, error) {
+		NewStore: func(bucket string) (storekit.Store, error) {
 			_, js := connect(t, url)
 			kv, err := natsstore.CreateBucket(context.Background(), js, bucket)
 			if err != nil {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/lease"
 	"github.com/idem-go/idem/storekit"
 )
@@ -29,7 +28,7 @@ type KeyValue interface {
 	Status(ctx context.Context) (jetstream.KeyValueStatus, error)
 }
 
-// Store is an idem.Store on a JetStream KV bucket. It is safe for
+// Store is an storekit.Store on a JetStream KV bucket. It is safe for
 // concurrent use. The zero value is not usable; call New.
 type Store struct {
 	kv        KeyValue
@@ -57,7 +56,7 @@ type Store struct {
 // entry is a record and the revision it was read or written at.
 type entry struct {
 	rev uint64
-	rec *idem.Record
+	rec *storekit.Record
 }
 
 // maxOwned bounds the revisions kept for claims this Store holds; past it
@@ -65,15 +64,15 @@ type entry struct {
 const maxOwned = 1 << 16
 
 var (
-	_ idem.Store   = (*Store)(nil)
-	_ idem.Watcher = (*Store)(nil)
+	_ storekit.Store   = (*Store)(nil)
+	_ storekit.Watcher = (*Store)(nil)
 )
 
 // New returns a Store on kv (a jetstream.KeyValue, from CreateBucket or
 // js.KeyValue). It checks its options and, for a bucket not made by
 // CreateBucket, reads the bucket's status once: a bucket that keeps more
 // than one revision per key (history over 1) is refused with an error
-// matching idem.ErrInvalidOption (if the status cannot be read then, the
+// matching storekit.ErrInvalidOption (if the status cannot be read then, the
 // Store refuses the bucket at its first write, pass or listing). Unless
 // WithoutCleanup is given, it starts the Store's clean-up in the
 // background (see the package doc); Close stops it. A Store dropped
@@ -233,13 +232,13 @@ func (s *Store) nowMs() int64 { return s.now().UnixMilli() }
 
 // read returns the record under key and its revision; a missing or deleted
 // key is (nil, 0, nil), so a claim creates it.
-func (s *Store) read(ctx context.Context, key string) (*idem.Record, uint64, bool, error) {
+func (s *Store) read(ctx context.Context, key string) (*storekit.Record, uint64, bool, error) {
 	e, err := s.kv.Get(ctx, kvKey(key))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, true, nil
 	}
 	if err != nil {
-		return nil, 0, false, &idem.StoreError{Op: "get", Err: err}
+		return nil, 0, false, &storekit.StoreError{Op: "get", Err: err}
 	}
 	rec, err := decode(key, e.Value())
 	if err != nil {
@@ -248,10 +247,10 @@ func (s *Store) read(ctx context.Context, key string) (*idem.Record, uint64, boo
 	return rec, e.Revision(), false, nil
 }
 
-func decode(key string, b []byte) (*idem.Record, error) {
+func decode(key string, b []byte) (*storekit.Record, error) {
 	rec, err := storekit.DecodeRecord(b)
 	if err != nil {
-		return nil, &idem.CorruptRecordError{Key: key, Err: err}
+		return nil, &storekit.CorruptRecordError{Key: key, Err: err}
 	}
 	rec.Key = key
 	return rec, nil
@@ -263,7 +262,7 @@ func decode(key string, b []byte) (*idem.Record, error) {
 // first. With the bucket's stream known (see publisher) it publishes the
 // record itself, with its expiry in a header; otherwise it is a KV Create
 // or Update.
-func (s *Store) write(ctx context.Context, key string, rec *idem.Record, rev uint64, deleted bool) (newRev uint64, conflict bool, err error) {
+func (s *Store) write(ctx context.Context, key string, rec *storekit.Record, rev uint64, deleted bool) (newRev uint64, conflict bool, err error) {
 	b, err := storekit.EncodeRecord(rec)
 	if err != nil {
 		return 0, false, err
@@ -283,26 +282,26 @@ func (s *Store) write(ctx context.Context, key string, rec *idem.Record, rev uin
 		}
 	}
 	if err != nil {
-		return 0, false, &idem.StoreError{Op: "write", Err: err}
+		return 0, false, &storekit.StoreError{Op: "write", Err: err}
 	}
 	return newRev, false, nil
 }
 
-// Claim implements idem.Store. It first publishes a new claim expecting the
+// Claim implements storekit.Store. It first publishes a new claim expecting the
 // key to be absent: a fresh key costs that one round trip. Otherwise it
 // reads the entry, decides with storekit.DecideClaim, and writes a takeover
 // or re-claim against the revision read.
-func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if err := storekit.ValidateClaim(req); err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	if err := s.checkLifetime(ctx, "claim", req.LeaseTTL); err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
-	var cur *idem.Record
+	var cur *storekit.Record
 	rev, deleted := uint64(0), false
 	for {
 		d := storekit.DecideClaim(cur, req, s.nowMs())
@@ -311,26 +310,26 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 		}
 		newRev, conflict, err := s.write(ctx, req.Key, d.Record, rev, deleted)
 		if err != nil {
-			return idem.ClaimResult{}, err
+			return storekit.ClaimResult{}, err
 		}
 		if !conflict {
 			s.own(req.Key, newRev, d.Record.Clone()) // the caller gets d.Record (ClaimResult.Record)
 			return d.Result(), nil
 		}
 		if cur, rev, deleted, err = s.read(ctx, req.Key); err != nil {
-			return idem.ClaimResult{}, err
+			return storekit.ClaimResult{}, err
 		}
 		if deleted {
 			cur, rev = nil, 0
 		}
 		if err := ctx.Err(); err != nil {
-			return idem.ClaimResult{}, err
+			return storekit.ClaimResult{}, err
 		}
 	}
 }
 
 // own remembers the revision of a record this Store wrote for its owner.
-func (s *Store) own(key string, rev uint64, rec *idem.Record) {
+func (s *Store) own(key string, rev uint64, rec *storekit.Record) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.revs[key]; !ok && len(s.revs) >= maxOwned {
@@ -355,30 +354,30 @@ func (s *Store) disown(key string) {
 	s.mu.Unlock()
 }
 
-// Heartbeat implements idem.Store.
+// Heartbeat implements storekit.Store.
 func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
-	return s.update(ctx, "heartbeat", key, nonce, false, func(cur *idem.Record, now int64) (*idem.Record, error) {
+	return s.update(ctx, "heartbeat", key, nonce, false, func(cur *storekit.Record, now int64) (*storekit.Record, error) {
 		return storekit.ApplyHeartbeat(cur, nonce, leaseTTL, now)
 	})
 }
 
-// Complete implements idem.Store.
-func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+// Complete implements storekit.Store.
+func (s *Store) Complete(ctx context.Context, key, nonce string, c storekit.Completion) error {
 	if err := storekit.ValidateCompletion(c); err != nil {
 		return err
 	}
 	if err := s.checkLifetime(ctx, "complete", c.TTL); err != nil {
 		return err
 	}
-	return s.update(ctx, "complete", key, nonce, true, func(cur *idem.Record, now int64) (*idem.Record, error) {
+	return s.update(ctx, "complete", key, nonce, true, func(cur *storekit.Record, now int64) (*storekit.Record, error) {
 		return storekit.ApplyComplete(cur, nonce, c, now)
 	})
 }
 
-// Release implements idem.Store. The record is kept with ExpiresAt = now,
+// Release implements storekit.Store. The record is kept with ExpiresAt = now,
 // so the next claim goes on counting attempts.
 func (s *Store) Release(ctx context.Context, key, nonce string) error {
-	return s.update(ctx, "release", key, nonce, true, func(cur *idem.Record, now int64) (*idem.Record, error) {
+	return s.update(ctx, "release", key, nonce, true, func(cur *storekit.Record, now int64) (*storekit.Record, error) {
 		return storekit.ApplyRelease(cur, nonce, now)
 	})
 }
@@ -387,7 +386,7 @@ func (s *Store) Release(ctx context.Context, key, nonce string) error {
 // last wrote or read for key when it has one, else against a fresh read;
 // a conflict or a refusal decided on a remembered record is decided again
 // on a fresh read, so only what the bucket holds now can refuse it.
-func (s *Store) update(ctx context.Context, op, key, nonce string, final bool, apply func(*idem.Record, int64) (*idem.Record, error)) error {
+func (s *Store) update(ctx context.Context, op, key, nonce string, final bool, apply func(*storekit.Record, int64) (*storekit.Record, error)) error {
 	if err := storekit.ValidateOwner(key, nonce); err != nil {
 		return fmt.Errorf("natsstore: %s %s: %w", op, key, err)
 	}
@@ -429,8 +428,8 @@ func (s *Store) update(ctx context.Context, op, key, nonce string, final bool, a
 	}
 }
 
-// Get implements idem.Store: the live record, or idem.ErrNotFound.
-func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+// Get implements storekit.Store: the live record, or storekit.ErrNotFound.
+func (s *Store) Get(ctx context.Context, key string) (*storekit.Record, error) {
 	if err := storekit.ValidateKey(key); err != nil {
 		return nil, err
 	}
@@ -448,7 +447,7 @@ func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
 	return rec, nil
 }
 
-// Delete implements idem.Store: the key's entry and its history are purged.
+// Delete implements storekit.Store: the key's entry and its history are purged.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := storekit.ValidateKey(key); err != nil {
 		return err
@@ -458,7 +457,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	}
 	s.disown(key)
 	if err := s.kv.Purge(ctx, kvKey(key)); err != nil {
-		return &idem.StoreError{Op: "delete", Err: err}
+		return &storekit.StoreError{Op: "delete", Err: err}
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,10 +21,10 @@ import (
 )
 
 // buckets remembers the bucket under each store, for the corrupter.
-var buckets sync.Map // idem.Store -> jetstream.KeyValue
+var buckets sync.Map // storekit.Store -> jetstream.KeyValue
 
 // corrupt overwrites key's entry with bytes that do not decode.
-func corrupt(t *testing.T, s idem.Store, key string) {
+func corrupt(t *testing.T, s storekit.Store, key string) {
 	kv, ok := buckets.Load(s)
 	require.True(t, ok, "store %p has no bucket", s)
 	_, err := kv.(jetstream.KeyValue).Put(context.Background(), natsstore.KVKey(key), []byte(`{"v":1,"status":`))
@@ -31,22 +33,22 @@ func corrupt(t *testing.T, s idem.Store, key string) {
 
 func TestConformance(t *testing.T) {
 	_, js := connect(t, testenv.NATSURL(t))
-	storetest.Run(t, func(t *testing.T) idem.Store {
+	storetest.Run(t, func(t *testing.T) storekit.Store {
 		kv := newBucket(t, js)
 		s, err := natsstore.New(kv)
 		require.NoError(t, err)
-		buckets.Store(idem.Store(s), kv)
+		buckets.Store(storekit.Store(s), kv)
 		return s
 	}, storetest.WithCorrupter(corrupt))
 }
 
 func TestConformanceClock(t *testing.T) {
 	_, js := connect(t, testenv.NATSURL(t))
-	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) idem.Store {
+	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) storekit.Store {
 		kv := newBucket(t, js)
 		s, err := natsstore.New(kv, natsstore.WithClock(c.Now))
 		require.NoError(t, err)
-		buckets.Store(idem.Store(s), kv)
+		buckets.Store(storekit.Store(s), kv)
 		return s
 	}, storetest.WithCorrupter(corrupt), storetest.WithRetention(natsstore.DefaultRetention))
 }
@@ -56,7 +58,7 @@ func TestConformanceClock(t *testing.T) {
 // records that are expired past retention.
 func TestPurgeConformance(t *testing.T) {
 	_, js := connect(t, testenv.NATSURL(t))
-	storetest.RunPurge(t, func(t *testing.T) idem.Store {
+	storetest.RunPurge(t, func(t *testing.T) storekit.Store {
 		s, err := natsstore.New(newBucket(t, js), natsstore.WithRetention(0), natsstore.WithoutCleanup())
 		require.NoError(t, err)
 		return s
@@ -66,7 +68,7 @@ func TestPurgeConformance(t *testing.T) {
 func TestProcesses(t *testing.T) {
 	url := testenv.NATSURL(t)
 	storetest.RunProcesses(t, storetest.ProcessConfig{
-		NewStore: func(ns string) (idem.Store, error) {
+		NewStore: func(ns string) (storekit.Store, error) {
 			_, js := connect(t, url)
 			kv, err := natsstore.CreateBucket(context.Background(), js, ns)
 			if err != nil {
@@ -156,25 +158,25 @@ func TestOwnerWritesFollowTakeover(t *testing.T) {
 	require.NoError(t, err)
 	ctx := ctxT(t)
 	key := storetest.NewKey()
-	req := idem.ClaimRequest{Key: key, Nonce: storetest.NewNonce(), LeaseTTL: time.Minute, TakeoverAfter: time.Second}
+	req := storekit.ClaimRequest{Key: key, Nonce: storetest.NewNonce(), LeaseTTL: time.Minute, TakeoverAfter: time.Second}
 	res, err := a.Claim(ctx, req)
 	require.NoError(t, err)
-	require.Equal(t, idem.Claimed, res.Outcome)
+	require.Equal(t, storekit.Claimed, res.Outcome)
 	clock.Advance(2 * time.Second)
 	req2 := req
 	req2.Nonce = storetest.NewNonce()
 	res, err = b.Claim(ctx, req2)
 	require.NoError(t, err)
-	require.Equal(t, idem.TookOver, res.Outcome)
+	require.Equal(t, storekit.TookOver, res.Outcome)
 
-	require.ErrorIs(t, a.Heartbeat(ctx, key, req.Nonce, time.Minute), idem.ErrLostOwnership)
-	require.ErrorIs(t, a.Complete(ctx, key, req.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}), idem.ErrLostOwnership)
-	require.ErrorIs(t, a.Release(ctx, key, req.Nonce), idem.ErrLostOwnership)
-	require.NoError(t, b.Complete(ctx, key, req2.Nonce, idem.Completion{Status: idem.StatusCompleted, Result: []byte("1"), TTL: time.Minute}))
+	require.ErrorIs(t, a.Heartbeat(ctx, key, req.Nonce, time.Minute), storekit.ErrLostOwnership)
+	require.ErrorIs(t, a.Complete(ctx, key, req.Nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}), storekit.ErrLostOwnership)
+	require.ErrorIs(t, a.Release(ctx, key, req.Nonce), storekit.ErrLostOwnership)
+	require.NoError(t, b.Complete(ctx, key, req2.Nonce, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("1"), TTL: time.Minute}))
 	rec, err := a.Get(ctx, key)
 	require.NoError(t, err)
 	assert.Equal(t, req2.Nonce, rec.Nonce)
-	assert.Equal(t, idem.StatusCompleted, rec.Status)
+	assert.Equal(t, storekit.StatusCompleted, rec.Status)
 }
 
 func TestPurge(t *testing.T) {
@@ -190,7 +192,7 @@ func TestPurge(t *testing.T) {
 	old, live := storetest.NewKey(), storetest.NewKey()
 	for _, k := range []string{old, live} {
 		nonce := storetest.NewNonce()
-		_, err := s.Claim(ctx, idem.ClaimRequest{Key: k, Nonce: nonce, LeaseTTL: time.Minute, TakeoverAfter: time.Second})
+		_, err := s.Claim(ctx, storekit.ClaimRequest{Key: k, Nonce: nonce, LeaseTTL: time.Minute, TakeoverAfter: time.Second})
 		require.NoError(t, err)
 		if k == old {
 			require.NoError(t, s.Release(ctx, k, nonce))
@@ -225,7 +227,7 @@ func TestWatchWakesWaiter(t *testing.T) {
 		t.Fatal("woken before any change")
 	case <-time.After(100 * time.Millisecond):
 	}
-	_, err = s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: storetest.NewNonce(), LeaseTTL: time.Minute, TakeoverAfter: time.Second})
+	_, err = s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: storetest.NewNonce(), LeaseTTL: time.Minute, TakeoverAfter: time.Second})
 	require.NoError(t, err)
 	select {
 	case <-changed:
@@ -252,7 +254,7 @@ func TestKeyMapping(t *testing.T) {
 // order of secrets, concurrent replays) on a JetStream bucket.
 func TestRotation(t *testing.T) {
 	_, js := connect(t, testenv.NATSURL(t))
-	storetest.RunRotation(t, func(t *testing.T) idem.Store {
+	storetest.RunRotation(t, func(t *testing.T) storekit.Store {
 		s, err := natsstore.New(newBucket(t, js))
 		require.NoError(t, err)
 		return s

@@ -4,12 +4,12 @@ import (
 	"context"
 	"sync"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/idem-go/idem/storekit"
 
-	"github.com/idem-go/idem"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Watch implements idem.Watcher with a KV watch of the key (updates only):
+// Watch implements storekit.Watcher with a KV watch of the key (updates only):
 // the channel is closed at the first change of the record after Watch
 // returned, or when ctx ends or the watch fails, so a waiter never sleeps
 // through a change; stop ends the watch.
@@ -18,7 +18,7 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func(),
 	w, err := s.kv.Watch(wctx, kvKey(key), jetstream.UpdatesOnly())
 	if err != nil {
 		cancel()
-		return nil, nil, &idem.StoreError{Op: "watch", Err: err}
+		return nil, nil, &storekit.StoreError{Op: "watch", Err: err}
 	}
 	changed := make(chan struct{})
 	go func() {

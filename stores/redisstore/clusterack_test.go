@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -80,7 +81,7 @@ func TestReplicaAckWaitGoesToTheKeysMaster(t *testing.T) {
 		require.True(t, errors.As(err, &ae), "%v", err)
 		assert.EqualValues(t, 0, ae.Got)
 		_, err = s.Get(ctx, key)
-		assert.ErrorIs(t, err, idem.ErrNotFound, "the unacknowledged claim is released")
+		assert.ErrorIs(t, err, storekit.ErrNotFound, "the unacknowledged claim is released")
 		master, err := c.MasterForKey(ctx, s.Key(key))
 		require.NoError(t, err)
 		rec.mu.Lock()

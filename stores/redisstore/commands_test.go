@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -101,6 +103,6 @@ func TestCommandsInsideScripts(t *testing.T) {
 		require.NoError(t, err)
 		rec, err := s.Get(ctx, sk)
 		require.NoError(t, err)
-		assert.Equal(t, idem.StatusCompleted, rec.Status)
+		assert.Equal(t, storekit.StatusCompleted, rec.Status)
 	}
 }

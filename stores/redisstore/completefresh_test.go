@@ -4,10 +4,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/redisstore"
 )
 
@@ -27,7 +28,7 @@ func TestCompleteFreshClaim(t *testing.T) {
 				req.PayloadHash = "ph"
 				res, err := s.Claim(ctx, req)
 				require.NoError(t, err)
-				require.Equal(t, idem.Claimed, res.Outcome)
+				require.Equal(t, storekit.Claimed, res.Outcome)
 				assert.True(t, s.RemembersFresh(req.Nonce))
 				switch hint {
 				case "forgotten":
@@ -42,12 +43,12 @@ func TestCompleteFreshClaim(t *testing.T) {
 				claimed, err := s.Get(ctx, key)
 				require.NoError(t, err)
 
-				done := idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"id":7}`), TTL: time.Hour}
+				done := storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`{"id":7}`), TTL: time.Hour}
 				require.NoError(t, s.Complete(ctx, key, req.Nonce, done))
 				assert.False(t, s.RemembersFresh(req.Nonce))
 				got, err := s.Get(ctx, key)
 				require.NoError(t, err)
-				assert.Equal(t, idem.StatusCompleted, got.Status)
+				assert.Equal(t, storekit.StatusCompleted, got.Status)
 				assert.Equal(t, []byte(`{"id":7}`), got.Result)
 				assert.Nil(t, got.Error)
 				assert.Equal(t, req.Nonce, got.Nonce)
@@ -83,12 +84,12 @@ func TestCompleteFreshClaimOfAnother(t *testing.T) {
 		require.NoError(t, a.Delete(ctx, key))
 		res, err := b.Claim(ctx, claimReq(key, "nb"))
 		require.NoError(t, err)
-		require.Equal(t, idem.Claimed, res.Outcome)
-		assert.ErrorIs(t, a.Complete(ctx, key, "na", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}), idem.ErrLostOwnership)
+		require.Equal(t, storekit.Claimed, res.Outcome)
+		assert.ErrorIs(t, a.Complete(ctx, key, "na", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}), storekit.ErrLostOwnership)
 		got, err := b.Get(ctx, key)
 		require.NoError(t, err)
-		assert.Equal(t, idem.StatusInProgress, got.Status)
+		assert.Equal(t, storekit.StatusInProgress, got.Status)
 		assert.Equal(t, "nb", got.Nonce)
-		require.NoError(t, b.Complete(ctx, key, "nb", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}))
+		require.NoError(t, b.Complete(ctx, key, "nb", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}))
 	})
 }

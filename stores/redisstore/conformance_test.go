@@ -4,7 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/stores/storetest"
 	"github.com/redis/go-redis/v9"
@@ -13,7 +14,7 @@ import (
 
 // corrupter overwrites a record's attempt with garbage, bypassing the store.
 func corrupter(c backend) storetest.Option {
-	return storetest.WithCorrupter(func(t *testing.T, s idem.Store, key string) {
+	return storetest.WithCorrupter(func(t *testing.T, s storekit.Store, key string) {
 		rs := s.(*redisstore.Store)
 		ctx := context.Background()
 		v, err := c.Get(ctx, rs.Key(key)).Result()
@@ -24,6 +25,6 @@ func corrupter(c backend) storetest.Option {
 
 func TestConformance(t *testing.T) {
 	both(t, func(t *testing.T, c backend) {
-		storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, c) }, corrupter(c), storetest.WithNativeExpiry())
+		storetest.Run(t, func(t *testing.T) storekit.Store { return newStore(t, c) }, corrupter(c), storetest.WithNativeExpiry())
 	})
 }

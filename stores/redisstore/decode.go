@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 )
 
@@ -49,20 +48,20 @@ const (
 	maxNum   = 9999999999999
 )
 
-var statusChar = map[idem.Status]byte{
-	idem.StatusInProgress: 'P',
-	idem.StatusCompleted:  'C',
-	idem.StatusFailed:     'F',
+var statusChar = map[storekit.Status]byte{
+	storekit.StatusInProgress: 'P',
+	storekit.StatusCompleted:  'C',
+	storekit.StatusFailed:     'F',
 }
 
-func charStatus(c byte) (idem.Status, bool) {
+func charStatus(c byte) (storekit.Status, bool) {
 	switch c {
 	case 'P':
-		return idem.StatusInProgress, true
+		return storekit.StatusInProgress, true
 	case 'C':
-		return idem.StatusCompleted, true
+		return storekit.StatusCompleted, true
 	case 'F':
-		return idem.StatusFailed, true
+		return storekit.StatusFailed, true
 	}
 	return "", false
 }
@@ -95,7 +94,7 @@ func digits(s string) (int64, bool) {
 
 // encode returns the value of r in the record encoding. The stores' scripts
 // write records themselves; encode serves tests and tools.
-func encode(r *idem.Record) (string, error) {
+func encode(r *storekit.Record) (string, error) {
 	if err := storekit.CheckRecord(r); err != nil {
 		return "", err
 	}
@@ -139,14 +138,14 @@ func encode(r *idem.Record) (string, error) {
 }
 
 // decode turns a stored value into a Record. Anything that is not a valid
-// record for key is an *idem.CorruptRecordError. It applies the
+// record for key is an *storekit.CorruptRecordError. It applies the
 // same rules as get() and check() in lua/common.lua, plus the key and
 // Record.Validate. pexpire is the key's absolute expiry (PEXPIRETIME, read
 // with the value), which a fresh claim's relative times are counted from;
 // a value with relative times and no expiry (pexpire < 0) is corrupt.
-func decode(key, v string, pexpire int64) (*idem.Record, error) {
+func decode(key, v string, pexpire int64) (*storekit.Record, error) {
 	corrupt := func(format string, args ...any) error {
-		return &idem.CorruptRecordError{Key: key, Err: fmt.Errorf(format, args...)}
+		return &storekit.CorruptRecordError{Key: key, Err: fmt.Errorf(format, args...)}
 	}
 	h, err := decodeHeader(v, corrupt)
 	if err != nil {
@@ -165,13 +164,13 @@ func decode(key, v string, pexpire int64) (*idem.Record, error) {
 	if h.flags&flagRelative != 0 {
 		// A claim written by SET NX: expires_at holds the lease and
 		// completed_at the retention; the key expires at expiry + retention.
-		if h.status != idem.StatusInProgress || nums[1] != 0 || nums[2] != 0 || pexpire < 0 {
+		if h.status != storekit.StatusInProgress || nums[1] != 0 || nums[2] != 0 || pexpire < 0 {
 			return nil, corrupt("relative times on a record that is not a fresh claim")
 		}
 		exp := pexpire - nums[3]
 		nums[0], nums[1], nums[2], nums[3] = exp, exp-nums[0], exp-nums[0], 0
 	}
-	r := &idem.Record{
+	r := &storekit.Record{
 		Key: parts[2], Status: h.status, PayloadHash: parts[1], Nonce: parts[0],
 		ExpiresAt: nums[0], HeartbeatAt: nums[1], StartedAt: nums[2], CompletedAt: nums[3],
 		Attempt: nums[4], TakeoverMs: nums[5],
@@ -180,10 +179,10 @@ func decode(key, v string, pexpire int64) (*idem.Record, error) {
 		r.Result = []byte(parts[3])
 	}
 	if h.flags&flagError != 0 {
-		r.Error = &idem.RecordedFailure{Message: parts[4], Type: parts[5]}
+		r.Error = &storekit.RecordedFailure{Message: parts[4], Type: parts[5]}
 	}
 	if err := storekit.CheckRecord(r); err != nil {
-		return nil, &idem.CorruptRecordError{Key: key, Err: err}
+		return nil, &storekit.CorruptRecordError{Key: key, Err: err}
 	}
 	if r.Attempt >= maxNum {
 		// The largest attempt the field holds: no claim can follow it (as
@@ -199,7 +198,7 @@ func decode(key, v string, pexpire int64) (*idem.Record, error) {
 // attempt, takeover ms) and the six lengths (nonce, payload hash, key,
 // result, error message, error type).
 type header struct {
-	status idem.Status
+	status storekit.Status
 	flags  byte
 	nums   [6]int64
 	lens   [6]int64
@@ -254,14 +253,14 @@ func decodeHeader(v string, corrupt func(string, ...any) error) (header, error) 
 // claimTail is the part of a new claim's value from the takeover threshold
 // on: takeover ms, the six lengths, nonce, payload hash and key. The claim
 // script puts the status, times and attempt in front of it.
-func claimTail(req idem.ClaimRequest) (string, error) {
+func claimTail(req storekit.ClaimRequest) (string, error) {
 	if err := checkClaim(req); err != nil {
 		return "", err
 	}
 	return string(appendTail(make([]byte, 0, headerLen-offTakeover+len(req.Nonce)+len(req.PayloadHash)+len(req.Key)), req)), nil
 }
 
-func checkClaim(req idem.ClaimRequest) error {
+func checkClaim(req storekit.ClaimRequest) error {
 	tk := req.TakeoverAfter.Milliseconds()
 	if tk < 0 || tk > maxNum {
 		return fmt.Errorf("takeover threshold %v out of range", req.TakeoverAfter)
@@ -272,7 +271,7 @@ func checkClaim(req idem.ClaimRequest) error {
 	return nil
 }
 
-func appendTail(b []byte, req idem.ClaimRequest) []byte {
+func appendTail(b []byte, req storekit.ClaimRequest) []byte {
 	b = pad(b, req.TakeoverAfter.Milliseconds(), numWidth)
 	b = pad(b, int64(len(req.Nonce)), smallWidth)
 	b = pad(b, int64(len(req.PayloadHash)), smallWidth)
@@ -286,14 +285,14 @@ func appendTail(b []byte, req idem.ClaimRequest) []byte {
 // claimValue is a fresh claim written with SET NX PX (lease + retention):
 // status in progress, attempt 1, and times relative to the key's expiry,
 // which the server sets from its own clock.
-func claimValue(req idem.ClaimRequest, retention time.Duration) (string, error) {
+func claimValue(req storekit.ClaimRequest, retention time.Duration) (string, error) {
 	b, err := claimBytes(req, retention)
 	return string(b), err
 }
 
 // claimBytes is claimValue as bytes (the claim sends them as they are: a
 // replay, which does not keep the value, converts nothing).
-func claimBytes(req idem.ClaimRequest, retention time.Duration) ([]byte, error) {
+func claimBytes(req storekit.ClaimRequest, retention time.Duration) ([]byte, error) {
 	if err := checkClaim(req); err != nil {
 		return nil, err
 	}
@@ -317,7 +316,7 @@ const sfTable = "C0C1C2C3F0F1F2F3"
 
 // outcome returns the status-and-flags, lengths and body arguments of the
 // complete script.
-func outcome(c idem.Completion) (sf, lens, body string, err error) {
+func outcome(c storekit.Completion) (sf, lens, body string, err error) {
 	var flags byte
 	var msg, typ string
 	if c.Result != nil {
@@ -331,7 +330,7 @@ func outcome(c idem.Completion) (sf, lens, body string, err error) {
 		return "", "", "", errors.New("result or error too long for the record encoding")
 	}
 	base := 0 // sfTable: completed, then failed
-	if c.Status == idem.StatusFailed {
+	if c.Status == storekit.StatusFailed {
 		base = 8
 	}
 	sf = sfTable[base+2*int(flags) : base+2*int(flags)+2]

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // FuzzDecode: decode never panics; what it accepts is a valid record that
@@ -14,11 +14,11 @@ import (
 // and what it refuses is ErrCorruptRecord.
 func FuzzDecode(f *testing.F) {
 	const key = "idem:k"
-	for _, r := range []*idem.Record{
-		{Key: key, Status: idem.StatusInProgress, Nonce: "n", Attempt: 1, StartedAt: 1, HeartbeatAt: 1, ExpiresAt: 2, TakeoverMs: 30000, PayloadHash: "ph"},
-		{Key: key, Status: idem.StatusCompleted, Nonce: "n", Attempt: 3, Result: []byte(`{"a":1}`), CompletedAt: 5, ExpiresAt: 9},
-		{Key: key, Status: idem.StatusFailed, Nonce: "n", Attempt: 2, Error: &idem.RecordedFailure{Message: "boom", Type: "T"}},
-		{Key: key, Status: idem.StatusCompleted, Nonce: "n", Attempt: 1, Result: []byte{}},
+	for _, r := range []*storekit.Record{
+		{Key: key, Status: storekit.StatusInProgress, Nonce: "n", Attempt: 1, StartedAt: 1, HeartbeatAt: 1, ExpiresAt: 2, TakeoverMs: 30000, PayloadHash: "ph"},
+		{Key: key, Status: storekit.StatusCompleted, Nonce: "n", Attempt: 3, Result: []byte(`{"a":1}`), CompletedAt: 5, ExpiresAt: 9},
+		{Key: key, Status: storekit.StatusFailed, Nonce: "n", Attempt: 2, Error: &storekit.RecordedFailure{Message: "boom", Type: "T"}},
+		{Key: key, Status: storekit.StatusCompleted, Nonce: "n", Attempt: 1, Result: []byte{}},
 	} {
 		v, err := encode(r)
 		if err != nil {
@@ -26,7 +26,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		f.Add(v, int64(-1))
 	}
-	fresh, err := claimValue(idem.ClaimRequest{Key: key, Nonce: "n", PayloadHash: "ph", LeaseTTL: time.Minute, TakeoverAfter: time.Second}, time.Minute)
+	fresh, err := claimValue(storekit.ClaimRequest{Key: key, Nonce: "n", PayloadHash: "ph", LeaseTTL: time.Minute, TakeoverAfter: time.Second}, time.Minute)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(fresh, int64(-1))
 	f.Add("R2", int64(0))
 	for _, r := range []string{"R2", "R3"} { // R2: another version, corrupt
-		v, err := encode(&idem.Record{Key: key, Status: idem.StatusCompleted, Nonce: "n", Attempt: 3, Result: []byte(`1`), CompletedAt: 5, ExpiresAt: 9})
+		v, err := encode(&storekit.Record{Key: key, Status: storekit.StatusCompleted, Nonce: "n", Attempt: 3, Result: []byte(`1`), CompletedAt: 5, ExpiresAt: 9})
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -46,7 +46,7 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v string, pexpire int64) {
 		r, err := decode(key, v, pexpire)
 		if err != nil {
-			if !errors.Is(err, idem.ErrCorruptRecord) {
+			if !errors.Is(err, storekit.ErrCorruptRecord) {
 				t.Fatalf("error %v does not match ErrCorruptRecord", err)
 			}
 			return

@@ -1,4 +1,4 @@
-// Package redisstore is an idem.Store on Redis (github.com/redis/go-redis/v9)
+// Package redisstore is an storekit.Store on Redis (github.com/redis/go-redis/v9)
 // 7.0 or later, or Valkey: standalone, Sentinel (redis.NewFailoverClient),
 // Ring or Cluster.
 //
@@ -21,7 +21,7 @@
 // in-progress record is kept past its expiry so fencing tokens keep
 // counting (default one minute), WithWatchTimeout and WithHealthInterval
 // tune the pub/sub wake-ups. New does no I/O and reports an invalid option
-// as an error matching idem.ErrInvalidOption.
+// as an error matching storekit.ErrInvalidOption.
 //
 // Replicas: Redis replicates asynchronously, so a store refuses to run
 // silently on a master with replicas. Give WithReplicaAck(n, timeout) (each
@@ -64,9 +64,9 @@
 // claim KEY: cannot reach the Redis server at ADDR: dial tcp ...".
 // A record that does not decode (malformed header, lengths that do not add
 // up, another key, wrong type at the key, unknown version) is an
-// *idem.CorruptRecordError, never a panic, and no script overwrites it. A
-// nonce mismatch is idem.ErrLostOwnership. New reports an invalid option as
-// an error matching idem.ErrInvalidOption.
+// *storekit.CorruptRecordError, never a panic, and no script overwrites it. A
+// nonce mismatch is storekit.ErrLostOwnership. New reports an invalid option as
+// an error matching storekit.ErrInvalidOption.
 //
 // go-redis itself logs failed dials from its connection pool ("failed to
 // dial after 5 attempts") to stderr through its package-wide logger; this
@@ -87,7 +87,7 @@
 // when a master has replicas and neither WithReplicaAck nor
 // AcceptAsyncReplication was given, every claim fails before writing
 // anything with a *ReplicationError matching ErrAsyncReplication and
-// idem.ErrInvalidOption. WithReplicaAck(n, timeout) sends a WAIT n
+// storekit.ErrInvalidOption. WithReplicaAck(n, timeout) sends a WAIT n
 // timeout in the same pipeline (the same connection, one round trip) as the
 // claim's SET NX GET (the claim script, when it runs) and the complete
 // script. On a Cluster the pipeline goes to the
@@ -95,9 +95,9 @@
 // write. A claim that fewer than n replicas acknowledged in time is released
 // and Claim returns a *ReplicaAckError matching ErrNotReplicated, so the
 // Guard fails the call without running fn. A completion that fewer than n
-// replicas acknowledged returns an *idem.NotRecordedError wrapping a
+// replicas acknowledged returns an *storekit.NotRecordedError wrapping a
 // *ReplicaAckError, so the Guard returns the result together with that
-// error (matching idem.ErrNotRecorded) at once. WAIT makes a write survive the
+// error (matching storekit.ErrNotRecorded) at once. WAIT makes a write survive the
 // failover of a master to an acknowledging replica; it does not make Redis
 // strongly consistent (a replica that lost the race can still be promoted
 // when more than n replicas exist and fewer acknowledged).
@@ -219,7 +219,7 @@
 //
 // # Push wake-ups
 //
-// Store implements idem.Watcher with pub/sub. Completions are not
+// Store implements storekit.Watcher with pub/sub. Completions are not
 // published by default: nobody waits on almost every key. Watch subscribes
 // the key's change channel and, once the server confirmed the
 // subscription, marks the record watched (flag +8, one script; a Guard

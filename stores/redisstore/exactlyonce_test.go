@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/stores/storetest"
@@ -21,7 +23,7 @@ func TestExactlyOnceProcesses(t *testing.T) {
 		storetest.RunProcesses(t, storetest.ProcessConfig{
 			Keys:    24,
 			Options: []idem.Option{idem.WithHeartbeat(500 * time.Millisecond), idem.WithTakeoverAfter(5 * time.Second)},
-			NewStore: func(prefix string) (idem.Store, error) {
+			NewStore: func(prefix string) (storekit.Store, error) {
 				return redisstore.New(dial(t, kind), redisstore.WithPrefix(prefix))
 			},
 		})

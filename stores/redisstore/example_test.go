@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem"
@@ -103,7 +105,7 @@ func ExampleWithReplicaAck() {
 	switch {
 	case errors.Is(err, redisstore.ErrNotReplicated):
 		fmt.Println("claim not replicated in time; fn did not run")
-	case errors.Is(err, idem.ErrNotRecorded):
+	case errors.Is(err, storekit.ErrNotRecorded):
 		fmt.Println(id, "(ran, but the outcome may not survive a failover)")
 	case err != nil:
 		panic(err)

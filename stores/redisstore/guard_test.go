@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/redisstore"
@@ -58,7 +60,7 @@ func TestRoundTrips(t *testing.T) {
 			assert.EqualValues(t, op.evalsha, h.evalsha.Load(), op.name)
 		}
 		h.reset()
-		require.NoError(t, s.Complete(ctx, key, "n", idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+		require.NoError(t, s.Complete(ctx, key, "n", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}))
 		require.NoError(t, s.Delete(ctx, key))
 		_, err := s.Claim(ctx, claimReq(key, "m"))
 		require.NoError(t, err)
@@ -103,7 +105,7 @@ func TestScriptCacheFlushed(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.ScriptFlush(ctx).Err())
 	h.reset()
-	require.NoError(t, s.Complete(ctx, key, "n", idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+	require.NoError(t, s.Complete(ctx, key, "n", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}))
 	assert.EqualValues(t, 1, h.evalsha.Load())
 	assert.EqualValues(t, 1, h.eval.Load())
 }
@@ -244,7 +246,7 @@ func TestWatchAfterPubSubKill(t *testing.T) {
 		ch2, _, err = s.Watch(ctx, k)
 		return err == nil
 	}, 5*time.Second, 20*time.Millisecond)
-	require.NoError(t, s.Complete(ctx, k, "n", idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+	require.NoError(t, s.Complete(ctx, k, "n", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}))
 	select {
 	case <-ch2:
 	case <-time.After(5 * time.Second):
@@ -266,7 +268,7 @@ func TestRing(t *testing.T) {
 		require.NoError(t, err)
 		ch, stop, err := s.Watch(ctx, k)
 		require.NoError(t, err)
-		require.NoError(t, s.Complete(ctx, k, "n", idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+		require.NoError(t, s.Complete(ctx, k, "n", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}))
 		<-ch
 		stop()
 	}

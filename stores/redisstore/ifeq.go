@@ -8,7 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -238,7 +239,7 @@ func completedRecord(claim, sf, lens, body string, expires, now, started int64) 
 // server refused the command (then, for a refused IFEQ, the store stops
 // using it until it reads the server again). Then the complete script
 // decides.
-func (s *Store) completeIfEq(ctx context.Context, key string, f freshClaim, comp idem.Completion, sf, lens, body string) (done bool, err error) {
+func (s *Store) completeIfEq(ctx context.Context, key string, f freshClaim, comp storekit.Completion, sf, lens, body string) (done bool, err error) {
 	rk := s.Key(key)
 	c := s.clock(ctx, rk, time.Now())
 	if c == nil || len(f.value) < headerLen {

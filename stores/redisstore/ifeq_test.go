@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/stretchr/testify/assert"
@@ -66,7 +68,7 @@ func testCompleteIfEq(t *testing.T, kind string) {
 
 	rec, err := s.Get(ctx, sk)
 	require.NoError(t, err)
-	assert.Equal(t, idem.StatusCompleted, rec.Status)
+	assert.Equal(t, storekit.StatusCompleted, rec.Status)
 	assert.Equal(t, []byte("42"), rec.Result)
 	// The reading's error is at most half its round trip (100ms at most)
 	// and a millisecond of rounding; on a Cluster, the test's TIME may come
@@ -94,13 +96,13 @@ func testCompleteIfEq(t *testing.T, kind string) {
 	_, err = other.Claim(ctx, claimReq(key, "n2"))
 	require.NoError(t, err)
 	h.reset()
-	err = s.Complete(ctx, key, "n1", idem.Completion{Status: idem.StatusCompleted, Result: []byte("1"), TTL: time.Minute})
-	require.True(t, errors.Is(err, idem.ErrLostOwnership), "got %v", err)
+	err = s.Complete(ctx, key, "n1", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("1"), TTL: time.Minute})
+	require.True(t, errors.Is(err, storekit.ErrLostOwnership), "got %v", err)
 	assert.Equal(t, then(set, "evalsha"), h.sent(), "the conditional SET wrote nothing, the script told")
 	assert.Equal(t, then(scripts, redisstore.CompleteSHA), h.scripts())
 	rec, err = s.Get(ctx, key)
 	require.NoError(t, err)
-	assert.Equal(t, idem.StatusInProgress, rec.Status)
+	assert.Equal(t, storekit.StatusInProgress, rec.Status)
 	assert.Equal(t, "n2", rec.Nonce)
 
 	// A watched key: the IFEQ finds the watched flag, the script completes
@@ -113,7 +115,7 @@ func testCompleteIfEq(t *testing.T, kind string) {
 	require.NoError(t, err)
 	defer stop()
 	h.reset()
-	require.NoError(t, s.Complete(ctx, key, "n3", idem.Completion{Status: idem.StatusCompleted, Result: []byte("3"), TTL: time.Minute}))
+	require.NoError(t, s.Complete(ctx, key, "n3", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("3"), TTL: time.Minute}))
 	assert.Equal(t, then(set, "evalsha"), h.sent(), "the conditional SET, then the script")
 	select {
 	case <-changed:
@@ -122,7 +124,7 @@ func testCompleteIfEq(t *testing.T, kind string) {
 	}
 	rec, err = s.Get(ctx, key)
 	require.NoError(t, err)
-	assert.Equal(t, idem.StatusCompleted, rec.Status)
+	assert.Equal(t, storekit.StatusCompleted, rec.Status)
 }
 
 // TestLoadScriptsReadsClock: after LoadScripts the first fresh call

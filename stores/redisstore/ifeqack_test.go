@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/redisstore"
@@ -61,7 +63,7 @@ func TestCompleteIfEqReplicaAck(t *testing.T) {
 	})
 	require.NoError(t, replica.Signal(syscall.SIGCONT))
 	assert.Equal(t, 2, v)
-	assert.True(t, errors.Is(err, idem.ErrNotRecorded), "got %v", err)
+	assert.True(t, errors.Is(err, storekit.ErrNotRecorded), "got %v", err)
 	assert.True(t, errors.Is(err, redisstore.ErrNotReplicated), "got %v", err)
 	assert.Equal(t, []string{"set", "wait", "set", "wait"}, h.sent(), "the completion was the SET IFEQ, unacknowledged")
 }

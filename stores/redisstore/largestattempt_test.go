@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/redisstore"
 )
@@ -37,7 +39,7 @@ func TestLargestAttemptIsCorrupt(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				v, err := redisstore.Encode(&idem.Record{Key: sk, Status: idem.StatusInProgress, Nonce: "owner",
+				v, err := redisstore.Encode(&storekit.Record{Key: sk, Status: storekit.StatusInProgress, Nonce: "owner",
 					Attempt: 9999999999999, StartedAt: 1, HeartbeatAt: 1, ExpiresAt: tc.expiresAt, TakeoverMs: 20})
 				if err != nil {
 					t.Fatal(err)
@@ -47,13 +49,13 @@ func TestLargestAttemptIsCorrupt(t *testing.T) {
 				}
 				ran := false
 				_, err = g.Do(ctx, tc.name, func(context.Context) (int, error) { ran = true; return 1, nil })
-				if !errors.Is(err, idem.ErrCorruptRecord) {
+				if !errors.Is(err, storekit.ErrCorruptRecord) {
 					t.Errorf("%s: Do: %v, want ErrCorruptRecord", tc.name, err)
 				}
 				if ran {
 					t.Errorf("%s: fn ran", tc.name)
 				}
-				if _, err := s.Get(ctx, sk); !errors.Is(err, idem.ErrCorruptRecord) {
+				if _, err := s.Get(ctx, sk); !errors.Is(err, storekit.ErrCorruptRecord) {
 					t.Errorf("%s: Get: %v, want ErrCorruptRecord", tc.name, err)
 				}
 				if got, err := c.Get(ctx, s.Key(sk)).Result(); err != nil || got != v {

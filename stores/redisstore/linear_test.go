@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -81,23 +82,23 @@ func TestClaimScriptAnswersItsOwnNonce(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, o.Release(ctx, key, "first"))
 
-		done := idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Hour}
+		done := storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`1`), TTL: time.Hour}
 		hook.arm(func() {
 			res, err := o.Claim(ctx, claimReq(key, "same"))
 			require.NoError(t, err)
-			require.Equal(t, idem.Claimed, res.Outcome)
+			require.Equal(t, storekit.Claimed, res.Outcome)
 			require.NoError(t, o.Complete(ctx, key, "same", done))
 		})
 		res, err := s.Claim(ctx, claimReq(key, "same"))
 		require.NoError(t, err)
-		assert.Equal(t, idem.Claimed, res.Outcome, "the record carries this claim's nonce")
+		assert.Equal(t, storekit.Claimed, res.Outcome, "the record carries this claim's nonce")
 		assert.Equal(t, "same", res.Record.Nonce)
-		assert.Equal(t, idem.StatusCompleted, res.Record.Status)
+		assert.Equal(t, storekit.StatusCompleted, res.Record.Status)
 		assert.EqualValues(t, 2, res.Record.Attempt)
 
 		// Another nonce still gets the completed record as Existing.
 		res, err = s.Claim(ctx, claimReq(key, "another"))
 		require.NoError(t, err)
-		assert.Equal(t, idem.Existing, res.Outcome)
+		assert.Equal(t, storekit.Existing, res.Outcome)
 	})
 }

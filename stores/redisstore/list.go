@@ -9,11 +9,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/redis/go-redis/v9"
 )
 
-var _ idem.Lister = (*Store)(nil)
+var _ storekit.Lister = (*Store)(nil)
 
 // listPage is how many keys one SCAN asks for (COUNT) and how many values
 // one pipeline reads.
@@ -25,7 +26,7 @@ type nodeClient interface {
 	Pipeline() redis.Pipeliner
 }
 
-// Records implements idem.Lister. Redis keeps no index of the store's
+// Records implements storekit.Lister. Redis keeps no index of the store's
 // keys: it scans the whole keyspace of every server (each master of a
 // Cluster, each shard of a Ring, one after another) with SCAN MATCH
 // <prefix>{*} COUNT 1000, and reads each page's values with GET and
@@ -33,8 +34,8 @@ type nodeClient interface {
 // claims go on while it runs; memory holds one page. A client of another
 // type than *redis.Client, *redis.Ring and *redis.ClusterClient (a wrapper)
 // cannot be listed: the sequence yields an error.
-func (s *Store) Records(ctx context.Context) iter.Seq2[*idem.Record, error] {
-	return func(yield func(*idem.Record, error) bool) {
+func (s *Store) Records(ctx context.Context) iter.Seq2[*storekit.Record, error] {
+	return func(yield func(*storekit.Record, error) bool) {
 		nodes, err := s.listNodes(ctx)
 		if err != nil {
 			yield(nil, err)
@@ -79,7 +80,7 @@ func (s *Store) listNodes(ctx context.Context) ([]nodeClient, error) {
 }
 
 // listNode yields the live records of one server; false means stop.
-func (s *Store) listNode(ctx context.Context, n nodeClient, match string, yield func(*idem.Record, error) bool) bool {
+func (s *Store) listNode(ctx context.Context, n nodeClient, match string, yield func(*storekit.Record, error) bool) bool {
 	var cursor uint64
 	for {
 		keys, next, err := n.Scan(ctx, cursor, match, listPage).Result()
@@ -98,7 +99,7 @@ func (s *Store) listNode(ctx context.Context, n nodeClient, match string, yield 
 }
 
 // listPage reads and yields the records of one page of keys.
-func (s *Store) listPage(ctx context.Context, n nodeClient, keys []string, yield func(*idem.Record, error) bool) bool {
+func (s *Store) listPage(ctx context.Context, n nodeClient, keys []string, yield func(*storekit.Record, error) bool) bool {
 	p := n.Pipeline()
 	gets := make([]*redis.StringCmd, len(keys))
 	exps := make([]*redis.DurationCmd, len(keys))
@@ -131,7 +132,7 @@ func (s *Store) listPage(ctx context.Context, n nodeClient, keys []string, yield
 			if !s.recordShaped(k) {
 				continue // another application's key that the pattern matched
 			}
-			if !yield(nil, &idem.CorruptRecordError{Key: k, Err: errors.New("not a record of this store's encoding")}) {
+			if !yield(nil, &storekit.CorruptRecordError{Key: k, Err: errors.New("not a record of this store's encoding")}) {
 				return false
 			}
 			continue

@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -74,13 +75,13 @@ func fill(t *testing.T, c *redis.Client, s *redisstore.Store, n int) {
 		for j := i; j < i+batch && j < n; j++ {
 			go func(j int) {
 				sum := sha256.Sum256([]byte(fmt.Sprint(j)))
-				key := idem.StorageKeyPrefix + hex.EncodeToString(sum[:])
+				key := storekit.StorageKeyPrefix + hex.EncodeToString(sum[:])
 				nonce := fmt.Sprintf("n%d", j)
-				if _, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Hour, TakeoverAfter: time.Hour}); err != nil {
+				if _, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Hour, TakeoverAfter: time.Hour}); err != nil {
 					done <- err
 					return
 				}
-				done <- s.Complete(ctx, key, nonce, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"n":1}`), TTL: 5 * time.Minute})
+				done <- s.Complete(ctx, key, nonce, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`{"n":1}`), TTL: 5 * time.Minute})
 			}(j)
 		}
 		for j := i; j < i+batch && j < n; j++ {
@@ -92,7 +93,7 @@ func fill(t *testing.T, c *redis.Client, s *redisstore.Store, n int) {
 }
 
 // listPeak lists every record of l while a goroutine samples the heap.
-func listPeak(t *testing.T, l idem.Lister) (peak, base uint64, n int) {
+func listPeak(t *testing.T, l storekit.Lister) (peak, base uint64, n int) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -146,7 +147,7 @@ func TestRecordsForeignKeys(t *testing.T) {
 	var corrupt []string
 	n := 0
 	for rec, err := range s.Records(ctx) {
-		var ce *idem.CorruptRecordError
+		var ce *storekit.CorruptRecordError
 		if errors.As(err, &ce) {
 			corrupt = append(corrupt, ce.Key)
 			continue

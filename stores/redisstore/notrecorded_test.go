@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/redisstore"
@@ -70,9 +72,9 @@ func TestNotRecordedOnlyWhenTrue(t *testing.T) {
 			rc := standalone(t)
 			raw, gerr := rc.Get(ctx, s.Key(sk)).Result()
 			rec, rerr := s.Get(ctx, sk)
-			completed := rerr == nil && rec.Status == idem.StatusCompleted
+			completed := rerr == nil && rec.Status == storekit.StatusCompleted
 			t.Logf("record: %v %v (raw %d bytes, %v)", rec, rerr, len(raw), gerr)
-			if errors.Is(err, idem.ErrNotRecorded) {
+			if errors.Is(err, storekit.ErrNotRecorded) {
 				assert.False(t, completed, "Do answered %v and the record ended completed", err)
 			}
 			if err == nil {

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/stores/storetest"
@@ -14,7 +16,7 @@ import (
 // each deploy runs them) on standalone Redis and the Cluster.
 func TestRotation(t *testing.T) {
 	both(t, func(t *testing.T, c backend) {
-		storetest.RunRotation(t, func(t *testing.T) idem.Store { return newStore(t, c) })
+		storetest.RunRotation(t, func(t *testing.T) storekit.Store { return newStore(t, c) })
 	})
 }
 
@@ -38,7 +40,7 @@ func rotationProcesses(t *testing.T, kind string) {
 	storetest.RunRotationProcesses(t, storetest.ProcessConfig{
 		Keys:    24,
 		Options: []idem.Option{idem.WithHeartbeat(500 * time.Millisecond), idem.WithTakeoverAfter(5 * time.Second)},
-		NewStore: func(prefix string) (idem.Store, error) {
+		NewStore: func(prefix string) (storekit.Store, error) {
 			return redisstore.New(dial(t, kind), redisstore.WithPrefix(prefix))
 		},
 	})

@@ -3,7 +3,8 @@ package redisstore_test
 import (
 	"testing"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -14,7 +15,7 @@ import (
 // process (the paused owner's writes, once it runs again, refused).
 func stepCrash(t *testing.T, kind string) {
 	storetest.RunStepCrash(t, storetest.StepCrashConfig{
-		NewStore: func(prefix string) (idem.Store, error) {
+		NewStore: func(prefix string) (storekit.Store, error) {
 			return redisstore.New(dial(t, kind), redisstore.WithPrefix(prefix))
 		},
 	})

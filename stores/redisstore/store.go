@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 	"github.com/redis/go-redis/v9"
 )
@@ -45,11 +44,11 @@ type pipeliner interface {
 }
 
 var (
-	_ Client       = (*redis.Client)(nil)
-	_ Client       = (*redis.Ring)(nil)
-	_ Client       = (*redis.ClusterClient)(nil)
-	_ idem.Store   = (*Store)(nil)
-	_ idem.Watcher = (*Store)(nil)
+	_ Client           = (*redis.Client)(nil)
+	_ Client           = (*redis.Ring)(nil)
+	_ Client           = (*redis.ClusterClient)(nil)
+	_ storekit.Store   = (*Store)(nil)
+	_ storekit.Watcher = (*Store)(nil)
 )
 
 var (
@@ -97,7 +96,7 @@ var ErrNotReplicated = errors.New("redisstore: write not acknowledged by enough 
 // ReplicaAckError says how many replicas acknowledged a write (Got) when
 // WithReplicaAck asked for Want. It matches ErrNotReplicated. A claim
 // returns it after releasing the claim; a completion returns it inside a
-// permanent *idem.StoreError, so the Guard reports idem.ErrNotRecorded.
+// permanent *storekit.StoreError, so the Guard reports storekit.ErrNotRecorded.
 type ReplicaAckError struct {
 	Op        string // "claim" or "complete"
 	Key       string // storage key
@@ -120,7 +119,7 @@ func (e *ReplicaAckError) Is(target error) bool { return target == ErrNotReplica
 func (e *ReplicaAckError) Unwrap() error { return e.Err }
 
 // Option configures a Store. New checks every option and reports each
-// invalid one as an *idem.OptionError matching idem.ErrInvalidOption.
+// invalid one as an *storekit.OptionError matching storekit.ErrInvalidOption.
 type Option func(*config)
 
 type config struct {
@@ -221,11 +220,11 @@ func AcceptAsyncReplication() Option {
 // on every master of a Cluster and every shard of a Ring) and neither WithReplicaAck nor
 // AcceptAsyncReplication was given: Redis replicates asynchronously, so a
 // claim lost in a failover would run fn twice. The error is a
-// *ReplicationError, which also matches idem.ErrInvalidOption.
+// *ReplicationError, which also matches storekit.ErrInvalidOption.
 var ErrAsyncReplication = errors.New("redisstore: the Redis master has replicas and replicates asynchronously: choose WithReplicaAck(n, timeout) or AcceptAsyncReplication()")
 
 // ReplicationError says where the store found replicas without an explicit
-// choice. It matches ErrAsyncReplication and idem.ErrInvalidOption.
+// choice. It matches ErrAsyncReplication and storekit.ErrInvalidOption.
 type ReplicationError struct {
 	Where    string // the server or the Cluster node with replicas
 	Replicas int    // how many replicas it reported
@@ -236,9 +235,9 @@ func (e *ReplicationError) Error() string {
 }
 
 // Is makes a ReplicationError match ErrAsyncReplication and
-// idem.ErrInvalidOption.
+// storekit.ErrInvalidOption.
 func (e *ReplicationError) Is(target error) bool {
-	return target == ErrAsyncReplication || target == idem.ErrInvalidOption
+	return target == ErrAsyncReplication || target == storekit.ErrInvalidOption
 }
 
 // replicaCheckEvery is how long a finding about replicas is trusted before
@@ -382,7 +381,7 @@ func infoReplicas(ctx context.Context, c *redis.Client) (*ReplicationError, erro
 	return nil, nil
 }
 
-// Store is an idem.Store and idem.Watcher on Redis. It is safe for
+// Store is an storekit.Store and storekit.Watcher on Redis. It is safe for
 // concurrent use. Close stops its subscriptions; it does not close the
 // client.
 type Store struct {
@@ -416,7 +415,7 @@ type Store struct {
 
 // New returns a store on client. It does no I/O (the replica check runs at
 // the first claim). A nil client and every invalid option are reported,
-// joined, each an *idem.OptionError matching idem.ErrInvalidOption.
+// joined, each an *storekit.OptionError matching storekit.ErrInvalidOption.
 func New(client Client, opts ...Option) (*Store, error) {
 	c := config{
 		Options:      storekit.Options{Store: "redisstore", Retention: DefaultRetention},
@@ -505,7 +504,7 @@ func (s *Store) Close() error {
 // 24 bytes where the storage key itself makes 71. Redis's time per command
 // grows with the length of its key (a GET of a 71-byte key costs about
 // twice one of a 22-byte key), and every operation names its key. A
-// storage key of the Guard's (idem.StorageKeyPrefix and the 64 hex digits
+// storage key of the Guard's (storekit.StorageKeyPrefix and the 64 hex digits
 // of a SHA-256) gives its first 128 bits; any other is hashed with
 // SHA-256. Two storage keys of one digest (about 2^-64 among 2^32 keys)
 // would share a Redis key: the record holds its whole storage key, and an
@@ -537,10 +536,10 @@ func (s *Store) tagged(storageKey, suffix string) string {
 }
 
 // guardDigest returns the first 128 bits of a storage key of the Guard's
-// (idem.StorageKeyPrefix and 64 lowercase hex digits); ok is false for any
+// (storekit.StorageKeyPrefix and 64 lowercase hex digits); ok is false for any
 // other storage key.
 func guardDigest(storageKey string) (d [16]byte, ok bool) {
-	h, ok := strings.CutPrefix(storageKey, idem.StorageKeyPrefix)
+	h, ok := strings.CutPrefix(storageKey, storekit.StorageKeyPrefix)
 	if !ok || len(h) != 64 {
 		return d, false
 	}
@@ -647,80 +646,80 @@ func srcOf(sc *redis.Script) string {
 }
 
 func corruptReply(key, v string) error {
-	return &idem.CorruptRecordError{Key: key, Err: errors.New(v[1:])}
+	return &storekit.CorruptRecordError{Key: key, Err: errors.New(v[1:])}
 }
 
-// Claim implements idem.Store.
-func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+// Claim implements storekit.Store.
+func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if err := checked("claim", req.Key, storekit.ValidateClaim(req)); err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	value, err := claimBytes(req, s.retention)
 	if err != nil {
-		return idem.ClaimResult{}, connErr("claim "+req.Key, err)
+		return storekit.ClaimResult{}, connErr("claim "+req.Key, err)
 	}
 	sent := time.Now()
 	if s.ackN == 0 && !s.acceptAsync {
 		if err := s.replicas(ctx, sent); err != nil {
-			return idem.ClaimResult{}, connErr("claim "+req.Key, err)
+			return storekit.ClaimResult{}, connErr("claim "+req.Key, err)
 		}
 	}
 	n, err := s.setNX(ctx, req.Key, value, req.LeaseTTL)
 	if err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	if n.claimed {
 		if err := s.acked(ctx, req, n.acked, n.ackErr); err != nil {
-			return idem.ClaimResult{}, err
+			return storekit.ClaimResult{}, err
 		}
 		s.rememberFresh(req.Key, req.Nonce, string(value), sent)
-		return idem.ClaimResult{Outcome: idem.Claimed, Record: freshRecord(req, sent)}, nil
+		return storekit.ClaimResult{Outcome: storekit.Claimed, Record: freshRecord(req, sent)}, nil
 	}
 	if res, ok := answer(req, n.old, sent); ok {
-		if res.Outcome == idem.Claimed {
+		if res.Outcome == storekit.Claimed {
 			if err := s.acked(ctx, req, n.acked, n.ackErr); err != nil {
-				return idem.ClaimResult{}, err
+				return storekit.ClaimResult{}, err
 			}
 		}
 		return res, nil
 	}
 	tail, err := claimTail(req)
 	if err != nil {
-		return idem.ClaimResult{}, connErr("claim "+req.Key, err)
+		return storekit.ClaimResult{}, connErr("claim "+req.Key, err)
 	}
 	v, acked, err := s.run(ctx, "claim", scriptClaim, req.Key, true,
 		tail, ms(req.LeaseTTL), s.retentionArg)
 	var ackErr *ReplicaAckError
 	if err != nil && !errors.As(err, &ackErr) {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	str, ok := v.(string)
 	if !ok || str == "" {
-		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: unexpected script reply %T", req.Key, v)
+		return storekit.ClaimResult{}, fmt.Errorf("redisstore: claim %s: unexpected script reply %T", req.Key, v)
 	}
-	var out idem.ClaimOutcome
+	var out storekit.ClaimOutcome
 	switch str[0] {
 	case 'R':
-		out = idem.Existing
+		out = storekit.Existing
 	case 'C':
-		out, str = idem.Claimed, str[1:]
+		out, str = storekit.Claimed, str[1:]
 	case 'T':
-		out, str = idem.TookOver, str[1:]
+		out, str = storekit.TookOver, str[1:]
 	case 'X':
-		return idem.ClaimResult{}, corruptReply(req.Key, str)
+		return storekit.ClaimResult{}, corruptReply(req.Key, str)
 	default:
-		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim %s: unexpected script reply %q", req.Key, str[:1])
+		return storekit.ClaimResult{}, fmt.Errorf("redisstore: claim %s: unexpected script reply %q", req.Key, str[:1])
 	}
 	rec, err := decode(req.Key, str, -1)
 	if err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
-	if out != idem.Existing {
+	if out != storekit.Existing {
 		if err := s.acked(ctx, req, acked, ackErr); err != nil {
-			return idem.ClaimResult{}, err
+			return storekit.ClaimResult{}, err
 		}
 	}
-	return idem.ClaimResult{Outcome: out, Record: rec}, nil
+	return storekit.ClaimResult{Outcome: out, Record: rec}, nil
 }
 
 // freshRecord is the record a claim written by SET NX holds. Its stored
@@ -728,10 +727,10 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 // times returned here are the client's clock at the send, as close to them
 // as the client can tell without asking (the Guard uses only the nonce and
 // the attempt of its own claim; Get returns the server's times).
-func freshRecord(req idem.ClaimRequest, sent time.Time) *idem.Record {
+func freshRecord(req storekit.ClaimRequest, sent time.Time) *storekit.Record {
 	now := sent.UnixMilli()
-	return &idem.Record{
-		Key: req.Key, Status: idem.StatusInProgress, Nonce: req.Nonce, PayloadHash: req.PayloadHash,
+	return &storekit.Record{
+		Key: req.Key, Status: storekit.StatusInProgress, Nonce: req.Nonce, PayloadHash: req.PayloadHash,
 		ExpiresAt: now + req.LeaseTTL.Milliseconds(), HeartbeatAt: now, StartedAt: now,
 		Attempt: 1, TakeoverMs: req.TakeoverAfter.Milliseconds(),
 	}
@@ -744,55 +743,55 @@ func freshRecord(req idem.ClaimRequest, sent time.Time) *idem.Record {
 // that carries req.Nonce is this claim's own first try (Claimed). Anything
 // else (another caller's in-progress record, which may be stale; a value
 // that does not decode) is for the claim script.
-func answer(req idem.ClaimRequest, v string, sent time.Time) (idem.ClaimResult, bool) {
+func answer(req storekit.ClaimRequest, v string, sent time.Time) (storekit.ClaimResult, bool) {
 	if len(v) < headerLen || v[:2] != magic {
-		return idem.ClaimResult{}, false
+		return storekit.ClaimResult{}, false
 	}
 	nl, ok := digits(v[offNonceLen : offNonceLen+smallWidth])
 	if !ok || int64(len(v)) < headerLen+nl {
-		return idem.ClaimResult{}, false
+		return storekit.ClaimResult{}, false
 	}
 	own := v[headerLen:headerLen+nl] == req.Nonce
 	switch v[offStatus] {
 	case 'C', 'F':
 	case 'P':
 		if !own {
-			return idem.ClaimResult{}, false
+			return storekit.ClaimResult{}, false
 		}
 		f, ok := flagsOf(v)
 		if !ok || f&flagRelative == 0 {
 			// Our own claim, with absolute times: it may have been released
 			// (or have expired) since, which only the server's clock can
 			// tell, so the claim script decides.
-			return idem.ClaimResult{}, false
+			return storekit.ClaimResult{}, false
 		}
 		// Our own SET NX, retried after a lost reply: its stored times are
 		// relative, so answer as for a fresh claim, with what it stored.
 		stored, err := decode(req.Key, v, 1<<40)
 		if err != nil {
-			return idem.ClaimResult{}, false
+			return storekit.ClaimResult{}, false
 		}
 		rec := freshRecord(req, sent)
 		rec.PayloadHash = stored.PayloadHash
-		return idem.ClaimResult{Outcome: idem.Claimed, Record: rec}, true
+		return storekit.ClaimResult{Outcome: storekit.Claimed, Record: rec}, true
 	default:
-		return idem.ClaimResult{}, false
+		return storekit.ClaimResult{}, false
 	}
 	rec, err := decode(req.Key, v, -1)
 	if err != nil {
-		return idem.ClaimResult{}, false
+		return storekit.ClaimResult{}, false
 	}
 	if own {
-		return idem.ClaimResult{Outcome: idem.Claimed, Record: rec}, true
+		return storekit.ClaimResult{Outcome: storekit.Claimed, Record: rec}, true
 	}
-	return idem.ClaimResult{Outcome: idem.Existing, Record: rec}, true
+	return storekit.ClaimResult{Outcome: storekit.Existing, Record: rec}, true
 }
 
 // acked checks that a claim this call made is held by the replicas
 // WithReplicaAck asks for. One that is not may not survive a failover: it
 // is released, so nobody waits for it and fn does not run on a claim that
 // may vanish.
-func (s *Store) acked(ctx context.Context, req idem.ClaimRequest, acked int64, ackErr *ReplicaAckError) error {
+func (s *Store) acked(ctx context.Context, req storekit.ClaimRequest, acked int64, ackErr *ReplicaAckError) error {
 	if s.ackN == 0 || (ackErr == nil && acked >= s.ackN) {
 		return nil
 	}
@@ -801,7 +800,7 @@ func (s *Store) acked(ctx context.Context, req idem.ClaimRequest, acked int64, a
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storekit.AddDuration(s.ackTimeout, time.Second))
 	defer cancel()
-	if rerr := s.Release(rctx, req.Key, req.Nonce); rerr != nil && !errors.Is(rerr, idem.ErrLostOwnership) {
+	if rerr := s.Release(rctx, req.Key, req.Nonce); rerr != nil && !errors.Is(rerr, storekit.ErrLostOwnership) {
 		return errors.Join(ackErr, rerr)
 	}
 	return ackErr
@@ -904,7 +903,7 @@ func (s *Store) write(ctx context.Context, op string, sc *redis.Script, key stri
 	switch r := v.(type) {
 	case int64:
 		if r == 0 {
-			return fmt.Errorf("redisstore: %s %s: %w", op, key, idem.ErrLostOwnership)
+			return fmt.Errorf("redisstore: %s %s: %w", op, key, storekit.ErrLostOwnership)
 		}
 		if r != 1 {
 			return fmt.Errorf("redisstore: %s %s: unexpected script reply %d", op, key, r)
@@ -935,7 +934,7 @@ func (s *Store) notAcked(op, key string, acked int64, ackErr *ReplicaAckError) e
 	if ackErr == nil {
 		ackErr = &ReplicaAckError{Op: op, Key: key, Want: s.ackN, Got: acked}
 	}
-	return &idem.NotRecordedError{Err: &idem.StoreError{Op: op, Err: ackErr}}
+	return &storekit.NotRecordedError{Err: &storekit.StoreError{Op: op, Err: ackErr}}
 }
 
 // maxFresh bounds the fresh claims a store remembers. A claim that is never
@@ -980,7 +979,7 @@ func (s *Store) takeFresh(key, nonce string) freshClaim {
 	return f
 }
 
-// Heartbeat implements idem.Store.
+// Heartbeat implements storekit.Store.
 func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
 	if err := checked("heartbeat", key, storekit.ValidateOwner(key, nonce)); err != nil {
 		return err
@@ -989,8 +988,8 @@ func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.
 	return s.write(ctx, "heartbeat", scriptHeartbeat, key, false, s.Channel(key), nonce, ms(leaseTTL), s.retentionArg, key)
 }
 
-// Complete implements idem.Store.
-func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+// Complete implements storekit.Store.
+func (s *Store) Complete(ctx context.Context, key, nonce string, c storekit.Completion) error {
 	if err := checked("complete", key, storekit.ValidateOwner(key, nonce)); err != nil {
 		return err
 	}
@@ -999,7 +998,7 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completi
 	}
 	sf, lens, body, err := outcome(c)
 	if err != nil {
-		return &idem.StoreError{Op: "complete", Err: fmt.Errorf("redisstore: complete %s: %w", key, err), Permanent: true}
+		return &storekit.StoreError{Op: "complete", Err: fmt.Errorf("redisstore: complete %s: %w", key, err), Permanent: true}
 	}
 	if f := s.takeFresh(key, nonce); f.value != "" {
 		// The key holds something else, or the server's clock is not
@@ -1011,7 +1010,7 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completi
 	return s.write(ctx, "complete", scriptComplete, key, true, s.Channel(key), nonce, ms(c.TTL), sf, lens, body, key)
 }
 
-// Release implements idem.Store.
+// Release implements storekit.Store.
 func (s *Store) Release(ctx context.Context, key, nonce string) error {
 	if err := checked("release", key, storekit.ValidateOwner(key, nonce)); err != nil {
 		return err
@@ -1020,8 +1019,8 @@ func (s *Store) Release(ctx context.Context, key, nonce string) error {
 	return s.write(ctx, "release", scriptRelease, key, false, s.Channel(key), nonce, s.retentionArg, key)
 }
 
-// Get implements idem.Store.
-func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+// Get implements storekit.Store.
+func (s *Store) Get(ctx context.Context, key string) (*storekit.Record, error) {
 	if err := checked("get", key, storekit.ValidateKey(key)); err != nil {
 		return nil, err
 	}
@@ -1030,7 +1029,7 @@ func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
 		return nil, err
 	}
 	if v == nil {
-		return nil, fmt.Errorf("redisstore: get %s: %w", key, idem.ErrNotFound)
+		return nil, fmt.Errorf("redisstore: get %s: %w", key, storekit.ErrNotFound)
 	}
 	str, ok := v.(string)
 	if !ok || str == "" {
@@ -1042,7 +1041,7 @@ func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
 	return decode(key, str, -1)
 }
 
-// Delete implements idem.Store.
+// Delete implements storekit.Store.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := checked("delete", key, storekit.ValidateKey(key)); err != nil {
 		return err

@@ -29,8 +29,8 @@ func both(t *testing.T, f func(t *testing.T, c backend)) {
 	bothKinds(t, func(t *testing.T, kind string) { f(t, dial(t, kind)) })
 }
 
-func claimReq(key, nonce string) idem.ClaimRequest {
-	return idem.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: 10 * time.Second, TakeoverAfter: 5 * time.Second}
+func claimReq(key, nonce string) storekit.ClaimRequest {
+	return storekit.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: 10 * time.Second, TakeoverAfter: 5 * time.Second}
 }
 
 func TestLifecycle(t *testing.T) {
@@ -41,10 +41,10 @@ func TestLifecycle(t *testing.T) {
 
 		res, err := s.Claim(ctx, claimReq(key, "n1"))
 		require.NoError(t, err)
-		assert.Equal(t, idem.Claimed, res.Outcome)
+		assert.Equal(t, storekit.Claimed, res.Outcome)
 		r := res.Record
 		assert.Equal(t, key, r.Key)
-		assert.Equal(t, idem.StatusInProgress, r.Status)
+		assert.Equal(t, storekit.StatusInProgress, r.Status)
 		assert.Equal(t, "n1", r.Nonce)
 		assert.EqualValues(t, 1, r.Attempt)
 		assert.Equal(t, r.StartedAt, r.HeartbeatAt)
@@ -58,40 +58,40 @@ func TestLifecycle(t *testing.T) {
 
 		res, err = s.Claim(ctx, claimReq(key, "n2"))
 		require.NoError(t, err)
-		assert.Equal(t, idem.Existing, res.Outcome)
+		assert.Equal(t, storekit.Existing, res.Outcome)
 		assert.Equal(t, "n1", res.Record.Nonce)
 
 		// A retried claim that finds its own nonce is Claimed.
 		res, err = s.Claim(ctx, claimReq(key, "n1"))
 		require.NoError(t, err)
-		assert.Equal(t, idem.Claimed, res.Outcome)
+		assert.Equal(t, storekit.Claimed, res.Outcome)
 		assert.EqualValues(t, 1, res.Record.Attempt)
 
 		require.NoError(t, s.Heartbeat(ctx, key, "n1", 20*time.Second))
 		got, err := s.Get(ctx, key)
 		require.NoError(t, err)
 		assert.GreaterOrEqual(t, got.ExpiresAt-got.HeartbeatAt, int64(20_000))
-		assert.ErrorIs(t, s.Heartbeat(ctx, key, "n2", time.Second), idem.ErrLostOwnership)
-		assert.ErrorIs(t, s.Complete(ctx, key, "n2", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}), idem.ErrLostOwnership)
-		assert.ErrorIs(t, s.Release(ctx, key, "n2"), idem.ErrLostOwnership)
+		assert.ErrorIs(t, s.Heartbeat(ctx, key, "n2", time.Second), storekit.ErrLostOwnership)
+		assert.ErrorIs(t, s.Complete(ctx, key, "n2", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}), storekit.ErrLostOwnership)
+		assert.ErrorIs(t, s.Release(ctx, key, "n2"), storekit.ErrLostOwnership)
 
-		done := idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"id":7}`), TTL: time.Hour}
+		done := storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`{"id":7}`), TTL: time.Hour}
 		require.NoError(t, s.Complete(ctx, key, "n1", done))
 		// A retried complete that finds its own outcome succeeds.
 		require.NoError(t, s.Complete(ctx, key, "n1", done))
 
 		got, err = s.Get(ctx, key)
 		require.NoError(t, err)
-		assert.Equal(t, idem.StatusCompleted, got.Status)
+		assert.Equal(t, storekit.StatusCompleted, got.Status)
 		assert.Equal(t, []byte(`{"id":7}`), got.Result)
 		assert.Nil(t, got.Error)
 		assert.EqualValues(t, time.Hour.Milliseconds(), got.ExpiresAt-got.CompletedAt)
-		assert.ErrorIs(t, s.Heartbeat(ctx, key, "n1", time.Second), idem.ErrLostOwnership)
-		assert.ErrorIs(t, s.Release(ctx, key, "n1"), idem.ErrLostOwnership)
+		assert.ErrorIs(t, s.Heartbeat(ctx, key, "n1", time.Second), storekit.ErrLostOwnership)
+		assert.ErrorIs(t, s.Release(ctx, key, "n1"), storekit.ErrLostOwnership)
 
 		res, err = s.Claim(ctx, claimReq(key, "n3"))
 		require.NoError(t, err)
-		assert.Equal(t, idem.Existing, res.Outcome)
+		assert.Equal(t, storekit.Existing, res.Outcome)
 		assert.Equal(t, got, res.Record)
 
 		// A completed record expires natively at its expires_at exactly.
@@ -102,7 +102,7 @@ func TestLifecycle(t *testing.T) {
 		require.NoError(t, s.Delete(ctx, key))
 		require.NoError(t, s.Delete(ctx, key))
 		_, err = s.Get(ctx, key)
-		assert.ErrorIs(t, err, idem.ErrNotFound)
+		assert.ErrorIs(t, err, storekit.ErrNotFound)
 	})
 }
 
@@ -114,11 +114,11 @@ func TestFailedAndEmptyResults(t *testing.T) {
 		k1 := storageKey()
 		_, err := s.Claim(ctx, claimReq(k1, "a"))
 		require.NoError(t, err)
-		serr := &idem.RecordedFailure{Message: "card declined", Type: "*pay.Error"}
-		require.NoError(t, s.Complete(ctx, k1, "a", idem.Completion{Status: idem.StatusFailed, Error: serr, TTL: time.Hour}))
+		serr := &storekit.RecordedFailure{Message: "card declined", Type: "*pay.Error"}
+		require.NoError(t, s.Complete(ctx, k1, "a", storekit.Completion{Status: storekit.StatusFailed, Error: serr, TTL: time.Hour}))
 		got, err := s.Get(ctx, k1)
 		require.NoError(t, err)
-		assert.Equal(t, idem.StatusFailed, got.Status)
+		assert.Equal(t, storekit.StatusFailed, got.Status)
 		assert.Equal(t, serr, got.Error)
 		assert.Nil(t, got.Result)
 
@@ -127,7 +127,7 @@ func TestFailedAndEmptyResults(t *testing.T) {
 		k2 := storageKey()
 		_, err = s.Claim(ctx, claimReq(k2, "b"))
 		require.NoError(t, err)
-		require.NoError(t, s.Complete(ctx, k2, "b", idem.Completion{Status: idem.StatusCompleted, Result: []byte{}, TTL: time.Hour}))
+		require.NoError(t, s.Complete(ctx, k2, "b", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte{}, TTL: time.Hour}))
 		got, err = s.Get(ctx, k2)
 		require.NoError(t, err)
 		assert.NotNil(t, got.Result)
@@ -137,16 +137,16 @@ func TestFailedAndEmptyResults(t *testing.T) {
 		bin := []byte{0, 1, 2, 0xff, '\r', '\n', 0}
 		_, err = s.Claim(ctx, claimReq(k3, "c"))
 		require.NoError(t, err)
-		unavailable := &idem.RecordedFailure{Message: "cannot encode", Type: idem.ResultUnavailableType}
-		require.NoError(t, s.Complete(ctx, k3, "c", idem.Completion{Status: idem.StatusCompleted, Result: bin, Error: unavailable, TTL: time.Hour}))
+		unavailable := &storekit.RecordedFailure{Message: "cannot encode", Type: storekit.ResultUnavailableType}
+		require.NoError(t, s.Complete(ctx, k3, "c", storekit.Completion{Status: storekit.StatusCompleted, Result: bin, Error: unavailable, TTL: time.Hour}))
 		got, err = s.Get(ctx, k3)
 		require.NoError(t, err)
 		assert.Equal(t, bin, got.Result)
 		assert.Equal(t, unavailable, got.Error)
 
 		// Bad completions are refused before any I/O.
-		assert.Error(t, s.Complete(ctx, k3, "c", idem.Completion{Status: idem.StatusInProgress, TTL: time.Hour}))
-		assert.Error(t, s.Complete(ctx, k3, "c", idem.Completion{Status: idem.StatusFailed, TTL: time.Hour}))
+		assert.Error(t, s.Complete(ctx, k3, "c", storekit.Completion{Status: storekit.StatusInProgress, TTL: time.Hour}))
+		assert.Error(t, s.Complete(ctx, k3, "c", storekit.Completion{Status: storekit.StatusFailed, TTL: time.Hour}))
 	})
 }
 
@@ -155,15 +155,15 @@ func TestTakeoverAndRelease(t *testing.T) {
 		ctx := ctxT(t)
 		s := newStore(t, c)
 		key := storageKey()
-		req := idem.ClaimRequest{Key: key, Nonce: "old", PayloadHash: "h", LeaseTTL: 10 * time.Second, TakeoverAfter: 100 * time.Millisecond}
+		req := storekit.ClaimRequest{Key: key, Nonce: "old", PayloadHash: "h", LeaseTTL: 10 * time.Second, TakeoverAfter: 100 * time.Millisecond}
 		res, err := s.Claim(ctx, req)
 		require.NoError(t, err)
-		require.Equal(t, idem.Claimed, res.Outcome)
+		require.Equal(t, storekit.Claimed, res.Outcome)
 
 		req.Nonce = "new"
 		res, err = s.Claim(ctx, req)
 		require.NoError(t, err)
-		assert.Equal(t, idem.Existing, res.Outcome, "heartbeat is fresh")
+		assert.Equal(t, storekit.Existing, res.Outcome, "heartbeat is fresh")
 
 		time.Sleep(150 * time.Millisecond)
 		// A different payload never takes over.
@@ -171,24 +171,24 @@ func TestTakeoverAndRelease(t *testing.T) {
 		other.PayloadHash = "other"
 		res, err = s.Claim(ctx, other)
 		require.NoError(t, err)
-		assert.Equal(t, idem.Existing, res.Outcome)
+		assert.Equal(t, storekit.Existing, res.Outcome)
 
 		res, err = s.Claim(ctx, req)
 		require.NoError(t, err)
-		require.Equal(t, idem.TookOver, res.Outcome)
+		require.Equal(t, storekit.TookOver, res.Outcome)
 		assert.Equal(t, "new", res.Record.Nonce)
 		assert.EqualValues(t, 2, res.Record.Attempt)
 		assert.Equal(t, "h", res.Record.PayloadHash)
 
 		// The stale owner can write nothing.
-		assert.ErrorIs(t, s.Heartbeat(ctx, key, "old", time.Second), idem.ErrLostOwnership)
-		assert.ErrorIs(t, s.Complete(ctx, key, "old", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}), idem.ErrLostOwnership)
-		assert.ErrorIs(t, s.Release(ctx, key, "old"), idem.ErrLostOwnership)
+		assert.ErrorIs(t, s.Heartbeat(ctx, key, "old", time.Second), storekit.ErrLostOwnership)
+		assert.ErrorIs(t, s.Complete(ctx, key, "old", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}), storekit.ErrLostOwnership)
+		assert.ErrorIs(t, s.Release(ctx, key, "old"), storekit.ErrLostOwnership)
 
 		// Release keeps the attempt: the next claim is attempt 3.
 		require.NoError(t, s.Release(ctx, key, "new"))
 		_, err = s.Get(ctx, key)
-		assert.ErrorIs(t, err, idem.ErrNotFound)
+		assert.ErrorIs(t, err, storekit.ErrNotFound)
 		ttl, err := c.PTTL(ctx, s.Key(key)).Result()
 		require.NoError(t, err)
 		assert.Greater(t, ttl, 30*time.Second, "released record is kept for the buffer")
@@ -196,7 +196,7 @@ func TestTakeoverAndRelease(t *testing.T) {
 		req.Nonce = "third"
 		res, err = s.Claim(ctx, req)
 		require.NoError(t, err)
-		assert.Equal(t, idem.Claimed, res.Outcome)
+		assert.Equal(t, storekit.Claimed, res.Outcome)
 		assert.EqualValues(t, 3, res.Record.Attempt)
 	})
 }
@@ -206,7 +206,7 @@ func TestExpiryByRecordField(t *testing.T) {
 		ctx := ctxT(t)
 		s := newStore(t, c)
 		key := storageKey()
-		_, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: "a", LeaseTTL: 100 * time.Millisecond, TakeoverAfter: time.Hour})
+		_, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: "a", LeaseTTL: 100 * time.Millisecond, TakeoverAfter: time.Hour})
 		require.NoError(t, err)
 		time.Sleep(150 * time.Millisecond)
 		// Redis still holds the key (buffer), but the record does not count.
@@ -214,16 +214,16 @@ func TestExpiryByRecordField(t *testing.T) {
 		require.NoError(t, err)
 		assert.EqualValues(t, 1, n)
 		_, err = s.Get(ctx, key)
-		assert.ErrorIs(t, err, idem.ErrNotFound)
-		res, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: "b", LeaseTTL: time.Second, TakeoverAfter: time.Hour})
+		assert.ErrorIs(t, err, storekit.ErrNotFound)
+		res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: "b", LeaseTTL: time.Second, TakeoverAfter: time.Hour})
 		require.NoError(t, err)
-		assert.Equal(t, idem.Claimed, res.Outcome)
+		assert.Equal(t, storekit.Claimed, res.Outcome)
 		assert.EqualValues(t, 2, res.Record.Attempt)
 
 		// A zero buffer still never sets an expiry in the past.
 		s0 := newStore(t, c, redisstore.WithRetention(0))
 		k0 := storageKey()
-		_, err = s0.Claim(ctx, idem.ClaimRequest{Key: k0, Nonce: "z", LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
+		_, err = s0.Claim(ctx, storekit.ClaimRequest{Key: k0, Nonce: "z", LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
 		require.NoError(t, err)
 		require.NoError(t, s0.Release(ctx, k0, "z"))
 	})
@@ -233,7 +233,7 @@ func TestExpiryByRecordField(t *testing.T) {
 // long ago with a 1ms takeover threshold (so stale), nonce "n".
 func rawRecord(t *testing.T, key string) string {
 	t.Helper()
-	v, err := redisstore.Encode(&idem.Record{Key: key, Status: idem.StatusInProgress, Nonce: "n", Attempt: 1,
+	v, err := redisstore.Encode(&storekit.Record{Key: key, Status: storekit.StatusInProgress, Nonce: "n", Attempt: 1,
 		StartedAt: 1, HeartbeatAt: 1, ExpiresAt: 9999999999999, TakeoverMs: 1})
 	require.NoError(t, err)
 	return v
@@ -267,7 +267,7 @@ func TestCorruptRecords(t *testing.T) {
 			"other key":         func(k string) string { return rawRecord(t, "idem:other"+k[len("idem:other"):]) },
 			"short":             func(k string) string { return "R3P0" },
 			"relative no expiry": func(k string) string {
-				v, err := redisstore.ClaimValue(idem.ClaimRequest{Key: k, Nonce: "n", LeaseTTL: time.Minute}, time.Minute)
+				v, err := redisstore.ClaimValue(storekit.ClaimRequest{Key: k, Nonce: "n", LeaseTTL: time.Minute}, time.Minute)
 				require.NoError(t, err)
 				return v
 			},
@@ -281,11 +281,11 @@ func TestCorruptRecords(t *testing.T) {
 				require.NoError(t, c.Set(ctx, s.Key(key), before, 0).Err())
 				_, err := s.Get(ctx, key)
 				assertCorrupt(t, err)
-				_, err = s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: "other", LeaseTTL: time.Minute, TakeoverAfter: time.Millisecond})
+				_, err = s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: "other", LeaseTTL: time.Minute, TakeoverAfter: time.Millisecond})
 				assertCorrupt(t, err)
 				assertCorrupt(t, s.Heartbeat(ctx, key, "n", time.Minute))
 				assertCorrupt(t, s.Release(ctx, key, "n"))
-				assertCorrupt(t, s.Complete(ctx, key, "n", idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+				assertCorrupt(t, s.Complete(ctx, key, "n", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}))
 				after, err := c.Get(ctx, s.Key(key)).Result()
 				require.NoError(t, err)
 				assert.Equal(t, before, after, "a script wrote to a corrupt record")
@@ -299,13 +299,13 @@ func TestCorruptRecords(t *testing.T) {
 			_, err = s.Claim(ctx, claimReq(key, "n"))
 			assertCorrupt(t, err)
 			assertCorrupt(t, s.Heartbeat(ctx, key, "n", time.Second))
-			assertCorrupt(t, s.Complete(ctx, key, "n", idem.Completion{Status: idem.StatusCompleted, TTL: time.Second}))
+			assertCorrupt(t, s.Complete(ctx, key, "n", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Second}))
 			assertCorrupt(t, s.Release(ctx, key, "n"))
 			// Delete clears it.
 			require.NoError(t, s.Delete(ctx, key))
 			res, err := s.Claim(ctx, claimReq(key, "n"))
 			require.NoError(t, err)
-			assert.Equal(t, idem.Claimed, res.Outcome)
+			assert.Equal(t, storekit.Claimed, res.Outcome)
 		})
 	})
 }
@@ -313,9 +313,9 @@ func TestCorruptRecords(t *testing.T) {
 func assertCorrupt(t *testing.T, err error) {
 	t.Helper()
 	require.Error(t, err)
-	assert.ErrorIs(t, err, idem.ErrCorruptRecord)
-	var ce *idem.CorruptRecordError
-	assert.True(t, errors.As(err, &ce), "want *idem.CorruptRecordError, got %T: %v", err, err)
+	assert.ErrorIs(t, err, storekit.ErrCorruptRecord)
+	var ce *storekit.CorruptRecordError
+	assert.True(t, errors.As(err, &ce), "want *storekit.CorruptRecordError, got %T: %v", err, err)
 }
 
 func TestOptionsAndInput(t *testing.T) {
@@ -343,8 +343,8 @@ func TestOptionsAndInput(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s, err := f()
 			assert.Nil(t, s)
-			assert.ErrorIs(t, err, idem.ErrInvalidOption)
-			var oe *idem.OptionError
+			assert.ErrorIs(t, err, storekit.ErrInvalidOption)
+			var oe *storekit.OptionError
 			assert.ErrorAs(t, err, &oe)
 		})
 	}
@@ -353,9 +353,9 @@ func TestOptionsAndInput(t *testing.T) {
 	assert.Contains(t, err.Error(), "idem: redisstore.WithReplicaAck: replica count must be at least 1, got 0")
 	s := mustNew(t, c, redisstore.WithRetention(0), redisstore.WithReplicaAck(1, time.Millisecond))
 	_, err = s.Claim(ctx, claimReq("", "n"))
-	assert.ErrorIs(t, err, idem.ErrInvalidKey)
+	assert.ErrorIs(t, err, storekit.ErrInvalidKey)
 	_, err = s.Get(ctx, "")
-	assert.ErrorIs(t, err, idem.ErrInvalidKey)
+	assert.ErrorIs(t, err, storekit.ErrInvalidKey)
 	_, err = s.Claim(ctx, claimReq("idem:x", ""))
 	assert.Error(t, err)
 }
@@ -374,13 +374,13 @@ func TestKeys(t *testing.T) {
 	require.NoError(t, err)
 	sk, err := g.StorageKey("order-1")
 	require.NoError(t, err)
-	raw, err := hex.DecodeString(strings.TrimPrefix(sk, idem.StorageKeyPrefix))
+	raw, err := hex.DecodeString(strings.TrimPrefix(sk, storekit.StorageKeyPrefix))
 	require.NoError(t, err)
 	assert.Equal(t, "p:{"+base64.RawURLEncoding.EncodeToString(raw[:16])+"}", s.Key(sk))
 	assert.Len(t, s.Key(sk), len("p:")+24)
 	// Not quite a Guard key (upper-case hex, one digit short or one too
 	// many, a non-digit past the 128 bits the key keeps): hashed.
-	h := len(idem.StorageKeyPrefix)
+	h := len(storekit.StorageKeyPrefix)
 	for _, k := range []string{strings.ToUpper(sk), sk[:len(sk)-1], sk + "0", sk[:h+40] + "g" + sk[h+41:], sk[:len(sk)-1] + ":"} {
 		sum := sha256.Sum256([]byte(k))
 		assert.Equal(t, "p:{"+base64.RawURLEncoding.EncodeToString(sum[:16])+"}", s.Key(k), k)
@@ -397,7 +397,7 @@ func TestRedisErrorsAreWrapped(t *testing.T) {
 	_, err := s.Claim(ctx, claimReq("idem:x", "n"))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "redisstore: claim")
-	assert.NotErrorIs(t, err, idem.ErrLostOwnership)
+	assert.NotErrorIs(t, err, storekit.ErrLostOwnership)
 	_, _, err = mustNew(t, c, redisstore.WithWatchTimeout(200*time.Millisecond)).Watch(ctx, "idem:x")
 	assert.Error(t, err)
 }
@@ -426,7 +426,7 @@ func TestInvalidRequests(t *testing.T) {
 	s := newStore(t, c)
 	key := storageKey()
 	h.reset()
-	for name, r := range map[string]idem.ClaimRequest{
+	for name, r := range map[string]storekit.ClaimRequest{
 		"empty nonce":    {Key: key, LeaseTTL: time.Minute, TakeoverAfter: time.Second},
 		"zero takeover":  {Key: key, Nonce: "n", LeaseTTL: time.Minute},
 		"sub-ms lease":   {Key: key, Nonce: "n", LeaseTTL: time.Microsecond, TakeoverAfter: time.Second},
@@ -435,10 +435,10 @@ func TestInvalidRequests(t *testing.T) {
 		_, err := s.Claim(ctx, r)
 		assert.ErrorIs(t, err, storekit.ErrInvalidRequest, name)
 	}
-	_, err := s.Claim(ctx, idem.ClaimRequest{Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: time.Second})
-	assert.ErrorIs(t, err, idem.ErrInvalidKey)
-	assert.ErrorIs(t, s.Complete(ctx, key, "n", idem.Completion{Status: "done", TTL: time.Minute}), storekit.ErrInvalidRequest)
-	assert.ErrorIs(t, s.Complete(ctx, key, "n", idem.Completion{Status: idem.StatusFailed, TTL: time.Minute}), storekit.ErrInvalidRequest)
-	assert.ErrorIs(t, s.Heartbeat(ctx, key, "", time.Minute), idem.ErrLostOwnership)
+	_, err := s.Claim(ctx, storekit.ClaimRequest{Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: time.Second})
+	assert.ErrorIs(t, err, storekit.ErrInvalidKey)
+	assert.ErrorIs(t, s.Complete(ctx, key, "n", storekit.Completion{Status: "done", TTL: time.Minute}), storekit.ErrInvalidRequest)
+	assert.ErrorIs(t, s.Complete(ctx, key, "n", storekit.Completion{Status: storekit.StatusFailed, TTL: time.Minute}), storekit.ErrInvalidRequest)
+	assert.ErrorIs(t, s.Heartbeat(ctx, key, "", time.Minute), storekit.ErrLostOwnership)
 	assert.Zero(t, h.trips.Load(), "nothing was sent")
 }

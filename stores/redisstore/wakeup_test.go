@@ -4,7 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -28,11 +29,11 @@ func TestNoLostWakeUp(t *testing.T) {
 				require.NoError(t, err)
 				res, err := waiter.Claim(ctx, claimReq(key, "waiter"))
 				require.NoError(t, err)
-				require.Equal(t, idem.Existing, res.Outcome)
+				require.Equal(t, storekit.Existing, res.Outcome)
 
 				complete := func() {
 					require.NoError(t, owner.Complete(ctx, key, "owner",
-						idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Hour}))
+						storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`1`), TTL: time.Hour}))
 				}
 				switch when {
 				case "before subscribe":
@@ -60,7 +61,7 @@ func TestNoLostWakeUp(t *testing.T) {
 				}
 				res, err = waiter.Claim(ctx, claimReq(key, "waiter"))
 				require.NoError(t, err)
-				assert.True(t, woken || res.Record.Status == idem.StatusCompleted,
+				assert.True(t, woken || res.Record.Status == storekit.StatusCompleted,
 					"neither woken nor the outcome found on the next look")
 			})
 		}

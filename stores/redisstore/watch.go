@@ -21,7 +21,7 @@ type shardRouter interface {
 	GetShardClientForKey(key string) (*redis.Client, error)
 }
 
-// Watch implements idem.Watcher. The returned channel is closed when the
+// Watch implements storekit.Watcher. The returned channel is closed when the
 // record for key may have changed after Watch returned: a complete, release,
 // takeover or delete published on its channel, the subscription connection
 // broke (changes may have been missed), or the store was closed. stop ends

@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -75,7 +76,7 @@ func TestWatchAfterSubscribeWriteFails(t *testing.T) {
 		}
 		return err == nil
 	}, 3*time.Second, 10*time.Millisecond, "watch of k2 keeps failing")
-	require.NoError(t, s.Complete(ctx, k2, "n", idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+	require.NoError(t, s.Complete(ctx, k2, "n", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}))
 	select {
 	case <-ch:
 	case <-time.After(5 * time.Second):

@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
 )
 
@@ -85,7 +86,7 @@ func TestClaimReadClock(t *testing.T) {
 				owner.TakeoverAfter = tc.takeover
 				res, err := e.store.Claim(ctx, owner)
 				require.NoError(t, err)
-				require.Equal(t, idem.Claimed, res.Outcome)
+				require.Equal(t, storekit.Claimed, res.Outcome)
 				frozen := res.Record.HeartbeatAt + 10 // stale by 2ms, fresh by an hour
 				for serverMs(t) <= frozen+5 {
 					time.Sleep(time.Millisecond)
@@ -97,7 +98,7 @@ func TestClaimReadClock(t *testing.T) {
 				other.TakeoverAfter = 2 * time.Millisecond
 				res, err = claimer.Claim(ctx, other)
 				require.NoError(t, err)
-				assert.Equal(t, idem.Claimed, res.Outcome, "a released record is re-claimed (its claim's statement started before the release)")
+				assert.Equal(t, storekit.Claimed, res.Outcome, "a released record is re-claimed (its claim's statement started before the release)")
 				assert.EqualValues(t, 2, res.Record.Attempt)
 				assert.Equal(t, other.Nonce, res.Record.Nonce)
 			})
@@ -172,7 +173,7 @@ func claimReleaseRound(ctx context.Context, s *sqlstore.Store) string {
 	var (
 		wg     sync.WaitGroup
 		relErr error
-		res    idem.ClaimResult
+		res    storekit.ClaimResult
 		err    error
 		start  = make(chan struct{})
 	)
@@ -184,13 +185,13 @@ func claimReleaseRound(ctx context.Context, s *sqlstore.Store) string {
 	switch {
 	case err != nil:
 		return "claim: " + err.Error()
-	case relErr != nil && !errors.Is(relErr, idem.ErrLostOwnership):
+	case relErr != nil && !errors.Is(relErr, storekit.ErrLostOwnership):
 		return "release: " + relErr.Error()
 	case res.Record == nil || res.Record.Attempt != 2 || res.Record.Nonce != other.Nonce:
 		return fmt.Sprintf("claim answered %v %+v, want attempt 2 of the new nonce", res.Outcome, res.Record)
-	case relErr == nil && res.Outcome != idem.Claimed:
+	case relErr == nil && res.Outcome != storekit.Claimed:
 		return fmt.Sprintf("the release succeeded, and the claim answered %v (want claimed)", res.Outcome)
-	case relErr != nil && res.Outcome != idem.TookOver:
+	case relErr != nil && res.Outcome != storekit.TookOver:
 		return fmt.Sprintf("the release lost its ownership, and the claim answered %v (want took_over)", res.Outcome)
 	}
 	return ""

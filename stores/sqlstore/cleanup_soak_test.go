@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
 )
 
@@ -130,7 +131,7 @@ func TestSoakPurgeMillion(t *testing.T) {
 				replay := claimReq(storageKey())
 				_, err := e.store.Claim(ctx, replay)
 				require.NoError(t, err)
-				require.NoError(t, e.store.Complete(ctx, replay.Key, replay.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: 24 * time.Hour}))
+				require.NoError(t, e.store.Complete(ctx, replay.Key, replay.Nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: 24 * time.Hour}))
 				before := tableBytes(t, d, e.db, e.table)
 				remove := func() {
 					n, err := e.store.Purge(ctx)
@@ -214,7 +215,7 @@ func TestSoakTablePlateau(t *testing.T) {
 						start := time.Now()
 						_, err := e.store.Claim(ctx, req)
 						if err == nil {
-							err = e.store.Complete(ctx, req.Key, req.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: ttl, Result: []byte(fmt.Sprintf("%0200d", 0))})
+							err = e.store.Complete(ctx, req.Key, req.Nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: ttl, Result: []byte(fmt.Sprintf("%0200d", 0))})
 						}
 						if err != nil {
 							t.Errorf("load: %v", err)

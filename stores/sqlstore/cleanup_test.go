@@ -12,11 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -85,10 +86,10 @@ func TestCleanupRemovesExpired(t *testing.T) {
 		req := claimReq(storageKey())
 		r, err := e.store.Claim(ctx, req)
 		require.NoError(t, err)
-		require.Equal(t, idem.Claimed, r.Outcome)
+		require.Equal(t, storekit.Claimed, r.Outcome)
 		ok := waitFor(10*time.Second, func() bool { return countRows(t, e.db, e.table) == 11 })
 		require.True(t, ok, "rows left: %d, want the 11 live ones", countRows(t, e.db, e.table))
-		require.NoError(t, e.store.Complete(ctx, req.Key, req.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}))
+		require.NoError(t, e.store.Complete(ctx, req.Key, req.Nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}))
 		// A pass counts when it ends, after its rest behind the last batch.
 		ok = waitFor(10*time.Second, func() bool {
 			passes, ran := sqlstore.CleanupPasses(e.store)
@@ -183,7 +184,7 @@ func TestCleanupSkipsWhileAnotherCleans(t *testing.T) {
 // (its row expired), and its completion must then find the row it wrote:
 // a Purge that deleted a row by an out-of-date reading of its expiry
 // would delete a claim just made, and the completion would fail with
-// idem.ErrLostOwnership (a second caller could then claim and run fn).
+// storekit.ErrLostOwnership (a second caller could then claim and run fn).
 func TestPurgeRacesClaims(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
 		t.Parallel()
@@ -225,9 +226,9 @@ func TestPurgeRacesClaims(t *testing.T) {
 					if !assert.NoError(t, err) {
 						return
 					}
-					assert.Equal(t, idem.Claimed, r.Outcome)
-					err = e.store.Complete(ctx, k, req.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour})
-					if errors.Is(err, idem.ErrLostOwnership) {
+					assert.Equal(t, storekit.Claimed, r.Outcome)
+					err = e.store.Complete(ctx, k, req.Nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour})
+					if errors.Is(err, storekit.ErrLostOwnership) {
 						mu.Lock()
 						lost++
 						mu.Unlock()
@@ -268,12 +269,12 @@ func TestPurgeKeepsRowClaimedAfterItsRead(t *testing.T) {
 	h.arm(func(q string) bool { return strings.Contains(q, "ORDER BY expires_at LIMIT") }, func() {
 		r, err := other.Claim(ctx, again)
 		require.NoError(t, err)
-		require.Equal(t, idem.Claimed, r.Outcome)
+		require.Equal(t, storekit.Claimed, r.Outcome)
 	})
 	n, err := e.store.Purge(ctx)
 	require.NoError(t, err)
 	assert.Zero(t, n, "rows purged")
-	require.NoError(t, other.Complete(ctx, key, again.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}))
+	require.NoError(t, other.Complete(ctx, key, again.Nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}))
 }
 
 // probe claims fresh keys and replays one completed key, one call at a
@@ -398,7 +399,7 @@ func stallRound(t *testing.T, d sqlstore.Dialect, slack time.Duration) string {
 	replay := claimReq(storageKey())
 	_, err := e.store.Claim(ctx, replay)
 	require.NoError(t, err)
-	require.NoError(t, e.store.Complete(ctx, replay.Key, replay.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}))
+	require.NoError(t, e.store.Complete(ctx, replay.Key, replay.Nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}))
 
 	purge := func() {
 		n, err := e.store.Purge(ctx)
@@ -429,12 +430,12 @@ func stallRound(t *testing.T, d sqlstore.Dialect, slack time.Duration) string {
 }
 
 // WithCleanup's interval must be positive: New reports it as an
-// idem.ErrInvalidOption naming the option.
+// storekit.ErrInvalidOption naming the option.
 func TestWithCleanupInvalid(t *testing.T) {
 	db := sharedDB(t, sqlstore.Postgres)
 	for _, d := range []time.Duration{0, -time.Second} {
 		_, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithCleanup(d))
-		require.ErrorIs(t, err, idem.ErrInvalidOption)
+		require.ErrorIs(t, err, storekit.ErrInvalidOption)
 		storetest.CheckOptionErrors(t, err, "sqlstore.WithCleanup")
 	}
 	s, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithoutCleanup(), sqlstore.WithCleanup(time.Hour))

@@ -5,7 +5,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/stores/sqlstore"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -14,12 +15,12 @@ import (
 // MariaDB, each store on a fresh table of its own.
 func TestConformance(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
-		var envs sync.Map // idem.Store -> *env
-		storetest.Run(t, func(t *testing.T) idem.Store {
+		var envs sync.Map // storekit.Store -> *env
+		storetest.Run(t, func(t *testing.T) storekit.Store {
 			e := newEnv(t, d)
-			envs.Store(idem.Store(e.store), e)
+			envs.Store(storekit.Store(e.store), e)
 			return e.store
-		}, storetest.WithCorrupter(func(t *testing.T, s idem.Store, key string) {
+		}, storetest.WithCorrupter(func(t *testing.T, s storekit.Store, key string) {
 			v, ok := envs.Load(s)
 			if !ok {
 				t.Fatal("corrupter: unknown store")
@@ -58,14 +59,14 @@ func TestConformanceInsertIgnore(t *testing.T) {
 }
 
 func testConformanceMySQL(t *testing.T, procedure bool) {
-	var envs sync.Map // idem.Store -> *env
-	storetest.Run(t, func(t *testing.T) idem.Store {
+	var envs sync.Map // storekit.Store -> *env
+	storetest.Run(t, func(t *testing.T) storekit.Store {
 		e := newEnv(t, sqlstore.MySQL)
 		sqlstore.SetReturning(e.store, false)
 		sqlstore.SetProcedure(e.store, procedure)
-		envs.Store(idem.Store(e.store), e)
+		envs.Store(storekit.Store(e.store), e)
 		return e.store
-	}, storetest.WithCorrupter(func(t *testing.T, s idem.Store, key string) {
+	}, storetest.WithCorrupter(func(t *testing.T, s storekit.Store, key string) {
 		v, ok := envs.Load(s)
 		if !ok {
 			t.Fatal("corrupter: unknown store")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 )
 
@@ -38,17 +37,17 @@ func (r *rawRecord) dest() []any {
 
 // record checks the row strictly: an unknown record_version or status, an
 // empty nonce, an attempt below 1, a failed row without an error message or
-// an error type without a message is a *idem.CorruptRecordError.
-func (r *rawRecord) record(key string) (*idem.Record, error) {
-	corrupt := func(err error) error { return &idem.CorruptRecordError{Key: key, Err: err} }
+// an error type without a message is a *storekit.CorruptRecordError.
+func (r *rawRecord) record(key string) (*storekit.Record, error) {
+	corrupt := func(err error) error { return &storekit.CorruptRecordError{Key: key, Err: err} }
 	if r.version != encodingVersion {
 		return nil, corrupt(fmt.Errorf("unsupported record_version %d", r.version))
 	}
 	if r.errType.Valid && !r.errMessage.Valid {
 		return nil, corrupt(errors.New("error_type without error_message"))
 	}
-	rec := &idem.Record{
-		Key: key, Status: idem.Status(r.status), PayloadHash: r.payloadHash, Nonce: r.nonce,
+	rec := &storekit.Record{
+		Key: key, Status: storekit.Status(r.status), PayloadHash: r.payloadHash, Nonce: r.nonce,
 		Attempt: r.attempt, StartedAt: r.startedAt, HeartbeatAt: r.heartbeatAt,
 		CompletedAt: r.completedAt, ExpiresAt: r.expiresAt, TakeoverMs: r.takeoverMs,
 	}
@@ -56,7 +55,7 @@ func (r *rawRecord) record(key string) (*idem.Record, error) {
 		rec.Result = r.result
 	}
 	if r.errMessage.Valid {
-		rec.Error = &idem.RecordedFailure{Message: r.errMessage.String, Type: r.errType.String}
+		rec.Error = &storekit.RecordedFailure{Message: r.errMessage.String, Type: r.errType.String}
 	}
 	if err := storekit.CheckRecord(rec); err != nil {
 		return nil, corrupt(err)

@@ -1,4 +1,4 @@
-// Package sqlstore is an idem.Store kept in a PostgreSQL, MySQL/MariaDB or
+// Package sqlstore is an storekit.Store kept in a PostgreSQL, MySQL/MariaDB or
 // SQLite table, through database/sql:
 //
 //	db, _ := sql.Open("pgx", dsn) // github.com/jackc/pgx/v5/stdlib
@@ -24,7 +24,7 @@
 // for another's write lock instead of failing), WAL (readers go on beside
 // the writer) and transactions that take the write lock when they begin.
 // Migrate puts the file in WAL mode and refuses a connection without a
-// busy timeout (an error matching idem.ErrInvalidOption). The processes of
+// busy timeout (an error matching storekit.ErrInvalidOption). The processes of
 // one host share the file (not a network file system: SQLite's locks need
 // a local one). SQLite runs one writer at a time: a claim is one
 // transaction that takes the write lock first, reads the row and the
@@ -79,7 +79,7 @@
 // (which MySQL's INSERT IGNORE would silently cut short) is refused.
 // Decoding is strict: an unknown record_version or status, an empty nonce,
 // an attempt below 1, a failed row without a message is a
-// *idem.CorruptRecordError. A claim never overwrites such a row (the
+// *storekit.CorruptRecordError. A claim never overwrites such a row (the
 // statements only replace rows they can read); Delete removes it.
 //
 // # Statements and round trips
@@ -97,7 +97,7 @@
 // A replay of a completed key is therefore one read-only round trip (no row
 // lock, no WAL flush). Heartbeat, Complete and Release are one UPDATE each,
 // conditioned on claim_nonce (and status = in_progress for heartbeat and
-// release); zero rows is idem.ErrLostOwnership.
+// release); zero rows is storekit.ErrLostOwnership.
 //
 // Under READ COMMITTED the upsert decides on the newest committed version
 // of the row, but the CTE's read sees the statement's snapshot, which can
@@ -247,7 +247,7 @@
 // statement from one goroutine (0.35 against 0.5 ms) and up to about half
 // the throughput from eight on two cores.
 //
-// Store.Listen returns a WatchingStore, an idem.Watcher. Its store keeps
+// Store.Listen returns a WatchingStore, an storekit.Watcher. Its store keeps
 // one listening connection, taken from its *sql.DB on the first Watch and
 // kept until Close, which sends LISTEN once and multiplexes every key its
 // WatchingStores watch over it; a notification wakes the waiters of its key.
@@ -280,7 +280,7 @@
 // leaves neither and a takeover runs fn again on a clean slate; for
 // writes in the same database that is exactly once
 // (TestDoTxKilledOwner, TestDoTxProcesses). A claim lost while fn's
-// transaction is open rolls it back (idem.ErrLostOwnership). A commit
+// transaction is open rolls it back (storekit.ErrLostOwnership). A commit
 // that fails or is never answered is read back with SELECT ... FOR
 // UPDATE, which waits for the transaction holding the record row's lock
 // to end: recorded or not, never guessed (TestDoTxCommitReplyLost). The
@@ -383,19 +383,19 @@
 //
 // # Errors
 //
-// Database errors are returned as *idem.StoreError wrapping the driver's
+// Database errors are returned as *storekit.StoreError wrapping the driver's
 // error (errors.As finds *pgconn.PgError or *mysql.MySQLError; the store itself
 // imports neither driver, so a PostgreSQL program does not link the MySQL
 // driver). A value the
 // database refuses (SQLSTATE class 22: too long for its column, not valid
 // UTF-8, a NUL byte in PostgreSQL text) or a statement over MySQL's packet
-// limit is marked permanent (it matches idem.ErrPermanent), so a Guard does
+// limit is marked permanent (it matches storekit.ErrPermanent), so a Guard does
 // not retry the completion. A statement the database rolled back for a
 // transient reason (a deadlock: MySQL 1213, PostgreSQL 40P01; a lock wait
 // timeout, MySQL 1205; a serialization failure, SQLSTATE 40001) is sent
 // again, in every operation, with a capped backoff while the call's
-// deadline allows. Option mistakes are *idem.OptionError matching
-// idem.ErrInvalidOption, from New.
+// deadline allows. Option mistakes are *storekit.OptionError matching
+// storekit.ErrInvalidOption, from New.
 //
 // Requests are checked with storekit's rules before any statement is sent
 // (storekit.ValidateClaim, ValidateCompletion, ValidateOwner, ValidateKey):
@@ -403,11 +403,11 @@
 // millisecond, or a completion with an unknown status, a failure without
 // its error or a TTL under a millisecond, is a *storekit.RequestError
 // matching storekit.ErrInvalidRequest; an empty nonce in a heartbeat,
-// complete or release is idem.ErrLostOwnership. The columns add their
+// complete or release is storekit.ErrLostOwnership. The columns add their
 // limits: a storage key (the key the store is given: a Guard's is
-// idem.StorageKeyPrefix and a 64-digit hex hash, 69 bytes, however long
+// storekit.StorageKeyPrefix and a 64-digit hex hash, 69 bytes, however long
 // the caller's key) longer than MaxKeyLen, 255 bytes, is an
-// idem.ErrInvalidKey, which only code calling the Store's methods itself
+// storekit.ErrInvalidKey, which only code calling the Store's methods itself
 // can meet (hash a longer key first, as the Guard does); nonces longer
 // than 64 bytes are a *storekit.RequestError, and payload hashes longer
 // than 255 bytes are refused, so MySQL never truncates a value.

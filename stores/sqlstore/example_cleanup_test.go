@@ -8,7 +8,8 @@ import (
 	"log"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/stores/sqlstore"
 )
 
@@ -28,7 +29,7 @@ func ExampleWithCleanup() {
 	defer store.Close()
 
 	_, err = sqlstore.New(db, sqlstore.Postgres, sqlstore.WithCleanup(0))
-	fmt.Println(errors.Is(err, idem.ErrInvalidOption))
+	fmt.Println(errors.Is(err, storekit.ErrInvalidOption))
 	// Output: true
 }
 

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -176,7 +178,7 @@ func TestTransientErrorsRetriedInEveryStatement(t *testing.T) {
 		r := claimReq(key)
 		res, err := s.Claim(ctx, r)
 		require.NoError(t, err, "claim")
-		require.Equal(t, idem.Claimed, res.Outcome)
+		require.Equal(t, storekit.Claimed, res.Outcome)
 		require.NoError(t, s.Heartbeat(ctx, key, r.Nonce, time.Minute), "heartbeat")
 		rec, err := s.Get(ctx, key)
 		require.NoError(t, err, "get")
@@ -187,20 +189,20 @@ func TestTransientErrorsRetriedInEveryStatement(t *testing.T) {
 		r2 := claimReq(key)
 		res, err = s.Claim(ctx, r2)
 		require.NoError(t, err, "takeover")
-		require.Equal(t, idem.TookOver, res.Outcome)
+		require.Equal(t, storekit.TookOver, res.Outcome)
 		require.NoError(t, s.Release(ctx, key, r2.Nonce), "release")
 		r3 := claimReq(key)
 		res, err = s.Claim(ctx, r3)
 		require.NoError(t, err, "re-claim")
-		require.Equal(t, idem.Claimed, res.Outcome)
+		require.Equal(t, storekit.Claimed, res.Outcome)
 		require.NoError(t, s.Complete(ctx, key, r3.Nonce,
-			idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"v"`), TTL: time.Hour}), "complete")
+			storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`"v"`), TTL: time.Hour}), "complete")
 		res, err = s.Claim(ctx, claimReq(key))
 		require.NoError(t, err, "claim of a completed key")
-		require.Equal(t, idem.Existing, res.Outcome)
+		require.Equal(t, storekit.Existing, res.Outcome)
 		require.NoError(t, s.Delete(ctx, key), "delete")
 		_, err = s.Get(ctx, key)
-		require.ErrorIs(t, err, idem.ErrNotFound)
+		require.ErrorIs(t, err, storekit.ErrNotFound)
 
 		// Every statement sent failed on its first send and was sent
 		// again: each text was sent twice per failure.

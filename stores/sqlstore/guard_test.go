@@ -2,6 +2,7 @@ package sqlstore_test
 
 import (
 	"github.com/go-sql-driver/mysql"
+	"github.com/idem-go/idem/storekit"
 
 	"context"
 	"errors"
@@ -165,8 +166,8 @@ func TestGuardTakeoverFencing(t *testing.T) {
 		})
 		require.NoError(t, err)
 		assert.Equal(t, int64(2), tok)
-		err = e.store.Complete(ctx, sk, dead.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute})
-		assert.ErrorIs(t, err, idem.ErrLostOwnership)
+		err = e.store.Complete(ctx, sk, dead.Nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute})
+		assert.ErrorIs(t, err, storekit.ErrLostOwnership)
 	})
 }
 
@@ -181,13 +182,13 @@ func TestClaimProcedureMissing(t *testing.T) {
 	r := claimReq(storageKey())
 	_, err := e.store.Claim(ctx, r)
 	require.NoError(t, err)
-	require.NoError(t, e.store.Complete(ctx, r.Key, r.Nonce, idem.Completion{Status: idem.StatusCompleted, Result: []byte("v"), TTL: time.Minute}))
+	require.NoError(t, e.store.Complete(ctx, r.Key, r.Nonce, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("v"), TTL: time.Minute}))
 	replay := func() int64 {
 		t.Helper()
 		before := e.rt.Load()
 		res, err := e.store.Claim(ctx, claimReq(r.Key))
 		require.NoError(t, err)
-		require.Equal(t, idem.Existing, res.Outcome)
+		require.Equal(t, storekit.Existing, res.Outcome)
 		require.Equal(t, "v", string(res.Record.Result))
 		return e.rt.Load() - before
 	}
@@ -236,8 +237,8 @@ func TestMigrateWithoutCreateRoutine(t *testing.T) {
 	r := claimReq(storageKey())
 	res, err := s.Claim(ctx, r)
 	require.NoError(t, err)
-	assert.Equal(t, idem.Claimed, res.Outcome)
+	assert.Equal(t, storekit.Claimed, res.Outcome)
 	res, err = s.Claim(ctx, claimReq(r.Key))
 	require.NoError(t, err)
-	assert.Equal(t, idem.Existing, res.Outcome)
+	assert.Equal(t, storekit.Existing, res.Outcome)
 }

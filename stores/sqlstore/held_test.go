@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -46,7 +48,7 @@ func heldDB(t *testing.T, d sqlstore.Dialect) (*sql.DB, *testenv.Proxy) {
 // TestHeldCompletionNotRecordedOnlyWhenTrue: the completion request is
 // held by the network for the takeover threshold plus 300ms and then
 // delivered, after the Guard gave up waiting for it. Whatever the Guard
-// answers, it must not be idem.ErrNotRecorded while the record ends
+// answers, it must not be storekit.ErrNotRecorded while the record ends
 // completed: a caller told "not recorded" may run the side effect again
 // under another key. Before idem fenced off a late completion (a claim
 // with a new nonce) before answering, the Guard read the record back in
@@ -80,16 +82,16 @@ func TestHeldCompletionNotRecordedOnlyWhenTrue(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 		rec, gerr := e.store.Get(ctx, storageKeyOf(t, e, "held"))
 		require.NoError(t, gerr)
-		if rec.Status == idem.StatusCompleted {
-			assert.False(t, errors.Is(err, idem.ErrNotRecorded),
+		if rec.Status == storekit.StatusCompleted {
+			assert.False(t, errors.Is(err, storekit.ErrNotRecorded),
 				"told ErrNotRecorded (%v) while the record ended completed", err)
 		}
 		if err == nil {
 			assert.Equal(t, 7, v)
-			assert.Equal(t, idem.StatusCompleted, rec.Status)
+			assert.Equal(t, storekit.StatusCompleted, rec.Status)
 		}
 		v2, err2 := g.Do(ctx, "held", func(context.Context) (int, error) { runs.Add(1); return 8, nil })
-		if rec.Status == idem.StatusCompleted {
+		if rec.Status == storekit.StatusCompleted {
 			assert.NoError(t, err2)
 			assert.Equal(t, 7, v2)
 			assert.EqualValues(t, 1, runs.Load())

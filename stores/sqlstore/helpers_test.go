@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -128,7 +130,7 @@ func randHex(n int) string {
 }
 
 // storageKey returns a key shaped like the ones a Guard passes.
-func storageKey() string { return idem.StorageKeyPrefix + randHex(32) }
+func storageKey() string { return storekit.StorageKeyPrefix + randHex(32) }
 
 func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -220,7 +222,7 @@ func newFrozenMySQLEnv(t testing.TB) *env {
 	return newEnvOn(t, sqlstore.MySQL, db, nil)
 }
 
-func newGuard[T any](t testing.TB, s idem.Store, opts ...idem.Option) *idem.Guard[T] {
+func newGuard[T any](t testing.TB, s storekit.Store, opts ...idem.Option) *idem.Guard[T] {
 	t.Helper()
 	g, err := idem.New[T](s, opts...)
 	if err != nil {
@@ -236,6 +238,6 @@ const (
 )
 
 // claimReq is a claim on key with a fresh nonce and no payload.
-func claimReq(key string) idem.ClaimRequest {
-	return idem.ClaimRequest{Key: key, Nonce: randHex(16), LeaseTTL: leaseTTL, TakeoverAfter: takeoverAfter}
+func claimReq(key string) storekit.ClaimRequest {
+	return storekit.ClaimRequest{Key: key, Nonce: randHex(16), LeaseTTL: leaseTTL, TakeoverAfter: takeoverAfter}
 }

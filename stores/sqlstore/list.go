@@ -6,10 +6,10 @@ import (
 	"iter"
 	"strconv"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
-var _ idem.Lister = (*Store)(nil)
+var _ storekit.Lister = (*Store)(nil)
 
 // listPage is how many rows one page of Records reads.
 const listPage = 1000
@@ -33,15 +33,15 @@ func (s *Store) listQuery() string {
 	}
 }
 
-// Records implements idem.Lister. It reads the table, every tenant and
+// Records implements storekit.Lister. It reads the table, every tenant and
 // scope, in pages of 1000 rows in primary-key order, each page one plain
 // SELECT after the last key of the one before (keyset pagination: every
 // page is an index range, however far the listing has gone). A plain
 // SELECT takes no row lock (a consistent read on InnoDB, MVCC on
 // PostgreSQL), so claims go on while it runs; memory holds one page. Rows
 // whose expiry has passed on the database's clock are skipped.
-func (s *Store) Records(ctx context.Context) iter.Seq2[*idem.Record, error] {
-	return func(yield func(*idem.Record, error) bool) {
+func (s *Store) Records(ctx context.Context) iter.Seq2[*storekit.Record, error] {
+	return func(yield func(*storekit.Record, error) bool) {
 		q := s.listQuery()
 		after := ""
 		for {
@@ -71,7 +71,7 @@ func (s *Store) Records(ctx context.Context) iter.Seq2[*idem.Record, error] {
 
 type listed struct {
 	key string
-	rec *idem.Record
+	rec *storekit.Record
 	err error
 }
 

@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/stores/sqlstore"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -58,7 +59,7 @@ func insertCompleted(t testing.TB, e *env, n int) {
 				b.WriteByte(',')
 			}
 			fmt.Fprintf(&b, "('%s%064x', 1, 'n%d', 'completed', 1, '', NULL, %d, %d, %d, %d, 0, 10000)",
-				idem.StorageKeyPrefix, j, j, now, now, now, exp)
+				storekit.StorageKeyPrefix, j, j, now, now, now, exp)
 		}
 		if _, err := e.db.ExecContext(ctxT(t), b.String()); err != nil {
 			t.Fatal(err)

@@ -9,18 +9,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 )
 
-// WatchingStore is a Store that also implements idem.Watcher, with
+// WatchingStore is a Store that also implements storekit.Watcher, with
 // PostgreSQL LISTEN/NOTIFY. Make one with Store.Listen and hand it to
 // idem.New; everything else is the Store's.
 type WatchingStore struct {
 	*Store
 }
 
-var _ idem.Watcher = (*WatchingStore)(nil)
+var _ storekit.Watcher = (*WatchingStore)(nil)
 
 // listenHealth is how long the listening connection may be silent before
 // it is pinged, and how long the ping (or setting up a connection) may
@@ -44,8 +43,8 @@ const pgxStdlibPkg = "github.com/jackc/pgx/v5/stdlib"
 // record for a key is completed, released or deleted through any store on
 // the same table, in any process. It needs PostgreSQL through pgx's
 // database/sql driver (github.com/jackc/pgx/v5/stdlib, by sql.Open("pgx",
-// ...) or stdlib.OpenDB); otherwise it returns an *idem.OptionError matching
-// idem.ErrInvalidOption. It does no I/O: the first Watch takes one
+// ...) or stdlib.OpenDB); otherwise it returns an *storekit.OptionError matching
+// storekit.ErrInvalidOption. It does no I/O: the first Watch takes one
 // connection from the store's *sql.DB for good (it counts against
 // SetMaxOpenConns) and sends LISTEN on it. Every WatchingStore of s shares
 // that one connection. Close releases it.
@@ -54,10 +53,10 @@ func (s *Store) Listen() (*WatchingStore, error) {
 		return nil, err
 	}
 	if s.dialect != Postgres {
-		return nil, &idem.OptionError{Option: "sqlstore.Listen", Reason: "LISTEN/NOTIFY needs PostgreSQL"}
+		return nil, &storekit.OptionError{Option: "sqlstore.Listen", Reason: "LISTEN/NOTIFY needs PostgreSQL"}
 	}
 	if !pgxDriver(s.db.Driver()) {
-		return nil, &idem.OptionError{Option: "sqlstore.Listen",
+		return nil, &storekit.OptionError{Option: "sqlstore.Listen",
 			Reason: fmt.Sprintf("driver %T is not pgx's database/sql driver (%s)", s.db.Driver(), pgxStdlibPkg)}
 	}
 	return &WatchingStore{Store: s}, nil
@@ -78,7 +77,7 @@ func pgxDriver(d driver.Driver) bool {
 // or, when that is longer than 63 bytes, a shortened name with a hash.
 func (s *Store) Channel() string { return notifyChannel(s.cfg.table) }
 
-// Watch implements idem.Watcher. The returned channel is closed when the
+// Watch implements storekit.Watcher. The returned channel is closed when the
 // record for key may have changed after Watch returned: a complete,
 // release or delete of key was committed, the listening connection was
 // lost (notifications may have been missed; it is re-established), or the

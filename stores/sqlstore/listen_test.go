@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -44,19 +46,19 @@ func woken(t testing.TB, ch <-chan struct{}, what string) {
 func TestListenRefused(t *testing.T) {
 	e := newEnv(t, sqlstore.MySQL)
 	_, err := e.store.Listen()
-	assert.ErrorIs(t, err, idem.ErrInvalidOption)
+	assert.ErrorIs(t, err, storekit.ErrInvalidOption)
 }
 
 // TestConformanceListen runs the conformance suite, its Watch checks
 // included, on WatchingStores.
 func TestConformanceListen(t *testing.T) {
 	var envs sync.Map
-	storetest.Run(t, func(t *testing.T) idem.Store {
+	storetest.Run(t, func(t *testing.T) storekit.Store {
 		e := newEnv(t, sqlstore.Postgres)
 		ws := listen(t, e.store)
-		envs.Store(idem.Store(ws), e)
+		envs.Store(storekit.Store(ws), e)
 		return ws
-	}, storetest.WithCorrupter(func(t *testing.T, s idem.Store, key string) {
+	}, storetest.WithCorrupter(func(t *testing.T, s storekit.Store, key string) {
 		v, _ := envs.Load(s)
 		corrupt(t, v.(*env), key, "status = 'garbled'")
 	}))
@@ -82,10 +84,10 @@ func TestWatchWokenByOtherStores(t *testing.T) {
 		r2 := claimReq(storageKey())
 		_, err = other.Claim(ctx, r2)
 		require.NoError(t, err)
-		require.NoError(t, other.Complete(ctx, r2.Key, r2.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+		require.NoError(t, other.Complete(ctx, r2.Key, r2.Nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}))
 		switch op {
 		case "complete":
-			require.NoError(t, other.Complete(ctx, r.Key, r.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+			require.NoError(t, other.Complete(ctx, r.Key, r.Nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}))
 		case "release":
 			require.NoError(t, other.Release(ctx, r.Key, r.Nonce))
 		case "delete":
@@ -105,7 +107,7 @@ func TestWatchWokenByOtherStores(t *testing.T) {
 	r2 := claimReq(storageKey())
 	_, err = other.Claim(ctx, r2)
 	require.NoError(t, err)
-	require.NoError(t, other.Complete(ctx, r2.Key, r2.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+	require.NoError(t, other.Complete(ctx, r2.Key, r2.Nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}))
 	// Notifications arrive on the one connection in commit order: once a
 	// marker key's completion, committed after both, has woken its
 	// watcher, a wake from either would have been delivered already.
@@ -115,7 +117,7 @@ func TestWatchWokenByOtherStores(t *testing.T) {
 	mch, mstop, err := ws.Watch(ctx, marker.Key)
 	require.NoError(t, err)
 	defer mstop()
-	require.NoError(t, other.Complete(ctx, marker.Key, marker.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+	require.NoError(t, other.Complete(ctx, marker.Key, marker.Nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}))
 	woken(t, mch, "marker")
 	select {
 	case <-ch:
@@ -206,7 +208,7 @@ func TestListenReconnects(t *testing.T) {
 		next := sqlstore.ListenerPID(e.store)
 		assert.NotZero(t, next)
 		assert.NotEqual(t, pid, next, "a new listening connection")
-		require.NoError(t, other.Complete(ctx, r.Key, r.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+		require.NoError(t, other.Complete(ctx, r.Key, r.Nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}))
 		woken(t, ch, "completion after reconnect")
 		stop()
 	}
@@ -238,7 +240,7 @@ func TestListenLongTableName(t *testing.T) {
 	ch, stop, err := ws.Watch(ctx, r.Key)
 	require.NoError(t, err)
 	defer stop()
-	require.NoError(t, s.Complete(ctx, r.Key, r.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+	require.NoError(t, s.Complete(ctx, r.Key, r.Nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}))
 	woken(t, ch, "completion")
 }
 
@@ -259,7 +261,7 @@ func TestCloseWakesWatchers(t *testing.T) {
 	ch, stop2, err := ws.Watch(ctx, r.Key)
 	require.NoError(t, err)
 	defer stop2()
-	require.NoError(t, e.store.Complete(ctx, r.Key, r.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+	require.NoError(t, e.store.Complete(ctx, r.Key, r.Nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}))
 	woken(t, ch, "completion after Close")
 }
 
@@ -358,7 +360,7 @@ func TestListenSilentDrop(t *testing.T) {
 	require.NoError(t, err, "watch on a new connection")
 	defer stop()
 	assert.NotEqual(t, pid, sqlstore.ListenerPID(e.store), "a new listening connection")
-	require.NoError(t, completer.Complete(ctx, r.Key, r.Nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}))
+	require.NoError(t, completer.Complete(ctx, r.Key, r.Nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}))
 	woken(t, ch, "completion after reconnect")
 }
 
@@ -375,7 +377,7 @@ func TestOnlyWatchedRowsNotify(t *testing.T) {
 	t.Cleanup(func() { _ = raw.Close(context.Background()) })
 	_, err = raw.Exec(ctx, `LISTEN "`+e.store.Channel()+`"`)
 	require.NoError(t, err)
-	done := idem.Completion{Status: idem.StatusCompleted, TTL: time.Minute}
+	done := storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Minute}
 
 	// Unwatched: complete, release, delete.
 	for _, op := range []string{"complete", "release", "delete"} {
@@ -403,7 +405,7 @@ func TestOnlyWatchedRowsNotify(t *testing.T) {
 	r2 := claimReq(r.Key)
 	res, err := e.store.Claim(ctx, r2)
 	require.NoError(t, err)
-	require.Equal(t, idem.TookOver, res.Outcome)
+	require.Equal(t, storekit.TookOver, res.Outcome)
 	require.NoError(t, e.store.Complete(ctx, r.Key, r2.Nonce, done))
 
 	// Notifications arrive in commit order: the first is the watched key's.

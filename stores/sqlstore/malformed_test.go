@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
 )
@@ -52,20 +54,20 @@ func TestMalformedRowsAreCorrupt(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if _, err := e.store.Claim(ctx, idem.ClaimRequest{Key: sk, Nonce: "owner", LeaseTTL: time.Hour, TakeoverAfter: time.Hour}); err != nil {
+					if _, err := e.store.Claim(ctx, storekit.ClaimRequest{Key: sk, Nonce: "owner", LeaseTTL: time.Hour, TakeoverAfter: time.Hour}); err != nil {
 						t.Fatal(err)
 					}
 					corrupt(t, e, sk, tc.set)
 					ran := false
 					_, err = g.Do(ctx, key, func(context.Context) (int, error) { ran = true; return 1, nil })
-					var cre *idem.CorruptRecordError
-					if !errors.Is(err, idem.ErrCorruptRecord) || !errors.As(err, &cre) {
-						t.Errorf("%s: Do: %v, want a *idem.CorruptRecordError", tc.name, err)
+					var cre *storekit.CorruptRecordError
+					if !errors.Is(err, storekit.ErrCorruptRecord) || !errors.As(err, &cre) {
+						t.Errorf("%s: Do: %v, want a *storekit.CorruptRecordError", tc.name, err)
 					}
 					if ran {
 						t.Errorf("%s: fn ran", tc.name)
 					}
-					if _, err := e.store.Get(ctx, sk); !errors.Is(err, idem.ErrCorruptRecord) {
+					if _, err := e.store.Get(ctx, sk); !errors.Is(err, storekit.ErrCorruptRecord) {
 						t.Errorf("%s: Get: %v, want ErrCorruptRecord", tc.name, err)
 					}
 				}

@@ -4,7 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/stores/sqlstore"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -18,7 +19,7 @@ func TestMultiProcessExactlyOnce(t *testing.T) {
 		t.Cleanup(func() { dropTable(t, d, table) })
 		storetest.RunProcesses(t, storetest.ProcessConfig{
 			Namespace: table,
-			NewStore: func(table string) (idem.Store, error) {
+			NewStore: func(table string) (storekit.Store, error) {
 				s, err := sqlstore.New(sharedDB(t, d), d, sqlstore.WithTable(table))
 				if err != nil {
 					return nil, err
@@ -39,7 +40,7 @@ func TestStepCrash(t *testing.T) {
 		t.Cleanup(func() { dropTable(t, d, table) })
 		storetest.RunStepCrash(t, storetest.StepCrashConfig{
 			Namespace: table,
-			NewStore: func(table string) (idem.Store, error) {
+			NewStore: func(table string) (storekit.Store, error) {
 				s, err := sqlstore.New(sharedDB(t, d), d, sqlstore.WithTable(table))
 				if err != nil {
 					return nil, err

@@ -50,7 +50,7 @@ const (
 // store checks them before any statement so that no value is truncated).
 // MaxKeyLen limits the storage key, the key the store is given: a Guard's
 // storage keys are 69 bytes whatever the caller's key (see
-// idem.StorageKeyPrefix), so only a key passed to the Store's methods
+// storekit.StorageKeyPrefix), so only a key passed to the Store's methods
 // directly can exceed it.
 const (
 	MaxTenantLen  = 64
@@ -62,7 +62,7 @@ const (
 )
 
 // Option configures a Store. New checks every option and reports each
-// invalid one as an *idem.OptionError matching idem.ErrInvalidOption.
+// invalid one as an *storekit.OptionError matching storekit.ErrInvalidOption.
 type Option func(*config)
 
 type config struct {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -29,7 +31,7 @@ func TestOversizedResultCompletesWithoutResult(t *testing.T) {
 	var runs atomic.Int32
 	fn := func(ctx context.Context) (string, error) { runs.Add(1); return big, nil }
 	v, err := g.Do(context.Background(), "big", fn)
-	if errors.Is(err, idem.ErrNotRecorded) {
+	if errors.Is(err, storekit.ErrNotRecorded) {
 		// The server's refusal can come only as a reset of the connection
 		// (it sometimes sends Error 1153 first, sometimes not): the store
 		// must refuse the statement itself, for good, before sending it.
@@ -62,12 +64,12 @@ func TestLockFailureWithNULStored(t *testing.T) {
 		var runs atomic.Int32
 		fn := func(ctx context.Context) (int, error) { runs.Add(1); return 0, errors.New("card\x00declined \xff") }
 		_, err := g.Do(context.Background(), "nul", fn)
-		if err == nil || errors.Is(err, idem.ErrNotRecorded) {
+		if err == nil || errors.Is(err, storekit.ErrNotRecorded) {
 			t.Fatalf("first call: %v; want fn's error alone", err)
 		}
 		time.Sleep(threshold + threshold/4) // past the threshold
 		_, err = g.Do(context.Background(), "nul", fn)
-		var se *idem.RecordedFailure
+		var se *storekit.RecordedFailure
 		if !errors.As(err, &se) || se.Message != "card\uFFFDdeclined \uFFFD" {
 			t.Fatalf("replay: %v; want the sanitised stored failure", err)
 		}

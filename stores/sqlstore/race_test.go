@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
 )
 
@@ -126,7 +127,7 @@ func newHookedMySQLEnv(t *testing.T, h *hooks) *env {
 }
 
 // MySQL: a Release or Complete whose UPDATE changed no row (the nonce is
-// another's) must report idem.ErrLostOwnership, even when a claim with the
+// another's) must report storekit.ErrLostOwnership, even when a claim with the
 // caller's nonce lands right after that UPDATE (a retried claim of the same
 // nonce). Before, a zero was checked with a second statement, a SELECT,
 // which saw the new claim's nonce and reported a write that never happened.
@@ -144,7 +145,7 @@ func TestOwnedAnswerIsTheUpdates(t *testing.T) {
 			age(t, e, key, 2*takeoverAfter) // stale: a claim may take it over
 
 			mine := claimReq(key) // the nonce Release/Complete is called with
-			var claimed idem.ClaimResult
+			var claimed storekit.ClaimResult
 			var claimErr error
 			h.arm(func(q string) bool {
 				return strings.HasPrefix(q, "UPDATE") && strings.Contains(q, "claim_nonce = ?") &&
@@ -155,15 +156,15 @@ func TestOwnedAnswerIsTheUpdates(t *testing.T) {
 				err = e.store.Release(ctx, key, mine.Nonce)
 			} else {
 				err = e.store.Complete(ctx, key, mine.Nonce,
-					idem.Completion{Status: idem.StatusCompleted, Result: []byte("r"), TTL: time.Minute})
+					storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("r"), TTL: time.Minute})
 			}
 			require.NoError(t, claimErr)
-			require.Equal(t, idem.TookOver, claimed.Outcome, "the hook's claim took the stale record over")
-			assert.ErrorIs(t, err, idem.ErrLostOwnership,
+			require.Equal(t, storekit.TookOver, claimed.Outcome, "the hook's claim took the stale record over")
+			assert.ErrorIs(t, err, storekit.ErrLostOwnership,
 				"the UPDATE changed nothing: the %s did not happen, whatever the row holds afterwards", op)
 			rec, gerr := e.store.Get(ctx, key)
 			require.NoError(t, gerr)
-			assert.Equal(t, idem.StatusInProgress, rec.Status, "the takeover's claim is untouched")
+			assert.Equal(t, storekit.StatusInProgress, rec.Status, "the takeover's claim is untouched")
 			assert.Equal(t, mine.Nonce, rec.Nonce)
 		})
 	}
@@ -255,9 +256,9 @@ func TestHeartbeatBehindRelease(t *testing.T) {
 			defer cancel()
 			return e.store.Heartbeat(c, key, r.Nonce, leaseTTL)
 		})
-		assert.ErrorIs(t, err, idem.ErrLostOwnership, "the heartbeat came after the release")
+		assert.ErrorIs(t, err, storekit.ErrLostOwnership, "the heartbeat came after the release")
 		_, err = e.store.Get(ctx, key)
-		assert.ErrorIs(t, err, idem.ErrNotFound, "the released record stays released")
+		assert.ErrorIs(t, err, storekit.ErrNotFound, "the released record stays released")
 	})
 }
 
@@ -273,14 +274,14 @@ func TestClaimBehindRelease(t *testing.T) {
 		_, err := e.store.Claim(ctx, claimReq(key))
 		require.NoError(t, err)
 		age(t, e, key, 2*takeoverAfter) // stale, not expired
-		var res idem.ClaimResult
+		var res storekit.ClaimResult
 		err = releaseBehindLock(t, e, key, func() error {
 			var err error
 			res, err = e.store.Claim(ctx, claimReq(key))
 			return err
 		})
 		require.NoError(t, err)
-		assert.Equal(t, idem.Claimed, res.Outcome, "a released record is re-claimed, not taken over")
+		assert.Equal(t, storekit.Claimed, res.Outcome, "a released record is re-claimed, not taken over")
 		assert.EqualValues(t, 2, res.Record.Attempt)
 	})
 }
@@ -319,7 +320,7 @@ func claimBehindDelete(t *testing.T, e *env) {
 	defer func() { _ = tx.Rollback() }()
 	_, err = tx.ExecContext(ctx, ph(d, "SELECT key_hash FROM "+e.table+" WHERE key_hash = ? FOR UPDATE"), key)
 	require.NoError(t, err)
-	var res idem.ClaimResult
+	var res storekit.ClaimResult
 	done := make(chan error, 1)
 	go func() {
 		var err error
@@ -335,7 +336,7 @@ func claimBehindDelete(t *testing.T, e *env) {
 	require.NoError(t, tx.Commit())
 	require.NoError(t, <-done)
 
-	assert.Equal(t, idem.Claimed, res.Outcome)
+	assert.Equal(t, storekit.Claimed, res.Outcome)
 	assert.EqualValues(t, 1, res.Record.Attempt, "a new record after the delete")
 	assert.GreaterOrEqual(t, res.Record.HeartbeatAt, deletedAt, "the claim's heartbeat is read after the wait")
 	assert.GreaterOrEqual(t, res.Record.StartedAt, deletedAt, "the claim's start is read after the wait")

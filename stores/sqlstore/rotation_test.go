@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
 	"github.com/idem-go/idem/stores/storetest"
@@ -16,7 +18,7 @@ import (
 // table.
 func TestRotation(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
-		storetest.RunRotation(t, func(t *testing.T) idem.Store { return newEnv(t, d).store })
+		storetest.RunRotation(t, func(t *testing.T) storekit.Store { return newEnv(t, d).store })
 	})
 }
 
@@ -32,7 +34,7 @@ func TestRotationProcesses(t *testing.T) {
 		t.Cleanup(func() { dropTable(t, d, table) })
 		storetest.RunRotationProcesses(t, storetest.ProcessConfig{
 			Namespace: table,
-			NewStore: func(table string) (idem.Store, error) {
+			NewStore: func(table string) (storekit.Store, error) {
 				s, err := sqlstore.New(sharedDB(t, d), d, sqlstore.WithTable(table))
 				if err != nil {
 					return nil, err
@@ -60,7 +62,7 @@ func TestRotationOrders(t *testing.T) {
 		Goroutines: 4,
 		Keys:       30,
 		Options:    []idem.Option{idem.WithTakeoverAfter(2 * time.Second)},
-		NewStore: func(table string) (idem.Store, error) {
+		NewStore: func(table string) (storekit.Store, error) {
 			// Six processes share the server's connections: a pool of
 			// four each.
 			db := openDB(t, d, dsn(t, d), nil)

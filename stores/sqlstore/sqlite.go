@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 )
 
@@ -53,46 +52,46 @@ func sqliteQueries(table string) queries {
 // lock, reads the row and the database's clock, decides with
 // storekit.DecideClaim and writes the decision. Writers are serialized,
 // so what it read is what it writes over.
-func (s *Store) claimSQLite(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
-	var res idem.ClaimResult
+func (s *Store) claimSQLite(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
+	var res storekit.ClaimResult
 	err := retryTransient(ctx, func() error {
 		var err error
 		res, err = s.claimSQLiteOnce(ctx, req)
 		return err
 	})
 	if err != nil {
-		var ce *idem.CorruptRecordError
+		var ce *storekit.CorruptRecordError
 		if errors.As(err, &ce) {
-			return idem.ClaimResult{}, err
+			return storekit.ClaimResult{}, err
 		}
-		return idem.ClaimResult{}, storeErr("claim", err)
+		return storekit.ClaimResult{}, storeErr("claim", err)
 	}
 	return res, nil
 }
 
-func (s *Store) claimSQLiteOnce(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *Store) claimSQLiteOnce(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	defer func() { _ = tx.Rollback() }()
 	if _, err := tx.ExecContext(ctx, s.q.liteLock); err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	var raw rawRecord
 	var now int64
-	var cur *idem.Record
+	var cur *storekit.Record
 	err = tx.QueryRowContext(ctx, s.q.text[stGet], req.Key).Scan(append(raw.dest(), &now)...)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		if err := tx.QueryRowContext(ctx, s.q.liteNow).Scan(&now); err != nil {
-			return idem.ClaimResult{}, err
+			return storekit.ClaimResult{}, err
 		}
 	case err != nil:
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	default:
 		if cur, err = raw.record(req.Key); err != nil {
-			return idem.ClaimResult{}, err
+			return storekit.ClaimResult{}, err
 		}
 	}
 	d := storekit.DecideClaim(cur, req, now)
@@ -109,16 +108,16 @@ func (s *Store) claimSQLiteOnce(ctx context.Context, req idem.ClaimRequest) (ide
 		result = r.Result
 	}
 	var takenOver int64
-	if d.Outcome == idem.TookOver {
+	if d.Outcome == storekit.TookOver {
 		takenOver = now
 	}
 	if _, err := tx.ExecContext(ctx, s.q.text[stClaim], req.Tenant, req.Scope, req.Key, r.Nonce, string(r.Status),
 		r.Attempt, r.PayloadHash, result, msg, typ, r.StartedAt, r.HeartbeatAt, r.CompletedAt, r.ExpiresAt,
 		takenOver, r.TakeoverMs); err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	if err := tx.Commit(); err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	return d.Result(), nil
 }
@@ -201,7 +200,7 @@ func (s *Store) migrateSQLite(ctx context.Context) error {
 		return fmt.Errorf("sqlstore: migrate %s: read busy_timeout: %w", s.cfg.table, err)
 	}
 	if busy <= 0 {
-		return &idem.OptionError{Option: "sqlstore.SQLite", Reason: "the connection's busy_timeout is 0: open the database " +
+		return &storekit.OptionError{Option: "sqlstore.SQLite", Reason: "the connection's busy_timeout is 0: open the database " +
 			"with a busy timeout on every connection (modernc.org/sqlite: " + SQLiteDSNParams + ")"}
 	}
 	var mode string
@@ -211,7 +210,7 @@ func (s *Store) migrateSQLite(ctx context.Context) error {
 		return fmt.Errorf("sqlstore: migrate %s: journal_mode WAL: %w", s.cfg.table, err)
 	}
 	if mode != "wal" && mode != "memory" { // an in-memory database has no journal file
-		return &idem.OptionError{Option: "sqlstore.SQLite", Reason: "journal_mode is " + mode + ", not wal"}
+		return &storekit.OptionError{Option: "sqlstore.SQLite", Reason: "journal_mode is " + mode + ", not wal"}
 	}
 	return nil
 }

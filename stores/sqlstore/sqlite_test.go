@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	_ "modernc.org/sqlite"
@@ -54,7 +56,7 @@ func openSQLite(t testing.TB, source string) *sql.DB {
 
 // sqliteStore opens a store on table over a pool of its own (one per
 // process, as an application has).
-func sqliteStore(table string) (idem.Store, error) {
+func sqliteStore(table string) (storekit.Store, error) {
 	db, err := sql.Open("sqlite", sqliteDSN())
 	if err != nil {
 		return nil, err
@@ -70,12 +72,12 @@ func sqliteStore(table string) (idem.Store, error) {
 // on a fresh table of its own in one database file.
 func TestSQLiteConformance(t *testing.T) {
 	d := sqlstore.SQLite
-	var envs sync.Map // idem.Store -> *env
-	storetest.Run(t, func(t *testing.T) idem.Store {
+	var envs sync.Map // storekit.Store -> *env
+	storetest.Run(t, func(t *testing.T) storekit.Store {
 		e := newEnv(t, d)
-		envs.Store(idem.Store(e.store), e)
+		envs.Store(storekit.Store(e.store), e)
 		return e.store
-	}, storetest.WithCorrupter(func(t *testing.T, s idem.Store, key string) {
+	}, storetest.WithCorrupter(func(t *testing.T, s storekit.Store, key string) {
 		v, ok := envs.Load(s)
 		if !ok {
 			t.Fatal("corrupter: unknown store")
@@ -156,19 +158,19 @@ func TestSQLiteStepTx(t *testing.T) {
 	_, err = sqlstore.DoTx(ctx, g, "step-in-tx", func(ctx context.Context, tx *sql.Tx) (int, error) {
 		return idem.Step(ctx, "charge", func(context.Context) (int, error) { return 1, nil })
 	})
-	require.ErrorIs(t, err, idem.ErrInvalidOption)
+	require.ErrorIs(t, err, storekit.ErrInvalidOption)
 	assert.Less(t, time.Since(start), 2*time.Second, "refused at once, not after the busy timeout")
 }
 
 // TestSQLiteMigrateNoBusyTimeout: a pool whose connections have no busy
-// timeout is refused by Migrate (an idem.ErrInvalidOption).
+// timeout is refused by Migrate (an storekit.ErrInvalidOption).
 func TestSQLiteMigrateNoBusyTimeout(t *testing.T) {
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "x.db"))
 	require.NoError(t, err)
 	defer db.Close()
 	s, err := sqlstore.New(db, sqlstore.SQLite, sqlstore.WithoutCleanup())
 	require.NoError(t, err)
-	require.ErrorIs(t, s.Migrate(ctxT(t)), idem.ErrInvalidOption)
+	require.ErrorIs(t, s.Migrate(ctxT(t)), storekit.ErrInvalidOption)
 }
 
 // TestSQLiteClaimRace: 16 pools (as 16 processes would have) claim each
@@ -176,7 +178,7 @@ func TestSQLiteMigrateNoBusyTimeout(t *testing.T) {
 func TestSQLiteClaimRace(t *testing.T) {
 	table := "idem_race_" + randHex(6)
 	t.Cleanup(func() { dropTable(t, sqlstore.SQLite, table) })
-	stores := make([]idem.Store, 16)
+	stores := make([]storekit.Store, 16)
 	for i := range stores {
 		s, err := sqliteStore(table)
 		require.NoError(t, err)
@@ -198,7 +200,7 @@ func TestSQLiteClaimRace(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if res.Outcome == idem.Claimed {
+				if res.Outcome == storekit.Claimed {
 					won.Add(1)
 				}
 			}()

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -30,13 +32,13 @@ import (
 //   - fn succeeded and the commit was acknowledged: the value, nil.
 //   - the step's claim was lost (taken over by another attempt while fn
 //     ran: the completion's nonce condition matched no row): rolled back,
-//     an error matching idem.ErrLostOwnership; nothing of fn's is visible.
+//     an error matching storekit.ErrLostOwnership; nothing of fn's is visible.
 //   - the commit failed or its reply never came: the step's record is read
 //     back as DoTx does (a locking read on another connection). Committed:
 //     the value. Not committed, for certain: the claim is released and the
-//     caller gets a *idem.StoreError{Op: "commit"}, so a later attempt runs
+//     caller gets a *storekit.StoreError{Op: "commit"}, so a later attempt runs
 //     fn again. Unknown (the read failed): an error matching
-//     idem.ErrOutcomeUnknown, never a guess, and the step's claim is left
+//     storekit.ErrOutcomeUnknown, never a guess, and the step's claim is left
 //     to go stale.
 //
 // A crash before the commit leaves neither fn's writes nor the record: the
@@ -46,9 +48,9 @@ import (
 // is Do { Step charge, Step email, StepTx order }.
 //
 // The call's store must be a *Store or the *WatchingStore of its Listen
-// (any other store is an error matching idem.ErrInvalidOption, before any
+// (any other store is an error matching storekit.ErrInvalidOption, before any
 // store call); outside a guarded fn, or inside a step's fn, the error is
-// idem.ErrNoCall; a nil fn is an error matching idem.ErrInvalidOption. fn
+// idem.ErrNoCall; a nil fn is an error matching storekit.ErrInvalidOption. fn
 // must do its writes through tx, in the store's database, and must not
 // write the record table. The step's heartbeat runs on another connection
 // of the pool while fn runs, so the pool should allow two connections.
@@ -59,7 +61,7 @@ import (
 func StepTx[V any](ctx context.Context, name string, fn func(context.Context, *sql.Tx) (V, error)) (V, error) {
 	var zero V
 	if fn == nil {
-		return zero, &idem.OptionError{Option: "StepTx", Reason: "nil fn"}
+		return zero, &storekit.OptionError{Option: "StepTx", Reason: "nil fn"}
 	}
 	st, err := idem.CallStore(ctx)
 	if err != nil {
@@ -75,7 +77,7 @@ func StepTx[V any](ctx context.Context, name string, fn func(context.Context, *s
 		}
 	}
 	if s == nil || s.db == nil {
-		return zero, &idem.OptionError{Option: "StepTx", Reason: fmt.Sprintf("the call's store is %T, not a *sqlstore.Store", st)}
+		return zero, &storekit.OptionError{Option: "StepTx", Reason: fmt.Sprintf("the call's store is %T, not a *sqlstore.Store", st)}
 	}
 	return idem.RunStepTx(ctx, name, func(ctx context.Context, c *idem.StepTxClaim[V]) (V, error, error) {
 		return runTx(ctx, s, txClaim[V]{key: c.Key, nonce: c.Nonce, complete: c.Complete}, fn, c.TakeoverAfter)

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -102,7 +104,7 @@ func stepTxChild(t *testing.T, d sqlstore.Dialect) {
 			fmt.Println("inserted")
 			_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 		}, nothing)
-		if errors.Is(err, idem.ErrLostOwnership) {
+		if errors.Is(err, storekit.ErrLostOwnership) {
 			fmt.Println("result lost")
 			os.Exit(0)
 		}
@@ -136,7 +138,7 @@ func sideRow(t testing.TB, d sqlstore.Dialect, table, key string) (attempt int64
 //     replays the order (fn does not run), one order row, the owner's.
 //   - stopped-in-fn: stopped after fn's INSERT until this process finished
 //     the call, then resumed: the owner's completion is refused (its
-//     StepTx answers idem.ErrLostOwnership, its transaction rolls back),
+//     StepTx answers storekit.ErrLostOwnership, its transaction rolls back),
 //     and the side table holds one order row, this process's.
 func TestStepTxProcesses(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {

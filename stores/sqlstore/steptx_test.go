@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -79,7 +81,7 @@ func TestStepTx(t *testing.T) {
 
 // TestStepTxInvalid: StepTx outside a guarded fn is idem.ErrNoCall, on a
 // call whose store is not a sqlstore or with a nil fn
-// idem.ErrInvalidOption.
+// storekit.ErrInvalidOption.
 func TestStepTxInvalid(t *testing.T) {
 	fn := func(context.Context, *sql.Tx) (int, error) { return 1, nil }
 	_, err := sqlstore.StepTx(context.Background(), "s", fn)
@@ -89,11 +91,11 @@ func TestStepTxInvalid(t *testing.T) {
 	_, err = newGuard[int](t, ms).Do(context.Background(), "k", func(ctx context.Context) (int, error) {
 		return sqlstore.StepTx(ctx, "s", fn)
 	})
-	assert.ErrorIs(t, err, idem.ErrInvalidOption)
+	assert.ErrorIs(t, err, storekit.ErrInvalidOption)
 	_, err = newGuard[int](t, ms).Do(context.Background(), "k2", func(ctx context.Context) (int, error) {
 		return sqlstore.StepTx[int](ctx, "s", nil)
 	})
-	assert.ErrorIs(t, err, idem.ErrInvalidOption)
+	assert.ErrorIs(t, err, storekit.ErrInvalidOption)
 }
 
 // stepKeyOf returns, with the observer it sets on a Guard, the storage key
@@ -112,7 +114,7 @@ func stepKeyOf() (idem.Option, func() string) {
 // TestStepTxStolenClaim: the step's claim is taken over while fn's
 // transaction is open (the owner's heartbeat has not noticed): the
 // completion's nonce condition matches no row, the transaction is rolled
-// back, StepTx answers idem.ErrLostOwnership, and nothing of fn's is
+// back, StepTx answers storekit.ErrLostOwnership, and nothing of fn's is
 // visible.
 func TestStepTxStolenClaim(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
@@ -124,7 +126,7 @@ func TestStepTxStolenClaim(t *testing.T) {
 		// The heartbeat is far off: only the nonce condition can notice.
 		g := newGuard[int](t, e.store, obs, idem.WithTakeoverAfter(time.Hour), idem.WithHeartbeat(30*time.Minute))
 		ctx := ctxT(t)
-		var stolen idem.ClaimResult
+		var stolen storekit.ClaimResult
 		_, err = g.Do(ctx, "k", func(ctx context.Context) (int, error) {
 			return sqlstore.StepTx(ctx, "order", func(ctx context.Context, tx *sql.Tx) (int, error) {
 				if err := insertSide(ctx, tx, d, side, "k"); err != nil {
@@ -134,19 +136,19 @@ func TestStepTxStolenClaim(t *testing.T) {
 				age(t, e, key, 2*time.Hour)
 				r := claimReq(key)
 				r.TakeoverAfter = time.Hour
-				r.PayloadHash = idem.StepPayload // a step's claim
+				r.PayloadHash = storekit.StepPayload // a step's claim
 				var err error
 				stolen, err = other.Claim(ctx, r)
 				require.NoError(t, err)
 				return 1, nil
 			})
 		})
-		require.Equal(t, idem.TookOver, stolen.Outcome)
-		assert.ErrorIs(t, err, idem.ErrLostOwnership)
+		require.Equal(t, storekit.TookOver, stolen.Outcome)
+		assert.ErrorIs(t, err, storekit.ErrLostOwnership)
 		assert.Equal(t, 0, sideRows(t, d, side, "k"), "fn's write was rolled back")
 		rec, err := e.store.Get(ctx, stolen.Record.Key)
 		require.NoError(t, err)
-		assert.Equal(t, idem.StatusInProgress, rec.Status)
+		assert.Equal(t, storekit.StatusInProgress, rec.Status)
 		assert.Equal(t, stolen.Record.Nonce, rec.Nonce, "the new owner's claim is untouched")
 	})
 }
@@ -203,7 +205,7 @@ func TestStepTxRoundTrips(t *testing.T) {
 
 // TestDoTxStepOneConnection: a DoTx whose fn calls Step on a pool of one
 // connection (which fn's transaction holds) is refused at once with an
-// error matching idem.ErrInvalidOption that says why, not when the claim
+// error matching storekit.ErrInvalidOption that says why, not when the claim
 // lapses; with two connections the same call completes.
 func TestDoTxStepOneConnection(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
@@ -220,7 +222,7 @@ func TestDoTxStepOneConnection(t *testing.T) {
 		start := time.Now()
 		_, err := sqlstore.DoTx(ctx, g, "k", fn)
 		took := time.Since(start)
-		require.ErrorIs(t, err, idem.ErrInvalidOption)
+		require.ErrorIs(t, err, storekit.ErrInvalidOption)
 		assert.Contains(t, err.Error(), "SetMaxOpenConns(1)")
 		assert.Less(t, took, takeover, "refused before the claim could lapse")
 		t.Logf("refused after %v: %v", took.Round(time.Millisecond), err)
@@ -236,7 +238,7 @@ func TestDoTxStepOneConnection(t *testing.T) {
 // its reply is lost: StepTx reads the step's record back (as DoTx does),
 // finds its completion and returns the value; a replay returns it without
 // running fn, one row. When the completion's own reply is lost, no COMMIT
-// is sent: StepTx says so with a *idem.StoreError (not an unknown
+// is sent: StepTx says so with a *storekit.StoreError (not an unknown
 // outcome), nothing is committed, and a later attempt runs fn again.
 func TestStepTxCommitReplyLost(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
@@ -274,9 +276,9 @@ func TestStepTxCommitReplyLost(t *testing.T) {
 		_, err = g.Do(ctx, "u", func(ctx context.Context) (int, error) {
 			return sqlstore.StepTx(ctx, "order", order("u", proxy.DropNextReply)) // the next reply: the completion's
 		})
-		var se *idem.StoreError
+		var se *storekit.StoreError
 		require.ErrorAs(t, err, &se)
-		assert.NotErrorIs(t, err, idem.ErrOutcomeUnknown)
+		assert.NotErrorIs(t, err, storekit.ErrOutcomeUnknown)
 		assert.Equal(t, 0, sideRows(t, d, side, "u"), "nothing committed")
 		v, err = g.Do(ctx, "u", func(ctx context.Context) (int, error) {
 			return sqlstore.StepTx(ctx, "order", order("u", func() {}))

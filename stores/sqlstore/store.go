@@ -12,11 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 )
 
-// Store is an idem.Store kept in one SQL table. It is safe for concurrent
+// Store is an storekit.Store kept in one SQL table. It is safe for concurrent
 // use by many goroutines and processes.
 type Store struct {
 	db      *sql.DB
@@ -40,7 +39,7 @@ type Store struct {
 	cleaner *storekit.Cleaner // the clean-up goroutine; nil under WithoutCleanup
 }
 
-var _ idem.Store = (*Store)(nil)
+var _ storekit.Store = (*Store)(nil)
 
 // New returns a store over db. It does no I/O: Migrate creates the table,
 // and statements are prepared on first use. A dialect that is not the one
@@ -52,7 +51,7 @@ var _ idem.Store = (*Store)(nil)
 // package documentation), whose first pass comes after about one
 // interval; Close stops it. A nil db, an unknown dialect
 // and every invalid option are reported, joined, each an
-// *idem.OptionError matching idem.ErrInvalidOption.
+// *storekit.OptionError matching storekit.ErrInvalidOption.
 func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 	cfg := config{Options: storekit.Options{Store: "sqlstore", Retention: DefaultRetention, Cleanup: DefaultCleanup}, table: DefaultTable}
 	if db == nil {
@@ -90,7 +89,7 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 // always valid; the method lets idem.New check any store the same way.
 func (s *Store) Validate() error {
 	if s == nil || s.db == nil {
-		return &idem.OptionError{Option: "sqlstore.Store", Reason: "nil or zero Store: use sqlstore.New"}
+		return &storekit.OptionError{Option: "sqlstore.Store", Reason: "nil or zero Store: use sqlstore.New"}
 	}
 	return nil
 }
@@ -108,14 +107,14 @@ func (s *Store) Dialect() Dialect { return s.dialect }
 // CREATE TABLE IF NOT EXISTS can fail on PostgreSQL). It creates no
 // schema: a table in a schema that does not exist is an error matching
 // ErrNoSchema. It first asks the database what it is (version()), and a
-// store whose dialect is not the database's is an *idem.OptionError
+// store whose dialect is not the database's is an *storekit.OptionError
 // naming the dialect to use.
 func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
 	if d, version, ok := serverDialect(ctx, s.db); ok && d != s.dialect {
-		return &idem.OptionError{Option: "sqlstore.Migrate", Reason: dialectMismatch(s.dialect, d, "version() says "+version)}
+		return &storekit.OptionError{Option: "sqlstore.Migrate", Reason: dialectMismatch(s.dialect, d, "version() says "+version)}
 	}
 	if s.dialect == SQLite {
 		if err := s.migrateSQLite(ctx); err != nil {
@@ -283,7 +282,7 @@ func transient(err error) bool {
 
 // ErrNoTable is matched (errors.Is) by the error of an operation on a table
 // that does not exist: Store.Migrate, which creates it, has not run (or ran
-// with another WithTable). It comes wrapped in an *idem.StoreError, beside
+// with another WithTable). It comes wrapped in an *storekit.StoreError, beside
 // the driver's error.
 var ErrNoTable = errors.New("sqlstore: the table does not exist (call Store.Migrate to create it)")
 
@@ -311,7 +310,7 @@ func storeErr(op string, err error) error {
 	if noTable(err) {
 		err = fmt.Errorf("%w: %w", ErrNoTable, err)
 	}
-	return &idem.StoreError{Op: op, Err: err, Permanent: permanent(err)}
+	return &storekit.StoreError{Op: op, Err: err, Permanent: permanent(err)}
 }
 
 // noTable reports a database error that says the table does not exist:
@@ -344,8 +343,8 @@ func permanent(err error) bool {
 }
 
 // checked wraps the verdict of a storekit check of an op on key, keeping
-// what it matches (idem.ErrInvalidKey, storekit.ErrInvalidRequest,
-// idem.ErrLostOwnership).
+// what it matches (storekit.ErrInvalidKey, storekit.ErrInvalidRequest,
+// storekit.ErrLostOwnership).
 func checked(op, key string, err error) error {
 	if err == nil {
 		return nil
@@ -370,13 +369,13 @@ func (s *Store) checkKey(op, key string) error {
 		why = "storage key: " + p
 	}
 	if why != "" {
-		return checked(op, key, &idem.KeyError{Reason: why})
+		return checked(op, key, &storekit.KeyError{Reason: why})
 	}
 	return nil
 }
 
 // checkOwner validates the key and nonce of a heartbeat, complete or
-// release: storekit.ValidateOwner (an empty nonce is idem.ErrLostOwnership),
+// release: storekit.ValidateOwner (an empty nonce is storekit.ErrLostOwnership),
 // then the key's column rules.
 func (s *Store) checkOwner(op, key, nonce string) error {
 	if err := s.Validate(); err != nil {
@@ -410,49 +409,49 @@ func (s *Store) keyArgs(key string) []any { return []any{key} }
 // caller changed the key.
 const maxClaimRounds = 16
 
-// ErrContention is returned (wrapped in *idem.StoreError) when Claim keeps
+// ErrContention is returned (wrapped in *storekit.StoreError) when Claim keeps
 // losing races on one key.
 var ErrContention = errors.New("sqlstore: claim kept losing to concurrent writes")
 
-// Claim implements idem.Store (see the package documentation for the
+// Claim implements storekit.Store (see the package documentation for the
 // statements each dialect sends).
-func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if err := s.Validate(); err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	if err := checked("claim", req.Key, storekit.ValidateClaim(req)); err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	if err := s.checkKey("claim", req.Key); err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	if err := checked("claim", req.Key, checkNonce(req.Nonce)); err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	if err := s.soleConnection(ctx); err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	if len(req.PayloadHash) > MaxPayloadLen {
-		return idem.ClaimResult{}, storeErr("claim", fmt.Errorf("payload hash longer than %d bytes", MaxPayloadLen))
+		return storekit.ClaimResult{}, storeErr("claim", fmt.Errorf("payload hash longer than %d bytes", MaxPayloadLen))
 	}
 	if why := textProblem(req.PayloadHash); why != "" {
-		return idem.ClaimResult{}, storeErr("claim", errors.New("payload hash: "+why))
+		return storekit.ClaimResult{}, storeErr("claim", errors.New("payload hash: "+why))
 	}
 	if len(req.Tenant) > MaxTenantLen {
-		return idem.ClaimResult{}, storeErr("claim", fmt.Errorf("tenant longer than %d bytes", MaxTenantLen))
+		return storekit.ClaimResult{}, storeErr("claim", fmt.Errorf("tenant longer than %d bytes", MaxTenantLen))
 	}
 	if len(req.Scope) > MaxScopeLen {
-		return idem.ClaimResult{}, storeErr("claim", fmt.Errorf("scope longer than %d bytes", MaxScopeLen))
+		return storekit.ClaimResult{}, storeErr("claim", fmt.Errorf("scope longer than %d bytes", MaxScopeLen))
 	}
 	if why := textProblem(req.Tenant); why != "" {
-		return idem.ClaimResult{}, storeErr("claim", errors.New("tenant: "+why))
+		return storekit.ClaimResult{}, storeErr("claim", errors.New("tenant: "+why))
 	}
 	if why := textProblem(req.Scope); why != "" {
-		return idem.ClaimResult{}, storeErr("claim", errors.New("scope: "+why))
+		return storekit.ClaimResult{}, storeErr("claim", errors.New("scope: "+why))
 	}
 	for range maxClaimRounds {
 		var (
-			res  idem.ClaimResult
+			res  storekit.ClaimResult
 			done bool
 			err  error
 		)
@@ -465,17 +464,17 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 			res, done, err = s.claimMySQL(ctx, req)
 		}
 		if err != nil {
-			return idem.ClaimResult{}, err
+			return storekit.ClaimResult{}, err
 		}
 		if done {
 			return res, nil
 		}
 		s.resent.Add(1)
 		if err := ctx.Err(); err != nil {
-			return idem.ClaimResult{}, storeErr("claim", err)
+			return storekit.ClaimResult{}, storeErr("claim", err)
 		}
 	}
-	return idem.ClaimResult{}, storeErr("claim", ErrContention)
+	return storekit.ClaimResult{}, storeErr("claim", ErrContention)
 }
 
 // claimPostgres sends the one claim statement. done is false when the
@@ -492,49 +491,49 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 // row that is live and not claimable was the row's true state at the
 // snapshot, a moment inside this call, so returning it as Existing is
 // correct.
-func (s *Store) claimPostgres(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, bool, error) {
+func (s *Store) claimPostgres(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, bool, error) {
 	st, err := s.stmt(ctx, stClaim)
 	if err != nil {
-		return idem.ClaimResult{}, false, storeErr("claim", err)
+		return storekit.ClaimResult{}, false, storeErr("claim", err)
 	}
 	rows, err := st.QueryContext(ctx, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
 		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds())
 	if err != nil && transient(err) && ctx.Err() == nil {
-		return idem.ClaimResult{}, false, nil // rolled back: Claim sends it again
+		return storekit.ClaimResult{}, false, nil // rolled back: Claim sends it again
 	}
 	if err != nil {
-		return idem.ClaimResult{}, false, storeErr("claim", err)
+		return storekit.ClaimResult{}, false, storeErr("claim", err)
 	}
 	defer rows.Close()
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return idem.ClaimResult{}, false, storeErr("claim", err)
+			return storekit.ClaimResult{}, false, storeErr("claim", err)
 		}
-		return idem.ClaimResult{}, false, nil // inserted concurrently, after our snapshot
+		return storekit.ClaimResult{}, false, nil // inserted concurrently, after our snapshot
 	}
 	var src string
 	var now int64 // the server's clock when the statement ran
 	var raw rawRecord
 	if err := rows.Scan(append([]any{&src, &now}, raw.dest()...)...); err != nil {
-		return idem.ClaimResult{}, false, storeErr("claim", err)
+		return storekit.ClaimResult{}, false, storeErr("claim", err)
 	}
 	if err := rows.Close(); err != nil {
-		return idem.ClaimResult{}, false, storeErr("claim", err)
+		return storekit.ClaimResult{}, false, storeErr("claim", err)
 	}
 	rec, err := raw.record(req.Key)
 	if err != nil {
-		return idem.ClaimResult{}, false, err
+		return storekit.ClaimResult{}, false, err
 	}
 	if src == "w" {
 		if raw.takenOverAt != 0 {
-			return idem.ClaimResult{Outcome: idem.TookOver, Record: rec}, true, nil
+			return storekit.ClaimResult{Outcome: storekit.TookOver, Record: rec}, true, nil
 		}
-		return idem.ClaimResult{Outcome: idem.Claimed, Record: rec}, true, nil
+		return storekit.ClaimResult{Outcome: storekit.Claimed, Record: rec}, true, nil
 	}
 	if d := storekit.DecideClaim(rec, req, now); !d.Write { // untouched, or ours already
 		return d.Result(), true, nil
 	}
-	return idem.ClaimResult{}, false, nil // snapshot older than the row the upsert saw
+	return storekit.ClaimResult{}, false, nil // snapshot older than the row the upsert saw
 }
 
 // claimMySQL: INSERT IGNORE of a fresh claim; if the key exists, read the
@@ -542,9 +541,9 @@ func (s *Store) claimPostgres(ctx context.Context, req idem.ClaimRequest) (idem.
 // decision with an UPDATE conditioned on the row being exactly as read
 // (nonce, attempt, status, heartbeat, expiry: a compare-and-swap). done is
 // false when the row changed between the statements.
-func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, bool, error) {
+func (s *Store) claimMySQL(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, bool, error) {
 	var (
-		cur *idem.Record
+		cur *storekit.Record
 		now int64
 		err error
 	)
@@ -556,10 +555,10 @@ func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 		cur, now, wrote, err = s.claimProcedure(ctx, req)
 		if procUnusable(err) {
 			s.noProc.Store(true) // not migrated since the procedure came, or no EXECUTE: claim in two statements
-			return idem.ClaimResult{}, false, nil
+			return storekit.ClaimResult{}, false, nil
 		}
 		if errors.Is(err, errNoRow) {
-			return idem.ClaimResult{}, false, nil // deleted since the insert
+			return storekit.ClaimResult{}, false, nil // deleted since the insert
 		}
 		if err == nil && wrote {
 			return storekit.DecideClaim(nil, req, now).Result(), true, nil
@@ -577,23 +576,23 @@ func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 		}
 		if err != nil {
 			if retryable(err) {
-				return idem.ClaimResult{}, false, nil
+				return storekit.ClaimResult{}, false, nil
 			}
-			return idem.ClaimResult{}, false, storeErr("claim", err)
+			return storekit.ClaimResult{}, false, storeErr("claim", err)
 		}
 		if n == 1 {
 			return storekit.DecideClaim(nil, req, now).Result(), true, nil
 		}
 		cur, now, err = s.read(ctx, "claim", req.Key) // now: the server's, at the read
 		if errors.Is(err, errNoRow) {
-			return idem.ClaimResult{}, false, nil // deleted since the insert
+			return storekit.ClaimResult{}, false, nil // deleted since the insert
 		}
 	}
 	if err != nil {
 		if retryable(err) {
-			return idem.ClaimResult{}, false, nil
+			return storekit.ClaimResult{}, false, nil
 		}
-		return idem.ClaimResult{}, false, err
+		return storekit.ClaimResult{}, false, err
 	}
 	return s.casMySQL(ctx, req, cur, now)
 }
@@ -604,7 +603,7 @@ func (s *Store) claimMySQL(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 // the row was deleted between the two. An error is returned as the driver
 // gave it when it is a deadlock (retryable) or says the procedure cannot
 // be called (procUnusable); wrapped otherwise.
-func (s *Store) claimProcedure(ctx context.Context, req idem.ClaimRequest) (rec *idem.Record, now int64, wrote bool, err error) {
+func (s *Store) claimProcedure(ctx context.Context, req storekit.ClaimRequest) (rec *storekit.Record, now int64, wrote bool, err error) {
 	st, err := s.stmt(ctx, stClaimProc)
 	if err != nil {
 		if procUnusable(err) {
@@ -669,7 +668,7 @@ func mariaDBReturning(v string) bool {
 // claimReturning sends the MariaDB claim (stClaimRet): it inserts a fresh
 // claim, or finds the row, and returns the row it wrote or found and the
 // server's now after the row's lock.
-func (s *Store) claimReturning(ctx context.Context, req idem.ClaimRequest) (*idem.Record, int64, error) {
+func (s *Store) claimReturning(ctx context.Context, req storekit.ClaimRequest) (*storekit.Record, int64, error) {
 	st, err := s.stmt(ctx, stClaimRet)
 	if err != nil {
 		return nil, 0, storeErr("claim", err)
@@ -691,7 +690,7 @@ func (s *Store) claimReturning(ctx context.Context, req idem.ClaimRequest) (*ide
 // casMySQL decides the claim on the row cur found at now, and when the
 // row is claimable writes the decision with an UPDATE conditioned on the
 // row being exactly as read. done is false when the row changed meanwhile.
-func (s *Store) casMySQL(ctx context.Context, req idem.ClaimRequest, cur *idem.Record, now int64) (idem.ClaimResult, bool, error) {
+func (s *Store) casMySQL(ctx context.Context, req storekit.ClaimRequest, cur *storekit.Record, now int64) (storekit.ClaimResult, bool, error) {
 	d := storekit.DecideClaim(cur, req, now)
 	res := d.Result()
 	if !d.Write { // untouched, or ours already
@@ -701,7 +700,7 @@ func (s *Store) casMySQL(ctx context.Context, req idem.ClaimRequest, cur *idem.R
 	// server's now when the UPDATE runs (handed back by LAST_INSERT_ID), so
 	// that the claim's heartbeat is no older than its write.
 	next := res.Record
-	tookOver := res.Outcome == idem.TookOver
+	tookOver := res.Outcome == storekit.TookOver
 	var floor int64 // the expiry a takeover never shortens
 	if tookOver {
 		floor = cur.ExpiresAt
@@ -726,12 +725,12 @@ func (s *Store) casMySQL(ctx context.Context, req idem.ClaimRequest, cur *idem.R
 	}
 	if err != nil {
 		if retryable(err) {
-			return idem.ClaimResult{}, false, nil
+			return storekit.ClaimResult{}, false, nil
 		}
-		return idem.ClaimResult{}, false, storeErr("claim", err)
+		return storekit.ClaimResult{}, false, storeErr("claim", err)
 	}
 	if n != 1 {
-		return idem.ClaimResult{}, false, nil // changed since the read, or no longer as live as it was judged
+		return storekit.ClaimResult{}, false, nil // changed since the read, or no longer as live as it was judged
 	}
 	next.StartedAt, next.HeartbeatAt = wrote, wrote
 	next.ExpiresAt = max(floor, wrote+lease)
@@ -749,7 +748,7 @@ var errNoRow = errors.New("sqlstore: no row")
 
 // read returns the decoded row for key, whether or not it is live, and
 // the server's clock (Unix ms) when it was read; or errNoRow.
-func (s *Store) read(ctx context.Context, op, key string) (*idem.Record, int64, error) {
+func (s *Store) read(ctx context.Context, op, key string) (*storekit.Record, int64, error) {
 	st, err := s.stmt(ctx, stGet)
 	if err != nil {
 		return nil, 0, storeErr(op, err)
@@ -769,7 +768,7 @@ func (s *Store) read(ctx context.Context, op, key string) (*idem.Record, int64, 
 	return rec, now, err
 }
 
-// Heartbeat implements idem.Store: one UPDATE conditioned on the nonce and
+// Heartbeat implements storekit.Store: one UPDATE conditioned on the nonce and
 // status.
 func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
 	if err := s.checkOwner("heartbeat", key, nonce); err != nil {
@@ -784,8 +783,8 @@ func (s *Store) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.
 	return s.owned(ctx, "heartbeat", stHeartbeat, key, nonce, args)
 }
 
-// Complete implements idem.Store: one UPDATE conditioned on the nonce.
-func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+// Complete implements storekit.Store: one UPDATE conditioned on the nonce.
+func (s *Store) Complete(ctx context.Context, key, nonce string, c storekit.Completion) error {
 	if err := s.checkOwner("complete", key, nonce); err != nil {
 		return err
 	}
@@ -815,7 +814,7 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c idem.Completi
 
 // statementSlack is a bound on what a completion statement adds to its
 // result: the message, the type and the statement text.
-func statementSlack(c idem.Completion) int {
+func statementSlack(c storekit.Completion) int {
 	n := 4096
 	if c.Error != nil {
 		n += len(c.Error.Message) + len(c.Error.Type)
@@ -844,11 +843,11 @@ func (s *Store) checkPacket(ctx context.Context, size int) error {
 	if int64(size) <= limit {
 		return nil
 	}
-	return &idem.StoreError{Op: "complete", Permanent: true,
+	return &storekit.StoreError{Op: "complete", Permanent: true,
 		Err: fmt.Errorf("sqlstore: statement of about %d bytes is over the server's max_allowed_packet (%d)", size, limit)}
 }
 
-// Release implements idem.Store: one UPDATE setting expires_at = now,
+// Release implements storekit.Store: one UPDATE setting expires_at = now,
 // conditioned on the nonce and status. The row stays, so the next claim
 // continues its attempt numbers.
 func (s *Store) Release(ctx context.Context, key, nonce string) error {
@@ -859,7 +858,7 @@ func (s *Store) Release(ctx context.Context, key, nonce string) error {
 }
 
 // owned runs an UPDATE conditioned on the nonce and maps no matched row to
-// idem.ErrLostOwnership. PostgreSQL counts a matched row as affected.
+// storekit.ErrLostOwnership. PostgreSQL counts a matched row as affected.
 // MySQL reports zero affected rows also when the update wrote the values
 // the row already had (a retried complete, two heartbeats in one
 // millisecond), so there the statement marks a match itself: it assigns
@@ -883,12 +882,12 @@ func (s *Store) owned(ctx context.Context, op string, id stmtID, key, nonce stri
 	if n > 0 {
 		return nil
 	}
-	return fmt.Errorf("sqlstore: %s %s: %w", op, key, idem.ErrLostOwnership)
+	return fmt.Errorf("sqlstore: %s %s: %w", op, key, storekit.ErrLostOwnership)
 }
 
-// Get implements idem.Store: one SELECT. A row that has expired is
-// idem.ErrNotFound.
-func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+// Get implements storekit.Store: one SELECT. A row that has expired is
+// storekit.ErrNotFound.
+func (s *Store) Get(ctx context.Context, key string) (*storekit.Record, error) {
 	if err := s.checkKey("get", key); err != nil {
 		return nil, err
 	}
@@ -899,7 +898,7 @@ func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
 	return storekit.Found(rec, now)
 }
 
-// Delete implements idem.Store: one DELETE, whatever the row holds.
+// Delete implements storekit.Store: one DELETE, whatever the row holds.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := s.checkKey("delete", key); err != nil {
 		return err

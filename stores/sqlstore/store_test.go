@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -48,8 +50,8 @@ func TestOptionsRejected(t *testing.T) {
 			s, err := sqlstore.New(c.db, c.dialect, c.opts...)
 			require.Error(t, err)
 			assert.Nil(t, s)
-			assert.ErrorIs(t, err, idem.ErrInvalidOption)
-			var oe *idem.OptionError
+			assert.ErrorIs(t, err, storekit.ErrInvalidOption)
+			var oe *storekit.OptionError
 			assert.True(t, errors.As(err, &oe), "%T", err)
 		})
 	}
@@ -61,9 +63,9 @@ func TestOptionsRejected(t *testing.T) {
 	assert.NoError(t, s.Validate())
 	assert.Equal(t, "idem.keys_v2", s.Table())
 	var nilStore *sqlstore.Store
-	assert.ErrorIs(t, nilStore.Validate(), idem.ErrInvalidOption)
+	assert.ErrorIs(t, nilStore.Validate(), storekit.ErrInvalidOption)
 	_, err = idem.New[int](nilStore)
-	assert.ErrorIs(t, err, idem.ErrInvalidOption, "idem.New validates the store")
+	assert.ErrorIs(t, err, storekit.ErrInvalidOption, "idem.New validates the store")
 }
 
 func TestBadInput(t *testing.T) {
@@ -72,9 +74,9 @@ func TestBadInput(t *testing.T) {
 		ctx := ctxT(t)
 		long := "idem:" + strings.Repeat("a", 300)
 		_, err := e.store.Claim(ctx, claimReq(long))
-		assert.ErrorIs(t, err, idem.ErrInvalidKey)
+		assert.ErrorIs(t, err, storekit.ErrInvalidKey)
 		_, err = e.store.Get(ctx, "")
-		assert.ErrorIs(t, err, idem.ErrInvalidKey)
+		assert.ErrorIs(t, err, storekit.ErrInvalidKey)
 		r := claimReq(storageKey())
 		r.PayloadHash = strings.Repeat("p", 256)
 		_, err = e.store.Claim(ctx, r)
@@ -87,18 +89,18 @@ func TestBadInput(t *testing.T) {
 		r = claimReq(key)
 		_, err = e.store.Claim(ctx, r)
 		require.NoError(t, err)
-		err = e.store.Complete(ctx, key, r.Nonce, idem.Completion{Status: "done", TTL: time.Minute})
+		err = e.store.Complete(ctx, key, r.Nonce, storekit.Completion{Status: "done", TTL: time.Minute})
 		assert.Error(t, err)
-		err = e.store.Complete(ctx, key, r.Nonce, idem.Completion{Status: idem.StatusFailed, TTL: time.Minute})
+		err = e.store.Complete(ctx, key, r.Nonce, storekit.Completion{Status: storekit.StatusFailed, TTL: time.Minute})
 		assert.Error(t, err, "a failure needs an error")
-		assert.ErrorIs(t, e.store.Heartbeat(ctx, key, "", time.Minute), idem.ErrLostOwnership)
+		assert.ErrorIs(t, e.store.Heartbeat(ctx, key, "", time.Minute), storekit.ErrLostOwnership)
 		// Text MySQL would cut short (invalid UTF-8) or compare loosely (a
 		// trailing space) is refused before any statement, and nothing is
 		// written.
 		for _, bad := range []string{"\xff", "x\xe9y", "x "} {
 			key := storageKey()
 			_, err = e.store.Claim(ctx, claimReq(key+bad))
-			assert.ErrorIs(t, err, idem.ErrInvalidKey, "key %q", bad)
+			assert.ErrorIs(t, err, storekit.ErrInvalidKey, "key %q", bad)
 			r = claimReq(key)
 			r.Nonce += bad
 			_, err = e.store.Claim(ctx, r)
@@ -108,14 +110,14 @@ func TestBadInput(t *testing.T) {
 			_, err = e.store.Claim(ctx, r)
 			assert.Error(t, err, "payload hash %q", bad)
 			_, err = e.store.Get(ctx, key)
-			assert.ErrorIs(t, err, idem.ErrNotFound, "%q", bad)
+			assert.ErrorIs(t, err, storekit.ErrNotFound, "%q", bad)
 		}
 		// Values that need quoting are parameters, never SQL.
 		odd := "idem:'; DROP TABLE x; --"
 		r = claimReq(odd)
 		res, err := e.store.Claim(ctx, r)
 		require.NoError(t, err)
-		assert.Equal(t, idem.Claimed, res.Outcome)
+		assert.Equal(t, storekit.Claimed, res.Outcome)
 		got, err := e.store.Get(ctx, odd)
 		require.NoError(t, err)
 		assert.Equal(t, odd, got.Key)
@@ -130,7 +132,7 @@ func TestAttemptsContinue(t *testing.T) {
 		// WithoutCleanup: the test counts what its own Purge calls delete.
 		e := newEnv(t, d, sqlstore.WithRetention(time.Hour), sqlstore.WithoutCleanup())
 		s, ctx, key := e.store, ctxT(t), storageKey()
-		claim := func(want idem.ClaimOutcome, attempt int64) idem.ClaimRequest {
+		claim := func(want storekit.ClaimOutcome, attempt int64) storekit.ClaimRequest {
 			t.Helper()
 			r := claimReq(key)
 			res, err := s.Claim(ctx, r)
@@ -139,39 +141,39 @@ func TestAttemptsContinue(t *testing.T) {
 			require.Equal(t, attempt, res.Record.Attempt)
 			return r
 		}
-		r := claim(idem.Claimed, 1)
+		r := claim(storekit.Claimed, 1)
 		require.NoError(t, s.Release(ctx, key, r.Nonce))
 		_, err := s.Get(ctx, key)
-		assert.ErrorIs(t, err, idem.ErrNotFound, "a released record does not count")
-		r = claim(idem.Claimed, 2)
-		require.NoError(t, s.Complete(ctx, key, r.Nonce, idem.Completion{
-			Status: idem.StatusFailed, Error: &idem.RecordedFailure{Message: "boom", Type: "x"}, TTL: time.Minute,
+		assert.ErrorIs(t, err, storekit.ErrNotFound, "a released record does not count")
+		r = claim(storekit.Claimed, 2)
+		require.NoError(t, s.Complete(ctx, key, r.Nonce, storekit.Completion{
+			Status: storekit.StatusFailed, Error: &storekit.RecordedFailure{Message: "boom", Type: "x"}, TTL: time.Minute,
 		}))
-		claim(idem.Existing, 2)
+		claim(storekit.Existing, 2)
 		age(t, e, key, time.Minute)
-		r = claim(idem.Claimed, 3)
+		r = claim(storekit.Claimed, 3)
 		got, err := s.Get(ctx, key)
 		require.NoError(t, err)
 		assert.Nil(t, got.Error, "a re-claim clears the old failure")
 		assert.Zero(t, got.CompletedAt)
 		// Stale takeover: attempt + 1.
 		age(t, e, key, time.Minute)
-		claim(idem.TookOver, 4)
+		claim(storekit.TookOver, 4)
 
 		// Purge keeps rows within the grace, so attempts continue...
-		r = claim(idem.Existing, 4)
+		r = claim(storekit.Existing, 4)
 		_ = r
 		age(t, e, key, leaseTTL+30*time.Minute)
 		n, err := s.Purge(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, 0, n)
-		claim(idem.Claimed, 5)
+		claim(storekit.Claimed, 5)
 		// ...and deletes them after it.
 		age(t, e, key, leaseTTL+2*time.Hour)
 		n, err = s.Purge(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, 1, n)
-		claim(idem.Claimed, 1)
+		claim(storekit.Claimed, 1)
 	})
 }
 
@@ -192,14 +194,14 @@ func TestOwnershipSameMillisecond(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, s.Heartbeat(ctx, key, r.Nonce, time.Second))
 		require.NoError(t, s.Heartbeat(ctx, key, r.Nonce, time.Second))
-		assert.ErrorIs(t, s.Heartbeat(ctx, key, "other", time.Second), idem.ErrLostOwnership)
-		c := idem.Completion{Status: idem.StatusCompleted, Result: []byte("r"), TTL: time.Minute}
+		assert.ErrorIs(t, s.Heartbeat(ctx, key, "other", time.Second), storekit.ErrLostOwnership)
+		c := storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("r"), TTL: time.Minute}
 		require.NoError(t, s.Complete(ctx, key, r.Nonce, c))
 		require.NoError(t, s.Complete(ctx, key, r.Nonce, c), "a retried complete succeeds")
-		assert.ErrorIs(t, s.Complete(ctx, key, "other", c), idem.ErrLostOwnership)
-		assert.ErrorIs(t, s.Heartbeat(ctx, key, r.Nonce, time.Second), idem.ErrLostOwnership, "completed")
-		assert.ErrorIs(t, s.Release(ctx, key, r.Nonce), idem.ErrLostOwnership, "completed")
-		assert.ErrorIs(t, s.Release(ctx, storageKey(), r.Nonce), idem.ErrLostOwnership, "missing")
+		assert.ErrorIs(t, s.Complete(ctx, key, "other", c), storekit.ErrLostOwnership)
+		assert.ErrorIs(t, s.Heartbeat(ctx, key, r.Nonce, time.Second), storekit.ErrLostOwnership, "completed")
+		assert.ErrorIs(t, s.Release(ctx, key, r.Nonce), storekit.ErrLostOwnership, "completed")
+		assert.ErrorIs(t, s.Release(ctx, storageKey(), r.Nonce), storekit.ErrLostOwnership, "missing")
 	})
 }
 
@@ -214,7 +216,7 @@ func TestTenantScope(t *testing.T) {
 		r.Tenant, r.Scope = "acme", "invoices"
 		res, err := s.Claim(ctx, r)
 		require.NoError(t, err)
-		assert.Equal(t, idem.Claimed, res.Outcome)
+		assert.Equal(t, storekit.Claimed, res.Outcome)
 		var tenant, scope string
 		require.NoError(t, e.db.QueryRowContext(ctx, "SELECT tenant, scope FROM "+e.table+" WHERE key_hash = "+
 			map[sqlstore.Dialect]string{sqlstore.Postgres: "$1", sqlstore.MySQL: "?"}[d], key).Scan(&tenant, &scope))
@@ -225,7 +227,7 @@ func TestTenantScope(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, s.Delete(ctx, key))
 		_, err = s.Get(ctx, key)
-		assert.ErrorIs(t, err, idem.ErrNotFound)
+		assert.ErrorIs(t, err, storekit.ErrNotFound)
 		bad := claimReq(storageKey())
 		bad.Tenant = "acme "
 		_, err = s.Claim(ctx, bad)
@@ -247,7 +249,7 @@ func TestStoredTakeover(t *testing.T) {
 		owner.LeaseTTL = 2 * time.Hour
 		res, err := s.Claim(ctx, owner)
 		require.NoError(t, err)
-		require.Equal(t, idem.Claimed, res.Outcome)
+		require.Equal(t, storekit.Claimed, res.Outcome)
 		assert.Equal(t, time.Hour.Milliseconds(), res.Record.TakeoverMs)
 		got, err := s.Get(ctx, key)
 		require.NoError(t, err)
@@ -258,11 +260,11 @@ func TestStoredTakeover(t *testing.T) {
 		other.TakeoverAfter = time.Second
 		res, err = s.Claim(ctx, other)
 		require.NoError(t, err)
-		assert.Equal(t, idem.Existing, res.Outcome, "judged by the owner's stored threshold")
+		assert.Equal(t, storekit.Existing, res.Outcome, "judged by the owner's stored threshold")
 		age(t, e, key, time.Hour)
 		res, err = s.Claim(ctx, other)
 		require.NoError(t, err)
-		assert.Equal(t, idem.TookOver, res.Outcome)
+		assert.Equal(t, storekit.TookOver, res.Outcome)
 		assert.Equal(t, time.Second.Milliseconds(), res.Record.TakeoverMs, "the new owner's threshold")
 		got, err = s.Get(ctx, key)
 		require.NoError(t, err)
@@ -270,7 +272,7 @@ func TestStoredTakeover(t *testing.T) {
 	})
 }
 
-// TestCorruptRows: every kind of damage is a *idem.CorruptRecordError, on
+// TestCorruptRows: every kind of damage is a *storekit.CorruptRecordError, on
 // Get and on Claim (also when the row has expired: a claim never
 // overwrites a row it cannot read), and Delete clears it.
 func TestCorruptRows(t *testing.T) {
@@ -294,17 +296,17 @@ func TestCorruptRows(t *testing.T) {
 			require.NoError(t, err)
 			corrupt(t, e, key, set)
 			_, err = e.store.Get(ctx, key)
-			var ce *idem.CorruptRecordError
+			var ce *storekit.CorruptRecordError
 			if !strings.Contains(set, "expires_at = 0") {
 				require.True(t, errors.As(err, &ce), "%s: Get: %v", set, err)
 				assert.Equal(t, key, ce.Key)
 			}
 			_, err = e.store.Claim(ctx, claimReq(key))
-			assert.ErrorIs(t, err, idem.ErrCorruptRecord, "%s: Claim", set)
+			assert.ErrorIs(t, err, storekit.ErrCorruptRecord, "%s: Claim", set)
 			require.NoError(t, e.store.Delete(ctx, key))
 			res, err := e.store.Claim(ctx, claimReq(key))
 			require.NoError(t, err)
-			assert.Equal(t, idem.Claimed, res.Outcome)
+			assert.Equal(t, storekit.Claimed, res.Outcome)
 		}
 	})
 }
@@ -339,7 +341,7 @@ func TestConcurrentFreshClaims(t *testing.T) {
 					}
 					mu.Lock()
 					defer mu.Unlock()
-					if res.Outcome == idem.Claimed {
+					if res.Outcome == storekit.Claimed {
 						winners = append(winners, r.Nonce)
 					}
 					seen = append(seen, res.Record.Nonce)
@@ -358,7 +360,7 @@ func TestConcurrentFreshClaims(t *testing.T) {
 }
 
 // TestStoreErrorsWrapped: a database failure reaches the caller as an
-// *idem.StoreError naming the operation, wrapping the driver's error; a
+// *storekit.StoreError naming the operation, wrapping the driver's error; a
 // missing table is reported, not mistaken for a missing record.
 func TestStoreErrorsWrapped(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
@@ -367,10 +369,10 @@ func TestStoreErrorsWrapped(t *testing.T) {
 		require.NoError(t, err)
 		ctx := ctxT(t)
 		_, err = s.Get(ctx, storageKey())
-		var se *idem.StoreError
+		var se *storekit.StoreError
 		require.True(t, errors.As(err, &se), "missing table: %v", err)
 		assert.Equal(t, "get", se.Op)
-		assert.NotErrorIs(t, err, idem.ErrNotFound)
+		assert.NotErrorIs(t, err, storekit.ErrNotFound)
 		_, err = s.Claim(ctx, claimReq(storageKey()))
 		require.True(t, errors.As(err, &se), "%v", err)
 		assert.Equal(t, "claim", se.Op)
@@ -381,7 +383,7 @@ func TestStoreErrorsWrapped(t *testing.T) {
 		e := newEnv(t, d)
 		s2, err := sqlstore.New(db, d, sqlstore.WithTable(e.table))
 		require.NoError(t, err)
-		err = s2.Complete(ctx, storageKey(), "n", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour})
+		err = s2.Complete(ctx, storageKey(), "n", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour})
 		require.True(t, errors.As(err, &se), "closed db: %v", err)
 		assert.Equal(t, "complete", se.Op)
 		assert.ErrorContains(t, err, "database is closed")
@@ -397,10 +399,10 @@ func TestRefusedValuesArePermanent(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
 		e := newEnv(t, d)
 		ctx := ctxT(t)
-		failed := func(msg, typ string) idem.Completion {
-			return idem.Completion{Status: idem.StatusFailed, Error: &idem.RecordedFailure{Message: msg, Type: typ}, TTL: time.Hour}
+		failed := func(msg, typ string) storekit.Completion {
+			return storekit.Completion{Status: storekit.StatusFailed, Error: &storekit.RecordedFailure{Message: msg, Type: typ}, TTL: time.Hour}
 		}
-		cases := map[string]idem.Completion{"invalid UTF-8": failed("bad \xff byte", "t")}
+		cases := map[string]storekit.Completion{"invalid UTF-8": failed("bad \xff byte", "t")}
 		if d == sqlstore.MySQL {
 			cases["type too long"] = failed("m", strings.Repeat("x", 1<<16))
 		} else {
@@ -412,19 +414,19 @@ func TestRefusedValuesArePermanent(t *testing.T) {
 			_, err := e.store.Claim(ctx, req)
 			require.NoError(t, err)
 			err = e.store.Complete(ctx, key, req.Nonce, c)
-			var se *idem.StoreError
+			var se *storekit.StoreError
 			require.True(t, errors.As(err, &se), "%s: %v", name, err)
-			assert.ErrorIs(t, err, idem.ErrPermanent, name)
+			assert.ErrorIs(t, err, storekit.ErrPermanent, name)
 			rec, err := e.store.Get(ctx, key)
 			require.NoError(t, err)
-			assert.Equal(t, idem.StatusInProgress, rec.Status, name)
+			assert.Equal(t, storekit.StatusInProgress, rec.Status, name)
 		}
 
 		s, err := sqlstore.New(e.db, d, sqlstore.WithTable("idem_missing_"+randHex(4)))
 		require.NoError(t, err)
-		err = s.Complete(ctx, storageKey(), "n", idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour})
+		err = s.Complete(ctx, storageKey(), "n", storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour})
 		require.Error(t, err)
-		assert.NotErrorIs(t, err, idem.ErrPermanent, "missing table")
+		assert.NotErrorIs(t, err, storekit.ErrPermanent, "missing table")
 	})
 }
 
@@ -477,7 +479,7 @@ func TestPrepareDoesNotHoldUpOtherCalls(t *testing.T) {
 
 // TestNoTable: a Guard on a store whose table was never created says so,
 // and says what to do: an error matching sqlstore.ErrNoTable, in an
-// *idem.StoreError, whose text names Migrate. Before, the caller got the
+// *storekit.StoreError, whose text names Migrate. Before, the caller got the
 // driver's "relation ... does not exist (SQLSTATE 42P01)" or MySQL's 1146.
 func TestNoTable(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
@@ -489,7 +491,7 @@ func TestNoTable(t *testing.T) {
 		require.Error(t, err)
 		assert.False(t, ran)
 		assert.ErrorIs(t, err, sqlstore.ErrNoTable)
-		var se *idem.StoreError
+		var se *storekit.StoreError
 		assert.ErrorAs(t, err, &se)
 		assert.Contains(t, err.Error(), "call Store.Migrate")
 		_, err = s.Get(ctxT(t), storageKey())

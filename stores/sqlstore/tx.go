@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -15,7 +17,7 @@ import (
 // conditioned on the claim's nonce, before it commits: fn's writes and the
 // outcome commit together or not at all. The Guard's store must be a
 // *Store or the *WatchingStore of its Listen (any other store, a nil Guard
-// or a nil fn is an error matching idem.ErrInvalidOption). PostgreSQL,
+// or a nil fn is an error matching storekit.ErrInvalidOption). PostgreSQL,
 // MySQL/MariaDB and SQLite (where fn's transaction holds the database's
 // write lock, so a Step inside fn is refused at once).
 //
@@ -28,7 +30,7 @@ import (
 //   - fn succeeded and the commit was acknowledged: the value, nil.
 //   - the claim was lost (taken over by another caller while fn ran; the
 //     completion's nonce condition matched no row): rolled back, an error
-//     matching idem.ErrLostOwnership; nothing of fn's is visible.
+//     matching storekit.ErrLostOwnership; nothing of fn's is visible.
 //   - the commit failed, or its reply never came (a dropped connection, no
 //     answer within the takeover threshold): the record row is read back
 //     with a locking read (SELECT ... FOR UPDATE) on another connection,
@@ -37,8 +39,8 @@ import (
 //     nonce: the commit applied, and the caller gets the value. Still in
 //     progress with the call's nonce: the transaction ended without
 //     committing, for certain, the claim is released and the caller gets a
-//     *idem.StoreError{Op: "commit"}, so a retry runs fn again. If the read
-//     itself fails, the error matches idem.ErrOutcomeUnknown (never a
+//     *storekit.StoreError{Op: "commit"}, so a retry runs fn again. If the read
+//     itself fails, the error matches storekit.ErrOutcomeUnknown (never a
 //     guess) and the claim is left to go stale.
 //
 // # DoTx or StepTx
@@ -53,7 +55,7 @@ import (
 // needs a second connection of the pool for the step's records while fn's
 // transaction holds one: on a pool limited to one connection
 // (SetMaxOpenConns(1)) such a Step is refused at once with an error
-// matching idem.ErrInvalidOption, which says so, instead of waiting for
+// matching storekit.ErrInvalidOption, which says so, instead of waiting for
 // the connection until the call's claim lapses (TestDoTxStepOneConnection).
 // DoTx's own heartbeat, too, needs a second connection while fn's
 // transaction is open: a fn that runs longer than the heartbeat interval
@@ -93,10 +95,10 @@ import (
 func DoTx[T any](ctx context.Context, g *idem.Guard[T], key string, fn func(context.Context, *sql.Tx) (T, error), opts ...idem.CallOption) (T, error) {
 	var zero T
 	if g == nil {
-		return zero, &idem.OptionError{Option: "DoTx", Reason: "nil Guard"}
+		return zero, &storekit.OptionError{Option: "DoTx", Reason: "nil Guard"}
 	}
 	if fn == nil {
-		return zero, &idem.OptionError{Option: "DoTx", Reason: "nil fn"}
+		return zero, &storekit.OptionError{Option: "DoTx", Reason: "nil fn"}
 	}
 	var s *Store
 	switch st := g.Store().(type) {
@@ -108,7 +110,7 @@ func DoTx[T any](ctx context.Context, g *idem.Guard[T], key string, fn func(cont
 		}
 	}
 	if s == nil || s.db == nil {
-		return zero, &idem.OptionError{Option: "DoTx", Reason: fmt.Sprintf("the Guard's store is %T, not a *sqlstore.Store", g.Store())}
+		return zero, &storekit.OptionError{Option: "DoTx", Reason: fmt.Sprintf("the Guard's store is %T, not a *sqlstore.Store", g.Store())}
 	}
 	commitWait := g.Policies().TakeoverAfter
 	return idem.RunTx(ctx, g, key, func(ctx context.Context, c *idem.TxClaim[T]) (T, error, error) {
@@ -128,7 +130,7 @@ func DoTx[T any](ctx context.Context, g *idem.Guard[T], key string, fn func(cont
 // DoTx, idem.StepTxClaim.Complete for StepTx).
 type txClaim[T any] struct {
 	key, nonce string
-	complete   func(T) (idem.Completion, error)
+	complete   func(T) (storekit.Completion, error)
 }
 
 // runTx is DoTx's and StepTx's transaction runner (see idem.RunTx for
@@ -243,7 +245,7 @@ func (s *Store) commit(ctx, tctx context.Context, tx *sql.Tx, connID int64, comm
 // Guard cancels the call's context with it), else err: a transaction that
 // failed because the claim was lost is reported as the loss.
 func lostOr(ctx context.Context, err error) error {
-	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, idem.ErrLostOwnership) {
+	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, storekit.ErrLostOwnership) {
 		return cause
 	}
 	return err
@@ -252,8 +254,8 @@ func lostOr(ctx context.Context, err error) error {
 // completeTx writes the completion inside tx with st (stCompleteTx),
 // conditioned on the nonce: on PostgreSQL the Complete statement itself
 // (its notification is sent at the commit). No matched row is
-// idem.ErrLostOwnership. On MySQL it returns the connection's id.
-func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, st *sql.Stmt, key, nonce string, c idem.Completion) (int64, error) {
+// storekit.ErrLostOwnership. On MySQL it returns the connection's id.
+func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, st *sql.Stmt, key, nonce string, c storekit.Completion) (int64, error) {
 	var msg, typ any
 	if c.Error != nil {
 		msg, typ = c.Error.Message, c.Error.Type
@@ -286,7 +288,7 @@ func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, st *sql.Stmt, key, n
 		return 0, storeErr("complete", err)
 	}
 	if n == 0 {
-		return 0, fmt.Errorf("sqlstore: complete %s: %w", key, idem.ErrLostOwnership)
+		return 0, fmt.Errorf("sqlstore: complete %s: %w", key, storekit.ErrLostOwnership)
 	}
 	return n, nil
 }
@@ -299,9 +301,9 @@ var errNotCommitted = errors.New("sqlstore: the transaction did not commit (read
 // completion, with a locking read of the record row, which waits for the
 // transaction holding the row's lock (ours, if its COMMIT is still on its
 // way) to end. It reports committed, or else the commit error to return:
-// idem.ErrLostOwnership (another claim holds the row), errNotCommitted
+// storekit.ErrLostOwnership (another claim holds the row), errNotCommitted
 // (our claim still in progress: the transaction ended without a commit),
-// or an *idem.OutcomeUnknownError when the row could not be read.
+// or an *storekit.OutcomeUnknownError when the row could not be read.
 func (s *Store) readBack(ctx context.Context, key, nonce string, cerr error, wait time.Duration) (bool, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(4*wait, 10*time.Second))
 	defer cancel()
@@ -311,12 +313,12 @@ func (s *Store) readBack(ctx context.Context, key, nonce string, cerr error, wai
 	})
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return false, fmt.Errorf("sqlstore: commit %s: the record is gone: %w", key, idem.ErrLostOwnership)
+		return false, fmt.Errorf("sqlstore: commit %s: the record is gone: %w", key, storekit.ErrLostOwnership)
 	case err != nil:
-		return false, &idem.OutcomeUnknownError{Err: storeErr("commit", cerr), ReadErr: storeErr("commit read-back", err)}
+		return false, &storekit.OutcomeUnknownError{Err: storeErr("commit", cerr), ReadErr: storeErr("commit read-back", err)}
 	case gotNonce != nonce:
-		return false, fmt.Errorf("sqlstore: commit %s: %w", key, idem.ErrLostOwnership)
-	case status == string(idem.StatusInProgress):
+		return false, fmt.Errorf("sqlstore: commit %s: %w", key, storekit.ErrLostOwnership)
+	case status == string(storekit.StatusInProgress):
 		return false, fmt.Errorf("%w: %w", errNotCommitted, cerr)
 	default:
 		return true, nil
@@ -336,11 +338,11 @@ func (s *Store) soleConnection(ctx context.Context) error {
 		return nil
 	}
 	if s.dialect == SQLite {
-		return &idem.OptionError{Option: "DoTx", Reason: "a Step (or any claim on the same database) inside DoTx's fn on SQLite " +
+		return &storekit.OptionError{Option: "DoTx", Reason: "a Step (or any claim on the same database) inside DoTx's fn on SQLite " +
 			"needs the database's write lock, which fn's transaction holds until it commits: " +
 			"use Do with Step for the external calls and StepTx for the database writes"}
 	}
-	return &idem.OptionError{Option: "DoTx", Reason: "a Step (or any claim on the same pool) inside DoTx's fn needs a second " +
+	return &storekit.OptionError{Option: "DoTx", Reason: "a Step (or any claim on the same pool) inside DoTx's fn needs a second " +
 		"connection, and the pool allows one (SetMaxOpenConns(1)), held by fn's transaction: allow more connections, " +
 		"or use Do with Step for the external calls and StepTx for the database writes"}
 }

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -76,7 +78,7 @@ func sideRows(t testing.TB, d sqlstore.Dialect, table, key string) int {
 // TestDoTx: fn's write and the outcome commit together: a replay returns
 // the outcome without running fn; an error from fn rolls its write back
 // and a retry runs fn again; a DoTx on a Guard whose store is not a
-// sqlstore, or with a nil fn, is an idem.ErrInvalidOption.
+// sqlstore, or with a nil fn, is an storekit.ErrInvalidOption.
 func TestDoTx(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
 		e := newEnv(t, d)
@@ -130,20 +132,20 @@ func TestDoTxInvalid(t *testing.T) {
 	require.NoError(t, err)
 	gm := newGuard[int](t, ms)
 	_, err = sqlstore.DoTx(context.Background(), gm, "k", func(context.Context, *sql.Tx) (int, error) { return 1, nil })
-	assert.ErrorIs(t, err, idem.ErrInvalidOption)
+	assert.ErrorIs(t, err, storekit.ErrInvalidOption)
 	var g *idem.Guard[int]
 	_, err = sqlstore.DoTx(context.Background(), g, "k", func(context.Context, *sql.Tx) (int, error) { return 1, nil })
-	assert.ErrorIs(t, err, idem.ErrInvalidOption)
+	assert.ErrorIs(t, err, storekit.ErrInvalidOption)
 	s, err := sqlstore.New(&sql.DB{}, sqlstore.Postgres)
 	require.NoError(t, err)
 	_, err = sqlstore.DoTx(context.Background(), newGuard[int](t, s), "k", nil)
-	assert.ErrorIs(t, err, idem.ErrInvalidOption)
+	assert.ErrorIs(t, err, storekit.ErrInvalidOption)
 }
 
 // TestDoTxStolenClaim: the claim is taken over while fn's transaction is
 // open (the owner's heartbeat has not noticed): the completion's nonce
 // condition matches no row, the transaction is rolled back, DoTx answers
-// idem.ErrLostOwnership, and nothing of fn's is visible.
+// storekit.ErrLostOwnership, and nothing of fn's is visible.
 func TestDoTxStolenClaim(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
 		e := newEnv(t, d)
@@ -153,7 +155,7 @@ func TestDoTxStolenClaim(t *testing.T) {
 		// The heartbeat is far off: only the nonce condition can notice.
 		g := newGuard[int](t, e.store, idem.WithTakeoverAfter(time.Hour), idem.WithHeartbeat(30*time.Minute))
 		ctx := ctxT(t)
-		var stolen idem.ClaimResult
+		var stolen storekit.ClaimResult
 		_, err = sqlstore.DoTx(ctx, g, "k", func(ctx context.Context, tx *sql.Tx) (int, error) {
 			if err := insertSide(ctx, tx, d, side, "k"); err != nil {
 				return 0, err
@@ -168,12 +170,12 @@ func TestDoTxStolenClaim(t *testing.T) {
 			require.NoError(t, err)
 			return 1, nil
 		})
-		require.Equal(t, idem.TookOver, stolen.Outcome)
-		assert.ErrorIs(t, err, idem.ErrLostOwnership)
+		require.Equal(t, storekit.TookOver, stolen.Outcome)
+		assert.ErrorIs(t, err, storekit.ErrLostOwnership)
 		assert.Equal(t, 0, sideRows(t, d, side, "k"), "fn's write was rolled back")
 		rec, err := e.store.Get(ctx, stolen.Record.Key)
 		require.NoError(t, err)
-		assert.Equal(t, idem.StatusInProgress, rec.Status)
+		assert.Equal(t, storekit.StatusInProgress, rec.Status)
 		assert.Equal(t, stolen.Record.Nonce, rec.Nonce, "the new owner's claim is untouched")
 	})
 }
@@ -236,7 +238,7 @@ func TestDoTxCommitReplyLost(t *testing.T) {
 
 // TestDoTxCompletionReplyLost: the completion UPDATE's reply is lost, so
 // no COMMIT is ever sent: the transaction ends with its connection,
-// nothing is committed, and DoTx says so with a *idem.StoreError (not
+// nothing is committed, and DoTx says so with a *storekit.StoreError (not
 // ErrNotRecorded, not an unknown outcome); a retry runs fn again and
 // commits one row.
 func TestDoTxCompletionReplyLost(t *testing.T) {
@@ -259,10 +261,10 @@ func TestDoTxCompletionReplyLost(t *testing.T) {
 			}
 			return 0, errors.New("ran twice in one call")
 		})
-		var se *idem.StoreError
+		var se *storekit.StoreError
 		require.ErrorAs(t, err, &se)
-		assert.NotErrorIs(t, err, idem.ErrOutcomeUnknown)
-		assert.NotErrorIs(t, err, idem.ErrNotRecorded)
+		assert.NotErrorIs(t, err, storekit.ErrOutcomeUnknown)
+		assert.NotErrorIs(t, err, storekit.ErrNotRecorded)
 		assert.Equal(t, 0, sideRows(t, d, side, "k"))
 		v, err := sqlstore.DoTx(ctx, g, "k", func(ctx context.Context, tx *sql.Tx) (int, error) {
 			return 8, insertSide(ctx, tx, d, side, "k")

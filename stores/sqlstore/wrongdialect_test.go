@@ -9,7 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/stores/sqlstore"
 )
 
@@ -28,7 +29,7 @@ func (c opaqueConnector) Connect(context.Context) (driver.Conn, error) { return 
 func (c opaqueConnector) Driver() driver.Driver                        { return opaqueDriver{c.drv} }
 
 // TestWrongDialect: every wrong pairing of dialect and database is an
-// error matching idem.ErrInvalidOption that names the dialect to use: at
+// error matching storekit.ErrInvalidOption that names the dialect to use: at
 // New by the driver, and at Migrate by the server when the driver is
 // hidden. (A PostgreSQL database opened with sqlstore.MySQL failed in
 // Migrate with a syntax error at "`".)
@@ -74,7 +75,7 @@ func check(t *testing.T, actual, given sqlstore.Dialect, at string, err error, w
 		}
 		return
 	}
-	if !errors.Is(err, idem.ErrInvalidOption) || !strings.Contains(err.Error(), want) {
+	if !errors.Is(err, storekit.ErrInvalidOption) || !strings.Contains(err.Error(), want) {
 		t.Errorf("%v database, dialect %v: %s: %v, want ErrInvalidOption saying %q", actual, given, at, err, want)
 	}
 }

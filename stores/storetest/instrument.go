@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // Op names a Store method, as counted by Instrumented.
@@ -23,10 +23,10 @@ const (
 
 // Instrumented wraps a Store, counting calls per operation and, for fault
 // injection, letting a hook fail or delay any call before (or after) it
-// reaches the store. It does not implement idem.Watcher, whatever it wraps:
+// reaches the store. It does not implement storekit.Watcher, whatever it wraps:
 // AsStore returns it as a Watcher when the inner store is one.
 type Instrumented struct {
-	idem.Store
+	storekit.Store
 	mu     sync.Mutex
 	counts map[Op]int
 	// Before, if set, runs before each call; a non-nil error is returned
@@ -38,7 +38,7 @@ type Instrumented struct {
 }
 
 // Instrument wraps s.
-func Instrument(s idem.Store) *Instrumented {
+func Instrument(s storekit.Store) *Instrumented {
 	return &Instrumented{Store: s, counts: make(map[Op]int)}
 }
 
@@ -84,8 +84,8 @@ func (s *Instrumented) call(ctx context.Context, op Op, key string, f func() err
 	return err
 }
 
-// Claim implements idem.Store.
-func (s *Instrumented) Claim(ctx context.Context, req idem.ClaimRequest) (res idem.ClaimResult, err error) {
+// Claim implements storekit.Store.
+func (s *Instrumented) Claim(ctx context.Context, req storekit.ClaimRequest) (res storekit.ClaimResult, err error) {
 	err = s.call(ctx, OpClaim, req.Key, func() error {
 		var e error
 		res, e = s.Store.Claim(ctx, req)
@@ -94,23 +94,23 @@ func (s *Instrumented) Claim(ctx context.Context, req idem.ClaimRequest) (res id
 	return res, err
 }
 
-// Heartbeat implements idem.Store.
+// Heartbeat implements storekit.Store.
 func (s *Instrumented) Heartbeat(ctx context.Context, key, nonce string, leaseTTL time.Duration) error {
 	return s.call(ctx, OpHeartbeat, key, func() error { return s.Store.Heartbeat(ctx, key, nonce, leaseTTL) })
 }
 
-// Complete implements idem.Store.
-func (s *Instrumented) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+// Complete implements storekit.Store.
+func (s *Instrumented) Complete(ctx context.Context, key, nonce string, c storekit.Completion) error {
 	return s.call(ctx, OpComplete, key, func() error { return s.Store.Complete(ctx, key, nonce, c) })
 }
 
-// Release implements idem.Store.
+// Release implements storekit.Store.
 func (s *Instrumented) Release(ctx context.Context, key, nonce string) error {
 	return s.call(ctx, OpRelease, key, func() error { return s.Store.Release(ctx, key, nonce) })
 }
 
-// Get implements idem.Store.
-func (s *Instrumented) Get(ctx context.Context, key string) (rec *idem.Record, err error) {
+// Get implements storekit.Store.
+func (s *Instrumented) Get(ctx context.Context, key string) (rec *storekit.Record, err error) {
 	err = s.call(ctx, OpGet, key, func() error {
 		var e error
 		rec, e = s.Store.Get(ctx, key)
@@ -119,16 +119,16 @@ func (s *Instrumented) Get(ctx context.Context, key string) (rec *idem.Record, e
 	return rec, err
 }
 
-// Delete implements idem.Store.
+// Delete implements storekit.Store.
 func (s *Instrumented) Delete(ctx context.Context, key string) error {
 	return s.call(ctx, OpDelete, key, func() error { return s.Store.Delete(ctx, key) })
 }
 
 // AsStore returns s as the Guard should see it: s itself, or, when the inner
-// store implements idem.Watcher, s with Watch forwarded to it (watches are
+// store implements storekit.Watcher, s with Watch forwarded to it (watches are
 // not counted). A Guard then watches exactly when the inner store can.
-func (s *Instrumented) AsStore() idem.Store {
-	if w, ok := s.Store.(idem.Watcher); ok {
+func (s *Instrumented) AsStore() storekit.Store {
+	if w, ok := s.Store.(storekit.Watcher); ok {
 		return &instrumentedWatcher{Instrumented: s, w: w}
 	}
 	return s
@@ -136,10 +136,10 @@ func (s *Instrumented) AsStore() idem.Store {
 
 type instrumentedWatcher struct {
 	*Instrumented
-	w idem.Watcher
+	w storekit.Watcher
 }
 
-// Watch implements idem.Watcher.
+// Watch implements storekit.Watcher.
 func (s *instrumentedWatcher) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	return s.w.Watch(ctx, key)
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -24,7 +26,7 @@ var lapseTests = []subtest{
 // store and been applied) until release is called; dead makes every later
 // write fail without reaching the store, as a process that died.
 type late struct {
-	idem.Store
+	storekit.Store
 	hold    func(op string, n int64) bool // op "claim" or "heartbeat"; n counts that op from 1
 	claims  atomic.Int64
 	beats   atomic.Int64
@@ -34,7 +36,7 @@ type late struct {
 	dead    atomic.Bool
 }
 
-func newLate(s idem.Store, hold func(op string, n int64) bool) *late {
+func newLate(s storekit.Store, hold func(op string, n int64) bool) *late {
 	return &late{Store: s, hold: hold, held: make(chan struct{}), release: make(chan struct{})}
 }
 
@@ -47,9 +49,9 @@ func (l *late) wait(op string, n int64) {
 	<-l.release
 }
 
-func (l *late) Claim(ctx context.Context, r idem.ClaimRequest) (idem.ClaimResult, error) {
+func (l *late) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if l.dead.Load() {
-		return idem.ClaimResult{}, errDead
+		return storekit.ClaimResult{}, errDead
 	}
 	res, err := l.Store.Claim(ctx, r)
 	l.wait("claim", l.claims.Add(1))
@@ -65,7 +67,7 @@ func (l *late) Heartbeat(ctx context.Context, key, nonce string, lease time.Dura
 	return err
 }
 
-func (l *late) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+func (l *late) Complete(ctx context.Context, key, nonce string, c storekit.Completion) error {
 	if l.dead.Load() {
 		return errDead
 	}
@@ -81,7 +83,7 @@ func (l *late) Release(ctx context.Context, key, nonce string) error {
 
 // lapseGuard is a Guard over s for these checks: a takeover threshold of
 // a second (room for a slow backend), heartbeats every 100ms, Wait.
-func lapseGuard(t *testing.T, s idem.Store, opts ...idem.Option) *idem.Guard[string] {
+func lapseGuard(t *testing.T, s storekit.Store, opts ...idem.Option) *idem.Guard[string] {
 	t.Helper()
 	g, err := idem.New[string](s, append([]idem.Option{
 		idem.WithTakeoverAfter(time.Second), idem.WithHeartbeat(100 * time.Millisecond), idem.OnDuplicate(idem.Wait),
@@ -96,7 +98,7 @@ func lapseGuard(t *testing.T, s idem.Store, opts ...idem.Option) *idem.Guard[str
 // back only after another caller has taken the claim over (it went stale
 // meanwhile) and run fn. The late caller must not start fn: it claims
 // again and replays the other caller's outcome. fn runs once.
-func (su *suite) lateClaimReply(t *testing.T, s idem.Store) {
+func (su *suite) lateClaimReply(t *testing.T, s storekit.Store) {
 	key := "lapse-" + NewNonce()
 	var runs atomic.Int64
 	fn := func(v string) func(context.Context) (string, error) {
@@ -130,7 +132,7 @@ func (su *suite) lateClaimReply(t *testing.T, s idem.Store) {
 // claim (its heartbeats stop reaching the store) while its step's claim
 // reply is held back; another attempt takes the call over and runs the
 // step. When the late reply arrives, the step must not run: it replays.
-func (su *suite) lateStepClaimReply(t *testing.T, s idem.Store) {
+func (su *suite) lateStepClaimReply(t *testing.T, s storekit.Store) {
 	key := "lapse-step-" + NewNonce()
 	var steps atomic.Int64
 	step := func(v string) func(context.Context) (string, error) {
@@ -166,7 +168,7 @@ func (su *suite) lateStepClaimReply(t *testing.T, s idem.Store) {
 // heartbeats past the TTL (and past the lifetime its step records were
 // first written with), then dies. The takeover must replay the step, not
 // run it again under a new StepKey.
-func (su *suite) stepsOutliveTTL(t *testing.T, s idem.Store) {
+func (su *suite) stepsOutliveTTL(t *testing.T, s storekit.Store) {
 	key := "steps-ttl-" + NewNonce()
 	const ttl = 200 * time.Millisecond
 	var steps atomic.Int64

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -18,10 +20,10 @@ type ListKeys struct {
 }
 
 // ByState returns the live keys by the state a listing must report.
-func (k ListKeys) ByState() map[string]idem.RecordState {
-	return map[string]idem.RecordState{
-		k.InProgress: idem.StateInProgress, k.Stale: idem.StateStale,
-		k.Failed: idem.StateFailed, k.Completed: idem.StateCompleted,
+func (k ListKeys) ByState() map[string]storekit.RecordState {
+	return map[string]storekit.RecordState{
+		k.InProgress: storekit.StateInProgress, k.Stale: storekit.StateStale,
+		k.Failed: storekit.StateFailed, k.Completed: storekit.StateCompleted,
 	}
 }
 
@@ -34,7 +36,7 @@ const StaleAfter = 300 * time.Millisecond
 // a claim with a takeover threshold of StaleAfter (stale once that has
 // passed), a failed and a completed record, and a released claim
 // (expired).
-func MakeStates(t testing.TB, s idem.Store) ListKeys {
+func MakeStates(t testing.TB, s storekit.Store) ListKeys {
 	t.Helper()
 	ctx := context.Background()
 	var b [8]byte
@@ -42,15 +44,15 @@ func MakeStates(t testing.TB, s idem.Store) ListKeys {
 	run := hex.EncodeToString(b[:])
 	key := func(name string) string {
 		sum := sha256.Sum256([]byte(run + "/" + name))
-		return idem.StorageKeyPrefix + hex.EncodeToString(sum[:])
+		return storekit.StorageKeyPrefix + hex.EncodeToString(sum[:])
 	}
 	k := ListKeys{InProgress: key("in_progress"), Stale: key("stale"), Failed: key("failed"),
 		Completed: key("completed"), Expired: key("expired")}
 	claim := func(key string, takeover time.Duration) string {
 		t.Helper()
 		nonce := "n-" + key[len(key)-12:]
-		res, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Hour, TakeoverAfter: takeover})
-		if err != nil || res.Outcome != idem.Claimed {
+		res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Hour, TakeoverAfter: takeover})
+		if err != nil || res.Outcome != storekit.Claimed {
 			t.Fatalf("claim %s: %v, %v", key, res.Outcome, err)
 		}
 		return nonce
@@ -58,12 +60,12 @@ func MakeStates(t testing.TB, s idem.Store) ListKeys {
 	claim(k.InProgress, time.Hour)
 	claim(k.Stale, StaleAfter)
 	n := claim(k.Failed, time.Hour)
-	if err := s.Complete(ctx, k.Failed, n, idem.Completion{Status: idem.StatusFailed,
-		Error: &idem.RecordedFailure{Message: "boom"}, TTL: time.Hour}); err != nil {
+	if err := s.Complete(ctx, k.Failed, n, storekit.Completion{Status: storekit.StatusFailed,
+		Error: &storekit.RecordedFailure{Message: "boom"}, TTL: time.Hour}); err != nil {
 		t.Fatalf("complete failed: %v", err)
 	}
 	n = claim(k.Completed, time.Hour)
-	if err := s.Complete(ctx, k.Completed, n, idem.Completion{Status: idem.StatusCompleted,
+	if err := s.Complete(ctx, k.Completed, n, storekit.Completion{Status: storekit.StatusCompleted,
 		Result: []byte(`{"ok":true}`), TTL: time.Hour}); err != nil {
 		t.Fatalf("complete: %v", err)
 	}
@@ -74,21 +76,21 @@ func MakeStates(t testing.TB, s idem.Store) ListKeys {
 	return k
 }
 
-// RunList checks a store's idem.Lister: records in each state made by
+// RunList checks a store's storekit.Lister: records in each state made by
 // MakeStates are listed back, each once, in its state once the stale one's
 // threshold has passed; the released one is not listed; a claim is not
 // held up by a listing paused at a record; and a listing stops when its
 // caller stops.
-func RunList(t *testing.T, s idem.Store) {
+func RunList(t *testing.T, s storekit.Store) {
 	t.Helper()
-	l, ok := s.(idem.Lister)
+	l, ok := s.(storekit.Lister)
 	if !ok {
-		t.Fatalf("%T does not implement idem.Lister", s)
+		t.Fatalf("%T does not implement storekit.Lister", s)
 	}
 	k := MakeStates(t, s)
 	time.Sleep(2 * StaleAfter)
 	want := k.ByState()
-	got := map[string]idem.RecordState{}
+	got := map[string]storekit.RecordState{}
 	for rec, err := range l.Records(context.Background()) {
 		if err != nil {
 			t.Fatalf("Records: %v", err)
@@ -120,7 +122,7 @@ func RunList(t *testing.T, s idem.Store) {
 		for _, key := range []string{rec.Key, k.Expired} {
 			done := make(chan error, 1)
 			go func() {
-				_, err := s.Claim(context.Background(), idem.ClaimRequest{Key: key, Nonce: "list-probe",
+				_, err := s.Claim(context.Background(), storekit.ClaimRequest{Key: key, Nonce: "list-probe",
 					LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
 				done <- err
 			}()

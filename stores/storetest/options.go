@@ -5,22 +5,22 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // CheckOptionErrors checks what a constructor returned for invalid
-// options: an error matching idem.ErrInvalidOption that holds one
-// *idem.OptionError per rejected option, named as in options, in the
+// options: an error matching storekit.ErrInvalidOption that holds one
+// *storekit.OptionError per rejected option, named as in options, in the
 // order the options were given (every option checked, none dropped).
 // Every constructor in this repository reports invalid options so.
 func CheckOptionErrors(t testing.TB, err error, options ...string) {
 	t.Helper()
-	if !errors.Is(err, idem.ErrInvalidOption) {
-		t.Fatalf("got %v, want an error matching idem.ErrInvalidOption", err)
+	if !errors.Is(err, storekit.ErrInvalidOption) {
+		t.Fatalf("got %v, want an error matching storekit.ErrInvalidOption", err)
 	}
-	var oe *idem.OptionError
+	var oe *storekit.OptionError
 	if !errors.As(err, &oe) {
-		t.Fatalf("got %v (%T), want an *idem.OptionError in it", err, err)
+		t.Fatalf("got %v (%T), want an *storekit.OptionError in it", err, err)
 	}
 	var got []string
 	for _, e := range unjoin(err) {

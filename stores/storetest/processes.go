@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -24,7 +26,7 @@ type ProcessConfig struct {
 	// NewStore opens the store under test. It is called once in the test
 	// process, before the children start (prepare the backend there: a
 	// table, a schema), and once in every child, with the same namespace.
-	NewStore func(namespace string) (idem.Store, error)
+	NewStore func(namespace string) (storekit.Store, error)
 	// Namespace is handed to NewStore in every process: a key prefix, a
 	// table name, a directory. Default: a fresh random string.
 	Namespace string

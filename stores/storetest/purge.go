@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // Purger is a store that removes expired records on request: every store
@@ -49,8 +49,8 @@ const farPast = 30 * 24 * time.Hour
 // within the test: give the same retention to WithRetention. It suits a
 // test that runs the whole suite once with the store's defaults and the
 // clean-up checks again with a short retention.
-func RunPurge(t *testing.T, newStore func(t *testing.T) idem.Store, opts ...Option) {
-	runTests(t, func(t *testing.T, _ *Clock) idem.Store { return newStore(t) }, false, opts, purgeTests)
+func RunPurge(t *testing.T, newStore func(t *testing.T) storekit.Store, opts ...Option) {
+	runTests(t, func(t *testing.T, _ *Clock) storekit.Store { return newStore(t) }, false, opts, purgeTests)
 }
 
 // purgeTests are the subtests run when the store is a Purger.
@@ -60,7 +60,7 @@ var purgeTests = []subtest{
 	{"PurgeRace", (*suite).purgeRace},
 }
 
-func purger(t *testing.T, s idem.Store) Purger {
+func purger(t *testing.T, s storekit.Store) Purger {
 	t.Helper()
 	p, ok := s.(Purger)
 	if !ok {
@@ -85,21 +85,21 @@ func purge(t *testing.T, p Purger) int {
 // fresh claim, a stale one, a heartbeated one, a completed and a failed
 // record. Each is there after it, with its owner, and its owner's
 // heartbeat and completion still succeed.
-func (su *suite) purgeKeepsLive(t *testing.T, s idem.Store) {
+func (su *suite) purgeKeepsLive(t *testing.T, s storekit.Store) {
 	p := purger(t, s)
 	ctx := ctxT(t)
 	type rec struct {
 		key, nonce string
-		status     idem.Status
+		status     storekit.Status
 	}
 	var recs []rec
-	claim := func(status idem.Status) rec {
+	claim := func(status storekit.Status) rec {
 		r := rec{NewKey(), NewNonce(), status}
-		mustClaim(t, s, req(r.key, r.nonce, ""), idem.Claimed)
-		if status != idem.StatusInProgress {
-			c := idem.Completion{Status: status, Result: []byte(`1`), TTL: time.Hour}
-			if status == idem.StatusFailed {
-				c = idem.Completion{Status: status, Error: &idem.RecordedFailure{Message: "no", Type: "test"}, TTL: time.Hour}
+		mustClaim(t, s, req(r.key, r.nonce, ""), storekit.Claimed)
+		if status != storekit.StatusInProgress {
+			c := storekit.Completion{Status: status, Result: []byte(`1`), TTL: time.Hour}
+			if status == storekit.StatusFailed {
+				c = storekit.Completion{Status: status, Error: &storekit.RecordedFailure{Message: "no", Type: "test"}, TTL: time.Hour}
 			}
 			if err := s.Complete(ctx, r.key, r.nonce, c); err != nil {
 				t.Fatalf("unexpected error: %v", err)
@@ -108,12 +108,12 @@ func (su *suite) purgeKeepsLive(t *testing.T, s idem.Store) {
 		recs = append(recs, r)
 		return r
 	}
-	claim(idem.StatusInProgress) // stale by the time Purge runs
-	beaten := claim(idem.StatusInProgress)
-	claim(idem.StatusCompleted)
-	claim(idem.StatusFailed)
+	claim(storekit.StatusInProgress) // stale by the time Purge runs
+	beaten := claim(storekit.StatusInProgress)
+	claim(storekit.StatusCompleted)
+	claim(storekit.StatusFailed)
 	su.sleep(stale)
-	claim(idem.StatusInProgress)
+	claim(storekit.StatusInProgress)
 	if err := s.Heartbeat(ctx, beaten.key, beaten.nonce, lease); err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
@@ -126,11 +126,11 @@ func (su *suite) purgeKeepsLive(t *testing.T, s idem.Store) {
 		if got.Nonce != r.nonce || got.Status != r.status || got.Attempt != 1 {
 			t.Errorf("after Purge: got %s#%d %s, want %s#1 %s", got.Nonce, got.Attempt, got.Status, r.nonce, r.status)
 		}
-		if r.status == idem.StatusInProgress {
+		if r.status == storekit.StatusInProgress {
 			if err := s.Heartbeat(ctx, r.key, r.nonce, lease); err != nil {
 				t.Errorf("heartbeat after Purge: %v", err)
 			}
-			if err := s.Complete(ctx, r.key, r.nonce, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}); err != nil {
+			if err := s.Complete(ctx, r.key, r.nonce, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}); err != nil {
 				t.Errorf("complete after Purge: %v", err)
 			}
 		}
@@ -142,7 +142,7 @@ func (su *suite) purgeKeepsLive(t *testing.T, s idem.Store) {
 // and removes it after (the next claim starts again at attempt 1). Without
 // WithRetention the suite does not know when that is, and checks only
 // that Purge runs.
-func (su *suite) purgeAfterRetention(t *testing.T, s idem.Store) {
+func (su *suite) purgeAfterRetention(t *testing.T, s storekit.Store) {
 	p := purger(t, s)
 	ctx := ctxT(t)
 	const ttl = 100 * time.Millisecond
@@ -150,8 +150,8 @@ func (su *suite) purgeAfterRetention(t *testing.T, s idem.Store) {
 	// returns its ExpiresAt as the store set it.
 	complete := func() (string, int64) {
 		key, n := NewKey(), NewNonce()
-		mustClaim(t, s, req(key, n, ""), idem.Claimed)
-		if err := s.Complete(ctx, key, n, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: ttl}); err != nil {
+		mustClaim(t, s, req(key, n, ""), storekit.Claimed)
+		if err := s.Complete(ctx, key, n, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`1`), TTL: ttl}); err != nil {
 			t.Fatalf("unexpected error: %v", err)
 		}
 		rec, err := s.Get(ctx, key)
@@ -163,7 +163,7 @@ func (su *suite) purgeAfterRetention(t *testing.T, s idem.Store) {
 	attempt := func(key string) int64 {
 		r := req(key, NewNonce(), "")
 		r.TakeoverAfter = time.Hour
-		return mustClaim(t, s, r, idem.Claimed).Attempt
+		return mustClaim(t, s, r, storekit.Claimed).Attempt
 	}
 	if !su.retentionKnown {
 		purge(t, p)
@@ -228,7 +228,7 @@ const (
 
 // purgeRace: a claim, heartbeat or completion racing Purge on the same
 // key never loses.
-func (su *suite) purgeRace(t *testing.T, s idem.Store) {
+func (su *suite) purgeRace(t *testing.T, s storekit.Store) {
 	p := purger(t, s)
 	ctx := ctxT(t)
 	rounds := su.purgeRaceRounds()
@@ -246,20 +246,20 @@ func (su *suite) purgeRace(t *testing.T, s idem.Store) {
 			if err != nil {
 				return err
 			}
-			if res.Outcome != idem.Claimed {
-				return fmt.Errorf("got %v, want %v on an expired record", res.Outcome, idem.Claimed)
+			if res.Outcome != storekit.Claimed {
+				return fmt.Errorf("got %v, want %v on an expired record", res.Outcome, storekit.Claimed)
 			}
 			return nil
 		})
-		su.checkOwned(t, s, keys, owners, round, "claim", idem.StatusInProgress)
+		su.checkOwned(t, s, keys, owners, round, "claim", storekit.StatusInProgress)
 		removed += raceWithPurge(ctx, t, p, "heartbeat", round, keys, func(i int) error {
 			return s.Heartbeat(ctx, keys[i], owners[i], lease)
 		})
-		su.checkOwned(t, s, keys, owners, round, "heartbeat", idem.StatusInProgress)
+		su.checkOwned(t, s, keys, owners, round, "heartbeat", storekit.StatusInProgress)
 		removed += raceWithPurge(ctx, t, p, "complete", round, keys, func(i int) error {
-			return s.Complete(ctx, keys[i], owners[i], idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Hour})
+			return s.Complete(ctx, keys[i], owners[i], storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`1`), TTL: time.Hour})
 		})
-		su.checkOwned(t, s, keys, owners, round, "complete", idem.StatusCompleted)
+		su.checkOwned(t, s, keys, owners, round, "complete", storekit.StatusCompleted)
 		if t.Failed() {
 			return
 		}
@@ -285,14 +285,14 @@ func (su *suite) purgeRaceRounds() int {
 
 // expiredClaims claims raceKeys new keys with a raceLease lease and lets
 // them expire, past retention, and returns the keys.
-func (su *suite) expiredClaims(t *testing.T, s idem.Store) []string {
+func (su *suite) expiredClaims(t *testing.T, s storekit.Store) []string {
 	t.Helper()
 	keys := make([]string, raceKeys)
 	for i := range keys {
 		keys[i] = NewKey()
 		r := req(keys[i], NewNonce(), "")
 		r.LeaseTTL, r.TakeoverAfter = raceLease, time.Hour
-		mustClaim(t, s, r, idem.Claimed)
+		mustClaim(t, s, r, storekit.Claimed)
 	}
 	switch {
 	case su.clock != nil && su.retentionKnown:
@@ -359,15 +359,15 @@ func raceWithPurge(ctx context.Context, t *testing.T, p Purger, what string, rou
 
 // checkOwned checks that the record of every key is the owner's, with
 // status: a second claim finds it, it does not win.
-func (su *suite) checkOwned(t *testing.T, s idem.Store, keys, owners []string, round int, after string, status idem.Status) {
+func (su *suite) checkOwned(t *testing.T, s storekit.Store, keys, owners []string, round int, after string, status storekit.Status) {
 	t.Helper()
 	for i, key := range keys {
 		r := req(key, NewNonce(), "")
 		r.TakeoverAfter = time.Hour
 		res := claimOutcome(t, s, r)
-		if res.Outcome != idem.Existing || res.Record.Nonce != owners[i] || res.Record.Status != status {
+		if res.Outcome != storekit.Existing || res.Record.Nonce != owners[i] || res.Record.Status != status {
 			t.Fatalf("round %d, key %d: after a %s raced Purge, a second claim got %v of %s#%d %s, want %v of %s %s: Purge removed a live record, and fn would run twice",
-				round, i, after, res.Outcome, res.Record.Nonce, res.Record.Attempt, res.Record.Status, idem.Existing, owners[i], status)
+				round, i, after, res.Outcome, res.Record.Nonce, res.Record.Attempt, res.Record.Status, storekit.Existing, owners[i], status)
 		}
 	}
 }

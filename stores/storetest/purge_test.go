@@ -10,7 +10,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/stores/storetest"
 )
@@ -25,7 +26,7 @@ type stalePurgeStore struct {
 	keys map[string]bool
 }
 
-func (s *stalePurgeStore) Claim(ctx context.Context, r idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *stalePurgeStore) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	s.mu.Lock()
 	s.keys[r.Key] = true
 	s.mu.Unlock()
@@ -36,7 +37,7 @@ func (s *stalePurgeStore) Purge(ctx context.Context) (int, error) {
 	s.mu.Lock()
 	var expired []string
 	for k := range s.keys {
-		if _, err := s.Get(ctx, k); errors.Is(err, idem.ErrNotFound) {
+		if _, err := s.Get(ctx, k); errors.Is(err, storekit.ErrNotFound) {
 			expired = append(expired, k)
 		}
 	}
@@ -63,7 +64,7 @@ func TestPurgeSuiteVictim(t *testing.T) {
 	if kind == "" {
 		t.Skip("run by TestPurgeStaleReadingDetected")
 	}
-	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) idem.Store {
+	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) storekit.Store {
 		mem, err := memstore.New(memstore.WithClock(c.Now), memstore.WithRetention(0), memstore.WithoutCleanup())
 		if err != nil {
 			t.Fatal(err)

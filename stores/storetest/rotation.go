@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -41,7 +43,7 @@ var (
 // the active secret 1. Every case runs for a key whose old
 // storage key sorts first and one whose new storage key does. It runs on real time (claims go
 // stale in about a second).
-func RunRotation(t *testing.T, newStore func(t *testing.T) idem.Store) {
+func RunRotation(t *testing.T, newStore func(t *testing.T) storekit.Store) {
 	r := &rotation{newStore: newStore, run0: strconv.FormatUint(rand.Uint64(), 36)}
 	for _, tc := range []struct {
 		name string
@@ -129,13 +131,13 @@ func rotationOrders(t *testing.T, cfg ProcessConfig) {
 
 // rotation is the state of one RunRotation.
 type rotation struct {
-	newStore func(t *testing.T) idem.Store
+	newStore func(t *testing.T) storekit.Store
 	run0     string // this run's key prefix: stores may be shared
 }
 
 // rotGuard returns a Guard over s (as the Guard should see it, when s is
 // instrumented) with opts, failing the test on an error.
-func rotGuard(t *testing.T, s idem.Store, opts ...idem.Option) *idem.Guard[string] {
+func rotGuard(t *testing.T, s storekit.Store, opts ...idem.Option) *idem.Guard[string] {
 	t.Helper()
 	if in, ok := s.(*Instrumented); ok {
 		s = in.AsStore()
@@ -162,7 +164,7 @@ func (r *rotation) key(t *testing.T, prefix string, oldFirst bool) string {
 }
 
 // keysOnly is a Store for Guards that only derive storage keys.
-type keysOnly struct{ idem.Store }
+type keysOnly struct{ storekit.Store }
 
 func rotStorageKey(t *testing.T, g *idem.Guard[string], key string) string {
 	t.Helper()
@@ -174,7 +176,7 @@ func rotStorageKey(t *testing.T, g *idem.Guard[string], key string) string {
 }
 
 // rotRecord returns the live record of key under g's active secret, or nil.
-func rotRecord(t *testing.T, g *idem.Guard[string], key string) *idem.Record {
+func rotRecord(t *testing.T, g *idem.Guard[string], key string) *storekit.Record {
 	t.Helper()
 	rec, err := g.Store().Get(context.Background(), rotStorageKey(t, g, key))
 	if err != nil {
@@ -290,8 +292,8 @@ func (r *rotation) previousFailure(t *testing.T) {
 			}
 			var runs atomic.Int64
 			_, err := gRot.Do(ctx, key, counted(&runs, "new"))
-			var rf *idem.RecordedFailure
-			if !errors.Is(err, idem.ErrPreviousFailure) || !errors.As(err, &rf) || rf.Message != "card declined" {
+			var rf *storekit.RecordedFailure
+			if !errors.Is(err, storekit.ErrPreviousFailure) || !errors.As(err, &rf) || rf.Message != "card declined" {
 				t.Fatalf("rotated Do: %v; want ErrPreviousFailure with the stored message", err)
 			}
 			if runs.Load() != 0 {
@@ -455,7 +457,7 @@ func (r *rotation) staleTakeover(t *testing.T) {
 			}
 			dead.Store(false)
 			rec := rotRecord(t, gOld, key)
-			if rec == nil || rec.Status != idem.StatusInProgress || rec.Attempt != 1 {
+			if rec == nil || rec.Status != storekit.StatusInProgress || rec.Attempt != 1 {
 				t.Fatalf("old record after the crash: %+v, want in progress, attempt 1", rec)
 			}
 			gRot := rotGuard(t, s, rotOpts(idem.WithSecret(secretNew, secretOld), idem.OnDuplicate(idem.Wait))...)
@@ -474,7 +476,7 @@ func (r *rotation) staleTakeover(t *testing.T) {
 				t.Errorf("the step ran %d times, want 1", charges.Load())
 			}
 			rec = rotRecord(t, gOld, key)
-			if rec == nil || rec.Status != idem.StatusCompleted || rec.Attempt != 2 {
+			if rec == nil || rec.Status != storekit.StatusCompleted || rec.Attempt != 2 {
 				t.Errorf("old key's record: %+v, want completed at attempt 2", rec)
 			}
 			if rec := rotRecord(t, gRot, key); rec != nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -236,16 +238,16 @@ func (r *rotation) concurrentReplays(t *testing.T) {
 // slow is a store with d added to every operation, as over a network:
 // it widens the windows in which concurrent callers interleave.
 type slow struct {
-	idem.Store
+	storekit.Store
 	d time.Duration
 }
 
-func (s slow) Claim(ctx context.Context, r idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s slow) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	time.Sleep(s.d)
 	return s.Store.Claim(ctx, r)
 }
 
-func (s slow) Get(ctx context.Context, key string) (*idem.Record, error) {
+func (s slow) Get(ctx context.Context, key string) (*storekit.Record, error) {
 	time.Sleep(s.d)
 	return s.Store.Get(ctx, key)
 }
@@ -255,7 +257,7 @@ func (s slow) Release(ctx context.Context, key, nonce string) error {
 	return s.Store.Release(ctx, key, nonce)
 }
 
-func (s slow) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+func (s slow) Complete(ctx context.Context, key, nonce string, c storekit.Completion) error {
 	time.Sleep(s.d)
 	return s.Store.Complete(ctx, key, nonce, c)
 }

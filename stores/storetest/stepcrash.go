@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -24,7 +26,7 @@ type StepCrashConfig struct {
 	// NewStore opens the store under test. It is called once in the test
 	// process, before any child starts (prepare the backend there), and
 	// once in every child, with the same namespace.
-	NewStore func(namespace string) (idem.Store, error)
+	NewStore func(namespace string) (storekit.Store, error)
 	// Namespace is handed to NewStore in every process: a key prefix, a
 	// table name, a directory. Default: a fresh random string.
 	Namespace string
@@ -72,7 +74,7 @@ const (
 //
 //	func TestStepCrash(t *testing.T) {
 //		storetest.RunStepCrash(t, storetest.StepCrashConfig{
-//			NewStore: func(ns string) (idem.Store, error) { return mystore.New(client, mystore.WithPrefix(ns)) },
+//			NewStore: func(ns string) (storekit.Store, error) { return mystore.New(client, mystore.WithPrefix(ns)) },
 //		})
 //	}
 //

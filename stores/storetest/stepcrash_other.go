@@ -6,12 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
 // StepCrashConfig configures RunStepCrash.
 type StepCrashConfig struct {
-	NewStore      func(namespace string) (idem.Store, error)
+	NewStore      func(namespace string) (storekit.Store, error)
 	Namespace     string
 	TakeoverAfter time.Duration
 	Options       []idem.Option

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 )
 
@@ -95,7 +97,7 @@ func checkStepRuns(t *testing.T, runs []stepRun, rerun2 bool) {
 // operation fail without reaching the store (a dead process), pause holds
 // them until resume (a stopped one).
 type owner struct {
-	idem.Store
+	storekit.Store
 	dead   atomic.Bool
 	mu     sync.Mutex
 	paused chan struct{} // non-nil while paused: closed by resume
@@ -136,9 +138,9 @@ func (o *owner) resume() {
 	o.mu.Unlock()
 }
 
-func (o *owner) Claim(ctx context.Context, r idem.ClaimRequest) (idem.ClaimResult, error) {
+func (o *owner) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if err := o.gate(ctx); err != nil {
-		return idem.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	return o.Store.Claim(ctx, r)
 }
@@ -150,7 +152,7 @@ func (o *owner) Heartbeat(ctx context.Context, key, nonce string, ttl time.Durat
 	return o.Store.Heartbeat(ctx, key, nonce, ttl)
 }
 
-func (o *owner) Complete(ctx context.Context, key, nonce string, c idem.Completion) error {
+func (o *owner) Complete(ctx context.Context, key, nonce string, c storekit.Completion) error {
 	if err := o.gate(ctx); err != nil {
 		return err
 	}
@@ -164,7 +166,7 @@ func (o *owner) Release(ctx context.Context, key, nonce string) error {
 	return o.Store.Release(ctx, key, nonce)
 }
 
-func (o *owner) Get(ctx context.Context, key string) (*idem.Record, error) {
+func (o *owner) Get(ctx context.Context, key string) (*storekit.Record, error) {
 	if err := o.gate(ctx); err != nil {
 		return nil, err
 	}
@@ -195,7 +197,7 @@ const stepLong = time.Minute
 // the threshold goes from the suite's takeover up to 32 times it.
 const stepOwnerTries = 6
 
-func stepGuard(t *testing.T, s idem.Store, th time.Duration) *idem.Guard[string] {
+func stepGuard(t *testing.T, s storekit.Store, th time.Duration) *idem.Guard[string] {
 	t.Helper()
 	g, err := idem.New[string](s, stepGuardOptions(th)...)
 	if err != nil {
@@ -223,7 +225,7 @@ func stepOwnerThresholds(t *testing.T, try func(th time.Duration) (reached bool)
 // stepsRunOnce: a call of three steps runs each once and costs 2 store
 // operations per step, 1 for the steps epoch and 2 for the call; its replay
 // costs 1.
-func (su *suite) stepsRunOnce(t *testing.T, s idem.Store) {
+func (su *suite) stepsRunOnce(t *testing.T, s storekit.Store) {
 	inst := Instrument(s)
 	g := stepGuard(t, inst, stepLong)
 	key := "steps-" + NewNonce()
@@ -252,15 +254,15 @@ func (su *suite) stepsRunOnce(t *testing.T, s idem.Store) {
 // returned ("after1") or inside step 2 ("in2"); a second Guard takes the
 // call over and must run step 1 zero more times, step 2 again only when
 // the owner died inside it (with the same StepKey), and step 3 once.
-func stepsCrash(point string) func(*suite, *testing.T, idem.Store) {
-	return func(su *suite, t *testing.T, s idem.Store) {
+func stepsCrash(point string) func(*suite, *testing.T, storekit.Store) {
+	return func(su *suite, t *testing.T, s storekit.Store) {
 		stepOwnerThresholds(t, func(th time.Duration) bool { return su.stepsCrashOnce(t, s, point, th) })
 	}
 }
 
 // stepsCrashOnce runs a crash case with the owner's takeover threshold th;
 // it returns false when the owner's call ended before it reached point.
-func (su *suite) stepsCrashOnce(t *testing.T, s idem.Store, point string, th time.Duration) bool {
+func (su *suite) stepsCrashOnce(t *testing.T, s storekit.Store, point string, th time.Duration) bool {
 	key := "steps-" + NewNonce()
 	var mu sync.Mutex
 	var runs []stepRun
@@ -305,14 +307,14 @@ func (su *suite) stepsCrashOnce(t *testing.T, s idem.Store, point string, th tim
 // fails (so the call is released and a third attempt replays the steps).
 // The paused owner, resumed, must not record over the new attempt's step:
 // the third attempt replays step 2's value from the second.
-func (su *suite) stepsStaleOwner(t *testing.T, s idem.Store) {
+func (su *suite) stepsStaleOwner(t *testing.T, s storekit.Store) {
 	stepOwnerThresholds(t, func(th time.Duration) bool { return su.stepsStaleOwnerOnce(t, s, th) })
 }
 
 // stepsStaleOwnerOnce runs stepsStaleOwner with the owner's takeover
 // threshold th; it returns false when the owner's call ended before it
 // reached its pause.
-func (su *suite) stepsStaleOwnerOnce(t *testing.T, s idem.Store, th time.Duration) bool {
+func (su *suite) stepsStaleOwnerOnce(t *testing.T, s storekit.Store, th time.Duration) bool {
 	key := "steps-" + NewNonce()
 	var mu sync.Mutex
 	var runs []stepRun
@@ -360,7 +362,7 @@ func (su *suite) stepsStaleOwnerOnce(t *testing.T, s idem.Store, th time.Duratio
 
 // stepsForget: Forget removes a call and its steps; the next call of the
 // key runs every step again, under new StepKeys.
-func (su *suite) stepsForget(t *testing.T, s idem.Store) {
+func (su *suite) stepsForget(t *testing.T, s storekit.Store) {
 	g := stepGuard(t, s, stepLong)
 	key := "steps-" + NewNonce()
 	var runs []stepRun

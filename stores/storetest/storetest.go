@@ -1,15 +1,15 @@
-// Package storetest is the conformance suite for idem.Store
+// Package storetest is the conformance suite for storekit.Store
 // implementations. Every store in this module runs it against its real
 // backend, and a third-party store can run it too:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) idem.Store { return mystore.New(...) })
+//		storetest.Run(t, func(t *testing.T) storekit.Store { return mystore.New(...) })
 //	}
 //
 // RunProcesses goes further: it re-runs the test binary as several OS
 // processes whose Guards share the store, and checks that every key ran
 // exactly once. Instrument wraps a store to count its operations and to
-// inject faults; hand a Guard its AsStore, which is an idem.Watcher exactly
+// inject faults; hand a Guard its AsStore, which is an storekit.Watcher exactly
 // when the wrapped store is one.
 //
 // newStore is called once per subtest; stores it returns may share a
@@ -19,12 +19,12 @@
 // a clock runs RunWithClock instead: the suite then hands each subtest's
 // store a Clock and advances it, and sleeps not at all:
 //
-//	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) idem.Store {
+//	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) storekit.Store {
 //		return mystore.New(mystore.WithClock(c.Now))
 //	}, storetest.WithCorrupter(corrupt))
 //
 // WithCorrupter hands the suite a way to damage a stored record, so that it
-// checks the record is reported as idem.ErrCorruptRecord and never
+// checks the record is reported as storekit.ErrCorruptRecord and never
 // overwritten.
 //
 // A store that removes expired records (a Purge method: Purger) must never
@@ -58,14 +58,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // Option configures Run.
 type Option func(*suite)
 
 type suite struct {
-	corrupt func(t *testing.T, s idem.Store, key string)
+	corrupt func(t *testing.T, s storekit.Store, key string)
 	skew    time.Duration
 	clock   *Clock // nil: the store runs on real time and the suite sleeps
 	native  bool   // completed and failed records expire natively at expires_at
@@ -92,7 +92,7 @@ func (su *suite) now() time.Time {
 }
 
 // claimOutcome claims and returns the result, failing on an error.
-func claimOutcome(t *testing.T, s idem.Store, r idem.ClaimRequest) idem.ClaimResult {
+func claimOutcome(t *testing.T, s storekit.Store, r storekit.ClaimRequest) storekit.ClaimResult {
 	t.Helper()
 	res, err := s.Claim(ctxT(t), r)
 	if err != nil {
@@ -121,9 +121,9 @@ func (su *suite) withSlack(t *testing.T, try func(scale time.Duration) bool) {
 }
 
 // WithCorrupter lets the suite check that a damaged record is reported as
-// idem.ErrCorruptRecord: corrupt must overwrite the stored record for key
+// storekit.ErrCorruptRecord: corrupt must overwrite the stored record for key
 // (which exists) with undecodable data, bypassing the Store interface.
-func WithCorrupter(corrupt func(t *testing.T, s idem.Store, key string)) Option {
+func WithCorrupter(corrupt func(t *testing.T, s storekit.Store, key string)) Option {
 	return func(su *suite) { su.corrupt = corrupt }
 }
 
@@ -145,7 +145,7 @@ func WithNativeExpiry() Option {
 func NewKey() string {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
-	return idem.StorageKeyPrefix + hex.EncodeToString(b[:])
+	return storekit.StorageKeyPrefix + hex.EncodeToString(b[:])
 }
 
 // NewNonce returns a fresh random nonce.
@@ -161,14 +161,14 @@ const (
 	stale    = 450 * time.Millisecond // sleep that makes a claim stale
 )
 
-func req(key, nonce, payload string) idem.ClaimRequest {
-	return idem.ClaimRequest{Key: key, Nonce: nonce, PayloadHash: payload, LeaseTTL: lease, TakeoverAfter: takeover}
+func req(key, nonce, payload string) storekit.ClaimRequest {
+	return storekit.ClaimRequest{Key: key, Nonce: nonce, PayloadHash: payload, LeaseTTL: lease, TakeoverAfter: takeover}
 }
 
 // Run runs the conformance suite against stores made by newStore, on real
 // time: it sleeps to let claims go stale and records expire.
-func Run(t *testing.T, newStore func(t *testing.T) idem.Store, opts ...Option) {
-	run(t, func(t *testing.T, _ *Clock) idem.Store { return newStore(t) }, false, opts)
+func Run(t *testing.T, newStore func(t *testing.T) storekit.Store, opts ...Option) {
+	run(t, func(t *testing.T, _ *Clock) storekit.Store { return newStore(t) }, false, opts)
 }
 
 // RunWithClock runs the conformance suite against stores that read the
@@ -176,17 +176,17 @@ func Run(t *testing.T, newStore func(t *testing.T) idem.Store, opts ...Option) {
 // clock.Now). The suite advances the clock instead of sleeping, so it runs
 // in milliseconds and checks timestamps exactly. Each subtest gets a clock
 // of its own.
-func RunWithClock(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, opts ...Option) {
+func RunWithClock(t *testing.T, newStore func(t *testing.T, clock *Clock) storekit.Store, opts ...Option) {
 	run(t, newStore, true, opts)
 }
 
 // subtest is one check of the suite.
 type subtest struct {
 	name string
-	fn   func(su *suite, t *testing.T, s idem.Store)
+	fn   func(su *suite, t *testing.T, s storekit.Store)
 }
 
-func run(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, withClock bool, opts []Option) {
+func run(t *testing.T, newStore func(t *testing.T, clock *Clock) storekit.Store, withClock bool, opts []Option) {
 	tests := []subtest{
 		{"ClaimNew", (*suite).claimNew},
 		{"ClaimExistingLive", (*suite).claimExistingLive},
@@ -226,7 +226,7 @@ func run(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, wit
 	runTests(t, newStore, withClock, opts, tests)
 }
 
-func runTests(t *testing.T, newStore func(t *testing.T, clock *Clock) idem.Store, withClock bool, opts []Option, tests []subtest) {
+func runTests(t *testing.T, newStore func(t *testing.T, clock *Clock) storekit.Store, withClock bool, opts []Option, tests []subtest) {
 	su := &suite{skew: 2 * time.Second}
 	for _, o := range opts {
 		o(su)
@@ -261,7 +261,7 @@ func (su *suite) near(t *testing.T, ms int64, what string) {
 	}
 }
 
-func mustClaim(t *testing.T, s idem.Store, r idem.ClaimRequest, want idem.ClaimOutcome) *idem.Record {
+func mustClaim(t *testing.T, s storekit.Store, r storekit.ClaimRequest, want storekit.ClaimOutcome) *storekit.Record {
 	t.Helper()
 	res := claimOutcome(t, s, r)
 	if res.Outcome != want {
@@ -270,14 +270,14 @@ func mustClaim(t *testing.T, s idem.Store, r idem.ClaimRequest, want idem.ClaimO
 	return res.Record
 }
 
-func (su *suite) claimNew(t *testing.T, s idem.Store) {
+func (su *suite) claimNew(t *testing.T, s storekit.Store) {
 	key, nonce := NewKey(), NewNonce()
-	rec := mustClaim(t, s, req(key, nonce, "ph1"), idem.Claimed)
+	rec := mustClaim(t, s, req(key, nonce, "ph1"), storekit.Claimed)
 	if rec.Key != key {
 		t.Errorf("got %v, want %v", rec.Key, key)
 	}
-	if rec.Status != idem.StatusInProgress {
-		t.Errorf("got %v, want %v", rec.Status, idem.StatusInProgress)
+	if rec.Status != storekit.StatusInProgress {
+		t.Errorf("got %v, want %v", rec.Status, storekit.StatusInProgress)
 	}
 	if rec.Nonce != nonce {
 		t.Errorf("got %v, want %v", rec.Nonce, nonce)
@@ -302,19 +302,19 @@ func (su *suite) claimNew(t *testing.T, s idem.Store) {
 	if got.Nonce != rec.Nonce {
 		t.Errorf("got %v, want %v", got.Nonce, rec.Nonce)
 	}
-	if got.Status != idem.StatusInProgress {
-		t.Errorf("got %v, want %v", got.Status, idem.StatusInProgress)
+	if got.Status != storekit.StatusInProgress {
+		t.Errorf("got %v, want %v", got.Status, storekit.StatusInProgress)
 	}
 	if got.Attempt != int64(1) {
 		t.Errorf("got %v, want %v", got.Attempt, int64(1))
 	}
 }
 
-func (su *suite) claimExistingLive(t *testing.T, s idem.Store) {
+func (su *suite) claimExistingLive(t *testing.T, s storekit.Store) {
 	key, n1 := NewKey(), NewNonce()
 	r := req(key, n1, "")
 	r.TakeoverAfter = time.Minute // live however slow the machine is
-	first := mustClaim(t, s, r, idem.Claimed)
+	first := mustClaim(t, s, r, storekit.Claimed)
 	// The stored record, not the claim's answer, is what must stay
 	// untouched: a store that writes a claim without reading its clock
 	// (Redis) answers with the caller's estimate of the times.
@@ -322,7 +322,7 @@ func (su *suite) claimExistingLive(t *testing.T, s idem.Store) {
 	if err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
-	rec := mustClaim(t, s, req(key, NewNonce(), ""), idem.Existing)
+	rec := mustClaim(t, s, req(key, NewNonce(), ""), storekit.Existing)
 	if rec.Nonce != n1 {
 		t.Errorf("existing record must be returned untouched: got %v, want %v", rec.Nonce, n1)
 	}
@@ -332,15 +332,15 @@ func (su *suite) claimExistingLive(t *testing.T, s idem.Store) {
 	if rec.HeartbeatAt != stored.HeartbeatAt {
 		t.Errorf("got %v, want %v", rec.HeartbeatAt, stored.HeartbeatAt)
 	}
-	if rec.Status != idem.StatusInProgress {
-		t.Errorf("got %v, want %v", rec.Status, idem.StatusInProgress)
+	if rec.Status != storekit.StatusInProgress {
+		t.Errorf("got %v, want %v", rec.Status, storekit.StatusInProgress)
 	}
 }
 
-func (su *suite) claimRetrySameNonce(t *testing.T, s idem.Store) {
+func (su *suite) claimRetrySameNonce(t *testing.T, s storekit.Store) {
 	key, n1 := NewKey(), NewNonce()
-	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
-	rec := mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	mustClaim(t, s, req(key, n1, ""), storekit.Claimed)
+	rec := mustClaim(t, s, req(key, n1, ""), storekit.Claimed)
 	if rec.Nonce != n1 {
 		t.Errorf("got %v, want %v", rec.Nonce, n1)
 	}
@@ -349,37 +349,37 @@ func (su *suite) claimRetrySameNonce(t *testing.T, s idem.Store) {
 	}
 }
 
-func (su *suite) takeoverStale(t *testing.T, s idem.Store) {
+func (su *suite) takeoverStale(t *testing.T, s storekit.Store) {
 	key, n1, n2 := NewKey(), NewNonce(), NewNonce()
-	mustClaim(t, s, req(key, n1, "p"), idem.Claimed)
+	mustClaim(t, s, req(key, n1, "p"), storekit.Claimed)
 	su.sleep(stale)
 	r2 := req(key, n2, "p")
 	r2.TakeoverAfter = time.Minute // the new claim stays live however slow the machine is
-	rec := mustClaim(t, s, r2, idem.TookOver)
+	rec := mustClaim(t, s, r2, storekit.TookOver)
 	if rec.Nonce != n2 {
 		t.Errorf("got %v, want %v", rec.Nonce, n2)
 	}
 	if rec.Attempt != int64(2) {
 		t.Errorf("got %v, want %v", rec.Attempt, int64(2))
 	}
-	if rec.Status != idem.StatusInProgress {
-		t.Errorf("got %v, want %v", rec.Status, idem.StatusInProgress)
+	if rec.Status != storekit.StatusInProgress {
+		t.Errorf("got %v, want %v", rec.Status, storekit.StatusInProgress)
 	}
 	su.near(t, rec.HeartbeatAt, "heartbeat_at after takeover")
 	// The new claim is fresh: nobody takes it over at once.
-	rec = mustClaim(t, s, req(key, NewNonce(), "p"), idem.Existing)
+	rec = mustClaim(t, s, req(key, NewNonce(), "p"), storekit.Existing)
 	if rec.Nonce != n2 {
 		t.Errorf("got %v, want %v", rec.Nonce, n2)
 	}
 }
 
-func (su *suite) noTakeoverAfterHeartbeat(t *testing.T, s idem.Store) {
+func (su *suite) noTakeoverAfterHeartbeat(t *testing.T, s storekit.Store) {
 	su.withSlack(t, func(scale time.Duration) bool {
 		threshold, pause := 800*time.Millisecond*scale, 500*time.Millisecond*scale
 		key, n1 := NewKey(), NewNonce()
 		r := req(key, n1, "")
 		r.TakeoverAfter = threshold
-		mustClaim(t, s, r, idem.Claimed)
+		mustClaim(t, s, r, storekit.Claimed)
 		su.sleep(pause)
 		beat := su.now()
 		if err := s.Heartbeat(ctxT(t), key, n1, lease); err != nil {
@@ -389,11 +389,11 @@ func (su *suite) noTakeoverAfterHeartbeat(t *testing.T, s idem.Store) {
 		r2 := req(key, NewNonce(), "")
 		r2.TakeoverAfter = threshold
 		res := claimOutcome(t, s, r2)
-		if res.Outcome != idem.Existing && su.now().Sub(beat) >= threshold {
+		if res.Outcome != storekit.Existing && su.now().Sub(beat) >= threshold {
 			return false // the heartbeat itself had gone stale by then
 		}
-		if res.Outcome != idem.Existing {
-			t.Fatalf("claim outcome: got %v, want %v", res.Outcome, idem.Existing)
+		if res.Outcome != storekit.Existing {
+			t.Fatalf("claim outcome: got %v, want %v", res.Outcome, storekit.Existing)
 		}
 		if res.Record.Nonce != n1 {
 			t.Errorf("got %v, want %v", res.Record.Nonce, n1)
@@ -407,7 +407,7 @@ func (su *suite) noTakeoverAfterHeartbeat(t *testing.T, s idem.Store) {
 // a shorter threshold (a Guard configured with 300ms) must not take over a
 // live claim whose owner heartbeats for 1s; past the owner's own threshold
 // anyone may.
-func (su *suite) ownersThresholdDecides(t *testing.T, s idem.Store) {
+func (su *suite) ownersThresholdDecides(t *testing.T, s storekit.Store) {
 	var key string
 	var ownerThreshold, sinceClaim time.Duration
 	su.withSlack(t, func(scale time.Duration) bool {
@@ -416,17 +416,17 @@ func (su *suite) ownersThresholdDecides(t *testing.T, s idem.Store) {
 		long := req(key, owner, "p")
 		long.TakeoverAfter = ownerThreshold
 		claimed := su.now()
-		rec := mustClaim(t, s, long, idem.Claimed)
+		rec := mustClaim(t, s, long, storekit.Claimed)
 		if rec.TakeoverMs != ownerThreshold.Milliseconds() {
 			t.Errorf("the owner's threshold is stored with the claim: got %v, want %v", rec.TakeoverMs, ownerThreshold.Milliseconds())
 		}
 		su.sleep(stale) // stale by the caller's 300ms, live by the owner's threshold
 		res := claimOutcome(t, s, req(key, NewNonce(), "p"))
 		sinceClaim = su.now().Sub(claimed)
-		if res.Outcome != idem.Existing && sinceClaim >= ownerThreshold {
+		if res.Outcome != storekit.Existing && sinceClaim >= ownerThreshold {
 			return false // the owner's own threshold had passed by then
 		}
-		if res.Outcome != idem.Existing || res.Record.Nonce != owner {
+		if res.Outcome != storekit.Existing || res.Record.Nonce != owner {
 			t.Fatalf("a shorter threshold took over a live claim: got %v of %v, want %v", res.Outcome, res.Record.Nonce, owner)
 		}
 		if res.Record.TakeoverMs != ownerThreshold.Milliseconds() {
@@ -436,7 +436,7 @@ func (su *suite) ownersThresholdDecides(t *testing.T, s idem.Store) {
 	})
 	su.sleep(ownerThreshold - sinceClaim + 150*time.Millisecond) // past the owner's threshold
 	n2 := NewNonce()
-	rec := mustClaim(t, s, req(key, n2, "p"), idem.TookOver)
+	rec := mustClaim(t, s, req(key, n2, "p"), storekit.TookOver)
 	if rec.Nonce != n2 {
 		t.Errorf("got %v, want %v", rec.Nonce, n2)
 	}
@@ -448,11 +448,11 @@ func (su *suite) ownersThresholdDecides(t *testing.T, s idem.Store) {
 	}
 }
 
-func (su *suite) noTakeoverOnPayloadMismatch(t *testing.T, s idem.Store) {
+func (su *suite) noTakeoverOnPayloadMismatch(t *testing.T, s storekit.Store) {
 	key, n1 := NewKey(), NewNonce()
-	mustClaim(t, s, req(key, n1, "a"), idem.Claimed)
+	mustClaim(t, s, req(key, n1, "a"), storekit.Claimed)
 	su.sleep(stale)
-	rec := mustClaim(t, s, req(key, NewNonce(), "b"), idem.Existing)
+	rec := mustClaim(t, s, req(key, NewNonce(), "b"), storekit.Existing)
 	if rec.Nonce != n1 {
 		t.Errorf("a stale claim must not be taken over by a different payload: got %v, want %v", rec.Nonce, n1)
 	}
@@ -461,36 +461,36 @@ func (su *suite) noTakeoverOnPayloadMismatch(t *testing.T, s idem.Store) {
 	}
 }
 
-func (su *suite) noTakeoverOfCompleted(t *testing.T, s idem.Store) {
+func (su *suite) noTakeoverOfCompleted(t *testing.T, s storekit.Store) {
 	key, n1 := NewKey(), NewNonce()
-	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
-	if err := s.Complete(ctxT(t), key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}); err != nil {
+	mustClaim(t, s, req(key, n1, ""), storekit.Claimed)
+	if err := s.Complete(ctxT(t), key, n1, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}); err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
 	su.sleep(stale)
-	rec := mustClaim(t, s, req(key, NewNonce(), ""), idem.Existing)
-	if rec.Status != idem.StatusCompleted {
-		t.Errorf("got %v, want %v", rec.Status, idem.StatusCompleted)
+	rec := mustClaim(t, s, req(key, NewNonce(), ""), storekit.Existing)
+	if rec.Status != storekit.StatusCompleted {
+		t.Errorf("got %v, want %v", rec.Status, storekit.StatusCompleted)
 	}
 	if !bytes.Equal(rec.Result, []byte(`1`)) {
 		t.Errorf("got %q, want %q", rec.Result, []byte(`1`))
 	}
 }
 
-func (su *suite) nonceFencing(t *testing.T, s idem.Store) {
+func (su *suite) nonceFencing(t *testing.T, s storekit.Store) {
 	key, n1, n2 := NewKey(), NewNonce(), NewNonce()
-	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	mustClaim(t, s, req(key, n1, ""), storekit.Claimed)
 	su.sleep(stale)
-	mustClaim(t, s, req(key, n2, ""), idem.TookOver)
+	mustClaim(t, s, req(key, n2, ""), storekit.TookOver)
 	ctx := ctxT(t)
-	if err := s.Heartbeat(ctx, key, n1, lease); !errors.Is(err, idem.ErrLostOwnership) {
-		t.Errorf("got %v, want %v", err, idem.ErrLostOwnership)
+	if err := s.Heartbeat(ctx, key, n1, lease); !errors.Is(err, storekit.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", err, storekit.ErrLostOwnership)
 	}
-	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Minute}); !errors.Is(err, idem.ErrLostOwnership) {
-		t.Errorf("got %v, want %v", err, idem.ErrLostOwnership)
+	if err := s.Complete(ctx, key, n1, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Minute}); !errors.Is(err, storekit.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", err, storekit.ErrLostOwnership)
 	}
-	if err := s.Release(ctx, key, n1); !errors.Is(err, idem.ErrLostOwnership) {
-		t.Errorf("got %v, want %v", err, idem.ErrLostOwnership)
+	if err := s.Release(ctx, key, n1); !errors.Is(err, storekit.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", err, storekit.ErrLostOwnership)
 	}
 	rec, err := s.Get(ctx, key)
 	if err != nil {
@@ -499,14 +499,14 @@ func (su *suite) nonceFencing(t *testing.T, s idem.Store) {
 	if rec.Nonce != n2 {
 		t.Errorf("refused writes must change nothing: got %v, want %v", rec.Nonce, n2)
 	}
-	if rec.Status != idem.StatusInProgress {
-		t.Errorf("got %v, want %v", rec.Status, idem.StatusInProgress)
+	if rec.Status != storekit.StatusInProgress {
+		t.Errorf("got %v, want %v", rec.Status, storekit.StatusInProgress)
 	}
-	if err := s.Complete(ctx, key, n2, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"new"`), TTL: time.Minute}); err != nil {
+	if err := s.Complete(ctx, key, n2, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`"new"`), TTL: time.Minute}); err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
-	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Minute}); !errors.Is(err, idem.ErrLostOwnership) {
-		t.Errorf("got %v, want %v", err, idem.ErrLostOwnership)
+	if err := s.Complete(ctx, key, n1, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`"stale"`), TTL: time.Minute}); !errors.Is(err, storekit.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", err, storekit.ErrLostOwnership)
 	}
 	rec, err = s.Get(ctx, key)
 	if err != nil {
@@ -517,10 +517,10 @@ func (su *suite) nonceFencing(t *testing.T, s idem.Store) {
 	}
 }
 
-func (su *suite) heartbeat(t *testing.T, s idem.Store) {
+func (su *suite) heartbeat(t *testing.T, s storekit.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
-	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	mustClaim(t, s, req(key, n1, ""), storekit.Claimed)
 	first, err := s.Get(ctx, key) // the stored times (see claimExistingLive)
 	if err != nil {
 		t.Fatalf("unexpected error: %v", err)
@@ -545,33 +545,33 @@ func (su *suite) heartbeat(t *testing.T, s idem.Store) {
 	if rec.Attempt != int64(1) {
 		t.Errorf("got %v, want %v", rec.Attempt, int64(1))
 	}
-	if err := s.Heartbeat(ctx, key, NewNonce(), lease); !errors.Is(err, idem.ErrLostOwnership) {
-		t.Errorf("got %v, want %v", err, idem.ErrLostOwnership)
+	if err := s.Heartbeat(ctx, key, NewNonce(), lease); !errors.Is(err, storekit.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", err, storekit.ErrLostOwnership)
 	}
-	if err := s.Heartbeat(ctx, NewKey(), n1, lease); !errors.Is(err, idem.ErrLostOwnership) {
-		t.Errorf("heartbeat on a missing key: got %v, want %v", err, idem.ErrLostOwnership)
+	if err := s.Heartbeat(ctx, NewKey(), n1, lease); !errors.Is(err, storekit.ErrLostOwnership) {
+		t.Errorf("heartbeat on a missing key: got %v, want %v", err, storekit.ErrLostOwnership)
 	}
-	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}); err != nil {
+	if err := s.Complete(ctx, key, n1, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}); err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
-	if err := s.Heartbeat(ctx, key, n1, lease); !errors.Is(err, idem.ErrLostOwnership) {
-		t.Errorf("heartbeat on a completed record: got %v, want %v", err, idem.ErrLostOwnership)
+	if err := s.Heartbeat(ctx, key, n1, lease); !errors.Is(err, storekit.ErrLostOwnership) {
+		t.Errorf("heartbeat on a completed record: got %v, want %v", err, storekit.ErrLostOwnership)
 	}
 }
 
-func (su *suite) complete(t *testing.T, s idem.Store) {
+func (su *suite) complete(t *testing.T, s storekit.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
-	mustClaim(t, s, req(key, n1, "ph"), idem.Claimed)
-	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`{"id":7}`), TTL: time.Hour}); err != nil {
+	mustClaim(t, s, req(key, n1, "ph"), storekit.Claimed)
+	if err := s.Complete(ctx, key, n1, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`{"id":7}`), TTL: time.Hour}); err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
 	rec, err := s.Get(ctx, key)
 	if err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
-	if rec.Status != idem.StatusCompleted {
-		t.Errorf("got %v, want %v", rec.Status, idem.StatusCompleted)
+	if rec.Status != storekit.StatusCompleted {
+		t.Errorf("got %v, want %v", rec.Status, storekit.StatusCompleted)
 	}
 	if !bytes.Equal(rec.Result, []byte(`{"id":7}`)) {
 		t.Errorf("got %q, want %q", rec.Result, []byte(`{"id":7}`))
@@ -590,23 +590,23 @@ func (su *suite) complete(t *testing.T, s idem.Store) {
 		t.Errorf("got %v, want %v ± %v", rec.ExpiresAt, rec.CompletedAt+time.Hour.Milliseconds(), 5)
 	}
 	// A claim now replays the record in one step.
-	got := mustClaim(t, s, req(key, NewNonce(), "ph"), idem.Existing)
+	got := mustClaim(t, s, req(key, NewNonce(), "ph"), storekit.Existing)
 	if !bytes.Equal(got.Result, []byte(`{"id":7}`)) {
 		t.Errorf("got %q, want %q", got.Result, []byte(`{"id":7}`))
 	}
-	if got.Status != idem.StatusCompleted {
-		t.Errorf("got %v, want %v", got.Status, idem.StatusCompleted)
+	if got.Status != storekit.StatusCompleted {
+		t.Errorf("got %v, want %v", got.Status, storekit.StatusCompleted)
 	}
 	// Completed without a result (it could not be encoded).
 	k2, n2 := NewKey(), NewNonce()
-	mustClaim(t, s, req(k2, n2, ""), idem.Claimed)
-	if err := s.Complete(ctx, k2, n2, idem.Completion{Status: idem.StatusCompleted,
-		Error: &idem.RecordedFailure{Message: "cannot encode", Type: idem.ResultUnavailableType}, TTL: time.Hour}); err != nil {
+	mustClaim(t, s, req(k2, n2, ""), storekit.Claimed)
+	if err := s.Complete(ctx, k2, n2, storekit.Completion{Status: storekit.StatusCompleted,
+		Error: &storekit.RecordedFailure{Message: "cannot encode", Type: storekit.ResultUnavailableType}, TTL: time.Hour}); err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
-	got = mustClaim(t, s, req(k2, NewNonce(), ""), idem.Existing)
-	if got.Status != idem.StatusCompleted {
-		t.Errorf("got %v, want %v", got.Status, idem.StatusCompleted)
+	got = mustClaim(t, s, req(k2, NewNonce(), ""), storekit.Existing)
+	if got.Status != storekit.StatusCompleted {
+		t.Errorf("got %v, want %v", got.Status, storekit.StatusCompleted)
 	}
 	if len(got.Result) != 0 {
 		t.Errorf("got %q, want empty", got.Result)
@@ -614,25 +614,25 @@ func (su *suite) complete(t *testing.T, s idem.Store) {
 	if got.Error == nil {
 		t.Fatalf("got.Error is nil")
 	}
-	if got.Error.Type != idem.ResultUnavailableType {
-		t.Errorf("got %v, want %v", got.Error.Type, idem.ResultUnavailableType)
+	if got.Error.Type != storekit.ResultUnavailableType {
+		t.Errorf("got %v, want %v", got.Error.Type, storekit.ResultUnavailableType)
 	}
-	if err := s.Complete(ctx, NewKey(), n1, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}); !errors.Is(err, idem.ErrLostOwnership) {
-		t.Errorf("complete on a missing key: got %v, want %v", err, idem.ErrLostOwnership)
+	if err := s.Complete(ctx, NewKey(), n1, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}); !errors.Is(err, storekit.ErrLostOwnership) {
+		t.Errorf("complete on a missing key: got %v, want %v", err, storekit.ErrLostOwnership)
 	}
 }
 
-func (su *suite) completeFailed(t *testing.T, s idem.Store) {
+func (su *suite) completeFailed(t *testing.T, s storekit.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
-	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
-	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusFailed,
-		Error: &idem.RecordedFailure{Message: "card declined", Type: "*billing.DeclineError"}, TTL: time.Hour}); err != nil {
+	mustClaim(t, s, req(key, n1, ""), storekit.Claimed)
+	if err := s.Complete(ctx, key, n1, storekit.Completion{Status: storekit.StatusFailed,
+		Error: &storekit.RecordedFailure{Message: "card declined", Type: "*billing.DeclineError"}, TTL: time.Hour}); err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
-	rec := mustClaim(t, s, req(key, NewNonce(), ""), idem.Existing)
-	if rec.Status != idem.StatusFailed {
-		t.Errorf("got %v, want %v", rec.Status, idem.StatusFailed)
+	rec := mustClaim(t, s, req(key, NewNonce(), ""), storekit.Existing)
+	if rec.Status != storekit.StatusFailed {
+		t.Errorf("got %v, want %v", rec.Status, storekit.StatusFailed)
 	}
 	if rec.Error == nil {
 		t.Fatalf("rec.Error is nil")
@@ -645,11 +645,11 @@ func (su *suite) completeFailed(t *testing.T, s idem.Store) {
 	}
 }
 
-func (su *suite) completeRetry(t *testing.T, s idem.Store) {
+func (su *suite) completeRetry(t *testing.T, s storekit.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
-	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
-	c := idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"ok"`), TTL: time.Hour}
+	mustClaim(t, s, req(key, n1, ""), storekit.Claimed)
+	c := storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`"ok"`), TTL: time.Hour}
 	if err := s.Complete(ctx, key, n1, c); err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
@@ -666,21 +666,21 @@ func (su *suite) completeRetry(t *testing.T, s idem.Store) {
 }
 
 // claimRecordIsTheCallers: the record a claim returns is handed over
-// (idem.ClaimResult): a caller that changes it, as a Guard does when its
+// (storekit.ClaimResult): a caller that changes it, as a Guard does when its
 // claim completes, changes nothing the store holds or decides with.
-func (su *suite) claimRecordIsTheCallers(t *testing.T, s idem.Store) {
+func (su *suite) claimRecordIsTheCallers(t *testing.T, s storekit.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
-	scribble := func(r *idem.Record) {
-		r.Nonce, r.Status, r.Attempt, r.Result = "scribbled", idem.StatusCompleted, 99, []byte(`"scribbled"`)
+	scribble := func(r *storekit.Record) {
+		r.Nonce, r.Status, r.Attempt, r.Result = "scribbled", storekit.StatusCompleted, 99, []byte(`"scribbled"`)
 		r.ExpiresAt, r.HeartbeatAt = 1, 1
 	}
-	scribble(mustClaim(t, s, req(key, n1, ""), idem.Claimed))
+	scribble(mustClaim(t, s, req(key, n1, ""), storekit.Claimed))
 	if err := s.Heartbeat(ctx, key, n1, time.Hour); err != nil {
 		t.Fatalf("heartbeat after the caller changed its copy: %v", err)
 	}
-	scribble(mustClaim(t, s, req(key, NewNonce(), ""), idem.Existing))
-	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`"ok"`), TTL: time.Hour}); err != nil {
+	scribble(mustClaim(t, s, req(key, NewNonce(), ""), storekit.Existing))
+	if err := s.Complete(ctx, key, n1, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`"ok"`), TTL: time.Hour}); err != nil {
 		t.Fatalf("complete after the caller changed its copy: %v", err)
 	}
 	rec, err := s.Get(ctx, key)
@@ -697,15 +697,15 @@ func (su *suite) claimRecordIsTheCallers(t *testing.T, s idem.Store) {
 	}
 }
 
-func (su *suite) binaryResult(t *testing.T, s idem.Store) {
+func (su *suite) binaryResult(t *testing.T, s storekit.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
-	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	mustClaim(t, s, req(key, n1, ""), storekit.Claimed)
 	all := make([]byte, 0, 512)
 	for i := 0; i < 512; i++ {
 		all = append(all, byte(i))
 	}
-	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: all, TTL: time.Hour}); err != nil {
+	if err := s.Complete(ctx, key, n1, storekit.Completion{Status: storekit.StatusCompleted, Result: all, TTL: time.Hour}); err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
 	rec, err := s.Get(ctx, key)
@@ -717,29 +717,29 @@ func (su *suite) binaryResult(t *testing.T, s idem.Store) {
 	}
 }
 
-func (su *suite) release(t *testing.T, s idem.Store) {
+func (su *suite) release(t *testing.T, s storekit.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
-	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
-	if err := s.Release(ctx, key, NewNonce()); !errors.Is(err, idem.ErrLostOwnership) {
-		t.Errorf("got %v, want %v", err, idem.ErrLostOwnership)
+	mustClaim(t, s, req(key, n1, ""), storekit.Claimed)
+	if err := s.Release(ctx, key, NewNonce()); !errors.Is(err, storekit.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", err, storekit.ErrLostOwnership)
 	}
 	if err := s.Release(ctx, key, n1); err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
 	_, err := s.Get(ctx, key)
-	if !errors.Is(err, idem.ErrNotFound) {
-		t.Errorf("a released record is not live: got %v, want %v", err, idem.ErrNotFound)
+	if !errors.Is(err, storekit.ErrNotFound) {
+		t.Errorf("a released record is not live: got %v, want %v", err, storekit.ErrNotFound)
 	}
-	if err := s.Heartbeat(ctx, key, n1, lease); !errors.Is(err, idem.ErrLostOwnership) {
-		t.Errorf("a late heartbeat does not revive a released claim: got %v, want %v", err, idem.ErrLostOwnership)
+	if err := s.Heartbeat(ctx, key, n1, lease); !errors.Is(err, storekit.ErrLostOwnership) {
+		t.Errorf("a late heartbeat does not revive a released claim: got %v, want %v", err, storekit.ErrLostOwnership)
 	}
 	_, err = s.Get(ctx, key)
-	if !errors.Is(err, idem.ErrNotFound) {
-		t.Errorf("the refused heartbeat changed nothing: got %v, want %v", err, idem.ErrNotFound)
+	if !errors.Is(err, storekit.ErrNotFound) {
+		t.Errorf("the refused heartbeat changed nothing: got %v, want %v", err, storekit.ErrNotFound)
 	}
 	n2 := NewNonce()
-	rec := mustClaim(t, s, req(key, n2, ""), idem.Claimed)
+	rec := mustClaim(t, s, req(key, n2, ""), storekit.Claimed)
 	if rec.Attempt != int64(2) {
 		t.Errorf("attempts stay monotonic across a release: got %v, want %v", rec.Attempt, int64(2))
 	}
@@ -749,22 +749,22 @@ func (su *suite) release(t *testing.T, s idem.Store) {
 	if rec.Error != nil {
 		t.Errorf("got %v, want nil", rec.Error)
 	}
-	if err := s.Release(ctx, key, n1); !errors.Is(err, idem.ErrLostOwnership) {
-		t.Errorf("the old owner cannot release the new claim: got %v, want %v", err, idem.ErrLostOwnership)
+	if err := s.Release(ctx, key, n1); !errors.Is(err, storekit.ErrLostOwnership) {
+		t.Errorf("the old owner cannot release the new claim: got %v, want %v", err, storekit.ErrLostOwnership)
 	}
-	if err := s.Complete(ctx, key, n2, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Hour}); err != nil {
+	if err := s.Complete(ctx, key, n2, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`1`), TTL: time.Hour}); err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
-	if err := s.Release(ctx, key, n2); !errors.Is(err, idem.ErrLostOwnership) {
-		t.Errorf("a completed record cannot be released: got %v, want %v", err, idem.ErrLostOwnership)
+	if err := s.Release(ctx, key, n2); !errors.Is(err, storekit.ErrLostOwnership) {
+		t.Errorf("a completed record cannot be released: got %v, want %v", err, storekit.ErrLostOwnership)
 	}
 }
 
-func (su *suite) expiry(t *testing.T, s idem.Store) {
+func (su *suite) expiry(t *testing.T, s storekit.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
-	mustClaim(t, s, req(key, n1, "a"), idem.Claimed)
-	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: 300 * time.Millisecond}); err != nil {
+	mustClaim(t, s, req(key, n1, "a"), storekit.Claimed)
+	if err := s.Complete(ctx, key, n1, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`1`), TTL: 300 * time.Millisecond}); err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
 	_, err := s.Get(ctx, key)
@@ -773,13 +773,13 @@ func (su *suite) expiry(t *testing.T, s idem.Store) {
 	}
 	su.sleep(450 * time.Millisecond)
 	_, err = s.Get(ctx, key)
-	if !errors.Is(err, idem.ErrNotFound) {
-		t.Errorf("expiry is decided by the record's expires_at: got %v, want %v", err, idem.ErrNotFound)
+	if !errors.Is(err, storekit.ErrNotFound) {
+		t.Errorf("expiry is decided by the record's expires_at: got %v, want %v", err, storekit.ErrNotFound)
 	}
 	// An expired record is claimable even with another payload, and the
 	// attempt count goes on (or, when the record expired natively and is
 	// gone, starts again).
-	rec := mustClaim(t, s, req(key, NewNonce(), "b"), idem.Claimed)
+	rec := mustClaim(t, s, req(key, NewNonce(), "b"), storekit.Claimed)
 	if want := int64(2); su.native && rec.Attempt != 1 {
 		t.Errorf("got attempt %v, want 1: the natively expired record is gone", rec.Attempt)
 	} else if !su.native && rec.Attempt != want {
@@ -788,8 +788,8 @@ func (su *suite) expiry(t *testing.T, s idem.Store) {
 	if rec.PayloadHash != "b" {
 		t.Errorf("got %v, want %v", rec.PayloadHash, "b")
 	}
-	if rec.Status != idem.StatusInProgress {
-		t.Errorf("got %v, want %v", rec.Status, idem.StatusInProgress)
+	if rec.Status != storekit.StatusInProgress {
+		t.Errorf("got %v, want %v", rec.Status, storekit.StatusInProgress)
 	}
 	if len(rec.Result) != 0 {
 		t.Errorf("got %q, want empty", rec.Result)
@@ -802,52 +802,52 @@ func (su *suite) expiry(t *testing.T, s idem.Store) {
 	r := req(k2, NewNonce(), "")
 	r.LeaseTTL, r.TakeoverAfter = 300*time.Millisecond, time.Hour
 	n3 := r.Nonce
-	mustClaim(t, s, r, idem.Claimed)
+	mustClaim(t, s, r, storekit.Claimed)
 	su.sleep(450 * time.Millisecond)
-	if err := s.Heartbeat(ctx, k2, n3, lease); !errors.Is(err, idem.ErrLostOwnership) {
-		t.Errorf("an expired claim is not revived by a heartbeat: got %v, want %v", err, idem.ErrLostOwnership)
+	if err := s.Heartbeat(ctx, k2, n3, lease); !errors.Is(err, storekit.ErrLostOwnership) {
+		t.Errorf("an expired claim is not revived by a heartbeat: got %v, want %v", err, storekit.ErrLostOwnership)
 	}
 	r2 := req(k2, NewNonce(), "")
 	r2.TakeoverAfter = time.Hour
-	rec = mustClaim(t, s, r2, idem.Claimed)
+	rec = mustClaim(t, s, r2, storekit.Claimed)
 	if rec.Attempt != int64(2) {
 		t.Errorf("got %v, want %v", rec.Attempt, int64(2))
 	}
 }
 
-func (su *suite) getMissing(t *testing.T, s idem.Store) {
+func (su *suite) getMissing(t *testing.T, s storekit.Store) {
 	_, err := s.Get(ctxT(t), NewKey())
-	if !errors.Is(err, idem.ErrNotFound) {
-		t.Errorf("got %v, want %v", err, idem.ErrNotFound)
+	if !errors.Is(err, storekit.ErrNotFound) {
+		t.Errorf("got %v, want %v", err, storekit.ErrNotFound)
 	}
 }
 
-func (su *suite) delete(t *testing.T, s idem.Store) {
+func (su *suite) delete(t *testing.T, s storekit.Store) {
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
-	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	mustClaim(t, s, req(key, n1, ""), storekit.Claimed)
 	if err := s.Delete(ctx, key); err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
 	_, err := s.Get(ctx, key)
-	if !errors.Is(err, idem.ErrNotFound) {
-		t.Errorf("got %v, want %v", err, idem.ErrNotFound)
+	if !errors.Is(err, storekit.ErrNotFound) {
+		t.Errorf("got %v, want %v", err, storekit.ErrNotFound)
 	}
 	if err := s.Delete(ctx, key); err != nil {
 		t.Fatalf("deleting a missing record is not an error: unexpected error: %v", err)
 	}
-	if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, TTL: time.Hour}); !errors.Is(err, idem.ErrLostOwnership) {
-		t.Errorf("got %v, want %v", err, idem.ErrLostOwnership)
+	if err := s.Complete(ctx, key, n1, storekit.Completion{Status: storekit.StatusCompleted, TTL: time.Hour}); !errors.Is(err, storekit.ErrLostOwnership) {
+		t.Errorf("got %v, want %v", err, storekit.ErrLostOwnership)
 	}
-	mustClaim(t, s, req(key, NewNonce(), ""), idem.Claimed)
+	mustClaim(t, s, req(key, NewNonce(), ""), storekit.Claimed)
 }
 
-func (su *suite) concurrentClaim(t *testing.T, s idem.Store) {
+func (su *suite) concurrentClaim(t *testing.T, s storekit.Store) {
 	const n = 64
 	key := NewKey()
 	var claimed atomic.Int32
 	nonces := make([]string, n)
-	results := make([]idem.ClaimResult, n)
+	results := make([]storekit.ClaimResult, n)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := 0; i < n; i++ {
@@ -864,7 +864,7 @@ func (su *suite) concurrentClaim(t *testing.T, s idem.Store) {
 				return
 			}
 			results[i] = res
-			if res.Outcome == idem.Claimed {
+			if res.Outcome == storekit.Claimed {
 				claimed.Add(1)
 			}
 		}(i)
@@ -876,7 +876,7 @@ func (su *suite) concurrentClaim(t *testing.T, s idem.Store) {
 	}
 	var winner string
 	for i, r := range results {
-		if r.Outcome == idem.Claimed {
+		if r.Outcome == storekit.Claimed {
 			winner = nonces[i]
 		}
 	}
@@ -887,10 +887,10 @@ func (su *suite) concurrentClaim(t *testing.T, s idem.Store) {
 	}
 }
 
-func (su *suite) concurrentTakeover(t *testing.T, s idem.Store) {
+func (su *suite) concurrentTakeover(t *testing.T, s storekit.Store) {
 	const n = 32
 	key := NewKey()
-	mustClaim(t, s, req(key, NewNonce(), ""), idem.Claimed)
+	mustClaim(t, s, req(key, NewNonce(), ""), storekit.Claimed)
 	su.sleep(stale)
 	var took, other atomic.Int32
 	var wg sync.WaitGroup
@@ -911,12 +911,12 @@ func (su *suite) concurrentTakeover(t *testing.T, s idem.Store) {
 				return
 			}
 			switch res.Outcome {
-			case idem.TookOver:
+			case storekit.TookOver:
 				took.Add(1)
-			case idem.Existing:
+			case storekit.Existing:
 				other.Add(1)
 			default:
-				t.Errorf("claim outcome: got %v, want %v or %v", res.Outcome, idem.TookOver, idem.Existing)
+				t.Errorf("claim outcome: got %v, want %v or %v", res.Outcome, storekit.TookOver, storekit.Existing)
 			}
 			if res.Record.Attempt != 2 {
 				t.Errorf("every claim sees the one takeover: got attempt %v, want 2", res.Record.Attempt)
@@ -930,7 +930,7 @@ func (su *suite) concurrentTakeover(t *testing.T, s idem.Store) {
 	}
 }
 
-func (su *suite) concurrentManyKeys(t *testing.T, s idem.Store) {
+func (su *suite) concurrentManyKeys(t *testing.T, s storekit.Store) {
 	const workers, keys = 16, 40
 	ks := make([]string, keys)
 	for i := range ks {
@@ -951,10 +951,10 @@ func (su *suite) concurrentManyKeys(t *testing.T, s idem.Store) {
 					t.Errorf("Claim: %v", err)
 					return
 				}
-				if res.Outcome == idem.Claimed {
+				if res.Outcome == storekit.Claimed {
 					wins[i].Add(1)
 					if err := s.Complete(context.Background(), k, nonce,
-						idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}); err != nil {
+						storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}); err != nil {
 						t.Errorf("unexpected error: %v", err)
 					}
 				}
@@ -969,15 +969,15 @@ func (su *suite) concurrentManyKeys(t *testing.T, s idem.Store) {
 	}
 }
 
-func (su *suite) watch(t *testing.T, s idem.Store) {
-	w, ok := s.(idem.Watcher)
+func (su *suite) watch(t *testing.T, s storekit.Store) {
+	w, ok := s.(storekit.Watcher)
 	if !ok {
-		t.Skip("store does not implement idem.Watcher")
+		t.Skip("store does not implement storekit.Watcher")
 	}
 	ctx := ctxT(t)
 	for _, op := range []string{"complete", "release"} {
 		key, n1 := NewKey(), NewNonce()
-		mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+		mustClaim(t, s, req(key, n1, ""), storekit.Claimed)
 		ch, stop, err := w.Watch(ctx, key)
 		if err != nil {
 			t.Fatalf("unexpected error: %v", err)
@@ -988,7 +988,7 @@ func (su *suite) watch(t *testing.T, s idem.Store) {
 		case <-time.After(20 * time.Millisecond):
 		}
 		if op == "complete" {
-			if err := s.Complete(ctx, key, n1, idem.Completion{Status: idem.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}); err != nil {
+			if err := s.Complete(ctx, key, n1, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`1`), TTL: time.Minute}); err != nil {
 				t.Fatalf("unexpected error: %v", err)
 			}
 		} else {
@@ -1005,33 +1005,33 @@ func (su *suite) watch(t *testing.T, s idem.Store) {
 	}
 }
 
-func (su *suite) corruptRecord(t *testing.T, s idem.Store) {
+func (su *suite) corruptRecord(t *testing.T, s storekit.Store) {
 	if su.corrupt == nil {
 		t.Skip("no corrupter given (storetest.WithCorrupter)")
 	}
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
-	mustClaim(t, s, req(key, n1, ""), idem.Claimed)
+	mustClaim(t, s, req(key, n1, ""), storekit.Claimed)
 	su.corrupt(t, s, key)
 	_, err := s.Get(ctx, key)
-	if !errors.Is(err, idem.ErrCorruptRecord) {
-		t.Errorf("got %v, want %v", err, idem.ErrCorruptRecord)
+	if !errors.Is(err, storekit.ErrCorruptRecord) {
+		t.Errorf("got %v, want %v", err, storekit.ErrCorruptRecord)
 	}
-	var ce *idem.CorruptRecordError
+	var ce *storekit.CorruptRecordError
 	if !errors.As(err, &ce) {
-		t.Errorf("Get returns a *idem.CorruptRecordError, got %T", err)
+		t.Errorf("Get returns a *storekit.CorruptRecordError, got %T", err)
 	}
 	_, err = s.Claim(ctx, req(key, NewNonce(), ""))
-	if !errors.Is(err, idem.ErrCorruptRecord) {
-		t.Errorf("a claim must not overwrite a corrupt record: got %v, want %v", err, idem.ErrCorruptRecord)
+	if !errors.Is(err, storekit.ErrCorruptRecord) {
+		t.Errorf("a claim must not overwrite a corrupt record: got %v, want %v", err, storekit.ErrCorruptRecord)
 	}
 	if err := s.Delete(ctx, key); err != nil {
 		t.Fatalf("a corrupt record can be deleted: unexpected error: %v", err)
 	}
-	mustClaim(t, s, req(key, NewNonce(), ""), idem.Claimed)
+	mustClaim(t, s, req(key, NewNonce(), ""), storekit.Claimed)
 }
 
-func (su *suite) contextCancelled(t *testing.T, s idem.Store) {
+func (su *suite) contextCancelled(t *testing.T, s storekit.Store) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := s.Claim(ctx, req(NewKey(), NewNonce(), ""))

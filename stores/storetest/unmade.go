@@ -7,12 +7,12 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // CheckUnmade checks what a value that its constructor did not make (a
 // nil pointer, a zero value) does when it is used. Every call in errs
-// must return an *idem.OptionError matching idem.ErrInvalidOption; every
+// must return an *storekit.OptionError matching storekit.ErrInvalidOption; every
 // call in others (the methods that return no error) must return the zero
 // value of its result, or nil. None may panic. The keys of the two maps
 // are method names, and together they must be every exported method of
@@ -38,9 +38,9 @@ func CheckUnmade(t *testing.T, typ reflect.Type, errs map[string]func() error, o
 	for name, call := range errs {
 		t.Run(name, func(t *testing.T) {
 			err := recovered(call)
-			var oe *idem.OptionError
-			if !errors.Is(err, idem.ErrInvalidOption) || !errors.As(err, &oe) {
-				t.Errorf("%v.%s: %v, want an *idem.OptionError matching idem.ErrInvalidOption", typ, name, err)
+			var oe *storekit.OptionError
+			if !errors.Is(err, storekit.ErrInvalidOption) || !errors.As(err, &oe) {
+				t.Errorf("%v.%s: %v, want an *storekit.OptionError matching storekit.ErrInvalidOption", typ, name, err)
 			}
 		})
 	}

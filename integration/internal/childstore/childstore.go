@@ -7,15 +7,16 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/filestore"
 	"github.com/idem-go/idem/stores/redisstore"
 )
 
 // Open returns the store spec names.
-func Open(spec string) (idem.Store, error) {
+func Open(spec string) (storekit.Store, error) {
 	switch kind, arg, _ := strings.Cut(spec, ":"); kind {
 	case "file":
 		return filestore.New(arg)

@@ -49,6 +49,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -278,10 +280,10 @@ func variants(raw rawClient, store *dynamostore.Store, g *idem.Guard[int], prefi
 		}},
 		{name: "prepare store", fn: func(ctx context.Context, i int) error {
 			k := "idem:store-" + rk(i)
-			if _, err := store.Claim(ctx, idem.ClaimRequest{Key: k, Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second}); err != nil {
+			if _, err := store.Claim(ctx, storekit.ClaimRequest{Key: k, Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second}); err != nil {
 				return err
 			}
-			return store.Complete(ctx, k, "n", idem.Completion{Status: idem.StatusCompleted, Result: []byte("42"), TTL: time.Hour})
+			return store.Complete(ctx, k, "n", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("42"), TTL: time.Hour})
 		}},
 		{name: "prepare guard", fn: func(ctx context.Context, i int) error {
 			_, err := g.Do(ctx, "guard-"+rk(i), fn)
@@ -301,10 +303,10 @@ func variants(raw rawClient, store *dynamostore.Store, g *idem.Guard[int], prefi
 		}},
 		{name: "store Claim+Complete", fn: func(ctx context.Context, i int) error {
 			k := "idem:store-" + id(i)
-			if _, err := store.Claim(ctx, idem.ClaimRequest{Key: k, Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second}); err != nil {
+			if _, err := store.Claim(ctx, storekit.ClaimRequest{Key: k, Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second}); err != nil {
 				return err
 			}
-			return store.Complete(ctx, k, "n", idem.Completion{Status: idem.StatusCompleted, Result: []byte("42"), TTL: time.Hour})
+			return store.Complete(ctx, k, "n", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("42"), TTL: time.Hour})
 		}},
 		{name: "guard Do (fresh)", fn: func(ctx context.Context, i int) error {
 			_, err := g.Do(ctx, "guard-"+id(i), fn)
@@ -316,8 +318,8 @@ func variants(raw rawClient, store *dynamostore.Store, g *idem.Guard[int], prefi
 			return refused(raw.put(ctx, prefix+"raw-"+rk(i), "m"))
 		}},
 		{name: "store Claim (existing)", fn: func(ctx context.Context, i int) error {
-			res, err := store.Claim(ctx, idem.ClaimRequest{Key: "idem:store-" + rk(i), Nonce: "m", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second})
-			if err == nil && res.Outcome != idem.Existing {
+			res, err := store.Claim(ctx, storekit.ClaimRequest{Key: "idem:store-" + rk(i), Nonce: "m", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second})
+			if err == nil && res.Outcome != storekit.Existing {
 				return fmt.Errorf("outcome %v", res.Outcome)
 			}
 			return err

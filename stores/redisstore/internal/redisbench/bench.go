@@ -20,6 +20,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/benchkit"
 	"github.com/idem-go/idem/stores/redisstore"
@@ -313,7 +315,7 @@ func Compare(ctx context.Context, name string, n, rounds int,
 }
 
 // noWatch hides the store's Watcher, so a Guard over it polls.
-type noWatch struct{ idem.Store }
+type noWatch struct{ storekit.Store }
 
 // WakeLatency measures how long after the owner's call returns a waiter in
 // another Guard (its own store, as another process would have) returns,
@@ -333,7 +335,7 @@ func WakeLatency(ctx context.Context, owner, waiter *redis.Client, poll bool, sa
 	}
 	defer sa.Close()
 	defer sb.Close()
-	var storeB idem.Store = sb
+	var storeB storekit.Store = sb
 	if poll {
 		storeB = noWatch{sb}
 	}
@@ -356,9 +358,9 @@ func (s *Setup) StoreReplay(ctx context.Context, n int) (time.Duration, error) {
 		return 0, errors.New("redisbench: StoreReplay before PrepareReplays")
 	}
 	return s.parallel(n, func(i int) error {
-		res, err := s.Store.Claim(ctx, idem.ClaimRequest{Key: s.replayKeys[i%replayKeys], Nonce: "bench-nonce-" + strconv.Itoa(i),
+		res, err := s.Store.Claim(ctx, storekit.ClaimRequest{Key: s.replayKeys[i%replayKeys], Nonce: "bench-nonce-" + strconv.Itoa(i),
 			LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second})
-		if err == nil && res.Outcome != idem.Existing {
+		if err == nil && res.Outcome != storekit.Existing {
 			err = fmt.Errorf("claim of a completed key: %v", res.Outcome)
 		}
 		return err
@@ -373,10 +375,10 @@ func (s *Setup) StoreFresh(ctx context.Context, n int) (time.Duration, error) {
 	return s.parallel(n, func(i int) error {
 		k := "idem:storefresh-" + s.prefix + r + "-" + strconv.Itoa(i)
 		nonce := "nonce-" + r + "-" + strconv.Itoa(i)
-		if _, err := s.Store.Claim(ctx, idem.ClaimRequest{Key: k, Nonce: nonce, LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second}); err != nil {
+		if _, err := s.Store.Claim(ctx, storekit.ClaimRequest{Key: k, Nonce: nonce, LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second}); err != nil {
 			return err
 		}
-		return s.Store.Complete(ctx, k, nonce, idem.Completion{Status: idem.StatusCompleted, Result: res, TTL: 10 * time.Minute})
+		return s.Store.Complete(ctx, k, nonce, storekit.Completion{Status: storekit.StatusCompleted, Result: res, TTL: 10 * time.Minute})
 	})
 }
 

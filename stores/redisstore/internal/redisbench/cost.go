@@ -15,7 +15,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -156,7 +157,7 @@ func (s *Setup) StoreClaims(ctx context.Context, n int) (time.Duration, error) {
 	r := strconv.FormatInt(round.Add(1), 10)
 	return s.parallel(n, func(i int) error {
 		k := "idem:claims-" + s.prefix + r + "-" + strconv.Itoa(i)
-		_, err := s.Store.Claim(ctx, idem.ClaimRequest{Key: k, Nonce: "nonce-" + strconv.Itoa(i), LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second})
+		_, err := s.Store.Claim(ctx, storekit.ClaimRequest{Key: k, Nonce: "nonce-" + strconv.Itoa(i), LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second})
 		return err
 	})
 }

@@ -18,6 +18,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/idem-go/idem/storekit"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -68,7 +70,7 @@ func WakeLatency(ctx context.Context, db *sql.DB, listen bool, samples int, take
 			err = errors.Join(err, derr)
 		}
 	}()
-	var waiterStore idem.Store = waiter
+	var waiterStore storekit.Store = waiter
 	if listen {
 		ws, err := waiter.Listen()
 		if err != nil {

@@ -1,4 +1,4 @@
-package idem
+package storekit
 
 import (
 	"context"
@@ -137,3 +137,7 @@ type Completion struct {
 	Error  *RecordedFailure // failure, or why the result is unavailable
 	TTL    time.Duration    // how long the completed record is kept
 }
+
+// StorageKeyPrefix starts every storage key a Guard makes. The rest is the
+// hex SHA-256 (or HMAC-SHA256) of the tenant, scope and key.
+const StorageKeyPrefix = "idem:"

@@ -1,4 +1,4 @@
-package idem
+package storekit
 
 import (
 	"context"
@@ -39,12 +39,14 @@ const StepPayload = "idem:step"
 // StepRecord reports whether r is the record of one step of a call.
 func (r *Record) StepRecord() bool { return r.PayloadHash == StepPayload }
 
-// RecordStates lists every state, in the order idem stats prints them.
-var RecordStates = []RecordState{StateInProgress, StateStale, StateFailed, StateCompleted, StateStepsEpoch}
+// RecordStates returns every state, in the order idem stats prints them.
+func RecordStates() []RecordState {
+	return []RecordState{StateInProgress, StateStale, StateFailed, StateCompleted, StateStepsEpoch}
+}
 
 // ParseRecordState returns the state named s, or an error naming the states.
 func ParseRecordState(s string) (RecordState, error) {
-	for _, st := range RecordStates {
+	for _, st := range RecordStates() {
 		if string(st) == s {
 			return st, nil
 		}
