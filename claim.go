@@ -182,38 +182,6 @@ func (c *claim) end() (lost bool) {
 	return lost
 }
 
-// guarded runs fn under c as singleflight runs a function. fn can end in
-// three ways. It returns: normalReturn is set. It panics: the deferred
-// recover in the inner function catches it, so the claim is abandoned
-// here, in fn's goroutine, and the panic is raised again (recovered is
-// set). It calls runtime.Goexit: no recover sees that, the goroutine
-// unwinds through the outer defer with neither flag set, and the claim is
-// abandoned there. Either way nothing is recorded as a result.
-func guarded[V any](c *claim, fn func(context.Context) (V, error)) (v V, err error) {
-	normalReturn, recovered := false, false
-	var panicValue any
-	defer func() {
-		if !normalReturn && !recovered { // runtime.Goexit in fn
-			c.abandon(errors.New("fn called runtime.Goexit"))
-		}
-	}()
-	func() {
-		defer func() {
-			if !normalReturn {
-				panicValue = recover()
-			}
-		}()
-		v, err = fn(c.fctx)
-		normalReturn = true
-	}()
-	if !normalReturn {
-		recovered = true
-		c.abandon(fmt.Errorf("fn panicked: %v", panicValue))
-		panic(panicValue)
-	}
-	return v, err
-}
-
 // abandon ends a claim whose work panicked or exited: released, nothing
 // recorded.
 func (c *claim) abandon(why error) {

@@ -203,7 +203,7 @@ func (g *Guard[T]) Do(ctx context.Context, key string, fn func(context.Context) 
 		var zero T
 		return zero, errNilFunc("Do")
 	}
-	return g.call(ctx, key, opts, fn, nil)
+	return g.call(ctx, key, opts, fn)
 }
 
 // check is the receiver and context check of every method that takes a
@@ -242,13 +242,23 @@ func errZeroGuard(method string) error {
 	return &storekit.OptionError{Option: method, Reason: "the Guard is nil or zero; make one with New"}
 }
 
-// txRunner is RunTx's run.
-type txRunner[T any] func(ctx context.Context, c *TxClaim[T]) (v T, fnErr, commitErr error)
+// callKeys are the storage keys of one call: sk under the active secret,
+// with ph, the payload hash; alt, during a rotation, every key of the call
+// (see rotationKeys), else nil.
+type callKeys struct {
+	sk, ph string
+	alt    []altKey
+}
 
 // call runs one call of key: the same-process flight, the claim, and under
-// the claim, when this caller gets it, fn (Do) or run (RunTx).
-func (g *Guard[T]) call(ctx context.Context, key string, opts []CallOption, fn func(context.Context) (T, error), run txRunner[T]) (T, error) {
+// the claim, when this caller gets it, fn (inside the store's transaction
+// when ctx asks for one: see storekit.WithTx).
+func (g *Guard[T]) call(ctx context.Context, key string, opts []CallOption, fn func(context.Context) (T, error)) (T, error) {
 	var zero T
+	ctx, tx, err := g.openTx(ctx)
+	if err != nil {
+		return zero, err
+	}
 	sk, err := g.keys.storageKey(key)
 	if err != nil {
 		return zero, err
@@ -269,10 +279,12 @@ func (g *Guard[T]) call(ctx context.Context, key string, opts []CallOption, fn f
 		v, err, _ := g.decide(ctx, rec, ph)
 		return v, err
 	}
-	keys, err := g.rotationKeys(key, sk, ph, cc)
+	alt, err := g.rotationKeys(key, sk, ph, cc)
 	if err != nil {
 		return zero, err
 	}
+	ck := callKeys{sk: sk, ph: ph, alt: alt}
+	w := work[T]{fn: fn, encode: g.success, tx: tx}
 	for {
 		f, leader, sig, rec := g.join(sk, ph)
 		var (
@@ -283,7 +295,7 @@ func (g *Guard[T]) call(ctx context.Context, key string, opts []CallOption, fn f
 		case rec != nil: // the cache was filled meanwhile
 			v, err, _ = g.decide(ctx, rec, ph)
 		case leader:
-			v, err, again = g.lead(ctx, sk, ph, keys, f, fn, run)
+			v, err, again = g.lead(ctx, ck, f, w)
 		default:
 			v, err, again = g.follow(ctx, sk, ph, f, sig)
 		}
@@ -467,10 +479,11 @@ func (g *Guard[T]) inProgress(ctx context.Context, sk string, attempt int64) err
 // then a claim under the active key is settled against the other keys (see
 // settle) before fn runs, and the record that answers the call, or the
 // claim fn runs under, may be under a previous secret's key.
-func (g *Guard[T]) lead(ctx context.Context, sk, ph string, keys []altKey, f *flight, fn func(context.Context) (T, error), run txRunner[T]) (v T, err error, again bool) {
+func (g *Guard[T]) lead(ctx context.Context, ck callKeys, f *flight, w work[T]) (v T, err error, again bool) {
+	sk, ph, keys := ck.sk, ck.ph, ck.alt
 	defer g.land(sk, f)
-	w := g.newWaiter(sk)
-	defer w.close()
+	wt := g.newWaiter(sk)
+	defer wt.close()
 	var ow *waiter // a wait on a record under a previous secret
 	defer func() {
 		if ow != nil {
@@ -505,11 +518,11 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, keys []altKey, f *fl
 				}
 				continue
 			}
-			w.done(ctx, c.rec.Attempt)
+			wt.done(ctx, c.rec.Attempt)
 			if ow != nil {
 				ow.done(ctx, c.rec.Attempt)
 			}
-			v, err = g.runClaim(c, f, sk, ph, fn, run)
+			v, err = g.runClaim(c, f, ck, w)
 			return v, err, false
 		}
 		if keys != nil && rec.Status == storekit.StatusInProgress {
@@ -526,7 +539,7 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, keys []altKey, f *fl
 		}
 		v, err, wait := g.decide(ctx, rec, rph)
 		if !wait {
-			w.done(ctx, rec.Attempt)
+			wt.done(ctx, rec.Attempt)
 			if ow != nil {
 				ow.done(ctx, rec.Attempt)
 			}
@@ -534,37 +547,33 @@ func (g *Guard[T]) lead(ctx context.Context, sk, ph string, keys []altKey, f *fl
 			return v, err, false
 		}
 		// Wait for the live call to finish, then claim again.
-		wt := w
+		on := wt
 		if rec.Key != sk { // a call in progress under a previous secret
 			ow = g.previousWaiter(ow, rec.Key)
-			wt = ow
+			on = ow
 		}
-		if wt.begin(ctx, rec.Attempt) {
+		if on.begin(ctx, rec.Attempt) {
 			g.fire(&f.waiting)
 		}
-		if err := wt.wait(ctx, rec.Attempt); err != nil {
+		if err := on.wait(ctx, rec.Attempt); err != nil {
 			return v, err, false
 		}
 	}
 }
 
 // runClaim runs the leader's call under its claim c: it announces the
-// claim, tells the flight f's followers that fn runs, runs fn (Do) or run
-// (RunTx), and, when c is under a previous secret's storage key, gives f's
-// final record the active key sk and payload hash ph.
-func (g *Guard[T]) runClaim(c *claim, f *flight, sk, ph string, fn func(context.Context) (T, error), run txRunner[T]) (v T, err error) {
+// claim, tells the flight f's followers that fn runs, runs the work, and,
+// when c is under a previous secret's storage key, gives f's final record
+// the call's active key and payload hash.
+func (g *Guard[T]) runClaim(c *claim, f *flight, ck callKeys, w work[T]) (v T, err error) {
 	c.announce(EventClaim, EventTakeover)
 	c.f = f
-	c.setOnLapse(func() { g.detach(sk, f) })
+	c.setOnLapse(func() { g.detach(ck.sk, f) })
 	f.running = true
 	g.fire(&f.decided)
-	if run != nil {
-		v, err = g.runTx(c, run)
-	} else {
-		v, err = g.runFn(c, fn)
-	}
-	if c.sk != sk && f.final != nil {
-		f.final = asActive(f.final, sk, ph, c.ph)
+	v, err = runWork(c, w)
+	if c.sk != ck.sk && f.final != nil {
+		f.final = asActive(f.final, ck.sk, ck.ph, c.ph)
 	}
 	return v, err
 }
@@ -594,22 +603,6 @@ func (g *Guard[T]) previousWaiter(ow *waiter, key string) *waiter {
 		ow.close()
 	}
 	return g.newWaiter(key)
-}
-
-// runFn runs fn under the claim c and ends the claim with its outcome.
-func (g *Guard[T]) runFn(c *claim, fn func(context.Context) (T, error)) (T, error) {
-	v, err := guarded(c, fn)
-	interrupted := c.fctx.Err() != nil // before end cancels fctx anyway
-	if c.end() {
-		c.observe(EventLostOwnership, nil)
-		return v, joinErr(ErrLostOwnership, err)
-	}
-	if err != nil {
-		c.observe(EventFailure, err)
-		return v, c.fail(err, interrupted)
-	}
-	c.observe(EventComplete, nil)
-	return v, c.complete(g.success(c, v))
 }
 
 // success is the completion of a call whose fn returned v. A result that

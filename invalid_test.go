@@ -17,7 +17,6 @@ func TestInvalidCallsAreErrors(t *testing.T) {
 	var nilGuard *idem.Guard[int]
 	var zeroGuard idem.Guard[int]
 	fn := func(context.Context) (int, error) { return 1, nil }
-	run := func(context.Context, *idem.TxClaim[int]) (int, error, error) { return 1, nil, nil }
 	var nilCtx context.Context
 	ctx := context.Background()
 	cases := map[string]func() error{
@@ -25,10 +24,6 @@ func TestInvalidCallsAreErrors(t *testing.T) {
 		"Do nil fn":             func() error { _, err := g.Do(ctx, "k", nil); return err },
 		"Do nil Guard":          func() error { _, err := nilGuard.Do(ctx, "k", fn); return err },
 		"Do zero Guard":         func() error { _, err := zeroGuard.Do(ctx, "k", fn); return err },
-		"RunTx nil ctx":         func() error { _, err := idem.RunTx(nilCtx, g, "k", run); return err },
-		"RunTx nil run":         func() error { _, err := idem.RunTx(ctx, g, "k", nil); return err },
-		"RunTx nil Guard":       func() error { _, err := idem.RunTx(ctx, nilGuard, "k", run); return err },
-		"RunTx zero Guard":      func() error { _, err := idem.RunTx(ctx, &zeroGuard, "k", run); return err },
 		"Forget nil ctx":        func() error { return g.Forget(nilCtx, "k") },
 		"Forget nil Guard":      func() error { return nilGuard.Forget(ctx, "k") },
 		"Forget zero Guard":     func() error { return zeroGuard.Forget(ctx, "k") },
@@ -36,7 +31,16 @@ func TestInvalidCallsAreErrors(t *testing.T) {
 		"StorageKey zero Guard": func() error { _, err := zeroGuard.StorageKey("k"); return err },
 		"Step nil ctx":          func() error { _, err := idem.Step(nilCtx, "s", fn); return err },
 		"Step nil fn":           func() error { _, err := idem.Step[int](ctx, "s", nil); return err },
-		"TxClaim.Complete zero": func() error { _, err := (&idem.TxClaim[int]{}).Complete(1); return err },
+		"WithTx opener refuses": func() error {
+			_, err := g.Do(storekit.WithTx(ctx, func(storekit.Store) (storekit.TxRunner, error) {
+				return nil, &storekit.OptionError{Option: "DoTx", Reason: "not my store"}
+			}), "k", fn)
+			return err
+		},
+		"WithTx opener without a runner": func() error {
+			_, err := g.Do(storekit.WithTx(ctx, func(storekit.Store) (storekit.TxRunner, error) { return nil, nil }), "k", fn)
+			return err
+		},
 		"Wrap over a zero Guard": func() error {
 			_, err := idem.Wrap(&zeroGuard, "n", func(context.Context, int) (int, error) { return 1, nil })(ctx, 1)
 			return err

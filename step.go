@@ -119,11 +119,19 @@ func Step[V any](ctx context.Context, name string, fn func(context.Context) (V, 
 	if err != nil {
 		return zero, err
 	}
+	ctx, tx, err := sc.e.openTx(ctx)
+	if err != nil {
+		return zero, err
+	}
 	s, err := newStep[V](ctx, sc, name)
 	if err != nil {
 		return zero, err
 	}
-	return s.do(ctx, func(c *claim) (V, error) { return s.run(c, fn) })
+	w := work[V]{fn: fn, encode: s.success, tx: tx, kept: s.kept}
+	return s.do(ctx, func(c *claim) (V, error) {
+		c.announce(EventStepRun, EventStepRun)
+		return runWork(c, w)
+	})
 }
 
 // newStep is the step name of the call sc, its keys derived under the
@@ -363,23 +371,10 @@ func (s *step[V]) do(ctx context.Context, run func(c *claim) (V, error)) (v V, e
 	}
 }
 
-// run runs fn under the step's claim c: recorded when it returns a value,
-// released when it returns an error or panics.
-func (s *step[V]) run(c *claim, fn func(context.Context) (V, error)) (V, error) {
-	c.announce(EventStepRun, EventStepRun)
-	v, err := guarded(c, fn)
-	if c.end() {
-		return v, joinErr(ErrLostOwnership, err)
-	}
-	if err != nil {
-		return v, joinErr(c.cutOff(err), c.release())
-	}
-	comp := s.success(c, v)
-	if err := c.complete(comp); err != nil {
-		return v, err
-	}
+// kept keeps the step's recorded completion alive with its call's (see
+// keepAlive).
+func (s *step[V]) kept(c *claim, comp storekit.Completion) {
 	s.sc.keep(c.sk, c.rec.Nonce, comp)
-	return v, nil
 }
 
 // success is the completion of the step for v: its result with the Guard's

@@ -356,10 +356,10 @@ func TestStepInsideRunTx(t *testing.T) {
 	fn := func(ctx context.Context) (int, error) {
 		return idem.Step(ctx, "s", func(context.Context) (int, error) { runs++; return 8, nil })
 	}
-	if v, err := idem.RunTx(ctx, g, "k", fakeTx(fn, errors.New("commit failed"))); err == nil {
+	if v, err := runTx(ctx, g, "k", fakeTx(fn, errors.New("commit failed"))); err == nil {
 		t.Fatalf("RunTx = %d, nil; want the commit failure", v)
 	}
-	if v, err := idem.RunTx(ctx, g, "k", fakeTx(fn, nil)); err != nil || v != 8 || runs != 1 {
+	if v, err := runTx(ctx, g, "k", fakeTx(fn, nil)); err != nil || v != 8 || runs != 1 {
 		t.Fatalf("RunTx = %d, %v after %d step runs; want 8 with the step replayed", v, err, runs)
 	}
 }

@@ -9,33 +9,16 @@ import (
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/stores/memstore"
+	"github.com/idem-go/idem/stores/storetest"
 )
 
-// memStepTx is a step transaction runner over a store without
-// transactions: fn runs, then the completion is written with
-// Store.Complete, conditioned on the nonce (what a store's StepTx does in
-// one transaction). commitErr, when set, is reported instead of writing.
+// memStepTx is a step run inside a memTx (see tx_test.go): fn runs, then
+// the completion is written with Store.Complete, conditioned on the nonce
+// (what a store's StepTx does in one transaction). commitErr, when set, is
+// reported instead of writing.
 func memStepTx[V any](ctx context.Context, name string, fn func(context.Context) (V, error), commitErr error) (V, error) {
-	st, err := idem.CallStore(ctx)
-	if err != nil {
-		var zero V
-		return zero, err
-	}
-	return idem.RunStepTx(ctx, name, func(ctx context.Context, c *idem.StepTxClaim[V]) (V, error, error) {
-		v, err := fn(ctx)
-		if err != nil {
-			return v, err, nil
-		}
-		comp, err := c.Complete(v)
-		if err != nil {
-			return v, nil, err
-		}
-		if commitErr != nil {
-			return v, nil, commitErr
-		}
-		return v, nil, st.Complete(ctx, c.Key, c.Nonce, comp)
-	})
+	open := func(s storekit.Store) (storekit.TxRunner, error) { return memTx{s: s, commitErr: commitErr}, nil }
+	return idem.Step(storekit.WithTx(ctx, open), name, fn)
 }
 
 // TestRunStepTx: what a runner reports decides the step's record as
@@ -142,46 +125,33 @@ func TestRunStepTx(t *testing.T) {
 }
 
 // TestRunStepTxInvalid: ErrNoCall outside a guarded fn and inside a step's
-// fn; ErrInvalidOption for a nil ctx or runner; ErrInvalidKey for an
+// fn; an opener's refusal before any store call; ErrInvalidKey for an
 // empty name.
 func TestRunStepTxInvalid(t *testing.T) {
-	run := func(context.Context, *idem.StepTxClaim[int]) (int, error, error) { return 1, nil, nil }
-	if _, err := idem.RunStepTx(context.Background(), "s", run); !errors.Is(err, idem.ErrNoCall) {
+	run := func(context.Context) (int, error) { return 1, nil }
+	if _, err := memStepTx(context.Background(), "s", run, nil); !errors.Is(err, idem.ErrNoCall) {
 		t.Errorf("outside a call: %v", err)
 	}
-	if _, err := idem.CallStore(context.Background()); !errors.Is(err, idem.ErrNoCall) {
-		t.Errorf("CallStore outside a call: %v", err)
-	}
-	//lint:ignore SA1012 a nil context is what is tested
-	if _, err := idem.CallStore(nil); !errors.Is(err, idem.ErrInvalidOption) { //nolint:staticcheck
-		t.Errorf("CallStore(nil): %v", err)
-	}
-	var c *idem.StepTxClaim[int]
-	if _, err := c.Complete(1); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Errorf("nil StepTxClaim: %v", err)
-	}
 	s := mustMemStore(t)
-	g, _ := idem.New[int](s)
+	in := storetest.Instrument(s)
+	g, _ := idem.New[int](in)
 	_, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
-		if st, err := idem.CallStore(ctx); err != nil || st != storekit.Store(s) {
-			t.Errorf("CallStore = %v, %v", st, err)
+		before := in.Total()
+		refuse := func(storekit.Store) (storekit.TxRunner, error) {
+			return nil, &storekit.OptionError{Option: "StepTx", Reason: "not my store"}
 		}
-		if _, err := idem.RunStepTx[int](ctx, "s", nil); !errors.Is(err, idem.ErrInvalidOption) {
-			t.Errorf("nil runner: %v", err)
+		if _, err := idem.Step(storekit.WithTx(ctx, refuse), "s", run); !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("refused by the opener: %v", err)
 		}
-		if _, err := idem.RunStepTx(ctx, "", run); !errors.Is(err, idem.ErrInvalidKey) {
+		if n := in.Total() - before; n != 0 {
+			t.Errorf("a refused StepTx made %d store calls, want 0", n)
+		}
+		if _, err := memStepTx(ctx, "", run, nil); !errors.Is(err, idem.ErrInvalidKey) {
 			t.Errorf("empty name: %v", err)
 		}
-		//lint:ignore SA1012 a nil context is what is tested
-		if _, err := idem.RunStepTx(nil, "s", run); !errors.Is(err, idem.ErrInvalidOption) { //nolint:staticcheck
-			t.Errorf("nil ctx: %v", err)
-		}
 		return idem.Step(ctx, "outer", func(ctx context.Context) (int, error) {
-			if _, err := idem.RunStepTx(ctx, "inner", run); !errors.Is(err, idem.ErrNoCall) {
+			if _, err := memStepTx(ctx, "inner", run, nil); !errors.Is(err, idem.ErrNoCall) {
 				t.Errorf("inside a step: %v", err)
-			}
-			if _, err := idem.CallStore(ctx); !errors.Is(err, idem.ErrNoCall) {
-				t.Errorf("CallStore inside a step: %v", err)
 			}
 			return 1, nil
 		})
@@ -189,51 +159,4 @@ func TestRunStepTxInvalid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// A store package's StepTx is built on CallStore and RunStepTx: here the
-// "transaction" is memstore's conditioned Complete. The second attempt of
-// the call replays the step without running it.
-func ExampleRunStepTx() {
-	ctx := context.Background()
-	store, _ := memstore.New()
-	g, _ := idem.New[string](store)
-	stepTx := func(ctx context.Context, name string, fn func(context.Context) (string, error)) (string, error) {
-		st, err := idem.CallStore(ctx) // a real store package checks it is one of its own
-		if err != nil {
-			return "", err
-		}
-		return idem.RunStepTx(ctx, name, func(ctx context.Context, c *idem.StepTxClaim[string]) (string, error, error) {
-			v, err := fn(ctx) // in a store transaction
-			if err != nil {
-				return v, err, nil
-			}
-			comp, err := c.Complete(v)
-			if err != nil {
-				return v, nil, err
-			}
-			return v, nil, st.Complete(ctx, c.Key, c.Nonce, comp) // in the same transaction, then commit
-		})
-	}
-	for attempt := 1; attempt <= 2; attempt++ {
-		_, err := g.Do(ctx, "checkout-1", func(ctx context.Context) (string, error) {
-			id, err := stepTx(ctx, "order", func(context.Context) (string, error) {
-				fmt.Println("order written")
-				return "ord-1", nil
-			})
-			fmt.Println("attempt", attempt, id, err)
-			if attempt == 1 {
-				return "", errors.New("e-mail failed") // released: the call is tried again
-			}
-			return id, nil
-		})
-		if err != nil {
-			fmt.Println(err)
-		}
-	}
-	// Output:
-	// order written
-	// attempt 1 ord-1 <nil>
-	// e-mail failed
-	// attempt 2 ord-1 <nil>
 }

@@ -11,35 +11,55 @@ import (
 	"github.com/idem-go/idem"
 )
 
-// fakeTx is a transaction runner over a memory store: fn runs, and on
-// success the completion is written with Store.Complete conditioned on the
-// nonce, standing in for a commit. commitErr, when set, is reported instead
+// memTx is a storekit.TxRunner over a memory store: body runs, and the
+// completion it returns is written with Store.Complete conditioned on the
+// nonce, standing in for a commit. commitErr, when set, is returned instead
 // of writing anything (a transaction that did not commit).
-func fakeTx(fn func(ctx context.Context) (int, error), commitErr error) func(context.Context, *idem.TxClaim[int]) (int, error, error) {
-	return func(ctx context.Context, c *idem.TxClaim[int]) (int, error, error) {
-		v, err := fn(ctx)
-		if err != nil {
-			return v, err, nil
-		}
-		comp, err := c.Complete(v)
-		if err != nil {
-			return v, nil, err
-		}
-		if commitErr != nil {
-			return v, nil, commitErr
-		}
-		g := storeOf(ctx)
-		return v, nil, g.Complete(context.WithoutCancel(ctx), c.Key, c.Nonce, comp)
+type memTx struct {
+	s         storekit.Store
+	commitErr error
+}
+
+func (m memTx) RunTx(ctx context.Context, c storekit.TxClaim, body func(context.Context) (storekit.Completion, error)) error {
+	comp, err := body(ctx)
+	if err != nil {
+		return err
 	}
+	if m.commitErr != nil {
+		return m.commitErr
+	}
+	return m.s.Complete(context.WithoutCancel(ctx), c.Key, c.Nonce, comp)
 }
 
-type storeKey struct{}
-
-func storeOf(ctx context.Context) storekit.Store { return ctx.Value(storeKey{}).(storekit.Store) }
-
-func txCtx(g *idem.Guard[int]) context.Context {
-	return context.WithValue(context.Background(), storeKey{}, g.Store())
+// txRun is a call run inside a memTx.
+type txRun struct {
+	fn        func(context.Context) (int, error)
+	commitErr error
 }
+
+func fakeTx(fn func(ctx context.Context) (int, error), commitErr error) txRun {
+	return txRun{fn: fn, commitErr: commitErr}
+}
+
+// runTx runs r as a store package's DoTx runs its fn: g.Do with a
+// transaction runner asked for in the context.
+func runTx(ctx context.Context, g *idem.Guard[int], key string, r txRun, opts ...idem.CallOption) (int, error) {
+	open := func(s storekit.Store) (storekit.TxRunner, error) { return memTx{s: s, commitErr: r.commitErr}, nil }
+	return g.Do(storekit.WithTx(ctx, open), key, r.fn, opts...)
+}
+
+// runnerFunc is a storekit.TxRunner made of a function.
+type runnerFunc func(ctx context.Context, c storekit.TxClaim, body func(context.Context) (storekit.Completion, error)) error
+
+func (f runnerFunc) RunTx(ctx context.Context, c storekit.TxClaim, body func(context.Context) (storekit.Completion, error)) error {
+	return f(ctx, c, body)
+}
+
+func withRunner(ctx context.Context, r runnerFunc) context.Context {
+	return storekit.WithTx(ctx, func(storekit.Store) (storekit.TxRunner, error) { return r, nil })
+}
+
+func txCtx(*idem.Guard[int]) context.Context { return context.Background() }
 
 func TestRunTxCommitted(t *testing.T) {
 	g, _ := memGuard[int](t)
@@ -52,11 +72,11 @@ func TestRunTxCommitted(t *testing.T) {
 		}
 		return 7, nil
 	}
-	v, err := idem.RunTx(ctx, g, "k", fakeTx(fn, nil))
+	v, err := runTx(ctx, g, "k", fakeTx(fn, nil))
 	if err != nil || v != 7 {
 		t.Fatalf("RunTx = %d, %v; want 7, nil", v, err)
 	}
-	v, err = idem.RunTx(ctx, g, "k", fakeTx(fn, nil))
+	v, err = runTx(ctx, g, "k", fakeTx(fn, nil))
 	if err != nil || v != 7 || runs != 1 {
 		t.Fatalf("replay = %d, %v after %d runs; want 7, nil after 1", v, err, runs)
 	}
@@ -70,14 +90,14 @@ func TestRunTxFnErrorUnlock(t *testing.T) {
 	g, _ := memGuard[int](t)
 	ctx := txCtx(g)
 	boom := errors.New("boom")
-	_, err := idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 0, boom }, nil))
+	_, err := runTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 0, boom }, nil))
 	if !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want boom", err)
 	}
 	if rec := record(t, g, "k"); rec != nil {
 		t.Fatalf("record after a failure under Unlock = %+v, want released", rec)
 	}
-	v, err := idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 3, nil }, nil))
+	v, err := runTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 3, nil }, nil))
 	if err != nil || v != 3 {
 		t.Fatalf("retry = %d, %v; want 3, nil (runs again)", v, err)
 	}
@@ -86,11 +106,11 @@ func TestRunTxFnErrorUnlock(t *testing.T) {
 func TestRunTxFnErrorLock(t *testing.T) {
 	g, _ := memGuard[int](t, idem.OnFailure(idem.Lock))
 	ctx := txCtx(g)
-	_, err := idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 0, errors.New("declined") }, nil))
+	_, err := runTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 0, errors.New("declined") }, nil))
 	if err == nil || err.Error() != "declined" {
 		t.Fatalf("err = %v, want declined", err)
 	}
-	_, err = idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { t.Error("ran again"); return 0, nil }, nil))
+	_, err = runTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { t.Error("ran again"); return 0, nil }, nil))
 	var rf *idem.RecordedFailure
 	if !errors.Is(err, idem.ErrPreviousFailure) || !errors.As(err, &rf) || rf.Message != "declined" {
 		t.Fatalf("replay err = %v, want the recorded failure", err)
@@ -100,7 +120,7 @@ func TestRunTxFnErrorLock(t *testing.T) {
 func TestRunTxLostOwnership(t *testing.T) {
 	g, _ := memGuard[int](t)
 	ctx := txCtx(g)
-	v, err := idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 1, nil }, idem.ErrLostOwnership))
+	v, err := runTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 1, nil }, idem.ErrLostOwnership))
 	if !errors.Is(err, idem.ErrLostOwnership) || v != 0 {
 		t.Fatalf("RunTx = %d, %v; want 0, ErrLostOwnership", v, err)
 	}
@@ -113,7 +133,7 @@ func TestRunTxOutcomeUnknown(t *testing.T) {
 	g, _ := memGuard[int](t)
 	ctx := txCtx(g)
 	unknown := &storekit.OutcomeUnknownError{Err: errors.New("commit reply lost"), ReadErr: errors.New("read back failed")}
-	v, err := idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 5, nil }, unknown))
+	v, err := runTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 5, nil }, unknown))
 	if !errors.Is(err, idem.ErrOutcomeUnknown) || v != 5 {
 		t.Fatalf("RunTx = %d, %v; want 5, ErrOutcomeUnknown", v, err)
 	}
@@ -126,7 +146,7 @@ func TestRunTxCommitFailedReleases(t *testing.T) {
 	g, _ := memGuard[int](t)
 	ctx := txCtx(g)
 	failed := errors.New("serialization failure")
-	v, err := idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 5, nil }, failed))
+	v, err := runTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 5, nil }, failed))
 	var se *idem.StoreError
 	if !errors.As(err, &se) || se.Op != "commit" || !errors.Is(err, failed) || v != 0 {
 		t.Fatalf("RunTx = %d, %v; want 0 and a *StoreError{Op: commit} wrapping the failure", v, err)
@@ -134,7 +154,7 @@ func TestRunTxCommitFailedReleases(t *testing.T) {
 	if rec := record(t, g, "k"); rec != nil {
 		t.Fatalf("record = %+v, want released", rec)
 	}
-	v, err = idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 6, nil }, nil))
+	v, err = runTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) { return 6, nil }, nil))
 	if err != nil || v != 6 {
 		t.Fatalf("retry = %d, %v; want 6, nil", v, err)
 	}
@@ -149,35 +169,39 @@ func TestRunTxPanic(t *testing.T) {
 				t.Fatalf("recovered %v, want the runner's panic", p)
 			}
 		}()
-		_, _ = idem.RunTx(ctx, g, "k", func(context.Context, *idem.TxClaim[int]) (int, error, error) { panic("tx boom") })
+		_, _ = g.Do(withRunner(ctx, func(context.Context, storekit.TxClaim, func(context.Context) (storekit.Completion, error)) error {
+			panic("tx boom")
+		}), "k", func(context.Context) (int, error) { return 1, nil })
 	}()
 	if rec := record(t, g, "k"); rec != nil {
 		t.Fatalf("record after a panic = %+v, want released", rec)
 	}
 }
 
-// A claim lost while the transaction runs: Complete says so, and RunTx
-// returns ErrLostOwnership.
+// A claim lost while the transaction runs: the completion is refused
+// before it is handed to the runner, and the call returns ErrLostOwnership.
 func TestRunTxCompleteAfterLoss(t *testing.T) {
 	g, s := memGuard[int](t, idem.WithHeartbeat(5*time.Millisecond), idem.WithTakeoverAfter(time.Second))
 	ctx := txCtx(g)
 	sk := storageKey(t, g, "k")
-	_, err := idem.RunTx(ctx, g, "k", func(ctx context.Context, c *idem.TxClaim[int]) (int, error, error) {
+	_, err := g.Do(withRunner(ctx, func(ctx context.Context, c storekit.TxClaim, body func(context.Context) (storekit.Completion, error)) error {
+		_, err := body(ctx)
+		if !errors.Is(err, idem.ErrLostOwnership) {
+			t.Errorf("completion after the loss = %v, want ErrLostOwnership", err)
+		}
+		return err
+	}), "k", func(ctx context.Context) (int, error) {
 		if err := s.Delete(ctx, sk); err != nil { // another party removed the claim
-			return 0, err, nil
+			return 0, err
 		}
 		<-ctx.Done() // the next heartbeat finds the claim gone
 		if !errors.Is(context.Cause(ctx), idem.ErrLostOwnership) {
 			t.Errorf("cause = %v, want ErrLostOwnership", context.Cause(ctx))
 		}
-		_, err := c.Complete(1)
-		if !errors.Is(err, idem.ErrLostOwnership) {
-			t.Errorf("Complete after the loss = %v, want ErrLostOwnership", err)
-		}
-		return 0, nil, err
+		return 1, nil
 	})
 	if !errors.Is(err, idem.ErrLostOwnership) {
-		t.Fatalf("RunTx = %v, want ErrLostOwnership", err)
+		t.Fatalf("Do = %v, want ErrLostOwnership", err)
 	}
 }
 
@@ -189,7 +213,7 @@ func TestRunTxFollowersShareOutcome(t *testing.T) {
 	started := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := idem.RunTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) {
+		_, err := runTx(ctx, g, "k", fakeTx(func(context.Context) (int, error) {
 			close(started)
 			<-release
 			return 9, nil

@@ -2,7 +2,6 @@ package dynamostore
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/idem-go/idem/storekit"
 
@@ -49,21 +48,11 @@ import (
 // record inside it), 2 requests; replayed, 1.
 func StepTx[V any](ctx context.Context, name string, fn func(context.Context, *Tx) (V, error)) (V, error) {
 	var zero V
-	if fn == nil {
+	switch {
+	case fn == nil:
 		return zero, &storekit.OptionError{Option: "StepTx", Reason: "nil fn"}
+	case ctx == nil:
+		return zero, &storekit.OptionError{Option: "StepTx", Reason: "context is nil"}
 	}
-	s, err := idem.CallStore(ctx)
-	if err != nil {
-		return zero, err
-	}
-	st, ok := s.(*Store)
-	if !ok || st == nil {
-		return zero, &storekit.OptionError{Option: "StepTx", Reason: fmt.Sprintf("the call's store is %T, not a *dynamostore.Store", s)}
-	}
-	if err := st.Validate(); err != nil {
-		return zero, err
-	}
-	return idem.RunStepTx(ctx, name, func(ctx context.Context, c *idem.StepTxClaim[V]) (V, error, error) {
-		return runTx(ctx, st, c.Key, c.Nonce, c.Complete, fn)
-	})
+	return idem.Step(storekit.WithTx(ctx, opener("StepTx")), name, txFn(fn))
 }

@@ -228,44 +228,68 @@ func (tx *Tx) finish() ([]types.TransactWriteItem, []string, error) {
 // for a call that goes on after them (g.Do with Steps and a StepTx).
 func DoTx[T any](ctx context.Context, g *idem.Guard[T], key string, fn func(context.Context, *Tx) (T, error), opts ...idem.CallOption) (T, error) {
 	var zero T
-	if fn == nil {
+	switch {
+	case g == nil:
+		return zero, &storekit.OptionError{Option: "DoTx", Reason: "nil Guard"}
+	case fn == nil:
 		return zero, &storekit.OptionError{Option: "DoTx", Reason: "nil fn"}
+	case ctx == nil:
+		return zero, &storekit.OptionError{Option: "DoTx", Reason: "context is nil"}
 	}
-	st, ok := g.Store().(*Store)
-	if !ok || st == nil {
-		return zero, &storekit.OptionError{Option: "DoTx", Reason: fmt.Sprintf("the Guard's store is %T, not a *dynamostore.Store", g.Store())}
-	}
-	if err := st.Validate(); err != nil {
-		return zero, err
-	}
-	return idem.RunTx(ctx, g, key, func(ctx context.Context, c *idem.TxClaim[T]) (T, error, error) {
-		return runTx(ctx, st, c.Key, c.Nonce, c.Complete, fn)
-	}, opts...)
+	return g.Do(storekit.WithTx(ctx, opener("DoTx")), key, txFn(fn), opts...)
 }
 
-// runTx is DoTx's and StepTx's transaction runner (see idem.RunTx for
-// what it reports): fn's items and the completion of the record key,
-// made by complete and conditioned on nonce, in one TransactWriteItems.
-func runTx[T any](ctx context.Context, st *Store, key, nonce string, complete func(T) (storekit.Completion, error), fn func(context.Context, *Tx) (T, error)) (v T, fnErr, commitErr error) {
-	var zero T
-	k, err := st.begin("commit", key, storekit.ValidateOwner(key, nonce))
+// txFn is fn as the Guard runs it inside a txRunner's transaction: given
+// the runner's Tx, whose own error (an invalid or one item too many) is
+// fn's.
+func txFn[V any](fn func(context.Context, *Tx) (V, error)) func(context.Context) (V, error) {
+	return func(ctx context.Context) (V, error) {
+		tx, _ := ctx.Value(txCtxKey{}).(*Tx)
+		v, err := fn(ctx, tx)
+		if _, _, txErr := tx.finish(); err == nil {
+			err = txErr
+		}
+		return v, err
+	}
+}
+
+// opener returns the storekit.TxOpener of DoTx or StepTx (op names it in
+// errors): a runner on the Guard's store, which must be a *Store.
+func opener(op string) storekit.TxOpener {
+	return func(s storekit.Store) (storekit.TxRunner, error) {
+		st, ok := s.(*Store)
+		if !ok || st == nil {
+			return nil, &storekit.OptionError{Option: op, Reason: fmt.Sprintf("the Guard's store is %T, not a *dynamostore.Store", s)}
+		}
+		if err := st.Validate(); err != nil {
+			return nil, err
+		}
+		return txRunner{st: st}, nil
+	}
+}
+
+// txRunner is DoTx's and StepTx's storekit.TxRunner: fn's items and the
+// completion of the record, conditioned on the claim's nonce, in one
+// TransactWriteItems.
+type txRunner struct{ st *Store }
+
+type txCtxKey struct{}
+
+// RunTx runs body with a Tx in its context and sends the items it added
+// with the completion it returned (see storekit.TxRunner for what it
+// returns).
+func (r txRunner) RunTx(ctx context.Context, c storekit.TxClaim, body func(context.Context) (storekit.Completion, error)) error {
+	k, err := r.st.begin("commit", c.Key, storekit.ValidateOwner(c.Key, c.Nonce))
 	if err != nil {
-		return zero, err, nil
+		return err
 	}
-	tx := &Tx{st: st, pk: k}
-	v, fnErr = fn(ctx, tx)
-	items, kinds, txErr := tx.finish()
-	if fnErr == nil {
-		fnErr = txErr
-	}
-	if fnErr != nil {
-		return v, fnErr, nil
-	}
-	comp, err := complete(v)
+	tx := &Tx{st: r.st, pk: k}
+	comp, err := body(context.WithValue(ctx, txCtxKey{}, tx))
 	if err != nil {
-		return v, nil, err
+		return err
 	}
-	return v, nil, st.commit(ctx, k, nonce, comp, items, kinds)
+	items, kinds, _ := tx.finish()
+	return r.st.commit(ctx, k, c.Nonce, comp, items, kinds)
 }
 
 // txConflictTries bounds how often a transaction cancelled only by

@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"fmt"
 
 	"github.com/idem-go/idem/storekit"
 
@@ -60,26 +59,13 @@ import (
 // COMMIT), no statement more; replayed, 1 round trip (TestStepTxRoundTrips).
 func StepTx[V any](ctx context.Context, name string, fn func(context.Context, *sql.Tx) (V, error)) (V, error) {
 	var zero V
-	if fn == nil {
+	switch {
+	case fn == nil:
 		return zero, &storekit.OptionError{Option: "StepTx", Reason: "nil fn"}
+	case ctx == nil:
+		return zero, &storekit.OptionError{Option: "StepTx", Reason: "context is nil"}
 	}
-	st, err := idem.CallStore(ctx)
-	if err != nil {
-		return zero, err
-	}
-	var s *Store
-	switch st := st.(type) {
-	case *Store:
-		s = st
-	case *WatchingStore:
-		if st != nil {
-			s = st.Store
-		}
-	}
-	if s == nil || s.db == nil {
-		return zero, &storekit.OptionError{Option: "StepTx", Reason: fmt.Sprintf("the call's store is %T, not a *sqlstore.Store", st)}
-	}
-	return idem.RunStepTx(ctx, name, func(ctx context.Context, c *idem.StepTxClaim[V]) (V, error, error) {
-		return runTx(ctx, s, txClaim[V]{key: c.Key, nonce: c.Nonce, complete: c.Complete}, fn, c.TakeoverAfter)
+	return idem.Step(storekit.WithTx(ctx, opener("StepTx", false)), name, func(ctx context.Context) (V, error) {
+		return fn(ctx, txOf(ctx))
 	})
 }

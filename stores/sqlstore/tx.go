@@ -94,63 +94,80 @@ import (
 // adds the claim and the completion (TestDoTxRoundTrips).
 func DoTx[T any](ctx context.Context, g *idem.Guard[T], key string, fn func(context.Context, *sql.Tx) (T, error), opts ...idem.CallOption) (T, error) {
 	var zero T
-	if g == nil {
+	switch {
+	case g == nil:
 		return zero, &storekit.OptionError{Option: "DoTx", Reason: "nil Guard"}
-	}
-	if fn == nil {
+	case fn == nil:
 		return zero, &storekit.OptionError{Option: "DoTx", Reason: "nil fn"}
+	case ctx == nil:
+		return zero, &storekit.OptionError{Option: "DoTx", Reason: "context is nil"}
 	}
-	var s *Store
-	switch st := g.Store().(type) {
-	case *Store:
-		s = st
-	case *WatchingStore:
-		if st != nil {
-			s = st.Store
-		}
-	}
-	if s == nil || s.db == nil {
-		return zero, &storekit.OptionError{Option: "DoTx", Reason: fmt.Sprintf("the Guard's store is %T, not a *sqlstore.Store", g.Store())}
-	}
-	commitWait := g.Policies().TakeoverAfter
-	return idem.RunTx(ctx, g, key, func(ctx context.Context, c *idem.TxClaim[T]) (T, error, error) {
-		if s.db.Stats().MaxOpenConnections == 1 || s.dialect == SQLite {
-			// fn's transaction holds the pool's only connection: a claim
-			// on this pool from inside fn (a Step) is refused at once
-			// (see soleConnection) instead of waiting for it until the
-			// claim lapses.
-			ctx = context.WithValue(ctx, soleConnKey{}, s.db)
-		}
-		return runTx(ctx, s, txClaim[T]{key: c.Key, nonce: c.Nonce, complete: c.Complete}, fn, commitWait)
+	return g.Do(storekit.WithTx(ctx, opener("DoTx", true)), key, func(ctx context.Context) (T, error) {
+		return fn(ctx, txOf(ctx))
 	}, opts...)
 }
 
-// txClaim is the claim a transaction runs under: the record's key, the
-// claim's nonce, and what makes its completion (idem.TxClaim.Complete for
-// DoTx, idem.StepTxClaim.Complete for StepTx).
-type txClaim[T any] struct {
-	key, nonce string
-	complete   func(T) (storekit.Completion, error)
+// opener returns the storekit.TxOpener of DoTx (call set) or StepTx (op
+// names it in errors): a runner on the Guard's store, which must be a
+// *Store or the *WatchingStore of its Listen.
+func opener(op string, call bool) storekit.TxOpener {
+	return func(st storekit.Store) (storekit.TxRunner, error) {
+		var s *Store
+		switch st := st.(type) {
+		case *Store:
+			s = st
+		case *WatchingStore:
+			if st != nil {
+				s = st.Store
+			}
+		}
+		if s == nil || s.db == nil {
+			return nil, &storekit.OptionError{Option: op, Reason: fmt.Sprintf("the Guard's store is %T, not a *sqlstore.Store", st)}
+		}
+		return txRunner{s: s, call: call}, nil
+	}
 }
 
-// runTx is DoTx's and StepTx's transaction runner (see idem.RunTx for
-// what it reports).
-func runTx[T any](ctx context.Context, s *Store, c txClaim[T], fn func(context.Context, *sql.Tx) (T, error), commitWait time.Duration) (v T, fnErr, commitErr error) {
-	var zero T
+// txRunner is DoTx's and StepTx's storekit.TxRunner.
+type txRunner struct {
+	s    *Store
+	call bool // DoTx's (not a step's)
+}
+
+type txCtxKey struct{}
+
+// txOf returns the transaction a txRunner put in ctx.
+func txOf(ctx context.Context) *sql.Tx {
+	tx, _ := ctx.Value(txCtxKey{}).(*sql.Tx)
+	return tx
+}
+
+// RunTx runs body in a transaction of the store, with the completion it
+// returns written by the completion UPDATE inside it, conditioned on the
+// claim's nonce (see storekit.TxRunner for what it returns).
+func (r txRunner) RunTx(ctx context.Context, c storekit.TxClaim, body func(context.Context) (storekit.Completion, error)) error {
+	s, commitWait := r.s, c.TakeoverAfter
+	if r.call && (s.db.Stats().MaxOpenConnections == 1 || s.dialect == SQLite) {
+		// fn's transaction holds the pool's only connection: a claim
+		// on this pool from inside fn (a Step) is refused at once
+		// (see soleConnection) instead of waiting for it until the
+		// claim lapses.
+		ctx = context.WithValue(ctx, soleConnKey{}, s.db)
+	}
 	// The completion statement is prepared (once per store) before the
 	// transaction holds a connection, so that a pool of one connection
 	// does not wait for itself; inside the transaction database/sql
 	// prepares it on the transaction's connection once.
 	complete, err := s.stmt(ctx, stCompleteTx)
 	if err != nil {
-		return zero, nil, storeErr("complete", err)
+		return storeErr("complete", err)
 	}
 	_ = s.checkPacket(ctx, 0) // MySQL: reads max_allowed_packet once, outside the transaction
 	tctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	tx, err := s.begin(tctx)
 	if err != nil {
-		return zero, nil, lostOr(ctx, err)
+		return lostOr(ctx, err)
 	}
 	ended := false
 	defer func() {
@@ -158,17 +175,11 @@ func runTx[T any](ctx context.Context, s *Store, c txClaim[T], fn func(context.C
 			_ = tx.Rollback()
 		}
 	}()
-	v, err = fn(tctx, tx)
+	comp, err := body(context.WithValue(tctx, txCtxKey{}, tx))
 	if err != nil {
 		ended = true
 		_ = tx.Rollback()
-		return v, err, nil
-	}
-	comp, err := c.complete(v)
-	if err != nil {
-		ended = true
-		_ = tx.Rollback()
-		return zero, nil, err
+		return err
 	}
 	// The completion and the commit are given the takeover threshold
 	// (at least a second) to be answered. Then the transaction's context
@@ -180,21 +191,21 @@ func runTx[T any](ctx context.Context, s *Store, c txClaim[T], fn func(context.C
 	// ends without one when its connection does.
 	timer := time.AfterFunc(max(commitWait, time.Second), cancel)
 	defer timer.Stop()
-	connID, err := s.completeTx(tctx, tx, complete, c.key, c.nonce, comp)
+	connID, err := s.completeTx(tctx, tx, complete, c.Key, c.Nonce, comp)
 	if err != nil {
 		ended = true
 		_ = tx.Rollback() // no COMMIT was sent: nothing is committed
-		return zero, nil, lostOr(ctx, err)
+		return lostOr(ctx, err)
 	}
 	ended = true
 	if err = s.commit(ctx, tctx, tx, connID, commitWait); err == nil {
-		return v, nil, nil
+		return nil
 	}
-	committed, rerr := s.readBack(ctx, c.key, c.nonce, err, commitWait)
+	committed, rerr := s.readBack(ctx, c.Key, c.Nonce, err, commitWait)
 	if committed {
-		return v, nil, nil
+		return nil
 	}
-	return zero, nil, rerr
+	return rerr
 }
 
 // begin starts the transaction DoTx's fn runs in. On SQLite it takes

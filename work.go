@@ -1,0 +1,167 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idem-go/idem/storekit"
+)
+
+// work is what runs under a claim: fn, and how its outcome becomes the
+// claim's completion. A call of Do, a DoTx, a Step and a StepTx differ only
+// in these fields, and runWork runs all four.
+type work[V any] struct {
+	fn func(context.Context) (V, error)
+	// encode is the completion of fn's value: the Guard's codec (and
+	// sanitizer, for a call) and the record's lifetime.
+	encode func(c *claim, v V) storekit.Completion
+	// tx, when set, runs fn inside a transaction of the store that
+	// commits fn's writes and the completion together (storekit.WithTx).
+	tx storekit.TxRunner
+	// kept, when set, is told each completion recorded (a step keeps its
+	// record alive with its call's).
+	kept func(c *claim, comp storekit.Completion)
+}
+
+// openTx returns the transaction runner that ctx asks for (see
+// storekit.WithTx) for the engine's store, nil when ctx asks for none, and
+// ctx without the request, which the work's context inherits: a Step
+// inside fn is an ordinary step.
+func (e *engine) openTx(ctx context.Context) (context.Context, storekit.TxRunner, error) {
+	open := storekit.TxFrom(ctx)
+	if open == nil {
+		return ctx, nil, nil
+	}
+	r, err := open(e.store)
+	if err == nil && r == nil {
+		err = &storekit.OptionError{Option: "storekit.WithTx", Reason: "the opener returned no runner"}
+	}
+	return storekit.WithTx(ctx, nil), r, err
+}
+
+// runWork runs w under the claim c, whose work has started (startWork),
+// and ends the claim with its outcome: recorded when fn returns a value,
+// released (a call under OnFailure(Lock): recorded as a failure) when it
+// returns an error, released and raised again when it panics.
+//
+// A call reports its end to the observer; a step reports only what the
+// caller cannot see (a loss or an unknown outcome of its commit). A step
+// that fails is released whatever the failure policy: its error goes back
+// to the call's fn, which decides.
+func runWork[V any](c *claim, w work[V]) (V, error) {
+	var (
+		v         V
+		fnErr     error
+		commitErr error
+		comp      *storekit.Completion // what a transaction committed
+	)
+	if w.tx == nil {
+		v, fnErr = guarded(c, w.fn)
+	} else {
+		_, _ = guarded(c, func(ctx context.Context) (struct{}, error) {
+			commitErr = w.tx.RunTx(ctx, c.txClaim(), func(ctx context.Context) (storekit.Completion, error) {
+				if v, fnErr = w.fn(ctx); fnErr != nil {
+					return storekit.Completion{}, fnErr
+				}
+				if c.stopHeartbeat() {
+					return storekit.Completion{}, fmt.Errorf("idem: claim taken over: %w", ErrLostOwnership)
+				}
+				cp := w.encode(c, v)
+				comp = &cp
+				return cp, nil
+			})
+			return struct{}{}, nil
+		})
+		if fnErr != nil {
+			commitErr = nil
+		}
+	}
+	interrupted := c.fctx.Err() != nil // before end cancels fctx anyway
+	lost := c.end()
+	var zero V
+	switch {
+	case lost && (w.tx == nil || fnErr != nil):
+		if !c.step {
+			c.observe(EventLostOwnership, nil)
+		}
+		return v, joinErr(ErrLostOwnership, fnErr)
+	case fnErr != nil:
+		if c.step {
+			return v, joinErr(c.cutOff(fnErr), c.release())
+		}
+		c.observe(EventFailure, fnErr)
+		return v, c.fail(fnErr, interrupted)
+	case w.tx == nil:
+		if !c.step {
+			c.observe(EventComplete, nil)
+		}
+		cp := w.encode(c, v)
+		if err := c.complete(cp); err != nil {
+			return v, err
+		}
+		if w.kept != nil {
+			w.kept(c, cp)
+		}
+		return v, nil
+	case commitErr == nil:
+		if !c.step {
+			c.observe(EventComplete, nil)
+		}
+		if comp != nil {
+			c.completed(*comp)
+			if w.kept != nil {
+				w.kept(c, *comp)
+			}
+		}
+		return v, nil
+	case errors.Is(commitErr, ErrLostOwnership):
+		c.observe(EventLostOwnership, nil)
+		return zero, fmt.Errorf("idem: commit refused: %w", commitErr)
+	case errors.Is(commitErr, ErrOutcomeUnknown):
+		c.observe(EventNotRecorded, commitErr)
+		return v, commitErr
+	default:
+		if !c.step {
+			c.observe(EventFailure, commitErr)
+		}
+		return zero, joinErr(&StoreError{Op: "commit", Err: commitErr}, c.release())
+	}
+}
+
+// txClaim is the claim as a store's transaction runner sees it.
+func (c *claim) txClaim() storekit.TxClaim {
+	return storekit.TxClaim{Key: c.sk, Nonce: c.rec.Nonce, Attempt: c.rec.Attempt, TakeoverAfter: c.e.takeover}
+}
+
+// guarded runs fn under c as singleflight runs a function. fn can end in
+// three ways. It returns: normalReturn is set. It panics: the deferred
+// recover in the inner function catches it, so the claim is abandoned
+// here, in fn's goroutine, and the panic is raised again (recovered is
+// set). It calls runtime.Goexit: no recover sees that, the goroutine
+// unwinds through the outer defer with neither flag set, and the claim is
+// abandoned there. Either way nothing is recorded as a result.
+func guarded[V any](c *claim, fn func(context.Context) (V, error)) (v V, err error) {
+	normalReturn, recovered := false, false
+	var panicValue any
+	defer func() {
+		if !normalReturn && !recovered { // runtime.Goexit in fn
+			c.abandon(errors.New("fn called runtime.Goexit"))
+		}
+	}()
+	func() {
+		defer func() {
+			if !normalReturn {
+				panicValue = recover()
+			}
+		}()
+		v, err = fn(c.fctx)
+		normalReturn = true
+	}()
+	if !normalReturn {
+		recovered = true
+		c.abandon(fmt.Errorf("fn panicked: %v", panicValue))
+		panic(panicValue)
+	}
+	return v, err
+}
