@@ -1,15 +1,15 @@
-// Package storetest is the conformance suite for idem.Store
+// Package storetest is the conformance suite for storekit.Store
 // implementations. Every store in this module runs it against its real
 // backend, and a third-party store can run it too:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) idem.Store { return mystore.New(...) })
+//		storetest.Run(t, func(t *testing.T) storekit.Store { return mystore.New(...) })
 //	}
 //
 // RunProcesses goes further: it re-runs the test binary as several OS
 // processes whose Guards share the store, and checks that every key ran
 // exactly once. Instrument wraps a store to count its operations and to
-// inject faults; hand a Guard its AsStore, which is an idem.Watcher exactly
+// inject faults; hand a Guard its AsStore, which is a storekit.Watcher exactly
 // when the wrapped store is one.
 //
 // newStore is called once per subtest; stores it returns may share a
@@ -19,7 +19,7 @@
 // a clock runs RunWithClock instead: the suite then hands each subtest's
 // store a Clock and advances it, and sleeps not at all:
 //
-//	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) idem.Store {
+//	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) storekit.Store {
 //		return mystore.New(mystore.WithClock(c.Now))
 //	}, storetest.WithCorrupter(corrupt))
 //
