@@ -245,7 +245,7 @@ func (s *Store) Len() int { return int(s.mem.count.Load()) }
 
 // Purge removes every record whose ExpiresAt plus the retention period has
 // passed and returns how many it removed, and gives back the memory the
-// removed records' maps held (see Lifecycle). It works in batches, lets
+// removed records' maps held (see Lifecycle in docs/memstore.md). It works in batches, lets
 // other calls through between them and pauses three times as long as it worked
 // after each millisecond of work; a record is removed only if it is expired past
 // retention when its batch removes it. The clean-up
