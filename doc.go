@@ -182,11 +182,12 @@
 // DoTx (sqlstore.DoTx, dynamostore.DoTx) commits fn's writes and the
 // completed record in one transaction, conditioned on the claim's nonce:
 // a crash, a lost claim or a failed commit leaves neither. They are built
-// on RunTx and TxClaim, which a third-party store can use too. A store
+// on storekit.WithTx and storekit.TxRunner, which a third-party store can
+// use too. A store
 // package's StepTx (sqlstore.StepTx, dynamostore.StepTx) is the same for
 // one step of a call, so that a call with external calls (Steps) writes
 // to its database exactly once without holding a transaction open while
-// they run; it is built on RunStepTx, StepTxClaim and CallStore.
+// they run; it is built on the same hook, passed to Step.
 //
 // # Forgetting a key
 //

@@ -5,6 +5,7 @@
 // it.
 //
 //	// Server
+//	store, err := redisstore.New(redis.NewClient(&redis.Options{Addr: addr}))
 //	ic, err := idemgrpc.New(store,
 //		idemgrpc.WithPrincipal(callerOf), // keys are scoped per caller
 //		idemgrpc.WithMethods("/payments.v1.Payments/Create"),
@@ -18,47 +19,21 @@
 //		grpc.WithDefaultServiceConfig(retryPolicy), // retries now safe
 //	)
 //
-// # The key
-//
 // The key is the "idempotency-key" request metadata (KeyMetadata): 1 to
-// 255 bytes (MaxKeyLen) of visible ASCII, '!' to '~' (CheckKey). A UUID, a
-// ULID, an order number will do. One value only: two are refused.
+// 255 bytes of visible ASCII (CheckKey). UnaryClientInterceptor stamps a
+// fresh random key on every unary call that has none, once per logical
+// call, so every attempt of a retry policy carries the same key; an
+// application that retries by itself names the operation's key with
+// WithKey, and the interceptor keeps it.
 //
-// UnaryClientInterceptor stamps a fresh random key (NewKey, 128 bits) on
-// every unary call that has none. grpc-go runs a unary client interceptor
-// once per logical call, around all of its attempts, so the attempts of a
-// service-config retryPolicy and transparent retries carry the same key
-// (as would hedged attempts: grpc-go parses a hedgingPolicy but does not
-// send hedges yet), and the server runs the handler once however many of
-// them reach it. An application that retries by itself, or that must send the
-// same operation again later (after a crash, from another replica), names
-// the operation's key with WithKey; the client interceptor keeps it.
-//
-// # What a call gets
-//
-// Streaming methods pass through untouched: the package has no stream
-// interceptor, and its unary interceptor only sees unary calls. Unary
-// methods not named by WithMethods (when it is given) pass through too, as
-// do guarded calls without a key unless WithRequired is set. For the
-// others:
-//
-//   - The first call with a key runs the handler once. Its response
-//     message, or its status (code, message and details), and the header
-//     and trailer metadata the handler set (grpc.SetHeader, grpc.SendHeader,
-//     grpc.SetTrailer) are recorded. Metadata set by interceptors in front
-//     of this one, and the transport's own (content-type, grpc-status,
-//     grpc-message, grpc-status-details-bin), are not.
-//   - A later call with the same key, principal and method, from any
-//     process, gets the recorded outcome: the same response message (its
-//     bytes on the wire are those of its deterministic encoding, see
-//     below), or the same status with the same details, and the same header
-//     and trailer metadata, with the header "idempotent-replayed: true"
-//     (ReplayedMetadata) added. The handler does not run.
-//   - A call with the same key while the first one runs fails with Aborted
-//     (grpc-go retries it when the retry policy names ABORTED); with
-//     WithGuard(idem.OnDuplicate(idem.Wait)) it waits for the first call's
-//     outcome instead, for as long as its own deadline allows (then
-//     DeadlineExceeded).
+// The first call with a key runs the handler once; its response or status
+// and the metadata the handler set are recorded. A later call with the
+// same key, principal and method, from any process, gets the recorded
+// outcome with "idempotent-replayed: true" and the handler does not run.
+// A call with the key while the first one runs fails with Aborted, or,
+// with WithGuard(idem.OnDuplicate(idem.Wait)), waits for its outcome.
+// Streaming methods, unary methods not named by WithMethods, and calls
+// without a key (unless WithRequired) pass through untouched.
 //
 // The refusals, each with the handler not run:
 //
@@ -73,64 +48,15 @@
 //	Internal            the record cannot be read; the request is not a
 //	                    protobuf message
 //
-// # What is recorded
+// Outcomes with a code a client retries (DefaultRecordCode; WithRecordCode)
+// are not recorded: the claim is released and the retry runs the handler
+// again. The handler's context carries the claim's fencing token:
+// idem.FencingToken(ctx). A first call costs two store round trips, a
+// replay one.
 //
-// Every outcome is recorded but those WithRecordCode refuses. By default
-// (DefaultRecordCode) those are the codes a client retries: Unavailable,
-// ResourceExhausted, Aborted, DeadlineExceeded, Internal, Unknown, and
-// Canceled (a handler whose caller left). A handler error that is not a
-// status is converted as grpc-go converts it (a context error to Canceled
-// or DeadlineExceeded, anything else to Unknown). An outcome that is not
-// recorded releases the claim: the next call with the key runs the handler
-// again, which is what the client's retry of such a code expects. A
-// response that is not a protobuf message (a server with another codec) is
-// not recorded either.
+// How a replayed response is decoded and encoded again, the key's scope
+// and the request's fingerprint, what happens when the store fails after
+// the handler ran, and measured costs are described in [docs/idemgrpc.md].
 //
-// A replayed response is decoded into its own message type (found by its
-// full name, first in what this Interceptor has seen, then in
-// protoregistry.GlobalTypes), so interceptors in front of this one see the
-// message they would see for a first call. grpc-go then encodes it as it
-// encodes every response: for a message without map fields that is
-// exactly the recorded deterministic encoding, so the replay's bytes are
-// the first response's; map entries go out in the order grpc-go's codec
-// picks, as they do for any two sends of one message. A response whose type
-// is not registered in this process is sent as the recorded bytes
-// themselves, inside an emptypb.Empty that carries them as unknown fields.
-//
-// If the store fails to record the outcome after the handler ran (see
-// idem.ErrNotRecorded), the first caller gets its response all the same;
-// the key stays claimed until the Guard's takeover threshold and a retry
-// after that runs the handler again. The Guard's Observer sees it.
-//
-// # Scope and fingerprint
-//
-// The key is never stored raw. The Guard's key is the SHA-256 of the
-// principal (WithPrincipal; fixed length, so no principal reads as a prefix
-// of another), the full method name and the key, which the Guard hashes
-// again into its storage key (HMAC with idem.WithSecret, given through
-// WithGuard; rotating it with idem.WithSecret(new, old) keeps every
-// recorded response replayable, see package idem): one caller never
-// receives another's response, and one key on two methods names two
-// calls.
-//
-// The request's fingerprint is the SHA-256 of the full method name and the
-// request message's deterministic protobuf encoding; it is the Guard's
-// payload, so a call that reuses a key with another request fails with
-// FailedPrecondition, whatever the state of the first call. (Deterministic
-// encoding is stable within one build of a message type; a field added to
-// the message changes it only for requests that set the field.)
-//
-// # Fencing
-//
-// The handler's context carries the claim's fencing token:
-// idem.FencingToken(ctx).
-//
-// # Cost
-//
-// A first call costs two store round trips (claim, complete), a replay one
-// (a read) and one decoding of the record; calls shorter than the Guard's
-// heartbeat interval send no heartbeat. On a memory store, on two busy
-// shared cores, the interceptor costs 5–16µs per replay and 30–60µs per
-// first call (BenchmarkInterceptor); over loopback a replay costs about
-// what a bare call to a trivial handler does (BenchmarkLoopback).
+// [docs/idemgrpc.md]: https://github.com/idem-go/idem/blob/main/docs/idemgrpc.md
 package idemgrpc

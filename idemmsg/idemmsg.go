@@ -3,15 +3,25 @@
 // what to do with the message: acknowledge it, have it redelivered later,
 // or refuse it for good.
 //
-// Every broker redelivers: a consumer that dies before its ack, an ack lost
-// on the wire, a redelivery timer that fires while a slow handler still
-// runs. A handler guarded by idemmsg runs once per key whatever the
-// redeliveries, and the message is acknowledged only once its outcome is
-// recorded. Dedup is broker-neutral; the subpackages wire it to a broker:
+//	store, err := redisstore.New(redis.NewClient(&redis.Options{Addr: addr}))
+//	d, err := idemmsg.New(store, idemmsg.WithGuard(idem.WithTakeoverAfter(10*time.Second)))
+//	res := d.Handle(ctx, msgID, body, func(ctx context.Context) error {
+//		return charge(ctx, body) // runs once per msgID, whatever the redeliveries
+//	})
+//	// res.Action: idemmsg.Ack, Retry (after res.Delay) or Reject.
+//
+// The subpackages wire a Dedup to a broker, so a consumer needs only the
+// one line of its broker:
 //
 //   - idemmsg/jetstream: NATS JetStream (github.com/nats-io/nats.go/jetstream)
 //   - idemmsg/amqp: RabbitMQ and other AMQP 0-9-1 brokers (github.com/rabbitmq/amqp091-go)
 //   - idemmsg/watermill: a Watermill router middleware (github.com/ThreeDotsLabs/watermill)
+//
+// Every broker redelivers: a consumer that dies before its ack, an ack lost
+// on the wire, a redelivery timer that fires while a slow handler still
+// runs. A handler guarded by idemmsg runs once per key whatever the
+// redeliveries, and the message is acknowledged only once its outcome is
+// recorded.
 //
 // # What Handle decides
 //

@@ -68,8 +68,8 @@ const (
 // Go side compares them; ttl decides nothing but a REQ# item's liveness, as on
 // DynamoDB. Items whose ttl has passed on the table's clock are removed
 // by a clean-up goroutine (WithCleanup, WithoutCleanup, Close, Purge), as
-// DynamoDB's TTL deletion would remove them; see the package doc's
-// Lifecycle section. A FileTable dropped without Close stops its clean-up
+// DynamoDB's TTL deletion would remove them; see Lifecycle in
+// docs/isr.md. A FileTable dropped without Close stops its clean-up
 // too, but call Close when you are done with one.
 type FileTable struct {
 	*fileCore

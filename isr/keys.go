@@ -12,7 +12,7 @@ import (
 )
 
 // Sort keys and prefixes of the items package isr reads and writes. They are
-// part of the table schema shared with other services; see the package doc.
+// part of the table schema shared with other services; see docs/isr.md.
 const (
 	// SKMeta is the sort key of the metadata (pointer) item.
 	SKMeta = "META"

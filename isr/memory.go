@@ -17,8 +17,8 @@ import (
 //
 // Items whose ttl has passed on the table's clock are removed by a
 // clean-up goroutine (WithCleanup, WithoutCleanup, Close, Purge), as
-// DynamoDB's TTL deletion would remove them; see the package doc's
-// Lifecycle section. A MemoryTable dropped without Close stops its
+// DynamoDB's TTL deletion would remove them; see Lifecycle in
+// docs/isr.md. A MemoryTable dropped without Close stops its
 // clean-up too, but call Close when you are done with one.
 type MemoryTable struct {
 	*memCore

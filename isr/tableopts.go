@@ -51,8 +51,8 @@ func WithoutFileSync() FileOption {
 // WithCleanup makes the table remove its expired items by itself about
 // every d (each wait drawn from [d/2, 3d/2)) until Close; the default is
 // DefaultTableCleanup. d must be positive. It overrides an earlier
-// WithoutCleanup. See the package doc's Lifecycle section for what
-// expired means.
+// WithoutCleanup. See Lifecycle in docs/isr.md for what expired
+// means.
 func WithCleanup(every time.Duration) TableOption {
 	return func(c *tableConfig) { c.SetCleanup(every) }
 }

@@ -1,9 +1,18 @@
 // Package jcs encodes values as RFC 8785 JSON (the JSON Canonicalization
-// Scheme): object members sorted by the UTF-16 code units of their names,
+// Scheme), so that a hash over the bytes agrees across programs and
+// languages:
+//
+//	b, err := jcs.Marshal(map[string]any{"b": 1.5, "a": []any{"x", true}})
+//	// b is {"a":["x",true],"b":1.5}
+//	sum := sha256.Sum256(b)
+//	canon, err := jcs.Transform([]byte(`{"b": 1.50, "a": ["x", true]}`)) // the same bytes
+//
+// Object members are sorted by the UTF-16 code units of their names,
 // strings escaped only where JSON requires it (no HTML escaping), and
-// numbers in the form of ECMAScript's Number.prototype.toString. Two
-// programs in any language that follow RFC 8785 write the same bytes for the
-// same value, so a hash over them agrees across languages.
+// numbers written in the form of ECMAScript's Number.prototype.toString.
+// Two programs in any language that follow RFC 8785 write the same bytes
+// for the same value. A value with no canonical form (a NaN, a func, a
+// cycle) is an error matching ErrInvalid.
 //
 // idem.Key, payload hashes and isr's RequestHash are built on it, so a
 // program in another language can derive the same keys and hashes. It

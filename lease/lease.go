@@ -1,9 +1,21 @@
-// Package lease holds the mechanics of a time-limited lease on a store,
-// shared by a Guard's claim (package idem) and an isr Coordinator's lease
-// (module github.com/idem-go/idem/isr): random tokens, jittered backoff, and
-// a Refresher that keeps a lease alive while work runs and cuts the work off
-// before the lease could expire unnoticed. A store or lease implementation
-// outside this repository may use it too.
+// Package lease holds the mechanics of a time-limited lease on a store:
+// random tokens, jittered backoff, and a Refresher that keeps a lease
+// alive while work runs and cuts the work off before the lease could
+// expire unnoticed. A holder implements Holder (Refresh, Lost, Lapsed) and
+// runs its work under a Refresher:
+//
+//	token := lease.Token() // the lease's owner token, 128 random bits
+//	sent := time.Now()
+//	valid, err := acquire(ctx, token) // the holder's own store request
+//	ctx, cancel := context.WithCancelCause(ctx)
+//	var r lease.Refresher
+//	r.Start(ctx, cancel, sent, valid, holder, lease.Config{Interval: 5 * time.Second, Margin: time.Second})
+//	err = work(ctx) // cancelled, with the Holder's cause, if the lease is lost or lapses
+//	lost := r.Stop()
+//
+// A Guard's claim (package idem) and an isr Coordinator's lease (module
+// github.com/idem-go/idem/isr) are built on it; a store or lease
+// implementation outside this repository may use it too.
 //
 // It is a public package of the core module so that modules released
 // separately share it through a stable API rather than an internal package.

@@ -1,10 +1,21 @@
-// Package storekit is for authors of idem stores. Users of idem never import
-// it: they pick a store and hand it to New. A store author implements
-// Store (declared in package idem, with the records, requests,
-// statuses and errors it speaks) and uses this package for the parts that
-// must be the same in every store:
+// Package storekit is for authors of idem stores: the store contract
+// (storekit.Store and the records and requests it speaks) and the parts
+// that must be the same in every store. A backend that can lock one key
+// implements Backend, three methods, and NewLocked turns it into a
+// complete store; the conformance suite checks it:
 //
-//   - The rules, as Store's method docs state them. DecideClaim
+//	store := storekit.NewLocked(myBackend, storekit.LockedConfig{Name: "mystore"})
+//	g, err := idem.New[string](store) // a user hands the store to idem.New
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) storekit.Store { return newMyStore(t) })
+//	}
+//
+// Users of idem never import this package: they pick a store and hand it
+// to idem.New. Example builds a store on a map in this way. Besides the
+// contract, the package holds:
+//
+//   - The rules, as storekit.Store's method docs state them. DecideClaim
 //     applies Store.Claim's rules to the record a store read and says
 //     whether there is something to write (Decision.Write);
 //     ApplyHeartbeat, ApplyComplete and ApplyRelease return the record to
@@ -18,26 +29,19 @@
 //     not live is ErrNotFound, whatever the backend's own expiry has
 //     deleted.
 //   - The record codec. EncodeRecord and DecodeRecord are a versioned JSON
-//     form of Record for backends that keep a record as one value. A
-//     record that does not decode is ErrCorruptRecord, and a store
+//     form of a record for backends that keep a record as one value. A
+//     record that does not decode is storekit.ErrCorruptRecord, and a store
 //     must report it, never overwrite it.
-//   - The adapter. A backend that can lock one key (a mutex, a lock file, a
-//     row lock) implements Backend, three methods, and NewLocked turns it
-//     into a complete Store: stores/memstore and stores/filestore are
-//     built so.
+//   - The adapter. Backend and NewLocked, as above: stores/memstore and
+//     stores/filestore are built so.
 //   - The wake-ups. Watchers keeps a store's watches of its keys in this
-//     process: Watch is Watcher's method, Notify (the Changed hook of
-//     NewLocked) wakes a key's waiters after a change.
+//     process: Watch is storekit.Watcher's method, Notify (the Changed hook
+//     of NewLocked) wakes a key's waiters after a change.
 //
 // # Writing a store
 //
-// Implement Backend (or Store directly, with the rules above), and run
-// the conformance suite from a test of your package:
-//
-//	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) Store { return newMyStore(t) })
-//	}
-//
+// Implement Backend (or storekit.Store directly, with the rules above),
+// and run the conformance suite from a test of your package, as above.
 // storetest depends on the standard library only. Give it a corrupter
 // (storetest.WithCorrupter) so it checks that a damaged record is reported.
 // If your store takes a clock, run storetest.RunWithClock instead of Run:

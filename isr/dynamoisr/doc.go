@@ -19,8 +19,8 @@
 //	}
 //	h, err := isr.NewHandler(coord, bodies, render)
 //
-// Table is an isr.Table on a DynamoDB table with the ISR schema (see isr's
-// package doc): reads are strongly consistent, every write is one
+// Table is an isr.Table on a DynamoDB table with the ISR schema (see
+// docs/isr.md in the repository): reads are strongly consistent, every write is one
 // conditional request or one TransactWriteItems, and it passes the
 // conformance suite isrtest.Run as every table does. CreateTable creates
 // the table (pk and sk, on-demand billing) and turns on TTL deletion on

@@ -85,8 +85,8 @@ func (t *Table) Name() string {
 // CreateTable creates a table with the ISR shape (pk S hash key, sk S range
 // key, on-demand billing), waits until it is active, and turns on
 // DynamoDB's TTL deletion on the ttl attribute, so expired LOCK, REQ# and
-// superseded VER# items are removed by the server (see the package doc's
-// Lifecycle section); correctness never depends on it. It is idempotent:
+// superseded VER# items are removed by the server (see Lifecycle in
+// docs/isr.md); correctness never depends on it. It is idempotent:
 // an existing table is waited for, not an error, and its TTL turned on
 // unless it already is (on another attribute: an error, since isr's items
 // would then never be removed).

@@ -104,7 +104,7 @@ func WithRetention(d time.Duration) Option {
 // WithClock sets the clock the store decides expiry and staleness with
 // (default time.Now): tests use it to move time, and users with a trusted
 // time source to replace the host's. Every caller on one table should read
-// the same time; the package documentation (Time) says how much skew the
+// the same time; docs/dynamostore.md (Time) says how much skew the
 // takeover threshold tolerates: less than threshold - heartbeat interval -
 // heartbeat latency.
 func WithClock(now func() time.Time) Option {

@@ -281,7 +281,7 @@ const maxClaimRounds = 8
 // losing races on a key it tries to take over.
 var ErrContention = errors.New("dynamostore: claim kept losing to concurrent writes")
 
-// Claim implements storekit.Store (see the package documentation): one
+// Claim implements storekit.Store (see docs/dynamostore.md): one
 // conditional PutItem that creates the record when the key has none, and
 // whose refusal carries the existing record (ALL_OLD), so a fresh claim and
 // a duplicate are one request each. Only an expired, released or stale

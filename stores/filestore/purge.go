@@ -28,7 +28,7 @@ import (
 // store's clock, the rule every other operation uses. So Purge is safe
 // while other goroutines and processes use the store, and a claim waits
 // for it at most the removal of one file. Removals are not fsynced (see
-// the package doc's Durability).
+// Durability in docs/filestore.md).
 //
 // Corrupt records are left in place. Failures on single files do not stop
 // the pass; they are returned joined, with the count of what was removed.

@@ -92,8 +92,8 @@ func WithoutCleanup() Option {
 
 // Store is an storekit.Store keeping one file per key under a directory. It is
 // safe for concurrent use by many goroutines and by many processes on one
-// host sharing the directory. See the package doc for the layout and
-// guarantees.
+// host sharing the directory. See docs/filestore.md for the layout
+// and guarantees.
 type Store struct {
 	*core
 	kit     *storekit.Locked  // the decisions, over files{core}

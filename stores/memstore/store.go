@@ -1,51 +1,29 @@
-// Package memstore is an in-memory storekit.Store: records in 256 shards by
-// key hash, each a mutex, a map and a heap of expiry times, so expired
-// records are removed and memory stays bounded by the number of live
-// records, not by the number of keys ever seen.
+// Package memstore keeps idem's records in memory, for the goroutines of
+// one process. Make the store and hand it to idem.New:
 //
-// It coordinates goroutines of one process only; use filestore, redisstore,
-// dynamostore or sqlstore to coordinate processes. It implements
-// storekit.Watcher, so Guards in Wait mode are woken without polling.
+//	store, err := memstore.New()
+//	defer store.Close() // stops the store's clean-up; the store stays usable
+//	g, err := idem.New[string](store, idem.OnDuplicate(idem.Wait))
+//	v, err := g.Do(ctx, "daily-report-2026-11-24", sendReport)
 //
-// Its decisions are storekit's (memstore is a storekit.Backend under a
-// storekit.Locked store); it decides with the caller's clock, replaceable
-// with WithClock.
+// Concurrent calls of one key run the function once, and waiting
+// duplicates are woken when it completes, without polling. To coordinate
+// processes or hosts use filestore, redisstore, dynamostore, sqlstore or
+// natsstore; memstore also suits tests.
 //
-// # Lifecycle
+// Memory stays bounded by the number of live records, not by the number
+// of keys ever seen: a record is removed once its expiry plus the
+// retention (WithRetention, default one minute) has passed. The store
+// removes such records itself, about every DefaultCleanup (one second), in
+// small batches that never hold up a call for long; WithCleanup(every)
+// changes the interval, WithoutCleanup() turns it off for a program that
+// calls Purge itself. The store decides with the caller's clock, which
+// WithClock replaces.
 //
-// A record is removed once its ExpiresAt plus the retention period
-// (WithRetention, default one minute) has passed on the store's clock,
-// judged under its shard's mutex at the moment of removal, so a claim,
-// heartbeat or completion racing the removal never loses to it. Three
-// things remove expired records:
+// How the records are sharded and how the clean-up removes them and gives
+// memory back is described in [docs/memstore.md].
 //
-//   - The clean-up: while the store is open, a goroutine of its own removes
-//     every expired record about every DefaultCleanup (one second; each
-//     wait is jittered by ±50%). WithCleanup(every) changes the interval;
-//     WithoutCleanup() runs none, for users who call Purge themselves.
-//     Close stops it; the store stays usable after Close.
-//   - Purge removes every expired record when called.
-//   - Every write removes up to 16 expired records of its shard first.
-//
-// The clean-up and Purge go shard by shard and remove records in batches
-// of 64 (about 25 µs of work) through storekit.PurgeBatches, releasing the
-// shard's mutex between batches, and pause for as long as they worked
-// after each millisecond of work. A call waits at most for one batch of
-// its own shard, never for the whole backlog; TestSoakCleanup (run with
-// IDEM_SOAK=1) measures calls beside the removal of 1M records. A pass
-// that finds nothing expired looks at each shard's soonest expiry only and
-// reads no live record.
-//
-// Both also give memory back. Go maps never shrink, so a shard whose map
-// holds less than a quarter of the most it held since it was built is
-// rebuilt at its current size under its mutex (a copy of its live records
-// only, 1/256 of the store's), and its expiry heap's array is reallocated
-// the same way. Once the records of a burst have expired and a pass has
-// run, the heap returns to about what it was before the burst: 300k
-// expired records leave nothing held.
-//
-// A Store that becomes unreachable without Close stops its clean-up too
-// (runtime.AddCleanup), but call Close when you are done with a store.
+// [docs/memstore.md]: https://github.com/idem-go/idem/blob/main/docs/memstore.md
 package memstore
 
 import (
@@ -266,7 +244,7 @@ func (s *Store) Len() int { return int(s.mem.count.Load()) }
 
 // Purge removes every record whose ExpiresAt plus the retention period has
 // passed and returns how many it removed, and gives back the memory the
-// removed records' maps held (see Lifecycle). It works in batches, lets
+// removed records' maps held (see Lifecycle in docs/memstore.md). It works in batches, lets
 // other calls through between them and pauses three times as long as it worked
 // after each millisecond of work; a record is removed only if it is expired past
 // retention when its batch removes it. The clean-up

@@ -169,7 +169,7 @@ var (
 // It reads the bucket's entries once, in stream order, 100 per request,
 // none held beyond the batch in hand. When the Store writes its records
 // with their expiry in a header (it knows the bucket's stream:
-// CreateBucket's, or one given WithJetStream; see the package doc), it
+// CreateBucket's, or one given WithJetStream; see docs/natsstore.md), it
 // reads the entries' headers only, through a headers-only pull consumer of
 // its own, and decides on that expiry, so a pass that finds nothing expired
 // reads no live record; a record of the store's without the header (written

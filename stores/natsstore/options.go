@@ -69,7 +69,7 @@ func WithoutCleanup() Option {
 // publishing it to the bucket's stream with its expiry in a header, from
 // its first status read of the bucket on, and a pass reads the entries'
 // headers only and deletes an expired record's message by its sequence
-// (see the package doc, Lifecycle). A bucket from CreateBucket carries it
+// (see Lifecycle in docs/natsstore.md). A bucket from CreateBucket carries it
 // already. Without it the clean-up reads every record, and removes
 // records with a KV purge, which leaves one marker per removed key in the
 // stream. A nil js is an invalid option.

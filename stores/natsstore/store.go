@@ -163,7 +163,7 @@ type bucket struct {
 // it. It makes the bucket's stream itself, as jetstream.CreateKeyValue
 // would except that the stream allows deleting a message by its sequence,
 // which is how the Store's clean-up removes an expired record without
-// leaving a delete marker (see the package doc, Lifecycle). An existing
+// leaving a delete marker (see Lifecycle in docs/natsstore.md). An existing
 // bucket with the same settings is returned as it is; one with other
 // settings is an error, and so is one of the same name that
 // jetstream.CreateKeyValue made (its stream denies deletes: open it with

@@ -150,7 +150,7 @@ func WithPrefix(prefix string) Option {
 // it (native expiry = expires_at + d). Default DefaultRetention; it must not
 // be negative. While a record is retained its attempt number, and so the
 // fencing token, keeps counting up. Completed and failed records are not
-// retained: they expire at their expires_at (see Expiry in the package doc).
+// retained: they expire at their expires_at (see Expiry in docs/redisstore.md).
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		c.SetRetention(d)
@@ -189,8 +189,8 @@ func WithHealthInterval(d time.Duration) Option {
 // script on the same connection: no extra round trip, the call takes at
 // most timeout longer). n must be at least 1 and timeout positive (WAIT's
 // timeout is in milliseconds, so at least 1ms); a Ring is refused (its
-// pipeline cannot pin WAIT to the key's shard). See the package doc for
-// what happens when the replicas do not acknowledge.
+// pipeline cannot pin WAIT to the key's shard). See the package doc's
+// Replicas for what happens when the replicas do not acknowledge.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return func(c *config) {
 		if n < 1 {

@@ -47,8 +47,8 @@ var _ storekit.Store = (*Store)(nil)
 // modernc.org/sqlite, mattn/go-sqlite3 or ncruces/go-sqlite3: SQLite) is
 // an invalid argument, and so is, at Migrate, one that is not the
 // database's (as its version() tells). Unless WithoutCleanup is
-// given, it starts the store's clean-up goroutine (see Lifecycle in the
-// package documentation), whose first pass comes after about one
+// given, it starts the store's clean-up goroutine (see Lifecycle in
+// docs/sqlstore.md), whose first pass comes after about one
 // interval; Close stops it. A nil db, an unknown dialect
 // and every invalid option are reported, joined, each an
 // *storekit.OptionError matching storekit.ErrInvalidOption.
@@ -413,7 +413,7 @@ const maxClaimRounds = 16
 // losing races on one key.
 var ErrContention = errors.New("sqlstore: claim kept losing to concurrent writes")
 
-// Claim implements storekit.Store (see the package documentation for the
+// Claim implements storekit.Store (see docs/sqlstore.md for the
 // statements each dialect sends).
 func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if err := s.Validate(); err != nil {
@@ -917,7 +917,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // transaction (MySQL) that judges every row again by the database's clock
 // as it deletes it, so a row a claim revives meanwhile stays, and no
 // claim waits on Purge for longer than one batch's lock of the rows it
-// removes (see Lifecycle in the package documentation). An open store
+// removes (see Lifecycle in docs/sqlstore.md). An open store
 // runs it by itself (WithCleanup); call it from a job of your own with
 // WithoutCleanup. Rows expired but not yet deleted are ignored by every
 // operation. When ctx ends, Purge returns what it deleted so far and the

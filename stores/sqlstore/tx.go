@@ -74,7 +74,7 @@ import (
 // only while it runs. fn's transaction takes no lock on the record row
 // while fn runs, so the heartbeat, which keeps the claim alive meanwhile,
 // never waits for fn. When fn has returned, the heartbeat is stopped
-// (idem.TxClaim.Complete waits for a heartbeat in flight) before the
+// (the Guard halts it before it hands over the completion) before the
 // transaction's completion UPDATE takes the record row's lock, which it
 // holds until the commit or rollback: a claim of the same key meanwhile
 // that would write the row (a takeover attempt, MariaDB's claim, whose

@@ -9,7 +9,7 @@
 // RunProcesses goes further: it re-runs the test binary as several OS
 // processes whose Guards share the store, and checks that every key ran
 // exactly once. Instrument wraps a store to count its operations and to
-// inject faults; hand a Guard its AsStore, which is an storekit.Watcher exactly
+// inject faults; hand a Guard its AsStore, which is a storekit.Watcher exactly
 // when the wrapped store is one.
 //
 // newStore is called once per subtest; stores it returns may share a
