@@ -457,16 +457,6 @@ func (c *claim) ownershipOr(op string, err error) error {
 	return storeErr(op, err)
 }
 
-// storeErr wraps a store failure in a *StoreError unless the store already
-// returned one.
-func storeErr(op string, err error) error {
-	var se *StoreError
-	if errors.As(err, &se) {
-		return err
-	}
-	return &StoreError{Op: op, Err: err}
-}
-
 func joinErr(a, b error) error {
 	if b == nil {
 		return a
@@ -535,4 +525,31 @@ func (c *claim) setOnLapse(f func()) {
 	c.mu.Lock()
 	c.onLapse = f
 	c.mu.Unlock()
+}
+
+// callContext is the parent of a call's fn context: ctx with the call in
+// it, for Step, and the claim's fencing token.
+func (c *claim) callContext() context.Context {
+	return &callCtx{Context: c.ctx, call: stepCall{e: c.e, sk: c.sk, ctx: c.ctx, attempt: c.rec.Attempt}}
+}
+
+// keepHistory makes sure, before a call's claim is released by a Guard
+// with a secret (which a rotation may later change), that the call's past
+// stays findable under its key by every secret's caller: a released record
+// is not live, so Get does not see it, but the call's steps epoch is. A
+// claim with a past (fn began under it, or it took over a stale claim)
+// gets one if it has none yet (one claim, only on this path). Without a
+// secret there is no rotation, and a release writes nothing else.
+func (c *claim) keepHistory(ctx context.Context) error {
+	c.mu.Lock()
+	ran := c.ran
+	c.mu.Unlock()
+	if c.step || len(c.e.keys.secret) == 0 || !(ran || c.took) {
+		return nil
+	}
+	if c.call != nil && c.call.hasEpoch() {
+		return nil
+	}
+	_, err := c.e.claimEpoch(ctx, c.sk)
+	return err
 }

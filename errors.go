@@ -143,3 +143,13 @@ type (
 	// permanent one matches storekit.ErrPermanent.
 	StoreError = storekit.StoreError
 )
+
+// storeErr wraps a store failure in a *StoreError unless the store already
+// returned one.
+func storeErr(op string, err error) error {
+	var se *StoreError
+	if errors.As(err, &se) {
+		return err
+	}
+	return &StoreError{Op: op, Err: err}
+}

@@ -26,74 +26,6 @@ type Guard[T any] struct {
 	flights map[string]*flight
 }
 
-// engine is the part of a Guard that does not depend on its result type:
-// what a claim (of a call or of a step) needs.
-type engine struct {
-	store    storekit.Store
-	watcher  storekit.Watcher // nil if the store cannot push changes
-	keys     keyer
-	prev     []keyer // WithSecret's previous secrets, looked under before fn runs
-	ttl      time.Duration
-	lease    time.Duration // lifetime of an in-progress record
-	dup      DuplicatePolicy
-	fail     FailurePolicy
-	beat     time.Duration
-	takeover time.Duration
-	tenant   string // WithNamespace, handed to the store with each claim
-	scope    string
-	observer Observer
-	codec    Codec
-	errType  func(error) string
-}
-
-// flight is the one store interaction for a key that all callers of it in
-// this process share: one claim (and the fn it runs), or one wait.
-type flight struct {
-	payloadHash string
-	running     bool             // the flight holds a claim and fn runs; set before decided fires
-	final       *storekit.Record // set before done fires: the record that decides for followers, or nil
-	// What followers wait for, guarded by the Guard's mu. A signal makes
-	// its channel only when a follower waits on it, so a flight that has
-	// none (nearly every replay) allocates no channel.
-	decided signal // fn runs, or the flight has finished
-	waiting signal // the flight waits on a live claim with its payload
-	done    signal // the flight has finished
-	// lapsed fires when the claim fn runs under may have lapsed: the
-	// flight no longer speaks for the key (it has left the Guard's map),
-	// and its followers ask the store, as a caller elsewhere would.
-	lapsed signal
-}
-
-// signal is an event that fires once, with a channel made on demand.
-type signal struct {
-	ch    chan struct{}
-	fired bool
-}
-
-// fire marks the signal fired and wakes whoever waits. Call it under the
-// Guard's mu.
-func (s *signal) fire() {
-	if s.fired {
-		return
-	}
-	s.fired = true
-	if s.ch != nil {
-		close(s.ch)
-	}
-}
-
-// wait returns a channel closed once the signal fired. Call it under the
-// Guard's mu.
-func (s *signal) wait() <-chan struct{} {
-	if s.ch == nil {
-		s.ch = make(chan struct{})
-		if s.fired {
-			close(s.ch)
-		}
-	}
-	return s.ch
-}
-
 // fire fires a signal of a flight.
 func (g *Guard[T]) fire(s *signal) {
 	g.mu.Lock()
@@ -164,18 +96,6 @@ func New[T any](store storekit.Store, opts ...Option) (*Guard[T], error) {
 		g.cache = newLocalCache(c.cacheEntries, c.cacheMaxAge)
 	}
 	return g, nil
-}
-
-type fencingKey struct{}
-
-// FencingToken returns the attempt number of the claim under which fn runs:
-// 1 for the first claim of a key, one more for every takeover or re-claim
-// while the record is kept. Pass it to a downstream system that rejects a
-// token lower than one it has seen, and a stale owner can do no harm there
-// either.
-func FencingToken(ctx context.Context) (int64, bool) {
-	t, ok := ctx.Value(fencingKey{}).(int64)
-	return t, ok
 }
 
 // StorageKey returns the storage key for key under this Guard's namespace
@@ -402,12 +322,6 @@ func (g *Guard[T]) follow(ctx context.Context, sk, ph string, f *flight, sig sig
 	return g.decide(ctx, f.final, ph)
 }
 
-// waitCancelled is the error of a caller whose context ended while the key
-// was still being worked on.
-func waitCancelled(ctx context.Context) error {
-	return fmt.Errorf("%w: %w", ErrInProgress, context.Cause(ctx))
-}
-
 // decide turns a record that this call did not claim into the call's answer;
 // again is true when a waiting caller should look again.
 func (g *Guard[T]) decide(ctx context.Context, rec *storekit.Record, ph string) (v T, err error, again bool) {
@@ -450,17 +364,6 @@ func hitOr(err error) EventKind {
 		return EventResultUnavailable
 	}
 	return EventHit
-}
-
-// decodeResult decodes the result of a completed record with codec.
-func decodeResult[V any](codec Codec, rec *storekit.Record) (v V, err error) {
-	if rec.Error != nil {
-		return v, fmt.Errorf("%w: %s", ErrResultUnavailable, rec.Error.Message)
-	}
-	if err := codec.Unmarshal(rec.Result, &v); err != nil {
-		return v, &storekit.CorruptRecordError{Key: rec.Key, Err: fmt.Errorf("result does not decode: %w", err)}
-	}
-	return v, nil
 }
 
 func (g *Guard[T]) inProgress(ctx context.Context, sk string, attempt int64) error {
@@ -618,13 +521,6 @@ func (g *Guard[T]) success(c *claim, v T) storekit.Completion {
 	})
 }
 
-func (e *engine) observe(ctx context.Context, ev Event) {
-	if e.observer != nil {
-		ev.Scope = e.scope
-		e.observer.Observe(ctx, ev)
-	}
-}
-
 // cached returns the local cache's record for sk, or nil.
 func (g *Guard[T]) cached(sk string) *storekit.Record {
 	if g.cache == nil {
@@ -677,4 +573,46 @@ func Wrap[A, T any](g *Guard[T], name string, fn func(context.Context, A) (T, er
 		}
 		return g.Do(ctx, k, func(ctx context.Context) (T, error) { return fn(ctx, a) })
 	}
+}
+
+// Forget deletes key's record, whatever its state, and its steps: a later
+// call of key runs fn again from the start, its steps too. With previous
+// secrets (WithSecret), it deletes the record and steps under each of them
+// as well. (It deletes the
+// call's steps epoch, so the old step records are no longer reachable and
+// expire with their TTL.) A call still running when it is forgotten keeps
+// running; its completion is refused (its nonce is gone). A nil or zero
+// Guard or a nil ctx is an error matching ErrInvalidOption.
+func (g *Guard[T]) Forget(ctx context.Context, key string) error {
+	if err := g.check(ctx, "Forget"); err != nil {
+		return err
+	}
+	sk, err := g.keys.storageKey(key)
+	if err != nil {
+		return err
+	}
+	// During a rotation the key may be recorded under a previous secret:
+	// delete it there too, or that record would still answer.
+	keys, err := g.rotationKeys(key, sk, "", callConfig{})
+	if err != nil {
+		return err
+	}
+	if keys == nil {
+		keys = []altKey{{sk: sk}}
+	}
+	for _, k := range keys {
+		// The epoch first: a call record left behind by a failure here
+		// still has its steps, so a retry replays them; the other way
+		// round a new call could replay an old call's steps.
+		if err := g.store.Delete(ctx, epochKey(k.sk)); err != nil {
+			return storeErr("delete", err)
+		}
+		if err := g.store.Delete(ctx, k.sk); err != nil {
+			return storeErr("delete", err)
+		}
+		if g.cache != nil {
+			g.cache.remove(k.sk)
+		}
+	}
+	return nil
 }

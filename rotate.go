@@ -255,41 +255,6 @@ func (e *engine) holdWait(ctx context.Context, c *claim, w *waiter, attempt int6
 	return false, w.wait(ctx, attempt)
 }
 
-// hasEpoch reports whether the call of storage key sk has a live steps
-// epoch: it ran steps, or it was released during a rotation (see
-// keepHistory), so its home is sk.
-func (e *engine) hasEpoch(ctx context.Context, sk string) (bool, error) {
-	_, err := e.store.Get(ctx, epochKey(sk))
-	switch {
-	case errors.Is(err, storekit.ErrNotFound):
-		return false, nil
-	case err != nil:
-		return false, storeErr("get", err)
-	}
-	return true, nil
-}
-
-// keepHistory makes sure, before a call's claim is released by a Guard
-// with a secret (which a rotation may later change), that the call's past
-// stays findable under its key by every secret's caller: a released record
-// is not live, so Get does not see it, but the call's steps epoch is. A
-// claim with a past (fn began under it, or it took over a stale claim)
-// gets one if it has none yet (one claim, only on this path). Without a
-// secret there is no rotation, and a release writes nothing else.
-func (c *claim) keepHistory(ctx context.Context) error {
-	c.mu.Lock()
-	ran := c.ran
-	c.mu.Unlock()
-	if c.step || len(c.e.keys.secret) == 0 || !(ran || c.took) {
-		return nil
-	}
-	if c.call != nil && c.call.hasEpoch() {
-		return nil
-	}
-	_, err := c.e.claimEpoch(ctx, c.sk)
-	return err
-}
-
 // doneElsewhere returns the first completed or failed record of the call
 // under one of its keys other than skip, with the payload hash under that
 // key's secret, or nil when there is none.
