@@ -117,23 +117,23 @@ func (c *claim) unheld() error {
 
 // tryClaim sends one Claim for sk. It returns the claim when this caller
 // got it (claimed or took over), or the live record that stands in its way.
-func (e *engine) tryClaim(ctx context.Context, sk, ph string) (c *claim, existing *storekit.Record, sent time.Time, err error) {
-	sent = time.Now()
+func (e *engine) tryClaim(ctx context.Context, sk, ph string) (c *claim, existing *storekit.Record, err error) {
+	sent := time.Now()
 	res, err := e.store.Claim(ctx, storekit.ClaimRequest{
 		Key: sk, Nonce: lease.Token(), PayloadHash: ph, LeaseTTL: e.lease, TakeoverAfter: e.takeover,
 		Tenant: e.tenant, Scope: e.scope,
 	})
 	if err != nil {
-		return nil, nil, sent, storeErr("claim", err)
+		return nil, nil, storeErr("claim", err)
 	}
 	if res.Record == nil {
-		return nil, nil, sent, &StoreError{Op: "claim", Err: errors.New("store returned no record")}
+		return nil, nil, &StoreError{Op: "claim", Err: errors.New("store returned no record")}
 	}
 	if res.Outcome == storekit.Existing {
-		return nil, res.Record, sent, nil
+		return nil, res.Record, nil
 	}
 	c = &claim{e: e, ctx: ctx, bg: context.WithoutCancel(ctx), sk: sk, ph: ph, rec: res.Record, sent: sent, took: res.Outcome == storekit.TookOver}
-	return c, nil, sent, nil
+	return c, nil, nil
 }
 
 // announce reports the claim (claim or takeover).
@@ -370,7 +370,7 @@ func (c *claim) fence(comp *storekit.Completion, err error) error {
 	var last error = err
 	for {
 		tried := time.Now()
-		n, rec, _, cerr := c.e.tryClaim(c.bg, c.sk, c.ph)
+		n, rec, cerr := c.e.tryClaim(c.bg, c.sk, c.ph)
 		switch {
 		case cerr != nil:
 			last = cerr

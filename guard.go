@@ -206,7 +206,7 @@ func (g *Guard[T]) call(ctx context.Context, key string, opts []CallOption, fn f
 	ck := callKeys{sk: sk, ph: ph, alt: alt}
 	w := work[T]{fn: fn, encode: g.success, tx: tx}
 	for {
-		f, leader, sig, rec := g.join(sk, ph)
+		f, sig, rec := g.join(sk, ph)
 		var (
 			v     T
 			again bool
@@ -214,10 +214,10 @@ func (g *Guard[T]) call(ctx context.Context, key string, opts []CallOption, fn f
 		switch {
 		case rec != nil: // the cache was filled meanwhile
 			v, err, _ = g.decide(ctx, rec, ph)
-		case leader:
+		case sig == nil:
 			v, err, again = g.lead(ctx, ck, f, w)
 		default:
-			v, err, again = g.follow(ctx, sk, ph, f, sig)
+			v, err, again = g.follow(ctx, sk, ph, f, *sig)
 		}
 		if !again {
 			return v, err
@@ -225,22 +225,22 @@ func (g *Guard[T]) call(ctx context.Context, key string, opts []CallOption, fn f
 	}
 }
 
-// join returns the flight of sk, and whether this caller leads it (made
-// it); a follower gets the channels of its signals. A flight that ended
+// join returns the flight of sk. A follower also gets the channels of its
+// signals; the caller that made the flight leads it (sig nil). A flight that ended
 // since the caller looked at the cache filled the cache before it left the
 // map: then the cached record is returned instead.
-func (g *Guard[T]) join(sk, ph string) (f *flight, leader bool, sig signals, cached *storekit.Record) {
+func (g *Guard[T]) join(sk, ph string) (f *flight, sig *signals, cached *storekit.Record) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if f, ok := g.flights[sk]; ok {
-		return f, false, signals{f.decided.wait(), f.waiting.wait(), f.done.wait(), f.lapsed.wait()}, nil
+		return f, &signals{f.decided.wait(), f.waiting.wait(), f.done.wait(), f.lapsed.wait()}, nil
 	}
 	if rec := g.cached(sk); rec != nil {
-		return nil, false, sig, rec
+		return nil, nil, rec
 	}
 	f = &flight{payloadHash: ph}
 	g.flights[sk] = f
-	return f, true, sig, nil
+	return f, nil, nil
 }
 
 // land ends the flight f of sk: later callers start a flight of their own,
@@ -395,7 +395,8 @@ func (g *Guard[T]) lead(ctx context.Context, ck callKeys, f *flight, w work[T]) 
 	}()
 	unheld := 0 // claims in a row that lapsed before fn could start
 	for {
-		c, rec, sent, err := g.tryClaim(ctx, sk, ph)
+		sent := time.Now()
+		c, rec, err := g.tryClaim(ctx, sk, ph)
 		if err != nil {
 			return v, err, false
 		}
@@ -404,13 +405,15 @@ func (g *Guard[T]) lead(ctx context.Context, ck callKeys, f *flight, w work[T]) 
 			c.hold(c.callContext())
 		}
 		if c != nil && keys != nil {
-			var restart bool
-			c, rec, rph, restart, err = g.settle(ctx, c, keys)
+			var ans found
+			c, ans, err = g.settle(ctx, c, keys)
 			switch {
+			case errors.Is(err, errRestart):
+				continue
 			case err != nil:
 				return v, err, false
-			case restart:
-				continue
+			case c == nil:
+				rec, rph = ans.rec, ans.ph
 			}
 		}
 		if c != nil {
@@ -446,7 +449,7 @@ func (g *Guard[T]) lead(ctx context.Context, ck callKeys, f *flight, w work[T]) 
 			if ow != nil {
 				ow.done(ctx, rec.Attempt)
 			}
-			g.answered(rec, sent, sk, ph, rph, f)
+			g.answered(rec, sent, ck, rph, f)
 			return v, err, false
 		}
 		// Wait for the live call to finish, then claim again.
@@ -483,9 +486,10 @@ func (g *Guard[T]) runClaim(c *claim, f *flight, ck callKeys, w work[T]) (v T, e
 
 // answered makes rec, the record that answered the call without a run
 // (read with its payload hash rph, at sent), the flight f's final record,
-// under the active storage key sk and payload hash ph, and keeps it in the
-// local cache.
-func (g *Guard[T]) answered(rec *storekit.Record, sent time.Time, sk, ph, rph string, f *flight) {
+// under the call's active storage key and payload hash, and keeps it in
+// the local cache.
+func (g *Guard[T]) answered(rec *storekit.Record, sent time.Time, ck callKeys, rph string, f *flight) {
+	sk, ph := ck.sk, ck.ph
 	if rec.Key != sk {
 		rec = asActive(rec, sk, ph, rph)
 	}

@@ -124,10 +124,10 @@ func (e *engine) rotationKeys(key, sk, ph string, cc callConfig) ([]altKey, erro
 // against the call's other keys (see the comment above). It returns the
 // claim fn runs under (own, or one made under another key, held), or the
 // record that answers the call with the payload hash under that record's
-// secret, or restart when the call must start over (a claim was lost or
+// secret, or errRestart when the call must start over (a claim was lost or
 // may have lapsed while it waited). Every claim it does not return is
 // dropped.
-func (e *engine) settle(ctx context.Context, own *claim, keys []altKey) (c *claim, rec *storekit.Record, ph string, restart bool, err error) {
+func (e *engine) settle(ctx context.Context, own *claim, keys []altKey) (c *claim, ans found, err error) {
 	c = own
 	for moved := true; moved; {
 		moved = false
@@ -144,26 +144,26 @@ func (e *engine) settle(ctx context.Context, own *claim, keys []altKey) (c *clai
 				// there (a release, and its steps): its epoch says so.
 				if history, err = e.hasEpoch(ctx, k.sk); err != nil {
 					c.drop()
-					return nil, nil, "", false, err
+					return nil, found{}, err
 				}
 				if !history {
 					continue
 				}
 			case err != nil:
 				c.drop()
-				return nil, nil, "", false, storeErr("get", err)
+				return nil, found{}, storeErr("get", err)
 			case r.Status != storekit.StatusInProgress:
 				c.drop()
-				return nil, r, k.ph, false, nil
+				return nil, found{r, k.ph}, nil
 			}
 			o, r, err := e.settleLive(ctx, c, k, history)
 			switch {
 			case err != nil:
 				c.drop()
 				if errors.Is(err, errRestart) {
-					return nil, nil, "", true, nil
+					return nil, found{}, errRestart
 				}
-				return nil, nil, "", false, err
+				return nil, found{}, err
 			case o != nil: // the call moves to k, where its past is
 				c.drop()
 				o.hold(o.callContext())
@@ -171,11 +171,18 @@ func (e *engine) settle(ctx context.Context, own *claim, keys []altKey) (c *clai
 				break scan
 			case r != nil:
 				c.drop()
-				return nil, r, k.ph, false, nil
+				return nil, found{r, k.ph}, nil
 			}
 		}
 	}
-	return c, nil, "", false, nil
+	return c, found{}, nil
+}
+
+// found is a record that answers a call under another of its keys, with
+// the call's payload hash under that key's secret.
+type found struct {
+	rec *storekit.Record
+	ph  string
 }
 
 // errRestart says that the claim being settled was lost, or may have
@@ -200,7 +207,7 @@ func (e *engine) settleLive(ctx context.Context, c *claim, k altKey, history boo
 		}
 	}()
 	for {
-		o, r, _, err := e.tryClaim(ctx, k.sk, k.ph)
+		o, r, err := e.tryClaim(ctx, k.sk, k.ph)
 		switch {
 		case err != nil:
 			return nil, nil, err

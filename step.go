@@ -146,7 +146,7 @@ func (s *step[V]) do(ctx context.Context, run func(c *claim) (V, error)) (v V, e
 	defer w.close()
 	unheld := 0 // claims in a row that lapsed before fn could start
 	for {
-		c, rec, _, err := e.tryClaim(ctx, s.sk, storekit.StepPayload)
+		c, rec, err := e.tryClaim(ctx, s.sk, storekit.StepPayload)
 		if err != nil {
 			return v, err
 		}
