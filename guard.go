@@ -12,11 +12,9 @@ import (
 )
 
 // Guard runs functions at most once per key, with their outcomes kept in a
-// Store. It is safe for concurrent use; create one per operation (or per
-// result type) and share it.
-//
-// A Guard is made with New. The zero Guard (and a nil *Guard) is not
-// usable: its methods return an error matching ErrInvalidOption.
+// Store. It is safe for concurrent use: make one with New per operation (or
+// result type) and share it. The zero Guard and a nil *Guard are not
+// usable: their methods return an error matching ErrInvalidOption.
 type Guard[T any] struct {
 	engine
 	sanitize func(T) T
@@ -168,11 +166,10 @@ func New[T any](store storekit.Store, opts ...Option) (*Guard[T], error) {
 
 type fencingKey struct{}
 
-// FencingToken returns the attempt number of the claim under which fn runs:
-// 1 for the first claim of a key, one more for every takeover or re-claim
-// while the record is kept. Pass it to a downstream system that rejects a
-// token lower than one it has seen, and a stale owner can do no harm there
-// either.
+// FencingToken returns the attempt number of the claim under which fn runs
+// (1, then one more for each takeover or re-claim while the record is
+// kept), for a downstream system that rejects a token lower than one it has
+// seen.
 func FencingToken(ctx context.Context) (int64, bool) {
 	t, ok := ctx.Value(fencingKey{}).(int64)
 	return t, ok
@@ -187,13 +184,10 @@ func (g *Guard[T]) StorageKey(key string) (string, error) {
 	return g.keys.storageKey(key)
 }
 
-// Do runs fn at most once for key. The first caller's claim runs fn; every
-// duplicate (in this process or another, while the record lives) gets the
-// stored outcome or an error, as the duplicate policy says. See the package
-// documentation for the full rules.
-//
-// A nil or zero Guard, a nil ctx or a nil fn is an error matching
-// ErrInvalidOption.
+// Do runs fn at most once for key: the first caller's claim runs fn, and
+// every duplicate, in this process or another, gets the stored outcome or
+// an error, as the duplicate policy says. A nil or zero Guard, a nil ctx or
+// a nil fn is an error matching ErrInvalidOption.
 func (g *Guard[T]) Do(ctx context.Context, key string, fn func(context.Context) (T, error), opts ...CallOption) (T, error) {
 	if err := g.check(ctx, "Do"); err != nil {
 		var zero T
@@ -653,8 +647,7 @@ func (g *Guard[T]) Policies() Policies {
 }
 
 // Store returns the store the Guard was made with (nil for a nil or zero
-// Guard), so that a store package's transaction runner can check that the
-// Guard is over one of its stores.
+// Guard), for a store package's DoTx to check.
 func (g *Guard[T]) Store() storekit.Store {
 	if g == nil {
 		return nil
