@@ -50,7 +50,7 @@ type claim struct {
 // allows) before it gives up with an error instead of claiming again.
 const maxUnheld = 3
 
-// Holding a claim (rule 4 of the package doc: fn never starts under a
+// Holding a claim (fn never starts under a
 // claim that may have lapsed).
 //
 // A claim is held from the moment its reply arrives: hold starts its

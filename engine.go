@@ -78,11 +78,10 @@ func (s *signal) wait() <-chan struct{} {
 
 type fencingKey struct{}
 
-// FencingToken returns the attempt number of the claim under which fn runs:
-// 1 for the first claim of a key, one more for every takeover or re-claim
-// while the record is kept. Pass it to a downstream system that rejects a
-// token lower than one it has seen, and a stale owner can do no harm there
-// either.
+// FencingToken returns the attempt number of the claim under which fn runs
+// (1, then one more for each takeover or re-claim while the record is
+// kept), for a downstream system that rejects a token lower than one it has
+// seen.
 func FencingToken(ctx context.Context) (int64, bool) {
 	t, ok := ctx.Value(fencingKey{}).(int64)
 	return t, ok

@@ -13,10 +13,8 @@ import (
 // Sentinel errors. Match them with errors.Is; several have a typed companion
 // that carries detail for errors.As.
 var (
-	// ErrInProgress: another caller holds a live claim on the key.
-	// The default duplicate policy (Return) answers a duplicate of a
-	// running call with it: retry later, or use OnDuplicate(Wait) to wait
-	// for the first call's outcome.
+	// ErrInProgress: another caller holds a live claim on the key. Under
+	// Return, retry later, or use OnDuplicate(Wait).
 	ErrInProgress = errors.New("idem: operation in progress (retry later, or use OnDuplicate(Wait))")
 	// ErrDuplicate: the key was already used and the guard's policy is Raise.
 	ErrDuplicate = errors.New("idem: duplicate call")
@@ -29,9 +27,8 @@ var (
 	// stored failure is available as a *RecordedFailure.
 	ErrPreviousFailure = storekit.ErrPreviousFailure
 	// ErrResultUnavailable: the key completed but its result could not be
-	// stored (it could not be encoded, its encoder panicked, or the store
-	// refused it for good, as when it is over the store's size limit), so
-	// a replay has nothing to return.
+	// stored (not encodable, or refused for good by the store), so a replay
+	// has nothing to return.
 	ErrResultUnavailable = errors.New("idem: stored result unavailable")
 	// ErrCorruptRecord: a stored record could not be decoded.
 	ErrCorruptRecord = storekit.ErrCorruptRecord
@@ -40,19 +37,12 @@ var (
 	// ErrInvalidPayload: the value given to Payload cannot be canonicalised.
 	ErrInvalidPayload = storekit.ErrInvalidPayload
 	// ErrNotRecorded: fn ran and returned, but its outcome is known not to
-	// be in the store and never to land there: no completion request can
-	// have reached the store, or the record moved on to another claim (a
-	// claim still in progress under the call's nonce is fenced off with a
-	// new nonce before this is answered, so a delayed completion cannot
-	// land afterwards). The result is returned alongside this error. (A store that refuses an outcome for good is
-	// not this case: the record completes without the result, see
-	// ErrResultUnavailable.)
+	// be in the store and never to land there. The result is returned
+	// alongside this error.
 	ErrNotRecorded = storekit.ErrNotRecorded
 	// ErrOutcomeUnknown: fn ran and returned, but whether its outcome was
-	// recorded cannot be known: a completion may have reached the store
-	// (its reply was lost or came too late) and the record could not be
-	// read back to find out. The result is returned alongside this error.
-	// Unlike ErrNotRecorded, the key may well replay this outcome.
+	// recorded cannot be known; the key may well replay it. The result is
+	// returned alongside this error.
 	ErrOutcomeUnknown = storekit.ErrOutcomeUnknown
 	// ErrInvalidOption: an option given to New is invalid.
 	ErrInvalidOption = storekit.ErrInvalidOption
@@ -110,14 +100,11 @@ func storableString(s string, max int) string {
 	return s[:cut] + more
 }
 
-// LapseError is the cause with which fn's context is cancelled when no
-// heartbeat has succeeded for the takeover threshold minus half a heartbeat
-// interval: the claim may be taken over at any moment, so fn should stop.
-// It matches ErrLostOwnership. The outcome is still recorded if nobody did
-// take the claim over. When fn returns an error after it, the call's error
-// joins fn's error with the LapseError, so errors.Is(err, ErrLostOwnership)
-// tells a call cut off by the Guard (safe to try again) from one given up
-// by its own context; a failure recorded under Lock holds fn's error alone.
+// LapseError is the cause with which fn's context is cancelled when its
+// claim could not be refreshed in time and may be taken over: fn should
+// stop. It matches ErrLostOwnership; the call's error joins fn's error
+// with it, so errors.Is(err, ErrLostOwnership) tells a call cut off by the
+// Guard (safe to try again) from one given up by its own context.
 type LapseError struct {
 	Since time.Duration // how long the claim went unrefreshed
 }

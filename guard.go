@@ -12,11 +12,9 @@ import (
 )
 
 // Guard runs functions at most once per key, with their outcomes kept in a
-// Store. It is safe for concurrent use; create one per operation (or per
-// result type) and share it.
-//
-// A Guard is made with New. The zero Guard (and a nil *Guard) is not
-// usable: its methods return an error matching ErrInvalidOption.
+// Store. It is safe for concurrent use: make one with New per operation (or
+// result type) and share it. The zero Guard and a nil *Guard are not
+// usable: their methods return an error matching ErrInvalidOption.
 type Guard[T any] struct {
 	engine
 	sanitize func(T) T
@@ -107,13 +105,10 @@ func (g *Guard[T]) StorageKey(key string) (string, error) {
 	return g.keys.storageKey(key)
 }
 
-// Do runs fn at most once for key. The first caller's claim runs fn; every
-// duplicate (in this process or another, while the record lives) gets the
-// stored outcome or an error, as the duplicate policy says. See the package
-// documentation for the full rules.
-//
-// A nil or zero Guard, a nil ctx or a nil fn is an error matching
-// ErrInvalidOption.
+// Do runs fn at most once for key: the first caller's claim runs fn, and
+// every duplicate, in this process or another, gets the stored outcome or
+// an error, as the duplicate policy says. A nil or zero Guard, a nil ctx or
+// a nil fn is an error matching ErrInvalidOption.
 func (g *Guard[T]) Do(ctx context.Context, key string, fn func(context.Context) (T, error), opts ...CallOption) (T, error) {
 	if err := g.check(ctx, "Do"); err != nil {
 		var zero T
@@ -553,8 +548,7 @@ func (g *Guard[T]) Policies() Policies {
 }
 
 // Store returns the store the Guard was made with (nil for a nil or zero
-// Guard), so that a store package's transaction runner can check that the
-// Guard is over one of its stores.
+// Guard), for a store package's DoTx to check.
 func (g *Guard[T]) Store() storekit.Store {
 	if g == nil {
 		return nil
@@ -579,14 +573,10 @@ func Wrap[A, T any](g *Guard[T], name string, fn func(context.Context, A) (T, er
 	}
 }
 
-// Forget deletes key's record, whatever its state, and its steps: a later
-// call of key runs fn again from the start, its steps too. With previous
-// secrets (WithSecret), it deletes the record and steps under each of them
-// as well. (It deletes the
-// call's steps epoch, so the old step records are no longer reachable and
-// expire with their TTL.) A call still running when it is forgotten keeps
-// running; its completion is refused (its nonce is gone). A nil or zero
-// Guard or a nil ctx is an error matching ErrInvalidOption.
+// Forget deletes key's record, whatever its state, and its steps (under
+// every secret of WithSecret): a later call of key runs fn again from the
+// start. A call still running keeps running; its completion is refused. A
+// nil or zero Guard or a nil ctx is an error matching ErrInvalidOption.
 func (g *Guard[T]) Forget(ctx context.Context, key string) error {
 	if err := g.check(ctx, "Forget"); err != nil {
 		return err

@@ -19,11 +19,9 @@ import (
 const MaxKeyLen = 4096
 
 // Key returns a canonical key for a call to name with args: the name, a
-// colon, and the hex SHA-256 of the args as canonical JSON (object keys
-// sorted at every depth, structs and maps with the same fields alike). The
-// same name and args give the same key in every run and process. A value
-// JSON cannot encode (func, chan, a cycle, NaN) or a string that is not
-// valid UTF-8 gives an error matching ErrInvalidKey, as does an empty name.
+// colon, and the hex SHA-256 of the args as canonical JSON, the same in
+// every run and process. An empty name, a value JSON cannot encode or a
+// string that is not valid UTF-8 is an error matching ErrInvalidKey.
 func Key(name string, args ...any) (string, error) {
 	if name == "" {
 		return "", &KeyError{Reason: "empty name"}

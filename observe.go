@@ -53,12 +53,9 @@ type Event struct {
 	Kind       EventKind
 	StorageKey string
 	Attempt    int64 // claim number, when known
-	// Duration is how long fn ran (complete, failure, lost ownership) or
-	// the wait lasted (wait_done, in_progress after a wait). For EventRefresh it is the lapse margin: how long fn may go
-	// on without another successful heartbeat before the Guard cancels its
-	// context with a *LapseError. For EventLapse it is what is left before
-	// another caller may take the claim over: a process that must stop
-	// something fn started (a child process) has that long.
+	// Duration is how long fn ran or the wait lasted; for EventRefresh, how
+	// long fn may go on without a heartbeat before its context is cancelled;
+	// for EventLapse, what is left before the claim may be taken over.
 	Duration time.Duration
 	Err      error  // the error behind a failure, when there is one
 	Scope    string // the Guard's scope (WithNamespace), "" if none

@@ -149,11 +149,8 @@ func OnFailure(p FailurePolicy) Option {
 const maxThreshold = time.Duration(math.MaxInt64 / 4)
 
 // WithHeartbeat sets how often the owner of a claim refreshes it while fn
-// runs. It must be at most half the takeover threshold, so that one failed
-// heartbeat can be followed by another before the claim goes stale; by
-// default it is 5s, or a third of the threshold if that is shorter. A call
-// that returns within one interval sends no heartbeat. It must be positive
-// and at most maxThreshold.
+// runs: positive, at most half the takeover threshold and at most about 73
+// years. Default 5s, or a third of the threshold if that is shorter.
 func WithHeartbeat(d time.Duration) Option {
 	return func(c *config) {
 		switch {
@@ -167,15 +164,9 @@ func WithHeartbeat(d time.Duration) Option {
 }
 
 // WithTakeoverAfter sets the heartbeat age after which an in-progress claim
-// is stale and may be taken over by another caller. The threshold is stored
-// with each claim this Guard makes, and staleness is judged by the owner's
-// stored threshold, so a Guard with a shorter one never takes over a live
-// claim of a Guard with a longer one. Default 30s; at least
-// 1ms, since records keep times in milliseconds (a shorter threshold would
-// count as zero and make every live claim stale at once), at most
-// maxThreshold. With
-// stores that use the caller's clock, hosts may disagree by up to this
-// threshold minus the heartbeat interval before a live claim looks stale.
+// is stale and may be taken over. Default 30s; at least 1ms (records keep
+// milliseconds), at most about 73 years. It is stored with each claim, so a
+// Guard with a shorter one never takes over a live claim of a longer one.
 func WithTakeoverAfter(d time.Duration) Option {
 	return func(c *config) {
 		switch {
@@ -200,31 +191,12 @@ const MinSecretLen = 16
 
 // WithSecret derives storage keys and payload hashes with HMAC-SHA256 under
 // active, so nobody without it can guess a storage key from a caller key.
-// New records are keyed with active. previous are secrets being rotated
-// out: a call that finds no record under active looks under each of them,
-// in order, before it runs fn, and a record found there (completed, failed,
-// in progress, stale) is answered as if the key had not changed: replayed,
-// ErrPreviousFailure, ErrInProgress or waited on, taken over when stale
-// (the fencing token and the steps carry on under the record's own key),
-// ErrPayloadMismatch. Replays of records written under active cost one
-// round trip as before; a call that runs fn pays two more per previous
-// secret while they are configured (the key, and its steps epoch: see
-// Rotating the secret in the package doc).
-//
-// Rotating from old to new takes three deploys:
-//
-//  1. WithSecret(old, new): still writing under old, already looking
-//     under new.
-//  2. WithSecret(new, old): writing under new, still finding what old
-//     keyed. While this deploy rolls, processes of steps 1 and 2 run side
-//     by side on the same keys and fn still runs once (see the package
-//     documentation, "Rotating the secret").
-//  3. Once the TTL has passed since step 2 finished: WithSecret(new).
-//
-// Every secret any process uses as its active one must be known to every
-// other process sharing the store, as steps 1 and 2 ensure. A secret
-// (active or previous) shorter than MinSecretLen bytes, or a previous one
-// equal to another secret given, is an error.
+// previous are secrets being rotated out: a call that finds no record under
+// active looks under each of them before it runs fn (two more round trips
+// each) and answers from a record found there. Rotate in three deploys:
+// WithSecret(old, new), WithSecret(new, old), then, once the TTL has
+// passed, WithSecret(new) (see docs/guarantees.md). A secret shorter than
+// MinSecretLen bytes, or a previous one equal to another, is an error.
 func WithSecret(active []byte, previous ...[]byte) Option {
 	return func(c *config) {
 		switch {
@@ -259,8 +231,7 @@ func WithSecret(active []byte, previous ...[]byte) Option {
 }
 
 // RequireSecret is production mode: New fails unless WithSecret is given
-// too, so a deployment that forgot its secret fails at start-up rather than
-// storing guessable keys.
+// too, so a deployment that forgot its secret fails at start-up.
 func RequireSecret() Option {
 	return func(c *config) { c.requireSecret = true }
 }
@@ -297,10 +268,9 @@ func WithCodec(codec Codec) Option {
 	}
 }
 
-// WithSanitize sets a function that shapes what is stored for replays: the
-// first caller gets fn's full result, every replay (and every same-process
-// duplicate) gets only sanitize(result). Its type parameter must be the
-// Guard's result type, or New fails.
+// WithSanitize sets what is stored for replays: the first caller gets fn's
+// full result, every replay (and same-process duplicate) gets only
+// sanitize(result). T must be the Guard's result type, or New fails.
 func WithSanitize[T any](sanitize func(T) T) Option {
 	return func(c *config) {
 		if sanitize == nil {
@@ -311,8 +281,7 @@ func WithSanitize[T any](sanitize func(T) T) Option {
 }
 
 // WithErrorType sets how a failure's type name is stored under
-// OnFailure(Lock). The default is the Go type of the error, like
-// "*fs.PathError".
+// OnFailure(Lock). Default: the error's Go type, like "*fs.PathError".
 func WithErrorType(name func(error) string) Option {
 	return func(c *config) {
 		if name == nil {
@@ -323,19 +292,11 @@ func WithErrorType(name func(error) string) Option {
 }
 
 // WithLocalCache keeps up to entries recently read completed and failed
-// (OnFailure(Lock)) outcomes in process memory, so replaying them costs no
-// store round trip. An entry is served until the record's own expiry or
-// maxAge after it was read, whichever comes first; in-progress records are
-// never cached. Concurrent replays of a key not yet cached still share one
-// store read, and payload mismatches are still detected (the entry keeps
-// the payload hash). Observers see a hit as from the store.
-//
-// A record deleted or changed in another process (idem unlock -force) can
-// still be replayed from the cache for up to maxAge. Expiry is judged with
-// the local clock, bounded by the record's own lifetime (ExpiresAt -
-// CompletedAt): with a store on a server clock ahead of the local one by d,
-// an entry may be served up to d past its expiry, never past maxAge after
-// it was read. entries and maxAge must be positive.
+// outcomes in process memory, so replaying them costs no store round trip.
+// An entry is served until the record's expiry or maxAge after it was
+// read, whichever comes first: a record deleted or changed in another
+// process can still be replayed for up to maxAge. entries and maxAge must
+// be positive.
 func WithLocalCache(entries int, maxAge time.Duration) Option {
 	return func(c *config) {
 		if entries < 1 {
@@ -357,15 +318,10 @@ type callConfig struct {
 }
 
 // Payload names the inputs of a call whose canonical hash must match on
-// replay. A later call with the same key and a different payload gets
-// ErrPayloadMismatch, whatever the state of the record. Calls that give no
-// payload match only records stored without one.
-//
-// Equality is canonical JSON equality: values that encode to the same JSON
-// (map keys sorted) are the same payload, whatever their Go types. So 1 and
-// 1.0 match, a nil map matches a nil slice (both null), and []byte("abc")
-// matches the string "YWJj" (its base64). A value JSON cannot encode is
-// ErrInvalidPayload.
+// replay: a later call with the same key and another payload gets
+// ErrPayloadMismatch, and a call without one matches only records stored
+// without one. Values that encode to the same canonical JSON are the same
+// payload (1 and 1.0); one JSON cannot encode is ErrInvalidPayload.
 func Payload(v any) CallOption {
 	return func(c *callConfig) { c.payload, c.hasPayload = v, true }
 }

@@ -15,32 +15,13 @@ var ErrNoCall = errors.New("idem: Step outside a guarded call")
 
 // Step runs fn as a recorded step of the guarded call whose context is ctx
 // (the context a Guard handed to fn), under name, and returns its result.
-//
-// The first attempt of the call that reaches the step claims it, runs fn
-// and records its result with the Guard's codec. A later attempt of the
-// same call (a takeover after a crash or a pause, a retry after a release),
-// and a second Step of the same name in one attempt, get the recorded
-// result without running fn. A step whose fn returns an error is not
-// recorded: its claim is released and the error returned, for the caller's
-// fn to decide (joined with a *LapseError, matching ErrLostOwnership, when
-// fn's context was cut off because the step's claim could not be
-// refreshed). A step in flight when its call is taken over keeps running
-// if its owner is alive (its own claim keeps its own heartbeat, and its
-// context is not cancelled by the loss of the call's claim, only by the
-// caller's context or the loss of the step's own claim), and the new
-// attempt waits for its outcome; if its owner died, its claim goes stale
-// and the new attempt runs it again, with the same StepKey and a higher
-// FencingToken. So a step runs at most once unless its owner dies while it
-// runs, and then its downstream sees the same key twice and can dedupe.
-//
-// Inside fn, StepKey(ctx) is the step's downstream key and
-// FencingToken(ctx) the step's own attempt. Step with a context that no
-// Guard handed to fn, or inside another step's fn (steps do not nest), is
-// ErrNoCall; an empty name is ErrInvalidKey; a nil ctx or fn is
-// ErrInvalidOption. See the package documentation (Steps) for how step
-// records are kept and what they cost, and sqlstore.StepTx and
-// dynamostore.StepTx for a step whose database writes commit together with
-// its record.
+// A later attempt of the call, and a second Step of the same name, get the
+// recorded result without running fn; a step whose fn returns an error is
+// released, not recorded, and the error returned. Inside fn, StepKey(ctx)
+// is the step's downstream key and FencingToken(ctx) its own attempt.
+// Step with a context that no Guard handed to fn, or inside another step's
+// fn (steps do not nest), is ErrNoCall; an empty name is ErrInvalidKey; a
+// nil ctx or fn is ErrInvalidOption. See docs/steps-and-transactions.md.
 func Step[V any](ctx context.Context, name string, fn func(context.Context) (V, error)) (V, error) {
 	var zero V
 	switch {
@@ -97,11 +78,9 @@ func stepCallOf(ctx context.Context, op, name string) (*stepCall, error) {
 	return sc, nil
 }
 
-// StepKey returns, inside a step's fn, the step's downstream key: derived
-// from the call's storage key, its steps epoch and the step's name, the
-// same on every attempt of the call, different for every step, no raw key
-// in it, 64 characters of [0-9a-f] (fit for a downstream Idempotency-Key
-// header). ok is false outside a step's fn.
+// StepKey returns, inside a step's fn, the step's downstream key: the same
+// on every attempt of the call, different for every step, 64 characters of
+// [0-9a-f] (fit for an Idempotency-Key header). ok is false outside a step.
 func StepKey(ctx context.Context) (string, bool) {
 	if ctx == nil {
 		return "", false
