@@ -128,7 +128,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	case err != nil:
 		writeProblem(w, problem{Type: ProblemKeyInvalid, Title: "Invalid idempotency key", Status: http.StatusBadRequest,
-			Detail: fmt.Sprintf("The %s header is invalid: %s.", m.cfg.headerName, err.(*KeyError).Reason)}, 0)
+			Detail: fmt.Sprintf("The %s header is invalid: %s.", m.cfg.headerName, err.(*idem.KeyError).Reason)}, 0)
 		return
 	}
 	principal := ""

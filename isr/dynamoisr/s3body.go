@@ -119,7 +119,7 @@ func (s *S3Body) check(key string) error {
 		return err
 	}
 	if len(s.prefix)+len(key) > body.MaxKeyLen {
-		return &body.KeyError{Key: key[:min(len(key), 32)], Reason: fmt.Sprintf("prefix + key longer than %d bytes", body.MaxKeyLen)}
+		return &idem.KeyError{Reason: fmt.Sprintf("body key %q with prefix longer than %d bytes", key[:min(len(key), 32)], body.MaxKeyLen)}
 	}
 	return nil
 }
