@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -40,7 +41,8 @@ type Option func(*config)
 
 type config struct {
 	storekit.Options
-	sync bool
+	sync   bool
+	logger *slog.Logger // nil: slog.Default()
 }
 
 // WithClock sets the clock that decides expiry and staleness (default
@@ -89,6 +91,19 @@ func WithCleanup(every time.Duration) Option {
 // overrides an earlier WithCleanup.
 func WithoutCleanup() Option {
 	return func(c *config) { c.SetNoCleanup() }
+}
+
+// WithLogger sets where a failed clean-up pass is logged (at Warn, with
+// the error); the default is slog.Default(). A nil logger is an invalid
+// option.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l == nil {
+			c.Invalid("WithLogger", "logger is nil")
+			return
+		}
+		c.logger = l
+	}
 }
 
 // Store is an idem.Store keeping one file per key under a directory. It is
@@ -168,7 +183,7 @@ func New(dir string, opts ...Option) (*Store, error) {
 	s := &Store{core: cr}
 	s.kit = storekit.NewLocked(files{cr}, storekit.LockedConfig{Name: "filestore", Now: c.Now, Changed: cr.hub.Notify})
 	if !c.NoCleanup {
-		s.cleaner = storekit.StartCleaner("filestore", c.Cleanup, cr.clean)
+		s.cleaner = storekit.StartCleaner("filestore", c.Cleanup, c.logger, cr.clean)
 		runtime.AddCleanup(s, func(c *storekit.Cleaner) { go c.Close() }, s.cleaner)
 	}
 	return s, nil

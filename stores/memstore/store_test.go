@@ -37,6 +37,7 @@ func TestOptions(t *testing.T) {
 		"nil option":         nil,
 		"nil clock":          memstore.WithClock(nil),
 		"negative retention": memstore.WithRetention(-time.Second),
+		"nil logger":         memstore.WithLogger(nil),
 	} {
 		if _, err := memstore.New(o); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("%s: got %v, want ErrInvalidOption", name, err)

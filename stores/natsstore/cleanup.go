@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -121,7 +120,7 @@ func (s *Store) passStream(ctx context.Context) (stream jetstream.Stream, info *
 		if stream == nil {
 			why = "the Store has no JetStream context (natsstore.WithJetStream) for a bucket not made by natsstore.CreateBucket"
 		}
-		slog.Default().Warn("natsstore: clean-up removes expired records with KV purges, which leave one delete marker per key in the stream", "bucket", st.Bucket(), "why", why)
+		s.logger.Warn("natsstore: clean-up removes expired records with KV purges, which leave one delete marker per key in the stream", "bucket", st.Bucket(), "why", why)
 	}
 	return stream, info, false, nil
 }
