@@ -354,10 +354,9 @@
 //     serializes the batches of every process (no try-lock): a claim waits
 //     for one batch at most.
 //
-// Measured (TestSoakPurgeMillion, IDEM_SOAK=1; see CHANGELOG.md for a
-// run's figures): removing a large backlog takes longer than one DELETE
-// did, but a probe of claims and replays beside it stays close to its
-// latency without the removal.
+// Measured (TestSoakPurgeMillion, IDEM_SOAK=1): removing a large backlog
+// takes longer than one DELETE did, but a probe of claims and replays
+// beside it stays close to its latency without the removal.
 //
 // On PostgreSQL the removal writes WAL: about 150 bytes a row, and three
 // times that when a checkpoint falls inside it, as every page it touches
