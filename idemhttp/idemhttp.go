@@ -159,6 +159,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.replay(w, v)
 		return
 	}
+	m.writeError(w, r, scoped, err)
+}
+
+// writeError answers a request whose call returned err (not served by the
+// handler, not a replay) with the problem document err stands for.
+func (m *Middleware) writeError(w http.ResponseWriter, r *http.Request, scoped string, err error) {
 	var se *idem.StoreError
 	switch {
 	case errors.Is(err, idem.ErrPayloadMismatch):
