@@ -64,5 +64,5 @@ func ExampleCheckKey() {
 	fmt.Println(idemgrpc.CheckKey("order 1042"))
 	// Output:
 	// <nil>
-	// idemgrpc: invalid key: byte 5 is ' ', not a visible ASCII character
+	// idem: invalid key: byte 5 is ' ', not a visible ASCII character
 }

@@ -23,30 +23,21 @@ const (
 	MaxKeyLen = 255
 )
 
-// KeyError says why a key was refused. It matches idem.ErrInvalidKey.
-type KeyError struct {
-	Reason string
-}
-
-func (e *KeyError) Error() string { return "idemgrpc: invalid key: " + e.Reason }
-
-// Is makes a KeyError match idem.ErrInvalidKey.
-func (e *KeyError) Is(target error) bool { return target == idem.ErrInvalidKey }
-
 // CheckKey reports whether key is a valid idempotency key: 1 to MaxKeyLen
 // bytes, each a visible ASCII character ('!' to '~': no space, no control
 // character, nothing outside ASCII). Any such string is fine: a UUID, a
-// ULID, an order number. A refused key is a *KeyError.
+// ULID, an order number. A refused key is an
+// *idem.KeyError matching idem.ErrInvalidKey.
 func CheckKey(key string) error {
 	if key == "" {
-		return &KeyError{Reason: "empty"}
+		return &idem.KeyError{Reason: "empty"}
 	}
 	if len(key) > MaxKeyLen {
-		return &KeyError{Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
+		return &idem.KeyError{Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x21 || c > 0x7e {
-			return &KeyError{Reason: fmt.Sprintf("byte %d is %q, not a visible ASCII character", i, c)}
+			return &idem.KeyError{Reason: fmt.Sprintf("byte %d is %q, not a visible ASCII character", i, c)}
 		}
 	}
 	return nil

@@ -130,7 +130,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	case err != nil:
 		writeProblem(w, problem{Type: ProblemKeyInvalid, Title: "Invalid idempotency key", Status: http.StatusBadRequest,
-			Detail: fmt.Sprintf("The %s header is invalid: %s.", m.cfg.headerName, err.(*KeyError).Reason)}, 0)
+			Detail: fmt.Sprintf("The %s header is invalid: %s.", m.cfg.headerName, err.(*idem.KeyError).Reason)}, 0)
 		return
 	}
 	principal := ""
@@ -161,6 +161,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.replay(w, v)
 		return
 	}
+	m.writeError(w, r, scoped, err)
+}
+
+// writeError answers a request whose call returned err (not served by the
+// handler, not a replay) with the problem document err stands for.
+func (m *Middleware) writeError(w http.ResponseWriter, r *http.Request, scoped string, err error) {
 	var se *idem.StoreError
 	switch {
 	case errors.Is(err, idem.ErrPayloadMismatch):

@@ -11,16 +11,6 @@ import (
 // ErrNoKey is returned by ParseKey for a request without the key header.
 var ErrNoKey = errors.New("idemhttp: no idempotency key")
 
-// KeyError says why a key header was refused. It matches idem.ErrInvalidKey.
-type KeyError struct {
-	Reason string
-}
-
-func (e *KeyError) Error() string { return "idemhttp: invalid key: " + e.Reason }
-
-// Is makes a KeyError match idem.ErrInvalidKey.
-func (e *KeyError) Is(target error) bool { return target == idem.ErrInvalidKey }
-
 // ParseKey returns the key carried by the values of the key header (all the
 // field lines of the request, as http.Header.Values gives them).
 //
@@ -31,7 +21,8 @@ func (e *KeyError) Is(target error) bool { return target == idem.ErrInvalidKey }
 // ASCII without spaces, double quotes, backslashes, commas or semicolons.
 // Structured-field parameters (;a=1) are not accepted. Refused: more than
 // one field line, an empty key, a key longer than MaxKeyLen bytes (once
-// unquoted), and anything malformed; the error is a *KeyError. No field
+// unquoted), and anything malformed; the error is an *idem.KeyError
+// matching idem.ErrInvalidKey, whose Reason says what is wrong. No field
 // line at all is ErrNoKey.
 func ParseKey(values []string) (string, error) {
 	switch len(values) {
@@ -39,11 +30,11 @@ func ParseKey(values []string) (string, error) {
 		return "", ErrNoKey
 	case 1:
 	default:
-		return "", &KeyError{Reason: "more than one field line"}
+		return "", &idem.KeyError{Reason: "more than one field line"}
 	}
 	v := strings.Trim(values[0], " \t")
 	if v == "" {
-		return "", &KeyError{Reason: "empty"}
+		return "", &idem.KeyError{Reason: "empty"}
 	}
 	var key string
 	if v[0] == '"' {
@@ -55,7 +46,7 @@ func ParseKey(values []string) (string, error) {
 			switch {
 			case c == '\\':
 				if i+1 >= len(v) || (v[i+1] != '"' && v[i+1] != '\\') {
-					return "", &KeyError{Reason: "bad escape in string"}
+					return "", &idem.KeyError{Reason: "bad escape in string"}
 				}
 				b.WriteByte(v[i+1])
 				i += 2
@@ -63,36 +54,36 @@ func ParseKey(values []string) (string, error) {
 				closed = true
 				i++
 			case c < 0x20 || c > 0x7e:
-				return "", &KeyError{Reason: "string holds a character that is not printable ASCII"}
+				return "", &idem.KeyError{Reason: "string holds a character that is not printable ASCII"}
 			default:
 				b.WriteByte(c)
 				i++
 			}
 			if b.Len() > MaxKeyLen {
-				return "", &KeyError{Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
+				return "", &idem.KeyError{Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
 			}
 		}
 		if !closed {
-			return "", &KeyError{Reason: "unterminated string"}
+			return "", &idem.KeyError{Reason: "unterminated string"}
 		}
 		if i != len(v) {
-			return "", &KeyError{Reason: "characters after the string (parameters are not accepted)"}
+			return "", &idem.KeyError{Reason: "characters after the string (parameters are not accepted)"}
 		}
 		key = b.String()
 		if key == "" {
-			return "", &KeyError{Reason: "empty"}
+			return "", &idem.KeyError{Reason: "empty"}
 		}
 	} else {
 		for i := 0; i < len(v); i++ {
 			c := v[i]
 			if c <= 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == ',' || c == ';' {
-				return "", &KeyError{Reason: fmt.Sprintf("bare key holds %q; send it as a quoted string", c)}
+				return "", &idem.KeyError{Reason: fmt.Sprintf("bare key holds %q; send it as a quoted string", c)}
 			}
 		}
 		key = v
 	}
 	if len(key) > MaxKeyLen {
-		return "", &KeyError{Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
+		return "", &idem.KeyError{Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
 	}
 	return key, nil
 }

@@ -122,7 +122,7 @@ func NewFileTable(dir string, opts ...FileOption) (*FileTable, error) {
 	}
 	if !c.NoCleanup {
 		core := t.fileCore
-		t.cleaner = storekit.StartCleaner("isr.FileTable", c.Cleanup, func(ctx context.Context) error {
+		t.cleaner = storekit.StartCleaner("isr.FileTable", c.Cleanup, c.logger, func(ctx context.Context) error {
 			_, err := core.purge(ctx)
 			return err
 		})

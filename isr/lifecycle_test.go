@@ -108,6 +108,7 @@ func TestTableOptions(t *testing.T) {
 		"zero cleanup": {isr.WithCleanup(0)},
 		"negative":     {isr.WithCleanup(-time.Second)},
 		"nil clock":    {isr.WithTableClock(nil)},
+		"nil logger":   {isr.WithTableLogger(nil)},
 		"file sync":    {isr.WithoutFileSync()},
 	} {
 		tb, err := isr.NewMemoryTable(opts...)

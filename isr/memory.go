@@ -62,7 +62,7 @@ func NewMemoryTable(opts ...TableOption) (*MemoryTable, error) {
 	}
 	t := &MemoryTable{memCore: core}
 	if !c.NoCleanup {
-		t.cleaner = storekit.StartCleaner("isr.MemoryTable", c.Cleanup, func(ctx context.Context) error {
+		t.cleaner = storekit.StartCleaner("isr.MemoryTable", c.Cleanup, c.logger, func(ctx context.Context) error {
 			_, err := core.purge(ctx)
 			return err
 		})

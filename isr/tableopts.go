@@ -1,6 +1,7 @@
 package isr
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/idem-go/idem/storekit"
@@ -18,7 +19,8 @@ type FileOption = TableOption
 type tableConfig struct {
 	storekit.Options // Now, Cleanup, NoCleanup
 	sync             bool
-	syncSet          bool // WithoutFileSync given
+	syncSet          bool         // WithoutFileSync given
+	logger           *slog.Logger // WithTableLogger; nil: slog.Default()
 }
 
 // DefaultTableCleanup is about how often an open FileTable or MemoryTable
@@ -72,4 +74,17 @@ func WithoutCleanup() TableOption {
 // must.
 func WithTableClock(now func() time.Time) TableOption {
 	return func(c *tableConfig) { c.SetClock(now) }
+}
+
+// WithTableLogger sets where a failed clean-up pass of the table is logged
+// (at Warn, with the error); the default is slog.Default(). A nil logger
+// is an invalid option.
+func WithTableLogger(l *slog.Logger) TableOption {
+	return func(c *tableConfig) {
+		if l == nil {
+			c.Invalid("WithTableLogger", "logger is nil")
+			return
+		}
+		c.logger = l
+	}
 }

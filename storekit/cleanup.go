@@ -39,9 +39,10 @@ func (o *Options) SetNoCleanup() { o.NoCleanup = true }
 // interval, until Close. Each wait is drawn from [interval/2,
 // interval*3/2), so processes that share one table, directory or bucket
 // and were started together spread their passes instead of cleaning at
-// once. A pass that fails is logged (slog, the store's name and the error)
-// and tried again at the next interval: a clean-up never changes what a
-// call sees, only how much the store holds.
+// once. A pass that fails is logged at Warn (the store's name and the
+// error) to the logger given to StartCleaner, and tried again at the next
+// interval: a clean-up never changes what a call sees, only how much the
+// store holds.
 //
 // A nil *Cleaner is a cleaner that runs nothing; its Close returns nil.
 type Cleaner struct {
@@ -51,9 +52,14 @@ type Cleaner struct {
 }
 
 // StartCleaner starts pass in a goroutine of its own, first after one
-// jittered interval. The context pass gets ends when Close is called; a
-// pass cut off by it returns at once and its error is not logged.
-func StartCleaner(store string, interval time.Duration, pass func(ctx context.Context) error) *Cleaner {
+// jittered interval. A failed pass is logged to logger, the one a store's
+// user gives with the store's WithLogger option; nil means slog.Default().
+// The context pass gets ends when Close is called; a pass cut off by it
+// returns at once and its error is not logged.
+func StartCleaner(store string, interval time.Duration, logger *slog.Logger, pass func(ctx context.Context) error) *Cleaner {
+	if logger == nil {
+		logger = slog.Default()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Cleaner{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -64,7 +70,7 @@ func StartCleaner(store string, interval time.Duration, pass func(ctx context.Co
 				return
 			}
 			if err := pass(ctx); err != nil && ctx.Err() == nil {
-				slog.Default().Warn("idem store clean-up failed; it runs again", "store", store, "err", err)
+				logger.Warn("idem store clean-up failed; it runs again", "store", store, "err", err)
 			}
 		}
 	}()

@@ -16,7 +16,7 @@ import (
 // negative would run passes back to back), and every wait drawn is long.
 func TestCleanupHugeInterval(t *testing.T) {
 	var passes atomic.Int64
-	c := storekit.StartCleaner("test", math.MaxInt64, func(context.Context) error {
+	c := storekit.StartCleaner("test", math.MaxInt64, nil, func(context.Context) error {
 		passes.Add(1)
 		return nil
 	})

@@ -376,28 +376,9 @@ func openSQL(ctx context.Context, spec string, dialect sqlstore.Dialect) (*opene
 	}
 	table := takeParam(u, "table")
 	migrate := takeParam(u, "migrate")
-	var driver, dsn string
-	switch dialect {
-	case sqlstore.Postgres:
-		driver, dsn = "pgx", u.String()
-	case sqlstore.MySQL:
-		driver = "mysql"
-		if dsn, err = mysqlDSN(u); err != nil {
-			return nil, &StoreConfigError{redact(spec), err.Error()}
-		}
-	case sqlstore.SQLite:
-		driver = "sqlite"
-		if dsn, err = sqliteDSN(u); err != nil {
-			return nil, &StoreConfigError{redact(spec), err.Error()}
-		}
-		if dsn, err = sqliteCheckFile(u, dsn, migrate == "1" || migrate == "true"); err != nil {
-			var me *MissingError
-			if errors.As(err, &me) {
-				me.Store = redact(spec)
-				return nil, me
-			}
-			return nil, &StoreConfigError{redact(spec), err.Error()}
-		}
+	driver, dsn, err := sqlDriverDSN(spec, u, dialect, migrate)
+	if err != nil {
+		return nil, err
 	}
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
@@ -450,6 +431,35 @@ func openSQL(ctx context.Context, spec string, dialect sqlstore.Dialect) (*opene
 			return p.Purge(ctx)
 		},
 	}, nil
+}
+
+// sqlDriverDSN returns the database/sql driver and data source name of the
+// store spec (parsed as u, its own parameters taken out) for dialect; an
+// SQLite file that is missing without migrate=1 is a *MissingError.
+func sqlDriverDSN(spec string, u *url.URL, dialect sqlstore.Dialect, migrate string) (driver, dsn string, err error) {
+	switch dialect {
+	case sqlstore.Postgres:
+		return "pgx", u.String(), nil
+	case sqlstore.MySQL:
+		if dsn, err = mysqlDSN(u); err != nil {
+			return "", "", &StoreConfigError{redact(spec), err.Error()}
+		}
+		return "mysql", dsn, nil
+	case sqlstore.SQLite:
+		if dsn, err = sqliteDSN(u); err != nil {
+			return "", "", &StoreConfigError{redact(spec), err.Error()}
+		}
+		if dsn, err = sqliteCheckFile(u, dsn, migrate == "1" || migrate == "true"); err != nil {
+			var me *MissingError
+			if errors.As(err, &me) {
+				me.Store = redact(spec)
+				return "", "", me
+			}
+			return "", "", &StoreConfigError{redact(spec), err.Error()}
+		}
+		return "sqlite", dsn, nil
+	}
+	return "", "", nil
 }
 
 // sqliteURL parses sqlite:PATH, sqlite://PATH or sqlite:///ABS/PATH, with

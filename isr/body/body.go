@@ -25,7 +25,7 @@
 //
 // Put overwrites. Get of an absent key returns an error matching ErrNotFound.
 // Delete of an absent key is not an error. An empty or otherwise unusable key
-// returns a *KeyError (matching ErrInvalidKey), never a panic. A store its
+// returns an *idem.KeyError (matching idem.ErrInvalidKey), never a panic. A store its
 // constructor did not make (nil, or a zero File or Memory) returns an
 // *storekit.OptionError matching idem.ErrInvalidOption.
 package body
@@ -36,6 +36,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+
+	"github.com/idem-go/idem"
 )
 
 // Store is a place for page bodies.
@@ -61,21 +63,6 @@ type Object struct {
 // ErrNotFound is returned (wrapped) by Get when nothing is stored under the key.
 var ErrNotFound = errors.New("body: not found")
 
-// ErrInvalidKey is matched by every *KeyError.
-var ErrInvalidKey = errors.New("body: invalid key")
-
-// KeyError reports a key a store cannot use.
-type KeyError struct {
-	Key    string
-	Reason string
-}
-
-// Error implements error.
-func (e *KeyError) Error() string { return fmt.Sprintf("body: invalid key %q: %s", e.Key, e.Reason) }
-
-// Is makes errors.Is(err, ErrInvalidKey) true.
-func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
-
 // ETag returns the strong ETag of content: the lowercase hex SHA-256 of the
 // bytes in double quotes, e.g. "e3b0c442...b855" for empty content.
 func ETag(content []byte) string {
@@ -91,13 +78,14 @@ func ETag(content []byte) string {
 const MaxKeyLen = 1024
 
 // CheckKey reports a key no store accepts (empty, or longer than
-// MaxKeyLen) as a *KeyError: the check every Store makes first.
+// MaxKeyLen) as an *idem.KeyError matching idem.ErrInvalidKey: the check
+// every Store makes first.
 func CheckKey(key string) error {
 	switch {
 	case key == "":
-		return &KeyError{Key: key, Reason: "empty"}
+		return &idem.KeyError{Reason: "empty body key"}
 	case len(key) > MaxKeyLen:
-		return &KeyError{Key: key[:32] + "...", Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
+		return &idem.KeyError{Reason: fmt.Sprintf("body key %q... longer than %d bytes", key[:32], MaxKeyLen)}
 	}
 	return nil
 }

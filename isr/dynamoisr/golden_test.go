@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idem-go/idem/isr"
+	"github.com/idem-go/idem/isr/dynamoisr"
 	"github.com/idem-go/idem/isr/isrtest"
 )
 
@@ -177,6 +178,95 @@ func TestDynamoGoldenItems(t *testing.T) {
 	clock := isrtest.NewClock(isrtest.Base)
 	base := isrtest.Base.Unix()
 
+	compareWrittenItems(t, client, table, tb, clock)
+
+	// Reading: every fixture, written raw as another service would, decodes.
+	t.Run("ReadFixtures", func(t *testing.T) {
+		for _, name := range []string{"lock", "meta", "meta_pointer", "req_started", "req_completed", "req_failed", "version"} {
+			rpk := isrtest.NewPK(t)
+			j := putFixture(t, client, table, name, rpk)
+			if name == "meta_pointer" {
+				// Recipe B: META's current_sk is followed to its VER# row,
+				// so the pointed row is written under the same pk.
+				putFixture(t, client, table, "version", rpk)
+			}
+			checkFixture(t, tb, name, rpk, j, base)
+		}
+	})
+
+	// A wrongly typed attribute is a typed error, not a panic.
+	t.Run("CorruptItem", func(t *testing.T) {
+		rpk := isrtest.NewPK(t)
+		_, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: map[string]types.AttributeValue{
+			"pk": &types.AttributeValueMemberS{Value: rpk}, "sk": &types.AttributeValueMemberS{Value: "META"},
+			"s3_key": &types.AttributeValueMemberS{Value: "k"}, "generated_at": &types.AttributeValueMemberS{Value: "yesterday"},
+			"revalidate_seconds": &types.AttributeValueMemberN{Value: "60"},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tb.GetMeta(ctx, rpk)
+		var ce *isr.CorruptItemError
+		if !errorsAs(err, &ce) || ce.Attr != "generated_at" {
+			t.Fatalf("want *CorruptItemError on generated_at, got %v", err)
+		}
+	})
+}
+
+// putFixture writes the item of testdata/NAME.json under the partition
+// key rpk, raw, as another service would, and returns the fixture.
+func putFixture(t *testing.T, client *dynamodb.Client, table, name, rpk string) ddbJSON {
+	b, err := os.ReadFile(filepath.Join("testdata", name+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var j ddbJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		t.Fatal(err)
+	}
+	item := fromJSON(t, j)
+	item["pk"] = &types.AttributeValueMemberS{Value: rpk}
+	if _, err := client.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(table), Item: item}); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// checkFixture reads the item of fixture j (named name, written under rpk)
+// back with the Table getter of its kind and checks its fields; base is
+// the fixtures' instant in Unix seconds.
+func checkFixture(t *testing.T, tb *dynamoisr.Table, name, rpk string, j ddbJSON, base int64) {
+	ctx := context.Background()
+	sk := j["sk"]["S"]
+	switch {
+	case sk == isr.SKMeta:
+		m, err := tb.GetMeta(ctx, rpk)
+		if err != nil || m.S3Key != j["s3_key"]["S"] || m.ETag != j["etag"]["S"] || m.CurrentSK != j["current_sk"]["S"] {
+			t.Errorf("%s: GetMeta = %+v, %v", name, m, err)
+		}
+	case sk == isr.SKLock:
+		l, err := tb.GetLease(ctx, rpk)
+		if err != nil || l.Token != j["lease_token"]["S"] || l.ExpiresAt != base+30 {
+			t.Errorf("%s: GetLease = %+v, %v", name, l, err)
+		}
+	case len(sk) > 4 && sk[:4] == isr.RequestSKPrefix:
+		r, err := tb.GetRequest(ctx, rpk, sk[4:])
+		if err != nil || string(r.Status) != j["status"]["S"] || r.Hash != j["request_hash"]["S"] || r.ResultS3Key != j["result_s3_key"]["S"] {
+			t.Errorf("%s: GetRequest = %+v, %v", name, r, err)
+		}
+	default:
+		v, err := tb.GetVersion(ctx, rpk, sk[4:])
+		if err != nil || v.S3Key != j["s3_key"]["S"] || v.ETag != j["etag"]["S"] {
+			t.Errorf("%s: GetVersion = %+v, %v", name, v, err)
+		}
+	}
+}
+
+// compareWrittenItems writes through tb (and Coordinators on it) every
+// kind of item, reads each back raw and compares it with its fixture.
+func compareWrittenItems(t *testing.T, client *dynamodb.Client, table string, tb *dynamoisr.Table, clock *isrtest.Clock) {
+	ctx := context.Background()
+	base := isrtest.Base.Unix()
 	pk, err := isr.PK("t1", "/golden/page")
 	if err != nil {
 		t.Fatal(err)
@@ -231,82 +321,4 @@ func TestDynamoGoldenItems(t *testing.T) {
 	}
 	compareGolden(t, "meta_pointer", toJSON(t, rawGet(t, client, table, pkB, isr.SKMeta)), false)
 	compareGolden(t, "version", toJSON(t, rawGet(t, client, table, pkB, res.Meta.CurrentSK)), true)
-
-	// Reading: every fixture, written raw as another service would, decodes.
-	t.Run("ReadFixtures", func(t *testing.T) {
-		for _, name := range []string{"lock", "meta", "meta_pointer", "req_started", "req_completed", "req_failed", "version"} {
-			b, err := os.ReadFile(filepath.Join("testdata", name+".json"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var j ddbJSON
-			if err := json.Unmarshal(b, &j); err != nil {
-				t.Fatal(err)
-			}
-			item := fromJSON(t, j)
-			rpk := isrtest.NewPK(t)
-			item["pk"] = &types.AttributeValueMemberS{Value: rpk}
-			if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: item}); err != nil {
-				t.Fatal(err)
-			}
-			if name == "meta_pointer" {
-				// Recipe B: META's current_sk is followed to its VER# row,
-				// so the pointed row is written under the same pk.
-				vb, err := os.ReadFile(filepath.Join("testdata", "version.json"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				var vj ddbJSON
-				if err := json.Unmarshal(vb, &vj); err != nil {
-					t.Fatal(err)
-				}
-				vitem := fromJSON(t, vj)
-				vitem["pk"] = &types.AttributeValueMemberS{Value: rpk}
-				if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: vitem}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			sk := j["sk"]["S"]
-			switch {
-			case sk == isr.SKMeta:
-				m, err := tb.GetMeta(ctx, rpk)
-				if err != nil || m.S3Key != j["s3_key"]["S"] || m.ETag != j["etag"]["S"] || m.CurrentSK != j["current_sk"]["S"] {
-					t.Errorf("%s: GetMeta = %+v, %v", name, m, err)
-				}
-			case sk == isr.SKLock:
-				l, err := tb.GetLease(ctx, rpk)
-				if err != nil || l.Token != j["lease_token"]["S"] || l.ExpiresAt != base+30 {
-					t.Errorf("%s: GetLease = %+v, %v", name, l, err)
-				}
-			case len(sk) > 4 && sk[:4] == isr.RequestSKPrefix:
-				r, err := tb.GetRequest(ctx, rpk, sk[4:])
-				if err != nil || string(r.Status) != j["status"]["S"] || r.Hash != j["request_hash"]["S"] || r.ResultS3Key != j["result_s3_key"]["S"] {
-					t.Errorf("%s: GetRequest = %+v, %v", name, r, err)
-				}
-			default:
-				v, err := tb.GetVersion(ctx, rpk, sk[4:])
-				if err != nil || v.S3Key != j["s3_key"]["S"] || v.ETag != j["etag"]["S"] {
-					t.Errorf("%s: GetVersion = %+v, %v", name, v, err)
-				}
-			}
-		}
-	})
-
-	// A wrongly typed attribute is a typed error, not a panic.
-	t.Run("CorruptItem", func(t *testing.T) {
-		rpk := isrtest.NewPK(t)
-		_, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: map[string]types.AttributeValue{
-			"pk": &types.AttributeValueMemberS{Value: rpk}, "sk": &types.AttributeValueMemberS{Value: "META"},
-			"s3_key": &types.AttributeValueMemberS{Value: "k"}, "generated_at": &types.AttributeValueMemberS{Value: "yesterday"},
-			"revalidate_seconds": &types.AttributeValueMemberN{Value: "60"},
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = tb.GetMeta(ctx, rpk)
-		var ce *isr.CorruptItemError
-		if !errorsAs(err, &ce) || ce.Attr != "generated_at" {
-			t.Fatalf("want *CorruptItemError on generated_at, got %v", err)
-		}
-	})
 }

@@ -222,6 +222,34 @@ func TestHandlerStaleAcrossProcesses(t *testing.T) {
 	t.Logf("%d requests in %d processes answered stale without waiting; 1 regeneration", served, procs)
 }
 
+// stdinGates returns a channel per name, closed when the process reads
+// that name as a line of its standard input.
+func stdinGates(names ...string) map[string]chan struct{} {
+	gate := make(map[string]chan struct{}, len(names))
+	for _, n := range names {
+		gate[n] = make(chan struct{})
+	}
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			if ch, ok := gate[sc.Text()]; ok {
+				close(ch)
+			}
+		}
+	}()
+	return gate
+}
+
+// raiseTo sets m to v if v is larger.
+func raiseTo(m *atomic.Int64, v int64) {
+	for {
+		cur := m.Load()
+		if v <= cur || m.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}
+
 // TestHandlerHelperProcess is the body of a child process of
 // TestHandlerStaleAcrossProcesses. It skips unless started as one.
 func TestHandlerHelperProcess(t *testing.T) {
@@ -237,15 +265,7 @@ func TestHandlerHelperProcess(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("ISR_REQUESTS"))
 	key := os.Getenv("ISR_CACHE_KEY")
 
-	gate := map[string]chan struct{}{"GO": make(chan struct{}), "RELEASE": make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(os.Stdin)
-		for sc.Scan() {
-			if ch, ok := gate[sc.Text()]; ok {
-				close(ch)
-			}
-		}
-	}()
+	gate := stdinGates("GO", "RELEASE")
 	var out sync.Mutex
 	say := func(s string) { out.Lock(); fmt.Println(s); out.Unlock() }
 	var renders, attempts atomic.Int64
@@ -283,12 +303,7 @@ func TestHandlerHelperProcess(t *testing.T) {
 			b, _ := io.ReadAll(res.Body)
 			_ = res.Body.Close()
 			ms := time.Since(start).Milliseconds()
-			for {
-				cur := maxMS.Load()
-				if ms <= cur || maxMS.CompareAndSwap(cur, ms) {
-					break
-				}
-			}
+			raiseTo(&maxMS, ms)
 			if res.StatusCode == 200 {
 				ok.Add(1)
 			}

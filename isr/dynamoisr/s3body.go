@@ -15,6 +15,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/isr/body"
 	"github.com/idem-go/idem/storekit"
 )
@@ -118,7 +119,7 @@ func (s *S3Body) check(key string) error {
 		return err
 	}
 	if len(s.prefix)+len(key) > body.MaxKeyLen {
-		return &body.KeyError{Key: key[:min(len(key), 32)], Reason: fmt.Sprintf("prefix + key longer than %d bytes", body.MaxKeyLen)}
+		return &idem.KeyError{Reason: fmt.Sprintf("body key %q with prefix longer than %d bytes", key[:min(len(key), 32)], body.MaxKeyLen)}
 	}
 	return nil
 }

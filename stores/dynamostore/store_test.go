@@ -484,25 +484,29 @@ func concurrentTakeovers(t *testing.T, firstLease time.Duration) {
 	}
 }
 
+// goodCompletedItem returns the attributes (all but the keys) of a valid
+// completed record, expiring in an hour.
+func goodCompletedItem() map[string]types.AttributeValue {
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	exp := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+	return map[string]types.AttributeValue{
+		"record_version": &types.AttributeValueMemberN{Value: "1"},
+		"status":         &types.AttributeValueMemberS{Value: "completed"},
+		"nonce":          &types.AttributeValueMemberS{Value: "A"},
+		"payload_hash":   &types.AttributeValueMemberS{Value: "ph"},
+		"attempt":        &types.AttributeValueMemberN{Value: "1"},
+		"started_at":     &types.AttributeValueMemberN{Value: now},
+		"heartbeat_at":   &types.AttributeValueMemberN{Value: now},
+		"completed_at":   &types.AttributeValueMemberN{Value: now},
+		"expires_at":     &types.AttributeValueMemberN{Value: exp},
+		"result":         &types.AttributeValueMemberB{Value: []byte("r")},
+	}
+}
+
 func TestCorruptRecords(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	good := func() map[string]types.AttributeValue {
-		now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-		exp := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
-		return map[string]types.AttributeValue{
-			"record_version": &types.AttributeValueMemberN{Value: "1"},
-			"status":         &types.AttributeValueMemberS{Value: "completed"},
-			"nonce":          &types.AttributeValueMemberS{Value: "A"},
-			"payload_hash":   &types.AttributeValueMemberS{Value: "ph"},
-			"attempt":        &types.AttributeValueMemberN{Value: "1"},
-			"started_at":     &types.AttributeValueMemberN{Value: now},
-			"heartbeat_at":   &types.AttributeValueMemberN{Value: now},
-			"completed_at":   &types.AttributeValueMemberN{Value: now},
-			"expires_at":     &types.AttributeValueMemberN{Value: exp},
-			"result":         &types.AttributeValueMemberB{Value: []byte("r")},
-		}
-	}
+	good := goodCompletedItem
 	cases := map[string]func(map[string]types.AttributeValue){
 		"valid":           func(map[string]types.AttributeValue) {},
 		"missing status":  func(m map[string]types.AttributeValue) { delete(m, "status") },

@@ -62,41 +62,7 @@ func TestSoakLifecycle(t *testing.T) {
 	t.Logf("loaded %d live records in %v", nLive, time.Since(start).Round(time.Millisecond))
 
 	// 1. Nothing expired: pass against walk, each twice, warm caches.
-	walk := func() (time.Duration, int) {
-		t0 := time.Now()
-		files := 0
-		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if _, err := d.Info(); err != nil {
-				return err
-			}
-			if d.Type().IsRegular() {
-				files++
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return time.Since(t0), files
-	}
-	pass := func() time.Duration {
-		t0 := time.Now()
-		n, err := s.Purge(ctx)
-		if err != nil || n != 0 {
-			t.Fatalf("pass over live records: %d, %v", n, err)
-		}
-		return time.Since(t0)
-	}
-	w1, files := walk()
-	p1 := pass()
-	w2, _ := walk()
-	p2 := pass()
-	bestW, bestP := min(w1, w2), min(p1, p2)
-	t.Logf("nothing expired, %d live records (%d files): walk %v %v, pass %v %v: pass/walk %.2f",
-		nLive, files, w1.Round(time.Millisecond), w2.Round(time.Millisecond), p1.Round(time.Millisecond), p2.Round(time.Millisecond), float64(bestP)/float64(bestW))
+	soakNothingExpired(t, s, dir, nLive)
 
 	// 2. Expired records among the live ones, removed beside a probe.
 	start = time.Now()
@@ -105,68 +71,19 @@ func TestSoakLifecycle(t *testing.T) {
 	t.Logf("loaded %d short-lived records in %v", nExpired, time.Since(start).Round(time.Millisecond))
 	off.Store(int64(2 * time.Minute))
 
-	replayKeys := make([]string, 64)
-	for i := range replayKeys {
-		replayKeys[i] = soakKey("live", i)
-	}
-	var probeSeq atomic.Int64
-	probe := func(stop <-chan struct{}) []time.Duration {
-		var lat []time.Duration
-		c := storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`{"id":42}`), TTL: 24 * time.Hour}
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return lat
-			default:
-			}
-			if i%2 == 0 {
-				k := soakKey("probe", int(probeSeq.Add(1)))
-				t0 := time.Now()
-				res, err := s.Claim(ctx, soakReq(k))
-				lat = append(lat, time.Since(t0))
-				if err != nil || res.Outcome != storekit.Claimed {
-					t.Errorf("fresh probe claim: %v %v", res.Outcome, err)
-					return lat
-				}
-				if err := s.Complete(ctx, k, "n", c); err != nil {
-					t.Errorf("probe complete: %v", err)
-					return lat
-				}
-			} else {
-				k := replayKeys[i%len(replayKeys)]
-				t0 := time.Now()
-				r := soakReq(k)
-				r.Nonce = "replay" // a nonce of its own: the record's is a retry of its claim
-				res, err := s.Claim(ctx, r)
-				lat = append(lat, time.Since(t0))
-				if err != nil || res.Outcome != storekit.Existing {
-					t.Errorf("replay probe claim: %v %v", res.Outcome, err)
-					return lat
-				}
-			}
-		}
-	}
-	runProbe := func(during func()) ([]time.Duration, time.Duration) {
-		stop := make(chan struct{})
-		var lat []time.Duration
-		var wg sync.WaitGroup
-		wg.Go(func() { lat = probe(stop) })
-		t0 := time.Now()
-		during()
-		d := time.Since(t0)
-		close(stop)
-		wg.Wait()
-		return lat, d
+	pr := &soakProber{t: t, s: s, replayKeys: make([]string, 64)}
+	for i := range pr.replayKeys {
+		pr.replayKeys[i] = soakKey("live", i)
 	}
 	var removed int
-	latPurge, dPurge := runProbe(func() {
+	latPurge, dPurge := pr.during(func() {
 		n, err := s.Purge(ctx)
 		if err != nil {
 			t.Errorf("purge: %v", err)
 		}
 		removed = n
 	})
-	latBase, _ := runProbe(func() { time.Sleep(dPurge) })
+	latBase, _ := pr.during(func() { time.Sleep(dPurge) })
 	t.Logf("purge removed %d expired records among %d in %v", removed, nLive+nExpired, dPurge.Round(time.Millisecond))
 	maxP, p99P := soakStats(latPurge)
 	maxB, p99B := soakStats(latBase)
@@ -179,18 +96,130 @@ func TestSoakLifecycle(t *testing.T) {
 	// beside the same probe (no lock, no read, no directory fsync).
 	raw := filepath.Join(filepath.Dir(dir), "raw")
 	paths := soakPlainFiles(t, raw, nExpired)
-	latRaw, dRaw := runProbe(func() { soakRemoveAll(t, paths, workers) })
-	latRawBase, _ := runProbe(func() { time.Sleep(dRaw) })
+	latRaw, dRaw := pr.during(func() { soakRemoveAll(t, paths, workers) })
+	latRawBase, _ := pr.during(func() { time.Sleep(dRaw) })
 	_, p99R := soakStats(latRaw)
 	_, p99RB := soakStats(latRawBase)
 	t.Logf("plain os.Remove of %d files, %d at a time: %v (Purge: %.2fx); probe p99 %v against %v alone: ratio %.2f",
 		nExpired, workers, dRaw.Round(time.Millisecond), float64(dPurge)/float64(dRaw), p99R.Round(10*time.Microsecond), p99RB.Round(10*time.Microsecond), float64(p99R)/float64(p99RB))
 
 	// 3. Directory sizes.
+	soakDirSizes(t, dir)
+}
+
+// soakWalk walks dir as a plain directory walk does (lstat of every
+// entry) and returns how long it took and how many regular files it saw.
+func soakWalk(t *testing.T, dir string) (time.Duration, int) {
+	t0 := time.Now()
+	files := 0
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if _, err := d.Info(); err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			files++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(t0), files
+}
+
+// soakNothingExpired times a Purge pass of s that finds nothing expired
+// against a plain walk of its directory, each twice (warm caches).
+func soakNothingExpired(t *testing.T, s *filestore.Store, dir string, nLive int) {
+	pass := func() time.Duration {
+		t0 := time.Now()
+		n, err := s.Purge(context.Background())
+		if err != nil || n != 0 {
+			t.Fatalf("pass over live records: %d, %v", n, err)
+		}
+		return time.Since(t0)
+	}
+	w1, files := soakWalk(t, dir)
+	p1 := pass()
+	w2, _ := soakWalk(t, dir)
+	p2 := pass()
+	bestW, bestP := min(w1, w2), min(p1, p2)
+	t.Logf("nothing expired, %d live records (%d files): walk %v %v, pass %v %v: pass/walk %.2f",
+		nLive, files, w1.Round(time.Millisecond), w2.Round(time.Millisecond), p1.Round(time.Millisecond), p2.Round(time.Millisecond), float64(bestP)/float64(bestW))
+}
+
+// soakProber times claims on s beside other work: fresh claims, each
+// completed, alternating with replays of replayKeys.
+type soakProber struct {
+	t          *testing.T
+	s          *filestore.Store
+	replayKeys []string
+	seq        atomic.Int64
+}
+
+// probe claims until stop closes and returns each claim's latency.
+func (pr *soakProber) probe(stop <-chan struct{}) []time.Duration {
+	t, s, ctx := pr.t, pr.s, context.Background()
+	var lat []time.Duration
+	c := storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`{"id":42}`), TTL: 24 * time.Hour}
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return lat
+		default:
+		}
+		if i%2 == 0 {
+			k := soakKey("probe", int(pr.seq.Add(1)))
+			t0 := time.Now()
+			res, err := s.Claim(ctx, soakReq(k))
+			lat = append(lat, time.Since(t0))
+			if err != nil || res.Outcome != storekit.Claimed {
+				t.Errorf("fresh probe claim: %v %v", res.Outcome, err)
+				return lat
+			}
+			if err := s.Complete(ctx, k, "n", c); err != nil {
+				t.Errorf("probe complete: %v", err)
+				return lat
+			}
+		} else {
+			k := pr.replayKeys[i%len(pr.replayKeys)]
+			t0 := time.Now()
+			r := soakReq(k)
+			r.Nonce = "replay" // a nonce of its own: the record's is a retry of its claim
+			res, err := s.Claim(ctx, r)
+			lat = append(lat, time.Since(t0))
+			if err != nil || res.Outcome != storekit.Existing {
+				t.Errorf("replay probe claim: %v %v", res.Outcome, err)
+				return lat
+			}
+		}
+	}
+}
+
+// during runs the probe while work runs and returns the probe's latencies
+// and how long work took.
+func (pr *soakProber) during(work func()) ([]time.Duration, time.Duration) {
+	stop := make(chan struct{})
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	wg.Go(func() { lat = pr.probe(stop) })
+	t0 := time.Now()
+	work()
+	d := time.Since(t0)
+	close(stop)
+	wg.Wait()
+	return lat, d
+}
+
+// soakDirSizes logs how many directories the store has and the largest
+// one's entries and size.
+func soakDirSizes(t *testing.T, dir string) {
 	var maxEntries int
 	var maxSize int64
 	var dirs int
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -39,7 +40,8 @@ type Option func(*config)
 
 type config struct {
 	storekit.Options
-	sync bool
+	sync   bool
+	logger *slog.Logger // nil: slog.Default()
 }
 
 // WithClock sets the clock that decides expiry and staleness (default
@@ -90,7 +92,20 @@ func WithoutCleanup() Option {
 	return func(c *config) { c.SetNoCleanup() }
 }
 
-// Store is an storekit.Store keeping one file per key under a directory. It is
+// WithLogger sets where a failed clean-up pass is logged (at Warn, with
+// the error); the default is slog.Default(). A nil logger is an invalid
+// option.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l == nil {
+			c.Invalid("WithLogger", "logger is nil")
+			return
+		}
+		c.logger = l
+	}
+}
+
+// Store is a storekit.Store keeping one file per key under a directory. It is
 // safe for concurrent use by many goroutines and by many processes on one
 // host sharing the directory. See docs/filestore.md for the layout
 // and guarantees.
@@ -167,7 +182,7 @@ func New(dir string, opts ...Option) (*Store, error) {
 	s := &Store{core: cr}
 	s.kit = storekit.NewLocked(files{cr}, storekit.LockedConfig{Name: "filestore", Now: c.Now, Changed: cr.hub.Notify})
 	if !c.NoCleanup {
-		s.cleaner = storekit.StartCleaner("filestore", c.Cleanup, cr.clean)
+		s.cleaner = storekit.StartCleaner("filestore", c.Cleanup, c.logger, cr.clean)
 		runtime.AddCleanup(s, func(c *storekit.Cleaner) { go c.Close() }, s.cleaner)
 	}
 	return s, nil

@@ -489,6 +489,7 @@ func TestOptions(t *testing.T) {
 		"nil clock":      {filestore.WithClock(nil)},
 		"negative grace": {filestore.WithRetention(-time.Second)},
 		"nil option":     {nil},
+		"nil logger":     {filestore.WithLogger(nil)},
 	} {
 		_, err := filestore.New(dir, opts...)
 		require.ErrorIs(t, err, storekit.ErrInvalidOption, name)

@@ -33,21 +33,8 @@ func TestSoakCleanup(t *testing.T) {
 	if os.Getenv("IDEM_SOAK") == "" {
 		t.Skip("set IDEM_SOAK=1 to run")
 	}
-	n := 1_000_000
-	if v := os.Getenv("IDEM_SOAK_RECORDS"); v != "" {
-		if _, err := fmt.Sscan(v, &n); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx := context.Background()
+	n := soakRecords(t)
 	clock := newFakeClock() // stands still but for the jump that expires the load
-	heap := func() heapStats {
-		var ms runtime.MemStats
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		return heapStats{alloc: mb(int64(ms.HeapAlloc)), inuse: mb(int64(ms.HeapInuse))}
-	}
 
 	s := newStore(t, memstore.WithClock(clock.Now), memstore.WithRetention(0)) // default clean-up
 	defer s.Close()
@@ -55,27 +42,12 @@ func TestSoakCleanup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The replayed calls' keys, completed for a day: they outlive the jump.
-	replayKeys := make([]string, 1000)
-	for i := range replayKeys {
-		replayKeys[i] = fmt.Sprintf("replay-%d", i)
-		if _, err := g.Do(ctx, replayKeys[i], func(context.Context) (string, error) { return "done", nil }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	heapBefore := heap()
+	replayKeys := completeReplayKeys(t, g)
+	heapBefore := measureHeap()
 	loadStart := time.Now()
-	for range n {
-		key, nonce := storetest.NewKey(), storetest.NewNonce()
-		if _, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Second, TakeoverAfter: time.Second}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Complete(ctx, key, nonce, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`"ok"`), TTL: time.Second}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	loadExpiring(t, s, n)
 	loaded := s.Len()
-	heapLoaded := heap()
+	heapLoaded := measureHeap()
 	t.Logf("loaded %d records in %v", n, time.Since(loadStart).Round(time.Millisecond))
 
 	var fresh atomic.Int64     // fresh calls made, each a record that stays
@@ -91,7 +63,7 @@ func TestSoakCleanup(t *testing.T) {
 	})
 	window := time.Since(jump)
 	quiet := probe(t, g, replayKeys, &fresh, func() bool { return time.Since(jump) > 2*window })
-	heapAfter := heap()
+	heapAfter := measureHeap()
 
 	t.Logf("window with clean-up (%v): %s", window.Round(time.Millisecond), busy)
 	t.Logf("window without clean-up:   %s", quiet)
@@ -114,6 +86,54 @@ func TestSoakCleanup(t *testing.T) {
 }
 
 type heapStats struct{ alloc, inuse float64 }
+
+// soakRecords is how many records the soak loads: IDEM_SOAK_RECORDS, by
+// default a million.
+func soakRecords(t *testing.T) int {
+	n := 1_000_000
+	if v := os.Getenv("IDEM_SOAK_RECORDS"); v != "" {
+		if _, err := fmt.Sscan(v, &n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+// measureHeap returns the heap after two collections.
+func measureHeap() heapStats {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return heapStats{alloc: mb(int64(ms.HeapAlloc)), inuse: mb(int64(ms.HeapInuse))}
+}
+
+// completeReplayKeys completes the keys of the calls the soak replays,
+// for a day: they outlive the clock's jump.
+func completeReplayKeys(t *testing.T, g *idem.Guard[string]) []string {
+	replayKeys := make([]string, 1000)
+	for i := range replayKeys {
+		replayKeys[i] = fmt.Sprintf("replay-%d", i)
+		if _, err := g.Do(context.Background(), replayKeys[i], func(context.Context) (string, error) { return "done", nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return replayKeys
+}
+
+// loadExpiring writes n completed records that expire within a second.
+func loadExpiring(t *testing.T, s *memstore.Store, n int) {
+	ctx := context.Background()
+	for range n {
+		key, nonce := storetest.NewKey(), storetest.NewNonce()
+		if _, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: nonce, LeaseTTL: time.Second, TakeoverAfter: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Complete(ctx, key, nonce, storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`"ok"`), TTL: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
 
 func (h heapStats) String() string {
 	return fmt.Sprintf("HeapAlloc %.1f MB, HeapInuse %.1f MB", h.alloc, h.inuse)

@@ -29,6 +29,7 @@ package memstore
 import (
 	"context"
 	"hash/maphash"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -109,7 +110,10 @@ type entry struct {
 // invalid one as an *storekit.OptionError matching storekit.ErrInvalidOption.
 type Option func(*config)
 
-type config struct{ storekit.Options }
+type config struct {
+	storekit.Options
+	logger *slog.Logger // nil: slog.Default()
+}
 
 // WithClock sets the store's clock (default time.Now), for tests and for
 // users with a trusted time source. A nil clock is an invalid option.
@@ -150,12 +154,25 @@ func WithoutCleanup() Option {
 	return func(c *config) { c.SetNoCleanup() }
 }
 
+// WithLogger sets where a failed clean-up pass is logged (at Warn, with
+// the error); the default is slog.Default(). A nil logger is an invalid
+// option.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l == nil {
+			c.Invalid("WithLogger", "logger is nil")
+			return
+		}
+		c.logger = l
+	}
+}
+
 // New returns an empty Store. Unless WithoutCleanup is given, it starts
 // the store's clean-up goroutine; Close stops it. Every invalid option is
 // reported, joined, each an *storekit.OptionError matching
 // storekit.ErrInvalidOption.
 func New(opts ...Option) (*Store, error) {
-	c := config{storekit.Options{Store: "memstore", Now: time.Now, Retention: DefaultRetention, Cleanup: DefaultCleanup}}
+	c := config{Options: storekit.Options{Store: "memstore", Now: time.Now, Retention: DefaultRetention, Cleanup: DefaultCleanup}}
 	for _, o := range opts {
 		if o == nil {
 			c.Invalid("New", "nil option")
@@ -172,7 +189,7 @@ func New(opts ...Option) (*Store, error) {
 	if !c.NoCleanup {
 		// The goroutine holds m, never s, so a Store dropped without Close
 		// becomes unreachable, and its clean-up is stopped then.
-		s.cleaner = storekit.StartCleaner("memstore", c.Cleanup, func(ctx context.Context) error {
+		s.cleaner = storekit.StartCleaner("memstore", c.Cleanup, c.logger, func(ctx context.Context) error {
 			_, err := m.clean(ctx)
 			m.passes.Add(1)
 			return err

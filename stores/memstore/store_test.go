@@ -38,6 +38,7 @@ func TestOptions(t *testing.T) {
 		"nil option":         nil,
 		"nil clock":          memstore.WithClock(nil),
 		"negative retention": memstore.WithRetention(-time.Second),
+		"nil logger":         memstore.WithLogger(nil),
 	} {
 		if _, err := memstore.New(o); !errors.Is(err, storekit.ErrInvalidOption) {
 			t.Errorf("%s: got %v, want ErrInvalidOption", name, err)

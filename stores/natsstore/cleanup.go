@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,7 +119,7 @@ func (s *Store) passStream(ctx context.Context) (stream jetstream.Stream, info *
 		if stream == nil {
 			why = "the Store has no JetStream context (natsstore.WithJetStream) for a bucket not made by natsstore.CreateBucket"
 		}
-		slog.Default().Warn("natsstore: clean-up removes expired records with KV purges, which leave one delete marker per key in the stream", "bucket", st.Bucket(), "why", why)
+		s.logger.Warn("natsstore: clean-up removes expired records with KV purges, which leave one delete marker per key in the stream", "bucket", st.Bucket(), "why", why)
 	}
 	return stream, info, false, nil
 }
@@ -219,16 +218,7 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 	if deletes {
 		del = stream
 	}
-	var sc scanner
-	if stream != nil {
-		// Headers only when the Store writes the expiry headers itself:
-		// otherwise its records have none, and chunks of values beat
-		// reading each record by its sequence.
-		headersOnly := s.pub.Load() != nil && !scanValues.Load()
-		sc, err = newConsumerScan(ctx, stream, info, headersOnly, &s.bodies)
-	} else {
-		sc, err = newWatchScan(ctx, s.kv, &s.bodies)
-	}
+	sc, err := s.newScanner(ctx, stream, info)
 	if err != nil {
 		return 0, err
 	}
@@ -261,7 +251,6 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 		return err
 	}
 	values := scanValues.Load()
-	var unread []scanned // records of the chunk to read by sequence
 	for {
 		if err := p.Rest(ctx); err != nil {
 			return n, err
@@ -278,33 +267,8 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 				chunk, done = chunk[:at], false
 			}
 		}
-		unread = unread[:0]
-		for _, e := range chunk {
-			if values {
-				e.hasExpires = false
-			}
-			c, ok, read := s.removable(e, deletes)
-			switch {
-			case read:
-				unread = append(unread, e)
-			case ok:
-				batch = append(batch, c)
-			}
-		}
-		if len(unread) > 0 {
-			expired := make([]bool, len(unread))
-			err := inSteps(ctx, len(unread), &p, func(i int) (err error) {
-				expired[i], err = s.readExpired(ctx, stream, unread[i])
-				return err
-			})
-			if err != nil {
-				return n, err
-			}
-			for i, e := range unread {
-				if expired[i] {
-					batch = append(batch, candidate{key: e.key, rev: e.rev})
-				}
-			}
+		if batch, err = s.collect(ctx, stream, chunk, batch, deletes, values, &p); err != nil {
+			return n, err
 		}
 		if done || len(batch) >= purgeBatch {
 			if err := flush(); err != nil || done {
@@ -312,6 +276,55 @@ func (s *Store) purge(ctx context.Context, between func(context.Context) error) 
 			}
 		}
 	}
+}
+
+// newScanner starts the scan of a pass: through the bucket's stream when
+// it is known, else through a KV watch.
+func (s *Store) newScanner(ctx context.Context, stream jetstream.Stream, info *jetstream.StreamInfo) (scanner, error) {
+	if stream == nil {
+		return newWatchScan(ctx, s.kv, &s.bodies)
+	}
+	// Headers only when the Store writes the expiry headers itself:
+	// otherwise its records have none, and chunks of values beat reading
+	// each record by its sequence.
+	headersOnly := s.pub.Load() != nil && !scanValues.Load()
+	return newConsumerScan(ctx, stream, info, headersOnly, &s.bodies)
+}
+
+// collect appends to batch the entries of chunk the pass removes: those
+// removable decides on at once, and those it reads by sequence first
+// (paced by p). values makes it decide on the records, not their headers.
+func (s *Store) collect(ctx context.Context, stream jetstream.Stream, chunk []scanned, batch []candidate, deletes, values bool, p *storekit.Pacer) ([]candidate, error) {
+	var unread []scanned // records of the chunk to read by sequence
+	for _, e := range chunk {
+		if values {
+			e.hasExpires = false
+		}
+		c, ok, read := s.removable(e, deletes)
+		switch {
+		case read:
+			unread = append(unread, e)
+		case ok:
+			batch = append(batch, c)
+		}
+	}
+	if len(unread) == 0 {
+		return batch, nil
+	}
+	expired := make([]bool, len(unread))
+	err := inSteps(ctx, len(unread), p, func(i int) (err error) {
+		expired[i], err = s.readExpired(ctx, stream, unread[i])
+		return err
+	})
+	if err != nil {
+		return batch, err
+	}
+	for i, e := range unread {
+		if expired[i] {
+			batch = append(batch, candidate{key: e.key, rev: e.rev})
+		}
+	}
+	return batch, nil
 }
 
 // removable says whether e is one of the store's records expired past the

@@ -1,6 +1,7 @@
 package natsstore
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,7 +15,8 @@ type Option func(*config)
 
 type config struct {
 	storekit.Options
-	js jetstream.JetStream
+	js     jetstream.JetStream
+	logger *slog.Logger // nil: slog.Default()
 }
 
 // WithClock sets the store's clock (default time.Now), for tests and for
@@ -80,6 +82,20 @@ func WithJetStream(js jetstream.JetStream) Option {
 			return
 		}
 		c.js = js
+	}
+}
+
+// WithLogger sets where the clean-up logs (at Warn): a failed pass, with
+// its error, and the one-time notice that it removes records with KV
+// purges (see WithJetStream). The default is slog.Default(). A nil logger
+// is an invalid option.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l == nil {
+			c.Invalid("WithLogger", "logger is nil")
+			return
+		}
+		c.logger = l
 	}
 }
 

@@ -149,6 +149,36 @@ func legacyPurge(ctx context.Context, kv jetstream.KeyValue) (int, error) {
 	return n, nil
 }
 
+// setSoakPacing sets the pass's pause (IDEM_SOAK_PAUSE) and parallelism
+// (IDEM_SOAK_PARALLEL) when the environment gives them.
+func setSoakPacing(t *testing.T) {
+	if v := os.Getenv("IDEM_SOAK_PAUSE"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		require.NoError(t, err)
+		natsstore.SetPurgePause(f)
+	}
+	if v := os.Getenv("IDEM_SOAK_PARALLEL"); v != "" {
+		p, err := strconv.Atoi(v)
+		require.NoError(t, err)
+		natsstore.SetPurgeParallel(p)
+	}
+}
+
+// soakPass runs the removal IDEM_SOAK_MODE names over the n expired
+// records of kv: a pass of s (default), the previous Purge ("legacy"), or
+// only the reading of a pass, by scanOnly, to which nothing has expired
+// ("scan", reported as n removed).
+func soakPass(ctx context.Context, kv jetstream.KeyValue, s, scanOnly *natsstore.Store, n int) (int, error) {
+	switch os.Getenv("IDEM_SOAK_MODE") {
+	case "legacy":
+		return legacyPurge(ctx, kv)
+	case "scan":
+		_, err := natsstore.BackgroundPass(ctx, scanOnly)
+		return n, err
+	}
+	return natsstore.BackgroundPass(ctx, s)
+}
+
 // TestSoakCleanup (IDEM_SOAK=1) removes 20k expired records with a pass of
 // the background clean-up while a probe of fresh and replayed calls runs,
 // then runs the probe alone for an equal window, and compares: the
@@ -160,16 +190,7 @@ func TestSoakCleanup(t *testing.T) {
 		t.Skip("IDEM_SOAK=1 runs the clean-up soak")
 	}
 	n := soakKeys(t)
-	if v := os.Getenv("IDEM_SOAK_PAUSE"); v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		require.NoError(t, err)
-		natsstore.SetPurgePause(f)
-	}
-	if v := os.Getenv("IDEM_SOAK_PARALLEL"); v != "" {
-		p, err := strconv.Atoi(v)
-		require.NoError(t, err)
-		natsstore.SetPurgeParallel(p)
-	}
+	setSoakPacing(t)
 	_, js := connect(t, testenv.NATSURL(t))
 	kv := newBucket(t, js)
 	s, err := natsstore.New(kv, natsstore.WithRetention(0), natsstore.WithoutCleanup())
@@ -195,16 +216,7 @@ func TestSoakCleanup(t *testing.T) {
 	wg.Go(func() { with = probe(g, stop) })
 	time.Sleep(200 * time.Millisecond)
 	t0 = time.Now()
-	var removed int
-	switch os.Getenv("IDEM_SOAK_MODE") {
-	case "legacy": // the previous Purge, under the same probe
-		removed, err = legacyPurge(ctx, kv)
-	case "scan": // only the pass's reading: nothing is expired to it
-		_, err = natsstore.BackgroundPass(ctx, scanOnly)
-		removed = n
-	default:
-		removed, err = natsstore.BackgroundPass(ctx, s)
-	}
+	removed, err := soakPass(ctx, kv, s, scanOnly, n)
 	took := time.Since(t0)
 	close(stop)
 	wg.Wait()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -51,6 +52,7 @@ type Store struct {
 	cleaner  *storekit.Cleaner
 	every    time.Duration // WithCleanup
 	id       string        // this Store's name in the clean-up lease
+	logger   *slog.Logger  // WithLogger, or slog.Default()
 }
 
 // entry is a record and the revision it was read or written at.
@@ -101,7 +103,10 @@ func New(kv KeyValue, opts ...Option) (*Store, error) {
 		}
 	}
 	s := &Store{kv: kv, now: c.Now, retention: c.Retention, revs: make(map[string]entry),
-		js: c.js, every: c.Cleanup, id: lease.Token()}
+		js: c.js, every: c.Cleanup, id: lease.Token(), logger: c.logger}
+	if s.logger == nil {
+		s.logger = slog.Default()
+	}
 	if b, ok := kv.(*bucket); ok {
 		s.stream = b.stream
 		s.setMaxAge(b.maxAge)
@@ -112,7 +117,7 @@ func New(kv KeyValue, opts ...Option) (*Store, error) {
 		// dropped without Close is collected, and its collection stops the
 		// cleaner, as in the other stores.
 		w := weak.Make(s)
-		s.cleaner = storekit.StartCleaner("natsstore", c.Cleanup, func(ctx context.Context) error {
+		s.cleaner = storekit.StartCleaner("natsstore", c.Cleanup, s.logger, func(ctx context.Context) error {
 			if s := w.Value(); s != nil {
 				return s.background(ctx)
 			}

@@ -85,9 +85,9 @@ func TestProcesses(t *testing.T) {
 
 func TestOptions(t *testing.T) {
 	_, err := natsstore.New(nil, natsstore.WithClock(nil), natsstore.WithRetention(-time.Second), nil,
-		natsstore.WithCleanup(0), natsstore.WithJetStream(nil))
+		natsstore.WithCleanup(0), natsstore.WithJetStream(nil), natsstore.WithLogger(nil))
 	storetest.CheckOptionErrors(t, err, "natsstore.New", "natsstore.WithClock", "natsstore.WithRetention", "natsstore.New",
-		"natsstore.WithCleanup", "natsstore.WithJetStream")
+		"natsstore.WithCleanup", "natsstore.WithJetStream", "natsstore.WithLogger")
 	_, err = natsstore.CreateBucket(context.Background(), nil, "x", natsstore.WithReplicas(0), natsstore.WithMaxAge(-time.Hour))
 	storetest.CheckOptionErrors(t, err, "natsstore.CreateBucket", "natsstore.WithReplicas", "natsstore.WithMaxAge")
 }

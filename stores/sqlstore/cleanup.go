@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"sync/atomic"
@@ -43,6 +44,19 @@ func WithCleanup(every time.Duration) Option {
 // (or the idem CLI's purge). It overrides an earlier WithCleanup.
 func WithoutCleanup() Option {
 	return func(c *config) { c.SetNoCleanup() }
+}
+
+// WithLogger sets where a failed clean-up pass is logged (at Warn, with
+// the error); the default is slog.Default(). A nil logger is an invalid
+// option.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l == nil {
+			c.Invalid("WithLogger", "logger is nil")
+			return
+		}
+		c.logger = l
+	}
 }
 
 // purger removes expired rows of one table in batches. It is what the

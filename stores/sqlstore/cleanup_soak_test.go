@@ -229,31 +229,7 @@ func TestSoakTablePlateau(t *testing.T) {
 				}()
 			}
 			if d == sqlstore.Postgres {
-				var av string
-				require.NoError(t, e.db.QueryRow(`SHOW autovacuum`).Scan(&av))
-				t.Logf("server's autovacuum: %s", av)
-				// A server with autovacuum off (a test server) gets what
-				// autovacuum would do: VACUUM of the table about every
-				// IDEM_SOAK_VACUUM seconds.
-				if every := envInt("IDEM_SOAK_VACUUM", 0); every > 0 {
-					t.Logf("VACUUM every %ds", every)
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						tick := time.NewTicker(time.Duration(every) * time.Second)
-						defer tick.Stop()
-						for {
-							select {
-							case <-stop:
-								return
-							case <-tick.C:
-								if _, err := e.db.Exec(`VACUUM ` + e.table); err != nil {
-									t.Errorf("vacuum: %v", err)
-								}
-							}
-						}
-					}()
-				}
+				vacuumLikeAutovacuum(t, e, stop, &wg)
 			}
 			start := time.Now()
 			for time.Since(start) < dur {
@@ -271,6 +247,37 @@ func TestSoakTablePlateau(t *testing.T) {
 			wg.Wait()
 		})
 	}
+}
+
+// vacuumLikeAutovacuum logs whether the PostgreSQL server runs
+// autovacuum; with IDEM_SOAK_VACUUM=n, a server with autovacuum off (a
+// test server) gets what autovacuum would do: a VACUUM of the table about
+// every n seconds, from a goroutine in wg that ends when stop closes.
+func vacuumLikeAutovacuum(t *testing.T, e *env, stop <-chan struct{}, wg *sync.WaitGroup) {
+	var av string
+	require.NoError(t, e.db.QueryRow(`SHOW autovacuum`).Scan(&av))
+	t.Logf("server's autovacuum: %s", av)
+	every := envInt("IDEM_SOAK_VACUUM", 0)
+	if every <= 0 {
+		return
+	}
+	t.Logf("VACUUM every %ds", every)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Duration(every) * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if _, err := e.db.Exec(`VACUUM ` + e.table); err != nil {
+					t.Errorf("vacuum: %v", err)
+				}
+			}
+		}
+	}()
 }
 
 func sortDurations(l []time.Duration) { slices.Sort(l) }

@@ -171,89 +171,101 @@ func newFaultEnv(t *testing.T, d sqlstore.Dialect) (*env, *faults) {
 func TestTransientErrorsRetriedInEveryStatement(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
 		e, f := newFaultEnv(t, d)
-		s := e.store
-		ctx := ctxT(t)
-
-		key := storageKey()
-		r := claimReq(key)
-		res, err := s.Claim(ctx, r)
-		require.NoError(t, err, "claim")
-		require.Equal(t, storekit.Claimed, res.Outcome)
-		require.NoError(t, s.Heartbeat(ctx, key, r.Nonce, time.Minute), "heartbeat")
-		rec, err := s.Get(ctx, key)
-		require.NoError(t, err, "get")
-		require.Equal(t, r.Nonce, rec.Nonce)
-		f.on.Store(false)
-		age(t, e, key, time.Minute) // stale: the next claim takes over
-		f.on.Store(true)
-		r2 := claimReq(key)
-		res, err = s.Claim(ctx, r2)
-		require.NoError(t, err, "takeover")
-		require.Equal(t, storekit.TookOver, res.Outcome)
-		require.NoError(t, s.Release(ctx, key, r2.Nonce), "release")
-		r3 := claimReq(key)
-		res, err = s.Claim(ctx, r3)
-		require.NoError(t, err, "re-claim")
-		require.Equal(t, storekit.Claimed, res.Outcome)
-		require.NoError(t, s.Complete(ctx, key, r3.Nonce,
-			storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`"v"`), TTL: time.Hour}), "complete")
-		res, err = s.Claim(ctx, claimReq(key))
-		require.NoError(t, err, "claim of a completed key")
-		require.Equal(t, storekit.Existing, res.Outcome)
-		require.NoError(t, s.Delete(ctx, key), "delete")
-		_, err = s.Get(ctx, key)
-		require.ErrorIs(t, err, storekit.ErrNotFound)
-
-		// Every statement sent failed on its first send and was sent
-		// again: each text was sent twice per failure.
-		counts := f.counts()
-		for q, c := range counts {
-			assert.Equal(t, 2*c[1], c[0], "sends of %q, %d failed", q, c[1])
-		}
-		wantStmts := 6 // claim, get, heartbeat, complete, release, delete
-		if d == sqlstore.MySQL {
-			wantStmts = 7 // and the conditional takeover
-		}
-		assert.Len(t, counts, wantStmts, "distinct statements")
-
-		// Through a Guard: claim, heartbeats, completion, replays, a
-		// failure released and retried.
-		g := newGuard[string](t, s, idem.WithHeartbeat(5*time.Millisecond), idem.WithTakeoverAfter(2*time.Second))
-		var runs atomic.Int32
-		fn := func(context.Context) (string, error) {
-			runs.Add(1)
-			time.Sleep(60 * time.Millisecond) // some heartbeats
-			return "v", nil
-		}
-		before := f.counts()
-		for range 3 {
-			v, err := g.Do(ctx, "once", fn)
-			require.NoError(t, err)
-			require.Equal(t, "v", v)
-		}
-		assert.Equal(t, int32(1), runs.Load(), "fn runs")
-		boom := errors.New("boom")
-		var failures atomic.Int32
-		v, err := g.Do(ctx, "fails-once", func(ctx context.Context) (string, error) {
-			if failures.Add(1) == 1 {
-				return "", boom
-			}
-			return "w", nil
-		})
-		require.ErrorIs(t, err, boom)
-		require.Empty(t, v)
-		v, err = g.Do(ctx, "fails-once", func(ctx context.Context) (string, error) {
-			failures.Add(1)
-			return "w", nil
-		})
-		require.NoError(t, err)
-		require.Equal(t, "w", v)
-		assert.Equal(t, int32(2), failures.Load(), "a released failure runs again, once")
-		var injected int
-		for q, c := range f.counts() {
-			injected += c[1] - before[q][1]
-		}
-		assert.Positive(t, injected)
-		t.Logf("Guard calls: %d faults injected", injected)
+		storeCallsRetried(t, d, e, f)
+		guardCallsRetried(t, e, f)
 	})
+}
+
+// storeCallsRetried makes every store call of a key's life once under
+// faults, and checks that every statement was sent again after each
+// failure.
+func storeCallsRetried(t *testing.T, d sqlstore.Dialect, e *env, f *faults) {
+	s := e.store
+	ctx := ctxT(t)
+
+	key := storageKey()
+	r := claimReq(key)
+	res, err := s.Claim(ctx, r)
+	require.NoError(t, err, "claim")
+	require.Equal(t, storekit.Claimed, res.Outcome)
+	require.NoError(t, s.Heartbeat(ctx, key, r.Nonce, time.Minute), "heartbeat")
+	rec, err := s.Get(ctx, key)
+	require.NoError(t, err, "get")
+	require.Equal(t, r.Nonce, rec.Nonce)
+	f.on.Store(false)
+	age(t, e, key, time.Minute) // stale: the next claim takes over
+	f.on.Store(true)
+	r2 := claimReq(key)
+	res, err = s.Claim(ctx, r2)
+	require.NoError(t, err, "takeover")
+	require.Equal(t, storekit.TookOver, res.Outcome)
+	require.NoError(t, s.Release(ctx, key, r2.Nonce), "release")
+	r3 := claimReq(key)
+	res, err = s.Claim(ctx, r3)
+	require.NoError(t, err, "re-claim")
+	require.Equal(t, storekit.Claimed, res.Outcome)
+	require.NoError(t, s.Complete(ctx, key, r3.Nonce,
+		storekit.Completion{Status: storekit.StatusCompleted, Result: []byte(`"v"`), TTL: time.Hour}), "complete")
+	res, err = s.Claim(ctx, claimReq(key))
+	require.NoError(t, err, "claim of a completed key")
+	require.Equal(t, storekit.Existing, res.Outcome)
+	require.NoError(t, s.Delete(ctx, key), "delete")
+	_, err = s.Get(ctx, key)
+	require.ErrorIs(t, err, storekit.ErrNotFound)
+
+	// Every statement sent failed on its first send and was sent
+	// again: each text was sent twice per failure.
+	counts := f.counts()
+	for q, c := range counts {
+		assert.Equal(t, 2*c[1], c[0], "sends of %q, %d failed", q, c[1])
+	}
+	wantStmts := 6 // claim, get, heartbeat, complete, release, delete
+	if d == sqlstore.MySQL {
+		wantStmts = 7 // and the conditional takeover
+	}
+	assert.Len(t, counts, wantStmts, "distinct statements")
+}
+
+// guardCallsRetried runs Guard calls under faults: claim, heartbeats,
+// completion, replays, a failure released and retried.
+func guardCallsRetried(t *testing.T, e *env, f *faults) {
+	s := e.store
+	ctx := ctxT(t)
+	g := newGuard[string](t, s, idem.WithHeartbeat(5*time.Millisecond), idem.WithTakeoverAfter(2*time.Second))
+	var runs atomic.Int32
+	fn := func(context.Context) (string, error) {
+		runs.Add(1)
+		time.Sleep(60 * time.Millisecond) // some heartbeats
+		return "v", nil
+	}
+	before := f.counts()
+	for range 3 {
+		v, err := g.Do(ctx, "once", fn)
+		require.NoError(t, err)
+		require.Equal(t, "v", v)
+	}
+	assert.Equal(t, int32(1), runs.Load(), "fn runs")
+	boom := errors.New("boom")
+	var failures atomic.Int32
+	v, err := g.Do(ctx, "fails-once", func(ctx context.Context) (string, error) {
+		if failures.Add(1) == 1 {
+			return "", boom
+		}
+		return "w", nil
+	})
+	require.ErrorIs(t, err, boom)
+	require.Empty(t, v)
+	v, err = g.Do(ctx, "fails-once", func(ctx context.Context) (string, error) {
+		failures.Add(1)
+		return "w", nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, "w", v)
+	assert.Equal(t, int32(2), failures.Load(), "a released failure runs again, once")
+	var injected int
+	for q, c := range f.counts() {
+		injected += c[1] - before[q][1]
+	}
+	assert.Positive(t, injected)
+	t.Logf("Guard calls: %d faults injected", injected)
 }

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 	"time"
@@ -68,6 +69,7 @@ type Option func(*config)
 type config struct {
 	storekit.Options // Retention
 	table            string
+	logger           *slog.Logger // nil: slog.Default()
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

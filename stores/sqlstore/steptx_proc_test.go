@@ -151,12 +151,10 @@ func TestStepTxProcesses(t *testing.T) {
 	})
 }
 
-func stepTxCase(t *testing.T, d sqlstore.Dialect, c string) {
-	e := newEnv(t, d)
-	side := sideTable(t, d)
-	parts := strings.Split(t.Name(), "/")
-	cmd := exec.Command(os.Args[0], "-test.run=^"+parts[0]+"$/^"+parts[1]+"$/^"+parts[2]+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), stxRoleEnv+"="+c, stxTestEnv+"="+t.Name(), stxTableEnv+"="+e.table, stxSideEnv+"="+side)
+// startOwner starts cmd, the owner process of a stepTxCase, and returns
+// its stdin and a function that returns its next line of output (failing
+// t if it exits or says nothing for a minute).
+func startOwner(t *testing.T, cmd *exec.Cmd) (io.Writer, func() string) {
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	out, err := cmd.StdoutPipe()
@@ -184,6 +182,16 @@ func stepTxCase(t *testing.T, d sqlstore.Dialect, c string) {
 		}
 		return ""
 	}
+	return stdin, next
+}
+
+func stepTxCase(t *testing.T, d sqlstore.Dialect, c string) {
+	e := newEnv(t, d)
+	side := sideTable(t, d)
+	parts := strings.Split(t.Name(), "/")
+	cmd := exec.Command(os.Args[0], "-test.run=^"+parts[0]+"$/^"+parts[1]+"$/^"+parts[2]+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), stxRoleEnv+"="+c, stxTestEnv+"="+t.Name(), stxTableEnv+"="+e.table, stxSideEnv+"="+side)
+	stdin, next := startOwner(t, cmd)
 	want := map[string]string{"killed-in-fn": "inserted", "killed-before-commit": "completing", "killed-after-commit": "committed", "stopped-in-fn": "inserted"}[c]
 	for l := next(); l != want; l = next() {
 		require.False(t, strings.HasPrefix(l, "error"), "owner: %s", l)

@@ -79,7 +79,7 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 	if !cfg.NoCleanup {
 		// The goroutine holds the purger, not s: a Store dropped without
 		// Close is collected, and its clean-up stopped.
-		s.cleaner = storekit.StartCleaner("sqlstore", cfg.Cleanup, s.purger.pass)
+		s.cleaner = storekit.StartCleaner("sqlstore", cfg.Cleanup, cfg.logger, s.purger.pass)
 		runtime.AddCleanup(s, func(c *storekit.Cleaner) { go c.Close() }, s.cleaner)
 	}
 	return s, nil

@@ -44,6 +44,7 @@ func TestOptionsRejected(t *testing.T) {
 		"long table":         {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable(strings.Repeat("t", 49))}},
 		"negative retention": {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithRetention(-time.Second)}},
 		"non-ascii letters":  {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("tablé")}},
+		"nil logger":         {db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithLogger(nil)}},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

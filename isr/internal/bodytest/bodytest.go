@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/isr/body"
 )
 
@@ -145,17 +146,17 @@ func deleteKey(ctx context.Context, t *testing.T, s body.Store) {
 // invalidInput checks that an empty or overlong key and a content type
 // with CRLF are refused with their typed errors.
 func invalidInput(ctx context.Context, t *testing.T, s body.Store) {
-	var ke *body.KeyError
-	if _, err := s.Put(ctx, "", []byte("x"), ""); !errors.As(err, &ke) || !errors.Is(err, body.ErrInvalidKey) {
+	var ke *idem.KeyError
+	if _, err := s.Put(ctx, "", []byte("x"), ""); !errors.As(err, &ke) || !errors.Is(err, idem.ErrInvalidKey) {
 		t.Fatalf("Put empty key: %v", err)
 	}
-	if _, err := s.Get(ctx, ""); !errors.Is(err, body.ErrInvalidKey) {
+	if _, err := s.Get(ctx, ""); !errors.Is(err, idem.ErrInvalidKey) {
 		t.Fatalf("Get empty key: %v", err)
 	}
-	if err := s.Delete(ctx, ""); !errors.Is(err, body.ErrInvalidKey) {
+	if err := s.Delete(ctx, ""); !errors.Is(err, idem.ErrInvalidKey) {
 		t.Fatalf("Delete empty key: %v", err)
 	}
-	if _, err := s.Put(ctx, strings.Repeat("k", 2000), []byte("x"), ""); !errors.Is(err, body.ErrInvalidKey) {
+	if _, err := s.Put(ctx, strings.Repeat("k", 2000), []byte("x"), ""); !errors.Is(err, idem.ErrInvalidKey) {
 		t.Fatalf("Put long key: %v", err)
 	}
 	var ce *body.ContentTypeError
