@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
@@ -440,13 +439,6 @@ func withoutResult(c storekit.Completion, refusal error) (storekit.Completion, b
 	return c, false
 }
 
-// unsent reports whether err says a request never reached the store (the
-// connection could not be made), so it cannot have been applied.
-func unsent(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
-
 // ownershipOr turns a store error of op into what the call returns: a
 // refusal for a lost claim, else a *StoreError.
 func (c *claim) ownershipOr(op string, err error) error {
@@ -455,13 +447,6 @@ func (c *claim) ownershipOr(op string, err error) error {
 		return fmt.Errorf("idem: %s refused: %w", op, err)
 	}
 	return storeErr(op, err)
-}
-
-func joinErr(a, b error) error {
-	if b == nil {
-		return a
-	}
-	return errors.Join(a, b)
 }
 
 // heartbeat refreshes the claim while its work runs (see lease.Refresher:

@@ -3,6 +3,7 @@ package idem
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -139,4 +140,18 @@ func storeErr(op string, err error) error {
 		return err
 	}
 	return &StoreError{Op: op, Err: err}
+}
+
+// unsent reports whether err says a request never reached the store (the
+// connection could not be made), so it cannot have been applied.
+func unsent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+func joinErr(a, b error) error {
+	if b == nil {
+		return a
+	}
+	return errors.Join(a, b)
 }

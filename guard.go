@@ -373,45 +373,24 @@ func (g *Guard[T]) inProgress(ctx context.Context, sk string, attempt int64) err
 // or wait. again is true when the caller should start over (a waited-for
 // call was released or lost, or this caller's claim did not stick).
 //
-// keys is nil unless the Guard has previous secrets (see rotationKeys):
+// ck.alt is nil unless the Guard has previous secrets (see rotationKeys):
 // then a claim under the active key is settled against the other keys (see
 // settle) before fn runs, and the record that answers the call, or the
 // claim fn runs under, may be under a previous secret's key.
 func (g *Guard[T]) lead(ctx context.Context, ck callKeys, f *flight, w work[T]) (v T, err error, again bool) {
-	sk, ph, keys := ck.sk, ck.ph, ck.alt
-	defer g.land(sk, f)
-	wt := g.newWaiter(sk)
-	defer wt.close()
-	var ow *waiter // a wait on a record under a previous secret
-	defer func() {
-		if ow != nil {
-			ow.close()
-		}
-	}()
+	defer g.land(ck.sk, f)
+	ws := &waits{e: &g.engine, active: g.newWaiter(ck.sk)}
+	defer ws.close()
 	unheld := 0 // claims in a row that lapsed before fn could start
 	for {
 		sent := time.Now()
-		c, rec, err := g.tryClaim(ctx, sk, ph)
-		if err != nil {
+		c, ans, err := g.claimOrFind(ctx, ck)
+		switch {
+		case errors.Is(err, errRestart):
+			continue
+		case err != nil:
 			return v, err, false
-		}
-		rph := ph // the payload hash under rec's secret
-		if c != nil {
-			c.hold(c.callContext())
-		}
-		if c != nil && keys != nil {
-			var ans found
-			c, ans, err = g.settle(ctx, c, keys)
-			switch {
-			case errors.Is(err, errRestart):
-				continue
-			case err != nil:
-				return v, err, false
-			case c == nil:
-				rec, rph = ans.rec, ans.ph
-			}
-		}
-		if c != nil {
+		case c != nil:
 			if !c.startWork() { // it may have lapsed: fn must not start under it
 				c.drop()
 				if unheld++; unheld == maxUnheld {
@@ -419,40 +398,19 @@ func (g *Guard[T]) lead(ctx context.Context, ck callKeys, f *flight, w work[T]) 
 				}
 				continue
 			}
-			wt.done(ctx, c.rec.Attempt)
-			if ow != nil {
-				ow.done(ctx, c.rec.Attempt)
-			}
+			ws.done(ctx, c.rec.Attempt)
 			v, err = g.runClaim(c, f, ck, w)
 			return v, err, false
 		}
-		if keys != nil && rec.Status == storekit.StatusInProgress {
-			// During a rotation, the live claim under the active key may
-			// be another caller's settling claim while the call's outcome
-			// is recorded under another secret: that outcome answers.
-			r, kph, err := g.doneElsewhere(ctx, keys, rec.Key)
-			if err != nil {
-				return v, err, false
-			}
-			if r != nil {
-				rec, rph = r, kph
-			}
-		}
-		v, err, wait := g.decide(ctx, rec, rph)
+		rec := ans.rec
+		v, err, wait := g.decide(ctx, rec, ans.ph)
 		if !wait {
-			wt.done(ctx, rec.Attempt)
-			if ow != nil {
-				ow.done(ctx, rec.Attempt)
-			}
-			g.answered(rec, sent, ck, rph, f)
+			ws.done(ctx, rec.Attempt)
+			g.answered(rec, sent, ck, ans.ph, f)
 			return v, err, false
 		}
 		// Wait for the live call to finish, then claim again.
-		on := wt
-		if rec.Key != sk { // a call in progress under a previous secret
-			ow = g.previousWaiter(ow, rec.Key)
-			on = ow
-		}
+		on := ws.on(rec.Key)
 		if on.begin(ctx, rec.Attempt) {
 			g.fire(&f.waiting)
 		}
@@ -460,6 +418,40 @@ func (g *Guard[T]) lead(ctx context.Context, ck callKeys, f *flight, w work[T]) 
 			return v, err, false
 		}
 	}
+}
+
+// claimOrFind makes one claim of the call ck: it returns the claim, held
+// (and, during a rotation, settled against the call's other keys), or the
+// record that answers the call or stands in its way, with the call's
+// payload hash under that record's secret. errRestart says to start over.
+func (g *Guard[T]) claimOrFind(ctx context.Context, ck callKeys) (*claim, found, error) {
+	c, rec, err := g.tryClaim(ctx, ck.sk, ck.ph)
+	if err != nil {
+		return nil, found{}, err
+	}
+	ans := found{rec: rec, ph: ck.ph}
+	if c != nil {
+		c.hold(c.callContext())
+		if ck.alt == nil {
+			return c, found{}, nil
+		}
+		if c, ans, err = g.settle(ctx, c, ck.alt); c != nil || err != nil {
+			return c, ans, err
+		}
+	}
+	if ck.alt != nil && ans.rec.Status == storekit.StatusInProgress {
+		// During a rotation, the live claim under the active key may
+		// be another caller's settling claim while the call's outcome
+		// is recorded under another secret: that outcome answers.
+		r, kph, err := g.doneElsewhere(ctx, ck.alt, ans.rec.Key)
+		if err != nil {
+			return nil, found{}, err
+		}
+		if r != nil {
+			ans = found{rec: r, ph: kph}
+		}
+	}
+	return nil, ans, nil
 }
 
 // runClaim runs the leader's call under its claim c: it announces the
@@ -492,19 +484,6 @@ func (g *Guard[T]) answered(rec *storekit.Record, sent time.Time, ck callKeys, r
 		g.cache.put(rec, sent)
 	}
 	f.final = rec
-}
-
-// previousWaiter returns a waiter on key, a previous secret's storage key
-// of a call in progress: ow when it waits on key, else a new one (and ow
-// is closed).
-func (g *Guard[T]) previousWaiter(ow *waiter, key string) *waiter {
-	if ow != nil && ow.sk == key {
-		return ow
-	}
-	if ow != nil {
-		ow.close()
-	}
-	return g.newWaiter(key)
 }
 
 // success is the completion of a call whose fn returned v. A result that

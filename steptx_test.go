@@ -80,25 +80,7 @@ func TestRunStepTx(t *testing.T) {
 		t.Fatalf("another call's step = %d, %v", v, err)
 	}
 
-	// The same call retried after the release: its next attempt finds no
-	// record of the step (it was released) and runs fn, token 2.
-	g2, _ := idem.New[int](mustMemStore(t))
-	var tokens []int
-	for i, commitErr := range []error{boom, nil} {
-		_, err := g2.Do(ctx, "k", func(ctx context.Context) (int, error) {
-			v, err := memStepTx(ctx, "order", fn, commitErr)
-			if err == nil {
-				tokens = append(tokens, v)
-			}
-			return v, err
-		})
-		if (i == 0) != (err != nil) {
-			t.Fatalf("attempt %d: %v", i, err)
-		}
-	}
-	if len(tokens) != 1 || tokens[0] != 2 {
-		t.Fatalf("tokens %v: want the step's second claim", tokens)
-	}
+	checkStepTxRetriedAfterRelease(t, fn, boom)
 
 	// A lost claim.
 	if _, err := do("d", fmt.Errorf("nonce gone: %w", idem.ErrLostOwnership)); !errors.Is(err, idem.ErrLostOwnership) {
@@ -109,19 +91,7 @@ func TestRunStepTx(t *testing.T) {
 	if v, err := do("e", unknown); !errors.Is(err, idem.ErrOutcomeUnknown) || v != 1 {
 		t.Fatalf("unknown = %d, %v", v, err)
 	}
-	// fn's error: released, not recorded.
-	fnErr := errors.New("fn failed")
-	g3, _ := idem.New[int](mustMemStore(t))
-	_, err = g3.Do(ctx, "f", func(ctx context.Context) (int, error) {
-		return memStepTx(ctx, "order", func(context.Context) (int, error) { return 0, fnErr }, nil)
-	})
-	if !errors.Is(err, fnErr) {
-		t.Fatalf("fn's error = %v", err)
-	}
-	v, err = g3.Do(ctx, "f", func(ctx context.Context) (int, error) { return memStepTx(ctx, "order", fn, nil) })
-	if err != nil || v != 2 {
-		t.Fatalf("after fn's error = %d, %v; want fn run again, token 2", v, err)
-	}
+	checkStepTxFnErrorReleases(t, fn)
 }
 
 // TestRunStepTxInvalid: ErrNoCall outside a guarded fn and inside a step's
@@ -158,5 +128,49 @@ func TestRunStepTxInvalid(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkStepTxRetriedAfterRelease: the same call retried after a failed
+// commit released its step finds no record of the step and runs fn, token 2.
+func checkStepTxRetriedAfterRelease(t *testing.T, fn func(context.Context) (int, error), boom error) {
+	t.Helper()
+	ctx := context.Background()
+	g2, _ := idem.New[int](mustMemStore(t))
+	var tokens []int
+	for i, commitErr := range []error{boom, nil} {
+		_, err := g2.Do(ctx, "k", func(ctx context.Context) (int, error) {
+			v, err := memStepTx(ctx, "order", fn, commitErr)
+			if err == nil {
+				tokens = append(tokens, v)
+			}
+			return v, err
+		})
+		if (i == 0) != (err != nil) {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+	}
+	if len(tokens) != 1 || tokens[0] != 2 {
+		t.Fatalf("tokens %v: want the step's second claim", tokens)
+	}
+
+}
+
+// checkStepTxFnErrorReleases: fn's error releases the step, records
+// nothing, and the next attempt runs fn again.
+func checkStepTxFnErrorReleases(t *testing.T, fn func(context.Context) (int, error)) {
+	t.Helper()
+	ctx := context.Background()
+	fnErr := errors.New("fn failed")
+	g3, _ := idem.New[int](mustMemStore(t))
+	_, err := g3.Do(ctx, "f", func(ctx context.Context) (int, error) {
+		return memStepTx(ctx, "order", func(context.Context) (int, error) { return 0, fnErr }, nil)
+	})
+	if !errors.Is(err, fnErr) {
+		t.Fatalf("fn's error = %v", err)
+	}
+	v, err := g3.Do(ctx, "f", func(ctx context.Context) (int, error) { return memStepTx(ctx, "order", fn, nil) })
+	if err != nil || v != 2 {
+		t.Fatalf("after fn's error = %d, %v; want fn run again, token 2", v, err)
 	}
 }

@@ -101,3 +101,44 @@ func (e *engine) pollMax() time.Duration {
 func (e *engine) safetyPoll() time.Duration {
 	return min(max(e.takeover/4, 50*time.Millisecond), 5*time.Second)
 }
+
+// waits are a leader's waiters: on the call's key under the active
+// secret, and on a key under a previous secret where a call is in
+// progress (nil until there is one).
+type waits struct {
+	e            *engine
+	active, prev *waiter
+}
+
+// done tells both waiters that the key is decided at attempt.
+func (ws *waits) done(ctx context.Context, attempt int64) {
+	ws.active.done(ctx, attempt)
+	if ws.prev != nil {
+		ws.prev.done(ctx, attempt)
+	}
+}
+
+// on returns the waiter on key: the active one, or one on key under a
+// previous secret (the one there already when it waits on key, else a new
+// one, and the old one is closed).
+func (ws *waits) on(key string) *waiter {
+	if key == ws.active.sk {
+		return ws.active
+	}
+	if ws.prev != nil && ws.prev.sk == key {
+		return ws.prev
+	}
+	if ws.prev != nil {
+		ws.prev.close()
+	}
+	ws.prev = ws.e.newWaiter(key)
+	return ws.prev
+}
+
+// close closes both waiters.
+func (ws *waits) close() {
+	ws.active.close()
+	if ws.prev != nil {
+		ws.prev.close()
+	}
+}

@@ -96,7 +96,7 @@ func TestFileTablePurgeReadsNoLiveItem(t *testing.T) {
 // instant the item may expire: its ttl, a LOCK's lease_expires_at when
 // later, 2200-01-01 UTC for an item without a ttl.
 func TestFileTableItemModTime(t *testing.T) {
-	clock := isrtest.NewClock(isrtest.Base)
+	clock := isrtest.NewClock(isrtest.Base())
 	tb, err := isr.NewFileTable(t.TempDir(), isr.WithTableClock(clock.Now), isr.WithoutCleanup(), isr.WithoutFileSync())
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +278,7 @@ func sumHexOf(s string) string {
 // own, without clean-up or fsync: Purge is called by the test.
 func purgeTable(t *testing.T) (*isrtest.Clock, string, *isr.FileTable) {
 	t.Helper()
-	clock := isrtest.NewClock(isrtest.Base)
+	clock := isrtest.NewClock(isrtest.Base())
 	dir := t.TempDir()
 	tb, err := isr.NewFileTable(dir, isr.WithTableClock(clock.Now), isr.WithoutCleanup(), isr.WithoutFileSync())
 	if err != nil {

@@ -95,7 +95,7 @@ func (c *countingBodies) Get(ctx context.Context, key string) (*body.Object, err
 func newFixture(t *testing.T, opts ...isr.HandlerOption) *fixture {
 	t.Helper()
 	f := &fixture{
-		clock:  isrtest.NewClock(isrtest.Base),
+		clock:  isrtest.NewClock(isrtest.Base()),
 		table:  newMemoryTable(t),
 		bodies: &countingBodies{Store: body.NewMemory()},
 		pages:  newPages(),
@@ -153,7 +153,7 @@ func TestHandlerMissThenFresh(t *testing.T) {
 		t.Fatalf("%d body reads, want 0", n)
 	}
 	m, err := f.coord.Lookup(context.Background(), mustPK(t, "/a"))
-	if err != nil || m.ETag != etag || m.RevalidateSeconds != 60 || m.GeneratedAt != isrtest.Base.Unix() {
+	if err != nil || m.ETag != etag || m.RevalidateSeconds != 60 || m.GeneratedAt != isrtest.Base().Unix() {
 		t.Fatalf("META %+v, %v", m, err)
 	}
 	// HEAD: same headers, no body.

@@ -128,7 +128,7 @@ func TestTableOptions(t *testing.T) {
 // TestCleanupRunsByItself: with no Purge call, the tables' own clean-up
 // removes what expired; Close stops it.
 func TestCleanupRunsByItself(t *testing.T) {
-	clock := isrtest.NewClock(isrtest.Base)
+	clock := isrtest.NewClock(isrtest.Base())
 	mt := newMemoryTable(t, isr.WithTableClock(clock.Now), isr.WithCleanup(time.Millisecond))
 	dir := t.TempDir()
 	ft, err := isr.NewFileTable(dir, isr.WithTableClock(clock.Now), isr.WithCleanup(time.Millisecond), isr.WithoutFileSync())
@@ -162,7 +162,7 @@ func TestCleanupRunsByItself(t *testing.T) {
 // purged, the MemoryTable's maps are rebuilt and the heap returns to near
 // where it was (within a tenth of what the burst took).
 func TestMemoryTableHeapReturns(t *testing.T) {
-	clock := isrtest.NewClock(isrtest.Base)
+	clock := isrtest.NewClock(isrtest.Base())
 	tb := newMemoryTable(t, isr.WithTableClock(clock.Now), isr.WithoutCleanup())
 	ctx := context.Background()
 	heap := func() uint64 {

@@ -19,7 +19,7 @@ import (
 // its own LOCK back. A clean-up that removed by what it read before taking
 // the cache key's lock would remove new leases.
 func TestFileTablePurgeRace(t *testing.T) {
-	clock := isrtest.NewClock(isrtest.Base)
+	clock := isrtest.NewClock(isrtest.Base())
 	tb, err := isr.NewFileTable(t.TempDir(), isr.WithTableClock(clock.Now), isr.WithoutCleanup(), isr.WithoutFileSync())
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package storekit
 import (
 	"context"
 	"fmt"
+	"iter"
 	"time"
 )
 
@@ -141,3 +142,23 @@ type Completion struct {
 // StorageKeyPrefix starts every storage key a Guard makes. The rest is the
 // hex SHA-256 (or HMAC-SHA256) of the tenant, scope and key.
 const StorageKeyPrefix = "idem:"
+
+// Lister is implemented by stores that can list their records, for
+// operators (idem ls, idem stats).
+//
+// Records yields every live record of the store (expired ones are skipped),
+// each once, in no particular order, reading the store in pages so that
+// memory stays flat however many records there are; it takes no lock that
+// would hold up a claim. A record written, changed or removed while the
+// listing runs may be yielded in its old or new state, or not at all.
+// Errors are yielded with a nil record: a record that cannot be decoded as
+// a *CorruptRecordError, after which the listing goes on if the caller
+// does; any other error ends the sequence. The records of
+// a call's steps are records too, under storage keys derived from the
+// call's, and are listed like any other.
+//
+// Stores whose keys are not ordered by the backend (Redis, DynamoDB, NATS,
+// files) scan their whole keyspace to list; their docs say so.
+type Lister interface {
+	Records(ctx context.Context) iter.Seq2[*Record, error]
+}

@@ -175,8 +175,8 @@ func TestDynamoGoldenItems(t *testing.T) {
 	table := freshTable(t, client)
 	tb := mustDynamoTable(t, client, table)
 	ctx := context.Background()
-	clock := isrtest.NewClock(isrtest.Base)
-	base := isrtest.Base.Unix()
+	clock := isrtest.NewClock(isrtest.Base())
+	base := isrtest.Base().Unix()
 
 	compareWrittenItems(t, client, table, tb, clock)
 
@@ -266,7 +266,7 @@ func checkFixture(t *testing.T, tb *dynamoisr.Table, name, rpk string, j ddbJSON
 // kind of item, reads each back raw and compares it with its fixture.
 func compareWrittenItems(t *testing.T, client *dynamodb.Client, table string, tb *dynamoisr.Table, clock *isrtest.Clock) {
 	ctx := context.Background()
-	base := isrtest.Base.Unix()
+	base := isrtest.Base().Unix()
 	pk, err := isr.PK("t1", "/golden/page")
 	if err != nil {
 		t.Fatal(err)

@@ -90,7 +90,7 @@ func createTable(t testing.TB, client *dynamodb.Client, keepTTL bool) string {
 	}
 	// CreateTable turns TTL deletion on; DynamoDB Local carries it out
 	// within seconds. Tests here read and write with clocks far from the
-	// server's (isrtest.Base is in 2023), whose items it would delete at
+	// server's (isrtest.Base() is in 2023), whose items it would delete at
 	// once: they run with TTL off (newTTLTable keeps it on).
 	if !keepTTL {
 		_, err := client.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{

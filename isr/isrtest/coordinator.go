@@ -65,14 +65,14 @@ func expect(t *testing.T, want isr.Outcome) func(isr.Result, error) isr.Result {
 }
 
 func testCoordinatorFlow(t *testing.T, tb isr.Table) {
-	ctx, pk, clock := ctxT(t), NewPK(t), NewClock(Base)
+	ctx, pk, clock := ctxT(t), NewPK(t), NewClock(Base())
 	c := newCoord(t, tb, clock)
 	var r counter
 	_, err := c.Lookup(ctx, pk)
 	wantErr(t, err, isr.ErrNotFound)
 	// Missing page: rendered and published.
 	res := expect(t, isr.OutcomeRegenerated)(c.Regenerate(ctx, pk, nil, r.render))
-	want := isr.Meta{PK: pk, S3Key: "pages/1.html", GeneratedAt: Base.Unix(), RevalidateSeconds: 60, ETag: `"etag-1"`}
+	want := isr.Meta{PK: pk, S3Key: "pages/1.html", GeneratedAt: Base().Unix(), RevalidateSeconds: 60, ETag: `"etag-1"`}
 	if res.Meta != want || !res.HasMeta || res.ResultS3Key != "pages/1.html" {
 		t.Fatalf("result = %+v", res)
 	}
@@ -101,7 +101,7 @@ func testCoordinatorFlow(t *testing.T, tb isr.Table) {
 	wantErr(t, c.Release(ctx, other), isr.ErrLeaseLost)
 	// Stale and free: regenerated.
 	res = expect(t, isr.OutcomeRegenerated)(c.Regenerate(ctx, pk, nil, r.render))
-	if res.Meta.S3Key != "pages/2.html" || res.Meta.GeneratedAt != Base.Unix()+60 {
+	if res.Meta.S3Key != "pages/2.html" || res.Meta.GeneratedAt != Base().Unix()+60 {
 		t.Fatalf("result = %+v", res)
 	}
 	// Manual: TryAcquire + Publish + (lease already gone) Release.
@@ -122,14 +122,14 @@ func testCoordinatorFlow(t *testing.T, tb isr.Table) {
 }
 
 func testCoordinatorRequestFlow(t *testing.T, tb isr.Table) {
-	ctx, pk, clock := ctxT(t), NewPK(t), NewClock(Base)
+	ctx, pk, clock := ctxT(t), NewPK(t), NewClock(Base())
 	c := newCoord(t, tb, clock)
 	var r counter
 	h := isr.RequestHash("tenant", "/p", "policy-1")
 	req := &isr.RequestSpec{Key: "req-1", Hash: h}
 	res := expect(t, isr.OutcomeRegenerated)(c.Regenerate(ctx, pk, req, r.render))
 	stored := must(tb.GetRequest(ctx, pk, "req-1"))(t)
-	if stored.Status != isr.RequestCompleted || stored.ResultS3Key != res.Meta.S3Key || stored.Hash != h || stored.TTL != Base.Unix()+86400 {
+	if stored.Status != isr.RequestCompleted || stored.ResultS3Key != res.Meta.S3Key || stored.Hash != h || stored.TTL != Base().Unix()+86400 {
 		t.Fatalf("REQ# = %+v", stored)
 	}
 	// Fresh META short-circuits, even for a mismatching request.
@@ -178,12 +178,12 @@ func testCoordinatorRequestFlow(t *testing.T, tb isr.Table) {
 }
 
 func testCoordinatorPointer(t *testing.T, tb isr.Table) {
-	ctx, pk, clock := ctxT(t), NewPK(t), NewClock(Base)
+	ctx, pk, clock := ctxT(t), NewPK(t), NewClock(Base())
 	c := newCoord(t, tb, clock, isr.WithPointerSwap(), isr.WithMetaTTL(24*time.Hour), isr.WithMonotonicGeneratedAt())
 	var r counter
 	res := expect(t, isr.OutcomeRegenerated)(c.Regenerate(ctx, pk, &isr.RequestSpec{Key: "a", Hash: "h"}, r.render))
 	m := res.Meta
-	if m.Version != 1 || m.ETag != `"etag-1"` || m.S3Key != "pages/1.html" || m.TTL != Base.Unix()+86400 || len(m.CurrentSK) < 5 {
+	if m.Version != 1 || m.ETag != `"etag-1"` || m.S3Key != "pages/1.html" || m.TTL != Base().Unix()+86400 || len(m.CurrentSK) < 5 {
 		t.Fatalf("META = %+v", m)
 	}
 	v := must(tb.GetVersion(ctx, pk, m.CurrentSK[len(isr.VersionSKPrefix):]))(t)
@@ -212,7 +212,7 @@ func testCoordinatorPointer(t *testing.T, tb isr.Table) {
 
 func testCoordinatorStale(t *testing.T, tb isr.Table) {
 	ctx, pk := ctxT(t), NewPK(t)
-	clockA, clockB := NewClock(Base), NewClock(Base)
+	clockA, clockB := NewClock(Base()), NewClock(Base())
 	a, b := newCoord(t, tb, clockA), newCoord(t, tb, clockB)
 	// Expired: A acquires, its lease runs out, nobody takes over.
 	la := must(a.TryAcquire(ctx, pk, &isr.Meta{}))(t)
@@ -241,7 +241,7 @@ func testCoordinatorStale(t *testing.T, tb isr.Table) {
 }
 
 func testCoordinatorRenderFailure(t *testing.T, tb isr.Table) {
-	ctx, pk, clock := ctxT(t), NewPK(t), NewClock(Base)
+	ctx, pk, clock := ctxT(t), NewPK(t), NewClock(Base())
 	c := newCoord(t, tb, clock)
 	boom := errors.New("boom")
 	bad := counter{err: boom}
@@ -266,7 +266,7 @@ func testCoordinatorRenderFailure(t *testing.T, tb isr.Table) {
 // caller has returned, which proves they are answered (with the stale META)
 // without waiting for the regeneration.
 func testCoordinatorOneRegeneration(t *testing.T, tb isr.Table) {
-	ctx, pk, clock := ctxT(t), NewPK(t), NewClock(Base)
+	ctx, pk, clock := ctxT(t), NewPK(t), NewClock(Base())
 	c := newCoord(t, tb, clock)
 	var setup counter
 	expect(t, isr.OutcomeRegenerated)(c.Regenerate(ctx, pk, nil, setup.render))
@@ -335,7 +335,7 @@ func (a *afterGetMeta) GetMeta(ctx context.Context, pk string) (isr.Meta, error)
 // not render the page a second time: its acquire is conditioned on META as
 // it saw it, and it reports the page fresh.
 func testCoordinatorStraggler(t *testing.T, tb isr.Table) {
-	ctx, pk, clock := ctxT(t), NewPK(t), NewClock(Base)
+	ctx, pk, clock := ctxT(t), NewPK(t), NewClock(Base())
 	b := newCoord(t, tb, clock)
 	var r counter
 	expect(t, isr.OutcomeRegenerated)(b.Regenerate(ctx, pk, nil, r.render))

@@ -25,11 +25,11 @@ import (
 	"github.com/idem-go/idem/isr"
 )
 
-// Base is the instant the suite calls "now".
-var Base = time.Unix(1_700_000_000, 0)
+// Base returns the instant the suite calls "now".
+func Base() time.Time { return time.Unix(1_700_000_000, 0) }
 
-// at returns Base + s seconds.
-func at(s int64) time.Time { return Base.Add(time.Duration(s) * time.Second) }
+// at returns Base() + s seconds.
+func at(s int64) time.Time { return Base().Add(time.Duration(s) * time.Second) }
 
 // NewPK returns a fresh random partition key.
 func NewPK(t testing.TB) string {
@@ -138,7 +138,7 @@ func acquire(t *testing.T, tb isr.Table, pk, token string, now, exp int64) isr.L
 	return must(tb.AcquireLease(ctxT(t), isr.AcquireInput{PK: pk, Token: token, Now: at(now), ExpiresAt: exp, TTL: exp + 3600}))(t)
 }
 
-func abs(s int64) int64 { return Base.Unix() + s }
+func abs(s int64) int64 { return Base().Unix() + s }
 
 func testMissing(t *testing.T, tb isr.Table) {
 	ctx, pk := ctxT(t), NewPK(t)

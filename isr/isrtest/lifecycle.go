@@ -45,7 +45,7 @@ func testPlateau(t *testing.T, newTable func(*testing.T, *Clock) Lifecycle) {
 		crashed = 40 // leases and requests left behind per round
 		pages   = 4  // pages published each round, recipe A and B each
 	)
-	ctx, clock := ctxT(t), NewClock(Base)
+	ctx, clock := ctxT(t), NewClock(Base())
 	lc := newTable(t, clock)
 	opts := []isr.Option{isr.WithLeaseDuration(time.Second), isr.WithTTLBuffer(time.Second), isr.WithRequestTTL(time.Second)}
 	coordA := newCoord(t, lc.Table, clock, opts...)
@@ -98,7 +98,7 @@ func testPlateau(t *testing.T, newTable func(*testing.T, *Clock) Lifecycle) {
 // ttl, META and VER# without ttl; it removes a LOCK whose ttl passed only
 // once the lease has expired.
 func testKeepsLive(t *testing.T, newTable func(*testing.T, *Clock) Lifecycle) {
-	ctx, clock := ctxT(t), NewClock(Base)
+	ctx, clock := ctxT(t), NewClock(Base())
 	lc := newTable(t, clock)
 	tb := lc.Table
 	pk := NewPK(t)
@@ -132,7 +132,7 @@ func testKeepsLive(t *testing.T, newTable func(*testing.T, *Clock) Lifecycle) {
 // testStaleHolder: a worker whose lease expired and was collected cannot
 // refresh or publish, before or after another worker acquires the lease.
 func testStaleHolder(t *testing.T, newTable func(*testing.T, *Clock) Lifecycle) {
-	ctx, clock := ctxT(t), NewClock(Base)
+	ctx, clock := ctxT(t), NewClock(Base())
 	lc := newTable(t, clock)
 	tb := lc.Table
 	pk := NewPK(t)
