@@ -119,28 +119,35 @@ func (failingStore) Claim(context.Context, storekit.ClaimRequest) (storekit.Clai
 }
 func (failingStore) Get(context.Context, string) (*storekit.Record, error) { return nil, errDown }
 
-// TestRefusals: every refusal has its code, and the handler does not run
-// for the refused call.
-func TestRefusals(t *testing.T) {
-	ctx := context.Background()
-	principal := idemgrpc.WithPrincipal(func(ctx context.Context) (string, error) {
-		md, _ := metadata.FromIncomingContext(ctx)
-		if v := md.Get("x-client"); len(v) == 1 && v[0] != "" {
-			return v[0], nil
-		}
-		return "", errors.New("anonymous")
-	})
-	withClient := func(ctx context.Context, c string) context.Context {
-		return metadata.AppendToOutgoingContext(ctx, "x-client", c)
+// A refusalCase is a call the interceptor refuses without running the
+// handler, and the code it answers with.
+type refusalCase struct {
+	name   string
+	store  func(t *testing.T) storekit.Store
+	opts   []idemgrpc.Option
+	before func(t *testing.T, cc *grpc.ClientConn) // calls that may run the handler
+	call   func(ctx context.Context, cc *grpc.ClientConn) error
+	code   codes.Code
+}
+
+// principalFromClient names the caller by its x-client metadata.
+var principalFromClient = idemgrpc.WithPrincipal(func(ctx context.Context) (string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("x-client"); len(v) == 1 && v[0] != "" {
+		return v[0], nil
 	}
-	cases := []struct {
-		name   string
-		store  func(t *testing.T) storekit.Store
-		opts   []idemgrpc.Option
-		before func(t *testing.T, cc *grpc.ClientConn) // calls that may run the handler
-		call   func(ctx context.Context, cc *grpc.ClientConn) error
-		code   codes.Code
-	}{
+	return "", errors.New("anonymous")
+})
+
+// withClient sends c as the caller's x-client metadata.
+func withClient(ctx context.Context, c string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "x-client", c)
+}
+
+// keyRefusalCases are calls refused for their key or their caller.
+func keyRefusalCases() []refusalCase {
+	principal := principalFromClient
+	return []refusalCase{
 		{
 			name: "no key, required",
 			opts: []idemgrpc.Option{idemgrpc.WithRequired()},
@@ -183,10 +190,18 @@ func TestRefusals(t *testing.T) {
 			},
 			code: codes.Unauthenticated,
 		},
+	}
+}
+
+// conflictRefusalCases are calls refused for what the store holds, or
+// because the store fails.
+func conflictRefusalCases() []refusalCase {
+	principal := principalFromClient
+	return []refusalCase{
 		{
 			name: "same key, other request",
 			before: func(t *testing.T, cc *grpc.ClientConn) {
-				_, err := call(ctx, cc, methodCreate, "k", "a")
+				_, err := call(context.Background(), cc, methodCreate, "k", "a")
 				require.NoError(t, err)
 			},
 			call: func(ctx context.Context, cc *grpc.ClientConn) error {
@@ -199,7 +214,7 @@ func TestRefusals(t *testing.T) {
 			name: "same key, other request, same principal",
 			opts: []idemgrpc.Option{principal},
 			before: func(t *testing.T, cc *grpc.ClientConn) {
-				_, err := call(withClient(ctx, "c1"), cc, methodCreate, "k", "a")
+				_, err := call(withClient(context.Background(), "c1"), cc, methodCreate, "k", "a")
 				require.NoError(t, err)
 			},
 			call: func(ctx context.Context, cc *grpc.ClientConn) error {
@@ -221,7 +236,7 @@ func TestRefusals(t *testing.T) {
 			name: "already processed, Raise",
 			opts: []idemgrpc.Option{idemgrpc.WithGuard(idem.OnDuplicate(idem.Raise))},
 			before: func(t *testing.T, cc *grpc.ClientConn) {
-				_, err := call(ctx, cc, methodCreate, "k", "a")
+				_, err := call(context.Background(), cc, methodCreate, "k", "a")
 				require.NoError(t, err)
 			},
 			call: func(ctx context.Context, cc *grpc.ClientConn) error {
@@ -231,6 +246,13 @@ func TestRefusals(t *testing.T) {
 			code: codes.AlreadyExists,
 		},
 	}
+}
+
+// TestRefusals: every refusal has its code, and the handler does not run
+// for the refused call.
+func TestRefusals(t *testing.T) {
+	ctx := context.Background()
+	cases := append(keyRefusalCases(), conflictRefusalCases()...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			store := newStore(t)
@@ -249,31 +271,36 @@ func TestRefusals(t *testing.T) {
 		})
 	}
 
-	t.Run("in progress", func(t *testing.T) {
-		release := make(chan struct{})
-		started := make(chan struct{})
-		var runs atomic.Int64
-		cc := dial(t, serve(t, newInterceptor(t, newStore(t)).Unary(), &service{create: func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-			runs.Add(1)
-			close(started)
-			<-release
-			return wrapperspb.String("done"), nil
-		}}))
-		first := make(chan error, 1)
-		go func() {
-			_, err := call(ctx, cc, methodCreate, "k", "a")
-			first <- err
-		}()
-		<-started
+	t.Run("in progress", testRefusedInProgress)
+}
+
+// testRefusedInProgress checks a call made while the key's first call
+// runs is refused, and the first call's result is kept.
+func testRefusedInProgress(t *testing.T) {
+	ctx := context.Background()
+	release := make(chan struct{})
+	started := make(chan struct{})
+	var runs atomic.Int64
+	cc := dial(t, serve(t, newInterceptor(t, newStore(t)).Unary(), &service{create: func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		runs.Add(1)
+		close(started)
+		<-release
+		return wrapperspb.String("done"), nil
+	}}))
+	first := make(chan error, 1)
+	go func() {
 		_, err := call(ctx, cc, methodCreate, "k", "a")
-		assert.Equal(t, codes.Aborted, status.Code(err), "%v", err)
-		close(release)
-		require.NoError(t, <-first)
-		out, err := call(ctx, cc, methodCreate, "k", "a")
-		require.NoError(t, err)
-		assert.Equal(t, "done", out.GetValue())
-		assert.EqualValues(t, 1, runs.Load())
-	})
+		first <- err
+	}()
+	<-started
+	_, err := call(ctx, cc, methodCreate, "k", "a")
+	assert.Equal(t, codes.Aborted, status.Code(err), "%v", err)
+	close(release)
+	require.NoError(t, <-first)
+	out, err := call(ctx, cc, methodCreate, "k", "a")
+	require.NoError(t, err)
+	assert.Equal(t, "done", out.GetValue())
+	assert.EqualValues(t, 1, runs.Load())
 }
 
 // TestRecordedCodes: OK and the codes a client does not retry are

@@ -92,101 +92,125 @@ func (k *knowledge) pick(r *rand.Rand) string {
 // on loopback servers there should be none, and the model cannot judge
 // them.
 func runHistory(ctx context.Context, s storekit.Store, cfg historyConfig, seed uint64) ([]porcupine.Operation, error) {
-	keys := make([]string, cfg.Keys)
-	know := make([]*knowledge, cfg.Keys)
-	for i := range keys {
-		keys[i] = storageKey()
-		know[i] = &knowledge{}
+	h := &historyRun{ctx: ctx, s: s, cfg: cfg, seed: seed, start: make(chan struct{})}
+	h.keys = make([]string, cfg.Keys)
+	h.know = make([]*knowledge, cfg.Keys)
+	for i := range h.keys {
+		h.keys[i] = storageKey()
+		h.know[i] = &knowledge{}
 	}
-	var (
-		mu       sync.Mutex
-		ops      []porcupine.Operation
-		errs     []error
-		nonceSeq int
-		wg       sync.WaitGroup
-	)
-	nextNonce := func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		nonceSeq++
-		return fmt.Sprintf("n%d", nonceSeq)
-	}
-	start := make(chan struct{})
-	base := time.Now()
-	var running sync.WaitGroup // the clients but the purging one
+	h.base = time.Now()
+	var wg sync.WaitGroup
 	if p, ok := s.(purger); ok && cfg.Cleans {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := cfg.Clients
-			r := rand.New(rand.NewPCG(seed, uint64(c)))
-			done := make(chan struct{})
-			<-start
-			go func() { running.Wait(); close(done) }()
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				began := time.Now()
-				purged, err := applyPurge(ctx, p, keys, c, base)
-				took := time.Since(began)
-				mu.Lock()
-				if err != nil {
-					errs = append(errs, fmt.Errorf("client %d: purge: %w", c, err))
-				}
-				ops = append(ops, purged...)
-				mu.Unlock()
-				if err != nil {
-					return
-				}
-				// Purge about a third of the time: often enough to meet
-				// the others' claims on released records, seldom enough
-				// that a Purge's locks (MySQL's gap locks) do not make
-				// the history several times slower.
-				// A timer sleeps far longer than a memstore Purge takes:
-				// a short pause is a yield.
-				if pause := time.Duration(r.Int64N(4*int64(took) + 1)); pause < 200*time.Microsecond {
-					runtime.Gosched()
-				} else {
-					time.Sleep(pause)
-				}
-			}
+			h.purge(p)
 		}()
 	}
 	for c := range cfg.Clients {
 		wg.Add(1)
-		running.Add(1)
+		h.running.Add(1)
 		go func() {
 			defer wg.Done()
-			defer running.Done()
-			r := rand.New(rand.NewPCG(seed, uint64(c)))
-			<-start
-			for i := range cfg.Ops {
-				ki := r.IntN(cfg.Keys)
-				in := randomInput(r, keys[ki], know[ki], nextNonce, fmt.Sprintf("r%d.%d", c, i))
-				in.Cleans = cfg.Cleans
-				op, err := apply(ctx, s, in, c, base)
-				if err != nil {
-					mu.Lock()
-					errs = append(errs, fmt.Errorf("client %d: %s: %w", c, describe(in, linOutput{}), err))
-					mu.Unlock()
-					return
-				}
-				out := op.Output.(linOutput)
-				if in.Op == opClaim {
-					know[ki].setOwner(out.Rec.Nonce)
-				}
-				mu.Lock()
-				ops = append(ops, op)
-				mu.Unlock()
-			}
+			defer h.running.Done()
+			h.client(c)
 		}()
 	}
-	close(start)
+	close(h.start)
 	wg.Wait()
-	return ops, errors.Join(errs...)
+	return h.ops, errors.Join(h.errs...)
+}
+
+// A historyRun is one run of runHistory: its keys, what the clients know
+// of them, and the history so far.
+type historyRun struct {
+	ctx     context.Context
+	s       storekit.Store
+	cfg     historyConfig
+	seed    uint64
+	keys    []string
+	know    []*knowledge
+	start   chan struct{} // closed when every client is ready
+	base    time.Time
+	running sync.WaitGroup // the clients but the purging one
+
+	mu       sync.Mutex
+	ops      []porcupine.Operation
+	errs     []error
+	nonceSeq int
+}
+
+func (h *historyRun) nextNonce() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.nonceSeq++
+	return fmt.Sprintf("n%d", h.nonceSeq)
+}
+
+// purge is the purging client: it purges p's expired records, pausing
+// between purges, until the other clients are done.
+func (h *historyRun) purge(p purger) {
+	c := h.cfg.Clients
+	r := rand.New(rand.NewPCG(h.seed, uint64(c)))
+	done := make(chan struct{})
+	<-h.start
+	go func() { h.running.Wait(); close(done) }()
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		began := time.Now()
+		purged, err := applyPurge(h.ctx, p, h.keys, c, h.base)
+		took := time.Since(began)
+		h.mu.Lock()
+		if err != nil {
+			h.errs = append(h.errs, fmt.Errorf("client %d: purge: %w", c, err))
+		}
+		h.ops = append(h.ops, purged...)
+		h.mu.Unlock()
+		if err != nil {
+			return
+		}
+		// Purge about a third of the time: often enough to meet
+		// the others' claims on released records, seldom enough
+		// that a Purge's locks (MySQL's gap locks) do not make
+		// the history several times slower.
+		// A timer sleeps far longer than a memstore Purge takes:
+		// a short pause is a yield.
+		if pause := time.Duration(r.Int64N(4*int64(took) + 1)); pause < 200*time.Microsecond {
+			runtime.Gosched()
+		} else {
+			time.Sleep(pause)
+		}
+	}
+}
+
+// client is client c: cfg.Ops random operations on random keys.
+func (h *historyRun) client(c int) {
+	r := rand.New(rand.NewPCG(h.seed, uint64(c)))
+	<-h.start
+	for i := range h.cfg.Ops {
+		ki := r.IntN(h.cfg.Keys)
+		in := randomInput(r, h.keys[ki], h.know[ki], h.nextNonce, fmt.Sprintf("r%d.%d", c, i))
+		in.Cleans = h.cfg.Cleans
+		op, err := apply(h.ctx, h.s, in, c, h.base)
+		if err != nil {
+			h.mu.Lock()
+			h.errs = append(h.errs, fmt.Errorf("client %d: %s: %w", c, describe(in, linOutput{}), err))
+			h.mu.Unlock()
+			return
+		}
+		out := op.Output.(linOutput)
+		if in.Op == opClaim {
+			h.know[ki].setOwner(out.Rec.Nonce)
+		}
+		h.mu.Lock()
+		h.ops = append(h.ops, op)
+		h.mu.Unlock()
+	}
 }
 
 // randomInput draws one operation on key.

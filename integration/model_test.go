@@ -214,50 +214,7 @@ func stepOn(s linState, in linInput, out linOutput) (bool, linState) {
 	owned := s.Exists && s.Rec.Nonce == in.Nonce
 	switch in.Op {
 	case opClaim:
-		if out.Err != errNone {
-			return false, s
-		}
-		if !s.Exists || !s.Live {
-			// A new claim; attempts go on counting over a released record.
-			attempt := int64(1)
-			if s.Exists {
-				attempt = s.Rec.Attempt + 1
-			}
-			want := view{Status: storekit.StatusInProgress, Nonce: in.Nonce, Attempt: attempt, Payload: in.Payload}
-			if out.Outcome != storekit.Claimed || out.Rec != want {
-				return false, s
-			}
-			next.Exists, next.Live, next.Rec = true, true, want
-			next.TakeoverMs = in.TakeoverMs
-			next.Clock = nowLo
-			next.HbLo, next.HbHi = nowLo, nowHi
-			return true, next
-		}
-		if owned {
-			// A retried claim whose first try was applied.
-			return out.Outcome == storekit.Claimed && out.Rec == s.Rec, next
-		}
-		if s.Rec.Status == storekit.StatusInProgress && s.Rec.Payload == in.Payload {
-			canStale := nowHi-s.HbLo >= s.TakeoverMs
-			canFresh := nowLo-s.HbHi < s.TakeoverMs
-			switch {
-			case out.Outcome == storekit.TookOver && canStale:
-				want := s.Rec
-				want.Nonce, want.Attempt = in.Nonce, s.Rec.Attempt+1
-				if out.Rec != want {
-					return false, s
-				}
-				next.Rec = want
-				next.TakeoverMs = in.TakeoverMs
-				next.HbLo, next.HbHi = max(nowLo, s.HbLo+s.TakeoverMs), nowHi
-				next.Clock = next.HbLo
-				return true, next
-			case out.Outcome == storekit.Existing && canFresh:
-				return out.Rec == s.Rec, next
-			}
-			return false, s
-		}
-		return out.Outcome == storekit.Existing && out.Rec == s.Rec, next
+		return stepClaim(s, in, out, nowLo, nowHi)
 	case opHeartbeat:
 		if owned && s.Live && s.Rec.Status == storekit.StatusInProgress {
 			next.HbLo, next.HbHi = nowLo, nowHi
@@ -300,6 +257,69 @@ func stepOn(s linState, in linInput, out linOutput) (bool, linState) {
 		// A removal it made is resolved by the next operation that sees
 		// the key (step); a live record it must keep.
 		return out.Err == errNone, next
+	}
+	return false, s
+}
+
+// stepClaim is step for a claim whose now lies in nowLo..nowHi.
+func stepClaim(s linState, in linInput, out linOutput, nowLo, nowHi int64) (bool, linState) {
+	next := s
+	owned := s.Exists && s.Rec.Nonce == in.Nonce
+	if out.Err != errNone {
+		return false, s
+	}
+	if !s.Exists || !s.Live {
+		return claimNew(s, in, out, nowLo, nowHi)
+	}
+	if owned {
+		// A retried claim whose first try was applied.
+		return out.Outcome == storekit.Claimed && out.Rec == s.Rec, next
+	}
+	if s.Rec.Status == storekit.StatusInProgress && s.Rec.Payload == in.Payload {
+		return claimLive(s, in, out, nowLo, nowHi)
+	}
+	return out.Outcome == storekit.Existing && out.Rec == s.Rec, next
+}
+
+// claimNew is stepClaim when there is no live record.
+func claimNew(s linState, in linInput, out linOutput, nowLo, nowHi int64) (bool, linState) {
+	next := s
+	// A new claim; attempts go on counting over a released record.
+	attempt := int64(1)
+	if s.Exists {
+		attempt = s.Rec.Attempt + 1
+	}
+	want := view{Status: storekit.StatusInProgress, Nonce: in.Nonce, Attempt: attempt, Payload: in.Payload}
+	if out.Outcome != storekit.Claimed || out.Rec != want {
+		return false, s
+	}
+	next.Exists, next.Live, next.Rec = true, true, want
+	next.TakeoverMs = in.TakeoverMs
+	next.Clock = nowLo
+	next.HbLo, next.HbHi = nowLo, nowHi
+	return true, next
+}
+
+// claimLive is stepClaim on another caller's live claim of the same
+// payload: taken over if it can be stale, Existing if it can be fresh.
+func claimLive(s linState, in linInput, out linOutput, nowLo, nowHi int64) (bool, linState) {
+	next := s
+	canStale := nowHi-s.HbLo >= s.TakeoverMs
+	canFresh := nowLo-s.HbHi < s.TakeoverMs
+	switch {
+	case out.Outcome == storekit.TookOver && canStale:
+		want := s.Rec
+		want.Nonce, want.Attempt = in.Nonce, s.Rec.Attempt+1
+		if out.Rec != want {
+			return false, s
+		}
+		next.Rec = want
+		next.TakeoverMs = in.TakeoverMs
+		next.HbLo, next.HbHi = max(nowLo, s.HbLo+s.TakeoverMs), nowHi
+		next.Clock = next.HbLo
+		return true, next
+	case out.Outcome == storekit.Existing && canFresh:
+		return out.Rec == s.Rec, next
 	}
 	return false, s
 }

@@ -57,17 +57,37 @@ func cleaning(retentionMs int64, ops ...porcupine.Operation) []porcupine.Operati
 	return ops
 }
 
+// A modelCase is a hand-written history and whether the model must accept it.
+type modelCase struct {
+	name  string
+	legal bool
+	ops   []porcupine.Operation
+}
+
 // TestModel checks the model on hand-written histories: legal ones are
 // accepted, and each mechanism of non-linearizability seen in the stores
 // (and the time bounds of takeovers) is rejected.
 func TestModel(t *testing.T) {
+	var cases []modelCase
+	cases = append(cases, modelOwnershipCases()...)
+	cases = append(cases, modelTimeBoundCases()...)
+	cases = append(cases, modelCleaningCases()...)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := porcupine.CheckOperationsTimeout(storeModel, tc.ops, 10*time.Second)
+			if want := map[bool]porcupine.CheckResult{true: porcupine.Ok, false: porcupine.Illegal}[tc.legal]; res != want {
+				t.Fatalf("porcupine says %s, want %s:\n%s", res, want, formatKeyHistory(tc.ops, "k"))
+			}
+		})
+	}
+}
+
+// modelOwnershipCases are a call's life, and completions, heartbeats,
+// releases and takeovers racing each other.
+func modelOwnershipCases() []modelCase {
 	ip, done := storekit.StatusInProgress, storekit.StatusCompleted
 	get := ownerIn(opGet, "")
-	for _, tc := range []struct {
-		name  string
-		legal bool
-		ops   []porcupine.Operation
-	}{
+	return []modelCase{
 		{"a call's life", true, []porcupine.Operation{
 			hop(0, 0, 1, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(1, 2, 3, claimIn("n2", long), claimOut(storekit.Existing, "n1", 1, ip, "")),
@@ -123,6 +143,15 @@ func TestModel(t *testing.T) {
 			hop(0, 52, 53, ownerIn(opHeartbeat, "n1"), lostOut),
 			hop(1, 54, 55, completeIn("n2", "r"), okOut),
 		}},
+	}
+}
+
+// modelTimeBoundCases are the time bounds of a takeover: which operations
+// bound a claim's now, and which threshold decides.
+func modelTimeBoundCases() []modelCase {
+	ip := storekit.StatusInProgress
+	get := ownerIn(opGet, "")
+	return []modelCase{
 		{"a read between a claim's now and its write does not bound that now", true, []porcupine.Operation{
 			hop(0, 0, 10, claimIn("n1", 10*time.Millisecond), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(1, 5, 6, get, linOutput{Err: errNotFound}),
@@ -167,6 +196,15 @@ func TestModel(t *testing.T) {
 			hop(0, 0, 10, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(1, 0, 10, claimIn("n2", long), claimOut(storekit.Claimed, "n2", 1, ip, "")),
 		}},
+	}
+}
+
+// modelCleaningCases are histories of stores that remove released records
+// past their retention.
+func modelCleaningCases() []modelCase {
+	ip := storekit.StatusInProgress
+	get := ownerIn(opGet, "")
+	return []modelCase{
 		{"a released record cleaned up: the next claim starts at attempt 1", true, cleaning(0,
 			hop(0, 0, 1, claimIn("n1", long), claimOut(storekit.Claimed, "n1", 1, ip, "")),
 			hop(0, 2, 3, ownerIn(opRelease, "n1"), okOut),
@@ -215,12 +253,5 @@ func TestModel(t *testing.T) {
 			hop(2, 2, 3, purge, linOutput{Removed: 1}),
 			hop(1, 4, 5, get, linOutput{Err: errNotFound}),
 		)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			res := porcupine.CheckOperationsTimeout(storeModel, tc.ops, 10*time.Second)
-			if want := map[bool]porcupine.CheckResult{true: porcupine.Ok, false: porcupine.Illegal}[tc.legal]; res != want {
-				t.Fatalf("porcupine says %s, want %s:\n%s", res, want, formatKeyHistory(tc.ops, "k"))
-			}
-		})
 	}
 }

@@ -26,12 +26,8 @@ const (
 
 func TestObserverMetricsAndSpanEvents(t *testing.T) {
 	ctx := context.Background()
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-
-	obs, err := otelidem.NewObserver(otelidem.WithMeterProvider(mp), otelidem.WithStoreName("memory"))
+	tel := newTelemetry()
+	obs, err := otelidem.NewObserver(otelidem.WithMeterProvider(tel.mp), otelidem.WithStoreName("memory"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +36,7 @@ func TestObserverMetricsAndSpanEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, span := tp.Tracer("test").Start(ctx, "request")
+	sctx, span := tel.tp.Tracer("test").Start(ctx, "request")
 	fn := func(context.Context) (int, error) { time.Sleep(2 * time.Millisecond); return 1, nil }
 	if _, err := g.Do(sctx, rawKey, fn, idem.Payload(rawPayload)); err != nil { // claim, complete
 		t.Fatal(err)
@@ -60,6 +56,15 @@ func TestObserverMetricsAndSpanEvents(t *testing.T) {
 	}
 	span.End()
 
+	checkEventMetrics(t, tel.reader)
+	checkSpanEventsAttempt1(t, tel.spans)
+}
+
+// checkEventMetrics checks the event counts and fn durations, read back
+// through the manual reader, of TestObserverMetricsAndSpanEvents' calls.
+func checkEventMetrics(t *testing.T, reader *sdkmetric.ManualReader) {
+	t.Helper()
+	ctx := context.Background()
 	// Metrics, read back through the manual reader.
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(ctx, &rm); err != nil {
@@ -105,8 +110,12 @@ func TestObserverMetricsAndSpanEvents(t *testing.T) {
 	if fnCount["complete"] != 1 || fnCount["failure"] != 1 {
 		t.Errorf("fn duration counts %v, want one complete and one failure", fnCount)
 	}
+}
 
-	// Span events, read back through the in-memory exporter.
+// checkSpanEventsAttempt1 checks the span events of
+// TestObserverMetricsAndSpanEvents' calls, all under attempt 1.
+func checkSpanEventsAttempt1(t *testing.T, spans *tracetest.InMemoryExporter) {
+	t.Helper()
 	got := spans.GetSpans()
 	if len(got) != 1 {
 		t.Fatalf("%d spans", len(got))
@@ -124,6 +133,23 @@ func TestObserverMetricsAndSpanEvents(t *testing.T) {
 	if strings.Join(names, ",") != strings.Join(wantNames, ",") {
 		t.Errorf("span events %v, want %v", names, wantNames)
 	}
+}
+
+// telemetry is an in-memory meter and tracer provider pair.
+type telemetry struct {
+	reader *sdkmetric.ManualReader
+	mp     *sdkmetric.MeterProvider
+	spans  *tracetest.InMemoryExporter
+	tp     *sdktrace.TracerProvider
+}
+
+func newTelemetry() telemetry {
+	var tel telemetry
+	tel.reader = sdkmetric.NewManualReader()
+	tel.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(tel.reader))
+	tel.spans = tracetest.NewInMemoryExporter()
+	tel.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(tel.spans))
+	return tel
 }
 
 // checkAttrs checks the scope and store attributes are there and that no
@@ -218,11 +244,8 @@ func TestNewObserverInvalidOptions(t *testing.T) {
 // when the test moves it.
 func TestObserverTakeoverAndLostOwnership(t *testing.T) {
 	ctx := context.Background()
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	obs, err := otelidem.NewObserver(otelidem.WithMeterProvider(mp), otelidem.WithStoreName("memory"))
+	tel := newTelemetry()
+	obs, err := otelidem.NewObserver(otelidem.WithMeterProvider(tel.mp), otelidem.WithStoreName("memory"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +269,7 @@ func TestObserverTakeoverAndLostOwnership(t *testing.T) {
 	started := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		sctx, span := tp.Tracer("test").Start(ctx, "old")
+		sctx, span := tel.tp.Tracer("test").Start(ctx, "old")
 		_, err := oldOwner.Do(sctx, rawKey, func(ctx context.Context) (int, error) {
 			close(started)
 			<-ctx.Done() // cancelled when a heartbeat finds the claim lost
@@ -260,13 +283,29 @@ func TestObserverTakeoverAndLostOwnership(t *testing.T) {
 	if _, err := newOwner.Do(ctx, rawKey, func(context.Context) (int, error) { return 2, nil }, idem.Payload(rawPayload)); !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("duplicate of a live claim: %v", err)
 	}
+	turnedAway := takeOverStale(t, tel.tp, newOwner, func() { advance(takeover + time.Second) })
+	if err := <-done; !errors.Is(err, idem.ErrLostOwnership) {
+		t.Fatalf("old owner: %v, want ErrLostOwnership", err)
+	}
+
+	checkTakeoverMetrics(t, tel.reader, turnedAway)
+	checkTakeoverSpanEvents(t, tel.spans)
+}
+
+// takeOverStale has newOwner take the claim over under a span named "new",
+// advancing the store's clock past the threshold before each try, and
+// returns how many times it was turned away, counting the try made before.
+func takeOverStale(t *testing.T, tp *sdktrace.TracerProvider, newOwner *idem.Guard[int], advance func()) int {
+	t.Helper()
+	ctx := context.Background()
 	// Move the clock past the threshold. The old owner keeps heartbeating
 	// with the moved clock, so a heartbeat landing between the move and the
 	// claim makes the claim live again: move and try again.
 	sctx, span := tp.Tracer("test").Start(ctx, "new")
+	defer span.End()
 	turnedAway := 1
 	for {
-		advance(takeover + time.Second)
+		advance()
 		v, err := newOwner.Do(sctx, rawKey, func(context.Context) (int, error) { return 2, nil }, idem.Payload(rawPayload))
 		if errors.Is(err, idem.ErrInProgress) && turnedAway < 100 {
 			turnedAway++
@@ -277,11 +316,15 @@ func TestObserverTakeoverAndLostOwnership(t *testing.T) {
 		}
 		break
 	}
-	span.End()
-	if err := <-done; !errors.Is(err, idem.ErrLostOwnership) {
-		t.Fatalf("old owner: %v, want ErrLostOwnership", err)
-	}
+	return turnedAway
+}
 
+// checkTakeoverMetrics checks the event counts and fn durations of a
+// takeover: a claim turned away turnedAway times, then taken over, and the
+// old owner's lost_ownership with how long its fn ran.
+func checkTakeoverMetrics(t *testing.T, reader *sdkmetric.ManualReader, turnedAway int) {
+	t.Helper()
+	ctx := context.Background()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(ctx, &rm); err != nil {
 		t.Fatal(err)
@@ -318,7 +361,12 @@ func TestObserverTakeoverAndLostOwnership(t *testing.T) {
 	if fnCount["lost_ownership"] != 1 || fnCount["complete"] != 1 {
 		t.Errorf("fn duration counts %v, want one complete and one lost_ownership", fnCount)
 	}
+}
 
+// checkTakeoverSpanEvents checks the attempts on the span events of both
+// owners.
+func checkTakeoverSpanEvents(t *testing.T, spans *tracetest.InMemoryExporter) {
+	t.Helper()
 	// Span events: the old owner's span saw attempt 1 throughout, the new
 	// owner's the takeover under attempt 2.
 	attempts := map[string]map[string]int64{} // span -> event -> attempt

@@ -115,11 +115,16 @@ func countCmd(out string, exit int) []string {
 	return []string{"--", "sh", "-c", counting, "sh", out, fmt.Sprint(exit)}
 }
 
-func TestRunScenarios(t *testing.T) {
-	scenarios := []struct {
-		name  string
-		steps []step
-	}{
+// A scenario is a list of invocations on one fresh store.
+type scenario struct {
+	name  string
+	steps []step
+}
+
+// runScenarios are runs of commands: replays, failures, payloads, and the
+// namespaces and secrets that separate keys.
+func runScenarios() []scenario {
+	return []scenario{
 		{"fresh then replay", []step{
 			{args: append([]string{"run", "-key", "k"}, countCmd("hello\n", 0)...), stdout: "hello\n", runs: 1},
 			{args: append([]string{"run", "-key", "k"}, countCmd("other\n", 0)...), stdout: "hello\n", runs: 1},
@@ -173,6 +178,13 @@ func TestRunScenarios(t *testing.T) {
 			{env: env{"IDEM_PREVIOUS_SECRETS": "secret-one-0123456789"}, args: append([]string{"run", "-key", "k"}, countCmd("4", 0)...), code: exitConfig, stderrHas: "IDEM_SECRET", runs: 1},
 			{env: env{"IDEM_SECRET": "secret-two-0123456789", "IDEM_PREVIOUS_SECRETS": "secret-two-0123456789"}, args: append([]string{"run", "-key", "k"}, countCmd("5", 0)...), code: exitUsage, stderrHas: "is the active secret", runs: 1},
 		}},
+	}
+}
+
+// commandScenarios are what happens to the command: not found, not
+// executable, its output bounded, timed out, killed, and its record unlocked.
+func commandScenarios() []scenario {
+	return []scenario{
 		{"command not found is never recorded", []step{
 			{args: []string{"run", "-on-failure", "lock", "-key", "k", "--", "idem-no-such-command"}, code: exitNotFound, stderrHas: "idem-no-such-command", runs: 0},
 			{args: append([]string{"run", "-key", "k"}, countCmd("ok", 0)...), stdout: "ok", runs: 1},
@@ -210,29 +222,38 @@ func TestRunScenarios(t *testing.T) {
 			{args: []string{"inspect", "-key", "k"}, code: exitNoRecord, runs: 1},
 			{args: append([]string{"run", "-key", "k"}, countCmd("y", 0)...), stdout: "y", runs: 2},
 		}},
-		{"usage", []step{
-			{args: []string{}, code: exitUsage, stderrHas: "Usage:"},
-			{args: []string{"-h"}, stdoutHas: "idem run [flags] -key KEY"},
-			{args: []string{"help"}, stdoutHas: "Exit status"},
-			{args: []string{"frobnicate"}, code: exitUsage, stderrHas: `unknown subcommand "frobnicate"`},
-			{args: []string{"run", "-h"}, stderrHas: "-on-duplicate"},
-			{args: []string{"run", "--", "true"}, code: exitUsage, stderrHas: "-key is required"},
-			{args: []string{"run", "-key", "k"}, code: exitUsage, stderrHas: "no COMMAND"},
-			{args: []string{"run", "-key", "k", "-bogus", "--", "true"}, code: exitUsage, stderrHas: "-bogus"},
-			{args: []string{"run", "-key", "k", "-on-duplicate", "ignore", "--", "true"}, code: exitUsage, stderrHas: "-on-duplicate"},
-			{args: []string{"run", "-key", "k", "-on-failure", "retry", "--", "true"}, code: exitUsage, stderrHas: "-on-failure"},
-			{args: []string{"run", "-key", "k", "-heartbeat", "1m", "--", "true"}, code: exitUsage, stderrHas: "idem: -heartbeat: "},
-			{args: []string{"run", "-key", "k", "-ttl", "-1s", "--", "true"}, code: exitUsage, stderrHas: "idem: -ttl: "},
-			{args: []string{"run", "-key", "k", "-max-output", "lots", "--", "true"}, code: exitUsage, stderrHas: "invalid size"},
-			{args: []string{"run", "-key", "k", "-in-progress-exit", "300", "--", "true"}, code: exitUsage},
-			{args: []string{"run", "-key", strings.Repeat("k", idem.MaxKeyLen+1), "--", "true"}, code: exitUsage, stderrHas: "-key"},
-			{args: []string{"inspect"}, code: exitUsage, stderrHas: "-key is required"},
-			{args: []string{"inspect", "-key", "k", "extra"}, code: exitUsage},
-			{args: []string{"unlock", "-key", "k", "extra"}, code: exitUsage},
-			{args: []string{"purge", "extra"}, code: exitUsage},
-			{args: []string{"key"}, code: exitUsage, stderrHas: "no NAME"},
-		}},
 	}
+}
+
+// usageScenario is the usage and every flag error.
+func usageScenario() scenario {
+	return scenario{"usage", []step{
+		{args: []string{}, code: exitUsage, stderrHas: "Usage:"},
+		{args: []string{"-h"}, stdoutHas: "idem run [flags] -key KEY"},
+		{args: []string{"help"}, stdoutHas: "Exit status"},
+		{args: []string{"frobnicate"}, code: exitUsage, stderrHas: `unknown subcommand "frobnicate"`},
+		{args: []string{"run", "-h"}, stderrHas: "-on-duplicate"},
+		{args: []string{"run", "--", "true"}, code: exitUsage, stderrHas: "-key is required"},
+		{args: []string{"run", "-key", "k"}, code: exitUsage, stderrHas: "no COMMAND"},
+		{args: []string{"run", "-key", "k", "-bogus", "--", "true"}, code: exitUsage, stderrHas: "-bogus"},
+		{args: []string{"run", "-key", "k", "-on-duplicate", "ignore", "--", "true"}, code: exitUsage, stderrHas: "-on-duplicate"},
+		{args: []string{"run", "-key", "k", "-on-failure", "retry", "--", "true"}, code: exitUsage, stderrHas: "-on-failure"},
+		{args: []string{"run", "-key", "k", "-heartbeat", "1m", "--", "true"}, code: exitUsage, stderrHas: "idem: -heartbeat: "},
+		{args: []string{"run", "-key", "k", "-ttl", "-1s", "--", "true"}, code: exitUsage, stderrHas: "idem: -ttl: "},
+		{args: []string{"run", "-key", "k", "-max-output", "lots", "--", "true"}, code: exitUsage, stderrHas: "invalid size"},
+		{args: []string{"run", "-key", "k", "-in-progress-exit", "300", "--", "true"}, code: exitUsage},
+		{args: []string{"run", "-key", strings.Repeat("k", idem.MaxKeyLen+1), "--", "true"}, code: exitUsage, stderrHas: "-key"},
+		{args: []string{"inspect"}, code: exitUsage, stderrHas: "-key is required"},
+		{args: []string{"inspect", "-key", "k", "extra"}, code: exitUsage},
+		{args: []string{"unlock", "-key", "k", "extra"}, code: exitUsage},
+		{args: []string{"purge", "extra"}, code: exitUsage},
+		{args: []string{"key"}, code: exitUsage, stderrHas: "no NAME"},
+	}}
+}
+
+func TestRunScenarios(t *testing.T) {
+	scenarios := append(runScenarios(), commandScenarios()...)
+	scenarios = append(scenarios, usageScenario())
 	for _, sc := range scenarios {
 		for _, kind := range storeKinds {
 			t.Run(sc.name+"/"+kind, func(t *testing.T) {
@@ -240,28 +261,35 @@ func TestRunScenarios(t *testing.T) {
 				dir := t.TempDir()
 				counter := filepath.Join(dir, "counter")
 				for i, s := range sc.steps {
-					e := env{"COUNTER": counter, "IDEM_STORE": spec}
-					for k, v := range s.env {
-						e[k] = v
-					}
-					iv := invoke(context.Background(), e, s.args...)
-					if iv.code != s.code {
-						t.Fatalf("step %d %q: %v; want exit %d", i, s.args, iv, s.code)
-					}
-					if s.stdout != "*" && s.stdoutHas == "" && iv.stdout != s.stdout {
-						t.Fatalf("step %d %q: %v; want stdout %q", i, s.args, iv, s.stdout)
-					}
-					if !strings.Contains(iv.stdout, s.stdoutHas) {
-						t.Fatalf("step %d %q: %v; want stdout containing %q", i, s.args, iv, s.stdoutHas)
-					}
-					if !strings.Contains(iv.stderr, s.stderrHas) {
-						t.Fatalf("step %d %q: %v; want stderr containing %q", i, s.args, iv, s.stderrHas)
-					}
-					if n := lines(t, counter); n != s.runs {
-						t.Fatalf("step %d %q: %v; the command ran %d times, want %d", i, s.args, iv, n, s.runs)
-					}
+					checkStep(t, i, s, spec, counter)
 				}
 			})
 		}
+	}
+}
+
+// checkStep invokes step i of a scenario on the store spec and checks its
+// exit status, its output and how many times the command ran in all.
+func checkStep(t *testing.T, i int, s step, spec, counter string) {
+	t.Helper()
+	e := env{"COUNTER": counter, "IDEM_STORE": spec}
+	for k, v := range s.env {
+		e[k] = v
+	}
+	iv := invoke(context.Background(), e, s.args...)
+	if iv.code != s.code {
+		t.Fatalf("step %d %q: %v; want exit %d", i, s.args, iv, s.code)
+	}
+	if s.stdout != "*" && s.stdoutHas == "" && iv.stdout != s.stdout {
+		t.Fatalf("step %d %q: %v; want stdout %q", i, s.args, iv, s.stdout)
+	}
+	if !strings.Contains(iv.stdout, s.stdoutHas) {
+		t.Fatalf("step %d %q: %v; want stdout containing %q", i, s.args, iv, s.stdoutHas)
+	}
+	if !strings.Contains(iv.stderr, s.stderrHas) {
+		t.Fatalf("step %d %q: %v; want stderr containing %q", i, s.args, iv, s.stderrHas)
+	}
+	if n := lines(t, counter); n != s.runs {
+		t.Fatalf("step %d %q: %v; the command ran %d times, want %d", i, s.args, iv, n, s.runs)
 	}
 }

@@ -84,6 +84,39 @@ func TestBinaryStepsEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	recs, epoch := lsStepsEpoch(t, spec, callKey)
+	checkStepsEpochListed(t, spec, epoch)
+	checkStepRecordsRefused(t, spec, st, recs, callKey, epoch)
+
+	// The call, forgotten by the binary's unlock -storage-key -force (its
+	// record only), runs again and replays its finished step.
+	if iv := runBin(t, env{}, "unlock", "-store", spec, "-storage-key", callKey, "-force"); iv.code != 0 {
+		t.Fatalf("unlock -force of the call's record: %v", iv)
+	}
+	if v, err := g.Do(ctx, "order-1", call); err != nil || v != "ch_1" || steps != 1 {
+		t.Fatalf("the call again: %q, %v, the step ran %d times; want once", v, err, steps)
+	}
+	// So does unlock -key -force: it deletes the call's record, not its
+	// steps epoch.
+	if iv := runBin(t, env{}, "unlock", "-store", spec, "-key", "order-1", "-force"); iv.code != 0 {
+		t.Fatalf("unlock -key -force: %v", iv)
+	}
+	if _, err := st.Get(ctx, callKey); !errors.Is(err, storekit.ErrNotFound) {
+		t.Fatalf("unlock -key -force left the call's record: %v", err)
+	}
+	if rec, err := st.Get(ctx, epoch); err != nil || !rec.StepsEpoch() {
+		t.Fatalf("unlock -key -force deleted the steps epoch: %+v, %v", rec, err)
+	}
+	if v, err := g.Do(ctx, "order-1", call); err != nil || v != "ch_1" || steps != 1 {
+		t.Fatalf("the call after unlock -key -force: %q, %v, the step ran %d times; want once", v, err, steps)
+	}
+}
+
+// lsStepsEpoch checks idem ls -json lists the call, its step and one steps
+// epoch, printed without a claim's heartbeat age and staleness, and returns
+// the records and the epoch's storage key.
+func lsStepsEpoch(t *testing.T, spec, callKey string) (map[string]record, string) {
+	t.Helper()
 	recs, raw := lsJSON(t, spec)
 	var epoch string
 	for sk, r := range recs {
@@ -105,7 +138,13 @@ func TestBinaryStepsEpoch(t *testing.T) {
 	if epoch == "" || len(recs) != 3 || recs[callKey].State != storekit.StateCompleted {
 		t.Fatalf("ls listed %v; want the call, its step and one steps_epoch record", recs)
 	}
+	return recs, epoch
+}
 
+// checkStepsEpochListed checks idem ls -state steps_epoch shows the epoch
+// with no heartbeat age, and idem stats counts it apart.
+func checkStepsEpochListed(t *testing.T, spec, epoch string) {
+	t.Helper()
 	iv := runBin(t, env{}, "ls", "-store", spec, "-state", "steps_epoch")
 	if iv.code != 0 || !strings.Contains(iv.stdout, epoch) || strings.Count(iv.stdout, "\n") != 2 {
 		t.Fatalf("ls -state steps_epoch: %v", iv)
@@ -125,7 +164,13 @@ func TestBinaryStepsEpoch(t *testing.T) {
 			t.Errorf("stats: %s = %d, want %d (%s)", k, counts[k], n, iv.stdout)
 		}
 	}
+}
 
+// checkStepRecordsRefused checks idem unlock refuses the steps epoch, with
+// and without -force, and the finished step's record, leaving both in place.
+func checkStepRecordsRefused(t *testing.T, spec string, st *openedStore, recs map[string]record, callKey, epoch string) {
+	t.Helper()
+	ctx := context.Background()
 	for _, args := range [][]string{
 		{"unlock", "-store", spec, "-storage-key", epoch},
 		{"unlock", "-store", spec, "-storage-key", epoch, "-force"},
@@ -153,29 +198,6 @@ func TestBinaryStepsEpoch(t *testing.T) {
 		if rec, err := st.Get(ctx, sk); err != nil || !rec.StepRecord() {
 			t.Fatalf("unlock -force changed the step's record: %+v, %v", rec, err)
 		}
-	}
-
-	// The call, forgotten by the binary's unlock -storage-key -force (its
-	// record only), runs again and replays its finished step.
-	if iv := runBin(t, env{}, "unlock", "-store", spec, "-storage-key", callKey, "-force"); iv.code != 0 {
-		t.Fatalf("unlock -force of the call's record: %v", iv)
-	}
-	if v, err := g.Do(ctx, "order-1", call); err != nil || v != "ch_1" || steps != 1 {
-		t.Fatalf("the call again: %q, %v, the step ran %d times; want once", v, err, steps)
-	}
-	// So does unlock -key -force: it deletes the call's record, not its
-	// steps epoch.
-	if iv := runBin(t, env{}, "unlock", "-store", spec, "-key", "order-1", "-force"); iv.code != 0 {
-		t.Fatalf("unlock -key -force: %v", iv)
-	}
-	if _, err := st.Get(ctx, callKey); !errors.Is(err, storekit.ErrNotFound) {
-		t.Fatalf("unlock -key -force left the call's record: %v", err)
-	}
-	if rec, err := st.Get(ctx, epoch); err != nil || !rec.StepsEpoch() {
-		t.Fatalf("unlock -key -force deleted the steps epoch: %+v, %v", rec, err)
-	}
-	if v, err := g.Do(ctx, "order-1", call); err != nil || v != "ch_1" || steps != 1 {
-		t.Fatalf("the call after unlock -key -force: %q, %v, the step ran %d times; want once", v, err, steps)
 	}
 }
 

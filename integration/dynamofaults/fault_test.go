@@ -160,11 +160,7 @@ func (f *faultEnv) removeToxic() {
 }
 
 func TestConnectionCutMidRequest(t *testing.T) {
-	for _, tc := range []struct {
-		name, kind string
-		keepAlive  bool
-		want       func(error) bool // what the cut attempt saw
-	}{
+	for _, tc := range []cutCase{
 		// The connection is reset (RST) when the response arrives.
 		{"reset", "reset_peer", false, contains("connection reset")},
 		// The response is dropped and the server's close passed on (EOF).
@@ -173,79 +169,108 @@ func TestConnectionCutMidRequest(t *testing.T) {
 		// client's timeout.
 		{"hang", "timeout", true, isTimeout},
 	} {
-		kind := tc.kind
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFaultEnv(t, 3, tc.keepAlive)
-			direct := newEnv(t) // same table, no proxy: sees what was applied
-			direct.prefix, direct.store = f.prefix, mustNew(t, direct.client, testTable, dynamostore.WithKeyPrefix(f.prefix))
-			ctx := context.Background()
-			key := storageKey()
+		t.Run(tc.name, tc.run)
+	}
+}
 
-			// The claim is applied, its response lost; the SDK's retry finds
-			// its own nonce and reports Claimed, attempt 1.
-			var applied *storekit.Record
-			f.onCut = func(string) { applied, _ = direct.store.Get(ctx, key) }
-			f.cutNext(1, kind)
-			rec := mustClaim(t, f.store, claimReq(key, "A"), storekit.Claimed)
-			f.onCut = nil
-			if applied == nil || applied.Nonce != "A" {
-				t.Fatalf("the cut claim was not applied before the cut: %+v", applied)
-			}
-			if rec.Attempt != 1 || rec.Nonce != "A" {
-				t.Fatalf("claim after a cut %+v", rec)
-			}
-			cuts := f.takeCuts()
-			if len(cuts) != 1 || cuts[0].err == nil {
-				t.Fatalf("cuts %+v", cuts)
-			}
-			if !tc.want(cuts[0].err) {
-				t.Fatalf("the cut attempt failed with %v", cuts[0].err)
-			}
-			wantOps(t, f.env, "PutItem", "PutItem")
+// A cutCase is a way the connection is cut as a response comes back: the
+// toxic kind, and what the cut attempt sees.
+type cutCase struct {
+	name, kind string
+	keepAlive  bool
+	want       func(error) bool // what the cut attempt saw
+}
 
-			f.cutNext(1, kind)
-			mustClaim(t, f.store, claimReq(key, "B"), storekit.Existing)
-			f.cutNext(1, kind)
-			if err := f.store.Heartbeat(ctx, key, "A", time.Minute); err != nil {
-				t.Fatalf("heartbeat after a cut: %v", err)
-			}
-			f.cutNext(1, kind)
-			if err := f.store.Complete(ctx, key, "A", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("7"), TTL: time.Hour}); err != nil {
-				t.Fatalf("complete after a cut: %v", err)
-			}
-			if got, err := direct.store.Get(ctx, key); err != nil || got.Status != storekit.StatusCompleted || string(got.Result) != "7" {
-				t.Fatalf("completed record %+v, %v", got, err)
-			}
-			key2 := storageKey()
-			mustClaim(t, f.store, claimReq(key2, "A"), storekit.Claimed)
-			f.cutNext(1, kind)
-			if err := f.store.Release(ctx, key2, "A"); err != nil {
-				t.Fatalf("release after a cut: %v", err)
-			}
-			if cuts := f.takeCuts(); len(cuts) != 4 {
-				t.Fatalf("cuts %+v", cuts)
-			}
+func (tc cutCase) run(t *testing.T) {
+	f := newFaultEnv(t, 3, tc.keepAlive)
+	direct := newEnv(t) // same table, no proxy: sees what was applied
+	direct.prefix, direct.store = f.prefix, mustNew(t, direct.client, testTable, dynamostore.WithKeyPrefix(f.prefix))
+	key := storageKey()
+	tc.cutClaim(t, f, direct, key)
+	tc.cutOwnerCalls(t, f, direct, key)
+	tc.cutGuardedCalls(t, f)
+}
 
-			// Guarded calls with the claim's, then the complete's, response
-			// cut: fn runs once and the outcome is recorded.
-			g := newGuard[int](t, f.store)
-			for n := 1; n <= 2; n++ {
-				runs := 0
-				callKey := fmt.Sprint("call-", n)
-				f.cutNext(n, kind)
-				v, err := g.Do(ctx, callKey, func(context.Context) (int, error) { runs++; return n, nil })
-				if err != nil || v != n || runs != 1 {
-					t.Fatalf("cut at request %d: %v, %v, fn ran %d times", n, v, err, runs)
-				}
-				if cuts := f.takeCuts(); len(cuts) != 1 || cuts[0].err == nil {
-					t.Fatalf("cut at request %d: %+v", n, cuts)
-				}
-				v, err = g.Do(ctx, callKey, func(context.Context) (int, error) { runs++; return -1, nil })
-				if err != nil || v != n || runs != 1 {
-					t.Fatalf("replay after a cut at request %d: %v, %v, fn ran %d times", n, v, err, runs)
-				}
-			}
-		})
+// cutClaim checks a claim of key whose response is cut is applied once.
+func (tc cutCase) cutClaim(t *testing.T, f *faultEnv, direct *env, key string) {
+	t.Helper()
+	ctx := context.Background()
+	// The claim is applied, its response lost; the SDK's retry finds
+	// its own nonce and reports Claimed, attempt 1.
+	var applied *storekit.Record
+	f.onCut = func(string) { applied, _ = direct.store.Get(ctx, key) }
+	f.cutNext(1, tc.kind)
+	rec := mustClaim(t, f.store, claimReq(key, "A"), storekit.Claimed)
+	f.onCut = nil
+	if applied == nil || applied.Nonce != "A" {
+		t.Fatalf("the cut claim was not applied before the cut: %+v", applied)
+	}
+	if rec.Attempt != 1 || rec.Nonce != "A" {
+		t.Fatalf("claim after a cut %+v", rec)
+	}
+	cuts := f.takeCuts()
+	if len(cuts) != 1 || cuts[0].err == nil {
+		t.Fatalf("cuts %+v", cuts)
+	}
+	if !tc.want(cuts[0].err) {
+		t.Fatalf("the cut attempt failed with %v", cuts[0].err)
+	}
+	wantOps(t, f.env, "PutItem", "PutItem")
+}
+
+// cutOwnerCalls checks a claim of key by another nonce, the owner's
+// heartbeat and completion, and a release of another key, each with its
+// response cut, answer as if nothing happened.
+func (tc cutCase) cutOwnerCalls(t *testing.T, f *faultEnv, direct *env, key string) {
+	t.Helper()
+	ctx := context.Background()
+	f.cutNext(1, tc.kind)
+	mustClaim(t, f.store, claimReq(key, "B"), storekit.Existing)
+	f.cutNext(1, tc.kind)
+	if err := f.store.Heartbeat(ctx, key, "A", time.Minute); err != nil {
+		t.Fatalf("heartbeat after a cut: %v", err)
+	}
+	f.cutNext(1, tc.kind)
+	if err := f.store.Complete(ctx, key, "A", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("7"), TTL: time.Hour}); err != nil {
+		t.Fatalf("complete after a cut: %v", err)
+	}
+	if got, err := direct.store.Get(ctx, key); err != nil || got.Status != storekit.StatusCompleted || string(got.Result) != "7" {
+		t.Fatalf("completed record %+v, %v", got, err)
+	}
+	key2 := storageKey()
+	mustClaim(t, f.store, claimReq(key2, "A"), storekit.Claimed)
+	f.cutNext(1, tc.kind)
+	if err := f.store.Release(ctx, key2, "A"); err != nil {
+		t.Fatalf("release after a cut: %v", err)
+	}
+	if cuts := f.takeCuts(); len(cuts) != 4 {
+		t.Fatalf("cuts %+v", cuts)
+	}
+}
+
+// cutGuardedCalls checks guarded calls whose claim, then complete,
+// response is cut.
+func (tc cutCase) cutGuardedCalls(t *testing.T, f *faultEnv) {
+	t.Helper()
+	ctx := context.Background()
+	// Guarded calls with the claim's, then the complete's, response
+	// cut: fn runs once and the outcome is recorded.
+	g := newGuard[int](t, f.store)
+	for n := 1; n <= 2; n++ {
+		runs := 0
+		callKey := fmt.Sprint("call-", n)
+		f.cutNext(n, tc.kind)
+		v, err := g.Do(ctx, callKey, func(context.Context) (int, error) { runs++; return n, nil })
+		if err != nil || v != n || runs != 1 {
+			t.Fatalf("cut at request %d: %v, %v, fn ran %d times", n, v, err, runs)
+		}
+		if cuts := f.takeCuts(); len(cuts) != 1 || cuts[0].err == nil {
+			t.Fatalf("cut at request %d: %+v", n, cuts)
+		}
+		v, err = g.Do(ctx, callKey, func(context.Context) (int, error) { runs++; return -1, nil })
+		if err != nil || v != n || runs != 1 {
+			t.Fatalf("replay after a cut at request %d: %v, %v, fn ran %d times", n, v, err, runs)
+		}
 	}
 }
 

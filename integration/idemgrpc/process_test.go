@@ -264,19 +264,7 @@ const (
 func runRetries(t *testing.T, rr retryRun) retryResult {
 	addrs, effects, _ := startServers(t, retryProcesses, rr.bareServer, rr.redis)
 	px := dropproxy.Start(t, addrs, rr.drop, true)
-	var clients []*grpc.ClientConn
-	for c := 0; c < retryClients; c++ {
-		opts := []grpc.DialOption{
-			grpc.WithDefaultServiceConfig(retryConfig(5)),
-			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 5 * time.Millisecond, Multiplier: 1.6, MaxDelay: 100 * time.Millisecond}, MinConnectTimeout: 10 * time.Second}),
-		}
-		if rr.perAttemptKeys {
-			opts = append(opts, grpc.WithPerRPCCredentials(perAttemptKey{}))
-		} else {
-			opts = append(opts, grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor()))
-		}
-		clients = append(clients, dial(t, px.Addr(), opts...))
-	}
+	clients := retryClientConns(t, px.Addr(), rr.perAttemptKeys)
 
 	res := retryResult{answers: map[string][]string{}}
 	var mu sync.Mutex
@@ -297,39 +285,14 @@ func runRetries(t *testing.T, rr retryRun) retryResult {
 				defer wg.Done()
 				defer kw.Done()
 				call := fmt.Sprintf("call-%d", k)
-				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-				defer cancel()
-				ctx = metadata.AppendToOutgoingContext(ctx, "x-client", "shop-1")
-				if rr.shared {
-					ctx = idemgrpc.WithKey(ctx, fmt.Sprintf("order-%d", k)) // one key per logical call, the same for both clients
-				}
-				var out *wrapperspb.StringValue
-				var err error
-				for try := 0; ; try++ {
-					var hdr metadata.MD
-					out = new(wrapperspb.StringValue)
-					err = cc.Invoke(ctx, methodCreate, wrapperspb.String(call), out, grpc.Header(&hdr))
-					if err == nil && hdr.Get(idemgrpc.ReplayedMetadata) != nil {
-						replays.Add(1)
-					}
-					// With a key of its own, the application may call
-					// again when grpc gave up (an answer lost after its
-					// headers arrived is not retried by grpc, and may
-					// surface as a bare EOF); a key the interceptor minted
-					// dies with the logical call.
-					lostAnswer := status.Code(err) == codes.Unavailable || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
-					if err == nil || !rr.shared || try == 20 || !lostAnswer {
-						break
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
+				answer, err := rr.logicalCall(cc, k, &replays)
 				if err != nil {
 					failed.Add(1)
 					t.Logf("%s: %v", call, err)
 					return
 				}
 				mu.Lock()
-				res.answers[call] = append(res.answers[call], out.GetValue())
+				res.answers[call] = append(res.answers[call], answer)
 				mu.Unlock()
 			}()
 		}
@@ -346,6 +309,59 @@ func runRetries(t *testing.T, rr retryRun) retryResult {
 		t.Error("the proxy dropped nothing: the run proved nothing about retries")
 	}
 	return res
+}
+
+// retryClientConns are retryClients connections to addr, retrying as
+// grpc's service config says, with a key per attempt or the client
+// interceptor's.
+func retryClientConns(t *testing.T, addr string, perAttemptKeys bool) []*grpc.ClientConn {
+	var clients []*grpc.ClientConn
+	for c := 0; c < retryClients; c++ {
+		opts := []grpc.DialOption{
+			grpc.WithDefaultServiceConfig(retryConfig(5)),
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 5 * time.Millisecond, Multiplier: 1.6, MaxDelay: 100 * time.Millisecond}, MinConnectTimeout: 10 * time.Second}),
+		}
+		if perAttemptKeys {
+			opts = append(opts, grpc.WithPerRPCCredentials(perAttemptKey{}))
+		} else {
+			opts = append(opts, grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor()))
+		}
+		clients = append(clients, dial(t, addr, opts...))
+	}
+	return clients
+}
+
+// logicalCall makes logical call k on cc, counting replayed answers, and
+// calls again when grpc gave up on a lost answer if rr.shared.
+func (rr retryRun) logicalCall(cc *grpc.ClientConn, k int, replays *atomic.Int64) (string, error) {
+	call := fmt.Sprintf("call-%d", k)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-client", "shop-1")
+	if rr.shared {
+		ctx = idemgrpc.WithKey(ctx, fmt.Sprintf("order-%d", k)) // one key per logical call, the same for both clients
+	}
+	var out *wrapperspb.StringValue
+	var err error
+	for try := 0; ; try++ {
+		var hdr metadata.MD
+		out = new(wrapperspb.StringValue)
+		err = cc.Invoke(ctx, methodCreate, wrapperspb.String(call), out, grpc.Header(&hdr))
+		if err == nil && hdr.Get(idemgrpc.ReplayedMetadata) != nil {
+			replays.Add(1)
+		}
+		// With a key of its own, the application may call
+		// again when grpc gave up (an answer lost after its
+		// headers arrived is not retried by grpc, and may
+		// surface as a bare EOF); a key the interceptor minted
+		// dies with the logical call.
+		lostAnswer := status.Code(err) == codes.Unavailable || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+		if err == nil || !rr.shared || try == 20 || !lostAnswer {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return out.GetValue(), err
 }
 
 // TestRetriesAcrossProcesses: real grpc-go clients with a service-config

@@ -129,17 +129,58 @@ func TestRetryingClientAcrossProcesses(t *testing.T) {
 	})
 }
 
+// The shape of the load runRetryingClients sends.
+const (
+	processes = 4
+	perKey    = 2
+	parallel  = 16 // keys in flight at once
+)
+
+// A clientResult is what one client got for its key, after its retries.
+type clientResult struct {
+	status   int
+	body     string
+	replayed bool
+	err      error
+}
+
 func runRetryingClients(t *testing.T, spec string, conflicts bool) {
-	const (
-		processes = 4
-		perKey    = 2
-		parallel  = 16 // keys in flight at once
-	)
 	keys := 300
 	if conflicts {
 		keys = 200 // a second run on the file store: fewer keys, to keep the test short
 	}
 	effects := t.TempDir() + "/effects.log"
+	px := dropproxy.Start(t, startPaymentServers(t, spec, effects, conflicts), 0.33, false)
+
+	var conflictsSeen atomic.Int64
+	client := retryingClient(conflicts, &conflictsSeen)
+	start := time.Now()
+	results := sendPayments(client, px.Addr(), keys)
+	elapsed := time.Since(start)
+	client.HTTPClient.CloseIdleConnections()
+
+	data, err := os.ReadFile(effects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replays := checkEffectsOnce(t, string(data), results)
+	t.Logf("%s: %d keys x %d clients via %d processes in %v: %d side effects, %d answers dropped by the proxy, %d replayed responses",
+		strings.SplitN(spec, ":", 2)[0], keys, perKey, processes, elapsed.Round(time.Millisecond), len(strings.Split(strings.TrimSpace(string(data)), "\n")), px.Drops(), replays)
+	if px.Drops() == 0 {
+		t.Error("the proxy dropped nothing: the test proved nothing about retries")
+	}
+	if conflicts {
+		t.Logf("%d answers were a 409 in progress, retried", conflictsSeen.Load())
+		if conflictsSeen.Load() == 0 {
+			t.Error("no duplicate ever found its key in progress: the test proved nothing about 409")
+		}
+	}
+}
+
+// startPaymentServers starts the server processes on the store spec, in a
+// namespace of their own, logging their side effects to effects, and
+// returns their addresses.
+func startPaymentServers(t *testing.T, spec, effects string, conflicts bool) []string {
 	ns := fmt.Sprintf("idemhttp-test-%d-%d", os.Getpid(), rand.Uint64())
 	var addrs []string
 	for i := 0; i < processes; i++ {
@@ -152,14 +193,17 @@ func runRetryingClients(t *testing.T, spec string, conflicts bool) {
 		}
 		addrs = append(addrs, testenv.StartChild(t, cfg).Expect(t, "ADDR ", time.Minute))
 	}
-	px := dropproxy.Start(t, addrs, 0.33, false)
+	return addrs
+}
 
+// retryingClient is a client that retries dropped answers, and with
+// conflicts a 409 in progress too, counting those in conflictsSeen.
+func retryingClient(conflicts bool, conflictsSeen *atomic.Int64) *retryablehttp.Client {
 	client := retryablehttp.NewClient()
 	client.Logger = nil
 	client.RetryMax = 30
 	client.RetryWaitMin = 2 * time.Millisecond
 	client.RetryWaitMax = 50 * time.Millisecond
-	var conflictsSeen atomic.Int64
 	if conflicts {
 		// A 409 in progress is worth retrying: the draft's answer to a
 		// request sent while the same one runs.
@@ -173,19 +217,17 @@ func runRetryingClients(t *testing.T, spec string, conflicts bool) {
 	}
 	client.HTTPClient.Timeout = 20 * time.Second
 	client.HTTPClient.Transport.(*http.Transport).MaxIdleConnsPerHost = parallel * perKey
+	return client
+}
 
-	type result struct {
-		status   int
-		body     string
-		replayed bool
-		err      error
-	}
-	results := make([][]result, keys)
+// sendPayments sends each of keys payments from perKey clients at once,
+// parallel keys in flight, through the proxy at addr.
+func sendPayments(client *retryablehttp.Client, addr string, keys int) [][]clientResult {
+	results := make([][]clientResult, keys)
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
-	start := time.Now()
 	for k := 0; k < keys; k++ {
-		results[k] = make([]result, perKey)
+		results[k] = make([]clientResult, perKey)
 		sem <- struct{}{}
 		var kw sync.WaitGroup
 		for c := 0; c < perKey; c++ {
@@ -194,37 +236,41 @@ func runRetryingClients(t *testing.T, spec string, conflicts bool) {
 			go func() {
 				defer wg.Done()
 				defer kw.Done()
-				req, err := retryablehttp.NewRequest("POST", "http://"+px.Addr()+"/payments",
-					[]byte(fmt.Sprintf(`{"amount":%d,"currency":"EUR"}`, 100+k)))
-				if err != nil {
-					results[k][c].err = err
-					return
-				}
-				req.Header.Set("Idempotency-Key", fmt.Sprintf(`"key-%d"`, k))
-				req.Header.Set("X-Client", "client-1")
-				req.Header.Set("Content-Type", "application/json")
-				resp, err := client.Do(req)
-				if err != nil {
-					results[k][c].err = err
-					return
-				}
-				b, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				results[k][c] = result{status: resp.StatusCode, body: string(b), replayed: resp.Header.Get(idemhttp.ReplayedHeader) == "true", err: err}
+				results[k][c] = sendPayment(client, addr, k)
 			}()
 		}
 		go func() { kw.Wait(); <-sem }()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	client.HTTPClient.CloseIdleConnections()
+	return results
+}
 
-	data, err := os.ReadFile(effects)
+// sendPayment sends the payment of key k once, retrying as client does.
+func sendPayment(client *retryablehttp.Client, addr string, k int) clientResult {
+	req, err := retryablehttp.NewRequest("POST", "http://"+addr+"/payments",
+		[]byte(fmt.Sprintf(`{"amount":%d,"currency":"EUR"}`, 100+k)))
 	if err != nil {
-		t.Fatal(err)
+		return clientResult{err: err}
 	}
+	req.Header.Set("Idempotency-Key", fmt.Sprintf(`"key-%d"`, k))
+	req.Header.Set("X-Client", "client-1")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return clientResult{err: err}
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return clientResult{status: resp.StatusCode, body: string(b), replayed: resp.Header.Get(idemhttp.ReplayedHeader) == "true", err: err}
+}
+
+// checkEffectsOnce checks the side effect log data has each key run once,
+// and every client got that run's answer, and returns how many answers
+// were replays.
+func checkEffectsOnce(t *testing.T, data string, results [][]clientResult) int {
+	t.Helper()
 	runs := map[string][]string{}
-	for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+	for _, line := range strings.Split(strings.TrimSuffix(data, "\n"), "\n") {
 		key, body, ok := strings.Cut(line, "\t")
 		if !ok {
 			t.Fatalf("bad effect line %q", line)
@@ -232,7 +278,7 @@ func runRetryingClients(t *testing.T, spec string, conflicts bool) {
 		runs[key] = append(runs[key], body)
 	}
 	replays := 0
-	for k := 0; k < keys; k++ {
+	for k := range results {
 		key := fmt.Sprintf(`"key-%d"`, k)
 		if len(runs[key]) != 1 {
 			t.Errorf("%s: the side effect ran %d times, want once", key, len(runs[key]))
@@ -247,18 +293,8 @@ func runRetryingClients(t *testing.T, spec string, conflicts bool) {
 			}
 		}
 	}
-	if len(runs) != keys {
-		t.Errorf("%d keys ran, want %d", len(runs), keys)
+	if len(runs) != len(results) {
+		t.Errorf("%d keys ran, want %d", len(runs), len(results))
 	}
-	t.Logf("%s: %d keys x %d clients via %d processes in %v: %d side effects, %d answers dropped by the proxy, %d replayed responses",
-		strings.SplitN(spec, ":", 2)[0], keys, perKey, processes, elapsed.Round(time.Millisecond), len(strings.Split(strings.TrimSpace(string(data)), "\n")), px.Drops(), replays)
-	if px.Drops() == 0 {
-		t.Error("the proxy dropped nothing: the test proved nothing about retries")
-	}
-	if conflicts {
-		t.Logf("%d answers were a 409 in progress, retried", conflictsSeen.Load())
-		if conflictsSeen.Load() == 0 {
-			t.Error("no duplicate ever found its key in progress: the test proved nothing about 409")
-		}
-	}
+	return replays
 }

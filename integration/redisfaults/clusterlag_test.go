@@ -22,7 +22,6 @@ import (
 // replica take over with CLUSTER FAILOVER FORCE).
 func lagCluster(t *testing.T, sv server, base int) deployment {
 	t.Helper()
-	ctx := context.Background()
 	mport, rport := base, base+1
 	proxy := newFaultProxy(t, "127.0.0.1:"+strconv.Itoa(mport))
 	_, pport, _ := strings.Cut(proxy.addr(), ":")
@@ -37,6 +36,35 @@ func lagCluster(t *testing.T, sv server, base int) deployment {
 		return c
 	}
 	mc, rc, c2, c3 := cli(m), cli(r), cli(n2), cli(n3)
+	joinLagCluster(t, mc, rc, c2, c3, mport)
+	topo := func(first string) func(context.Context) ([]redis.ClusterSlot, error) {
+		return lagTopology(first, n2.Addr, n3.Addr)
+	}
+	rs := &replicated{master: m, replica: r, proxy: proxy}
+	return deployment{rs: rs,
+		before: func(t *testing.T) redisstore.Client {
+			c := redis.NewClusterClient(&redis.ClusterOptions{ClusterSlots: topo(m.Addr), MaxRetries: -1})
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		},
+		failover: func(t *testing.T) {
+			m.Stop()
+			forceFailover(t, rc)
+		},
+		after: func(t *testing.T) redisstore.Client {
+			c := redis.NewClusterClient(&redis.ClusterOptions{ClusterSlots: topo(r.Addr)})
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		},
+	}
+}
+
+// joinLagCluster gives the master mc slots 0..16381 and c2 and c3 one slot
+// each, has rc replicate mc, and waits until the replica has caught up and
+// the cluster is ok.
+func joinLagCluster(t *testing.T, mc, rc, c2, c3 *redis.Client, mport int) {
+	t.Helper()
+	ctx := context.Background()
 	require.NoError(t, mc.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16381).Err())
 	require.NoError(t, c2.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 16382, 16382).Err())
 	require.NoError(t, c3.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 16383, 16383).Err())
@@ -64,41 +92,34 @@ func lagCluster(t *testing.T, sv server, base int) deployment {
 		require.True(t, time.Now().Before(deadline), "cluster not ready: %v %d %s", err, n, info)
 		time.Sleep(100 * time.Millisecond)
 	}
-	topo := func(first string) func(context.Context) ([]redis.ClusterSlot, error) {
-		return func(context.Context) ([]redis.ClusterSlot, error) {
-			return []redis.ClusterSlot{
-				{Start: 0, End: 16381, Nodes: []redis.ClusterNode{{Addr: first}}},
-				{Start: 16382, End: 16382, Nodes: []redis.ClusterNode{{Addr: n2.Addr}}},
-				{Start: 16383, End: 16383, Nodes: []redis.ClusterNode{{Addr: n3.Addr}}},
-			}, nil
-		}
+}
+
+// lagTopology is the slot map given to the test's clients: the first
+// master's slots at first, whatever port it announces.
+func lagTopology(first, n2, n3 string) func(context.Context) ([]redis.ClusterSlot, error) {
+	return func(context.Context) ([]redis.ClusterSlot, error) {
+		return []redis.ClusterSlot{
+			{Start: 0, End: 16381, Nodes: []redis.ClusterNode{{Addr: first}}},
+			{Start: 16382, End: 16382, Nodes: []redis.ClusterNode{{Addr: n2}}},
+			{Start: 16383, End: 16383, Nodes: []redis.ClusterNode{{Addr: n3}}},
+		}, nil
 	}
-	rs := &replicated{master: m, replica: r, proxy: proxy}
-	return deployment{rs: rs,
-		before: func(t *testing.T) redisstore.Client {
-			c := redis.NewClusterClient(&redis.ClusterOptions{ClusterSlots: topo(m.Addr), MaxRetries: -1})
-			t.Cleanup(func() { _ = c.Close() })
-			return c
-		},
-		failover: func(t *testing.T) {
-			m.Stop()
-			require.NoError(t, rc.Do(ctx, "CLUSTER", "FAILOVER", "FORCE").Err())
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				role, err := rc.Do(ctx, "ROLE").Slice()
-				info, _ := rc.ClusterInfo(ctx).Result()
-				if err == nil && len(role) > 0 && role[0] == "master" && strings.Contains(info, "cluster_state:ok") {
-					return
-				}
-				require.True(t, time.Now().Before(deadline), "replica never took over: %v %v", err, role)
-				time.Sleep(50 * time.Millisecond)
-			}
-		},
-		after: func(t *testing.T) redisstore.Client {
-			c := redis.NewClusterClient(&redis.ClusterOptions{ClusterSlots: topo(r.Addr)})
-			t.Cleanup(func() { _ = c.Close() })
-			return c
-		},
+}
+
+// forceFailover has the replica rc take over with CLUSTER FAILOVER FORCE
+// and waits until it is a master of an ok cluster.
+func forceFailover(t *testing.T, rc *redis.Client) {
+	ctx := context.Background()
+	require.NoError(t, rc.Do(ctx, "CLUSTER", "FAILOVER", "FORCE").Err())
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		role, err := rc.Do(ctx, "ROLE").Slice()
+		info, _ := rc.ClusterInfo(ctx).Result()
+		if err == nil && len(role) > 0 && role[0] == "master" && strings.Contains(info, "cluster_state:ok") {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "replica never took over: %v %v", err, role)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

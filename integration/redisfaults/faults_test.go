@@ -261,10 +261,56 @@ func TestFaultRedisRestart(t *testing.T) {
 	}
 	ctx := ctxT(t)
 	srv := testenv.StartRedisAOF(t, 7201)
+	guards := restartGuards(t, srv.Addr)
+	r := &restartRun{ctx: ctx, execs: map[int]int{}, told: map[int]bool{}, kill: make(chan struct{})}
+
+	restarted := make(chan struct{})
+	var outageErr error
+	go func() {
+		defer close(restarted)
+		<-r.kill // a quarter of the keys have run; the rest are in flight or queued
+		outageErr = restartServer(ctx, srv)
+	}()
+	var wg sync.WaitGroup
+	for gi := range 16 {
+		g := guards[gi%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range restartKeys {
+				if !r.call(t, g, (k+gi)%restartKeys) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	<-restarted
+	t.Logf("%d calls failed during the outage", r.failures.Load())
+	require.Error(t, outageErr, "a store call during the outage fails")
+	assert.Contains(t, outageErr.Error(), "redisstore: get")
+	assert.NotErrorIs(t, outageErr, storekit.ErrNotFound)
+	assert.Empty(t, r.unwrapped, "every failure is a wrapped store error")
+	require.Len(t, r.execs, restartKeys)
+	for k, n := range r.execs {
+		if r.told[k] {
+			assert.LessOrEqual(t, n, 2, "executions of key %d (one caller told ErrNotRecorded)", k)
+			continue
+		}
+		assert.Equal(t, 1, n, "executions of key %d, no caller told ErrNotRecorded", k)
+	}
+}
+
+// restartKeys is how many keys TestFaultRedisRestart's callers run.
+const restartKeys = 40
+
+// restartGuards are two Guards, each on its own client of the server at
+// addr, sharing one prefix.
+func restartGuards(t *testing.T, addr string) []*idem.Guard[int] {
 	pfx := redisstore.WithPrefix(prefix())
 	var guards []*idem.Guard[int]
 	for range 2 {
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: 2, DialTimeout: 200 * time.Millisecond})
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: 2, DialTimeout: 200 * time.Millisecond})
 		t.Cleanup(func() { _ = c.Close() })
 		s := mustNew(t, c, pfx, redisstore.WithWatchTimeout(500*time.Millisecond))
 		t.Cleanup(func() { _ = s.Close() })
@@ -273,92 +319,79 @@ func TestFaultRedisRestart(t *testing.T) {
 		require.NoError(t, err)
 		guards = append(guards, g)
 	}
-	const keys = 40
-	var mu sync.Mutex
-	execs := map[int]int{}
-	told := map[int]bool{} // keys whose caller was told ErrNotRecorded
-	var failures atomic.Int64
-	var unwrapped []error
+	return guards
+}
 
-	restarted := make(chan struct{})
-	kill := make(chan struct{})
-	var executed atomic.Int64
-	var outageErr error
-	go func() {
-		defer close(restarted)
-		<-kill // a quarter of the keys have run; the rest are in flight or queued
-		srv.Stop()
-		// During the outage a store call fails with a wrapped error.
-		oc := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-		os, _ := redisstore.New(oc)
-		_, err := os.Get(ctx, "idem:outage")
-		_ = oc.Close()
-		outageErr = err
-		time.Sleep(1500 * time.Millisecond) // well past go-redis's own retries
-		srv.Start()
-	}()
-	var wg sync.WaitGroup
-	for gi := range 16 {
-		g := guards[gi%2]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := range keys {
-				key := (k + gi) % keys
-				for {
-					v, err := g.Do(ctx, "k"+strconv.Itoa(key), func(ctx context.Context) (int, error) {
-						mu.Lock()
-						execs[key]++
-						mu.Unlock()
-						if executed.Add(1) == keys/4 {
-							close(kill)
-						}
-						time.Sleep(20 * time.Millisecond)
-						return key, nil
-					})
-					if err == nil {
-						assert.Equal(t, key, v)
-						break
-					}
-					failures.Add(1)
-					if errors.Is(err, idem.ErrNotRecorded) {
-						// The caller is told its run was not recorded:
-						// its retry may run the key again (a completion
-						// that could not even be sent during the outage).
-						mu.Lock()
-						told[key] = true
-						mu.Unlock()
-						t.Logf("key %d: %v", key, err)
-					}
-					var se *idem.StoreError
-					var nr *storekit.NotRecordedError
-					if !errors.As(err, &se) && !errors.As(err, &nr) {
-						mu.Lock()
-						unwrapped = append(unwrapped, err)
-						mu.Unlock()
-					}
-					if ctx.Err() != nil {
-						t.Errorf("key %d never completed: %v", key, err)
-						return
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
+// restartServer kills the server and starts it again, and returns the
+// error of a store call made while it was down.
+func restartServer(ctx context.Context, srv *testenv.RedisServer) error {
+	srv.Stop()
+	// During the outage a store call fails with a wrapped error.
+	oc := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	os, _ := redisstore.New(oc)
+	_, err := os.Get(ctx, "idem:outage")
+	_ = oc.Close()
+	time.Sleep(1500 * time.Millisecond) // well past go-redis's own retries
+	srv.Start()
+	return err
+}
+
+// restartRun is what TestFaultRedisRestart's callers record.
+type restartRun struct {
+	ctx       context.Context
+	mu        sync.Mutex
+	execs     map[int]int
+	told      map[int]bool // keys whose caller was told ErrNotRecorded
+	failures  atomic.Int64
+	unwrapped []error
+	executed  atomic.Int64
+	kill      chan struct{} // closed when a quarter of the keys have run
+}
+
+// call runs key through g until it succeeds, and reports false if the
+// test's context ended first.
+func (r *restartRun) call(t *testing.T, g *idem.Guard[int], key int) bool {
+	for {
+		v, err := g.Do(r.ctx, "k"+strconv.Itoa(key), func(ctx context.Context) (int, error) {
+			r.mu.Lock()
+			r.execs[key]++
+			r.mu.Unlock()
+			if r.executed.Add(1) == restartKeys/4 {
+				close(r.kill)
 			}
-		}()
-	}
-	wg.Wait()
-	<-restarted
-	t.Logf("%d calls failed during the outage", failures.Load())
-	require.Error(t, outageErr, "a store call during the outage fails")
-	assert.Contains(t, outageErr.Error(), "redisstore: get")
-	assert.NotErrorIs(t, outageErr, storekit.ErrNotFound)
-	assert.Empty(t, unwrapped, "every failure is a wrapped store error")
-	require.Len(t, execs, keys)
-	for k, n := range execs {
-		if told[k] {
-			assert.LessOrEqual(t, n, 2, "executions of key %d (one caller told ErrNotRecorded)", k)
-			continue
+			time.Sleep(20 * time.Millisecond)
+			return key, nil
+		})
+		if err == nil {
+			assert.Equal(t, key, v)
+			return true
 		}
-		assert.Equal(t, 1, n, "executions of key %d, no caller told ErrNotRecorded", k)
+		r.failed(t, key, err)
+		if r.ctx.Err() != nil {
+			t.Errorf("key %d never completed: %v", key, err)
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// failed records a failed call of key.
+func (r *restartRun) failed(t *testing.T, key int, err error) {
+	r.failures.Add(1)
+	if errors.Is(err, idem.ErrNotRecorded) {
+		// The caller is told its run was not recorded:
+		// its retry may run the key again (a completion
+		// that could not even be sent during the outage).
+		r.mu.Lock()
+		r.told[key] = true
+		r.mu.Unlock()
+		t.Logf("key %d: %v", key, err)
+	}
+	var se *idem.StoreError
+	var nr *storekit.NotRecordedError
+	if !errors.As(err, &se) && !errors.As(err, &nr) {
+		r.mu.Lock()
+		r.unwrapped = append(r.unwrapped, err)
+		r.mu.Unlock()
 	}
 }

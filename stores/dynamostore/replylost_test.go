@@ -99,13 +99,7 @@ func (l *lossyHTTP) Do(req *http.Request) (*http.Response, error) {
 // ErrNotRecorded; one that may have been applied while the read-back fails
 // too is ErrOutcomeUnknown, never ErrNotRecorded.
 func TestCompletionReplyLostIsReadBack(t *testing.T) {
-	for _, tc := range []struct {
-		name             string
-		completion, read fault
-		wantErr          error // nil: recorded, no error
-		wantStatus       storekit.Status
-		sdkAttempts      int
-	}{
+	for _, tc := range []replyLostCase{
 		// The SDK's retry of an applied completion is applied again (its
 		// condition is the nonce only), so the caller is answered at once.
 		{"applied, first reply lost", loseOnce, pass, nil, storekit.StatusCompleted, 3},
@@ -123,83 +117,115 @@ func TestCompletionReplyLostIsReadBack(t *testing.T) {
 		// say that nothing was sent, and the answer is ErrOutcomeUnknown.
 		{"refused connection, read-back fails", refuse, refuse, storekit.ErrNotRecorded, storekit.StatusInProgress, 1},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
-			lossy := &lossyHTTP{next: &http.Client{Timeout: 5 * time.Second}}
-			client := newClient(clientConfig{endpoint: e.endpoint, extra: []func(*dynamodb.Options){
-				func(o *dynamodb.Options) {
-					o.HTTPClient = lossy
-					o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
-						so.MaxAttempts = tc.sdkAttempts
-						so.MaxBackoff = 20 * time.Millisecond
-						so.RateLimiter = ratelimit.None
-					})
-				},
-			}})
-			s := mustNew(t, client, testTable, dynamostore.WithKeyPrefix(e.prefix))
-			// The read-back after the last failed completion is bounded by the
-			// heartbeat: 1s leaves DynamoDB Local room for a slow answer (250ms
-			// did not, once, under a CI run).
-			g := newGuard[int](t, s, idem.WithTakeoverAfter(2*time.Second), idem.WithHeartbeat(time.Second))
-			const key = "lost"
-			sk, err := g.StorageKey(key)
-			if err != nil {
-				t.Fatal(err)
-			}
+		t.Run(tc.name, tc.run)
+	}
+}
 
-			var runs atomic.Int32
-			v, err := g.Do(context.Background(), key, func(ctx context.Context) (int, error) {
-				runs.Add(1)
-				lossy.completion.Store(int32(tc.completion))
-				lossy.read.Store(int32(tc.read))
-				return 7, nil
+// A replyLostCase is a fault on the completion and on the read-back after
+// it, and what the caller and the record end up with.
+type replyLostCase struct {
+	name             string
+	completion, read fault
+	wantErr          error // nil: recorded, no error
+	wantStatus       storekit.Status
+	sdkAttempts      int
+}
+
+func (tc replyLostCase) run(t *testing.T) {
+	e := newEnv(t)
+	lossy := &lossyHTTP{next: &http.Client{Timeout: 5 * time.Second}}
+	g := tc.lossyGuard(t, e, lossy)
+	const key = "lost"
+	sk, err := g.StorageKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var runs atomic.Int32
+	v, err := g.Do(context.Background(), key, func(ctx context.Context) (int, error) {
+		runs.Add(1)
+		lossy.completion.Store(int32(tc.completion))
+		lossy.read.Store(int32(tc.read))
+		return 7, nil
+	})
+	lossy.completion.Store(int32(pass))
+	lossy.read.Store(int32(pass))
+	if v != 7 {
+		t.Fatalf("Do returned %d, want fn's 7", v)
+	}
+	tc.checkAnswer(t, err)
+	tc.checkFaultsHit(t, lossy)
+
+	rec, err := e.store.Get(context.Background(), sk) // straight to DynamoDB Local
+	if tc.wantStatus == "" {
+		if !errors.Is(err, storekit.ErrNotFound) {
+			t.Fatalf("record %+v, %v; want it released", rec, err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Status != tc.wantStatus {
+		t.Fatalf("record %+v, want status %s", rec, tc.wantStatus)
+	}
+	if tc.wantStatus == storekit.StatusCompleted {
+		if string(rec.Result) != "7" {
+			t.Fatalf("completed record holds %q, want 7", rec.Result)
+		}
+		v, err := g.Do(context.Background(), key, func(ctx context.Context) (int, error) { runs.Add(1); return 8, nil })
+		if err != nil || v != 7 || runs.Load() != 1 {
+			t.Fatalf("replay: %d, %v, %d runs; want 7 from one run", v, err, runs.Load())
+		}
+	}
+}
+
+// lossyGuard is a Guard on e's table whose client sends through lossy,
+// with the case's SDK attempts.
+func (tc replyLostCase) lossyGuard(t *testing.T, e *env, lossy *lossyHTTP) *idem.Guard[int] {
+	client := newClient(clientConfig{endpoint: e.endpoint, extra: []func(*dynamodb.Options){
+		func(o *dynamodb.Options) {
+			o.HTTPClient = lossy
+			o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
+				so.MaxAttempts = tc.sdkAttempts
+				so.MaxBackoff = 20 * time.Millisecond
+				so.RateLimiter = ratelimit.None
 			})
-			lossy.completion.Store(int32(pass))
-			lossy.read.Store(int32(pass))
-			if v != 7 {
-				t.Fatalf("Do returned %d, want fn's 7", v)
-			}
-			switch {
-			case tc.wantErr == nil && err != nil:
-				t.Fatalf("Do: %v; want no error (the record holds the outcome)", err)
-			case tc.wantErr != nil && !errors.Is(err, tc.wantErr):
-				t.Fatalf("Do: %v; want %v", err, tc.wantErr)
-			case errors.Is(err, storekit.ErrNotRecorded) && errors.Is(err, storekit.ErrOutcomeUnknown):
-				t.Fatalf("Do: %v matches both ErrNotRecorded and ErrOutcomeUnknown", err)
-			}
-			if tc.completion != loseOnce && (lossy.completions.Load() == 0 || lossy.reads.Load() == 0) {
-				t.Fatalf("%d completions and %d reads went through the faulty client; want both (the read-back)",
-					lossy.completions.Load(), lossy.reads.Load())
-			}
-			if (tc.completion == lose || tc.completion == loseOnce) && lossy.appliedButReplyLost.Load() == 0 {
-				t.Fatal("no completion was applied with its reply lost")
-			}
-			if (tc.completion == drop || tc.completion == refuse) && lossy.completionsNeverSent.Load() == 0 {
-				t.Fatal("no completion was kept from DynamoDB")
-			}
+		},
+	}})
+	s := mustNew(t, client, testTable, dynamostore.WithKeyPrefix(e.prefix))
+	// The read-back after the last failed completion is bounded by the
+	// heartbeat: 1s leaves DynamoDB Local room for a slow answer (250ms
+	// did not, once, under a CI run).
+	return newGuard[int](t, s, idem.WithTakeoverAfter(2*time.Second), idem.WithHeartbeat(time.Second))
+}
 
-			rec, err := e.store.Get(context.Background(), sk) // straight to DynamoDB Local
-			if tc.wantStatus == "" {
-				if !errors.Is(err, storekit.ErrNotFound) {
-					t.Fatalf("record %+v, %v; want it released", rec, err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if rec.Status != tc.wantStatus {
-				t.Fatalf("record %+v, want status %s", rec, tc.wantStatus)
-			}
-			if tc.wantStatus == storekit.StatusCompleted {
-				if string(rec.Result) != "7" {
-					t.Fatalf("completed record holds %q, want 7", rec.Result)
-				}
-				v, err := g.Do(context.Background(), key, func(ctx context.Context) (int, error) { runs.Add(1); return 8, nil })
-				if err != nil || v != 7 || runs.Load() != 1 {
-					t.Fatalf("replay: %d, %v, %d runs; want 7 from one run", v, err, runs.Load())
-				}
-			}
-		})
+// checkAnswer checks Do's error is the case's, and never both
+// ErrNotRecorded and ErrOutcomeUnknown.
+func (tc replyLostCase) checkAnswer(t *testing.T, err error) {
+	t.Helper()
+	switch {
+	case tc.wantErr == nil && err != nil:
+		t.Fatalf("Do: %v; want no error (the record holds the outcome)", err)
+	case tc.wantErr != nil && !errors.Is(err, tc.wantErr):
+		t.Fatalf("Do: %v; want %v", err, tc.wantErr)
+	case errors.Is(err, storekit.ErrNotRecorded) && errors.Is(err, storekit.ErrOutcomeUnknown):
+		t.Fatalf("Do: %v matches both ErrNotRecorded and ErrOutcomeUnknown", err)
+	}
+}
+
+// checkFaultsHit checks the case's faults did happen, so the test proved
+// something.
+func (tc replyLostCase) checkFaultsHit(t *testing.T, lossy *lossyHTTP) {
+	t.Helper()
+	if tc.completion != loseOnce && (lossy.completions.Load() == 0 || lossy.reads.Load() == 0) {
+		t.Fatalf("%d completions and %d reads went through the faulty client; want both (the read-back)",
+			lossy.completions.Load(), lossy.reads.Load())
+	}
+	if (tc.completion == lose || tc.completion == loseOnce) && lossy.appliedButReplyLost.Load() == 0 {
+		t.Fatal("no completion was applied with its reply lost")
+	}
+	if (tc.completion == drop || tc.completion == refuse) && lossy.completionsNeverSent.Load() == 0 {
+		t.Fatal("no completion was kept from DynamoDB")
 	}
 }

@@ -36,34 +36,56 @@ func TestSkewedGuardClocks(t *testing.T) {
 	ahead := mustNew(t, behindEnv.client, testTable, dynamostore.WithKeyPrefix(behindEnv.prefix),
 		dynamostore.WithClock(func() time.Time { return base.Now().Add(skew) }))
 	opts := []idem.Option{idem.WithTakeoverAfter(takeover), idem.WithHeartbeat(20 * time.Millisecond)}
-	gBehind := newGuard[int64](t, behindEnv.store, opts...)
-	gAhead := newGuard[int64](t, ahead, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	token := func(ctx context.Context) int64 { tok, _ := idem.FencingToken(ctx); return tok }
+	k := skewedGuards{
+		ctx:      ctx,
+		takeover: takeover,
+		base:     base,
+		behind:   newGuard[int64](t, behindEnv.store, opts...),
+		ahead:    newGuard[int64](t, ahead, opts...),
+	}
+	k.aheadTakesOverLive(t)
+	k.behindLeavesLive(t)
+	k.behindReclaimsReleased(t)
+}
 
+// skewedGuards are two Guards on one table whose store clocks are skew
+// apart: behind runs on base, ahead on base + skew.
+type skewedGuards struct {
+	ctx           context.Context
+	takeover      time.Duration
+	base          *fakeClock
+	behind, ahead *idem.Guard[int64]
+}
+
+func skewToken(ctx context.Context) int64 { tok, _ := idem.FencingToken(ctx); return tok }
+
+// aheadTakesOverLive checks the Guard ahead takes over a live claim of the
+// Guard behind, whose owner is told ErrLostOwnership.
+func (k skewedGuards) aheadTakesOverLive(t *testing.T) {
 	// A live claim of the Guard behind, heartbeating.
 	var runs atomic.Int32
 	started, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := gBehind.Do(ctx, "live", func(ctx context.Context) (int64, error) {
+		_, err := k.behind.Do(k.ctx, "live", func(ctx context.Context) (int64, error) {
 			runs.Add(1)
 			close(started)
 			select {
 			case <-release:
 			case <-ctx.Done():
 			}
-			return token(ctx), context.Cause(ctx)
+			return skewToken(ctx), context.Cause(ctx)
 		})
 		done <- err
 	}()
 	<-started
 	// Its heartbeat_at is the behind clock's now; the Guard ahead sees it
 	// 2 x threshold old, so stale.
-	v, err := gAhead.Do(ctx, "live", func(ctx context.Context) (int64, error) {
+	v, err := k.ahead.Do(k.ctx, "live", func(ctx context.Context) (int64, error) {
 		runs.Add(1)
-		return token(ctx), nil
+		return skewToken(ctx), nil
 	})
 	if err != nil || v != 2 {
 		t.Fatalf("the Guard ahead by 2 x takeover: %d, %v; want a takeover under token 2", v, err)
@@ -75,14 +97,18 @@ func TestSkewedGuardClocks(t *testing.T) {
 		t.Fatalf("the owner behind: %v, want ErrLostOwnership", err)
 	}
 	close(release)
+}
 
+// behindLeavesLive checks the Guard behind leaves a live claim of the Guard
+// ahead alone.
+func (k skewedGuards) behindLeavesLive(t *testing.T) {
 	// The other direction: a live claim of the Guard ahead is not taken
 	// over by the Guard behind, even once the behind clock has moved by
 	// more than the threshold.
 	started2, release2 := make(chan struct{}), make(chan struct{})
 	done2 := make(chan error, 1)
 	go func() {
-		_, err := gAhead.Do(ctx, "live-ahead", func(ctx context.Context) (int64, error) {
+		_, err := k.ahead.Do(k.ctx, "live-ahead", func(ctx context.Context) (int64, error) {
 			close(started2)
 			<-release2
 			return 1, nil
@@ -90,9 +116,9 @@ func TestSkewedGuardClocks(t *testing.T) {
 		done2 <- err
 	}()
 	<-started2
-	for _, step := range []time.Duration{0, takeover, takeover / 2} {
-		base.Advance(step)
-		if _, err := gBehind.Do(ctx, "live-ahead", func(context.Context) (int64, error) { return -1, nil }); !errors.Is(err, idem.ErrInProgress) {
+	for _, step := range []time.Duration{0, k.takeover, k.takeover / 2} {
+		k.base.Advance(step)
+		if _, err := k.behind.Do(k.ctx, "live-ahead", func(context.Context) (int64, error) { return -1, nil }); !errors.Is(err, idem.ErrInProgress) {
 			t.Fatalf("the Guard behind, after %v: %v, want ErrInProgress", step, err)
 		}
 	}
@@ -100,14 +126,18 @@ func TestSkewedGuardClocks(t *testing.T) {
 	if err := <-done2; err != nil {
 		t.Fatal(err)
 	}
+}
 
+// behindReclaimsReleased checks the Guard behind re-claims a record the
+// Guard ahead released.
+func (k skewedGuards) behindReclaimsReleased(t *testing.T) {
 	// Released by the Guard ahead (Unlock): a released record's expires_at
 	// is 0, in the past at every clock, so the Guard behind re-claims it at
 	// once, whatever the skew.
-	if _, err := gAhead.Do(ctx, "released", func(context.Context) (int64, error) { return 0, errors.New("boom") }); err == nil {
+	if _, err := k.ahead.Do(k.ctx, "released", func(context.Context) (int64, error) { return 0, errors.New("boom") }); err == nil {
 		t.Fatal("the failing call succeeded")
 	}
-	v, err = gBehind.Do(ctx, "released", func(ctx context.Context) (int64, error) { return token(ctx), nil })
+	v, err := k.behind.Do(k.ctx, "released", func(ctx context.Context) (int64, error) { return skewToken(ctx), nil })
 	if err != nil || v != 2 {
 		t.Fatalf("a claim released ahead, seen from behind: %d, %v; want a re-claim under token 2", v, err)
 	}

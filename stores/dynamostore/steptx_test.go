@@ -352,56 +352,13 @@ func TestStepTxProcesses(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			e := newEnv(t)
 			table := rowsTable(t, e.client)
-			cmd := exec.Command(os.Args[0], "-test.run=^TestStepTxHelperProcess$", "-test.count=1")
-			cmd.Env = append(os.Environ(), envStepTxChild+"="+mode, envEndpoint+"="+e.endpoint, envPrefix+"="+e.prefix, envRows+"="+table)
-			cmd.Stderr = os.Stderr
-			stdin, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			lines := make(chan string, 16)
-			go func() {
-				sc := bufio.NewScanner(out)
-				for sc.Scan() {
-					lines <- sc.Text()
-				}
-				close(lines)
-			}()
-			next := func() string {
-				select {
-				case l, ok := <-lines:
-					if !ok {
-						t.Fatal("the owner exited")
-					}
-					return l
-				case <-time.After(time.Minute):
-					t.Fatal("no word from the owner")
-				}
-				return ""
-			}
-			want := map[string]string{"killed-in-fn": "inserted", "killed-before-commit": "sending", "killed-after-commit": "committed", "stopped-in-fn": "inserted"}[mode]
-			for l := next(); l != want; l = next() {
-				if strings.HasPrefix(l, "error") {
-					t.Fatalf("owner: %s", l)
-				}
-			}
+			o := startStepTxOwner(t, e, table, mode)
+			o.waitFor(map[string]string{"killed-in-fn": "inserted", "killed-before-commit": "sending", "killed-after-commit": "committed", "stopped-in-fn": "inserted"}[mode])
 			if mode == "stopped-in-fn" {
-				if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-					t.Fatal(err)
-				}
+				o.signal(syscall.SIGSTOP)
 			} else {
-				if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-					t.Fatal(err)
-				}
-				_ = cmd.Wait()
+				o.signal(syscall.SIGKILL)
+				_ = o.cmd.Wait()
 			}
 			var orderRuns atomic.Int32
 			g := newGuard[string](t, e.store, idem.OnDuplicate(idem.Wait), idem.WithTakeoverAfter(20*time.Second))
@@ -412,7 +369,7 @@ func TestStepTxProcesses(t *testing.T) {
 			if got := rows(t, e.client, table, "charge"); len(got) != 1 {
 				t.Errorf("charge rows = %v, want 1: the takeover replays it", got)
 			}
-			me, owner := strconv.Itoa(os.Getpid()), strconv.Itoa(cmd.Process.Pid)
+			me, owner := strconv.Itoa(os.Getpid()), strconv.Itoa(o.cmd.Process.Pid)
 			check := func(wantBy string, wantRuns int32) {
 				t.Helper()
 				got := rows(t, e.client, table, "order")
@@ -430,22 +387,94 @@ func TestStepTxProcesses(t *testing.T) {
 				check(me+"-2", 1)
 			}
 			if mode == "stopped-in-fn" {
-				if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := io.WriteString(stdin, "go\n"); err != nil {
-					t.Fatal(err)
-				}
-				res := next()
-				for !strings.HasPrefix(res, "result") {
-					res = next()
-				}
-				if res != "result lost" {
-					t.Errorf("the resumed owner: %q, want its transaction refused (ErrLostOwnership)", res)
-				}
-				_ = cmd.Wait()
+				o.resumeRefused()
 				check(me+"-2", 1)
 			}
 		})
 	}
+}
+
+// A stepTxOwner is the child process that owns the checkout, and the lines
+// it prints as it goes.
+type stepTxOwner struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+}
+
+// startStepTxOwner starts the owner of a checkout on e's table and rows
+// table, to be stopped or killed as mode says.
+func startStepTxOwner(t *testing.T, e *env, table, mode string) *stepTxOwner {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStepTxHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envStepTxChild+"="+mode, envEndpoint+"="+e.endpoint, envPrefix+"="+e.prefix, envRows+"="+table)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	o := &stepTxOwner{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 16)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			o.lines <- sc.Text()
+		}
+		close(o.lines)
+	}()
+	return o
+}
+
+// next is the owner's next line.
+func (o *stepTxOwner) next() string {
+	select {
+	case l, ok := <-o.lines:
+		if !ok {
+			o.t.Fatal("the owner exited")
+		}
+		return l
+	case <-time.After(time.Minute):
+		o.t.Fatal("no word from the owner")
+	}
+	return ""
+}
+
+// waitFor reads the owner's lines up to want, failing on an error.
+func (o *stepTxOwner) waitFor(want string) {
+	for l := o.next(); l != want; l = o.next() {
+		if strings.HasPrefix(l, "error") {
+			o.t.Fatalf("owner: %s", l)
+		}
+	}
+}
+
+func (o *stepTxOwner) signal(sig syscall.Signal) {
+	if err := o.cmd.Process.Signal(sig); err != nil {
+		o.t.Fatal(err)
+	}
+}
+
+// resumeRefused resumes the stopped owner, lets it send its transaction,
+// and checks it is refused (ErrLostOwnership).
+func (o *stepTxOwner) resumeRefused() {
+	o.signal(syscall.SIGCONT)
+	if _, err := io.WriteString(o.stdin, "go\n"); err != nil {
+		o.t.Fatal(err)
+	}
+	res := o.next()
+	for !strings.HasPrefix(res, "result") {
+		res = o.next()
+	}
+	if res != "result lost" {
+		o.t.Errorf("the resumed owner: %q, want its transaction refused (ErrLostOwnership)", res)
+	}
+	_ = o.cmd.Wait()
 }

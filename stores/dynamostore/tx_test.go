@@ -126,6 +126,23 @@ func TestDoTxBadInput(t *testing.T) {
 	g := newGuard[string](t, e.store)
 	ctx := context.Background()
 
+	checkTxTooLarge(t, e, g, table)
+	checkInvalidTxItems(t, g, table)
+	// Not a DynamoDB store; nil fn.
+	if _, err := dynamostore.DoTx(ctx, newGuard[string](t, memStore(t)), "k", func(context.Context, *dynamostore.Tx) (string, error) { return "", nil }); !errors.Is(err, storekit.ErrInvalidOption) {
+		t.Errorf("DoTx on a memstore Guard = %v", err)
+	}
+	if _, err := dynamostore.DoTx[string](ctx, g, "k", nil); !errors.Is(err, storekit.ErrInvalidOption) {
+		t.Errorf("DoTx with nil fn = %v", err)
+	}
+}
+
+// checkTxTooLarge checks a transaction of more than MaxTxItems items is
+// refused before anything is sent, and the call can then run with
+// MaxTxItems.
+func checkTxTooLarge(t *testing.T, e *env, g *idem.Guard[string], table string) {
+	t.Helper()
+	ctx := context.Background()
 	e.log.Take()
 	var tooMany error
 	_, err := dynamostore.DoTx(ctx, g, "many", func(ctx context.Context, tx *dynamostore.Tx) (string, error) {
@@ -167,8 +184,13 @@ func TestDoTxBadInput(t *testing.T) {
 	if got := rows(t, e.client, table, "many"); len(got) != 99 {
 		t.Fatalf("rows = %d, want 99", len(got))
 	}
+}
 
-	// Items DoTx cannot send.
+// checkInvalidTxItems checks items DoTx cannot send, and a Tx used on nil
+// or past its fn, are ErrInvalidTxItem.
+func checkInvalidTxItems(t *testing.T, g *idem.Guard[string], table string) {
+	t.Helper()
+	ctx := context.Background()
 	for name, add := range map[string]func(tx *dynamostore.Tx) error{
 		"no table": func(tx *dynamostore.Tx) error {
 			return tx.Put(types.Put{Item: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "x"}}})
@@ -196,13 +218,6 @@ func TestDoTxBadInput(t *testing.T) {
 	}
 	if err := putRow(kept, table, "kept", "late"); !errors.Is(err, dynamostore.ErrInvalidTxItem) {
 		t.Errorf("Put after fn returned = %v", err)
-	}
-	// Not a DynamoDB store; nil fn.
-	if _, err := dynamostore.DoTx(ctx, newGuard[string](t, memStore(t)), "k", func(context.Context, *dynamostore.Tx) (string, error) { return "", nil }); !errors.Is(err, storekit.ErrInvalidOption) {
-		t.Errorf("DoTx on a memstore Guard = %v", err)
-	}
-	if _, err := dynamostore.DoTx[string](ctx, g, "k", nil); !errors.Is(err, storekit.ErrInvalidOption) {
-		t.Errorf("DoTx with nil fn = %v", err)
 	}
 }
 

@@ -35,38 +35,62 @@ func testCompleteIfEq(t *testing.T, kind string) {
 	c, h := counted(t, kind)
 	s := newStore(t, c)
 	require.NoError(t, s.LoadScripts(ctx))
-	native := strings.HasPrefix(kind, "valkey")
-	readClock := func(key string) {
-		t.Helper()
-		ok, err := s.ReadServerClock(ctx, key)
-		require.NoError(t, err)
-		require.Equal(t, native, ok, "Valkey 8.1 has SET ... IFEQ, Redis 7.0 has not")
-	}
+	k := ifEqStore{ctx: ctx, c: c, h: h, s: s, native: strings.HasPrefix(kind, "valkey")}
 	// set is the conditional SET as the hook sees it; set+script is it,
 	// then the complete script.
-	set, scripts := []string{"set"}, []string(nil)
-	if !native {
-		set, scripts = []string{"evalsha"}, []string{redisstore.SetIfEqSHA}
+	k.set = []string{"set"}
+	if !k.native {
+		k.set, k.scripts = []string{"evalsha"}, []string{redisstore.SetIfEqSHA}
 	}
-	then := func(a []string, b ...string) []string { return append(append([]string(nil), a...), b...) }
+	k.completeWritesOnce(t)
+	other := k.lostClaimNotWritten(t)
+	k.watchedKeyPublishes(t, other)
+}
 
-	g, err := idem.New[int](s)
+// ifEqStore is a store on a backend with or without SET ... IFEQ, and what
+// its completions send.
+type ifEqStore struct {
+	ctx          context.Context
+	c            backend
+	h            *counter
+	s            *redisstore.Store
+	native       bool
+	set, scripts []string
+}
+
+// readClock reads the server's clock for key: the conditional SET is
+// native on Valkey only.
+func (k ifEqStore) readClock(t *testing.T, key string) {
+	t.Helper()
+	ok, err := k.s.ReadServerClock(k.ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, k.native, ok, "Valkey 8.1 has SET ... IFEQ, Redis 7.0 has not")
+}
+
+func (ifEqStore) then(a []string, b ...string) []string {
+	return append(append([]string(nil), a...), b...)
+}
+
+// completeWritesOnce checks a call completes with the conditional SET only,
+// recording the server's time and expiry, and is replayed.
+func (k ifEqStore) completeWritesOnce(t *testing.T) {
+	g, err := idem.New[int](k.s)
 	require.NoError(t, err)
 	sk, err := g.StorageKey("order-1")
 	require.NoError(t, err)
-	readClock(sk)
-	h.reset()
-	before, err := c.Time(ctx).Result()
+	k.readClock(t, sk)
+	k.h.reset()
+	before, err := k.c.Time(k.ctx).Result()
 	require.NoError(t, err)
-	v, err := g.Do(ctx, "order-1", func(context.Context) (int, error) { return 42, nil })
+	v, err := g.Do(k.ctx, "order-1", func(context.Context) (int, error) { return 42, nil })
 	require.NoError(t, err)
-	after, err := c.Time(ctx).Result()
+	after, err := k.c.Time(k.ctx).Result()
 	require.NoError(t, err)
 	assert.Equal(t, 42, v)
-	assert.Equal(t, then([]string{"set"}, set...), h.sent(), "claim SET NX GET, complete with the conditional SET (the TIME reads around the call are not counted)")
-	assert.Equal(t, scripts, h.scripts(), "no complete script")
+	assert.Equal(t, k.then([]string{"set"}, k.set...), k.h.sent(), "claim SET NX GET, complete with the conditional SET (the TIME reads around the call are not counted)")
+	assert.Equal(t, k.scripts, k.h.scripts(), "no complete script")
 
-	rec, err := s.Get(ctx, sk)
+	rec, err := k.s.Get(k.ctx, sk)
 	require.NoError(t, err)
 	assert.Equal(t, storekit.StatusCompleted, rec.Status)
 	assert.Equal(t, []byte("42"), rec.Result)
@@ -77,52 +101,62 @@ func testCompleteIfEq(t *testing.T, kind string) {
 	assert.LessOrEqual(t, rec.CompletedAt, after.UnixMilli()+51)
 	assert.LessOrEqual(t, rec.StartedAt, rec.CompletedAt)
 	assert.EqualValues(t, idem.DefaultTTL.Milliseconds(), rec.ExpiresAt-rec.CompletedAt)
-	pet, err := c.PExpireTime(ctx, s.Key(sk)).Result()
+	pet, err := k.c.PExpireTime(k.ctx, k.s.Key(sk)).Result()
 	require.NoError(t, err)
 	assert.Equal(t, rec.ExpiresAt, pet.Milliseconds(), "native expiry is expires_at")
-	v, err = g.Do(ctx, "order-1", func(context.Context) (int, error) { return 7, nil })
+	v, err = g.Do(k.ctx, "order-1", func(context.Context) (int, error) { return 7, nil })
 	require.NoError(t, err)
 	assert.Equal(t, 42, v, "replayed")
+}
 
+// lostClaimNotWritten checks a completion of a claim deleted and claimed
+// by another store writes nothing and is ErrLostOwnership, and returns
+// that other store.
+func (k ifEqStore) lostClaimNotWritten(t *testing.T) *redisstore.Store {
 	// The claim is gone and another caller's claim is there: nothing is
 	// written, the owner is told.
 	key := storageKey()
-	readClock(key)
-	_, err = s.Claim(ctx, claimReq(key, "n1"))
+	k.readClock(t, key)
+	_, err := k.s.Claim(k.ctx, claimReq(key, "n1"))
 	require.NoError(t, err)
-	require.True(t, s.RemembersFresh("n1"))
-	require.NoError(t, s.Delete(ctx, key))
-	other := newStore(t, c, redisstore.WithPrefix(s.Key("")[:len(s.Key(""))-24]))
-	_, err = other.Claim(ctx, claimReq(key, "n2"))
+	require.True(t, k.s.RemembersFresh("n1"))
+	require.NoError(t, k.s.Delete(k.ctx, key))
+	other := newStore(t, k.c, redisstore.WithPrefix(k.s.Key("")[:len(k.s.Key(""))-24]))
+	_, err = other.Claim(k.ctx, claimReq(key, "n2"))
 	require.NoError(t, err)
-	h.reset()
-	err = s.Complete(ctx, key, "n1", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("1"), TTL: time.Minute})
+	k.h.reset()
+	err = k.s.Complete(k.ctx, key, "n1", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("1"), TTL: time.Minute})
 	require.True(t, errors.Is(err, storekit.ErrLostOwnership), "got %v", err)
-	assert.Equal(t, then(set, "evalsha"), h.sent(), "the conditional SET wrote nothing, the script told")
-	assert.Equal(t, then(scripts, redisstore.CompleteSHA), h.scripts())
-	rec, err = s.Get(ctx, key)
+	assert.Equal(t, k.then(k.set, "evalsha"), k.h.sent(), "the conditional SET wrote nothing, the script told")
+	assert.Equal(t, k.then(k.scripts, redisstore.CompleteSHA), k.h.scripts())
+	rec, err := k.s.Get(k.ctx, key)
 	require.NoError(t, err)
 	assert.Equal(t, storekit.StatusInProgress, rec.Status)
 	assert.Equal(t, "n2", rec.Nonce)
+	return other
+}
 
+// watchedKeyPublishes checks a completion of a key other watches falls
+// back to the complete script, which publishes.
+func (k ifEqStore) watchedKeyPublishes(t *testing.T, other *redisstore.Store) {
 	// A watched key: the IFEQ finds the watched flag, the script completes
 	// and publishes.
-	key = storageKey()
-	readClock(key)
-	_, err = s.Claim(ctx, claimReq(key, "n3"))
+	key := storageKey()
+	k.readClock(t, key)
+	_, err := k.s.Claim(k.ctx, claimReq(key, "n3"))
 	require.NoError(t, err)
-	changed, stop, err := other.Watch(ctx, key)
+	changed, stop, err := other.Watch(k.ctx, key)
 	require.NoError(t, err)
 	defer stop()
-	h.reset()
-	require.NoError(t, s.Complete(ctx, key, "n3", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("3"), TTL: time.Minute}))
-	assert.Equal(t, then(set, "evalsha"), h.sent(), "the conditional SET, then the script")
+	k.h.reset()
+	require.NoError(t, k.s.Complete(k.ctx, key, "n3", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("3"), TTL: time.Minute}))
+	assert.Equal(t, k.then(k.set, "evalsha"), k.h.sent(), "the conditional SET, then the script")
 	select {
 	case <-changed:
-	case <-ctx.Done():
+	case <-k.ctx.Done():
 		t.Fatal("the watcher was not woken")
 	}
-	rec, err = s.Get(ctx, key)
+	rec, err := k.s.Get(k.ctx, key)
 	require.NoError(t, err)
 	assert.Equal(t, storekit.StatusCompleted, rec.Status)
 }
