@@ -181,11 +181,18 @@ func TestClaimEndsWithDeadline(t *testing.T) {
 		}
 		return n, nil
 	}
-	f, err := idemlambda.Wrap(newStore(t), h, idemlambda.WithKeyPath("order_id"), idemlambda.WithDeadlineGrace(grace),
-		idemlambda.WithGuard(idem.WithTakeoverAfter(150*time.Millisecond), idem.WithHeartbeat(20*time.Millisecond)))
-	if err != nil {
-		t.Fatal(err)
+	// Two wrappers on one store: two execution environments (within one, a
+	// Guard coalesces its own callers).
+	st := newStore(t)
+	wrap := func() func(context.Context, order) (int64, error) {
+		f, err := idemlambda.Wrap(st, h, idemlambda.WithKeyPath("order_id"), idemlambda.WithDeadlineGrace(grace),
+			idemlambda.WithGuard(idem.WithTakeoverAfter(150*time.Millisecond), idem.WithHeartbeat(20*time.Millisecond)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
 	}
+	f, retry := wrap(), wrap()
 	deadline := time.Now().Add(400 * time.Millisecond)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -195,7 +202,7 @@ func TestClaimEndsWithDeadline(t *testing.T) {
 	}
 	var ran time.Time
 	for {
-		_, err := f(context.Background(), order{OrderID: "o"})
+		_, err := retry(context.Background(), order{OrderID: "o"})
 		now := time.Now()
 		if err == nil {
 			ran = now
