@@ -12,8 +12,8 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/idem-go/idem/idemlambda"
 	"github.com/idem-go/idem/internal/dynamotest"
-	"github.com/idem-go/idem/stores/dynamostore"
 	"github.com/idem-go/idem/storekit"
+	"github.com/idem-go/idem/stores/dynamostore"
 )
 
 // countingStore counts the store calls (round trips) a Guard makes.

@@ -14,8 +14,8 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemlambda"
-	"github.com/idem-go/idem/stores/memstore"
 	"github.com/idem-go/idem/storekit"
+	"github.com/idem-go/idem/stores/memstore"
 )
 
 type order struct {
