@@ -3,16 +3,19 @@ module github.com/idem-go/idem/examples
 go 1.26.0
 
 require (
+	github.com/aws/aws-lambda-go v1.55.1
 	github.com/aws/aws-sdk-go-v2 v1.47.7
 	github.com/aws/aws-sdk-go-v2/config v1.33.15
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.114.8
 	github.com/idem-go/idem v0.1.0
 	github.com/idem-go/idem/idemhttp v0.1.0
+	github.com/idem-go/idem/idemlambda v0.1.0
 	github.com/idem-go/idem/isr v0.1.0
 	github.com/idem-go/idem/isr/dynamoisr v0.1.0
 	github.com/idem-go/idem/isr/redisisr v0.1.0
 	github.com/idem-go/idem/otelidem v0.1.0
+	github.com/idem-go/idem/stores/dynamostore v0.1.0
 	github.com/idem-go/idem/stores/filestore v0.1.0
 	github.com/idem-go/idem/stores/sqlstore v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
@@ -25,10 +28,12 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/jmespath-community/go-jmespath v1.1.1 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/exp v0.0.0-20230314191032-db074128a8ec // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	modernc.org/libc v1.80.1 // indirect
