@@ -19,6 +19,7 @@ func TestConformance(t *testing.T) {
 		NewStoreWithClock: func(t *testing.T, c *storetest.Clock) storekit.Store {
 			return newStore(t, memstore.WithClock(c.Now))
 		},
+		Watch: true,
 		List: func(t *testing.T) storekit.Store {
 			s := newStore(t, memstore.WithoutCleanup())
 			t.Cleanup(func() { _ = s.Close() })
