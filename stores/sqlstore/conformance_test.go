@@ -2,6 +2,7 @@ package sqlstore_test
 
 import (
 	"context"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -20,20 +21,21 @@ import (
 // on the server's clock), secret rotation, processes sharing a table (each
 // with its own pool), and owners killed or stopped in the middle of a
 // call's steps (steps are ordinary records, so the store needs nothing of
-// its own for them). MySQL-procedure and MySQL-two-statements run the
+// its own for them); SQLite's clean-up with retention 0 on a database file
+// of its own. mysql-procedure and mysql-two-statements run the
 // store's checks on MariaDB with the claims of MySQL servers without
 // INSERT ... RETURNING (the claim procedure; INSERT IGNORE then a SELECT
 // where the procedure is missing), so that both paths stay checked where
-// the test server has RETURNING; Postgres-listen runs them, Watch
+// the test server has RETURNING; postgres-listen runs them, Watch
 // included, on WatchingStores.
 func TestConformance(t *testing.T) {
 	for _, d := range dialects {
 		t.Run(d.String(), func(t *testing.T) { storetest.Run(t, serverHarness(t, d)) })
 	}
 	for _, procedure := range []bool{true, false} {
-		name := "MySQL-two-statements"
+		name := "mysql-two-statements"
 		if procedure {
-			name = "MySQL-procedure"
+			name = "mysql-procedure"
 		}
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(func(e *env) storekit.Store {
@@ -44,15 +46,24 @@ func TestConformance(t *testing.T) {
 			storetest.Run(t, h.harness(sqlstore.MySQL))
 		})
 	}
-	t.Run("Postgres-listen", func(t *testing.T) {
+	t.Run("postgres-listen", func(t *testing.T) {
 		h := newHarness(func(e *env) storekit.Store { return listen(t, e.store) })
 		hs := h.harness(sqlstore.Postgres)
 		hs.Watch = true
 		storetest.Run(t, hs)
 	})
-	t.Run("SQLite", func(t *testing.T) {
+	t.Run(sqlstore.SQLite.String(), func(t *testing.T) {
 		d := sqlstore.SQLite
 		hs := newHarness(nil).harness(d)
+		hs.Purge = []storetest.Purge{{
+			// A database file of its own, with retention 0.
+			NewStore: func(t *testing.T) storekit.Store {
+				db := openSQLite(t, "file:"+filepath.Join(t.TempDir(), "idem.db")+"?"+sqlstore.SQLiteDSNParams)
+				t.Cleanup(func() { _ = db.Close() })
+				return newEnvOn(t, d, db, nil, sqlstore.WithRetention(0)).store
+			},
+			ClockSkew: 100 * time.Millisecond,
+		}}
 		hs.Processes = &storetest.ProcessConfig{Namespace: newTable(t, d, "idem_p_"), NewStore: sqliteStore}
 		hs.StepCrash = &storetest.StepCrashConfig{Namespace: newTable(t, d, "idem_st_"), NewStore: sqliteStore}
 		storetest.Run(t, hs)
