@@ -19,14 +19,6 @@ var (
 	secretNew = []byte("rotation-test-secret-new")
 )
 
-// TestRotation runs storetest's rotation checks on memstore: store
-// operations per call, every case of a record found under a previous
-// secret, a tie between Guards mid-deploy, and goroutines configured as
-// each deploy of a rotation.
-func TestRotation(t *testing.T) {
-	storetest.RunRotation(t, func(*testing.T) storekit.Store { return mustMem() })
-}
-
 // TestWithSecretInvalid: bad secrets are option errors, and one argument
 // still compiles.
 func TestWithSecretInvalid(t *testing.T) {

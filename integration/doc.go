@@ -44,9 +44,6 @@
 // owner's completion held back by a heartbeat reply slower than the
 // threshold until its claim is taken over. Flag: -lin.guard=N histories per store (default 3).
 //
-// TestPurgeConformance runs storetest's clean-up checks (storetest.RunPurge)
-// on the same stores with retention 0, and on PostgreSQL and MySQL with 2s.
-//
 // TestBrokenStoresRejected shows the check failing on three broken stores
 // (one of them a Purge that deletes by a stale reading),
 // and TestModel the model on hand-written histories.

@@ -8,7 +8,7 @@
 //	g, err := idem.New[string](store) // a user hands the store to idem.New
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) storekit.Store { return newMyStore(t) })
+//		storetest.Run(t, storetest.Harness{NewStore: newMyStore})
 //	}
 //
 // Users of idem never import this package: they pick a store and hand it
@@ -40,14 +40,21 @@
 //
 // # Writing a store
 //
-// Implement Backend (or storekit.Store directly, with the rules above),
-// and run the conformance suite from a test of your package, as above.
-// storetest depends on the standard library only. Give it a corrupter
-// (storetest.WithCorrupter) so it checks that a damaged record is reported.
-// If your store takes a clock, run storetest.RunWithClock instead of Run:
-// it hands each subtest's store a storetest.Clock and advances it, so
-// staleness and expiry are checked exactly and without sleeping. Then run
-// storetest.RunProcesses if your store coordinates processes.
+// Implement Backend (or Store directly, with the rules above), and run
+// the conformance suite from a test of your package:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, storetest.Harness{
+//			NewStore: func(t *testing.T) storekit.Store { return newMyStore(t) },
+//		})
+//	}
+//
+// storetest depends on the standard library only. The Harness declares
+// what else the store supports: a corrupter (Corrupt), so the suite checks
+// that a damaged record is reported; a clock (NewStoreWithClock), so each
+// subtest's store gets a storetest.Clock the suite advances, and staleness
+// and expiry are checked exactly and without sleeping; listing, clean-up,
+// rotation, and processes sharing the store.
 //
 // Times are Unix milliseconds from the store's clock: the caller's clock
 // (replaceable, like memstore.WithClock) or the server's where the backend

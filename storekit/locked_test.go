@@ -62,19 +62,22 @@ func (b *blobBackend) Delete(_ context.Context, key string) error {
 func TestLockedConformance(t *testing.T) {
 	backends := map[storekit.Store]*blobBackend{}
 	var mu sync.Mutex
-	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) storekit.Store {
-		b := &blobBackend{m: map[string][]byte{}}
-		s := storekit.NewLocked(b, storekit.LockedConfig{Name: "blobstore", Now: c.Now})
-		mu.Lock()
-		backends[s] = b
-		mu.Unlock()
-		return s
-	}, storetest.WithCorrupter(func(t *testing.T, s storekit.Store, key string) {
-		mu.Lock()
-		b := backends[s]
-		mu.Unlock()
-		b.mu.Lock()
-		b.m[key] = []byte(`{"v":1,"key":`)
-		b.mu.Unlock()
-	}))
+	storetest.Run(t, storetest.Harness{
+		NewStoreWithClock: func(t *testing.T, c *storetest.Clock) storekit.Store {
+			b := &blobBackend{m: map[string][]byte{}}
+			s := storekit.NewLocked(b, storekit.LockedConfig{Name: "blobstore", Now: c.Now})
+			mu.Lock()
+			backends[s] = b
+			mu.Unlock()
+			return s
+		},
+		Corrupt: func(t *testing.T, s storekit.Store, key string) {
+			mu.Lock()
+			b := backends[s]
+			mu.Unlock()
+			b.mu.Lock()
+			b.m[key] = []byte(`{"v":1,"key":`)
+			b.mu.Unlock()
+		},
+	})
 }

@@ -280,7 +280,7 @@ func TestLeaderKilledReplicated(t *testing.T) {
 	require.NotEqual(t, killed, newLeader)
 
 	t.Run("conformance after the leader change", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) storekit.Store {
+		storetest.Run(t, storetest.Harness{NewStore: func(t *testing.T) storekit.Store {
 			name := randName("idemr3c_")
 			kv, err := natsstore.CreateBucket(ctxT(t), js, name, natsstore.WithReplicas(2))
 			require.NoError(t, err)
@@ -288,7 +288,7 @@ func TestLeaderKilledReplicated(t *testing.T) {
 			s, err := natsstore.New(kv)
 			require.NoError(t, err)
 			return s
-		})
+		}})
 	})
 }
 

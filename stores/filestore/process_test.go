@@ -31,7 +31,6 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/filestore"
-	"github.com/idem-go/idem/stores/storetest"
 )
 
 const childEnv = "IDEM_FILESTORE_CHILD"
@@ -286,28 +285,6 @@ func newGuard(t testing.TB, s storekit.Store, opts ...idem.Option) *idem.Guard[s
 	return g
 }
 
-// TestGuardExactlyOnceAcrossProcesses: 4 processes x 16 goroutines, each
-// with its own Guard, call g.Do on the same keys in one directory; every
-// key's side effect happens exactly once and every caller gets the one
-// stored outcome.
-func TestGuardExactlyOnceAcrossProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns processes")
-	}
-	var dir string
-	storetest.RunProcesses(t, storetest.ProcessConfig{
-		Keys: 60,
-		// No crash here: a long threshold keeps a loaded machine's slow
-		// fsync or scheduling from making a live owner look stale.
-		Options: []idem.Option{idem.WithTakeoverAfter(20 * time.Second), idem.WithHeartbeat(2 * time.Second)},
-		NewStore: func(ns string) (storekit.Store, error) {
-			dir = filepath.Join(os.TempDir(), "idem-filestore-"+ns)
-			return filestore.New(dir)
-		},
-	})
-	_ = os.RemoveAll(dir)
-}
-
 // childGuardHold: one g.Do whose fn prints its fencing token and then holds
 // the claim until IDEM_FS_HOLD has passed (or its context ends). Prints the
 // outcome of Do.
@@ -435,27 +412,4 @@ func stopOutsideLock(t *testing.T, c *child, lockPath string) {
 		time.Sleep(time.Millisecond)
 	}
 	t.Fatal("could not stop the child outside its lock")
-}
-
-// TestRotationOrders: six processes sharing one directory, each configured
-// with another order of three secrets (every order of a rotation at once),
-// x 4 goroutines with a Guard each, call the same 30 keys with a 2s
-// threshold, under Return, Raise and Wait, plain and with a step whose
-// call fails its first attempt (released, then retried by a process with
-// another order): each key runs once, charges once, and every caller
-// that gets a result gets that run's.
-func TestRotationOrders(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns processes")
-	}
-	storetest.RunRotationOrders(t, storetest.ProcessConfig{
-		Goroutines: 4,
-		Keys:       30,
-		Options:    []idem.Option{idem.WithTakeoverAfter(2 * time.Second)},
-		NewStore: func(ns string) (storekit.Store, error) {
-			dir := filepath.Join(os.TempDir(), "idem-filestore-"+ns)
-			t.Cleanup(func() { _ = os.RemoveAll(dir) })
-			return filestore.New(dir)
-		},
-	})
 }

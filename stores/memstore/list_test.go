@@ -10,17 +10,7 @@ import (
 	"github.com/idem-go/idem"
 
 	"github.com/idem-go/idem/stores/memstore"
-	"github.com/idem-go/idem/stores/storetest"
 )
-
-func TestRecords(t *testing.T) {
-	s, err := memstore.New(memstore.WithoutCleanup())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	storetest.RunList(t, s)
-}
 
 // TestRecordsSteps: a call's steps are records of their own, listed with
 // the call's: a call with two steps lists more than the call's record, and

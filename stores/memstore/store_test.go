@@ -22,17 +22,6 @@ func newStore(t testing.TB, opts ...memstore.Option) *memstore.Store {
 	return s
 }
 
-func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) storekit.Store { return newStore(t) })
-}
-
-// TestConformanceClock runs the suite on a clock it advances: no sleeping.
-func TestConformanceClock(t *testing.T) {
-	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) storekit.Store {
-		return newStore(t, memstore.WithClock(c.Now))
-	})
-}
-
 func TestOptions(t *testing.T) {
 	for name, o := range map[string]memstore.Option{
 		"nil option":         nil,

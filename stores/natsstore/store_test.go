@@ -3,7 +3,6 @@ package natsstore_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,69 +18,6 @@ import (
 	"github.com/idem-go/idem/stores/natsstore"
 	"github.com/idem-go/idem/stores/storetest"
 )
-
-// buckets remembers the bucket under each store, for the corrupter.
-var buckets sync.Map // storekit.Store -> jetstream.KeyValue
-
-// corrupt overwrites key's entry with bytes that do not decode.
-func corrupt(t *testing.T, s storekit.Store, key string) {
-	kv, ok := buckets.Load(s)
-	require.True(t, ok, "store %p has no bucket", s)
-	_, err := kv.(jetstream.KeyValue).Put(context.Background(), natsstore.KVKey(key), []byte(`{"v":1,"status":`))
-	require.NoError(t, err)
-}
-
-func TestConformance(t *testing.T) {
-	_, js := connect(t, testenv.NATSURL(t))
-	storetest.Run(t, func(t *testing.T) storekit.Store {
-		kv := newBucket(t, js)
-		s, err := natsstore.New(kv)
-		require.NoError(t, err)
-		buckets.Store(storekit.Store(s), kv)
-		return s
-	}, storetest.WithCorrupter(corrupt))
-}
-
-func TestConformanceClock(t *testing.T) {
-	_, js := connect(t, testenv.NATSURL(t))
-	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) storekit.Store {
-		kv := newBucket(t, js)
-		s, err := natsstore.New(kv, natsstore.WithClock(c.Now))
-		require.NoError(t, err)
-		buckets.Store(storekit.Store(s), kv)
-		return s
-	}, storetest.WithCorrupter(corrupt), storetest.WithRetention(natsstore.DefaultRetention))
-}
-
-// TestPurgeConformance runs storetest's clean-up checks on real time with
-// retention 0, so Purge races claims, heartbeats and completions of
-// records that are expired past retention.
-func TestPurgeConformance(t *testing.T) {
-	_, js := connect(t, testenv.NATSURL(t))
-	storetest.RunPurge(t, func(t *testing.T) storekit.Store {
-		s, err := natsstore.New(newBucket(t, js), natsstore.WithRetention(0), natsstore.WithoutCleanup())
-		require.NoError(t, err)
-		return s
-	}, storetest.WithRetention(0))
-}
-
-func TestProcesses(t *testing.T) {
-	url := testenv.NATSURL(t)
-	storetest.RunProcesses(t, storetest.ProcessConfig{
-		NewStore: func(ns string) (storekit.Store, error) {
-			_, js := connect(t, url)
-			kv, err := natsstore.CreateBucket(context.Background(), js, ns)
-			if err != nil {
-				return nil, err
-			}
-			return natsstore.New(kv)
-		},
-		Namespace: randName("idemproc_"),
-		// No process dies here: a long threshold keeps a loaded machine's
-		// late heartbeats from letting a live call be taken over.
-		Options: []idem.Option{idem.WithTakeoverAfter(30 * time.Second)},
-	})
-}
 
 func TestOptions(t *testing.T) {
 	_, err := natsstore.New(nil, natsstore.WithClock(nil), natsstore.WithRetention(-time.Second), nil,
@@ -247,16 +183,4 @@ func TestKeyMapping(t *testing.T) {
 	require.False(t, ok)
 	_, ok = natsstore.StorageKey("abc=4")
 	require.False(t, ok)
-}
-
-// TestRotation runs storetest's secret rotation checks (records under a
-// previous secret, ties, releases and crashes retried under the other
-// order of secrets, concurrent replays) on a JetStream bucket.
-func TestRotation(t *testing.T) {
-	_, js := connect(t, testenv.NATSURL(t))
-	storetest.RunRotation(t, func(t *testing.T) storekit.Store {
-		s, err := natsstore.New(newBucket(t, js))
-		require.NoError(t, err)
-		return s
-	})
 }

@@ -21,11 +21,6 @@ import (
 	"github.com/idem-go/idem/stores/storetest"
 )
 
-func TestRecords(t *testing.T) {
-	t.Run("standalone", func(t *testing.T) { storetest.RunList(t, newStore(t, standalone(t))) })
-	t.Run("cluster", func(t *testing.T) { storetest.RunList(t, newStore(t, cluster(t))) })
-}
-
 // TestRecordsOtherPrefix: a store lists its own prefix's records only.
 func TestRecordsOtherPrefix(t *testing.T) {
 	c := standalone(t)

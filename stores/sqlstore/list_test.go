@@ -13,14 +13,7 @@ import (
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem/stores/sqlstore"
-	"github.com/idem-go/idem/stores/storetest"
 )
-
-func TestRecords(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
-		storetest.RunList(t, newEnv(t, d).store)
-	})
-}
 
 // TestRecordsPages lists more rows than a page holds: each once.
 func TestRecordsPages(t *testing.T) {

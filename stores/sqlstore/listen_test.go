@@ -19,7 +19,6 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
-	"github.com/idem-go/idem/stores/storetest"
 )
 
 // liveness bounds a wait for something that must happen; it is not a
@@ -47,21 +46,6 @@ func TestListenRefused(t *testing.T) {
 	e := newEnv(t, sqlstore.MySQL)
 	_, err := e.store.Listen()
 	assert.ErrorIs(t, err, storekit.ErrInvalidOption)
-}
-
-// TestConformanceListen runs the conformance suite, its Watch checks
-// included, on WatchingStores.
-func TestConformanceListen(t *testing.T) {
-	var envs sync.Map
-	storetest.Run(t, func(t *testing.T) storekit.Store {
-		e := newEnv(t, sqlstore.Postgres)
-		ws := listen(t, e.store)
-		envs.Store(storekit.Store(ws), e)
-		return ws
-	}, storetest.WithCorrupter(func(t *testing.T, s storekit.Store, key string) {
-		v, _ := envs.Load(s)
-		corrupt(t, v.(*env), key, "status = 'garbled'")
-	}))
 }
 
 // TestWatchWokenByOtherStores: a waiter on one store is woken by a

@@ -19,7 +19,6 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
-	"github.com/idem-go/idem/stores/storetest"
 )
 
 var (
@@ -66,39 +65,6 @@ func sqliteStore(table string) (storekit.Store, error) {
 		return nil, err
 	}
 	return s, s.Migrate(context.Background())
-}
-
-// TestSQLiteConformance runs the conformance suite on SQLite, each store
-// on a fresh table of its own in one database file.
-func TestSQLiteConformance(t *testing.T) {
-	d := sqlstore.SQLite
-	var envs sync.Map // storekit.Store -> *env
-	storetest.Run(t, func(t *testing.T) storekit.Store {
-		e := newEnv(t, d)
-		envs.Store(storekit.Store(e.store), e)
-		return e.store
-	}, storetest.WithCorrupter(func(t *testing.T, s storekit.Store, key string) {
-		v, ok := envs.Load(s)
-		if !ok {
-			t.Fatal("corrupter: unknown store")
-		}
-		corrupt(t, v.(*env), key, "status = 'garbled'")
-	}))
-}
-
-// TestSQLiteMultiProcessExactlyOnce: storetest's processes on one SQLite
-// file, each process with its own pool.
-func TestSQLiteMultiProcessExactlyOnce(t *testing.T) {
-	table := "idem_p_" + randHex(6)
-	t.Cleanup(func() { dropTable(t, sqlstore.SQLite, table) })
-	storetest.RunProcesses(t, storetest.ProcessConfig{Namespace: table, NewStore: sqliteStore})
-}
-
-// TestSQLiteStepCrash: storetest's step crash harness on SQLite.
-func TestSQLiteStepCrash(t *testing.T) {
-	table := "idem_st_" + randHex(6)
-	t.Cleanup(func() { dropTable(t, sqlstore.SQLite, table) })
-	storetest.RunStepCrash(t, storetest.StepCrashConfig{Namespace: table, NewStore: sqliteStore})
 }
 
 // TestSQLiteStepTx: on SQLite, a StepTx commits its row with the step's

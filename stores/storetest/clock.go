@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Clock is a settable clock for RunWithClock: hand its Now to the store
+// Clock is a settable clock for Harness.NewStoreWithClock: hand its Now to the store
 // under test (memstore.WithClock(clock.Now), and the like), and the suite
 // moves it forward instead of sleeping. It is safe for concurrent use.
 type Clock struct {

@@ -14,7 +14,7 @@ import (
 
 // The checks of rule 4 (fn never starts under a claim that may have
 // lapsed) and of a call's steps outliving its TTL. They drive Guards over
-// the store on real time, so they run in Run only, not RunWithClock.
+// the store on real time, so they run in the RealTime suite only, not in Clock.
 var lapseTests = []subtest{
 	{"LateClaimReply", (*suite).lateClaimReply},
 	{"LateStepClaimReply", (*suite).lateStepClaimReply},

@@ -76,12 +76,12 @@ func MakeStates(t testing.TB, s storekit.Store) ListKeys {
 	return k
 }
 
-// RunList checks a store's storekit.Lister: records in each state made by
+// runList checks a store's storekit.Lister: records in each state made by
 // MakeStates are listed back, each once, in its state once the stale one's
 // threshold has passed; the released one is not listed; a claim is not
 // held up by a listing paused at a record; and a listing stops when its
 // caller stops.
-func RunList(t *testing.T, s storekit.Store) {
+func runList(t *testing.T, s storekit.Store) {
 	t.Helper()
 	l, ok := s.(storekit.Lister)
 	if !ok {

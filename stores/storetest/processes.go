@@ -21,7 +21,8 @@ import (
 	"github.com/idem-go/idem"
 )
 
-// ProcessConfig configures RunProcesses.
+// ProcessConfig configures a process suite of the Harness (Processes,
+// RotationProcesses, RotationOrders).
 type ProcessConfig struct {
 	// NewStore opens the store under test. It is called once in the test
 	// process, before the children start (prepare the backend there: a
@@ -61,15 +62,16 @@ const (
 	procAtEnv   = "IDEM_STORETEST_START_AT"
 )
 
-// RunProcesses proves at-most-once execution across OS processes. It
+// runProcesses proves at-most-once execution across OS processes. It
 // re-executes the test binary as cfg.Processes children that each run
 // cfg.Goroutines Guards over the same cfg.Keys keys; the guarded function
 // appends a line to a shared log. It then checks that every key ran exactly
 // once and that every caller in every process got that run's result.
 //
-// Call it from a test function of its own (it re-runs that test in the
-// children, where it does the work and exits the process).
-func RunProcesses(t *testing.T, cfg ProcessConfig) {
+// The children re-run the test binary with -test.run naming t, and do the
+// work where they reach t (then exit the process); another test the
+// pattern also matches skips.
+func runProcesses(t *testing.T, cfg ProcessConfig) {
 	t.Helper()
 	if cfg.Processes <= 0 {
 		cfg.Processes = 4
@@ -212,7 +214,7 @@ func checkResults(t *testing.T, cfg ProcessConfig, executor map[string]string, o
 // ProcessConfig.Steps.
 var errFirstAttempt = errors.New("storetest: the first attempt fails after its step")
 
-// processChild is the work of one child of RunProcesses; it returns the
+// processChild is the work of one child of runProcesses; it returns the
 // process's exit status.
 func processChild(cfg ProcessConfig) int {
 	proc := os.Getenv(procEnv)

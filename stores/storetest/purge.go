@@ -12,14 +12,13 @@ import (
 	"github.com/idem-go/idem/storekit"
 )
 
-// Purger is a store that removes expired records on request: every store
-// of this repository that cleans up after itself (memstore, filestore,
-// sqlstore, natsstore) has this method. Purge removes the records whose
+// Purger is a store that removes expired records on request, as every
+// store that cleans up after itself does. Purge removes the records whose
 // ExpiresAt plus the store's retention has passed on the store's clock,
 // read when it removes each (not when it listed them), and returns how
 // many it removed.
 //
-// When the store under test is a Purger, Run and RunWithClock check that
+// When the store under test is a Purger, the RealTime and Clock suites check that
 // its clean-up never removes a live record: not a record that lives on,
 // nor one that a claim, heartbeat or completion revives or extends while
 // Purge runs (see the package doc).
@@ -27,31 +26,9 @@ type Purger interface {
 	Purge(ctx context.Context) (int, error)
 }
 
-// WithRetention declares how long the store under test keeps a record
-// past its ExpiresAt before Purge may remove it (the store's own
-// WithRetention). With it, the suite checks that Purge keeps a record
-// until then and removes it after, and makes records eligible for removal
-// in the racing check on real time too. Without it, the suite checks only
-// that Purge never removes a live record; on a clock, it moves the clock
-// a long way (farPast) to make records eligible. A negative d fails the
-// run.
-func WithRetention(d time.Duration) Option {
-	return func(su *suite) { su.retention, su.retentionKnown = d, true }
-}
-
 // farPast is how far the suite moves a Clock past a record's expiry to
 // make it eligible for removal when the store's retention is not declared.
 const farPast = 30 * 24 * time.Hour
-
-// RunPurge runs only the suite's clean-up checks (the subtests named
-// Purge..., which Run also runs) on real time, for a store built with a
-// retention short enough that its records become eligible for removal
-// within the test: give the same retention to WithRetention. It suits a
-// test that runs the whole suite once with the store's defaults and the
-// clean-up checks again with a short retention.
-func RunPurge(t *testing.T, newStore func(t *testing.T) storekit.Store, opts ...Option) {
-	runTests(t, func(t *testing.T, _ *Clock) storekit.Store { return newStore(t) }, false, opts, purgeTests)
-}
 
 // purgeTests are the subtests run when the store is a Purger.
 var purgeTests = []subtest{
@@ -140,7 +117,7 @@ func (su *suite) purgeKeepsLive(t *testing.T, s storekit.Store) {
 // purgeAfterRetention: Purge keeps an expired record until its ExpiresAt
 // plus the retention has passed (the next claim goes on counting attempts)
 // and removes it after (the next claim starts again at attempt 1). Without
-// WithRetention the suite does not know when that is, and checks only
+// a declared retention (a Purge run) the suite does not know when that is, and checks only
 // that Purge runs.
 func (su *suite) purgeAfterRetention(t *testing.T, s storekit.Store) {
 	p := purger(t, s)
@@ -167,7 +144,7 @@ func (su *suite) purgeAfterRetention(t *testing.T, s storekit.Store) {
 	}
 	if !su.retentionKnown {
 		purge(t, p)
-		t.Skip("the store's retention is not declared (storetest.WithRetention): when Purge removes a record is not checked")
+		t.Skip("the store's retention is not declared (declare it with a Harness.Purge run): when Purge removes a record is not checked")
 	}
 	if su.clock != nil {
 		kept, exp := complete()

@@ -64,17 +64,19 @@ func TestPurgeSuiteVictim(t *testing.T) {
 	if kind == "" {
 		t.Skip("run by TestPurgeStaleReadingDetected")
 	}
-	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) storekit.Store {
-		mem, err := memstore.New(memstore.WithClock(c.Now), memstore.WithRetention(0), memstore.WithoutCleanup())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = mem.Close() })
-		if kind == "stale" {
-			return &stalePurgeStore{Store: mem, keys: map[string]bool{}}
-		}
-		return mem
-	}, storetest.WithRetention(0))
+	storetest.Run(t, storetest.Harness{Purge: []storetest.Purge{{
+		NewStoreWithClock: func(t *testing.T, c *storetest.Clock) storekit.Store {
+			mem, err := memstore.New(memstore.WithClock(c.Now), memstore.WithRetention(0), memstore.WithoutCleanup())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = mem.Close() })
+			if kind == "stale" {
+				return &stalePurgeStore{Store: mem, keys: map[string]bool{}}
+			}
+			return mem
+		},
+	}}})
 }
 
 // TestPurgeStaleReadingDetected: the suite catches a clean-up that deletes
@@ -85,7 +87,7 @@ func TestPurgeStaleReadingDetected(t *testing.T) {
 		t.Skip("the child process")
 	}
 	run := func(kind string) (string, error) {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestPurgeSuiteVictim$/^Purge", "-test.v", "-test.count=1")
+		cmd := exec.Command(os.Args[0], "-test.run=^TestPurgeSuiteVictim$/^Purge$", "-test.v", "-test.count=1")
 		cmd.Env = append(os.Environ(), suiteEnv+"="+kind)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
@@ -98,7 +100,7 @@ func TestPurgeStaleReadingDetected(t *testing.T) {
 	if err == nil {
 		t.Fatalf("the suite passed a Purge that deletes by a stale reading:\n%s", out)
 	}
-	if !strings.Contains(out, "--- FAIL: TestPurgeSuiteVictim/PurgeRace") {
+	if !strings.Contains(out, "--- FAIL: TestPurgeSuiteVictim/Purge/ClockRetention0s/PurgeRace") {
 		t.Fatalf("PurgeRace did not fail on a Purge that deletes by a stale reading (%v):\n%s", err, out)
 	}
 	for _, line := range strings.Split(out, "\n") {

@@ -26,7 +26,7 @@ var (
 	secretOlder = []byte("storetest-rotation-secret-older")
 )
 
-// RunRotation checks a secret rotation (idem.WithSecret(active,
+// runRotation checks a secret rotation (idem.WithSecret(active,
 // previous...)) on stores made by newStore, with Guards over them: a record
 // completed, failed, in progress or stale under the old secret is answered
 // by a Guard rotated to (new, old) as if the key had not changed (replay,
@@ -43,7 +43,7 @@ var (
 // the active secret 1. Every case runs for a key whose old
 // storage key sorts first and one whose new storage key does. It runs on real time (claims go
 // stale in about a second).
-func RunRotation(t *testing.T, newStore func(t *testing.T) storekit.Store) {
+func runRotation(t *testing.T, newStore func(t *testing.T) storekit.Store) {
 	r := &rotation{newStore: newStore, run0: strconv.FormatUint(rand.Uint64(), 36)}
 	for _, tc := range []struct {
 		name string
@@ -69,13 +69,13 @@ func RunRotation(t *testing.T, newStore func(t *testing.T) storekit.Store) {
 	}
 }
 
-// RunRotationProcesses is RunProcesses in the middle of a rotation's
+// runRotationProcesses is runProcesses in the middle of a rotation's
 // second deploy: even-numbered children use WithSecret(A, B), odd ones
 // WithSecret(B, A), with cfg.Options too, so processes of both
 // configurations call every key at once, each goroutine with its own
 // Guard. Each key must run once, and every caller get that run's result.
 // Use an even cfg.Processes (default 4).
-func RunRotationProcesses(t *testing.T, cfg ProcessConfig) {
+func runRotationProcesses(t *testing.T, cfg ProcessConfig) {
 	t.Helper()
 	proc, _ := strconv.Atoi(os.Getenv(procEnv)) // 0 in the test process, which only checks
 	active, previous := secretOld, secretNew
@@ -83,10 +83,10 @@ func RunRotationProcesses(t *testing.T, cfg ProcessConfig) {
 		active, previous = previous, active
 	}
 	cfg.Options = append(append([]idem.Option(nil), cfg.Options...), idem.WithSecret(active, previous))
-	RunProcesses(t, cfg)
+	runProcesses(t, cfg)
 }
 
-// RunRotationOrders is RunProcesses with three secrets (A, B, C) during a
+// runRotationOrders is runProcesses with three secrets (A, B, C) during a
 // rotation, every order of them at once: six children, child i
 // configured WithSecret with the i-th permutation of (A, B, C), with
 // cfg.Options too. It runs, as subtests, each duplicate policy (Return,
@@ -96,7 +96,7 @@ func RunRotationProcesses(t *testing.T, cfg ProcessConfig) {
 // appended ("_return_steps"). Each key must run once (and charge once),
 // and every caller that gets a result get that run's. cfg.Duplicate and
 // cfg.Steps are ignored.
-func RunRotationOrders(t *testing.T, cfg ProcessConfig) {
+func runRotationOrders(t *testing.T, cfg ProcessConfig) {
 	t.Helper()
 	if cfg.Namespace == "" {
 		cfg.Namespace = "rot" + strconv.FormatUint(rand.Uint64(), 36)
@@ -117,7 +117,7 @@ func RunRotationOrders(t *testing.T, cfg ProcessConfig) {
 	}
 }
 
-// rotationOrders is one configuration of RunRotationOrders.
+// rotationOrders is one configuration of runRotationOrders.
 func rotationOrders(t *testing.T, cfg ProcessConfig) {
 	t.Helper()
 	proc, _ := strconv.Atoi(os.Getenv(procEnv)) // 0 in the test process, which only checks
@@ -126,10 +126,10 @@ func rotationOrders(t *testing.T, cfg ProcessConfig) {
 	p := perms[proc%len(perms)]
 	cfg.Processes = len(perms)
 	cfg.Options = append(append([]idem.Option(nil), cfg.Options...), idem.WithSecret(secrets[p[0]], secrets[p[1]], secrets[p[2]]))
-	RunProcesses(t, cfg)
+	runProcesses(t, cfg)
 }
 
-// rotation is the state of one RunRotation.
+// rotation is the state of one runRotation.
 type rotation struct {
 	newStore func(t *testing.T) storekit.Store
 	run0     string // this run's key prefix: stores may be shared

@@ -21,7 +21,7 @@ import (
 	"github.com/idem-go/idem"
 )
 
-// StepCrashConfig configures RunStepCrash.
+// StepCrashConfig configures the StepCrash suite of the Harness.
 type StepCrashConfig struct {
 	// NewStore opens the store under test. It is called once in the test
 	// process, before any child starts (prepare the backend there), and
@@ -50,9 +50,9 @@ const (
 	stepTOEnv   = "IDEM_STORETEST_STEP_TAKEOVER"
 )
 
-// RunStepCrash proves what steps promise when the process running a call
+// runStepCrash proves what steps promise when the process running a call
 // dies or stops in the middle of it, with real OS processes on the store.
-// It re-executes the test binary (as RunProcesses does) to run a guarded fn
+// It re-executes the test binary (as runProcesses does) to run a guarded fn
 // of three steps that log every run of a step (step, StepKey, fencing
 // token, process) to a shared file, and checks three cases:
 //
@@ -68,19 +68,11 @@ const (
 //     over the new attempt's: a third process replays every step, with
 //     step 2's value from the second process.
 //
-// Call it from a test function of its own (it re-runs that test in the
-// children, where it does the work and exits the process). A store
-// module's test, for example:
-//
-//	func TestStepCrash(t *testing.T) {
-//		storetest.RunStepCrash(t, storetest.StepCrashConfig{
-//			NewStore: func(ns string) (storekit.Store, error) { return mystore.New(client, mystore.WithPrefix(ns)) },
-//		})
-//	}
-//
-// It takes a few takeover thresholds per case. It is for Unix (signals); on
-// other systems it skips.
-func RunStepCrash(t *testing.T, cfg StepCrashConfig) {
+// The children re-run the test binary with -test.run naming t, and do the
+// work where they reach t (then exit the process). It takes a few takeover
+// thresholds per case. It is for Unix (signals); on other systems it
+// skips.
+func runStepCrash(t *testing.T, cfg StepCrashConfig) {
 	t.Helper()
 	if cfg.TakeoverAfter <= 0 {
 		cfg.TakeoverAfter = time.Second
@@ -128,7 +120,7 @@ func (p *stepProcs) start(role string, fail bool) (*exec.Cmd, *bytes.Buffer) {
 	return cmd, out
 }
 
-// parentName is the name of the test that called RunStepCrash.
+// parentName is the name of the test that called runStepCrash.
 func parentName(t *testing.T) string {
 	name := t.Name()
 	return name[:strings.LastIndex(name, "/")]
@@ -269,7 +261,7 @@ func stepCrashTry(t *testing.T, cfg StepCrashConfig, c string) bool {
 	return true
 }
 
-// stepChild is the work of one child of RunStepCrash: it runs the call
+// stepChild is the work of one child of runStepCrash: it runs the call
 // once and prints its outcome.
 func stepChild(cfg StepCrashConfig) int {
 	role, _, _ := strings.Cut(os.Getenv(stepRoleEnv), "-")

@@ -11,7 +11,7 @@ import (
 	"github.com/idem-go/idem"
 )
 
-// StepCrashConfig configures RunStepCrash.
+// StepCrashConfig configures the StepCrash suite of the Harness.
 type StepCrashConfig struct {
 	NewStore      func(namespace string) (storekit.Store, error)
 	Namespace     string
@@ -20,7 +20,7 @@ type StepCrashConfig struct {
 	Env           []string
 }
 
-// RunStepCrash needs Unix signals; here it skips.
-func RunStepCrash(t *testing.T, cfg StepCrashConfig) {
-	t.Skip("storetest: RunStepCrash needs Unix signals")
+// runStepCrash needs Unix signals; here it skips.
+func runStepCrash(t *testing.T, cfg StepCrashConfig) {
+	t.Skip("storetest: the step crash suite needs Unix signals")
 }

@@ -1,31 +1,42 @@
 // Package storetest is the conformance suite for storekit.Store
-// implementations. Every store in this module runs it against its real
-// backend, and a third-party store can run it too:
+// implementations. A store's test calls Run once, with a Harness that says
+// how to make the store and what it supports:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) storekit.Store { return mystore.New(...) })
+//		storetest.Run(t, storetest.Harness{
+//			NewStore: func(t *testing.T) storekit.Store { return mystore.New(...) },
+//			Rotation: true,
+//		})
 //	}
 //
-// RunProcesses goes further: it re-runs the test binary as several OS
-// processes whose Guards share the store, and checks that every key ran
-// exactly once. Instrument wraps a store to count its operations and to
-// inject faults; hand a Guard its AsStore, which is a storekit.Watcher exactly
-// when the wrapped store is one.
+// Run runs every suite the Harness declares as a subtest of a stable name
+// (RealTime, Clock, List, Purge, Rotation, Processes, RotationProcesses,
+// RotationOrders, StepCrash) and skips, saying why, the ones it leaves out.
+// Every store in this repository runs it against its real backend, and a
+// third-party store can run it too.
 //
-// newStore is called once per subtest; stores it returns may share a
-// backend, since every subtest uses fresh random keys. Run sleeps for
-// short, fixed periods (a few hundred milliseconds) to let claims go stale
-// and records expire, and takes a few seconds per store. A store that takes
-// a clock runs RunWithClock instead: the suite then hands each subtest's
-// store a Clock and advances it, and sleeps not at all:
+// NewStore is called once per subtest; stores it returns may share a
+// backend, since every subtest uses fresh random keys. On real time the
+// suite sleeps for short, fixed periods (a few hundred milliseconds) to let
+// claims go stale and records expire, and takes a few seconds per store. A
+// store that takes a clock declares NewStoreWithClock too: the suite then
+// hands each subtest's store a Clock and advances it, and sleeps not at
+// all:
 //
-//	storetest.RunWithClock(t, func(t *testing.T, c *storetest.Clock) storekit.Store {
+//	NewStoreWithClock: func(t *testing.T, c *storetest.Clock) storekit.Store {
 //		return mystore.New(mystore.WithClock(c.Now))
-//	}, storetest.WithCorrupter(corrupt))
+//	},
 //
-// WithCorrupter hands the suite a way to damage a stored record, so that it
+// Corrupt hands the suite a way to damage a stored record, so that it
 // checks the record is reported as storekit.ErrCorruptRecord and never
 // overwritten.
+//
+// The process suites (Processes, RotationProcesses, RotationOrders,
+// StepCrash) re-run the test binary as several OS processes whose Guards
+// share the store, each child running only the subtest that started it.
+// Instrument wraps a store to count its operations and to inject faults;
+// hand a Guard its AsStore, which is an storekit.Watcher exactly when the
+// wrapped store is one.
 //
 // A store that removes expired records (a Purge method: Purger) must never
 // remove a live one: a record is removed only once its ExpiresAt plus the
@@ -36,13 +47,13 @@
 // completion racing Purge on the same key never loses (PurgeRace: rounds
 // of expired keys, each claimed, heartbeated and completed beside two
 // Purges; a second claim must then find the first owner's record, else fn
-// would run twice), and, given the store's retention with WithRetention,
-// that Purge keeps an expired record until its retention has passed and
+// would run twice), and, given the store's retention (Harness.Purge), that
+// Purge keeps an expired record until its retention has passed and
 // removes it after (PurgeAfterRetention). A clean-up that lists expired
 // records and then deletes them by key fails PurgeRace. On real time the
-// races need records that expire past retention within the test: run
-// RunPurge on a store built with a short retention (0, or a few seconds)
-// besides Run with its defaults.
+// races need records that expire past retention within the test: declare
+// a Purge run on a store built with a short retention (0, or a few
+// seconds) besides NewStore with its defaults.
 //
 // The suite depends on the standard library only.
 package storetest
@@ -61,15 +72,13 @@ import (
 	"github.com/idem-go/idem/storekit"
 )
 
-// Option configures Run.
-type Option func(*suite)
-
 type suite struct {
-	corrupt func(t *testing.T, s storekit.Store, key string)
-	skew    time.Duration
-	clock   *Clock // nil: the store runs on real time and the suite sleeps
-	native  bool   // completed and failed records expire natively at expires_at
-	// retention is the store's, when retentionKnown (WithRetention).
+	corrupt   func(t *testing.T, s storekit.Store, key string)
+	mustWatch bool // the store must be a storekit.Watcher
+	skew      time.Duration
+	clock     *Clock // nil: the store runs on real time and the suite sleeps
+	native    bool   // completed and failed records expire natively at expires_at
+	// retention is the store's, when retentionKnown (a Purge run).
 	retention      time.Duration
 	retentionKnown bool
 }
@@ -120,27 +129,6 @@ func (su *suite) withSlack(t *testing.T, try func(scale time.Duration) bool) {
 	t.Fatal("the machine overran the check's window even with durations x16")
 }
 
-// WithCorrupter lets the suite check that a damaged record is reported as
-// storekit.ErrCorruptRecord: corrupt must overwrite the stored record for key
-// (which exists) with undecodable data, bypassing the Store interface.
-func WithCorrupter(corrupt func(t *testing.T, s storekit.Store, key string)) Option {
-	return func(su *suite) { su.corrupt = corrupt }
-}
-
-// WithClockSkew sets how far the store's clock may be from the test's when
-// the suite checks record timestamps (default 2s).
-func WithClockSkew(d time.Duration) Option {
-	return func(su *suite) { su.skew = d }
-}
-
-// WithNativeExpiry declares that the store deletes a completed or failed
-// record at its expires_at exactly (DESIGN rules 9 and 10, Redis): the
-// record and its attempt count are gone then, so a claim after that expiry
-// starts again at attempt 1 instead of continuing the count.
-func WithNativeExpiry() Option {
-	return func(su *suite) { su.native = true }
-}
-
 // NewKey returns a fresh random storage key.
 func NewKey() string {
 	var b [32]byte
@@ -165,28 +153,15 @@ func req(key, nonce, payload string) storekit.ClaimRequest {
 	return storekit.ClaimRequest{Key: key, Nonce: nonce, PayloadHash: payload, LeaseTTL: lease, TakeoverAfter: takeover}
 }
 
-// Run runs the conformance suite against stores made by newStore, on real
-// time: it sleeps to let claims go stale and records expire.
-func Run(t *testing.T, newStore func(t *testing.T) storekit.Store, opts ...Option) {
-	run(t, func(t *testing.T, _ *Clock) storekit.Store { return newStore(t) }, false, opts)
-}
-
-// RunWithClock runs the conformance suite against stores that read the
-// time from the Clock handed to newStore (a store's WithClock option takes
-// clock.Now). The suite advances the clock instead of sleeping, so it runs
-// in milliseconds and checks timestamps exactly. Each subtest gets a clock
-// of its own.
-func RunWithClock(t *testing.T, newStore func(t *testing.T, clock *Clock) storekit.Store, opts ...Option) {
-	run(t, newStore, true, opts)
-}
-
 // subtest is one check of the suite.
 type subtest struct {
 	name string
 	fn   func(su *suite, t *testing.T, s storekit.Store)
 }
 
-func run(t *testing.T, newStore func(t *testing.T, clock *Clock) storekit.Store, withClock bool, opts []Option) {
+// runCore runs the store's checks (and, on real time, the lapse checks)
+// against stores made by newStore, with the settings of su.
+func runCore(t *testing.T, newStore func(t *testing.T, clock *Clock) storekit.Store, withClock bool, su suite) {
 	tests := []subtest{
 		{"ClaimNew", (*suite).claimNew},
 		{"ClaimExistingLive", (*suite).claimExistingLive},
@@ -223,21 +198,16 @@ func run(t *testing.T, newStore func(t *testing.T, clock *Clock) storekit.Store,
 	if !withClock {
 		tests = append(tests, lapseTests...)
 	}
-	runTests(t, newStore, withClock, opts, tests)
+	runTests(t, newStore, withClock, su, tests)
 }
 
-func runTests(t *testing.T, newStore func(t *testing.T, clock *Clock) storekit.Store, withClock bool, opts []Option, tests []subtest) {
-	su := &suite{skew: 2 * time.Second}
-	for _, o := range opts {
-		o(su)
-	}
-	if su.retention < 0 {
-		t.Fatalf("storetest.WithRetention: retention must not be negative, got %v", su.retention)
-	}
+// runTests runs tests as parallel subtests, each on a store of its own
+// made by newStore (with a Clock of its own when withClock).
+func runTests(t *testing.T, newStore func(t *testing.T, clock *Clock) storekit.Store, withClock bool, su suite, tests []subtest) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			sub := *su
+			sub := su
 			if withClock {
 				sub.clock = NewClock()
 				sub.skew = 0
@@ -971,6 +941,9 @@ func (su *suite) concurrentManyKeys(t *testing.T, s storekit.Store) {
 
 func (su *suite) watch(t *testing.T, s storekit.Store) {
 	w, ok := s.(storekit.Watcher)
+	if !ok && su.mustWatch {
+		t.Fatalf("Harness.Watch is set, and %T does not implement storekit.Watcher", s)
+	}
 	if !ok {
 		t.Skip("store does not implement storekit.Watcher")
 	}
@@ -1007,7 +980,7 @@ func (su *suite) watch(t *testing.T, s storekit.Store) {
 
 func (su *suite) corruptRecord(t *testing.T, s storekit.Store) {
 	if su.corrupt == nil {
-		t.Skip("no corrupter given (storetest.WithCorrupter)")
+		t.Skip("no corrupter given (Harness.Corrupt)")
 	}
 	ctx := ctxT(t)
 	key, n1 := NewKey(), NewNonce()
