@@ -1,0 +1,153 @@
+package idemmcp
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+type ctxKey struct{}
+
+// WithKey returns a copy of ctx that makes ClientMiddleware send key with
+// every tool call made with it. Use it for an application's own retry
+// loop: every attempt made with the returned context carries the same key.
+func WithKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, ctxKey{}, key)
+}
+
+func keyFrom(ctx context.Context) (string, bool) {
+	k, ok := ctx.Value(ctxKey{}).(string)
+	return k, ok
+}
+
+// ClientMiddleware returns a sending middleware for
+// (*mcp.Client).AddSendingMiddleware that gives every tools/call a key: the
+// one already in its _meta, else the one WithKey put in the context, else a
+// fresh one (NewKey). The key is set on a copy of the call's parameters;
+// the caller's are left alone.
+//
+// A fresh key lives as long as one CallTool: it protects against the
+// request being delivered twice, not against the application calling
+// again. To retry a call, send it with the same key: with WithKey, with
+// SetKey, or with Caller, which does both the key and the retrying.
+func ClientMiddleware() mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method != methodCallTool {
+				return next(ctx, method, req)
+			}
+			r, ok := req.(*mcp.ClientRequest[*mcp.CallToolParams])
+			if !ok {
+				return next(ctx, method, req)
+			}
+			if _, has := KeyOf(r.Params); !has {
+				key, ok := keyFrom(ctx)
+				if !ok {
+					key = NewKey()
+				}
+				r.Params = SetKey(r.Params, key)
+			}
+			return next(ctx, method, req)
+		}
+	}
+}
+
+// Caller calls tools with one key per logical call and retries a call that
+// may not have reached the tool, or whose first attempt is still running,
+// with the same key. The server's Middleware runs the tool once and answers
+// the retries with its result.
+//
+// A call is retried when CallTool fails without an answer from the server
+// (the connection dropped, the session ended, a transport error) and when
+// the answer is a refusal that asks for it (RefusedInProgress,
+// RefusedUnavailable). Every other answer is returned: a tool result, a
+// replay, another refusal, a protocol error from the server.
+type Caller struct {
+	// Session returns the session to call on. It is called before every
+	// attempt; broken is the session of the previous attempt when that
+	// attempt failed without an answer (nil on the first attempt, and
+	// after an answer), so that Session can close it and connect again.
+	Session func(ctx context.Context, broken *mcp.ClientSession) (*mcp.ClientSession, error)
+	// Attempts is the most attempts of one call (default 5).
+	Attempts int
+	// Backoff is the wait before the second attempt, doubled before each
+	// later one up to 5 s (default 100 ms).
+	Backoff time.Duration
+}
+
+// CallTool calls the tool params names. The key is the one in params'
+// _meta, else the one WithKey put in ctx, else a fresh one; every attempt
+// sends it. ctx bounds the whole call, waits included. The error is the
+// last attempt's.
+func (c *Caller) CallTool(ctx context.Context, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	if c == nil || c.Session == nil {
+		return nil, errors.New("idemmcp: Caller has no Session function")
+	}
+	if _, has := KeyOf(params); !has {
+		key, ok := keyFrom(ctx)
+		if !ok {
+			key = NewKey()
+		}
+		params = SetKey(params, key)
+	}
+	attempts, wait := c.Attempts, c.Backoff
+	if attempts <= 0 {
+		attempts = 5
+	}
+	if wait <= 0 {
+		wait = 100 * time.Millisecond
+	}
+	var (
+		broken *mcp.ClientSession
+		res    *mcp.CallToolResult
+		err    error
+	)
+	for i := range attempts {
+		if i > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				if err == nil && res == nil {
+					err = ctx.Err()
+				}
+				return res, err
+			case <-t.C:
+			}
+			wait = min(2*wait, 5*time.Second)
+		}
+		var cs *mcp.ClientSession
+		cs, err = c.Session(ctx, broken)
+		if err != nil {
+			res = nil
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			continue
+		}
+		broken = nil
+		p := *params // CallTool may fill in the arguments; the next attempt starts from ours
+		res, err = cs.CallTool(ctx, &p)
+		switch {
+		case err == nil:
+			if r := Refusal(res); r != RefusedInProgress && r != RefusedUnavailable {
+				return res, nil
+			}
+		case answered(err) || ctx.Err() != nil:
+			return nil, err
+		default:
+			broken = cs
+		}
+	}
+	return res, err
+}
+
+// answered reports whether err is the server's answer (a JSON-RPC error
+// response), not a failure to get one.
+func answered(err error) bool {
+	var we *jsonrpc.Error
+	return errors.As(err, &we)
+}
