@@ -76,6 +76,15 @@ type Caller struct {
 	// Backoff is the wait before the second attempt, doubled before each
 	// later one up to 5 s (default 100 ms).
 	Backoff time.Duration
+	// AttemptTimeout, if positive, bounds each attempt: one with no answer
+	// by then is abandoned, its session treated as broken, and the call
+	// retried (a tool still running then answers the retry with
+	// RefusedInProgress, and a later one with its result). Set it for
+	// streamable HTTP: when a call's response stream drops, the SDK's client may wait for
+	// the answer for as long as the call's context allows (the server
+	// keeps no events to resume the stream from) or while it closes the
+	// broken session (up to 5 s).
+	AttemptTimeout time.Duration
 }
 
 // CallTool calls the tool params names. The key is the one in params'
@@ -129,8 +138,7 @@ func (c *Caller) CallTool(ctx context.Context, params *mcp.CallToolParams) (*mcp
 			continue
 		}
 		broken = nil
-		p := *params // CallTool may fill in the arguments; the next attempt starts from ours
-		res, err = cs.CallTool(ctx, &p)
+		res, err = c.attempt(ctx, cs, *params)
 		switch {
 		case err == nil:
 			if r := Refusal(res); r != RefusedInProgress && r != RefusedUnavailable {
@@ -145,9 +153,60 @@ func (c *Caller) CallTool(ctx context.Context, params *mcp.CallToolParams) (*mcp
 	return res, err
 }
 
-// answered reports whether err is the server's answer (a JSON-RPC error
-// response), not a failure to get one.
+// attempt makes one attempt with a copy of the parameters (CallTool may
+// fill in the arguments; the next attempt starts from the caller's). With
+// an AttemptTimeout the attempt is abandoned when it is up, even if
+// CallTool has not returned: after a dropped stream the SDK's client may
+// hold a call while it tears the session down.
+func (c *Caller) attempt(ctx context.Context, cs *mcp.ClientSession, p mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	if c.AttemptTimeout <= 0 {
+		return cs.CallTool(ctx, &p)
+	}
+	actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
+	type answer struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		defer cancel()
+		res, err := cs.CallTool(actx, &p)
+		ch <- answer{res, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.res, a.err
+	case <-actx.Done():
+		select {
+		case a := <-ch:
+			return a.res, a.err
+		default:
+			return nil, actx.Err()
+		}
+	}
+}
+
+// answered reports whether err is the server's answer to the call (a
+// JSON-RPC error response), not a failure to get one. The SDK reports some
+// failures as JSON-RPC errors too: a request its transport could not send
+// (-32005), a client or server closing its end (-32003, -32004); those are
+// retried.
 func answered(err error) bool {
 	var we *jsonrpc.Error
-	return errors.As(err, &we)
+	if !errors.As(err, &we) {
+		return false
+	}
+	switch we.Code {
+	case codeClientClosing, codeServerClosing, codeRejected:
+		return false
+	}
+	return true
 }
+
+// JSON-RPC error codes of the SDK's that say the call did not get an
+// answer.
+const (
+	codeClientClosing = -32003
+	codeServerClosing = -32004
+	codeRejected      = -32005
+)
