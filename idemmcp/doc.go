@@ -9,7 +9,7 @@
 //	server.AddReceivingMiddleware(m.Receiving())
 //
 //	// Client: one key per logical call, the same key on every retry
-//	caller := &idemmcp.Caller{Session: reconnect}
+//	caller := &idemmcp.Caller{Session: reconnect, AttemptTimeout: 30 * time.Second}
 //	res, err := caller.CallTool(ctx, &mcp.CallToolParams{Name: "send_email", Arguments: args})
 //
 // # The key
@@ -73,7 +73,9 @@
 // Caller.CallTool sends a call with one key on every attempt and retries
 // when the answer did not arrive (connection dropped, session ended) or
 // asks for it (in_progress, unavailable), calling its Session function to
-// reconnect. ClientMiddleware, a sending middleware for the client, gives
+// reconnect. Over streamable HTTP give it an AttemptTimeout: when a call's
+// response stream drops, the SDK's client can wait for an answer that
+// will not come. ClientMiddleware, a sending middleware for the client, gives
 // every tools/call that has no key one (from WithKey's context, or a fresh
 // one), for applications that retry by themselves.
 //
