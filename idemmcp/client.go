@@ -39,20 +39,32 @@ func ClientMiddleware() mcp.Middleware {
 			if method != methodCallTool {
 				return next(ctx, method, req)
 			}
-			r, ok := req.(*mcp.ClientRequest[*mcp.CallToolParams])
-			if !ok {
-				return next(ctx, method, req)
-			}
-			if _, has := KeyOf(r.Params); !has {
-				key, ok := keyFrom(ctx)
-				if !ok {
-					key = NewKey()
+			// The SDK sends a call as a ClientRequest[Params] holding
+			// *CallToolParams; a ClientRequest[*CallToolParams] is taken too.
+			switch r := req.(type) {
+			case *mcp.ClientRequest[mcp.Params]:
+				if p, ok := r.Params.(*mcp.CallToolParams); ok {
+					r.Params = stamp(ctx, p)
 				}
-				r.Params = SetKey(r.Params, key)
+			case *mcp.ClientRequest[*mcp.CallToolParams]:
+				r.Params = stamp(ctx, r.Params)
 			}
 			return next(ctx, method, req)
 		}
 	}
+}
+
+// stamp returns p with a key: p itself when it has one, else a copy with
+// the context's key or a fresh one.
+func stamp(ctx context.Context, p *mcp.CallToolParams) *mcp.CallToolParams {
+	if _, has := KeyOf(p); has {
+		return p
+	}
+	key, ok := keyFrom(ctx)
+	if !ok {
+		key = NewKey()
+	}
+	return SetKey(p, key)
 }
 
 // Caller calls tools with one key per logical call and retries a call that
@@ -95,13 +107,7 @@ func (c *Caller) CallTool(ctx context.Context, params *mcp.CallToolParams) (*mcp
 	if c == nil || c.Session == nil {
 		return nil, errors.New("idemmcp: Caller has no Session function")
 	}
-	if _, has := KeyOf(params); !has {
-		key, ok := keyFrom(ctx)
-		if !ok {
-			key = NewKey()
-		}
-		params = SetKey(params, key)
-	}
+	params = stamp(ctx, params)
 	attempts, wait := c.Attempts, c.Backoff
 	if attempts <= 0 {
 		attempts = 5
