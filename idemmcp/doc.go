@@ -15,9 +15,9 @@
 // # The key
 //
 // The key is the string in the request's _meta under MetaKey,
-// "io.github.idem-go/idempotency-key" (a name under the reverse-DNS
-// prefix MCP's _meta naming rule asks for), 1 to 255 visible ASCII
-// characters (CheckKey). WithKeyArgument also accepts it from a named
+// "io.github.idem-go/idempotency-key" (named as MCP asks of _meta keys
+// outside the protocol: a reverse-DNS prefix, a slash, a name), 1 to 255
+// visible ASCII characters (CheckKey). WithKeyArgument also accepts it from a named
 // member of the tool's arguments, for keys a model fills in. Tools named by
 // WithTools (every tool by default) are guarded when their call carries a
 // key; a call without one runs as before, or, with WithRequired, is
