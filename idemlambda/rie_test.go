@@ -310,14 +310,7 @@ func TestRIETimeoutRetry(t *testing.T) {
 
 	// While the first invocation runs (well before its deadline), a
 	// duplicate is refused: a live invocation is never taken over.
-	var firstRun run
-	for {
-		if rs := f.runs(); len(rs) > 0 {
-			firstRun = rs[0]
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	firstRun := f.firstRun()
 	out := second.invoke(t, order)
 	if e, ok := asError(out); !ok || !strings.Contains(e.Message, "in progress") {
 		t.Fatalf("a duplicate while the first invocation runs: %s, want in progress", out)
@@ -336,31 +329,7 @@ func TestRIETimeoutRetry(t *testing.T) {
 	// retry's work does not sleep (sleep_ms is not part of the payload).
 	order["sleep_ms"] = 0
 	const interval = 20 * time.Millisecond
-	var (
-		tries    int
-		sent     time.Time     // the successful try's request
-		prevTrip time.Duration // the round trip of the try before it
-	)
-	for {
-		tries++
-		s := time.Now()
-		out = second.invoke(t, order)
-		if e, ok := asError(out); ok {
-			if !strings.Contains(e.Message, "in progress") {
-				t.Fatalf("retry %d: %s", tries, out)
-			}
-			if time.Since(s) > 0 {
-				prevTrip = time.Since(s)
-			}
-			if time.Since(time.UnixMilli(firstRun.Deadline)) > 30*time.Second {
-				t.Fatalf("the retry was refused for 30s after the deadline")
-			}
-			time.Sleep(interval)
-			continue
-		}
-		sent = s
-		break
-	}
+	tries, sent, prevTrip := retryUntilRun(t, second, order, firstRun, interval)
 	rs := f.runs()
 	if len(rs) != 2 {
 		t.Fatalf("%d runs, want 2 (the timed-out one and the retry): %+v", len(rs), rs)
@@ -370,10 +339,10 @@ func TestRIETimeoutRetry(t *testing.T) {
 	overhead := time.Duration(retry.Start-sent.UnixMilli()) * time.Millisecond // the retry's request to its work's start
 	grace := idemlambda.DefaultDeadlineGrace
 	// The key turns free at deadline+grace; the try before the successful
-	// one was refused, so it was sent before that (less its round trip),
-	// and the successful one at most an interval after it returned.
-	bound := grace + prevTrip + interval + overhead + 50*time.Millisecond // 50ms: clock reads in ms, scheduling
-	t.Logf("retry ran %v after the deadline (grace %v, %d tries, last refused try's round trip %v, the successful one's request to work %v; bound %v); its fencing token %d, the first's %d",
+	// one was refused, so it was sent before that, and the successful one
+	// prevTrip after it (both measured).
+	bound := grace + prevTrip + overhead + 50*time.Millisecond // 50ms: clock reads in ms, scheduling
+	t.Logf("retry ran %v after the deadline (grace %v, %d tries, from the last refused try to the successful one %v, the successful one's request to work %v; bound %v); its fencing token %d, the first's %d",
 		delay, grace, tries, prevTrip, overhead, bound, retry.Token, firstRun.Token)
 	if delay > bound {
 		t.Fatalf("the retry ran %v after the deadline, want at most %v", delay, bound)
@@ -426,85 +395,135 @@ func TestRIESQSBatch(t *testing.T) {
 // 409, another body under the key a 422; an HTTP API's binary body and
 // cookies replay too.
 func TestRIEAPIGatewayReplay(t *testing.T) {
-	t.Run("rest", func(t *testing.T) {
-		f := newFunction(t, "rest")
-		a, b := f.start(20), f.start(20)
-		req := func(body string) events.APIGatewayProxyRequest {
-			return events.APIGatewayProxyRequest{
-				HTTPMethod: "POST", Path: "/payments", Resource: "/payments",
-				Headers: map[string]string{"Idempotency-Key": "pay-1", "Content-Type": "application/json"},
-				Body:    body,
-			}
+	t.Run("rest", testRIERESTReplay)
+	t.Run("http", testRIEHTTPReplay)
+}
+
+// testRIERESTReplay: a REST API request while the first runs is 409, the
+// replays from both environments are the first response byte for byte, and
+// another body under the key is 422; the handler ran once.
+func testRIERESTReplay(t *testing.T) {
+	f := newFunction(t, "rest")
+	a, b := f.start(20), f.start(20)
+	req := func(body string) events.APIGatewayProxyRequest {
+		return events.APIGatewayProxyRequest{
+			HTTPMethod: "POST", Path: "/payments", Resource: "/payments",
+			Headers: map[string]string{"Idempotency-Key": "pay-1", "Content-Type": "application/json"},
+			Body:    body,
 		}
-		var first, dup events.APIGatewayProxyResponse
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			json.Unmarshal(a.invoke(t, req(`{"amount":100,"sleep":true}`)), &first)
-		}()
-		for len(f.runs()) == 0 {
-			time.Sleep(10 * time.Millisecond)
-		}
-		json.Unmarshal(b.invoke(t, req(`{"amount":100,"sleep":true}`)), &dup)
-		<-done
-		if dup.StatusCode != http.StatusConflict || dup.Headers["Retry-After"] == "" {
-			t.Fatalf("a request while the first runs: %+v, want 409 with Retry-After", dup)
-		}
-		if first.StatusCode != 201 {
-			t.Fatalf("first response %+v", first)
-		}
-		firstJSON, _ := json.Marshal(first)
-		for i, in := range []*instance{b, a} {
-			var again events.APIGatewayProxyResponse
-			raw := in.invoke(t, req(`{"amount":100,"sleep":true}`))
-			json.Unmarshal(raw, &again)
-			if again.Headers["Idempotent-Replayed"] != "true" {
-				t.Fatalf("replay %d: %s, want Idempotent-Replayed", i, raw)
-			}
-			delete(again.Headers, "Idempotent-Replayed")
-			againJSON, _ := json.Marshal(again)
-			if !bytes.Equal(againJSON, firstJSON) {
-				t.Fatalf("replay %d differs:\n%s\nfirst:\n%s", i, againJSON, firstJSON)
-			}
-		}
-		t.Logf("first response and its replays: %s", firstJSON)
-		var other events.APIGatewayProxyResponse
-		json.Unmarshal(a.invoke(t, req(`{"amount":999}`)), &other)
-		if other.StatusCode != http.StatusUnprocessableEntity {
-			t.Fatalf("another body under the key: %+v, want 422", other)
-		}
-		if c := countKey(f.runs(), "pay-1"); c != 1 {
-			t.Fatalf("the handler ran %d times, want once", c)
-		}
-	})
-	t.Run("http", func(t *testing.T) {
-		f := newFunction(t, "http")
-		a, b := f.start(20), f.start(20)
-		req := events.APIGatewayV2HTTPRequest{
-			Version: "2.0", RawPath: "/uploads", Headers: map[string]string{"idempotency-key": "up-1"},
-			Body: "aGVsbG8=", IsBase64Encoded: true,
-		}
-		req.RequestContext.HTTP.Method = "POST"
-		first := a.invoke(t, req)
-		var resp events.APIGatewayV2HTTPResponse
-		json.Unmarshal(first, &resp)
-		if resp.StatusCode != 200 || !resp.IsBase64Encoded || resp.Body != "AAEC/w==" || len(resp.Cookies) != 1 {
-			t.Fatalf("first response %s", first)
-		}
-		var again events.APIGatewayV2HTTPResponse
-		json.Unmarshal(b.invoke(t, req), &again)
+	}
+	var first, dup events.APIGatewayProxyResponse
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		json.Unmarshal(a.invoke(t, req(`{"amount":100,"sleep":true}`)), &first)
+	}()
+	for len(f.runs()) == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	json.Unmarshal(b.invoke(t, req(`{"amount":100,"sleep":true}`)), &dup)
+	<-done
+	if dup.StatusCode != http.StatusConflict || dup.Headers["Retry-After"] == "" {
+		t.Fatalf("a request while the first runs: %+v, want 409 with Retry-After", dup)
+	}
+	if first.StatusCode != 201 {
+		t.Fatalf("first response %+v", first)
+	}
+	firstJSON, _ := json.Marshal(first)
+	for i, in := range []*instance{b, a} {
+		var again events.APIGatewayProxyResponse
+		raw := in.invoke(t, req(`{"amount":100,"sleep":true}`))
+		json.Unmarshal(raw, &again)
 		if again.Headers["Idempotent-Replayed"] != "true" {
-			t.Fatalf("replay %+v, want Idempotent-Replayed", again)
+			t.Fatalf("replay %d: %s, want Idempotent-Replayed", i, raw)
 		}
 		delete(again.Headers, "Idempotent-Replayed")
 		againJSON, _ := json.Marshal(again)
-		firstJSON, _ := json.Marshal(resp)
 		if !bytes.Equal(againJSON, firstJSON) {
-			t.Fatalf("replay differs:\n%s\nfirst:\n%s", againJSON, firstJSON)
+			t.Fatalf("replay %d differs:\n%s\nfirst:\n%s", i, againJSON, firstJSON)
 		}
-		t.Logf("first response and its replay: %s", firstJSON)
-		if c := countKey(f.runs(), "up-1"); c != 1 {
-			t.Fatalf("the handler ran %d times, want once", c)
+	}
+	t.Logf("first response and its replays: %s", firstJSON)
+	var other events.APIGatewayProxyResponse
+	json.Unmarshal(a.invoke(t, req(`{"amount":999}`)), &other)
+	if other.StatusCode != http.StatusUnprocessableEntity {
+		t.Fatalf("another body under the key: %+v, want 422", other)
+	}
+	if c := countKey(f.runs(), "pay-1"); c != 1 {
+		t.Fatalf("the handler ran %d times, want once", c)
+	}
+}
+
+// testRIEHTTPReplay: an HTTP API request with a binary body and a cookie is
+// replayed byte for byte; the handler ran once.
+func testRIEHTTPReplay(t *testing.T) {
+	f := newFunction(t, "http")
+	a, b := f.start(20), f.start(20)
+	req := events.APIGatewayV2HTTPRequest{
+		Version: "2.0", RawPath: "/uploads", Headers: map[string]string{"idempotency-key": "up-1"},
+		Body: "aGVsbG8=", IsBase64Encoded: true,
+	}
+	req.RequestContext.HTTP.Method = "POST"
+	first := a.invoke(t, req)
+	var resp events.APIGatewayV2HTTPResponse
+	json.Unmarshal(first, &resp)
+	if resp.StatusCode != 200 || !resp.IsBase64Encoded || resp.Body != "AAEC/w==" || len(resp.Cookies) != 1 {
+		t.Fatalf("first response %s", first)
+	}
+	var again events.APIGatewayV2HTTPResponse
+	json.Unmarshal(b.invoke(t, req), &again)
+	if again.Headers["Idempotent-Replayed"] != "true" {
+		t.Fatalf("replay %+v, want Idempotent-Replayed", again)
+	}
+	delete(again.Headers, "Idempotent-Replayed")
+	againJSON, _ := json.Marshal(again)
+	firstJSON, _ := json.Marshal(resp)
+	if !bytes.Equal(againJSON, firstJSON) {
+		t.Fatalf("replay differs:\n%s\nfirst:\n%s", againJSON, firstJSON)
+	}
+	t.Logf("first response and its replay: %s", firstJSON)
+	if c := countKey(f.runs(), "up-1"); c != 1 {
+		t.Fatalf("the handler ran %d times, want once", c)
+	}
+}
+
+// firstRun waits for the function's first run to start and returns it.
+func (f *function) firstRun() run {
+	for {
+		if rs := f.runs(); len(rs) > 0 {
+			return rs[0]
 		}
-	})
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// retryUntilRun invokes in with order at once, and every interval while
+// the key is in progress, until it runs; it returns the tries, when the
+// successful one was sent, and how long before that the try before it was
+// sent (its round trip and the pause after it, as measured: a loaded
+// machine oversleeps). It fails the test when the retry is refused for 30s
+// after first's deadline.
+func retryUntilRun(t *testing.T, in *instance, order map[string]any, first run, interval time.Duration) (tries int, sent time.Time, prevTrip time.Duration) {
+	t.Helper()
+	var prevSent time.Time
+	for {
+		tries++
+		s := time.Now()
+		if !prevSent.IsZero() {
+			prevTrip = s.Sub(prevSent)
+		}
+		prevSent = s
+		out := in.invoke(t, order)
+		e, ok := asError(out)
+		if !ok {
+			return tries, s, prevTrip
+		}
+		if !strings.Contains(e.Message, "in progress") {
+			t.Fatalf("retry %d: %s", tries, out)
+		}
+		if time.Since(time.UnixMilli(first.Deadline)) > 30*time.Second {
+			t.Fatalf("the retry was refused for 30s after the deadline")
+		}
+		time.Sleep(interval)
+	}
 }

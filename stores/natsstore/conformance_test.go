@@ -69,35 +69,7 @@ func TestConformance(t *testing.T) {
 			t.Cleanup(func() { _ = s.Close() })
 			return s
 		},
-		Purge: []storetest.Purge{{
-			// Purge alone races claims, heartbeats and completions of
-			// records expired past retention.
-			Name: "Retention0s",
-			NewStore: func(t *testing.T) storekit.Store {
-				s, err := natsstore.New(newBucket(t, js), natsstore.WithRetention(0), natsstore.WithoutCleanup())
-				require.NoError(t, err)
-				return s
-			},
-		}, {
-			// The same with the store's clean-up running too, which reads
-			// headers only and deletes by stream sequence.
-			Name: "Retention0sCleanup",
-			NewStore: func(t *testing.T) storekit.Store {
-				s, err := natsstore.New(newBucket(t, js), natsstore.WithRetention(0))
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = s.Close() })
-				return s
-			},
-			ClockSkew: 100 * time.Millisecond,
-		}, {
-			NewStoreWithClock: func(t *testing.T, c *storetest.Clock) storekit.Store {
-				kv := newBucket(t, js)
-				s, err := natsstore.New(kv, natsstore.WithClock(c.Now))
-				require.NoError(t, err)
-				return s
-			},
-			Retention: natsstore.DefaultRetention,
-		}},
+		Purge:    purgeRuns(js),
 		Rotation: true,
 		Processes: &storetest.ProcessConfig{
 			NewStore:  newProcessStore,
@@ -120,4 +92,38 @@ func TestConformance(t *testing.T) {
 			return s
 		}})
 	})
+}
+
+// purgeRuns are the clean-up runs of the conformance suite: Purge alone,
+// with the store's clean-up, and on a clock with the default retention.
+func purgeRuns(js jetstream.JetStream) []storetest.Purge {
+	return []storetest.Purge{{
+		// Purge alone races claims, heartbeats and completions of
+		// records expired past retention.
+		Name: "Retention0s",
+		NewStore: func(t *testing.T) storekit.Store {
+			s, err := natsstore.New(newBucket(t, js), natsstore.WithRetention(0), natsstore.WithoutCleanup())
+			require.NoError(t, err)
+			return s
+		},
+	}, {
+		// The same with the store's clean-up running too, which reads
+		// headers only and deletes by stream sequence.
+		Name: "Retention0sCleanup",
+		NewStore: func(t *testing.T) storekit.Store {
+			s, err := natsstore.New(newBucket(t, js), natsstore.WithRetention(0))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		},
+		ClockSkew: 100 * time.Millisecond,
+	}, {
+		NewStoreWithClock: func(t *testing.T, c *storetest.Clock) storekit.Store {
+			kv := newBucket(t, js)
+			s, err := natsstore.New(kv, natsstore.WithClock(c.Now))
+			require.NoError(t, err)
+			return s
+		},
+		Retention: natsstore.DefaultRetention,
+	}}
 }
