@@ -1,41 +1,23 @@
 package storekit_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/testenv"
+
 	"github.com/idem-go/idem/storekit"
 )
-
-// syncBuffer is a bytes.Buffer a logger in another goroutine writes to.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestCleanerLogsToGivenLogger: a failing pass is logged, with the store's
 // name and the error, to the logger given to StartCleaner, not to
 // slog.Default().
 func TestCleanerLogsToGivenLogger(t *testing.T) {
-	var out syncBuffer
+	var out testenv.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&out, nil))
 	failed := make(chan struct{}, 1)
 	c := storekit.StartCleaner("teststore", storekit.MinCleanup, logger, func(context.Context) error {

@@ -1,41 +1,23 @@
 package filestore_test
 
 import (
-	"bytes"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/testenv"
+
 	"github.com/idem-go/idem/stores/filestore"
 )
-
-// lockedBuffer is a bytes.Buffer a logger in another goroutine writes to.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestCleanupLogsToWithLogger: a clean-up pass that fails (its directory
 // is gone) is logged to the logger given with WithLogger.
 func TestCleanupLogsToWithLogger(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	var out lockedBuffer
+	var out testenv.LogBuffer
 	s, err := filestore.New(dir, filestore.WithCleanup(time.Millisecond),
 		filestore.WithLogger(slog.New(slog.NewTextHandler(&out, nil))))
 	if err != nil {

@@ -1,37 +1,19 @@
 package natsstore_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/internal/testenv"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem/stores/natsstore"
 )
-
-// lockedBuffer is a bytes.Buffer a logger in another goroutine writes to.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // unreadable is a bucket whose status cannot be read: every clean-up pass
 // fails at its first step.
@@ -44,7 +26,7 @@ func (unreadable) Status(context.Context) (jetstream.KeyValueStatus, error) {
 // TestCleanupLogsToWithLogger: a failing clean-up pass is logged to the
 // logger given with WithLogger.
 func TestCleanupLogsToWithLogger(t *testing.T) {
-	var out lockedBuffer
+	var out testenv.LogBuffer
 	s, err := natsstore.New(unreadable{}, natsstore.WithCleanup(time.Millisecond),
 		natsstore.WithLogger(slog.New(slog.NewTextHandler(&out, nil))))
 	if err != nil {

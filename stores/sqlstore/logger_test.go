@@ -1,41 +1,23 @@
 package sqlstore_test
 
 import (
-	"bytes"
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/testenv"
+
 	"github.com/idem-go/idem/stores/sqlstore"
 )
-
-// lockedBuffer is a bytes.Buffer a logger in another goroutine writes to.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestCleanupLogsToWithLogger: a clean-up pass that fails (its table was
 // never made) is logged to the logger given with WithLogger.
 func TestCleanupLogsToWithLogger(t *testing.T) {
 	db := openSQLite(t, "file:"+filepath.Join(t.TempDir(), "idem.db")+"?"+sqlstore.SQLiteDSNParams)
 	defer db.Close()
-	var out lockedBuffer
+	var out testenv.LogBuffer
 	s, err := sqlstore.New(db, sqlstore.SQLite, sqlstore.WithTable("never_migrated"), sqlstore.WithCleanup(time.Millisecond),
 		sqlstore.WithLogger(slog.New(slog.NewTextHandler(&out, nil))))
 	if err != nil {
