@@ -4,6 +4,9 @@
 // made directly. A fresh call must cost 2 store operations, a replay 1, and
 // a call shorter than the heartbeat interval no heartbeat.
 //
+//	go run ./cmd/idem-bench            # the table
+//	go run ./cmd/idem-bench -soak 10m  # the soak table: what the stores hold over time
+//
 // The server stores' tables come from programs of their modules:
 // go run ./stores/redisstore/internal/benchtable (Redis, Redis Cluster,
 // Valkey: command time and client CPU per call, throughput with added
