@@ -88,9 +88,13 @@ func (s deadlineStore) Validate() error {
 	return nil
 }
 
-// Claim implements storekit.Store: the lease is cut to the time left.
+// Claim implements storekit.Store: the lease is cut to the time left,
+// except a call's steps epoch's: the epoch names the generation of the
+// call's steps and must live as long as the call, so that the retry of an
+// invocation that finished a step replays it (its heartbeats are capped
+// too, but a heartbeat never shortens a lease).
 func (s deadlineStore) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
-	if left, ok := leaseLeft(ctx); ok {
+	if left, ok := leaseLeft(ctx); ok && req.PayloadHash != storekit.StepsEpochPayload {
 		if left < time.Millisecond {
 			return storekit.ClaimResult{}, ErrInvocationOver
 		}

@@ -422,3 +422,57 @@ func TestAPIGatewayV2Binary(t *testing.T) {
 		t.Fatalf("%d runs", runs)
 	}
 }
+
+// TestStepsSurviveTheDeadline: an invocation that finished a step and then
+// ran past its deadline leaves the step recorded: the retry replays it
+// instead of running it again. (Only the claims of the call and of steps in
+// flight end with the invocation; the call's steps epoch lives as long as
+// the call.)
+func TestStepsSurviveTheDeadline(t *testing.T) {
+	var charges, attempts atomic.Int64
+	release := make(chan struct{})
+	defer close(release)
+	h := func(ctx context.Context, o order) (int64, error) {
+		n := attempts.Add(1)
+		if _, err := idem.Step(ctx, "charge", func(context.Context) (int64, error) { return charges.Add(1), nil }); err != nil {
+			return 0, err
+		}
+		if n == 1 {
+			<-release // times out after its charge, as a handler Lambda would stop
+		}
+		return charges.Load(), nil
+	}
+	st := newStore(t)
+	wrap := func() func(context.Context, order) (int64, error) {
+		f, err := idemlambda.Wrap(st, h, idemlambda.WithKeyPath("order_id"), idemlambda.WithDeadlineGrace(20*time.Millisecond),
+			idemlambda.WithGuard(idem.WithTakeoverAfter(150*time.Millisecond), idem.WithHeartbeat(20*time.Millisecond)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	f, retry := wrap(), wrap()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	go f(ctx, order{OrderID: "o"})
+	for charges.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	giveUp := time.Now().Add(10 * time.Second)
+	for {
+		_, err := retry(context.Background(), order{OrderID: "o"})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, idem.ErrInProgress) {
+			t.Fatal(err)
+		}
+		if time.Now().After(giveUp) {
+			t.Fatal("still in progress 10s after the deadline")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := charges.Load(); n != 1 {
+		t.Fatalf("the charge step ran %d times, want once (the retry replays it)", n)
+	}
+}
