@@ -120,7 +120,7 @@ func (e *engine) tryClaim(ctx context.Context, sk, ph string) (c *claim, existin
 	sent := time.Now()
 	res, err := e.store.Claim(ctx, storekit.ClaimRequest{
 		Key: sk, Nonce: lease.Token(), PayloadHash: ph, LeaseTTL: e.lease, TakeoverAfter: e.takeover,
-		Tenant: e.tenant, Scope: e.scope,
+		Owner: e.owner, Tenant: e.tenant, Scope: e.scope,
 	})
 	if err != nil {
 		return nil, nil, storeErr("claim", err)

@@ -90,6 +90,9 @@ func New[T any](store storekit.Store, opts ...Option) (*Guard[T], error) {
 	if w, ok := store.(storekit.Watcher); ok {
 		g.watcher = w
 	}
+	if p, ok := store.(storekit.Presence); ok {
+		g.owner = p.Owner()
+	}
 	if c.cacheEntries > 0 {
 		g.cache = newLocalCache(c.cacheEntries, c.cacheMaxAge)
 	}

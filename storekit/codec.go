@@ -24,6 +24,7 @@ type recordJSON struct {
 	CompletedAt int64            `json:"completed_at,omitempty"`
 	ExpiresAt   int64            `json:"expires_at"`
 	TakeoverMs  int64            `json:"takeover_ms,omitempty"`
+	Owner       string           `json:"owner,omitempty"`
 }
 
 // EncodeRecord encodes r as one versioned JSON document, for stores that
@@ -41,7 +42,7 @@ func EncodeRecord(r *Record) ([]byte, error) {
 		V: RecordVersion, Key: r.Key, Status: r.Status, Result: r.Result, Error: r.Error,
 		PayloadHash: r.PayloadHash, Nonce: r.Nonce, Attempt: r.Attempt,
 		StartedAt: r.StartedAt, HeartbeatAt: r.HeartbeatAt, CompletedAt: r.CompletedAt,
-		ExpiresAt: r.ExpiresAt, TakeoverMs: r.TakeoverMs,
+		ExpiresAt: r.ExpiresAt, TakeoverMs: r.TakeoverMs, Owner: r.Owner,
 	})
 }
 
@@ -61,7 +62,7 @@ func DecodeRecord(b []byte) (*Record, error) {
 		Key: j.Key, Status: j.Status, Result: j.Result, Error: j.Error,
 		PayloadHash: j.PayloadHash, Nonce: j.Nonce, Attempt: j.Attempt,
 		StartedAt: j.StartedAt, HeartbeatAt: j.HeartbeatAt, CompletedAt: j.CompletedAt,
-		ExpiresAt: j.ExpiresAt, TakeoverMs: j.TakeoverMs,
+		ExpiresAt: j.ExpiresAt, TakeoverMs: j.TakeoverMs, Owner: j.Owner,
 	}
 	if len(r.Result) == 0 {
 		r.Result = nil // "result":"" and no result are one state

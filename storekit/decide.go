@@ -28,6 +28,15 @@ func (d Decision) Result() ClaimResult {
 // the current record (nil if there is none) at now (Unix milliseconds, the
 // store's clock). It never modifies cur.
 func DecideClaim(cur *Record, req ClaimRequest, now int64) Decision {
+	return DecideClaimGone(cur, req, now, nil)
+}
+
+// DecideClaimGone is DecideClaim for a store with Presence: gone, if not
+// nil, reports whether the owner of an in-progress record is known to be
+// gone (its process died), and such a record is taken over at once, as a
+// stale one is. It is asked only about another process's live in-progress
+// record with the claim's payload hash.
+func DecideClaimGone(cur *Record, req ClaimRequest, now int64, gone func(owner string) bool) Decision {
 	lease := req.LeaseTTL.Milliseconds()
 	if cur == nil || !cur.Live(now) {
 		attempt := int64(1)
@@ -37,22 +46,29 @@ func DecideClaim(cur *Record, req ClaimRequest, now int64) Decision {
 		return Decision{Outcome: Claimed, Write: true, Record: &Record{
 			Key: req.Key, Status: StatusInProgress, PayloadHash: req.PayloadHash,
 			Nonce: req.Nonce, Attempt: attempt, StartedAt: now, HeartbeatAt: now,
-			ExpiresAt: now + lease, TakeoverMs: req.TakeoverAfter.Milliseconds(),
+			ExpiresAt: now + lease, TakeoverMs: req.TakeoverAfter.Milliseconds(), Owner: req.Owner,
 		}}
 	}
 	if cur.Nonce == req.Nonce {
 		return Decision{Outcome: Claimed, Record: cur}
 	}
-	if cur.PayloadHash == req.PayloadHash && cur.Stale(now, req.TakeoverAfter) {
+	if cur.PayloadHash == req.PayloadHash && (cur.Stale(now, req.TakeoverAfter) || ownerGone(cur, req, gone)) {
 		next := cur.Clone()
 		next.Nonce = req.Nonce
 		next.Attempt = cur.Attempt + 1
 		next.StartedAt, next.HeartbeatAt = now, now
 		next.ExpiresAt = max(cur.ExpiresAt, now+lease)
 		next.TakeoverMs = req.TakeoverAfter.Milliseconds()
+		next.Owner = req.Owner
 		return Decision{Outcome: TookOver, Record: next, Write: true}
 	}
 	return Decision{Outcome: Existing, Record: cur}
+}
+
+// ownerGone reports whether cur is an in-progress claim of another
+// process that gone says is gone.
+func ownerGone(cur *Record, req ClaimRequest, gone func(string) bool) bool {
+	return gone != nil && cur.Status == StatusInProgress && cur.Owner != "" && cur.Owner != req.Owner && gone(cur.Owner)
 }
 
 // ApplyHeartbeat returns the record to write after a heartbeat at now, or

@@ -91,14 +91,15 @@ func (l *Locked) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 	if err != nil {
 		return ClaimResult{}, err
 	}
+	gone := l.goneFunc(ctx)
 	if cur != nil {
-		if d := DecideClaim(cur, req, l.nowMs()); !d.Write {
+		if d := DecideClaimGone(cur, req, l.nowMs(), gone); !d.Write {
 			return d.Result(), nil
 		}
 	}
 	var d Decision
 	err = l.b.Update(ctx, req.Key, func(cur *Record) (*Record, error) {
-		d = DecideClaim(cur, req, l.nowMs())
+		d = DecideClaimGone(cur, req, l.nowMs(), gone)
 		if !d.Write {
 			return nil, nil
 		}
@@ -192,4 +193,20 @@ func (l *Locked) Delete(ctx context.Context, key string) error {
 	}
 	l.notify(key)
 	return nil
+}
+
+// OwnerChecker is implemented by a Backend whose store has Presence: Gone
+// reports whether the owner of a claim is known to be gone. It must say
+// false whenever it cannot be sure.
+type OwnerChecker interface {
+	OwnerGone(ctx context.Context, owner string) bool
+}
+
+// goneFunc returns the backend's owner check, or nil.
+func (l *Locked) goneFunc(ctx context.Context) func(string) bool {
+	oc, ok := l.b.(OwnerChecker)
+	if !ok {
+		return nil
+	}
+	return func(owner string) bool { return oc.OwnerGone(ctx, owner) }
 }

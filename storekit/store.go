@@ -90,6 +90,10 @@ type ClaimRequest struct {
 	PayloadHash   string        // canonical hash of the call's payload, "" if none
 	LeaseTTL      time.Duration // lifetime of the in_progress record
 	TakeoverAfter time.Duration // heartbeat age at which a claim is stale
+	// Owner is the claiming process's presence token in the store
+	// (Presence.Owner), "" when the store has none or for a claim that
+	// must never be taken over before its threshold (a steps epoch).
+	Owner string
 	// Tenant and Scope are the Guard's namespace (WithNamespace). Key
 	// already mixes them in; a store may keep them beside the record for
 	// operators (the SQL table's tenant and scope columns) but must not
@@ -161,4 +165,15 @@ const StorageKeyPrefix = "idem:"
 // files) scan their whole keyspace to list; their docs say so.
 type Lister interface {
 	Records(ctx context.Context) iter.Seq2[*Record, error]
+}
+
+// Presence is implemented by stores that can tell at once that the process
+// holding a claim is gone: the store holds something the backend releases
+// when the process dies (a file lock, a session), named by Owner. A Guard
+// sends Owner with its claims; the store records it, and a claim that
+// meets an in-progress record whose owner it knows is gone takes it over
+// at once instead of after the takeover threshold. The store must never
+// say an owner is gone while that owner's process lives.
+type Presence interface {
+	Owner() string
 }

@@ -16,6 +16,14 @@
 // after a power loss. Reads take no lock, so a replay neither locks nor
 // writes.
 //
+// A process that dies holding a claim frees it at once: each process holds
+// a lock on an owner file of its own (in .locks/owners) for as long as it
+// lives, its claims name that file, and the next claim of such a key finds
+// the lock released by the kernel and takes the claim over (attempt + 1, a
+// higher fencing token) instead of waiting for the takeover threshold. A
+// process that lives, running or paused, is never taken over before the
+// threshold.
+//
 // # Options
 //
 // WithRetention sets how long a record is kept once expired (default one

@@ -63,6 +63,8 @@ func runChild(role string) int {
 		err = childClaim(out)
 	case "guard-hold":
 		err = childGuardHold(out)
+	case "guard-hold-default":
+		err = childGuardHoldDefault(out)
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}

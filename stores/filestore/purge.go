@@ -49,6 +49,7 @@ func (c *core) clean(ctx context.Context) error {
 	}
 	c.passes.Add(1)
 	_, err = c.purge(ctx)
+	err = errors.Join(err, c.purgeOwners())
 	if uerr := c.cleanLock.Unlock(); uerr != nil {
 		err = errors.Join(err, fmt.Errorf("filestore: clean-up lock: %w", uerr))
 	}

@@ -113,6 +113,7 @@ type Store struct {
 	*core
 	kit     *storekit.Locked  // the decisions, over files{core}
 	cleaner *storekit.Cleaner // nil under WithoutCleanup
+	owner   *presence         // this process's owner file in dir (presence.go)
 }
 
 // core is what a Store and its clean-up goroutine share. The goroutine
@@ -120,6 +121,7 @@ type Store struct {
 // becomes unreachable and its clean-up is stopped then.
 type core struct {
 	dir       string
+	lockDir   string // <dir>/.locks
 	now       func() time.Time
 	retention time.Duration // WithRetention
 	sync      bool
@@ -178,8 +180,13 @@ func New(dir string, opts ...Option) (*Store, error) {
 		stripes:   newStripes(lockDir),
 		hub:       hubFor(canon),
 		cleanLock: newFlock(filepath.Join(lockDir, cleanLockName)),
+		lockDir:   lockDir,
 	}
-	s := &Store{core: cr}
+	owner, err := presenceFor(canon, lockDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{core: cr, owner: owner}
 	s.kit = storekit.NewLocked(files{cr}, storekit.LockedConfig{Name: "filestore", Now: c.Now, Changed: cr.hub.Notify})
 	if !c.NoCleanup {
 		s.cleaner = storekit.StartCleaner("filestore", c.Cleanup, c.logger, cr.clean)
