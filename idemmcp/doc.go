@@ -20,7 +20,7 @@
 // visible ASCII characters (CheckKey). WithKeyArgument also accepts it from a named
 // member of the tool's arguments, for keys a model fills in. Tools named by
 // WithTools (every tool by default) are guarded when their call carries a
-// key; a call without one runs as before, or, with WithRequired, is
+// key; a call without one runs unguarded, or, with WithRequired, is
 // refused.
 //
 // Keys are scoped by tool name and by the caller that WithScope names:

@@ -233,7 +233,7 @@ func TestPayloadMismatch(t *testing.T) {
 	})
 }
 
-// Without a key a tool runs as before; WithRequired refuses it for the
+// Without a key a tool runs unguarded; WithRequired refuses it for the
 // tools WithTools names, and leaves the others alone.
 func TestKeyRequired(t *testing.T) {
 	transports(t, func(t *testing.T, connect func(*mcp.Server) func() *mcp.ClientSession) {
