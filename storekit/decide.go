@@ -32,9 +32,11 @@ func DecideClaim(cur *Record, req ClaimRequest, now int64) Decision {
 }
 
 // DecideClaimGone is DecideClaim for a store with Presence: gone, if not
-// nil, reports whether the owner of an in-progress record is known to be
-// gone (its process died), and such a record is taken over at once, as a
-// stale one is. It is asked only about another process's live in-progress
+// nil, reports whether the Presence token of an in-progress record's owner
+// (OwnerToken) is known to be gone (its process died), and such a record
+// is taken over at once, as a stale one is. So is one left by an earlier
+// incarnation of the claiming process's instance (EarlierIncarnation),
+// with or without gone. It is asked only about another process's live in-progress
 // record with the claim's payload hash.
 func DecideClaimGone(cur *Record, req ClaimRequest, now int64, gone func(owner string) bool) Decision {
 	lease := req.LeaseTTL.Milliseconds()
@@ -66,9 +68,17 @@ func DecideClaimGone(cur *Record, req ClaimRequest, now int64, gone func(owner s
 }
 
 // ownerGone reports whether cur is an in-progress claim of another
-// process that gone says is gone.
+// process known to be gone: an earlier incarnation of the claiming
+// process's instance, or an owner whose token gone says is gone.
 func ownerGone(cur *Record, req ClaimRequest, gone func(string) bool) bool {
-	return gone != nil && cur.Status == StatusInProgress && cur.Owner != "" && cur.Owner != req.Owner && gone(cur.Owner)
+	if cur.Status != StatusInProgress || cur.Owner == "" || cur.Owner == req.Owner {
+		return false
+	}
+	if EarlierIncarnation(cur.Owner, req.Owner) {
+		return true
+	}
+	tok := OwnerToken(cur.Owner)
+	return gone != nil && tok != "" && gone(tok)
 }
 
 // ApplyHeartbeat returns the record to write after a heartbeat at now, or

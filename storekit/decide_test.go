@@ -137,3 +137,45 @@ func TestValidate(t *testing.T) {
 		t.Errorf("missing record found: %v", err)
 	}
 }
+
+func TestOwnerFormat(t *testing.T) {
+	if got := storekit.FormatOwner("", "inc", "tok"); got != "tok" {
+		t.Fatalf("storekit.FormatOwner without instance = %q", got)
+	}
+	o := storekit.FormatOwner("pod-1", "aaaa", "tok")
+	if o != "pod-1/aaaa/tok" || storekit.OwnerToken(o) != "tok" || storekit.OwnerToken("tok") != "tok" || storekit.OwnerToken("pod-1/aaaa/") != "" {
+		t.Fatalf("owner %q, token %q", o, storekit.OwnerToken(o))
+	}
+	inst, inc := storekit.OwnerPrefixes(o)
+	if inst != "pod-1/" || inc != "pod-1/aaaa/" {
+		t.Fatalf("prefixes %q %q", inst, inc)
+	}
+	if a, b := storekit.OwnerPrefixes("tok"); a != "" || b != "" {
+		t.Fatalf("prefixes of a bare token: %q %q", a, b)
+	}
+	for _, c := range []struct {
+		cur, req string
+		want     bool
+	}{
+		{"pod-1/old/t1", "pod-1/new/t2", true},
+		{"pod-1/new/t1", "pod-1/new/t2", false}, // same incarnation: alive
+		{"pod-2/old/t1", "pod-1/new/t2", false}, // another instance
+		{"t1", "pod-1/new/t2", false},
+		{"pod-1/old/t1", "t2", false},
+		{"pod-10/old/t1", "pod-1/new/t2", false},
+	} {
+		if got := storekit.EarlierIncarnation(c.cur, c.req); got != c.want {
+			t.Errorf("storekit.EarlierIncarnation(%q, %q) = %v", c.cur, c.req, got)
+		}
+	}
+	now := int64(1000)
+	cur := &storekit.Record{Key: "k", Status: storekit.StatusInProgress, Nonce: "n1", Attempt: 1, HeartbeatAt: now, ExpiresAt: now + 60000, Owner: "pod-1/old/"}
+	req := storekit.ClaimRequest{Key: "k", Nonce: "n2", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second, Owner: "pod-1/new/"}
+	if d := storekit.DecideClaim(cur, req, now); d.Outcome != storekit.TookOver || d.Record.Attempt != 2 || d.Record.Owner != req.Owner {
+		t.Fatalf("an earlier incarnation's live claim: %+v", d)
+	}
+	req.Owner = "pod-2/new/"
+	if d := storekit.DecideClaim(cur, req, now); d.Outcome != storekit.Existing {
+		t.Fatalf("another instance's live claim: %+v", d)
+	}
+}

@@ -41,8 +41,8 @@ type Record struct {
 	// heartbeats for, never by a caller's shorter one. 0 (a record from a
 	// store that does not keep it) falls back to the caller's threshold.
 	TakeoverMs int64
-	// Owner is the presence token of the process that made the current
-	// claim (ClaimRequest.Owner), "" when unknown.
+	// Owner names the process that made the current claim
+	// (ClaimRequest.Owner, FormatOwner), "" when unknown.
 	Owner string
 }
 

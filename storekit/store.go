@@ -90,8 +90,8 @@ type ClaimRequest struct {
 	PayloadHash   string        // canonical hash of the call's payload, "" if none
 	LeaseTTL      time.Duration // lifetime of the in_progress record
 	TakeoverAfter time.Duration // heartbeat age at which a claim is stale
-	// Owner is the claiming process's presence token in the store
-	// (Presence.Owner), "" when the store has none or for a claim that
+	// Owner names the claiming process (FormatOwner: its instance, if
+	// it has one, and the store's Presence token), "" for a claim that
 	// must never be taken over before its threshold (a steps epoch).
 	Owner string
 	// Tenant and Scope are the Guard's namespace (WithNamespace). Key
