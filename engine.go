@@ -26,7 +26,7 @@ type engine struct {
 	observer Observer
 	codec    Codec
 	errType  func(error) string
-	owner    string // the store's presence token (storekit.Presence), sent with claims
+	owner    string // this process in claims (storekit.FormatOwner: WithInstanceID, incarnation, the store's Presence token)
 }
 
 // flight is the one store interaction for a key that all callers of it in

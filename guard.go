@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idem-go/idem/lease"
 	"github.com/idem-go/idem/storekit"
 )
 
@@ -90,9 +91,11 @@ func New[T any](store storekit.Store, opts ...Option) (*Guard[T], error) {
 	if w, ok := store.(storekit.Watcher); ok {
 		g.watcher = w
 	}
+	token := ""
 	if p, ok := store.(storekit.Presence); ok {
-		g.owner = p.Owner()
+		token = p.Owner()
 	}
+	g.owner = storekit.FormatOwner(c.instance, incarnation, token)
 	if c.cacheEntries > 0 {
 		g.cache = newLocalCache(c.cacheEntries, c.cacheMaxAge)
 	}
@@ -592,3 +595,7 @@ func (g *Guard[T]) Forget(ctx context.Context, key string) error {
 	}
 	return nil
 }
+
+// incarnation tells this process from an earlier one started with the same
+// WithInstanceID: drawn once, when the process starts.
+var incarnation = lease.Token()

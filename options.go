@@ -97,6 +97,7 @@ type config struct {
 	errorType     func(error) string
 	cacheEntries  int
 	cacheMaxAge   time.Duration
+	instance      string
 	errs          []error
 }
 
@@ -183,6 +184,31 @@ func WithTakeoverAfter(d time.Duration) Option {
 // the same caller key in two tenants or two operations never collides.
 func WithNamespace(tenant, scope string) Option {
 	return func(c *config) { c.tenant, c.scope = tenant, scope }
+}
+
+// WithInstanceID names this process with an identity that stays the same
+// across its restarts and that no other live process uses at the same time
+// (a pod name, a host name with a slot number): the user's promise. A
+// claim left in progress by an earlier incarnation of the same identity
+// (the process crashed and was started again) is known dead, and is taken
+// over at once instead of after the takeover threshold, on every store.
+// Two live processes given the same identity would take each other's
+// claims: fn would still not run under two live claims at once (the
+// nonce refuses the older one's writes and cancels its fn), but it could
+// run twice. id must be 1 to 128 printable ASCII bytes, without '/'.
+func WithInstanceID(id string) Option {
+	return func(c *config) {
+		if len(id) == 0 || len(id) > 128 {
+			c.invalid("WithInstanceID", "id must be 1 to 128 bytes, got %d", len(id))
+		}
+		for i := 0; i < len(id); i++ {
+			if id[i] <= ' ' || id[i] > '~' || id[i] == '/' {
+				c.invalid("WithInstanceID", "id holds %q at byte %d: printable ASCII without '/' or spaces only", id[i], i)
+				break
+			}
+		}
+		c.instance = id
+	}
 }
 
 // MinSecretLen is the shortest secret WithSecret accepts: 16 bytes, 128

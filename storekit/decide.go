@@ -17,11 +17,14 @@ type Decision struct {
 	// write). A store that writes conditionally writes Record only if the
 	// key still holds the record it decided on.
 	Write bool
+	// OwnerGone is set with TookOver when the record was live but its
+	// owner is known gone (ClaimResult.OwnerGone).
+	OwnerGone bool
 }
 
 // Result is the decision as Store.Claim returns it.
 func (d Decision) Result() ClaimResult {
-	return ClaimResult{Outcome: d.Outcome, Record: d.Record}
+	return ClaimResult{Outcome: d.Outcome, Record: d.Record, OwnerGone: d.OwnerGone}
 }
 
 // DecideClaim applies the rules of Store.Claim (stated in its doc) to
@@ -54,7 +57,8 @@ func DecideClaimGone(cur *Record, req ClaimRequest, now int64, gone func(owner s
 	if cur.Nonce == req.Nonce {
 		return Decision{Outcome: Claimed, Record: cur}
 	}
-	if cur.PayloadHash == req.PayloadHash && (cur.Stale(now, req.TakeoverAfter) || ownerGone(cur, req, gone)) {
+	stale := cur.Stale(now, req.TakeoverAfter)
+	if cur.PayloadHash == req.PayloadHash && (stale || ownerGone(cur, req, gone)) {
 		next := cur.Clone()
 		next.Nonce = req.Nonce
 		next.Attempt = cur.Attempt + 1
@@ -62,7 +66,7 @@ func DecideClaimGone(cur *Record, req ClaimRequest, now int64, gone func(owner s
 		next.ExpiresAt = max(cur.ExpiresAt, now+lease)
 		next.TakeoverMs = req.TakeoverAfter.Milliseconds()
 		next.Owner = req.Owner
-		return Decision{Outcome: TookOver, Record: next, Write: true}
+		return Decision{Outcome: TookOver, Record: next, Write: true, OwnerGone: !stale}
 	}
 	return Decision{Outcome: Existing, Record: cur}
 }

@@ -171,7 +171,7 @@ func TestOwnerFormat(t *testing.T) {
 	now := int64(1000)
 	cur := &storekit.Record{Key: "k", Status: storekit.StatusInProgress, Nonce: "n1", Attempt: 1, HeartbeatAt: now, ExpiresAt: now + 60000, Owner: "pod-1/old/"}
 	req := storekit.ClaimRequest{Key: "k", Nonce: "n2", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second, Owner: "pod-1/new/"}
-	if d := storekit.DecideClaim(cur, req, now); d.Outcome != storekit.TookOver || d.Record.Attempt != 2 || d.Record.Owner != req.Owner {
+	if d := storekit.DecideClaim(cur, req, now); d.Outcome != storekit.TookOver || !d.OwnerGone || d.Record.Attempt != 2 || d.Record.Owner != req.Owner {
 		t.Fatalf("an earlier incarnation's live claim: %+v", d)
 	}
 	req.Owner = "pod-2/new/"

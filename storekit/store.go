@@ -133,6 +133,10 @@ type ClaimResult struct {
 	// Guard changes it when the claim completes, so a store that needs the
 	// record later keeps a copy of its own.
 	Record *Record
+	// OwnerGone is set with TookOver when the claim was taken over because
+	// its owner was known gone (Presence, an earlier incarnation), not
+	// because it was stale. A store that cannot tell leaves it false.
+	OwnerGone bool
 }
 
 // Completion is the outcome written by Store.Complete.
