@@ -1,6 +1,9 @@
 package storekit
 
-import "strings"
+import (
+	"context"
+	"strings"
+)
 
 // A claim's owner (ClaimRequest.Owner, Record.Owner) names the process that
 // made it, in one of two forms:
@@ -51,4 +54,34 @@ func OwnerPrefixes(owner string) (instance, incarnation string) {
 func EarlierIncarnation(cur, req string) bool {
 	inst, inc := OwnerPrefixes(req)
 	return inst != "" && strings.HasPrefix(cur, inst) && !strings.HasPrefix(cur, inc)
+}
+
+// Liveness is what an owner check says about the process that made a claim.
+type Liveness int
+
+// Liveness values.
+const (
+	LivenessUnknown Liveness = iota // the store cannot tell (no Presence, no token, a pooler)
+	Alive                           // the owner's process holds its presence
+	Gone                            // the owner's process is gone: its claims are taken over at once
+)
+
+// String returns "unknown", "alive" or "gone".
+func (l Liveness) String() string {
+	switch l {
+	case Alive:
+		return "alive"
+	case Gone:
+		return "gone"
+	}
+	return "unknown"
+}
+
+// LivenessChecker is implemented by stores with Presence, for operators'
+// tools (idem ls, idem inspect): OwnerLiveness says whether the process
+// named by owner (a Record.Owner) is alive, gone, or unknown, by the same
+// check a claim makes, without claiming anything. It ignores the
+// instance part of owner. An error is a failure to ask the backend.
+type LivenessChecker interface {
+	OwnerLiveness(ctx context.Context, owner string) (Liveness, error)
 }
