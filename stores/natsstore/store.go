@@ -358,7 +358,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		if err := ctx.Err(); err != nil {
 			return storekit.ClaimResult{}, err
 		}
-		if gone == nil {
+		if gone == nil && cur != nil && cur.Status == storekit.StatusInProgress {
 			gone = func(token string) bool { return s.ownerGone(ctx, token) }
 		}
 	}
