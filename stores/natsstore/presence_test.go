@@ -412,3 +412,34 @@ func TestLostPresenceSession(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "new", v, "the new owner's outcome stands")
 }
+
+// TestWatchWakesOnDeadOwner: a watch of another process's in-progress
+// claim is not woken while its owner lives, and is woken within about
+// a second of the owner's connection closing, although the record does
+// not change, so that a waiting duplicate claims again and takes over.
+func TestWatchWakesOnDeadOwner(t *testing.T) {
+	a, b, nca, _ := twoStores(t)
+	const key = "idem:watched"
+	_, err := a.Claim(ctxT(t), claimReq(key, "a", "h", a.Owner()))
+	require.NoError(t, err)
+	changed, stop, err := b.Watch(ctxT(t), key)
+	require.NoError(t, err)
+	defer stop()
+	select {
+	case <-changed:
+		t.Fatal("woken while the owner lives")
+	case <-time.After(2500 * time.Millisecond):
+	}
+	nca.Close()
+	closed := time.Now()
+	select {
+	case <-changed:
+		t.Logf("the watch was woken %v after the owner's connection closed", time.Since(closed).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch was not woken within 10s of the owner's death")
+	}
+	r, err := b.Claim(ctxT(t), claimReq(key, "b", "h", b.Owner()))
+	require.NoError(t, err)
+	require.Equal(t, storekit.TookOver, r.Outcome)
+	require.True(t, r.OwnerGone)
+}
