@@ -327,7 +327,8 @@ func TestClaimEarlierIncarnation(t *testing.T) {
 }
 
 // TestNoPresenceWithoutConn: a bucket given without its JetStream context
-// or a connection has no presence (Owner ""), and its liveness is unknown.
+// or a connection has no presence (Owner ""), and its liveness is unknown;
+// Stores that have the same connection and bucket share one token.
 func TestNoPresenceWithoutConn(t *testing.T) {
 	_, js := connect(t, testenv.NATSURL(t))
 	kv := newBucket(t, js)
@@ -341,6 +342,14 @@ func TestNoPresenceWithoutConn(t *testing.T) {
 	require.Equal(t, storekit.LivenessUnknown, l)
 	_, err = natsstore.New(plain, natsstore.WithConn(nil))
 	require.ErrorIs(t, err, storekit.ErrInvalidOption)
+
+	// Stores on one connection and bucket share one presence.
+	s1, err := natsstore.New(kv, natsstore.WithoutCleanup())
+	require.NoError(t, err)
+	s2, err := natsstore.New(plain, natsstore.WithJetStream(js), natsstore.WithoutCleanup())
+	require.NoError(t, err)
+	require.NotEmpty(t, s1.Owner())
+	require.Equal(t, s1.Owner(), s2.Owner())
 }
 
 // TestLostPresenceSession: the presence connection of a live owner is
