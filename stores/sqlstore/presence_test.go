@@ -428,3 +428,25 @@ logfile = %s/pgbouncer.log
 	}, 10*time.Second, 50*time.Millisecond, "pgbouncer does not listen")
 	return port
 }
+
+// TestMigrateAddsOwner: Migrate adds the owner column to a table made
+// before it came, and a claim then records its owner.
+func TestMigrateAddsOwner(t *testing.T) {
+	for _, d := range append([]sqlstore.Dialect{sqlstore.SQLite}, dialects...) {
+		t.Run(d.String(), func(t *testing.T) {
+			e := newEnv(t, d)
+			ctx := ctxT(t)
+			_, err := e.db.ExecContext(ctx, "ALTER TABLE "+e.table+" DROP COLUMN owner")
+			require.NoError(t, err)
+			require.NoError(t, e.store.Migrate(ctx))
+			require.NoError(t, e.store.Migrate(ctx), "again")
+			key := storageKey()
+			_, err = e.store.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: "n", LeaseTTL: time.Minute,
+				TakeoverAfter: time.Second, Owner: "svc/inc/tok"})
+			require.NoError(t, err)
+			rec, err := e.store.Get(ctx, key)
+			require.NoError(t, err)
+			assert.Equal(t, "svc/inc/tok", rec.Owner)
+		})
+	}
+}

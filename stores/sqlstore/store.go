@@ -170,6 +170,9 @@ func (s *Store) addOwnerColumn(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
+		if rows, rerr := s.db.QueryContext(ctx, "SELECT owner FROM "+t+" WHERE 1 = 0"); rerr == nil {
+			return rows.Close() // added by a concurrent Migrate
+		}
 		return fmt.Errorf("sqlstore: migrate %s: add the owner column: %w", s.cfg.table, err)
 	}
 	return nil
