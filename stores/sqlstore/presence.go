@@ -107,12 +107,15 @@ func presenceFor(db *sql.DB, d Dialect, log *slog.Logger) *presence {
 		return nil
 	}
 	if p.off {
+		_ = p.conn.Close() // the lock is not its own: free the connection
 		log.Warn("sqlstore: the presence lock is not held by the session that took it (a connection pooler that " +
 			"does not keep sessions, such as PgBouncer in transaction mode?): no presence, claims of this process " +
 			"are taken over after the takeover threshold only")
 	}
 	presences[db] = p
-	go p.watch()
+	if !p.off {
+		go p.watch()
+	}
 	return p
 }
 
@@ -208,11 +211,8 @@ func (p *presence) watch() {
 			return
 		}
 		p.mu.Lock()
-		conn, off := p.conn, p.off
+		conn := p.conn
 		p.mu.Unlock()
-		if off {
-			continue
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), presenceTimeout)
 		err := conn.PingContext(ctx)
 		cancel()
@@ -221,9 +221,17 @@ func (p *presence) watch() {
 		}
 		p.log.Warn("sqlstore: presence connection lost; taking the presence lock again", "err", err)
 		_ = conn.Close()
-		if p.retake(t) {
-			p.log.Info("sqlstore: presence lock taken again")
+		if !p.retake(t) {
+			return
 		}
+		if p.owner() == "" {
+			p.log.Warn("sqlstore: the presence lock taken again is not held by the session that took it (a pooler?): no presence")
+			p.mu.Lock()
+			_ = p.conn.Close()
+			p.mu.Unlock()
+			return
+		}
+		p.log.Info("sqlstore: presence lock taken again")
 	}
 }
 
