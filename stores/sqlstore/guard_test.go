@@ -233,7 +233,7 @@ func TestMigrateWithoutCreateRoutine(t *testing.T) {
 	err = s.Migrate(ctx)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "CREATE ROUTINE")
-	assert.Contains(t, err.Error(), table+"_claim_v2")
+	assert.Contains(t, err.Error(), table+"_claim_v3")
 	sqlstore.SetReturning(s, false)
 	r := claimReq(storageKey())
 	res, err := s.Claim(ctx, r)
