@@ -1,0 +1,310 @@
+package redisstore_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/storekit"
+	"github.com/idem-go/idem/stores/redisstore"
+)
+
+// presenceChild is set in the environment of a child process of
+// TestDeadOwnerTakenOverAtOnce: the deployment kind it dials.
+const presenceChild = "IDEM_REDIS_PRESENCE_CHILD"
+
+// runPresenceChild is the child's part: one g.Do on a Guard with the
+// default options (takeover after 30s) whose fn prints its fencing token and
+// holds the claim until the process is killed.
+func runPresenceChild(t *testing.T, kind string) {
+	c := dial(t, kind)
+	s := mustNew(t, c, redisstore.WithPrefix(os.Getenv("IDEM_REDIS_PRESENCE_PREFIX")))
+	g, err := idem.New[string](s)
+	require.NoError(t, err)
+	_, err = g.Do(context.Background(), os.Getenv("IDEM_REDIS_PRESENCE_KEY"), func(ctx context.Context) (string, error) {
+		tok, _ := idem.FencingToken(ctx)
+		fmt.Printf("claimed %d\n", tok)
+		select {}
+	})
+	t.Fatal(err)
+}
+
+// TestDeadOwnerTakenOverAtOnce: a process that holds a claim is never taken
+// over while it lives, running or paused (SIGSTOP), with the default 30s
+// takeover threshold; once it is killed (SIGKILL), its presence
+// subscription dies with its connection and the next call takes its claim
+// over at once, running fn with fencing token 2 (on a standalone server the
+// claim script asks PUBSUB SHARDNUMSUB; on a Cluster the client asks the
+// channel's shard).
+func TestDeadOwnerTakenOverAtOnce(t *testing.T) {
+	if kind := os.Getenv(presenceChild); kind != "" {
+		runPresenceChild(t, kind)
+		return
+	}
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	for _, kind := range []string{"standalone", "cluster"} {
+		t.Run(kind, func(t *testing.T) { deadOwner(t, kind) })
+	}
+}
+
+func deadOwner(t *testing.T, kind string) {
+	c := dial(t, kind)
+	pfx := prefix()
+	s := mustNew(t, c, redisstore.WithPrefix(pfx))
+	t.Cleanup(func() { _ = s.Close() })
+	g, err := idem.New[string](s) // defaults: takeover after 30s
+	require.NoError(t, err)
+	require.NotEmpty(t, s.Owner())
+	k := "dead-owner-" + randHex(4)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDeadOwnerTakenOverAtOnce$", "-test.count=1")
+	cmd.Env = append(os.Environ(), presenceChild+"="+kind, "IDEM_REDIS_PRESENCE_PREFIX="+pfx, "IDEM_REDIS_PRESENCE_KEY="+k)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan struct{})
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		_ = cmd.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	select {
+	case l := <-lines:
+		require.Equal(t, "claimed 1", l)
+	case <-done:
+		t.Fatalf("child exited: %s", stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no claim from the child within 60s: %s", stderr.String())
+	}
+
+	ran := false
+	fn := func(ctx context.Context) (string, error) {
+		ran = true
+		tok, _ := idem.FencingToken(ctx)
+		assert.EqualValues(t, 2, tok)
+		return "parent", nil
+	}
+	ctx := context.Background()
+	_, err = g.Do(ctx, k, fn)
+	require.ErrorIs(t, err, idem.ErrInProgress, "a live owner is never taken over")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		_, err = g.Do(ctx, k, fn)
+		require.ErrorIs(t, err, idem.ErrInProgress, "a paused owner is alive: never taken over before the threshold")
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	_, err = g.Do(ctx, k, fn)
+	require.ErrorIs(t, err, idem.ErrInProgress, "a resumed owner is alive")
+	require.False(t, ran)
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	<-done
+	killed := time.Now()
+	for {
+		v, err := g.Do(ctx, k, fn)
+		if err == nil {
+			require.Equal(t, "parent", v)
+			break
+		}
+		require.ErrorIs(t, err, idem.ErrInProgress)
+		require.Less(t, time.Since(killed), 10*time.Second, "the dead owner's claim is still in the way: the takeover waited for the threshold")
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("%s: a caller retrying every 100ms ran fn %v after the owner was killed (takeover threshold 30s)", kind, time.Since(killed))
+	require.True(t, ran)
+}
+
+// TestClaimRecordsOwner: a claim records its owner, fresh (SET NX) or taken
+// over (the claim script); a takeover of a live claim whose owner's presence
+// channel has a subscriber is refused, one with none is made at once and
+// says OwnerGone; an earlier incarnation of the claim's instance is gone
+// whatever its presence; OwnerLiveness says the same.
+func TestClaimRecordsOwner(t *testing.T) {
+	bothKinds(t, func(t *testing.T, kind string) {
+		ctx := ctxT(t)
+		s := newStore(t, dial(t, kind))
+		me := s.Owner()
+		require.Len(t, me, 32)
+		claim := func(key, owner string) (storekit.ClaimResult, error) {
+			return s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: randHex(8), LeaseTTL: time.Minute,
+				TakeoverAfter: time.Minute, PayloadHash: "h", Owner: owner})
+		}
+		k := storageKey()
+		r, err := claim(k, "i/a/"+me)
+		require.NoError(t, err)
+		require.Equal(t, storekit.Claimed, r.Outcome)
+		rec, err := s.Get(ctx, k)
+		require.NoError(t, err)
+		assert.Equal(t, "i/a/"+me, rec.Owner)
+
+		l, err := s.OwnerLiveness(ctx, rec.Owner)
+		require.NoError(t, err)
+		assert.Equal(t, storekit.Alive, l)
+		r, err = claim(k, randHex(16)) // another process: the owner lives
+		require.NoError(t, err)
+		assert.Equal(t, storekit.Existing, r.Outcome)
+
+		// An earlier incarnation of instance i: gone although its token lives.
+		r, err = claim(k, "i/b/"+me)
+		require.NoError(t, err)
+		assert.Equal(t, storekit.TookOver, r.Outcome)
+		assert.True(t, r.OwnerGone)
+		assert.Equal(t, "i/b/"+me, r.Record.Owner)
+
+		// A token without a subscriber: gone.
+		dead := randHex(16)
+		l, err = s.OwnerLiveness(ctx, dead)
+		require.NoError(t, err)
+		assert.Equal(t, storekit.Gone, l)
+		k2 := storageKey()
+		_, err = claim(k2, dead)
+		require.NoError(t, err)
+		r, err = claim(k2, me)
+		require.NoError(t, err)
+		assert.Equal(t, storekit.TookOver, r.Outcome)
+		assert.True(t, r.OwnerGone)
+		assert.EqualValues(t, 2, r.Record.Attempt)
+		rec, err = s.Get(ctx, k2)
+		require.NoError(t, err)
+		assert.Equal(t, me, rec.Owner)
+		// Another payload is never taken.
+		r, err = s.Claim(ctx, storekit.ClaimRequest{Key: k2, Nonce: randHex(8), LeaseTTL: time.Minute,
+			TakeoverAfter: time.Minute, PayloadHash: "other", Owner: randHex(16)})
+		require.NoError(t, err)
+		assert.Equal(t, storekit.Existing, r.Outcome)
+	})
+}
+
+// TestLostPresenceSession: the presence connection of a live process is
+// killed (CLIENT KILL) while one of its calls runs fn. Until go-redis
+// subscribes again, its claims may be taken over: a Guard of another
+// process (a store with a presence of its own) takes the claim over, the
+// old owner's fn context is cancelled by its heartbeat's ErrLostOwnership,
+// and its completion is refused. The other process is another client (its
+// own presence); UseOwnPresence gives a second store on one client a token
+// of its own.
+func TestLostPresenceSession(t *testing.T) {
+	srv := testenv.StartRedis(t, 7223)
+	ctx := ctxT(t)
+	// The old owner's client dials slowly while slow is set, so that the
+	// presence subscription stays lost for a second after the kill (go-redis
+	// subscribes again as soon as it has a connection).
+	var slow atomic.Bool
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if slow.Load() {
+			time.Sleep(time.Second)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}})
+	t.Cleanup(func() { _ = c.Close() })
+	c2 := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = c2.Close() })
+	pfx := prefix()
+	old := mustNew(t, c, redisstore.WithPrefix(pfx))
+	t.Cleanup(func() { _ = old.Close() })
+	gOld, err := idem.New[string](old, idem.WithHeartbeat(100*time.Millisecond))
+	require.NoError(t, err)
+	id := presenceConn(t, c)
+
+	other := mustNew(t, c2, redisstore.WithPrefix(pfx))
+	t.Cleanup(func() { _ = other.Close() })
+	gNew, err := idem.New[string](other)
+	require.NoError(t, err)
+	require.NotEqual(t, old.Owner(), other.Owner())
+
+	started, cancelled := make(chan struct{}), make(chan error, 1)
+	res := make(chan error, 1)
+	go func() {
+		_, err := gOld.Do(ctx, "k", func(fctx context.Context) (string, error) {
+			close(started)
+			<-fctx.Done()
+			cancelled <- context.Cause(fctx)
+			return "old", nil
+		})
+		res <- err
+	}()
+	<-started
+	_, err = gNew.Do(ctx, "k", func(context.Context) (string, error) { return "new", nil })
+	require.ErrorIs(t, err, idem.ErrInProgress, "the owner's presence lives")
+
+	slow.Store(true)
+	require.NoError(t, c2.Do(ctx, "client", "kill", "id", id).Err())
+	v, err := gNew.Do(ctx, "k", func(fctx context.Context) (string, error) {
+		tok, _ := idem.FencingToken(fctx)
+		assert.EqualValues(t, 2, tok)
+		return "new", nil
+	})
+	require.NoError(t, err, "the owner's presence connection is gone: taken over at once")
+	require.Equal(t, "new", v)
+	slow.Store(false)
+	select {
+	case cause := <-cancelled:
+		require.ErrorIs(t, cause, idem.ErrLostOwnership)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the old owner's fn context was not cancelled")
+	}
+	require.ErrorIs(t, <-res, idem.ErrLostOwnership, "the old owner's completion is refused")
+	v, err = gNew.Do(ctx, "k", func(context.Context) (string, error) { return "again", nil })
+	require.NoError(t, err)
+	require.Equal(t, "new", v)
+}
+
+// presenceConn returns the id of the only connection of the server that
+// holds a sharded subscription.
+func presenceConn(t *testing.T, c *redis.Client) string {
+	t.Helper()
+	list, err := c.ClientList(context.Background()).Result()
+	require.NoError(t, err)
+	var ids []string
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, " ssub=1 ") {
+			ids = append(ids, strings.TrimPrefix(strings.Fields(line)[0], "id="))
+		}
+	}
+	require.Len(t, ids, 1, list)
+	return ids[0]
+}
+
+// TestPresenceRefused: a server that refuses SSUBSCRIBE (as a proxy without
+// Pub/Sub does) leaves the store without a presence: Owner is "", and
+// claims wait for the takeover threshold.
+func TestPresenceRefused(t *testing.T) {
+	srv := testenv.StartRedis(t, 7224, "--rename-command", "SSUBSCRIBE", "")
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	s := newStore(t, c)
+	start := time.Now()
+	require.Equal(t, "", s.Owner())
+	require.Less(t, time.Since(start), redisstore.DefaultWatchTimeout, "the refusal is known at once")
+	g, err := idem.New[string](s)
+	require.NoError(t, err)
+	v, err := g.Do(ctxT(t), "k", func(context.Context) (string, error) { return "v", nil })
+	require.NoError(t, err)
+	require.Equal(t, "v", v)
+}
