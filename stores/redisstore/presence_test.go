@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -145,59 +147,79 @@ func deadOwner(t *testing.T, kind string) {
 // says OwnerGone; an earlier incarnation of the claim's instance is gone
 // whatever its presence; OwnerLiveness says the same.
 func TestClaimRecordsOwner(t *testing.T) {
-	bothKinds(t, func(t *testing.T, kind string) {
-		ctx := ctxT(t)
-		s := newStore(t, dial(t, kind))
-		me := s.Owner()
-		require.Len(t, me, 32)
-		claim := func(key, owner string) (storekit.ClaimResult, error) {
-			return s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: randHex(8), LeaseTTL: time.Minute,
-				TakeoverAfter: time.Minute, PayloadHash: "h", Owner: owner})
-		}
-		k := storageKey()
-		r, err := claim(k, "i/a/"+me)
-		require.NoError(t, err)
-		require.Equal(t, storekit.Claimed, r.Outcome)
-		rec, err := s.Get(ctx, k)
-		require.NoError(t, err)
-		assert.Equal(t, "i/a/"+me, rec.Owner)
-
-		l, err := s.OwnerLiveness(ctx, rec.Owner)
-		require.NoError(t, err)
-		assert.Equal(t, storekit.Alive, l)
-		r, err = claim(k, randHex(16)) // another process: the owner lives
-		require.NoError(t, err)
-		assert.Equal(t, storekit.Existing, r.Outcome)
-
-		// An earlier incarnation of instance i: gone although its token lives.
-		r, err = claim(k, "i/b/"+me)
-		require.NoError(t, err)
-		assert.Equal(t, storekit.TookOver, r.Outcome)
-		assert.True(t, r.OwnerGone)
-		assert.Equal(t, "i/b/"+me, r.Record.Owner)
-
-		// A token without a subscriber: gone.
-		dead := randHex(16)
-		l, err = s.OwnerLiveness(ctx, dead)
-		require.NoError(t, err)
-		assert.Equal(t, storekit.Gone, l)
-		k2 := storageKey()
-		_, err = claim(k2, dead)
-		require.NoError(t, err)
-		r, err = claim(k2, me)
-		require.NoError(t, err)
-		assert.Equal(t, storekit.TookOver, r.Outcome)
-		assert.True(t, r.OwnerGone)
-		assert.EqualValues(t, 2, r.Record.Attempt)
-		rec, err = s.Get(ctx, k2)
-		require.NoError(t, err)
-		assert.Equal(t, me, rec.Owner)
-		// Another payload is never taken.
-		r, err = s.Claim(ctx, storekit.ClaimRequest{Key: k2, Nonce: randHex(8), LeaseTTL: time.Minute,
-			TakeoverAfter: time.Minute, PayloadHash: "other", Owner: randHex(16)})
-		require.NoError(t, err)
-		assert.Equal(t, storekit.Existing, r.Outcome)
+	t.Run("ring", func(t *testing.T) {
+		r := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": testenv.RedisAddr(t)}})
+		t.Cleanup(func() { _ = r.Close() })
+		claimRecordsOwner(t, r)
 	})
+	bothKinds(t, func(t *testing.T, kind string) { claimRecordsOwner(t, dial(t, kind)) })
+}
+
+func claimRecordsOwner(t *testing.T, c redisstore.Client) {
+	ctx := ctxT(t)
+	s := newStore(t, c)
+	me := s.Owner()
+	require.Len(t, me, 32)
+	claim := func(key, owner string) (storekit.ClaimResult, error) {
+		return s.Claim(ctx, storekit.ClaimRequest{Key: key, Nonce: randHex(8), LeaseTTL: time.Minute,
+			TakeoverAfter: time.Minute, PayloadHash: "h", Owner: owner})
+	}
+	k := storageKey()
+	r, err := claim(k, "i/a/"+me)
+	require.NoError(t, err)
+	require.Equal(t, storekit.Claimed, r.Outcome)
+	rec, err := s.Get(ctx, k)
+	require.NoError(t, err)
+	assert.Equal(t, "i/a/"+me, rec.Owner)
+
+	l, err := s.OwnerLiveness(ctx, rec.Owner)
+	require.NoError(t, err)
+	assert.Equal(t, storekit.Alive, l)
+	r, err = claim(k, randHex(16)) // another process: the owner lives
+	require.NoError(t, err)
+	assert.Equal(t, storekit.Existing, r.Outcome)
+
+	// An earlier incarnation of instance i: gone although its token lives.
+	r, err = claim(k, "i/b/"+me)
+	require.NoError(t, err)
+	assert.Equal(t, storekit.TookOver, r.Outcome)
+	assert.True(t, r.OwnerGone)
+	assert.Equal(t, "i/b/"+me, r.Record.Owner)
+
+	// A token without a subscriber: gone.
+	dead := randHex(16)
+	l, err = s.OwnerLiveness(ctx, dead)
+	require.NoError(t, err)
+	assert.Equal(t, storekit.Gone, l)
+	k2 := storageKey()
+	_, err = claim(k2, dead)
+	require.NoError(t, err)
+	r, err = claim(k2, me)
+	require.NoError(t, err)
+	assert.Equal(t, storekit.TookOver, r.Outcome)
+	assert.True(t, r.OwnerGone)
+	assert.EqualValues(t, 2, r.Record.Attempt)
+	rec, err = s.Get(ctx, k2)
+	require.NoError(t, err)
+	assert.Equal(t, me, rec.Owner)
+	// Another payload is never taken.
+	r, err = s.Claim(ctx, storekit.ClaimRequest{Key: k2, Nonce: randHex(8), LeaseTTL: time.Minute,
+		TakeoverAfter: time.Minute, PayloadHash: "other", Owner: randHex(16)})
+	require.NoError(t, err)
+	assert.Equal(t, storekit.Existing, r.Outcome)
+
+	// An owner trailer whose length does not match: corrupt, for the
+	// client's decoder and the claim script alike.
+	k3 := storageKey()
+	now := time.Now().UnixMilli()
+	v, err := redisstore.Encode(&storekit.Record{Key: k3, Status: storekit.StatusInProgress, Nonce: "n", PayloadHash: "h",
+		Attempt: 1, StartedAt: now, HeartbeatAt: now, ExpiresAt: now + 60000, Owner: dead})
+	require.NoError(t, err)
+	require.NoError(t, c.(redis.Cmdable).Set(ctx, s.Key(k3), v[:len(v)-1], time.Minute).Err())
+	_, err = s.Get(ctx, k3)
+	require.ErrorIs(t, err, storekit.ErrCorruptRecord)
+	_, err = claim(k3, me)
+	require.ErrorIs(t, err, storekit.ErrCorruptRecord)
 }
 
 // TestLostPresenceSession: the presence connection of a live process is
@@ -307,4 +329,58 @@ func TestPresenceRefused(t *testing.T) {
 	v, err := g.Do(ctxT(t), "k", func(context.Context) (string, error) { return "v", nil })
 	require.NoError(t, err)
 	require.Equal(t, "v", v)
+}
+
+// TestPresenceSentinel: through Sentinel (redis.NewFailoverClient) the
+// presence subscription is held on the master, where the claim script asks
+// for it: a live owner's claim is not taken, and once the owner's store is
+// closed (its subscription ends) the next claim takes it over at once.
+func TestPresenceSentinel(t *testing.T) {
+	master := testenv.StartRedis(t, 7225)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	require.NoError(t, os.WriteFile(conf, []byte("bind 127.0.0.1\nport 7226\ndir "+dir+"\nlogfile sentinel.log\n"+
+		"sentinel monitor m 127.0.0.1 "+strconv.Itoa(master.Port)+" 1\n"), 0o600))
+	cmd := master.Command(conf, "--sentinel")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	ctx := ctxT(t)
+	dialFailover := func() *redis.Client {
+		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:7226"}})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	c := dialFailover()
+	require.Eventually(t, func() bool { return c.Ping(ctx).Err() == nil }, 10*time.Second, 50*time.Millisecond)
+	pfx := prefix()
+	owner := mustNew(t, c, redisstore.WithPrefix(pfx))
+	t.Cleanup(func() { _ = owner.Close() })
+	other := mustNew(t, dialFailover(), redisstore.WithPrefix(pfx))
+	t.Cleanup(func() { _ = other.Close() })
+	require.NotEmpty(t, owner.Owner())
+	require.NotEmpty(t, other.Owner())
+	require.NotEqual(t, owner.Owner(), other.Owner())
+	l, err := other.OwnerLiveness(ctx, owner.Owner())
+	require.NoError(t, err)
+	require.Equal(t, storekit.Alive, l)
+
+	k := storageKey()
+	claim := func(s *redisstore.Store) storekit.ClaimResult {
+		r, err := s.Claim(ctx, storekit.ClaimRequest{Key: k, Nonce: randHex(8), LeaseTTL: time.Minute,
+			TakeoverAfter: time.Minute, PayloadHash: "h", Owner: s.Owner()})
+		require.NoError(t, err)
+		return r
+	}
+	require.Equal(t, storekit.Claimed, claim(owner).Outcome)
+	require.Equal(t, storekit.Existing, claim(other).Outcome, "the owner lives")
+	tok := owner.Owner()
+	require.NoError(t, owner.Close())
+	// The server drops the subscription when it reads the connection's close.
+	require.Eventually(t, func() bool {
+		l, err := other.OwnerLiveness(ctx, tok)
+		return err == nil && l == storekit.Gone
+	}, 5*time.Second, 10*time.Millisecond)
+	r := claim(other)
+	require.Equal(t, storekit.TookOver, r.Outcome, "the owner's store closed: its presence is gone")
+	require.True(t, r.OwnerGone)
 }
