@@ -78,6 +78,12 @@ var (
 // over only after the takeover threshold).
 func (s *Store) Owner() string {
 	s.presOnce.Do(func() {
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			return // a closed store holds no presence
+		}
 		sub, why := s.presenceSubscriber()
 		if sub == nil {
 			slog.Default().Warn("redisstore: no presence: the claims of this process are taken over only after the takeover threshold", "reason", why)
