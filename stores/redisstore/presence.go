@@ -386,3 +386,48 @@ func (s *Store) checkArg() string {
 	}
 	return "n"
 }
+
+// ownerPoll is how often a waiter's store asks whether the owner of the
+// claim it waits for is still present.
+const ownerPoll = time.Second
+
+// watchOwner wakes w when the presence of owner, the owner of the claim w
+// waits for, is gone (asked every ownerPoll, one PUBSUB SHARDNUMSUB), so
+// the waiter looks again and its claim takes the record over, instead of
+// waiting for the Guard's next look. It returns the watch's stop function,
+// which also ends this. Nothing is asked for an owner without a token or
+// for this store's own.
+func (s *Store) watchOwner(owner string, w *waiter, stop func()) func() {
+	tok := storekit.OwnerToken(owner)
+	if p := s.pres.Load(); !isToken(tok) || p != nil && p.token == tok {
+		return stop
+	}
+	done := make(chan struct{})
+	var once sync.Once
+	go func() {
+		t := time.NewTicker(ownerPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-w.c:
+				return
+			case <-s.ctx.Done():
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(s.ctx, ownerPoll)
+			l, err := s.OwnerLiveness(ctx, owner)
+			cancel()
+			if err == nil && l == storekit.Gone {
+				w.fire()
+				return
+			}
+		}
+	}()
+	return func() {
+		once.Do(func() { close(done) })
+		stop()
+	}
+}

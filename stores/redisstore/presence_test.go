@@ -37,11 +37,18 @@ func runPresenceChild(t *testing.T, kind string) {
 	s := mustNew(t, c, redisstore.WithPrefix(os.Getenv("IDEM_REDIS_PRESENCE_PREFIX")))
 	g, err := idem.New[string](s)
 	require.NoError(t, err)
-	_, err = g.Do(context.Background(), os.Getenv("IDEM_REDIS_PRESENCE_KEY"), func(ctx context.Context) (string, error) {
+	k := os.Getenv("IDEM_REDIS_PRESENCE_KEY")
+	hold := func(ctx context.Context) (string, error) {
 		tok, _ := idem.FencingToken(ctx)
 		fmt.Printf("claimed %d\n", tok)
 		select {}
-	})
+	}
+	go func() {
+		_, err := g.Do(context.Background(), k+"-wait", hold)
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}()
+	_, err = g.Do(context.Background(), k, hold)
 	t.Fatal(err)
 }
 
@@ -93,13 +100,15 @@ func deadOwner(t *testing.T, kind string) {
 		close(done)
 	}()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
-	select {
-	case l := <-lines:
-		require.Equal(t, "claimed 1", l)
-	case <-done:
-		t.Fatalf("child exited: %s", stderr.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("no claim from the child within 60s: %s", stderr.String())
+	for range 2 { // the key and the waiter's key
+		select {
+		case l := <-lines:
+			require.Equal(t, "claimed 1", l)
+		case <-done:
+			t.Fatalf("child exited: %s", stderr.String())
+		case <-time.After(60 * time.Second):
+			t.Fatalf("no claim from the child within 60s: %s", stderr.String())
+		}
 	}
 
 	ran := false
@@ -124,6 +133,26 @@ func deadOwner(t *testing.T, kind string) {
 	require.ErrorIs(t, err, idem.ErrInProgress, "a resumed owner is alive")
 	require.False(t, ran)
 
+	// A waiter (OnDuplicate(Wait)) on the child's other key: woken when the
+	// store finds the owner's presence gone.
+	gw, err := idem.New[string](s, idem.OnDuplicate(idem.Wait))
+	require.NoError(t, err)
+	waited := make(chan time.Time, 1)
+	go func() {
+		v, err := gw.Do(ctx, k+"-wait", func(ctx context.Context) (string, error) {
+			tok, _ := idem.FencingToken(ctx)
+			assert.EqualValues(t, 2, tok)
+			return "waiter", nil
+		})
+		assert.NoError(t, err)
+		assert.Equal(t, "waiter", v)
+		waited <- time.Now()
+	}()
+	// The waiter looks, watches and looks again (a few ms); its Guard's next
+	// look would come 2.5-5s later (a quarter of the threshold, at most 5s,
+	// jittered).
+	time.Sleep(200 * time.Millisecond)
+
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	<-done
 	killed := time.Now()
@@ -139,6 +168,13 @@ func deadOwner(t *testing.T, kind string) {
 	}
 	t.Logf("%s: a caller retrying every 100ms ran fn %v after the owner was killed (takeover threshold 30s)", kind, time.Since(killed))
 	require.True(t, ran)
+	select {
+	case at := <-waited:
+		t.Logf("%s: a waiter ran fn %v after the owner was killed", kind, at.Sub(killed))
+		require.Less(t, at.Sub(killed), 2200*time.Millisecond, "the waiter waited for the Guard's next look, not for its owner's presence (asked every second)")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not run fn within 10s of the kill")
+	}
 }
 
 // TestClaimRecordsOwner: a claim records its owner, fresh (SET NX) or taken
