@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -81,35 +82,7 @@ func deadOwner(t *testing.T, kind string) {
 	require.NoError(t, err)
 	require.NotEmpty(t, s.Owner())
 	k := "dead-owner-" + randHex(4)
-
-	cmd := exec.Command(os.Args[0], "-test.run=^TestDeadOwnerTakenOverAtOnce$", "-test.count=1")
-	cmd.Env = append(os.Environ(), presenceChild+"="+kind, "IDEM_REDIS_PRESENCE_PREFIX="+pfx, "IDEM_REDIS_PRESENCE_KEY="+k)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	done := make(chan struct{})
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		_ = cmd.Wait()
-		close(done)
-	}()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
-	for range 2 { // the key and the waiter's key
-		select {
-		case l := <-lines:
-			require.Equal(t, "claimed 1", l)
-		case <-done:
-			t.Fatalf("child exited: %s", stderr.String())
-		case <-time.After(60 * time.Second):
-			t.Fatalf("no claim from the child within 60s: %s", stderr.String())
-		}
-	}
+	cmd, done := startHolder(t, kind, pfx, k)
 
 	ran := false
 	fn := func(ctx context.Context) (string, error) {
@@ -133,21 +106,7 @@ func deadOwner(t *testing.T, kind string) {
 	require.ErrorIs(t, err, idem.ErrInProgress, "a resumed owner is alive")
 	require.False(t, ran)
 
-	// A waiter (OnDuplicate(Wait)) on the child's other key: woken when the
-	// store finds the owner's presence gone.
-	gw, err := idem.New[string](s, idem.OnDuplicate(idem.Wait))
-	require.NoError(t, err)
-	waited := make(chan time.Time, 1)
-	go func() {
-		v, err := gw.Do(ctx, k+"-wait", func(ctx context.Context) (string, error) {
-			tok, _ := idem.FencingToken(ctx)
-			assert.EqualValues(t, 2, tok)
-			return "waiter", nil
-		})
-		assert.NoError(t, err)
-		assert.Equal(t, "waiter", v)
-		waited <- time.Now()
-	}()
+	waited := startWaiter(t, s, k+"-wait")
 	// The waiter looks, watches and looks again (a few ms); its Guard's next
 	// look would come 2.5-5s later (a quarter of the threshold, at most 5s,
 	// jittered).
@@ -419,4 +378,76 @@ func TestPresenceSentinel(t *testing.T) {
 	r := claim(other)
 	require.Equal(t, storekit.TookOver, r.Outcome, "the owner's store closed: its presence is gone")
 	require.True(t, r.OwnerGone)
+}
+
+// startHolder starts a child process that holds claims of k and
+// k+"-wait", and waits until it has them.
+func startHolder(t *testing.T, kind, pfx, k string) (*exec.Cmd, chan struct{}) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDeadOwnerTakenOverAtOnce$", "-test.count=1")
+	cmd.Env = append(os.Environ(), presenceChild+"="+kind, "IDEM_REDIS_PRESENCE_PREFIX="+pfx, "IDEM_REDIS_PRESENCE_KEY="+k)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan struct{})
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		_ = cmd.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	for range 2 { // the key and the waiter's key
+		select {
+		case l := <-lines:
+			require.Equal(t, "claimed 1", l)
+		case <-done:
+			t.Fatalf("child exited: %s", stderr)
+		case <-time.After(60 * time.Second):
+			t.Fatalf("no claim from the child within 60s: %s", stderr)
+		}
+	}
+	return cmd, done
+}
+
+// startWaiter starts a waiter (OnDuplicate(Wait)) on key, which runs fn
+// with fencing token 2 once it is woken and takes the claim over; the
+// channel receives when.
+func startWaiter(t *testing.T, s *redisstore.Store, key string) <-chan time.Time {
+	gw, err := idem.New[string](s, idem.OnDuplicate(idem.Wait))
+	require.NoError(t, err)
+	waited := make(chan time.Time, 1)
+	go func() {
+		v, err := gw.Do(context.Background(), key, func(ctx context.Context) (string, error) {
+			tok, _ := idem.FencingToken(ctx)
+			assert.EqualValues(t, 2, tok)
+			return "waiter", nil
+		})
+		assert.NoError(t, err)
+		assert.Equal(t, "waiter", v)
+		waited <- time.Now()
+	}()
+	return waited
+}
+
+// syncBuffer is a strings.Builder safe for one writer and readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
