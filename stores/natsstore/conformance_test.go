@@ -83,6 +83,11 @@ func TestConformance(t *testing.T) {
 			Namespace: randName("idemsteps_"),
 			NewStore:  newProcessStore,
 		},
+		DeadOwner: &storetest.DeadOwnerConfig{
+			Namespace: randName("idemdead_"),
+			NewStore:  newProcessStore,
+			Presence:  true,
+		},
 	})
 	t.Run("KVWatchList", func(t *testing.T) {
 		storetest.Run(t, storetest.Harness{List: func(t *testing.T) storekit.Store {

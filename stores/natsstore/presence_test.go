@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/natsstore"
@@ -115,7 +116,7 @@ func TestDeadOwnerTakenOverAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	const k, kw = "dead-owner", "dead-owner-wait"
 	cmd, done := startOwner(t, kv.Bucket(), k, kw)
-	sk, err := g.StorageKey(k)
+	sk, err := guardinfo.StorageKey(g, k)
 	require.NoError(t, err)
 	rec, err := s.Get(ctxT(t), sk)
 	require.NoError(t, err)

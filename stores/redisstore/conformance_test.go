@@ -47,6 +47,7 @@ func TestConformance(t *testing.T) {
 			List:         func(t *testing.T) storekit.Store { return newStore(t, c) },
 			Rotation:     true,
 			StepCrash:    &storetest.StepCrashConfig{NewStore: newProcessStore},
+			DeadOwner:    &storetest.DeadOwnerConfig{NewStore: newProcessStore, Presence: true},
 		}
 		if !testing.Short() { // the process suites spawn processes
 			// Each goroutine with its own client, store and Guard.

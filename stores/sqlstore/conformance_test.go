@@ -66,6 +66,9 @@ func TestConformance(t *testing.T) {
 		}}
 		hs.Processes = &storetest.ProcessConfig{Namespace: newTable(t, d, "idem_p_"), NewStore: sqliteStore}
 		hs.StepCrash = &storetest.StepCrashConfig{Namespace: newTable(t, d, "idem_st_"), NewStore: sqliteStore}
+		// SQLite keeps the threshold for a dead process; a restart with
+		// the same instance ID is known at once.
+		hs.DeadOwner = &storetest.DeadOwnerConfig{Namespace: newTable(t, d, "idem_dead_"), NewStore: sqliteStore}
 		storetest.Run(t, hs)
 	})
 }
@@ -132,6 +135,7 @@ func serverHarness(t *testing.T, d sqlstore.Dialect) storetest.Harness {
 	}
 	h.Processes = &storetest.ProcessConfig{Namespace: newTable(t, d, "idem_p_"), NewStore: processStore}
 	h.StepCrash = &storetest.StepCrashConfig{Namespace: newTable(t, d, "idem_st_"), NewStore: processStore}
+	h.DeadOwner = &storetest.DeadOwnerConfig{Namespace: newTable(t, d, "idem_dead_"), NewStore: processStore, Presence: true}
 	if d != sqlstore.Postgres {
 		return h
 	}

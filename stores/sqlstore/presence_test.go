@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/sqlstore"
 )
@@ -214,7 +215,7 @@ func pgArgs(d sqlstore.Dialect, pid int64) []any {
 
 // guardKey is the storage key g gives key.
 func guardKey(t *testing.T, g *idem.Guard[int], key string) string {
-	sk, err := g.StorageKey(key)
+	sk, err := guardinfo.StorageKey(g, key)
 	require.NoError(t, err)
 	return sk
 }
