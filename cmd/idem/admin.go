@@ -34,6 +34,8 @@ type record struct {
 	HeartbeatAtMs  int64                 `json:"heartbeat_at_ms"`
 	HeartbeatAgeMs *int64                `json:"heartbeat_age_ms,omitempty"`
 	Stale          *bool                 `json:"stale,omitempty"`
+	Owner          string                `json:"owner,omitempty"`       // the process that made an in-progress claim
+	OwnerState     string                `json:"owner_state,omitempty"` // alive, gone (taken over at once) or unknown
 	CompletedAt    string                `json:"completed_at,omitempty"`
 	CompletedAtMs  int64                 `json:"completed_at_ms,omitempty"`
 	ExpiresAt      string                `json:"expires_at"`
@@ -143,6 +145,7 @@ func (c *cli) inspectCmd(ctx context.Context, args []string) int {
 		age := now - rec.HeartbeatAt
 		stale := rec.Stale(now, *takeover)
 		out.HeartbeatAgeMs, out.Stale = &age, &stale
+		out.Owner, out.OwnerState = ownerState(ctx, st, rec)
 	}
 	var res *outcome
 	if rec.Status == storekit.StatusCompleted && rec.Error == nil {
@@ -441,3 +444,20 @@ func (c *cli) lookupEither(ctx context.Context, k *keyFlags, storageKey string) 
 	}
 	return c.lookup(ctx, k)
 }
+
+// ownerState returns the owner of an in-progress record and whether its
+// process is alive, gone (the next claim takes the record over at once) or
+// unknown (the store cannot tell, or the record names no owner), as the
+// store's claim would judge it.
+func ownerState(ctx context.Context, st *openedStore, rec *storekit.Record) (owner, state string) {
+	lc, ok := st.Store.(storekit.LivenessChecker)
+	if rec.Owner == "" || !ok {
+		return rec.Owner, storekit.LivenessUnknown.String()
+	}
+	l, err := lc.OwnerLiveness(ctx, rec.Owner)
+	if err != nil {
+		return rec.Owner, storekit.LivenessUnknown.String()
+	}
+	return rec.Owner, l.String()
+}
+

@@ -128,7 +128,7 @@ func (c *cli) lsCmd(ctx context.Context, args []string) int {
 	enc := json.NewEncoder(c.stdout)
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	if !*asJSON {
-		fmt.Fprintln(tw, "STATE\tSTORAGE KEY\tATTEMPT\tHEARTBEAT AGE\tEXPIRES")
+		fmt.Fprintln(tw, "STATE\tSTORAGE KEY\tATTEMPT\tHEARTBEAT AGE\tOWNER\tEXPIRES")
 	}
 	n := 0
 	var werr error
@@ -136,14 +136,19 @@ func (c *cli) lsCmd(ctx context.Context, args []string) int {
 		if want != "" && state != want {
 			return true
 		}
+		out := listed(st, rec, state, now)
+		if out.Stale != nil {
+			out.Owner, out.OwnerState = ownerState(ctx, st, rec)
+		}
 		if *asJSON {
-			werr = enc.Encode(listed(st, rec, state, now))
+			werr = enc.Encode(out)
 		} else {
-			age := "-"
-			if rec.Status == storekit.StatusInProgress && state != storekit.StateStepsEpoch {
-				age = (time.Duration(now-rec.HeartbeatAt) * time.Millisecond).String()
+			age, owner := "-", "-"
+			if out.Stale != nil {
+				age = (time.Duration(*out.HeartbeatAgeMs) * time.Millisecond).String()
+				owner = out.OwnerState
 			}
-			_, werr = fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", state, rec.Key, rec.Attempt, age, formatMs(rec.ExpiresAt))
+			_, werr = fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", state, rec.Key, rec.Attempt, age, owner, formatMs(rec.ExpiresAt))
 		}
 		n++
 		return werr == nil && (*limit == 0 || n < *limit)

@@ -151,7 +151,7 @@ func checkStepsEpochListed(t *testing.T, spec, epoch string) {
 		t.Fatalf("ls -state steps_epoch: %v", iv)
 	}
 	line := strings.Fields(strings.Split(iv.stdout, "\n")[1])
-	if len(line) != 5 || line[0] != "steps_epoch" || line[3] != "-" {
+	if len(line) != 6 || line[0] != "steps_epoch" || line[3] != "-" || line[4] != "-" {
 		t.Errorf("ls line of the steps epoch: %q; want state steps_epoch and no heartbeat age", line)
 	}
 

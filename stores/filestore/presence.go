@@ -74,20 +74,34 @@ func (s *Store) Owner() string { return s.owner.token }
 // exists and is not locked. A missing file, an unreadable one, or a token
 // that is not one this store makes, says nothing: not gone.
 func (f files) OwnerGone(_ context.Context, owner string) bool {
-	if !isToken(owner) {
-		return false
+	return ownerLiveness(f.s.lockDir, owner) == storekit.Gone
+}
+
+// OwnerLiveness implements storekit.LivenessChecker, by OwnerGone's check.
+func (s *Store) OwnerLiveness(_ context.Context, owner string) (storekit.Liveness, error) {
+	return ownerLiveness(s.lockDir, storekit.OwnerToken(owner)), nil
+}
+
+// ownerLiveness says whether the process whose owner file in lockDir is
+// named token holds its lock.
+func ownerLiveness(lockDir, token string) storekit.Liveness {
+	if !isToken(token) {
+		return storekit.LivenessUnknown
 	}
-	path := filepath.Join(f.s.lockDir, ownersDirName, owner)
+	path := filepath.Join(lockDir, ownersDirName, token)
 	if _, err := os.Stat(path); err != nil {
-		return false
+		return storekit.LivenessUnknown
 	}
 	fl := newFlock(path)
 	ok, err := fl.TryLock()
-	if err != nil || !ok {
-		return false
+	if err != nil {
+		return storekit.LivenessUnknown
+	}
+	if !ok {
+		return storekit.Alive
 	}
 	_ = fl.Unlock()
-	return true
+	return storekit.Gone
 }
 
 // isToken reports whether s is an owner token: 32 lower-case hex digits.
@@ -136,3 +150,4 @@ func (c *core) purgeOwners() error {
 
 var _ storekit.Presence = (*Store)(nil)
 var _ storekit.OwnerChecker = files{}
+var _ storekit.LivenessChecker = (*Store)(nil)

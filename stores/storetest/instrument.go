@@ -143,3 +143,13 @@ type instrumentedWatcher struct {
 func (s *instrumentedWatcher) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	return s.w.Watch(ctx, key)
 }
+
+// Owner implements storekit.Presence: the inner store's owner token, or ""
+// when it has no presence, so that a Guard over s sends the owner the
+// inner store would get.
+func (s *Instrumented) Owner() string {
+	if p, ok := s.Store.(storekit.Presence); ok {
+		return p.Owner()
+	}
+	return ""
+}
