@@ -148,7 +148,7 @@ func BenchmarkReplay(b *testing.B) {
 	if err := rawComplete(ctx, e.client, rawPK, "n"); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := e.store.Claim(ctx, storekit.ClaimRequest{Key: storeKey, Nonce: "n", LeaseTTL: time.Minute}); err != nil {
+	if _, err := e.store.Claim(ctx, storekit.ClaimRequest{Key: storeKey, Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second}); err != nil {
 		b.Fatal(err)
 	}
 	if err := e.store.Complete(ctx, storeKey, "n", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("42"), TTL: time.Hour}); err != nil {
