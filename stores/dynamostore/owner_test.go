@@ -81,10 +81,15 @@ func TestOwnerEarlierIncarnation(t *testing.T) {
 	res := claimResult(t, e.store, req, storekit.TookOver)
 	wantOps(t, e, "PutItem", "UpdateItem")
 	wantTakenFromGone(t, e, res, req, 2)
+}
 
-	// A stale hint (released here, claimed since by an earlier
-	// incarnation): the update's own condition takes it over, in one
-	// request, and refuses another instance.
+// TestOwnerUpdateCondition: a claim that goes straight to the update (a
+// key this store released, claimed since by another store with owner
+// "inst/old/") is decided by the update's condition alone: it takes the
+// claim over for "inst/new/" (OwnerGone, attempt 3) and refuses it to
+// "other/new/", in one request each.
+func TestOwnerUpdateCondition(t *testing.T) {
+	e := newEnv(t)
 	other := mustNew(t, e.client, testTable, dynamostore.WithKeyPrefix(e.prefix))
 	for _, tc := range []struct {
 		owner string
