@@ -99,11 +99,16 @@ func runVariants(b *testing.B, e *env, vs []*variant, baseline int) {
 }
 
 // BenchmarkFresh: a first call. Raw: conditional PutItem + UpdateItem.
-// Store: Claim + Complete. Guard: Do on a new key.
+// Store: Claim + Complete. Guard: Do on a new key. Guard-inst: the same
+// with WithInstanceID (the claim stores its owner).
 func BenchmarkFresh(b *testing.B) {
 	e := newEnv(b)
 	ctx := context.Background()
 	g, err := idem.New[int](e.store)
+	if err != nil {
+		b.Fatal(err)
+	}
+	gi, err := idem.New[int](e.store, idem.WithInstanceID("bench-"+randHex(4)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -126,6 +131,10 @@ func BenchmarkFresh(b *testing.B) {
 		}},
 		{name: "guard", fn: func(i int) error {
 			_, err := g.Do(ctx, key("guard", i), func(context.Context) (int, error) { return 42, nil })
+			return err
+		}},
+		{name: "guard-inst", fn: func(i int) error {
+			_, err := gi.Do(ctx, key("guard-inst", i), func(context.Context) (int, error) { return 42, nil })
 			return err
 		}},
 	}, 0)
