@@ -26,7 +26,8 @@ type claim struct {
 	ph   string           // the call's payload hash
 	rec  *storekit.Record // the record as claimed: its nonce and attempt
 	sent time.Time        // when the claim was sent (the store's HeartbeatAt is no earlier)
-	took bool             // the claim took over a stale one
+	took bool             // the claim took over a stale one, or one whose owner is gone
+	gone bool             // took: the claim's owner was known gone (ClaimResult.OwnerGone)
 	f    *flight          // the flight it runs for; nil for a step
 	step bool             // a step's claim (not a call's)
 	call *stepCall        // a call's steps, once the claim is held; nil for a step
@@ -111,7 +112,7 @@ func (c *claim) drop() {
 // row before its work could begin: nothing ran, so it may try again.
 func (c *claim) unheld() error {
 	return &StoreError{Op: "claim", Err: fmt.Errorf("%d claims in a row lapsed before the work could begin (the last reply came %v after its request; the takeover threshold is %v): %w",
-		maxUnheld, time.Since(c.sent).Round(time.Millisecond), c.e.takeover, &LapseError{Since: time.Since(c.sent).Round(time.Millisecond)})}
+		maxUnheld, time.Since(c.sent).Round(time.Millisecond), c.e.takeover, &lapseError{Since: time.Since(c.sent).Round(time.Millisecond)})}
 }
 
 // tryClaim sends one Claim for sk. It returns the claim when this caller
@@ -131,7 +132,7 @@ func (e *engine) tryClaim(ctx context.Context, sk, ph string) (c *claim, existin
 	if res.Outcome == storekit.Existing {
 		return nil, res.Record, nil
 	}
-	c = &claim{e: e, ctx: ctx, bg: context.WithoutCancel(ctx), sk: sk, ph: ph, rec: res.Record, sent: sent, took: res.Outcome == storekit.TookOver}
+	c = &claim{e: e, ctx: ctx, bg: context.WithoutCancel(ctx), sk: sk, ph: ph, rec: res.Record, sent: sent, took: res.Outcome == storekit.TookOver, gone: res.OwnerGone}
 	return c, nil, nil
 }
 
@@ -146,7 +147,7 @@ func (c *claim) announce(claimKind, takeoverKind EventKind) {
 
 // observe reports an event of the claim.
 func (c *claim) observe(kind EventKind, err error) {
-	ev := Event{Kind: kind, StorageKey: c.sk, Attempt: c.rec.Attempt, Err: err}
+	ev := Event{Kind: kind, StorageKey: c.sk, Attempt: c.rec.Attempt, Err: err, OwnerGone: c.gone && (kind == EventTakeover || kind == EventStepRun)}
 	if !c.start.IsZero() && (kind == EventComplete || kind == EventFailure || kind == EventLostOwnership) {
 		ev.Duration = time.Since(c.start)
 	}
@@ -207,12 +208,12 @@ func (c *claim) release() error {
 }
 
 // cutOff returns err, the error of work that has ended, joined with the
-// *LapseError its context was cancelled with, if the claim lapsed: the
+// *lapseError its context was cancelled with, if the claim lapsed: the
 // caller can then tell with errors.Is(err, ErrLostOwnership) a call cut off
 // by the Guard, which may be tried again, from one given up by its own
 // context. (The first cancellation's cause stays, so this holds after end.)
 func (c *claim) cutOff(err error) error {
-	var lapse *LapseError
+	var lapse *lapseError
 	if errors.As(context.Cause(c.fctx), &lapse) && !errors.Is(err, ErrLostOwnership) {
 		return joinErr(err, lapse)
 	}
@@ -456,7 +457,7 @@ func (c *claim) ownershipOr(op string, err error) error {
 //
 // If no heartbeat succeeds for takeover minus half an interval, another
 // caller may take the claim over before the next one could tell: the
-// work's context is cancelled with a *LapseError first (see Lapsed). The
+// work's context is cancelled with a *lapseError first (see Lapsed). The
 // lapse is counted from when the last successful refresh was sent (the
 // store's HeartbeatAt is no earlier), and leaves half an interval, not a
 // whole one, so that the next heartbeat has time to succeed even when the
@@ -466,10 +467,10 @@ func (c *claim) heartbeat() {
 	cfg := lease.Config{Interval: e.beat, Margin: e.beat / 2}
 	if e.observer != nil { // only an observer sees these (and a call without one allocates no closure for them)
 		cfg.OnRefresh = func(left time.Duration) {
-			e.observe(c.bg, Event{Kind: EventRefresh, StorageKey: c.sk, Attempt: c.rec.Attempt, Duration: left})
+			e.observe(c.bg, Event{Kind: EventHeartbeat, StorageKey: c.sk, Attempt: c.rec.Attempt, Duration: left})
 		}
 		cfg.OnError = func(err error) {
-			e.observe(c.bg, Event{Kind: EventHeartbeatError, StorageKey: c.sk, Attempt: c.rec.Attempt, Err: err})
+			e.observe(c.bg, Event{Kind: EventHeartbeat, StorageKey: c.sk, Attempt: c.rec.Attempt, Err: err})
 		}
 	}
 	c.hb.Start(c.bg, c.cancel, c.sent, e.takeover, c, cfg)
@@ -493,7 +494,7 @@ func (c *claim) Lost(err error) error {
 	return nil
 }
 
-// Lapsed implements lease.Holder: the work is cut off with a *LapseError.
+// Lapsed implements lease.Holder: the work is cut off with a *lapseError.
 func (c *claim) Lapsed(since time.Duration, _ error) error {
 	c.e.observe(c.bg, Event{Kind: EventLapse, StorageKey: c.sk, Attempt: c.rec.Attempt, Duration: max(c.e.takeover-since, 0)})
 	c.mu.Lock()
@@ -502,7 +503,7 @@ func (c *claim) Lapsed(since time.Duration, _ error) error {
 	if onLapse != nil {
 		onLapse()
 	}
-	return &LapseError{Since: since.Round(time.Millisecond)}
+	return &lapseError{Since: since.Round(time.Millisecond)}
 }
 
 // setOnLapse sets what the claim calls when it lapses.

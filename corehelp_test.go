@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -27,7 +28,7 @@ func memGuard[T any](t *testing.T, opts ...idem.Option) (*idem.Guard[T], *memsto
 // storageKey returns g's storage key of key.
 func storageKey[T any](t *testing.T, g *idem.Guard[T], key string) string {
 	t.Helper()
-	sk, err := g.StorageKey(key)
+	sk, err := guardinfo.StorageKey(g, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,8 @@ func storageKey[T any](t *testing.T, g *idem.Guard[T], key string) string {
 // record returns the live record of key, or nil.
 func record[T any](t *testing.T, g *idem.Guard[T], key string) *storekit.Record {
 	t.Helper()
-	rec, err := g.Store().Get(context.Background(), storageKey(t, g, key))
+	info, _ := guardinfo.Of(g)
+	rec, err := info.Store.Get(context.Background(), storageKey(t, g, key))
 	if err != nil {
 		return nil
 	}

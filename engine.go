@@ -26,6 +26,7 @@ type engine struct {
 	observer Observer
 	codec    Codec
 	errType  func(error) string
+	presence bool   // the store can tell a dead owner (storekit.Presence with a token)
 	owner    string // this process in claims (storekit.FormatOwner: WithInstanceID, incarnation, the store's Presence token)
 }
 
@@ -108,6 +109,6 @@ func decodeResult[V any](codec Codec, rec *storekit.Record) (v V, err error) {
 func (e *engine) observe(ctx context.Context, ev Event) {
 	if e.observer != nil {
 		ev.Scope = e.scope
-		e.observer.Observe(ctx, ev)
+		e.observer(ctx, ev)
 	}
 }

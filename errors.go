@@ -49,24 +49,24 @@ var (
 	ErrInvalidOption = storekit.ErrInvalidOption
 )
 
-// DuplicateError is returned for a duplicate call. It matches ErrDuplicate,
+// duplicateError is returned for a duplicate call. It matches ErrDuplicate,
 // and ErrInProgress when the original call is still running.
-type DuplicateError struct {
+type duplicateError struct {
 	StorageKey string
 	Status     storekit.Status // status of the record that made this call a duplicate
 	Attempt    int64
 }
 
-func (e *DuplicateError) Error() string {
+func (e *duplicateError) Error() string {
 	if e.Status == storekit.StatusInProgress {
 		return "idem: duplicate call: operation in progress"
 	}
 	return "idem: duplicate call: key already " + string(e.Status)
 }
 
-// Is makes a DuplicateError match ErrDuplicate, and ErrInProgress when the
+// Is makes a duplicateError match ErrDuplicate, and ErrInProgress when the
 // record is in progress.
-func (e *DuplicateError) Is(target error) bool {
+func (e *duplicateError) Is(target error) bool {
 	return target == ErrDuplicate || (target == ErrInProgress && e.Status == storekit.StatusInProgress)
 }
 
@@ -101,21 +101,21 @@ func storableString(s string, max int) string {
 	return s[:cut] + more
 }
 
-// LapseError is the cause with which fn's context is cancelled when its
+// lapseError is the cause with which fn's context is cancelled when its
 // claim could not be refreshed in time and may be taken over: fn should
 // stop. It matches ErrLostOwnership; the call's error joins fn's error
 // with it, so errors.Is(err, ErrLostOwnership) tells a call cut off by the
 // Guard (safe to try again) from one given up by its own context.
-type LapseError struct {
+type lapseError struct {
 	Since time.Duration // how long the claim went unrefreshed
 }
 
-func (e *LapseError) Error() string {
+func (e *lapseError) Error() string {
 	return fmt.Sprintf("idem: claim not refreshed for %v; it may be taken over", e.Since)
 }
 
-// Is makes a LapseError match ErrLostOwnership.
-func (e *LapseError) Is(target error) bool { return target == ErrLostOwnership }
+// Is makes a lapseError match ErrLostOwnership.
+func (e *lapseError) Is(target error) bool { return target == ErrLostOwnership }
 
 // The typed errors that carry detail for errors.As. Stores build them too,
 // so they are declared in package storekit; these are the same types.
@@ -124,9 +124,6 @@ type (
 	// message and a type name, never a stack. It matches
 	// ErrPreviousFailure.
 	RecordedFailure = storekit.RecordedFailure
-	// KeyError says why a key or a payload was rejected. It matches
-	// ErrInvalidKey, or ErrInvalidPayload when its Payload field is set.
-	KeyError = storekit.KeyError
 	// StoreError wraps a failure of the store in one operation; a
 	// permanent one matches storekit.ErrPermanent.
 	StoreError = storekit.StoreError

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/lease"
 	"github.com/idem-go/idem/storekit"
 )
@@ -42,7 +43,7 @@ func New[T any](store storekit.Store, opts ...Option) (*Guard[T], error) {
 	if isNilStore(store) {
 		return nil, &storekit.OptionError{Option: "store", Reason: "store is nil"}
 	}
-	c := config{ttl: DefaultTTL, takeoverAfter: DefaultTakeoverAfter, codec: jsonCodec{}}
+	c := config{ttl: defaultTTL, takeoverAfter: defaultTakeoverAfter, dup: Return, fail: Unlock, codec: jsonCodec{}}
 	for _, o := range opts {
 		if o == nil {
 			c.invalid("New", "nil option")
@@ -51,7 +52,7 @@ func New[T any](store storekit.Store, opts ...Option) (*Guard[T], error) {
 		o(&c)
 	}
 	if c.heartbeat == 0 && c.takeoverAfter > 0 {
-		c.heartbeat = min(DefaultHeartbeat, c.takeoverAfter/3)
+		c.heartbeat = min(defaultHeartbeat, c.takeoverAfter/3)
 	}
 	if c.heartbeat > 0 && c.takeoverAfter > 0 && 2*c.heartbeat > c.takeoverAfter {
 		c.invalid("WithHeartbeat", "interval %v must be at most half the takeover threshold %v", c.heartbeat, c.takeoverAfter)
@@ -62,7 +63,7 @@ func New[T any](store storekit.Store, opts ...Option) (*Guard[T], error) {
 	g := &Guard[T]{engine: engine{
 		store: store, keys: newKeyer(c.tenant, c.scope, c.secret),
 		ttl: c.ttl, lease: max(c.ttl, 2*c.takeoverAfter), dup: c.dup, fail: c.fail,
-		beat: c.heartbeat, takeover: c.takeoverAfter, tenant: c.tenant, scope: c.scope, observer: c.observer, codec: c.codec,
+		beat: c.heartbeat, takeover: c.takeoverAfter, tenant: c.tenant, scope: c.scope, observer: both(c.logger, c.observer), codec: c.codec,
 		errType: c.errorType,
 	}, flights: make(map[string]*flight)}
 	if c.sanitize != nil {
@@ -95,20 +96,12 @@ func New[T any](store storekit.Store, opts ...Option) (*Guard[T], error) {
 	if p, ok := store.(storekit.Presence); ok {
 		token = p.Owner()
 	}
+	g.presence = token != ""
 	g.owner = storekit.FormatOwner(c.instance, incarnation, token)
 	if c.cacheEntries > 0 {
 		g.cache = newLocalCache(c.cacheEntries, c.cacheMaxAge)
 	}
 	return g, nil
-}
-
-// StorageKey returns the storage key for key under this Guard's namespace
-// and secret: what the store and the Observer see instead of key.
-func (g *Guard[T]) StorageKey(key string) (string, error) {
-	if g == nil || g.store == nil {
-		return "", errZeroGuard("StorageKey")
-	}
-	return g.keys.storageKey(key)
 }
 
 // Do runs fn at most once for key: the first caller's claim runs fn, and
@@ -337,7 +330,7 @@ func (g *Guard[T]) decide(ctx context.Context, rec *storekit.Record, ph string) 
 	case storekit.StatusCompleted:
 		if g.dup == Raise {
 			g.observe(ctx, Event{Kind: EventHit, StorageKey: rec.Key, Attempt: rec.Attempt})
-			return v, &DuplicateError{StorageKey: rec.Key, Status: rec.Status, Attempt: rec.Attempt}, false
+			return v, &duplicateError{StorageKey: rec.Key, Status: rec.Status, Attempt: rec.Attempt}, false
 		}
 		v, err = decodeResult[T](g.codec, rec)
 		if err == nil || errors.Is(err, ErrResultUnavailable) {
@@ -348,7 +341,7 @@ func (g *Guard[T]) decide(ctx context.Context, rec *storekit.Record, ph string) 
 		g.observe(ctx, Event{Kind: EventPreviousFailure, StorageKey: rec.Key, Attempt: rec.Attempt})
 		se := &RecordedFailure{Message: rec.Error.Message, Type: rec.Error.Type}
 		if g.dup == Raise {
-			return v, errors.Join(&DuplicateError{StorageKey: rec.Key, Status: rec.Status, Attempt: rec.Attempt}, se), false
+			return v, errors.Join(&duplicateError{StorageKey: rec.Key, Status: rec.Status, Attempt: rec.Attempt}, se), false
 		}
 		return v, se, false
 	default: // in progress
@@ -370,7 +363,7 @@ func hitOr(err error) EventKind {
 func (g *Guard[T]) inProgress(ctx context.Context, sk string, attempt int64) error {
 	g.observe(ctx, Event{Kind: EventInProgress, StorageKey: sk, Attempt: attempt})
 	if g.dup == Raise {
-		return &DuplicateError{StorageKey: sk, Status: storekit.StatusInProgress, Attempt: attempt}
+		return &duplicateError{StorageKey: sk, Status: storekit.StatusInProgress, Attempt: attempt}
 	}
 	return ErrInProgress
 }
@@ -513,34 +506,6 @@ func (g *Guard[T]) cached(sk string) *storekit.Record {
 	return g.cache.get(sk)
 }
 
-// Policies is how a Guard was configured: what idemhttp, idemgrpc and
-// idemmsg need to know instead of probing.
-type Policies struct {
-	Duplicate     DuplicatePolicy // Return, Raise or Wait
-	Failure       FailurePolicy   // Unlock or Lock
-	TTL           time.Duration   // how long a completed record is kept
-	Heartbeat     time.Duration   // how often an owner refreshes its claim
-	TakeoverAfter time.Duration   // heartbeat age at which a claim is stale
-}
-
-// Policies returns the Guard's policies (the zero Policies for a nil or
-// zero Guard).
-func (g *Guard[T]) Policies() Policies {
-	if g == nil {
-		return Policies{}
-	}
-	return Policies{Duplicate: g.dup, Failure: g.fail, TTL: g.ttl, Heartbeat: g.beat, TakeoverAfter: g.takeover}
-}
-
-// Store returns the store the Guard was made with (nil for a nil or zero
-// Guard), for a store package's DoTx to check.
-func (g *Guard[T]) Store() storekit.Store {
-	if g == nil {
-		return nil
-	}
-	return g.store
-}
-
 // Wrap returns fn guarded by g, keyed by Key(name, arg): calling the result
 // twice with equal arguments runs fn once.
 func Wrap[A, T any](g *Guard[T], name string, fn func(context.Context, A) (T, error)) func(context.Context, A) (T, error) {
@@ -599,3 +564,26 @@ func (g *Guard[T]) Forget(ctx context.Context, key string) error {
 // incarnation tells this process from an earlier one started with the same
 // WithInstanceID: drawn once, when the process starts.
 var incarnation = lease.Token()
+
+// info is how g was configured, for the packages of this repository that
+// build on idem (internal/guardinfo).
+func (g *Guard[T]) info() (guardinfo.Info, bool) {
+	if g == nil || g.store == nil {
+		return guardinfo.Info{}, false
+	}
+	return guardinfo.Info{
+		Wait: g.dup == Wait, Lock: g.fail == Lock, TTL: g.ttl, Heartbeat: g.beat, TakeoverAfter: g.takeover,
+		Store: g.store, StorageKey: g.keys.storageKey,
+	}, true
+}
+
+func init() {
+	guardinfo.Of = func(g any) (guardinfo.Info, bool) {
+		if gi, ok := g.(interface {
+			info() (guardinfo.Info, bool)
+		}); ok {
+			return gi.info()
+		}
+		return guardinfo.Info{}, false
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -109,7 +110,7 @@ func TestHeartbeatsWhileRunning(t *testing.T) {
 
 func TestConcurrentGoroutinesRunOnce(t *testing.T) {
 	for _, policy := range []idem.DuplicatePolicy{idem.Return, idem.Raise, idem.Wait} {
-		t.Run(policy.String(), func(t *testing.T) {
+		t.Run(string(policy), func(t *testing.T) {
 			s := storetest.Instrument(newMem(t))
 			g := newGuard[int](t, s, idem.OnDuplicate(policy))
 			for k := 0; k < 20; k++ {
@@ -292,7 +293,7 @@ func TestSameProcessMismatchNotHeldBehindWait(t *testing.T) {
 	s := newMem(t)
 	owner := newGuard[int](t, s)
 	var c eventCounter
-	g := newGuard[int](t, s, idem.OnDuplicate(idem.Wait), idem.WithObserver(&c))
+	g := newGuard[int](t, s, idem.OnDuplicate(idem.Wait), idem.WithObserver(c.Observe))
 	other := newGuard[int](t, s, idem.OnDuplicate(idem.Wait))
 	started, release := make(chan struct{}), make(chan struct{})
 	ownerDone := make(chan struct{})
@@ -536,7 +537,7 @@ func TestTakeoverOfCrashedClaim(t *testing.T) {
 	s := newMem(t)
 	// A claim whose owner died: nobody heartbeats it.
 	g := newGuard[int](t, s, idem.WithTakeoverAfter(150*time.Millisecond), idem.WithHeartbeat(30*time.Millisecond), idem.OnDuplicate(idem.Wait))
-	sk, err := g.StorageKey("k")
+	sk, err := guardinfo.StorageKey(g, "k")
 	if err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
@@ -547,7 +548,7 @@ func TestTakeoverOfCrashedClaim(t *testing.T) {
 		t.Fatalf("unexpected error: %v", err)
 	}
 	var c eventCounter
-	g = newGuard[int](t, s, idem.WithTakeoverAfter(150*time.Millisecond), idem.WithHeartbeat(30*time.Millisecond), idem.OnDuplicate(idem.Wait), idem.WithObserver(&c))
+	g = newGuard[int](t, s, idem.WithTakeoverAfter(150*time.Millisecond), idem.WithHeartbeat(30*time.Millisecond), idem.OnDuplicate(idem.Wait), idem.WithObserver(c.Observe))
 	start := time.Now()
 	v, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
 		tok, ok := idem.FencingToken(ctx)
@@ -749,7 +750,7 @@ type unencodable struct {
 
 func TestResultUnavailable(t *testing.T) {
 	var c eventCounter
-	g := newGuard[unencodable](t, newMem(t), idem.WithObserver(&c))
+	g := newGuard[unencodable](t, newMem(t), idem.WithObserver(c.Observe))
 	var runs int
 	fn := func(ctx context.Context) (unencodable, error) { runs++; return unencodable{C: make(chan int)}, nil }
 	v, err := g.Do(context.Background(), "k", fn)
@@ -908,9 +909,12 @@ func TestOptionsValidated(t *testing.T) {
 		"ttl<1ms":          {idem.WithTTL(500 * time.Microsecond)},
 		"secret":           {idem.WithSecret(nil)},
 		"production":       {idem.RequireSecret()},
-		"dup":              {idem.OnDuplicate(idem.DuplicatePolicy(9))},
-		"fail":             {idem.OnFailure(idem.FailurePolicy(9))},
+		"dup":              {idem.OnDuplicate(idem.DuplicatePolicy("sometimes"))},
+		"fail":             {idem.OnFailure(idem.FailurePolicy("maybe"))},
 		"observer":         {idem.WithObserver(nil)},
+		"instance empty":   {idem.WithInstanceID("")},
+		"instance slash":   {idem.WithInstanceID("pod/1")},
+		"instance space":   {idem.WithInstanceID("pod 1")},
 		"codec":            {idem.WithCodec(nil)},
 		"nil option":       {nil},
 	}
@@ -979,7 +983,7 @@ func TestSubMillisecondThresholdRefused(t *testing.T) {
 func TestStorageKeys(t *testing.T) {
 	s := newMem(t)
 	plain := newGuard[int](t, s)
-	k1, err := plain.StorageKey("order-1")
+	k1, err := guardinfo.StorageKey(plain, "order-1")
 	if err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
@@ -997,27 +1001,27 @@ func TestStorageKeys(t *testing.T) {
 		t.Errorf("got %v, want %v", k1, "idem:0660d523cfa4aa8699b3274b1ea7083013996f4ab76f3684a29898ee2440ee24")
 	}
 	pinned := newGuard[int](t, s, idem.WithNamespace("t", "s"), idem.WithSecret([]byte("idem-pinned-key-secret")))
-	kp, _ := pinned.StorageKey("order-1")
+	kp, _ := guardinfo.StorageKey(pinned, "order-1")
 	if kp != "idem:fa8cc49c0e57601cbe5d91f395e04111863ab676dbc5fe880b967c1a6818e7f0" {
 		t.Errorf("got %v, want %v", kp, "idem:fa8cc49c0e57601cbe5d91f395e04111863ab676dbc5fe880b967c1a6818e7f0")
 	}
 	tenant := newGuard[int](t, s, idem.WithNamespace("tenant-2", ""))
-	k2, _ := tenant.StorageKey("order-1")
+	k2, _ := guardinfo.StorageKey(tenant, "order-1")
 	if k2 == k1 {
 		t.Errorf("got %v, want a different value", k2)
 	}
 	scope := newGuard[int](t, s, idem.WithNamespace("", "tenant-2"))
-	k3, _ := scope.StorageKey("order-1")
+	k3, _ := guardinfo.StorageKey(scope, "order-1")
 	if k3 == k2 {
 		t.Errorf("tenant and scope are separate fields: got %v, want a different value", k3)
 	}
 	secret := newGuard[int](t, s, idem.WithSecret([]byte("idem-pinned-key-secret")))
-	k4, _ := secret.StorageKey("order-1")
+	k4, _ := guardinfo.StorageKey(secret, "order-1")
 	if k4 == k1 {
 		t.Errorf("got %v, want a different value", k4)
 	}
 	secret2 := newGuard[int](t, s, idem.WithSecret([]byte("idem-pinned-key-secret-2")))
-	k5, _ := secret2.StorageKey("order-1")
+	k5, _ := guardinfo.StorageKey(secret2, "order-1")
 	if k5 == k4 {
 		t.Errorf("got %v, want a different value", k5)
 	}
@@ -1026,11 +1030,11 @@ func TestStorageKeys(t *testing.T) {
 	if !errors.Is(err, idem.ErrInvalidKey) {
 		t.Errorf("got %v, want %v", err, idem.ErrInvalidKey)
 	}
-	var ke *idem.KeyError
+	var ke *storekit.KeyError
 	if !errors.As(err, &ke) {
 		t.Errorf("got %v, want a %T", err, ke)
 	}
-	_, err = plain.StorageKey(string(make([]byte, idem.MaxKeyLen+1)))
+	_, err = guardinfo.StorageKey(plain, string(make([]byte, 4096+1)))
 	if !errors.Is(err, idem.ErrInvalidKey) {
 		t.Errorf("got %v, want %v", err, idem.ErrInvalidKey)
 	}
@@ -1049,7 +1053,7 @@ func TestStorageKeys(t *testing.T) {
 func TestObserverSeesStorageKeyOnly(t *testing.T) {
 	var mu sync.Mutex
 	var events []idem.Event
-	obs := idem.ObserverFunc(func(ctx context.Context, e idem.Event) {
+	obs := idem.Observer(func(ctx context.Context, e idem.Event) {
 		mu.Lock()
 		events = append(events, e)
 		mu.Unlock()
@@ -1119,7 +1123,7 @@ func TestWrap(t *testing.T) {
 func TestCorruptStoredResult(t *testing.T) {
 	s := newMem(t)
 	g := newGuard[string](t, s)
-	sk, _ := g.StorageKey("k")
+	sk, _ := guardinfo.StorageKey(g, "k")
 	_, err := s.Claim(context.Background(), storekit.ClaimRequest{Key: sk, Nonce: "n", LeaseTTL: time.Hour, TakeoverAfter: time.Hour})
 	if err != nil {
 		t.Fatalf("unexpected error: %v", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -20,17 +21,15 @@ func TestInvalidCallsAreErrors(t *testing.T) {
 	var nilCtx context.Context
 	ctx := context.Background()
 	cases := map[string]func() error{
-		"Do nil ctx":            func() error { _, err := g.Do(nilCtx, "k", fn); return err },
-		"Do nil fn":             func() error { _, err := g.Do(ctx, "k", nil); return err },
-		"Do nil Guard":          func() error { _, err := nilGuard.Do(ctx, "k", fn); return err },
-		"Do zero Guard":         func() error { _, err := zeroGuard.Do(ctx, "k", fn); return err },
-		"Forget nil ctx":        func() error { return g.Forget(nilCtx, "k") },
-		"Forget nil Guard":      func() error { return nilGuard.Forget(ctx, "k") },
-		"Forget zero Guard":     func() error { return zeroGuard.Forget(ctx, "k") },
-		"StorageKey nil Guard":  func() error { _, err := nilGuard.StorageKey("k"); return err },
-		"StorageKey zero Guard": func() error { _, err := zeroGuard.StorageKey("k"); return err },
-		"Step nil ctx":          func() error { _, err := idem.Step(nilCtx, "s", fn); return err },
-		"Step nil fn":           func() error { _, err := idem.Step[int](ctx, "s", nil); return err },
+		"Do nil ctx":        func() error { _, err := g.Do(nilCtx, "k", fn); return err },
+		"Do nil fn":         func() error { _, err := g.Do(ctx, "k", nil); return err },
+		"Do nil Guard":      func() error { _, err := nilGuard.Do(ctx, "k", fn); return err },
+		"Do zero Guard":     func() error { _, err := zeroGuard.Do(ctx, "k", fn); return err },
+		"Forget nil ctx":    func() error { return g.Forget(nilCtx, "k") },
+		"Forget nil Guard":  func() error { return nilGuard.Forget(ctx, "k") },
+		"Forget zero Guard": func() error { return zeroGuard.Forget(ctx, "k") },
+		"Step nil ctx":      func() error { _, err := idem.Step(nilCtx, "s", fn); return err },
+		"Step nil fn":       func() error { _, err := idem.Step[int](ctx, "s", nil); return err },
 		"WithTx opener refuses": func() error {
 			_, err := g.Do(storekit.WithTx(ctx, func(storekit.Store) (storekit.TxRunner, error) {
 				return nil, &storekit.OptionError{Option: "DoTx", Reason: "not my store"}
@@ -66,10 +65,7 @@ func TestInvalidCallsAreErrors(t *testing.T) {
 			}
 		})
 	}
-	if p := nilGuard.Policies(); p != (idem.Policies{}) {
-		t.Errorf("nil Guard's Policies = %+v, want zero", p)
-	}
-	if nilGuard.Store() != nil {
-		t.Error("nil Guard's Store is not nil")
+	if info, ok := guardinfo.Of(nilGuard); ok || info.Store != nil {
+		t.Errorf("a nil Guard's info = %+v, %v; want none", info, ok)
 	}
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/idem-go/idem/jcs"
 )
 
-// MaxKeyLen bounds the caller's key, in bytes.
-const MaxKeyLen = 4096
+// maxKeyLen bounds the caller's key, in bytes.
+const maxKeyLen = 4096
 
 // Key returns a canonical key for a call to name with args: the name, a
 // colon, and the hex SHA-256 of the args as canonical JSON, the same in
@@ -24,17 +24,17 @@ const MaxKeyLen = 4096
 // string that is not valid UTF-8 is an error matching ErrInvalidKey.
 func Key(name string, args ...any) (string, error) {
 	if name == "" {
-		return "", &KeyError{Reason: "empty name"}
+		return "", &storekit.KeyError{Reason: "empty name"}
 	}
 	if !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
-		return "", &KeyError{Reason: "name is not valid UTF-8 text"}
+		return "", &storekit.KeyError{Reason: "name is not valid UTF-8 text"}
 	}
 	if args == nil {
 		args = []any{}
 	}
 	b, err := jcs.Marshal(args)
 	if err != nil {
-		return "", &KeyError{Reason: "arguments cannot be encoded", Err: err}
+		return "", &storekit.KeyError{Reason: "arguments cannot be encoded", Err: err}
 	}
 	sum := sha256.Sum256(b)
 	return name + ":" + hex.EncodeToString(sum[:]), nil
@@ -102,9 +102,9 @@ func (k keyer) sum(prefix string, b []byte) string {
 func (k keyer) storageKey(key string) (string, error) {
 	switch {
 	case key == "":
-		return "", &KeyError{Reason: "empty key"}
-	case len(key) > MaxKeyLen:
-		return "", &KeyError{Reason: "key longer than 4096 bytes"}
+		return "", &storekit.KeyError{Reason: "empty key"}
+	case len(key) > maxKeyLen:
+		return "", &storekit.KeyError{Reason: "key longer than 4096 bytes"}
 	}
 	var buf [256]byte
 	b := appendField(buf[:0], "idem/key/v1")
@@ -128,7 +128,7 @@ func (k keyer) payloadHash(v any) (string, error) {
 	}
 	c, err := jcs.Marshal(v)
 	if err != nil {
-		return "", &KeyError{Reason: "payload cannot be encoded", Err: err, Payload: true}
+		return "", &storekit.KeyError{Reason: "payload cannot be encoded", Err: err, Payload: true}
 	}
 	b := appendField(make([]byte, 0, 32+len(c)), "idem/payload/v1")
 	return k.sum("", append(b, c...)), nil

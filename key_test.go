@@ -10,6 +10,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/jcs"
+	"github.com/idem-go/idem/storekit"
 )
 
 func TestKeyCanonical(t *testing.T) {
@@ -81,7 +82,7 @@ func TestKeyInvalid(t *testing.T) {
 		if !errors.Is(err, idem.ErrInvalidKey) {
 			t.Errorf("%v: got %v, want %v", name, err, idem.ErrInvalidKey)
 		}
-		var ke *idem.KeyError
+		var ke *storekit.KeyError
 		if !errors.As(err, &ke) {
 			t.Errorf("%v: got %v, want a %T", name, err, ke)
 		}

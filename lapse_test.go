@@ -46,7 +46,7 @@ func (l *eventLog) of(k idem.EventKind) []idem.Event {
 // takeover, before fn sees its context end.
 func TestRefreshAndLapseEvents(t *testing.T) {
 	var log eventLog
-	opts := []idem.Option{idem.WithTakeoverAfter(400 * time.Millisecond), idem.WithHeartbeat(50 * time.Millisecond), idem.WithObserver(&log)}
+	opts := []idem.Option{idem.WithTakeoverAfter(400 * time.Millisecond), idem.WithHeartbeat(50 * time.Millisecond), idem.WithObserver(log.Observe)}
 	g, err := idem.New[int](newMem(t), opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestRefreshAndLapseEvents(t *testing.T) {
 	// leaves none, and the test fails).
 	began := time.Now()
 	if _, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
-		for end := time.Now().Add(30 * time.Second); len(log.of(idem.EventRefresh)) == 0 && time.Now().Before(end); {
+		for end := time.Now().Add(30 * time.Second); len(log.of(idem.EventHeartbeat)) == 0 && time.Now().Before(end); {
 			time.Sleep(5 * time.Millisecond)
 		}
 		return 1, nil
@@ -63,7 +63,7 @@ func TestRefreshAndLapseEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := time.Since(began)
-	refreshes := log.of(idem.EventRefresh)
+	refreshes := log.of(idem.EventHeartbeat)
 	if len(refreshes) == 0 {
 		t.Fatal("no refresh observed")
 	}

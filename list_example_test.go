@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/storekit"
-
-	"github.com/idem-go/idem"
 )
 
 // ExampleRecord_State classifies records as idem ls does: an in-progress
@@ -18,7 +16,7 @@ func ExampleRecord_State() {
 	stuck := &storekit.Record{Status: storekit.StatusInProgress, HeartbeatAt: now - 60_000, TakeoverMs: 30_000}
 	done := &storekit.Record{Status: storekit.StatusCompleted}
 	for _, r := range []*storekit.Record{running, stuck, done} {
-		fmt.Println(r.State(now, idem.DefaultTakeoverAfter))
+		fmt.Println(r.State(now, 30*time.Second))
 	}
 	s, err := storekit.ParseRecordState("stale")
 	fmt.Println(s, err)

@@ -54,7 +54,7 @@ func TestLocalCacheInvalidOptions(t *testing.T) {
 
 func TestLocalCacheWarmReplayCostsNoRoundTrip(t *testing.T) {
 	var c eventCounter
-	g, inst := cacheGuard(t, 100, time.Hour, idem.WithObserver(&c))
+	g, inst := cacheGuard(t, 100, time.Hour, idem.WithObserver(c.Observe))
 	var runs atomic.Int64
 	fn := counting(&runs, 7)
 	if _, ops, _ := doOps(t, g, inst, "k", fn); ops != 2 {
@@ -225,7 +225,7 @@ func TestLocalCacheUnlockFailureNotCached(t *testing.T) {
 
 func TestLocalCachePayloadMismatch(t *testing.T) {
 	var c eventCounter
-	g, inst := cacheGuard(t, 10, time.Hour, idem.WithObserver(&c))
+	g, inst := cacheGuard(t, 10, time.Hour, idem.WithObserver(c.Observe))
 	var runs atomic.Int64
 	fn := counting(&runs, 3)
 	doOps(t, g, inst, "k", fn, idem.Payload("a"))

@@ -11,57 +11,37 @@ import (
 )
 
 // DuplicatePolicy says what a call gets when its key was already claimed.
-type DuplicatePolicy int
+// Its value is the policy's name.
+type DuplicatePolicy string
 
 // Duplicate policies.
 const (
 	// Return (default): a completed key returns its stored result; a key in
 	// progress returns ErrInProgress.
-	Return DuplicatePolicy = iota
+	Return DuplicatePolicy = "return"
 	// Raise: any duplicate returns an error matching ErrDuplicate (and
 	// ErrInProgress while the first call runs).
-	Raise
+	Raise DuplicatePolicy = "raise"
 	// Wait: a duplicate of a call in progress blocks until that call
 	// completes, fails, is released or goes stale, then decides again. The
 	// caller's context bounds the wait.
-	Wait
+	Wait DuplicatePolicy = "wait"
 )
 
-func (p DuplicatePolicy) String() string {
-	switch p {
-	case Return:
-		return "return"
-	case Raise:
-		return "raise"
-	case Wait:
-		return "wait"
-	}
-	return fmt.Sprintf("DuplicatePolicy(%d)", int(p))
-}
-
 // FailurePolicy says what happens to the claim when fn returns an error.
-type FailurePolicy int
+// Its value is the policy's name.
+type FailurePolicy string
 
 // Failure policies.
 const (
 	// Unlock (default): the claim is released and the next call runs fn.
-	Unlock FailurePolicy = iota
+	Unlock FailurePolicy = "unlock"
 	// Lock: the failure is stored; later calls get ErrPreviousFailure with
 	// the stored message until the record expires. A context error
 	// returned after fn's context was cancelled (its caller gave up) is
 	// not stored: the claim is released, as under Unlock.
-	Lock
+	Lock FailurePolicy = "lock"
 )
-
-func (p FailurePolicy) String() string {
-	switch p {
-	case Unlock:
-		return "unlock"
-	case Lock:
-		return "lock"
-	}
-	return fmt.Sprintf("FailurePolicy(%d)", int(p))
-}
 
 // Codec encodes results for storage. The default encodes with
 // encoding/json.
@@ -92,6 +72,7 @@ type config struct {
 	secretSet     bool
 	requireSecret bool
 	observer      Observer
+	logger        Observer // WithLogger's
 	codec         Codec
 	sanitize      any
 	errorType     func(error) string
@@ -107,9 +88,9 @@ func (c *config) invalid(option, format string, args ...any) {
 
 // Defaults used when an option is not given.
 const (
-	DefaultTTL           = 24 * time.Hour
-	DefaultTakeoverAfter = 30 * time.Second
-	DefaultHeartbeat     = 5 * time.Second
+	defaultTTL           = 24 * time.Hour
+	defaultTakeoverAfter = 30 * time.Second
+	defaultHeartbeat     = 5 * time.Second
 )
 
 // WithTTL sets how long a completed (or failed, under Lock) record is kept
@@ -128,7 +109,7 @@ func WithTTL(d time.Duration) Option {
 func OnDuplicate(p DuplicatePolicy) Option {
 	return func(c *config) {
 		if p != Return && p != Raise && p != Wait {
-			c.invalid("OnDuplicate", "unknown policy %d", int(p))
+			c.invalid("OnDuplicate", "unknown policy %q", string(p))
 		}
 		c.dup = p
 	}
@@ -138,7 +119,7 @@ func OnDuplicate(p DuplicatePolicy) Option {
 func OnFailure(p FailurePolicy) Option {
 	return func(c *config) {
 		if p != Unlock && p != Lock {
-			c.invalid("OnFailure", "unknown policy %d", int(p))
+			c.invalid("OnFailure", "unknown policy %q", string(p))
 		}
 		c.fail = p
 	}
@@ -211,9 +192,9 @@ func WithInstanceID(id string) Option {
 	}
 }
 
-// MinSecretLen is the shortest secret WithSecret accepts: 16 bytes, 128
+// minSecretLen is the shortest secret WithSecret accepts: 16 bytes, 128
 // bits of HMAC key.
-const MinSecretLen = 16
+const minSecretLen = 16
 
 // WithSecret derives storage keys and payload hashes with HMAC-SHA256 under
 // active, so nobody without it can guess a storage key from a caller key.
@@ -222,14 +203,14 @@ const MinSecretLen = 16
 // each) and answers from a record found there. Rotate in three deploys:
 // WithSecret(old, new), WithSecret(new, old), then, once the TTL has
 // passed, WithSecret(new) (see docs/guarantees.md). A secret shorter than
-// MinSecretLen bytes, or a previous one equal to another, is an error.
+// 16 bytes, or a previous one equal to another, is an error.
 func WithSecret(active []byte, previous ...[]byte) Option {
 	return func(c *config) {
 		switch {
 		case len(active) == 0:
 			c.invalid("WithSecret", "secret is empty")
-		case len(active) < MinSecretLen:
-			c.invalid("WithSecret", "secret is %d bytes, want at least %d (an HMAC key under 128 bits is guessable)", len(active), MinSecretLen)
+		case len(active) < minSecretLen:
+			c.invalid("WithSecret", "secret is %d bytes, want at least %d (an HMAC key under 128 bits is guessable)", len(active), minSecretLen)
 		}
 		c.secret = append([]byte(nil), active...)
 		c.previous = nil
@@ -238,8 +219,8 @@ func WithSecret(active []byte, previous ...[]byte) Option {
 			case len(p) == 0:
 				c.invalid("WithSecret", "previous secret %d is empty", i+1)
 				continue
-			case len(p) < MinSecretLen:
-				c.invalid("WithSecret", "previous secret %d is %d bytes, want at least %d (an HMAC key under 128 bits is guessable)", i+1, len(p), MinSecretLen)
+			case len(p) < minSecretLen:
+				c.invalid("WithSecret", "previous secret %d is %d bytes, want at least %d (an HMAC key under 128 bits is guessable)", i+1, len(p), minSecretLen)
 				continue
 			case string(p) == string(active):
 				c.invalid("WithSecret", "previous secret %d is the active secret", i+1)
@@ -273,14 +254,15 @@ func WithObserver(o Observer) Option {
 }
 
 // WithLogger logs every Event to l (claims, hits and waits at Debug,
-// takeovers and failures at Info and Warn).
+// takeovers and failures at Info and Warn), besides sending it to
+// WithObserver's observer, if there is one.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l == nil {
 			c.invalid("WithLogger", "logger is nil")
 			return
 		}
-		c.observer = LogObserver(l)
+		c.logger = logObserver(l)
 	}
 }
 

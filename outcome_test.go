@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -138,7 +139,7 @@ func (panicky) MarshalJSON() ([]byte, error) { panic("encoder bug") }
 // left the claim in progress for a takeover to run fn again.)
 func TestEncoderPanicCompletesWithoutResult(t *testing.T) {
 	var c eventCounter
-	g := newGuard[panicky](t, mustMem(), idem.WithObserver(&c))
+	g := newGuard[panicky](t, mustMem(), idem.WithObserver(c.Observe))
 	var runs atomic.Int32
 	fn := func(ctx context.Context) (panicky, error) { runs.Add(1); return panicky{N: 7}, nil }
 	v, err := g.Do(context.Background(), "k", fn)
@@ -256,7 +257,7 @@ func TestFenceTriesAfterASlowAnswer(t *testing.T) {
 	if got := claims.Load(); got < 4 {
 		t.Errorf("%d claims: want a try after the slow one", got)
 	}
-	sk, err := g.StorageKey("k")
+	sk, err := guardinfo.StorageKey(g, "k")
 	if err != nil {
 		t.Fatal(err)
 	}

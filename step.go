@@ -30,7 +30,7 @@ func Step[V any](ctx context.Context, name string, fn func(context.Context) (V, 
 	case fn == nil:
 		return zero, &storekit.OptionError{Option: "Step", Reason: "function is nil"}
 	case name == "":
-		return zero, &KeyError{Reason: "empty step name"}
+		return zero, &storekit.KeyError{Reason: "empty step name"}
 	}
 	sc, err := stepCallOf(ctx, "Step", name)
 	if err != nil {

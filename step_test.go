@@ -275,7 +275,7 @@ func TestStepOwnerAliveAfterTakeover(t *testing.T) {
 	}
 	bWaits := make(chan struct{})
 	var once sync.Once
-	b, err := idem.New[int](mem, append(opts, idem.WithObserver(idem.ObserverFunc(func(_ context.Context, e idem.Event) {
+	b, err := idem.New[int](mem, append(opts, idem.WithObserver(idem.Observer(func(_ context.Context, e idem.Event) {
 		if e.Kind == idem.EventWait && e.StorageKey != callKey { // B waits on the step
 			once.Do(func() { close(bWaits) })
 		}

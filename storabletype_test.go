@@ -108,7 +108,7 @@ func TestUnencodableValueIsVisible(t *testing.T) {
 
 	var mu sync.Mutex
 	var seen []idem.Event
-	obs := idem.ObserverFunc(func(_ context.Context, e idem.Event) {
+	obs := idem.Observer(func(_ context.Context, e idem.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		seen = append(seen, e)

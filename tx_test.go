@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -238,19 +239,22 @@ func TestRunTxFollowersShareOutcome(t *testing.T) {
 	}
 }
 
-func TestPoliciesAndStore(t *testing.T) {
+func TestGuardInfo(t *testing.T) {
 	g, s := memGuard[int](t, idem.OnDuplicate(idem.Wait), idem.OnFailure(idem.Lock), idem.WithTTL(time.Hour),
 		idem.WithTakeoverAfter(9*time.Second), idem.WithHeartbeat(2*time.Second))
-	want := idem.Policies{Duplicate: idem.Wait, Failure: idem.Lock, TTL: time.Hour, Heartbeat: 2 * time.Second, TakeoverAfter: 9 * time.Second}
-	if got := g.Policies(); got != want {
-		t.Fatalf("Policies() = %+v, want %+v", got, want)
+	info, ok := guardinfo.Of(g)
+	if !ok || !info.Wait || !info.Lock || info.TTL != time.Hour || info.Heartbeat != 2*time.Second || info.TakeoverAfter != 9*time.Second {
+		t.Fatalf("info = %+v, %v", info, ok)
 	}
-	if g.Store() != storekit.Store(s) {
-		t.Fatal("Store() is not the store the Guard was made with")
+	if info.Store != storekit.Store(s) {
+		t.Fatal("info.Store is not the store the Guard was made with")
 	}
 	d, _ := memGuard[int](t)
-	want = idem.Policies{Duplicate: idem.Return, Failure: idem.Unlock, TTL: idem.DefaultTTL, Heartbeat: idem.DefaultHeartbeat, TakeoverAfter: idem.DefaultTakeoverAfter}
-	if got := d.Policies(); got != want {
-		t.Fatalf("default Policies() = %+v, want %+v", got, want)
+	info, _ = guardinfo.Of(d)
+	if info.Wait || info.Lock || info.TTL != 24*time.Hour || info.Heartbeat != 5*time.Second || info.TakeoverAfter != 30*time.Second {
+		t.Fatalf("default info = %+v", info)
+	}
+	if _, ok := guardinfo.Of(struct{}{}); ok {
+		t.Fatal("guardinfo.Of(struct{}{}) says it is a Guard")
 	}
 }

@@ -97,9 +97,17 @@ func (e *engine) pollMax() time.Duration {
 }
 
 // safetyPoll is how often a waiter on a pushing store looks anyway: a
-// crashed owner publishes nothing, so staleness is found by looking.
+// crashed owner publishes nothing, so staleness is found by looking. On a
+// store that knows when an owner is gone (storekit.Presence), looking is
+// what finds a dead owner's claim (the claim that looks takes it over), so
+// a waiter looks at least every second: a crash costs a waiter a second,
+// not the takeover threshold.
 func (e *engine) safetyPoll() time.Duration {
-	return min(max(e.takeover/4, 50*time.Millisecond), 5*time.Second)
+	limit := 5 * time.Second
+	if e.presence {
+		limit = time.Second
+	}
+	return min(max(e.takeover/4, 50*time.Millisecond), limit)
 }
 
 // waits are a leader's waiters: on the call's key under the active

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -34,7 +35,7 @@ func TestWatchFailureRemembered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sk, err := g.StorageKey("k")
+	sk, err := guardinfo.StorageKey(g, "k")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -56,7 +57,7 @@ func New(store storekit.Store, opts ...Option) (*Interceptor, error) {
 	g, err := idem.New[record](store, gopts...)
 	if err != nil {
 		c.errs = append(c.errs, err)
-	} else if g.Policies().Failure == idem.Lock {
+	} else if info, _ := guardinfo.Of(g); info.Lock {
 		c.invalid("WithGuard", "idem.OnFailure(idem.Lock) is refused: a call whose code is not recorded must release its claim, and Lock would keep it as a failure for the TTL (WithRecordCode replays a failing code instead)")
 	}
 	if len(c.errs) > 0 {

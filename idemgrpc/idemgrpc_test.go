@@ -100,7 +100,7 @@ func TestCheckKey(t *testing.T) {
 	}
 	for _, k := range []string{"", strings.Repeat("k", idemgrpc.MaxKeyLen+1), "a b", "tab\there", "nl\n", "caf\u00e9", "\x00", "\x7f"} {
 		err := idemgrpc.CheckKey(k)
-		var ke *idem.KeyError
+		var ke *storekit.KeyError
 		assert.ErrorAs(t, err, &ke, "%q", k)
 		assert.ErrorIs(t, err, idem.ErrInvalidKey, "%q", k)
 	}

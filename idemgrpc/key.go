@@ -5,12 +5,11 @@ import (
 	"crypto/rand"
 	"fmt"
 
+	"github.com/idem-go/idem/storekit"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-
-	"github.com/idem-go/idem"
 )
 
 const (
@@ -27,17 +26,17 @@ const (
 // bytes, each a visible ASCII character ('!' to '~': no space, no control
 // character, nothing outside ASCII). Any such string is fine: a UUID, a
 // ULID, an order number. A refused key is an
-// *idem.KeyError matching idem.ErrInvalidKey.
+// *storekit.KeyError matching idem.ErrInvalidKey.
 func CheckKey(key string) error {
 	if key == "" {
-		return &idem.KeyError{Reason: "empty"}
+		return &storekit.KeyError{Reason: "empty"}
 	}
 	if len(key) > MaxKeyLen {
-		return &idem.KeyError{Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
+		return &storekit.KeyError{Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x21 || c > 0x7e {
-			return &idem.KeyError{Reason: fmt.Sprintf("byte %d is %q, not a visible ASCII character", i, c)}
+			return &storekit.KeyError{Reason: fmt.Sprintf("byte %d is %q, not a visible ASCII character", i, c)}
 		}
 	}
 	return nil

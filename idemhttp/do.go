@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -107,13 +108,13 @@ func awaitRecord(done <-chan outcome) {
 // age read from the store, by this process's clock), rounded up to whole
 // seconds, at least 1. A record that is no longer in progress asks for 1.
 func (m *Middleware) retryAfter(ctx context.Context, scoped string) int {
-	p := m.guard.Policies()
-	wait, takeover := p.Heartbeat, p.TakeoverAfter
-	if sk, err := m.guard.StorageKey(scoped); err == nil {
+	info, _ := guardinfo.Of(m.guard)
+	wait, takeover := info.Heartbeat, info.TakeoverAfter
+	if sk, err := info.StorageKey(scoped); err == nil {
 		// The request's context may have ended (a wait under
 		// idem.OnDuplicate(idem.Wait) that ran out): the read has its own.
 		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retryAfterRead)
-		rec, err := m.guard.Store().Get(gctx, sk)
+		rec, err := info.Store.Get(gctx, sk)
 		cancel()
 		switch {
 		case err == nil && rec.Status != storekit.StatusInProgress:

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -88,7 +89,7 @@ func New(store storekit.Store, opts ...Option) (*Middleware, error) {
 	g, err := idem.New[response](store, append(c.guardOpts[:len(c.guardOpts):len(c.guardOpts)], idem.WithCodec(recordCodec{}))...)
 	if err != nil {
 		c.errs = append(c.errs, err)
-	} else if g.Policies().Failure == idem.Lock {
+	} else if info, _ := guardinfo.Of(g); info.Lock {
 		c.invalid("WithGuard", "idem.OnFailure(idem.Lock) is refused: a response the middleware does not record (a 5xx, a hijacked connection, a client gone) must release its claim, and Lock would keep it as a failure for the TTL (WithRecordStatus replays a 5xx instead)")
 	}
 	if len(c.errs) > 0 {
@@ -130,7 +131,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	case err != nil:
 		writeProblem(w, problem{Type: ProblemKeyInvalid, Title: "Invalid idempotency key", Status: http.StatusBadRequest,
-			Detail: fmt.Sprintf("The %s header is invalid: %s.", m.cfg.headerName, err.(*idem.KeyError).Reason)}, 0)
+			Detail: fmt.Sprintf("The %s header is invalid: %s.", m.cfg.headerName, err.(*storekit.KeyError).Reason)}, 0)
 		return
 	}
 	principal := ""

@@ -759,7 +759,7 @@ func TestGuardOptionsTable(t *testing.T) {
 	})
 	t.Run("observer", func(t *testing.T) {
 		var c eventCounter
-		srv := newMW(t, nil, idemhttp.WithGuard(idem.WithObserver(&c))).Handler(&counter{})
+		srv := newMW(t, nil, idemhttp.WithGuard(idem.WithObserver(c.Observe))).Handler(&counter{})
 		do(srv, req{key: "k"})
 		do(srv, req{key: "k"})
 		do(srv, req{key: "k", body: "other"})
@@ -811,7 +811,7 @@ func TestInvalidOptions(t *testing.T) {
 	// Valid, and New tells the Guard's failure policy without the user's
 	// observer seeing anything.
 	var events atomic.Int32
-	obs := idem.ObserverFunc(func(context.Context, idem.Event) { events.Add(1) })
+	obs := idem.Observer(func(context.Context, idem.Event) { events.Add(1) })
 	if _, err := idemhttp.New(mustMem(), idemhttp.WithRequired(), idemhttp.WithReplaySetCookie(),
 		idemhttp.WithFingerprintHeaders("X-A", "x-b", "host"), idemhttp.WithMethods("POST", "PUT", "PURGE", "post-it"),
 		idemhttp.WithGuard(idem.OnFailure(idem.Lock), idem.OnFailure(idem.Unlock), idem.WithObserver(obs))); err != nil {

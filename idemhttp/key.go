@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // ErrNoKey is returned by ParseKey for a request without the key header.
@@ -21,7 +21,7 @@ var ErrNoKey = errors.New("idemhttp: no idempotency key")
 // ASCII without spaces, double quotes, backslashes, commas or semicolons.
 // Structured-field parameters (;a=1) are not accepted. Refused: more than
 // one field line, an empty key, a key longer than MaxKeyLen bytes (once
-// unquoted), and anything malformed; the error is an *idem.KeyError
+// unquoted), and anything malformed; the error is an *storekit.KeyError
 // matching idem.ErrInvalidKey, whose Reason says what is wrong. No field
 // line at all is ErrNoKey.
 func ParseKey(values []string) (string, error) {
@@ -30,11 +30,11 @@ func ParseKey(values []string) (string, error) {
 		return "", ErrNoKey
 	case 1:
 	default:
-		return "", &idem.KeyError{Reason: "more than one field line"}
+		return "", &storekit.KeyError{Reason: "more than one field line"}
 	}
 	v := strings.Trim(values[0], " \t")
 	if v == "" {
-		return "", &idem.KeyError{Reason: "empty"}
+		return "", &storekit.KeyError{Reason: "empty"}
 	}
 	var key string
 	if v[0] == '"' {
@@ -46,7 +46,7 @@ func ParseKey(values []string) (string, error) {
 			switch {
 			case c == '\\':
 				if i+1 >= len(v) || (v[i+1] != '"' && v[i+1] != '\\') {
-					return "", &idem.KeyError{Reason: "bad escape in string"}
+					return "", &storekit.KeyError{Reason: "bad escape in string"}
 				}
 				b.WriteByte(v[i+1])
 				i += 2
@@ -54,36 +54,36 @@ func ParseKey(values []string) (string, error) {
 				closed = true
 				i++
 			case c < 0x20 || c > 0x7e:
-				return "", &idem.KeyError{Reason: "string holds a character that is not printable ASCII"}
+				return "", &storekit.KeyError{Reason: "string holds a character that is not printable ASCII"}
 			default:
 				b.WriteByte(c)
 				i++
 			}
 			if b.Len() > MaxKeyLen {
-				return "", &idem.KeyError{Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
+				return "", &storekit.KeyError{Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
 			}
 		}
 		if !closed {
-			return "", &idem.KeyError{Reason: "unterminated string"}
+			return "", &storekit.KeyError{Reason: "unterminated string"}
 		}
 		if i != len(v) {
-			return "", &idem.KeyError{Reason: "characters after the string (parameters are not accepted)"}
+			return "", &storekit.KeyError{Reason: "characters after the string (parameters are not accepted)"}
 		}
 		key = b.String()
 		if key == "" {
-			return "", &idem.KeyError{Reason: "empty"}
+			return "", &storekit.KeyError{Reason: "empty"}
 		}
 	} else {
 		for i := 0; i < len(v); i++ {
 			c := v[i]
 			if c <= 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == ',' || c == ';' {
-				return "", &idem.KeyError{Reason: fmt.Sprintf("bare key holds %q; send it as a quoted string", c)}
+				return "", &storekit.KeyError{Reason: fmt.Sprintf("bare key holds %q; send it as a quoted string", c)}
 			}
 		}
 		key = v
 	}
 	if len(key) > MaxKeyLen {
-		return "", &idem.KeyError{Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
+		return "", &storekit.KeyError{Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
 	}
 	return key, nil
 }

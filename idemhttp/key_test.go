@@ -7,6 +7,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/storekit"
 )
 
 func TestParseKey(t *testing.T) {
@@ -29,9 +30,9 @@ func TestParseKey(t *testing.T) {
 		"caf\xc3\xa9", `"abc";p=1`, `"abc", "def"`, strings.Repeat("z", 256), `"` + strings.Repeat("z", 256) + `"`}
 	for _, in := range bad {
 		got, err := idemhttp.ParseKey([]string{in})
-		var ke *idem.KeyError
+		var ke *storekit.KeyError
 		if !errors.As(err, &ke) || !errors.Is(err, idem.ErrInvalidKey) || errors.Is(err, idemhttp.ErrNoKey) {
-			t.Errorf("ParseKey(%q) = %q, %v; want an *idem.KeyError matching idem.ErrInvalidKey", in, got, err)
+			t.Errorf("ParseKey(%q) = %q, %v; want an *storekit.KeyError matching idem.ErrInvalidKey", in, got, err)
 		}
 	}
 	if _, err := idemhttp.ParseKey([]string{"a", "b"}); !errors.Is(err, idem.ErrInvalidKey) {
@@ -49,9 +50,9 @@ func FuzzParseKey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		key, err := idemhttp.ParseKey([]string{s})
 		if err != nil {
-			var ke *idem.KeyError
+			var ke *storekit.KeyError
 			if !errors.As(err, &ke) {
-				t.Fatalf("error %v is not an *idem.KeyError", err)
+				t.Fatalf("error %v is not an *storekit.KeyError", err)
 			}
 			return
 		}

@@ -8,11 +8,12 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemmcp"
+	"github.com/idem-go/idem/storekit"
 )
 
 // FuzzCheckKey: CheckKey never panics; a key it accepts is 1 to MaxKeyLen
 // visible ASCII bytes, and SetKey then KeyOf gives it back; one it refuses
-// is an *idem.KeyError matching idem.ErrInvalidKey.
+// is an *storekit.KeyError matching idem.ErrInvalidKey.
 func FuzzCheckKey(f *testing.F) {
 	for _, s := range []string{"order-1", "", " ", "01J9Z3K6Q8Y4V2W7X5T1R0S9P8", "ключ", "a\x00b", "~!"} {
 		f.Add(s)
@@ -20,9 +21,9 @@ func FuzzCheckKey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, key string) {
 		err := idemmcp.CheckKey(key)
 		if err != nil {
-			var ke *idem.KeyError
+			var ke *storekit.KeyError
 			if !errors.As(err, &ke) || !errors.Is(err, idem.ErrInvalidKey) {
-				t.Fatalf("CheckKey(%q) = %v, want an *idem.KeyError", key, err)
+				t.Fatalf("CheckKey(%q) = %v, want an *storekit.KeyError", key, err)
 			}
 			return
 		}

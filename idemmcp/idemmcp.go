@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/jcs"
 	"github.com/idem-go/idem/storekit"
 )
@@ -50,7 +51,7 @@ func New(store storekit.Store, opts ...Option) (*Middleware, error) {
 	g, err := idem.New[[]byte](store, gopts...)
 	if err != nil {
 		c.errs = append(c.errs, err)
-	} else if g.Policies().Failure == idem.Lock {
+	} else if info, _ := guardinfo.Of(g); info.Lock {
 		c.invalid("WithGuard", "idem.OnFailure(idem.Lock) is refused: a result that is not recorded must release its key, and Lock would keep it as a failure for the TTL (WithRecordResult records tool errors instead)")
 	}
 	if len(c.errs) > 0 {

@@ -137,7 +137,7 @@ func TestReplayIdentical(t *testing.T) {
 // idem.Wait (the duplicates wait).
 func TestConcurrentOneKey(t *testing.T) {
 	for _, policy := range []idem.DuplicatePolicy{idem.Return, idem.Wait} {
-		t.Run(policy.String(), func(t *testing.T) {
+		t.Run(string(policy), func(t *testing.T) {
 			transports(t, func(t *testing.T, connect func(*mcp.Server) func() *mcp.ClientSession) {
 				tl := tools{started: make(chan struct{}, 16), gate: make(chan struct{})}
 				conn := connect(tl.server(newMiddleware(t, newStore(t), idemmcp.WithGuard(idem.OnDuplicate(policy)))))

@@ -4,9 +4,8 @@ import (
 	"crypto/rand"
 	"fmt"
 
+	"github.com/idem-go/idem/storekit"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/idem-go/idem"
 )
 
 // The _meta names this package reads and writes. They follow the MCP
@@ -85,18 +84,18 @@ func Replayed(res *mcp.CallToolResult) bool {
 
 // CheckKey reports whether key is a valid idempotency key: 1 to MaxKeyLen
 // bytes, each a visible ASCII character ('!' to '~'). A UUID, a ULID, an
-// order number are all fine. A refused key is an *idem.KeyError matching
+// order number are all fine. A refused key is an *storekit.KeyError matching
 // idem.ErrInvalidKey.
 func CheckKey(key string) error {
 	if key == "" {
-		return &idem.KeyError{Reason: "empty"}
+		return &storekit.KeyError{Reason: "empty"}
 	}
 	if len(key) > MaxKeyLen {
-		return &idem.KeyError{Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
+		return &storekit.KeyError{Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x21 || c > 0x7e {
-			return &idem.KeyError{Reason: fmt.Sprintf("byte %d is %q, not a visible ASCII character", i, c)}
+			return &storekit.KeyError{Reason: fmt.Sprintf("byte %d is %q, not a visible ASCII character", i, c)}
 		}
 	}
 	return nil

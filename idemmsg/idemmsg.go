@@ -66,6 +66,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -169,7 +170,7 @@ func New(store storekit.Store, opts ...Option) (*Dedup, error) {
 	g, err := idem.New[[]byte](store, c.guard...)
 	if err != nil {
 		c.errs = append(c.errs, err)
-	} else if g.Policies().Duplicate == idem.Wait {
+	} else if info, _ := guardinfo.Of(g); info.Wait {
 		c.errs = append(c.errs, &storekit.OptionError{Option: "idemmsg.WithGuard", Reason: "OnDuplicate(Wait) holds a consumer on another's message; redeliveries are retried instead"})
 	}
 	if err := errors.Join(c.errs...); err != nil {
@@ -250,10 +251,16 @@ func (d *Dedup) decide(ran bool, runErr, err error) Result {
 		r.Action = Reject
 	case errors.Is(err, idem.ErrDuplicate): // a done key under OnDuplicate(Raise)
 		r.Action, r.Replayed, r.Err = Ack, true, nil
-	case ran && runErr != nil && d.g.Policies().Failure == idem.Lock && !givenUp(runErr):
+	case ran && runErr != nil && d.locks() && !givenUp(runErr):
 		r.Action = Reject // recorded as a failure: a redelivery would be refused
 	default: // the handler failed and was released, or the store failed
 		r.Action = Retry
 	}
 	return r
+}
+
+// locks reports whether d's Guard records failures (OnFailure(Lock)).
+func (d *Dedup) locks() bool {
+	info, _ := guardinfo.Of(d.g)
+	return info.Lock
 }

@@ -57,6 +57,9 @@ const (
 	AttrScope    = attribute.Key("idem.scope")
 	AttrAttempt  = attribute.Key("idem.attempt")
 	AttrDuration = attribute.Key("idem.duration")
+	// AttrOwnerGone is set, true, on a takeover (and a step run) of a
+	// claim whose owner was known gone rather than stale (Event.OwnerGone).
+	AttrOwnerGone = attribute.Key("idem.owner_gone")
 )
 
 // Metric names.
@@ -154,7 +157,8 @@ func NewObserver(opts ...Option) (idem.Observer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("otelidem: %s: %w", MetricWaitDuration, err)
 	}
-	return &observer{events: events, fnDur: fnDur, waitDur: waitDur, spanEvents: c.spanEvents, store: c.store}, nil
+	o := &observer{events: events, fnDur: fnDur, waitDur: waitDur, spanEvents: c.spanEvents, store: c.store}
+	return o.Observe, nil
 }
 
 type observer struct {
@@ -169,17 +173,21 @@ type observer struct {
 type setKey struct {
 	kind  idem.EventKind
 	scope string
+	gone  bool
 }
 
 // attrs returns the metric attributes of an event kind and scope, built
 // once per pair.
-func (o *observer) attrs(kind idem.EventKind, scope string) metric.MeasurementOption {
-	k := setKey{kind, scope}
+func (o *observer) attrs(kind idem.EventKind, scope string, gone bool) metric.MeasurementOption {
+	k := setKey{kind, scope, gone}
 	if v, ok := o.sets.Load(k); ok {
 		return v.(metric.MeasurementOption)
 	}
-	kv := make([]attribute.KeyValue, 0, 3)
-	kv = append(kv, AttrEvent.String(kind.String()))
+	kv := make([]attribute.KeyValue, 0, 4)
+	kv = append(kv, AttrEvent.String(string(kind)))
+	if gone {
+		kv = append(kv, AttrOwnerGone.Bool(true))
+	}
 	if o.store != "" {
 		kv = append(kv, AttrStore.String(o.store))
 	}
@@ -191,9 +199,9 @@ func (o *observer) attrs(kind idem.EventKind, scope string) metric.MeasurementOp
 	return v.(metric.MeasurementOption)
 }
 
-// Observe implements idem.Observer.
+// Observe is the idem.Observer New returns.
 func (o *observer) Observe(ctx context.Context, e idem.Event) {
-	set := o.attrs(e.Kind, e.Scope)
+	set := o.attrs(e.Kind, e.Scope, e.OwnerGone)
 	o.events.Add(ctx, 1, set)
 	if e.Duration > 0 {
 		switch e.Kind {
@@ -211,7 +219,7 @@ func (o *observer) Observe(ctx context.Context, e idem.Event) {
 		return
 	}
 	kv := make([]attribute.KeyValue, 0, 5)
-	kv = append(kv, AttrEvent.String(e.Kind.String()))
+	kv = append(kv, AttrEvent.String(string(e.Kind)))
 	if e.Attempt > 0 {
 		kv = append(kv, AttrAttempt.Int64(e.Attempt))
 	}
@@ -224,5 +232,8 @@ func (o *observer) Observe(ctx context.Context, e idem.Event) {
 	if e.Duration > 0 {
 		kv = append(kv, AttrDuration.Float64(e.Duration.Seconds()))
 	}
-	span.AddEvent("idem."+e.Kind.String(), trace.WithAttributes(kv...))
+	if e.OwnerGone {
+		kv = append(kv, AttrOwnerGone.Bool(true))
+	}
+	span.AddEvent("idem."+string(e.Kind), trace.WithAttributes(kv...))
 }

@@ -20,6 +20,14 @@ set -euo pipefail
 
 CACHE=${IDEM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/idem}
 RUN=${IDEM_RUN_DIR:-/tmp/idem-backends}
+# One set-up at a time: two runs at once would each start (or install)
+# the same servers.
+mkdir -p "$RUN"
+# The servers it starts inherit the lock's descriptor: unlocking it on
+# exit (which unlocks it for them too) keeps them from holding it.
+exec 9>"$RUN/.lock"
+flock 9
+trap 'flock -u 9' EXIT
 mkdir -p "$CACHE" "$RUN"
 log() { echo "backends: $*" >&2; }
 # Any step that fails stops the script with one line naming it.
@@ -102,6 +110,7 @@ valkey_root() { # installs valkey-server into VALKEY_ROOT, once
   [ -x "$VALKEY_ROOT/usr/bin/valkey-server" ] && return 0
   need_pkg debootstrap debootstrap
   log "installing valkey-server from Debian trixie into $VALKEY_ROOT"
+  umount "$VALKEY_ROOT/proc" 2>/dev/null || true # left mounted by an interrupted debootstrap
   rm -rf "$VALKEY_ROOT"
   debootstrap --variant=minbase --include=valkey-server trixie "$VALKEY_ROOT" \
     http://deb.debian.org/debian >"$RUN/debootstrap.log" 2>&1 ||

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -115,7 +116,7 @@ func (c *cli) inspectCmd(ctx context.Context, args []string) int {
 	fs := c.newFlagSet("inspect", "idem inspect [flags] -key KEY|-storage-key SK", inspectAbout)
 	var k keyFlags
 	c.addKeyFlags(fs, &k)
-	takeover := fs.Duration("takeover-after", idem.DefaultTakeoverAfter, "threshold for the \"stale\" field of an in-progress record")
+	takeover := fs.Duration("takeover-after", (30 * time.Second), "threshold for the \"stale\" field of an in-progress record")
 	stdout := fs.Bool("stdout", false, "print the recorded standard output instead of the record")
 	storageKey := fs.String("storage-key", "", "the record's storage `key` as idem ls prints it, instead of -key")
 	if code, done := c.parseNoArgs(fs, args); done {
@@ -295,7 +296,7 @@ func (c *cli) callKeys(st storekit.Store, k *keyFlags) ([]string, int) {
 				c.errorf("%s", flagMessage(err))
 				return nil, exitUsage
 			}
-			psk, err := g.StorageKey(k.key)
+			psk, err := guardinfo.StorageKey(g, k.key)
 			if err != nil {
 				c.errorf("-key: %v", err)
 				return nil, exitUsage

@@ -89,9 +89,10 @@ type execSpec struct {
 	timeout   time.Duration // 0: none
 	killGrace time.Duration
 	// lapseGrace, when set, bounds killGrace when the command is stopped
-	// because its claim could not be refreshed: SIGKILL must come before
-	// the claim can look stale elsewhere.
-	lapseGrace func() time.Duration
+	// because its claim could not be refreshed (ok, given the cause of
+	// the run's context): SIGKILL must come before the claim can look
+	// stale elsewhere.
+	lapseGrace func(cause error) (grace time.Duration, ok bool)
 }
 
 // execute runs the command until it exits. When ctx ends (ownership lost,
@@ -150,8 +151,10 @@ func execute(ctx context.Context, s execSpec) (outcome, error) {
 			}
 		}
 		grace := s.killGrace
-		if s.lapseGrace != nil && leaseLapsed(context.Cause(runCtx)) {
-			grace = min(grace, s.lapseGrace())
+		if s.lapseGrace != nil {
+			if g, ok := s.lapseGrace(context.Cause(runCtx)); ok {
+				grace = min(grace, g)
+			}
 		}
 		signal(false)
 		timer := time.NewTimer(grace)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -283,7 +284,7 @@ func (c *cli) storageKey(st storekit.Store, k *keyFlags, extra ...idem.Option) (
 		c.errorf("%s", flagMessage(err))
 		return nil, "", exitUsage
 	}
-	sk, err := g.StorageKey(k.key)
+	sk, err := guardinfo.StorageKey(g, k.key)
 	if err != nil {
 		c.errorf("-key: %v", err)
 		return nil, "", exitUsage

@@ -14,8 +14,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/idem-go/idem"
 )
 
 // invocation is one in-process run of the command line.
@@ -242,7 +240,7 @@ func usageScenario() scenario {
 		{args: []string{"run", "-key", "k", "-ttl", "-1s", "--", "true"}, code: exitUsage, stderrHas: "idem: -ttl: "},
 		{args: []string{"run", "-key", "k", "-max-output", "lots", "--", "true"}, code: exitUsage, stderrHas: "invalid size"},
 		{args: []string{"run", "-key", "k", "-in-progress-exit", "300", "--", "true"}, code: exitUsage},
-		{args: []string{"run", "-key", strings.Repeat("k", idem.MaxKeyLen+1), "--", "true"}, code: exitUsage, stderrHas: "-key"},
+		{args: []string{"run", "-key", strings.Repeat("k", 4096+1), "--", "true"}, code: exitUsage, stderrHas: "-key"},
 		{args: []string{"inspect"}, code: exitUsage, stderrHas: "-key is required"},
 		{args: []string{"inspect", "-key", "k", "extra"}, code: exitUsage},
 		{args: []string{"unlock", "-key", "k", "extra"}, code: exitUsage},

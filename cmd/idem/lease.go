@@ -14,44 +14,40 @@ import (
 // never recorded, since the command was cut short.
 var errLeaseExpired = errors.New("the claim could not be refreshed in time")
 
-// leaseLapsed reports whether cause is the Guard's notice that the claim
-// went unrefreshed too long (an *idem.LapseError): the command is stopped
-// because its claim could not be refreshed.
-func leaseLapsed(cause error) bool {
-	var le *idem.LapseError
-	return errors.As(cause, &le)
-}
-
 // leaseWatch observes the Guard's heartbeats for one run: the error of the
 // last heartbeat that failed, for the message, and, once the claim lapses,
 // how long is left before another run may take it over, which bounds the
 // kill grace. The Guard keeps the lease; the command only listens.
 type leaseWatch struct {
-	mu      sync.Mutex
-	margin  time.Duration // set by EventLapse
-	lastErr error
+	mu       sync.Mutex
+	didLapse bool          // set by EventLapse, before the Guard cancels the run's context
+	margin   time.Duration // set by EventLapse
+	lastErr  error
 }
 
-// Observe implements idem.Observer.
+// Observe is the run's idem.Observer.
 func (w *leaseWatch) Observe(_ context.Context, e idem.Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch e.Kind {
-	case idem.EventHeartbeatError:
-		w.lastErr = e.Err
+	case idem.EventHeartbeat:
+		if e.Err != nil {
+			w.lastErr = e.Err
+		}
 	case idem.EventLapse:
-		w.margin = e.Duration
+		w.didLapse, w.margin = true, e.Duration
 	}
 }
 
 // killGrace is the longest a lapsed command may take between SIGTERM and
 // SIGKILL: half of what the Guard said was left before a takeover, so the
 // command is gone with time to spare (clock skew between hosts, a slow
-// exit).
-func (w *leaseWatch) killGrace() time.Duration {
+// exit); ok when cause, the cause of the run's context, says the run
+// lapsed.
+func (w *leaseWatch) killGrace(cause error) (time.Duration, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.margin / 2
+	return w.margin / 2, w.didLapse && errors.Is(cause, idem.ErrLostOwnership)
 }
 
 func (w *leaseWatch) heartbeatErr() error {
@@ -60,13 +56,11 @@ func (w *leaseWatch) heartbeatErr() error {
 	return w.lastErr
 }
 
-// observers sends each event to every non-nil observer in list.
-func observers(list ...idem.Observer) idem.Observer {
-	return idem.ObserverFunc(func(ctx context.Context, e idem.Event) {
-		for _, o := range list {
-			if o != nil {
-				o.Observe(ctx, e)
-			}
-		}
-	})
+// lapsed reports whether cause, the cause of the run's context, is the
+// Guard's notice that the claim went unrefreshed too long: the command is
+// stopped because its claim could not be refreshed (not because another
+// run took it over).
+func (w *leaseWatch) lapsed(cause error) bool {
+	_, ok := w.killGrace(cause)
+	return ok
 }

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/storekit"
-
-	"github.com/idem-go/idem"
 )
 
 const lsAbout = `Lists the live records of the store with their state (in_progress, stale,
@@ -44,7 +42,7 @@ type listFlags struct {
 
 func (c *cli) addListFlags(fs *flag.FlagSet, l *listFlags) {
 	c.addStoreFlag(fs, &l.store)
-	l.takeover = fs.Duration("takeover-after", idem.DefaultTakeoverAfter, "threshold for \"stale\", for records that do not store their owner's")
+	l.takeover = fs.Duration("takeover-after", (30 * time.Second), "threshold for \"stale\", for records that do not store their owner's")
 }
 
 // listRecords opens the store and calls f for each live record and its

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/internal/testenv"
 )
 
@@ -79,7 +80,7 @@ func TestBinaryStepsEpoch(t *testing.T) {
 	if v, err := g.Do(ctx, "order-1", call); err != nil || v != "ch_1" {
 		t.Fatalf("Do: %q, %v", v, err)
 	}
-	callKey, err := g.StorageKey("order-1")
+	callKey, err := guardinfo.StorageKey(g, "order-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +264,7 @@ func invoiceRecord(t *testing.T, key string, opts ...idem.Option) (spec, sk stri
 	if _, err := g.Do(context.Background(), key, func(context.Context) (invoice, error) { return invoice{"inv_1", 1999}, nil }); err != nil {
 		t.Fatal(err)
 	}
-	if sk, err = g.StorageKey(key); err != nil {
+	if sk, err = guardinfo.StorageKey(g, key); err != nil {
 		t.Fatal(err)
 	}
 	return spec, sk, st

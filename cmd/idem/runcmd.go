@@ -46,8 +46,8 @@ type runConfig struct {
 	key        keyFlags
 	args       []string // COMMAND and its arguments
 	guardOpts  []idem.Option
-	logger     idem.Observer // -v, or nil
-	lock       bool          // -on-failure lock
+	logger     *slog.Logger // -v, or nil
+	lock       bool         // -on-failure lock
 	payload    string
 	hasPayload bool
 	timeout    time.Duration
@@ -67,9 +67,9 @@ func (c *cli) parseRun(args []string) (cfg *runConfig, code int, done bool) {
 	var (
 		onDup     = fs.String("on-duplicate", "return", "`policy` for a duplicate: return (exit 75 while KEY is in progress, else replay), raise (75, or 79 instead of a replay), or wait")
 		onFail    = fs.String("on-failure", "unlock", "`policy` after a non-zero exit: unlock (the next run runs again) or lock (record the failure and replay it)")
-		ttl       = fs.Duration("ttl", idem.DefaultTTL, "how long the outcome is kept and replayed")
-		takeover  = fs.Duration("takeover-after", idem.DefaultTakeoverAfter, "a claim whose heartbeat is this old is stale and taken over")
-		heartbeat = fs.Duration("heartbeat", 0, "how often a run refreshes its claim (default "+idem.DefaultHeartbeat.String()+", or a third of -takeover-after if shorter)")
+		ttl       = fs.Duration("ttl", (24 * time.Hour), "how long the outcome is kept and replayed")
+		takeover  = fs.Duration("takeover-after", (30 * time.Second), "a claim whose heartbeat is this old is stale and taken over")
+		heartbeat = fs.Duration("heartbeat", 0, "how often a run refreshes its claim (default "+(5*time.Second).String()+", or a third of -takeover-after if shorter)")
 		verbose   = fs.Bool("v", false, "log claims, replays, waits and takeovers on standard error")
 	)
 	fs.StringVar(&cfg.payload, "payload", "", "the `inputs` of the run: a later run of KEY with another payload exits 65")
@@ -106,7 +106,7 @@ func (c *cli) parseRun(args []string) (cfg *runConfig, code int, done bool) {
 		cfg.guardOpts = append(cfg.guardOpts, idem.WithHeartbeat(*heartbeat))
 	}
 	if *verbose {
-		cfg.logger = idem.LogObserver(slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))
+		cfg.logger = slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	if _, code := c.guardOptions(&cfg.key); code != 0 {
 		return nil, code, true
@@ -189,9 +189,11 @@ func (c *cli) runCmd(ctx context.Context, args []string) int {
 	if testWrapStore != nil {
 		inner = testWrapStore(inner)
 	}
-	// The lease watch and -v's logger share the Guard's one Observer.
 	lw := &leaseWatch{}
-	opts := append(cfg.guardOpts[:len(cfg.guardOpts):len(cfg.guardOpts)], idem.WithObserver(observers(cfg.logger, lw)))
+	opts := append(cfg.guardOpts[:len(cfg.guardOpts):len(cfg.guardOpts)], idem.WithObserver(lw.Observe))
+	if cfg.logger != nil {
+		opts = append(opts, idem.WithLogger(cfg.logger))
+	}
 	g, sk, code := c.storageKey(inner, &cfg.key, opts...)
 	if code != 0 {
 		return code
@@ -216,8 +218,8 @@ type runResult struct {
 	err         error   // from the Guard
 	ran         *outcome
 	startFailed *startError
-	lapse       *idem.LapseError // set when the Guard stopped COMMAND: its claim went unrefreshed
-	waitExpired bool             // -wait-timeout passed while another run held the key
+	lapse       error // set when the Guard stopped COMMAND: its claim went unrefreshed (the Guard's cause)
+	waitExpired bool  // -wait-timeout passed while another run held the key
 }
 
 func (r *runner) run(ctx context.Context) runResult {
@@ -269,7 +271,8 @@ func (r *runner) run(ctx context.Context) runResult {
 			killGrace:  r.cfg.killGrace,
 			lapseGrace: r.lease.killGrace,
 		})
-		if errors.As(context.Cause(fctx), &res.lapse) {
+		if cause := context.Cause(fctx); r.lease.lapsed(cause) {
+			res.lapse = cause
 			res.ran = &out
 			return out, errLeaseExpired // release, never record: the command was cut short
 		}
@@ -296,7 +299,7 @@ func (r *runner) run(ctx context.Context) runResult {
 func (c *cli) runExit(ctx context.Context, cfg *runConfig, res runResult, lw *leaseWatch) int {
 	err := res.err
 	if res.lapse != nil {
-		c.errorf("the claim could not be refreshed for %v (heartbeat: %v); the command was stopped (exit %d) so that a run taking the key over cannot overlap it", res.lapse.Since, lw.heartbeatErr(), res.ran.Exit)
+		c.errorf("the claim could not be refreshed in time (%v; heartbeat: %v); the command was stopped (exit %d) so that a run taking the key over cannot overlap it", res.lapse, lw.heartbeatErr(), res.ran.Exit)
 		if rest := withoutErr(err, errLeaseExpired); rest != nil {
 			c.errorf("releasing the claim: %v", rest)
 		}

@@ -32,8 +32,8 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemmsg"
+	"github.com/idem-go/idem/storekit"
 )
 
 // Option configures Handle.
@@ -57,7 +57,7 @@ func WithKey(key func(amqp091.Delivery) (string, error)) Option {
 // matching idem.ErrInvalidKey when it has none.
 func Key(del amqp091.Delivery) (string, error) {
 	if del.MessageId == "" {
-		return "", &idem.KeyError{Reason: "delivery has no message-id property"}
+		return "", &storekit.KeyError{Reason: "delivery has no message-id property"}
 	}
 	return del.MessageId, nil
 }
@@ -77,7 +77,7 @@ func Handle(ctx context.Context, d *idemmsg.Dedup, del amqp091.Delivery, h func(
 	var r idemmsg.Result
 	key, err := c.key(del)
 	if err == nil && key == "" {
-		err = &idem.KeyError{Reason: "empty message key"}
+		err = &storekit.KeyError{Reason: "empty message key"}
 	}
 	if err != nil {
 		r = idemmsg.Result{Action: idemmsg.Reject, Err: err}

@@ -31,8 +31,8 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemmsg"
+	"github.com/idem-go/idem/storekit"
 )
 
 // Option configures Handler.
@@ -118,7 +118,7 @@ func Handler(d *idemmsg.Dedup, h func(context.Context, natsjs.Msg) error, opts .
 func handle(c config, d *idemmsg.Dedup, h func(context.Context, natsjs.Msg) error, msg natsjs.Msg) idemmsg.Result {
 	key, err := c.key(msg)
 	if err == nil && key == "" {
-		err = &idem.KeyError{Reason: "empty message key"}
+		err = &storekit.KeyError{Reason: "empty message key"}
 	}
 	if err != nil {
 		return idemmsg.Result{Action: idemmsg.Reject, Err: err}

@@ -36,7 +36,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemmsg"
 )
 
@@ -112,7 +111,7 @@ func handle(c config, d *idemmsg.Dedup, h message.HandlerFunc, msg *message.Mess
 		key = msg.Metadata.Get(c.metadataKey)
 	}
 	if key == "" {
-		return nil, idemmsg.Result{Action: idemmsg.Reject, Err: &idem.KeyError{Reason: "message has no key"}}
+		return nil, idemmsg.Result{Action: idemmsg.Reject, Err: &storekit.KeyError{Reason: "message has no key"}}
 	}
 	var msgs []*message.Message
 	rec, r := d.HandleOutput(msg.Context(), key, msg.Payload, func(context.Context) ([]byte, error) {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -89,7 +90,7 @@ func TestClusterFailoverWithReplicaAck(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("claim failed: %v", err)
 	}
-	sk, err := ga.StorageKey("k")
+	sk, err := guardinfo.StorageKey(ga, "k")
 	require.NoError(t, err)
 	master, err := c.MasterForKey(ctx, s.Key(sk))
 	require.NoError(t, err)

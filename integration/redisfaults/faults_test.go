@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -123,7 +124,7 @@ func TestFaultResetMidCall(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, 7, v)
 			assert.Equal(t, 1, runs)
-			sk, err := g.StorageKey("k")
+			sk, err := guardinfo.StorageKey(g, "k")
 			require.NoError(t, err)
 			rec, err := s.Get(ctx, sk)
 			require.NoError(t, err)
@@ -168,7 +169,7 @@ func TestFaultResetNoRetry(t *testing.T) {
 	require.True(t, fp.remove("reset"))
 
 	// The claim was applied before its reply was lost.
-	sk, err := g.StorageKey("k")
+	sk, err := guardinfo.StorageKey(g, "k")
 	require.NoError(t, err)
 	rec, err := s.Get(ctx, sk)
 	require.NoError(t, err)

@@ -25,7 +25,7 @@
 //
 // Put overwrites. Get of an absent key returns an error matching ErrNotFound.
 // Delete of an absent key is not an error. An empty or otherwise unusable key
-// returns an *idem.KeyError (matching idem.ErrInvalidKey), never a panic. A store its
+// returns an *storekit.KeyError (matching idem.ErrInvalidKey), never a panic. A store its
 // constructor did not make (nil, or a zero File or Memory) returns an
 // *storekit.OptionError matching idem.ErrInvalidOption.
 package body
@@ -37,7 +37,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // Store is a place for page bodies.
@@ -78,14 +78,14 @@ func ETag(content []byte) string {
 const MaxKeyLen = 1024
 
 // CheckKey reports a key no store accepts (empty, or longer than
-// MaxKeyLen) as an *idem.KeyError matching idem.ErrInvalidKey: the check
+// MaxKeyLen) as an *storekit.KeyError matching idem.ErrInvalidKey: the check
 // every Store makes first.
 func CheckKey(key string) error {
 	switch {
 	case key == "":
-		return &idem.KeyError{Reason: "empty body key"}
+		return &storekit.KeyError{Reason: "empty body key"}
 	case len(key) > MaxKeyLen:
-		return &idem.KeyError{Reason: fmt.Sprintf("body key %q... longer than %d bytes", key[:32], MaxKeyLen)}
+		return &storekit.KeyError{Reason: fmt.Sprintf("body key %q... longer than %d bytes", key[:32], MaxKeyLen)}
 	}
 	return nil
 }

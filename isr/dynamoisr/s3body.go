@@ -15,7 +15,6 @@ import (
 	"github.com/aws/smithy-go"
 
 	smithyhttp "github.com/aws/smithy-go/transport/http"
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/isr/body"
 	"github.com/idem-go/idem/storekit"
 )
@@ -119,7 +118,7 @@ func (s *S3Body) check(key string) error {
 		return err
 	}
 	if len(s.prefix)+len(key) > body.MaxKeyLen {
-		return &idem.KeyError{Reason: fmt.Sprintf("body key %q with prefix longer than %d bytes", key[:min(len(key), 32)], body.MaxKeyLen)}
+		return &storekit.KeyError{Reason: fmt.Sprintf("body key %q with prefix longer than %d bytes", key[:min(len(key), 32)], body.MaxKeyLen)}
 	}
 	return nil
 }

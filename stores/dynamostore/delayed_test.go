@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -108,7 +109,7 @@ func TestNotRecordedOnlyWhenTrue(t *testing.T) {
 			v, err := g.Do(ctx, "k", func(context.Context) (int, error) { return 7, nil })
 			h.landed.Wait()
 			// The record as it ends, read through the store without the hold.
-			sk, err2 := g.StorageKey("k")
+			sk, err2 := guardinfo.StorageKey(g, "k")
 			if err2 != nil {
 				t.Fatal(err2)
 			}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -89,7 +90,7 @@ func TestGuardTakeoverOfACrashedOwner(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	g := newGuard[int64](t, e.store, idem.WithTakeoverAfter(300*time.Millisecond), idem.WithHeartbeat(100*time.Millisecond))
-	sk, err := g.StorageKey("job-7")
+	sk, err := guardinfo.StorageKey(g, "job-7")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func TestGuardLostOwnershipCancelsFn(t *testing.T) {
 	// DynamoDB Local is (a 600ms one lapsed once under load: "claim not
 	// refreshed for 575ms").
 	g := newGuard[int](t, e.store, idem.WithTakeoverAfter(30*time.Second), idem.WithHeartbeat(50*time.Millisecond))
-	sk, _ := g.StorageKey("k")
+	sk, _ := guardinfo.StorageKey(g, "k")
 	started := make(chan struct{})
 	done := make(chan error, 1)
 	var cause error

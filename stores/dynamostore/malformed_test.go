@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -36,7 +37,7 @@ func TestMalformedItemsAreCorrupt(t *testing.T) {
 		{"largest attempt on an expired item", map[string]types.AttributeValue{"attempt": n("9223372036854775807"), "expires_at": n("1")}},
 		{"largest attempt on a stale claim", map[string]types.AttributeValue{"attempt": n("9223372036854775807"), "heartbeat_at": n("0"), "stale_at": n("0")}},
 	} {
-		sk, err := g.StorageKey(tc.name)
+		sk, err := guardinfo.StorageKey(g, tc.name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
@@ -136,7 +137,7 @@ func (tc replyLostCase) run(t *testing.T) {
 	lossy := &lossyHTTP{next: &http.Client{Timeout: 5 * time.Second}}
 	g := tc.lossyGuard(t, e, lossy)
 	const key = "lost"
-	sk, err := g.StorageKey(key)
+	sk, err := guardinfo.StorageKey(g, key)
 	if err != nil {
 		t.Fatal(err)
 	}

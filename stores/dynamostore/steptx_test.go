@@ -131,7 +131,7 @@ func TestStepTxStolenClaim(t *testing.T) {
 	table := rowsTable(t, e.client)
 	ctx := context.Background()
 	var stepKey atomic.Value
-	obs := idem.WithObserver(idem.ObserverFunc(func(_ context.Context, ev idem.Event) {
+	obs := idem.WithObserver(idem.Observer(func(_ context.Context, ev idem.Event) {
 		if ev.Kind == idem.EventStepRun {
 			stepKey.Store(ev.StorageKey)
 		}

@@ -66,6 +66,11 @@ func TestConformance(t *testing.T) {
 			Namespace: filepath.Join(t.TempDir(), "store"),
 			NewStore:  func(dir string) (storekit.Store, error) { return filestore.New(dir) },
 		},
+		DeadOwner: &storetest.DeadOwnerConfig{
+			Namespace: filepath.Join(t.TempDir(), "dead"),
+			NewStore:  func(dir string) (storekit.Store, error) { return filestore.New(dir) },
+			Presence:  true,
+		},
 	}
 	if !testing.Short() { // the process suites spawn processes
 		// 4 processes x 16 goroutines, each with its own Guard, on the same

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/filestore"
 )
@@ -39,7 +40,7 @@ func TestMalformedRecordsAreCorrupt(t *testing.T) {
 		{"largest attempt on a stale claim", math.MaxInt64, 20, now + time.Hour.Milliseconds()},
 		{"largest attempt on an expired claim", math.MaxInt64, 20, now - 1},
 	} {
-		sk, err := g.StorageKey(tc.name)
+		sk, err := guardinfo.StorageKey(g, tc.name)
 		if err != nil {
 			t.Fatal(err)
 		}

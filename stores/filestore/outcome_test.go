@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/stretchr/testify/assert"
@@ -40,7 +41,7 @@ func TestShortThresholdDoesNotStealLiveClaim(t *testing.T) {
 	assert.Equal(t, int32(1), runs.Load(), "fn ran once")
 
 	// Past the owner's own threshold a dead claim is taken over, by anyone.
-	sk, err := short.StorageKey("dead")
+	sk, err := guardinfo.StorageKey(short, "dead")
 	require.NoError(t, err)
 	_, err = s.Claim(context.Background(), storekit.ClaimRequest{Key: sk, Nonce: "dead-owner", LeaseTTL: time.Hour, TakeoverAfter: 2 * time.Second})
 	require.NoError(t, err)

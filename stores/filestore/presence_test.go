@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/stores/filestore"
 )
 
@@ -61,7 +62,7 @@ func TestDeadOwnerTakenOverAtOnce(t *testing.T) {
 
 	_, err = g.Do(context.Background(), k, fn)
 	require.ErrorIs(t, err, idem.ErrInProgress, "a live owner is never taken over")
-	sk, err := g.StorageKey(k)
+	sk, err := guardinfo.StorageKey(g, k)
 	require.NoError(t, err)
 	stopOutsideLock(t, c, filestore.StripePath(s, sk))
 	time.Sleep(200 * time.Millisecond)

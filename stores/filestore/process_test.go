@@ -29,6 +29,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/filestore"
 )
@@ -333,7 +334,7 @@ func takeOverAndComplete(t *testing.T, s *filestore.Store, k string) {
 	assert.EqualValues(t, 2, token, "the takeover runs fn with fencing token 2")
 	t.Logf("took over after %v", time.Since(start))
 
-	sk, err := g.StorageKey(k)
+	sk, err := guardinfo.StorageKey(g, k)
 	require.NoError(t, err)
 	rec, err := s.Get(ctx, sk)
 	require.NoError(t, err)
@@ -375,7 +376,7 @@ func TestGuardStaleOwner(t *testing.T) {
 	const k = "stale-key"
 	c := startChild(t, "guard-hold", "IDEM_FS_DIR="+dir, "IDEM_FS_KEY="+k, "IDEM_FS_HOLD=5s")
 	require.Equal(t, "claimed 1", c.expect(t, "claimed", 60*time.Second))
-	sk, err := newGuard(t, s).StorageKey(k)
+	sk, err := guardinfo.StorageKey(newGuard(t, s), k)
 	require.NoError(t, err)
 	stopOutsideLock(t, c, filestore.StripePath(s, sk))
 

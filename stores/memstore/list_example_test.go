@@ -28,7 +28,7 @@ func ExampleStore_Records() {
 			fmt.Println(err)
 			return
 		}
-		counts[rec.State(time.Now().UnixMilli(), idem.DefaultTakeoverAfter)]++
+		counts[rec.State(time.Now().UnixMilli(), (30*time.Second))]++
 	}
 	for _, s := range storekit.RecordStates() {
 		fmt.Println(s, counts[s])

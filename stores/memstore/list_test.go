@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -36,7 +37,7 @@ func TestRecordsSteps(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	sk, _ := g.StorageKey("call")
+	sk, _ := guardinfo.StorageKey(g, "call")
 	keys := map[string]storekit.RecordState{}
 	for rec, err := range s.Records(ctx) {
 		if err != nil {

@@ -41,6 +41,18 @@
 // JetStream context with WithJetStream, so that it can publish records
 // with their expiry in a header and remove them by stream sequence.
 //
+// # Dead owners
+//
+// A Guard's claims name its process, and a claim of a process that died
+// is taken over at once, not after the takeover threshold: each process
+// subscribes to a subject of its own on the bucket's connection, and a
+// claim that meets another process's in-progress claim asks that
+// subject; the server's "no responders" says the owner is gone. A live
+// owner, even a paused one, is never taken over before the threshold. It
+// needs the connection: the Store takes it from its JetStream context
+// (CreateBucket, WithJetStream) or from WithConn; without one the
+// threshold decides. Fresh calls and replays cost nothing more.
+//
 // The store decides freshness, staleness and expiry with the caller's
 // clock (WithClock replaces it): application hosts whose clocks are skewed
 // by more than the takeover threshold minus the heartbeat interval could

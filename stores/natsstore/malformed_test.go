@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/natsstore"
@@ -37,7 +38,7 @@ func TestMalformedRecordsAreCorrupt(t *testing.T) {
 		{"largest attempt on a stale claim", math.MaxInt64, 20, now + time.Hour.Milliseconds()},
 		{"largest attempt on an expired claim", math.MaxInt64, 20, now - 1},
 	} {
-		sk, err := g.StorageKey(tc.name)
+		sk, err := guardinfo.StorageKey(g, tc.name)
 		require.NoError(t, err)
 		v, err := json.Marshal(map[string]any{"v": storekit.RecordVersion, "key": sk, "status": "in_progress",
 			"nonce": "owner", "attempt": tc.attempt, "started_at": 1, "heartbeat_at": 1,

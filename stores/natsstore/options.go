@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem/storekit"
@@ -16,6 +17,7 @@ type Option func(*config)
 type config struct {
 	storekit.Options
 	js     jetstream.JetStream
+	conn   *nats.Conn
 	logger *slog.Logger // nil: slog.Default()
 }
 
@@ -82,6 +84,24 @@ func WithJetStream(js jetstream.JetStream) Option {
 			return
 		}
 		c.js = js
+	}
+}
+
+// WithConn gives the Store the connection its presence uses: the
+// subscription that tells other processes this one is alive, and the
+// requests that tell it another process is gone (see Dead owners in
+// docs/natsstore.md). By default the Store uses the connection of the
+// JetStream context it has (CreateBucket's, or WithJetStream's); a bucket
+// opened with js.KeyValue and given without either has no presence, and
+// its claims are taken over after the takeover threshold only. A nil nc
+// is an invalid option.
+func WithConn(nc *nats.Conn) Option {
+	return func(c *config) {
+		if nc == nil {
+			c.Invalid("WithConn", "nil connection")
+			return
+		}
+		c.conn = nc
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 	"weak"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem/lease"
@@ -53,6 +54,8 @@ type Store struct {
 	every    time.Duration // WithCleanup
 	id       string        // this Store's name in the clean-up lease
 	logger   *slog.Logger  // WithLogger, or slog.Default()
+	nc       *nats.Conn    // the presence's connection (WithConn, or the JetStream context's); nil: no presence
+	bucket   string        // the bucket's name, for presence subjects ("" if kv does not say)
 }
 
 // entry is a record and the revision it was read or written at.
@@ -107,6 +110,7 @@ func New(kv KeyValue, opts ...Option) (*Store, error) {
 	if s.logger == nil {
 		s.logger = slog.Default()
 	}
+	s.nc, s.bucket = presenceConn(kv, c)
 	if b, ok := kv.(*bucket); ok {
 		s.stream = b.stream
 		s.setMaxAge(b.maxAge)
@@ -126,6 +130,24 @@ func New(kv KeyValue, opts ...Option) (*Store, error) {
 		runtime.AddCleanup(s, func(c *storekit.Cleaner) { go c.Close() }, s.cleaner)
 	}
 	return s, nil
+}
+
+// presenceConn returns the connection and bucket name a Store's presence
+// uses: WithConn's connection, else that of the JetStream context the
+// Store has (WithJetStream's, or CreateBucket's); nil if none.
+func presenceConn(kv KeyValue, c config) (*nats.Conn, string) {
+	named, ok := kv.(interface{ Bucket() string })
+	if !ok {
+		return nil, ""
+	}
+	nc := c.conn
+	if nc == nil && c.js != nil {
+		nc = c.js.Conn()
+	}
+	if b, made := kv.(*bucket); nc == nil && made {
+		nc = b.js.Conn()
+	}
+	return nc, named.Bucket()
 }
 
 // newStatusTimeout bounds New's read of a bucket's status.
@@ -294,8 +316,13 @@ func (s *Store) write(ctx context.Context, key string, rec *storekit.Record, rev
 
 // Claim implements storekit.Store. It first publishes a new claim expecting the
 // key to be absent: a fresh key costs that one round trip. Otherwise it
-// reads the entry, decides with storekit.DecideClaim, and writes a takeover
-// or re-claim against the revision read.
+// reads the entry, decides with storekit.DecideClaimGone, and writes a
+// takeover or re-claim against the revision read. Only when the entry is
+// another process's live in-progress claim with the same payload hash,
+// not stale, does it ask that owner's presence subject (one request): "no
+// responders" means the owner is gone, and the claim is taken over at
+// once (ClaimResult.OwnerGone); so is one left by an earlier incarnation
+// of the claiming process's instance, with no request.
 func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if err := storekit.ValidateClaim(req); err != nil {
 		return storekit.ClaimResult{}, err
@@ -307,9 +334,10 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		return storekit.ClaimResult{}, err
 	}
 	var cur *storekit.Record
+	var gone func(string) bool // asks an owner's subject; set once a record was read
 	rev, deleted := uint64(0), false
 	for {
-		d := storekit.DecideClaim(cur, req, s.nowMs())
+		d := storekit.DecideClaimGone(cur, req, s.nowMs(), gone)
 		if !d.Write {
 			return d.Result(), nil
 		}
@@ -329,6 +357,9 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		}
 		if err := ctx.Err(); err != nil {
 			return storekit.ClaimResult{}, err
+		}
+		if gone == nil && cur != nil && cur.Status == storekit.StatusInProgress {
+			gone = func(token string) bool { return s.ownerGone(ctx, token) }
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/natsstore"
 	"github.com/idem-go/idem/stores/storetest"
@@ -71,7 +72,7 @@ func TestRoundTrips(t *testing.T) {
 	assert.EqualValues(t, 2, kv.n.Swap(0), "replay")
 
 	// A key whose record was deleted is claimed through its deletion marker.
-	sk, err := g.StorageKey("k")
+	sk, err := guardinfo.StorageKey(g, "k")
 	require.NoError(t, err)
 	require.NoError(t, s.Delete(ctx, sk))
 	kv.n.Store(0)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/stores/redisstore/internal/redisbench"
@@ -99,7 +100,7 @@ func TestCommandsInsideScripts(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, h.sent(), "call %d after SCRIPT FLUSH", i)
 		assert.Equal(t, []string{redisstore.SetIfEqSHA}, h.scripts(), "call %d after SCRIPT FLUSH", i)
-		sk, err := g.StorageKey(key)
+		sk, err := guardinfo.StorageKey(g, key)
 		require.NoError(t, err)
 		rec, err := s.Get(ctx, sk)
 		require.NoError(t, err)

@@ -14,7 +14,10 @@ import (
 // then the variable parts. See lua/common.lua for the offsets. A completed
 // or failed record expires natively at its expires_at exactly, so one that
 // is present is live. The flags byte is a hex digit (+8: a waiter watches
-// the key, so a completion publishes).
+// the key, so a completion publishes). A claim's owner (Record.Owner), when
+// it has one, follows the six parts: its length in five digits, then the
+// owner; a record without one (every record written before owners were
+// recorded, and every completed or failed record) ends with the sixth part.
 const (
 	magic     = "R3" // 'R' and the encoding version
 	headerLen = 122
@@ -113,10 +116,10 @@ func encode(r *storekit.Record) (string, error) {
 		}
 	}
 	if len(r.Nonce) > maxSmall || len(r.PayloadHash) > maxSmall || len(r.Key) > maxSmall ||
-		len(typ) > maxSmall || int64(len(r.Result)) > maxBig || int64(len(msg)) > maxBig {
+		len(typ) > maxSmall || int64(len(r.Result)) > maxBig || int64(len(msg)) > maxBig || len(r.Owner) > maxSmall {
 		return "", errors.New("field too long")
 	}
-	b := make([]byte, 0, headerLen+len(r.Nonce)+len(r.PayloadHash)+len(r.Key)+len(r.Result)+len(msg)+len(typ))
+	b := make([]byte, 0, headerLen+len(r.Nonce)+len(r.PayloadHash)+len(r.Key)+len(r.Result)+len(msg)+len(typ)+ownerLen(r.Owner))
 	b = append(b, magic...)
 	b = append(b, statusChar[r.Status], hexDigit(flags))
 	for _, n := range []int64{r.ExpiresAt, r.HeartbeatAt, r.StartedAt, r.CompletedAt, r.Attempt, r.TakeoverMs} {
@@ -134,7 +137,25 @@ func encode(r *storekit.Record) (string, error) {
 	b = append(b, r.Result...)
 	b = append(b, msg...)
 	b = append(b, typ...)
-	return string(b), nil
+	return string(appendOwner(b, r.Owner)), nil
+}
+
+// ownerLen is how many bytes owner takes at the end of a record.
+func ownerLen(owner string) int {
+	if owner == "" {
+		return 0
+	}
+	return smallWidth + len(owner)
+}
+
+// appendOwner appends owner, when there is one, as a record ends with it:
+// its length in five digits, then the owner.
+func appendOwner(b []byte, owner string) []byte {
+	if owner == "" {
+		return b
+	}
+	b = pad(b, int64(len(owner)), smallWidth)
+	return append(b, owner...)
 }
 
 // decode turns a stored value into a Record. Anything that is not a valid
@@ -160,6 +181,10 @@ func decode(key, v string, pexpire int64) (*storekit.Record, error) {
 	if parts[2] != key {
 		return nil, corrupt("record holds key %q", parts[2])
 	}
+	owner, ok := ownerAt(v, at)
+	if !ok {
+		return nil, corrupt("malformed owner")
+	}
 	nums := h.nums
 	if h.flags&flagRelative != 0 {
 		// A claim written by SET NX: expires_at holds the lease and
@@ -173,7 +198,7 @@ func decode(key, v string, pexpire int64) (*storekit.Record, error) {
 	r := &storekit.Record{
 		Key: parts[2], Status: h.status, PayloadHash: parts[1], Nonce: parts[0],
 		ExpiresAt: nums[0], HeartbeatAt: nums[1], StartedAt: nums[2], CompletedAt: nums[3],
-		Attempt: nums[4], TakeoverMs: nums[5],
+		Attempt: nums[4], TakeoverMs: nums[5], Owner: owner,
 	}
 	if h.flags&flagResult != 0 {
 		r.Result = []byte(parts[3])
@@ -241,7 +266,7 @@ func decodeHeader(v string, corrupt func(string, ...any) error) (header, error) 
 			total += n
 		}
 	}
-	if total != int64(len(v)) {
+	if total > int64(len(v)) {
 		return h, corrupt("record of %d bytes, header says %d", len(v), total)
 	}
 	if h.flags&flagResult == 0 && h.lens[3] > 0 || h.flags&flagError == 0 && (h.lens[4] > 0 || h.lens[5] > 0) {
@@ -250,14 +275,33 @@ func decodeHeader(v string, corrupt func(string, ...any) error) (header, error) 
 	return h, nil
 }
 
+// ownerAt returns the owner a record ends with from at, where its six
+// parts end: "" when they end the record; ok is false when what follows
+// them is not five digits of a length that is not 0 and that many bytes.
+// Checked with the same rules by check() in lua/common.lua.
+func ownerAt(v string, at int64) (owner string, ok bool) {
+	rest := v[at:]
+	if rest == "" {
+		return "", true
+	}
+	if len(rest) <= smallWidth {
+		return "", false
+	}
+	n, ok := digits(rest[:smallWidth])
+	if !ok || n != int64(len(rest)-smallWidth) {
+		return "", false
+	}
+	return rest[smallWidth:], true
+}
+
 // claimTail is the part of a new claim's value from the takeover threshold
-// on: takeover ms, the six lengths, nonce, payload hash and key. The claim
+// on: takeover ms, the six lengths, nonce, payload hash, key and owner. The claim
 // script puts the status, times and attempt in front of it.
 func claimTail(req storekit.ClaimRequest) (string, error) {
 	if err := checkClaim(req); err != nil {
 		return "", err
 	}
-	return string(appendTail(make([]byte, 0, headerLen-offTakeover+len(req.Nonce)+len(req.PayloadHash)+len(req.Key)), req)), nil
+	return string(appendTail(make([]byte, 0, headerLen-offTakeover+len(req.Nonce)+len(req.PayloadHash)+len(req.Key)+ownerLen(req.Owner)), req)), nil
 }
 
 func checkClaim(req storekit.ClaimRequest) error {
@@ -265,8 +309,8 @@ func checkClaim(req storekit.ClaimRequest) error {
 	if tk < 0 || tk > maxNum {
 		return fmt.Errorf("takeover threshold %v out of range", req.TakeoverAfter)
 	}
-	if len(req.Nonce) > maxSmall || len(req.PayloadHash) > maxSmall || len(req.Key) > maxSmall {
-		return errors.New("nonce, payload hash or key longer than 99999 bytes")
+	if len(req.Nonce) > maxSmall || len(req.PayloadHash) > maxSmall || len(req.Key) > maxSmall || len(req.Owner) > maxSmall {
+		return errors.New("nonce, payload hash, key or owner longer than 99999 bytes")
 	}
 	return nil
 }
@@ -279,7 +323,8 @@ func appendTail(b []byte, req storekit.ClaimRequest) []byte {
 	b = append(b, "0000000000000000000000000"...)
 	b = append(b, req.Nonce...)
 	b = append(b, req.PayloadHash...)
-	return append(b, req.Key...)
+	b = append(b, req.Key...)
+	return appendOwner(b, req.Owner)
 }
 
 // claimValue is a fresh claim written with SET NX PX (lease + retention):
@@ -299,7 +344,7 @@ func claimBytes(req storekit.ClaimRequest, retention time.Duration) ([]byte, err
 	if l, r := req.LeaseTTL.Milliseconds(), retention.Milliseconds(); l > maxNum || r > maxNum {
 		return nil, fmt.Errorf("lease %v or retention %v out of range", req.LeaseTTL, retention)
 	}
-	b := make([]byte, 0, headerLen+len(req.Nonce)+len(req.PayloadHash)+len(req.Key))
+	b := make([]byte, 0, headerLen+len(req.Nonce)+len(req.PayloadHash)+len(req.Key)+ownerLen(req.Owner))
 	b = append(b, magic...)
 	b = append(b, 'P', hexDigit(flagRelative))
 	b = pad(b, req.LeaseTTL.Milliseconds(), numWidth)

@@ -42,6 +42,12 @@ func FuzzDecode(f *testing.F) {
 		f.Add(r+v[2:3]+"9"+v[4:], int64(-1))   // watched
 		f.Add(r+v[2:3]+"c"+v[4:], int64(1e12)) // watched and relative
 	}
+	owned, err := encode(&storekit.Record{Key: key, Status: storekit.StatusInProgress, Nonce: "n", Attempt: 2, StartedAt: 5, HeartbeatAt: 5, ExpiresAt: 9, Owner: "i/a/0123456789abcdef0123456789abcdef"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(owned, int64(-1))
+	f.Add(owned[:len(owned)-1], int64(-1)) // the owner shorter than its length
 	f.Add("", int64(0))
 	f.Fuzz(func(t *testing.T, v string, pexpire int64) {
 		r, err := decode(key, v, pexpire)

@@ -39,6 +39,18 @@
 // tune the pub/sub wake-ups. New does no I/O and reports an invalid option
 // as an error matching storekit.ErrInvalidOption.
 //
+// # Dead owners
+//
+// Each process holds one sharded Pub/Sub subscription per client and
+// prefix (its presence, storekit.Presence): when the process dies, the
+// server drops it, and a claim that meets that process's in-progress
+// claim takes it over at once instead of after the takeover threshold. A
+// live process is never taken over, except after it lost its
+// subscription's connection, until go-redis subscribes again (the nonce
+// refuses its late writes). Behind a proxy without Pub/Sub the threshold
+// decides, as the log says. No round trip is added to a fresh call or a
+// replay.
+//
 // # Errors and retries
 //
 // Redis failures are returned wrapped (errors.Is and errors.As find the

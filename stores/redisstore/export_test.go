@@ -59,3 +59,8 @@ func (s *Store) ReadServerClock(ctx context.Context, key string) (bool, error) {
 	c := s.clock(ctx, s.Key(key), time.Now())
 	return c != nil && c.ifeq, nil
 }
+
+// UseOwnPresence makes the store hold a presence of its own instead of the
+// process's (another token, another subscription), as another process
+// would. It must be called before Owner.
+func (s *Store) UseOwnPresence() { s.ownPresence = true }

@@ -227,9 +227,21 @@ func completedRecord(claim, sf, lens, body string, expires, now, started int64) 
 	b = pad(b, now, numWidth)                        // completed_at
 	b = append(b, claim[offAttempt:offResultLen]...) // attempt, takeover, three lengths
 	b = append(b, lens...)
-	b = append(b, claim[headerLen:]...) // nonce, payload hash, key
+	b = append(b, claim[headerLen:claimEnd(claim)]...) // nonce, payload hash, key; not the owner
 	b = append(b, body...)
 	return string(b)
+}
+
+// claimEnd returns where the nonce, payload hash and key of a claim's value
+// (one claimBytes built) end: the end of the value, or where its owner
+// starts.
+func claimEnd(claim string) int {
+	end := headerLen
+	for _, off := range []int{offNonceLen, offHashLen, offKeyLen} {
+		n, _ := digits(claim[off : off+smallWidth])
+		end += int(n)
+	}
+	return min(end, len(claim))
 }
 
 // completeIfEq tries the conditional completion of the fresh claim f of key.

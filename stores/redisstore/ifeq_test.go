@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -76,7 +77,7 @@ func (ifEqStore) then(a []string, b ...string) []string {
 func (k ifEqStore) completeWritesOnce(t *testing.T) {
 	g, err := idem.New[int](k.s)
 	require.NoError(t, err)
-	sk, err := g.StorageKey("order-1")
+	sk, err := guardinfo.StorageKey(g, "order-1")
 	require.NoError(t, err)
 	k.readClock(t, sk)
 	k.h.reset()
@@ -100,7 +101,7 @@ func (k ifEqStore) completeWritesOnce(t *testing.T) {
 	assert.GreaterOrEqual(t, rec.CompletedAt, before.UnixMilli()-51)
 	assert.LessOrEqual(t, rec.CompletedAt, after.UnixMilli()+51)
 	assert.LessOrEqual(t, rec.StartedAt, rec.CompletedAt)
-	assert.EqualValues(t, idem.DefaultTTL.Milliseconds(), rec.ExpiresAt-rec.CompletedAt)
+	assert.EqualValues(t, (24 * time.Hour).Milliseconds(), rec.ExpiresAt-rec.CompletedAt)
 	pet, err := k.c.PExpireTime(k.ctx, k.s.Key(sk)).Result()
 	require.NoError(t, err)
 	assert.Equal(t, rec.ExpiresAt, pet.Milliseconds(), "native expiry is expires_at")

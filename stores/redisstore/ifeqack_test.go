@@ -11,6 +11,7 @@ import (
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -42,7 +43,7 @@ func TestCompleteIfEqReplicaAck(t *testing.T) {
 	g, err := idem.New[int](s)
 	require.NoError(t, err)
 	for _, k := range []string{"order-1", "order-2"} {
-		sk, err := g.StorageKey(k)
+		sk, err := guardinfo.StorageKey(g, k)
 		require.NoError(t, err)
 		ok, err := s.ReadServerClock(ctx, sk)
 		require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -35,7 +36,7 @@ func TestLargestAttemptIsCorrupt(t *testing.T) {
 				{"stale claim", now + time.Hour.Milliseconds()},
 				{"expired claim", now - 1},
 			} {
-				sk, err := g.StorageKey(tc.name)
+				sk, err := guardinfo.StorageKey(g, tc.name)
 				if err != nil {
 					t.Fatal(err)
 				}

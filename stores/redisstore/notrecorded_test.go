@@ -9,6 +9,7 @@ import (
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -67,7 +68,7 @@ func TestNotRecordedOnlyWhenTrue(t *testing.T) {
 				t.Fatal("the held completion was never delivered")
 			}
 			time.Sleep(200 * time.Millisecond) // let the delivered request run
-			sk, kerr := g.StorageKey("k")
+			sk, kerr := guardinfo.StorageKey(g, "k")
 			require.NoError(t, kerr)
 			rc := standalone(t)
 			raw, gerr := rc.Get(ctx, s.Key(sk)).Result()

@@ -405,6 +405,12 @@ type Store struct {
 
 	clocks sync.Map // server address -> *nodeClock; see ifeq.go
 
+	presOnce    sync.Once
+	ownerTok    string // Owner's answer
+	ownPresence bool   // a presence of its own, not the process's (tests)
+
+	pres atomic.Pointer[presence] // set by Owner
+
 	mu     sync.Mutex
 	hubs   map[string]*hub
 	closed bool
@@ -489,6 +495,7 @@ func (s *Store) Close() error {
 	s.hubs = map[string]*hub{}
 	s.mu.Unlock()
 	s.cancel()
+	s.leavePresence()
 	var first error
 	for _, h := range hubs {
 		if err := h.close(); err != nil && first == nil {
@@ -654,6 +661,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 	if err := checked("claim", req.Key, storekit.ValidateClaim(req)); err != nil {
 		return storekit.ClaimResult{}, err
 	}
+	req.Owner = s.claimOwner(req.Owner)
 	value, err := claimBytes(req, s.retention)
 	if err != nil {
 		return storekit.ClaimResult{}, connErr("claim "+req.Key, err)
@@ -687,8 +695,9 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 	if err != nil {
 		return storekit.ClaimResult{}, connErr("claim "+req.Key, err)
 	}
+	inst, inc := storekit.OwnerPrefixes(req.Owner)
 	v, acked, err := s.run(ctx, "claim", scriptClaim, req.Key, true,
-		tail, ms(req.LeaseTTL), s.retentionArg)
+		tail, ms(req.LeaseTTL), s.retentionArg, s.checkArg(), s.prefix, inst, inc, s.goneNonce(ctx, req, n.old))
 	var ackErr *ReplicaAckError
 	if err != nil && !errors.As(err, &ackErr) {
 		return storekit.ClaimResult{}, err
@@ -698,6 +707,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		return storekit.ClaimResult{}, fmt.Errorf("redisstore: claim %s: unexpected script reply %T", req.Key, v)
 	}
 	var out storekit.ClaimOutcome
+	gone := false
 	switch str[0] {
 	case 'R':
 		out = storekit.Existing
@@ -705,6 +715,8 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		out, str = storekit.Claimed, str[1:]
 	case 'T':
 		out, str = storekit.TookOver, str[1:]
+	case 'G':
+		out, str, gone = storekit.TookOver, str[1:], true
 	case 'X':
 		return storekit.ClaimResult{}, corruptReply(req.Key, str)
 	default:
@@ -719,7 +731,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 			return storekit.ClaimResult{}, err
 		}
 	}
-	return storekit.ClaimResult{Outcome: out, Record: rec}, nil
+	return storekit.ClaimResult{Outcome: out, Record: rec, OwnerGone: gone}, nil
 }
 
 // freshRecord is the record a claim written by SET NX holds. Its stored
@@ -732,7 +744,7 @@ func freshRecord(req storekit.ClaimRequest, sent time.Time) *storekit.Record {
 	return &storekit.Record{
 		Key: req.Key, Status: storekit.StatusInProgress, Nonce: req.Nonce, PayloadHash: req.PayloadHash,
 		ExpiresAt: now + req.LeaseTTL.Milliseconds(), HeartbeatAt: now, StartedAt: now,
-		Attempt: 1, TakeoverMs: req.TakeoverAfter.Milliseconds(),
+		Attempt: 1, TakeoverMs: req.TakeoverAfter.Milliseconds(), Owner: req.Owner,
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/idem-go/idem/stores/storetest"
@@ -372,7 +373,7 @@ func TestKeys(t *testing.T) {
 	assert.Equal(t, "p:{"+base64.RawURLEncoding.EncodeToString(sum[:16])+"}:changed", s.Channel("idem:k"))
 	g, err := idem.New[int](s)
 	require.NoError(t, err)
-	sk, err := g.StorageKey("order-1")
+	sk, err := guardinfo.StorageKey(g, "order-1")
 	require.NoError(t, err)
 	raw, err := hex.DecodeString(strings.TrimPrefix(sk, storekit.StorageKeyPrefix))
 	require.NoError(t, err)

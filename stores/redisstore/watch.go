@@ -49,9 +49,13 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func(),
 		// completion publishes (completions of unwatched records do not).
 		// A change that landed before the mark is found by the caller's
 		// next look, one after it is published to this subscription.
-		if err := s.mark(ctx, key); err != nil {
+		owner, err := s.mark(ctx, key)
+		if err != nil {
 			stop()
 			return nil, nil, err
+		}
+		if owner != "" {
+			stop = s.watchOwner(owner, w, stop)
 		}
 		return w.c, stop, nil
 	case <-w.c:
@@ -68,16 +72,21 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func(),
 }
 
 // mark runs the watch script: a live in-progress record of key is marked
-// watched.
-func (s *Store) mark(ctx context.Context, key string) error {
+// watched. It returns the record's owner, if it names one.
+func (s *Store) mark(ctx context.Context, key string) (owner string, err error) {
 	v, _, err := s.run(ctx, "watch", scriptWatch, key, false, key)
 	if err != nil {
-		return err
+		return "", err
 	}
-	if str, ok := v.(string); ok && str != "" && str[0] == 'X' {
-		return corruptReply(key, str)
+	if str, ok := v.(string); ok && str != "" {
+		switch str[0] {
+		case 'X':
+			return "", corruptReply(key, str)
+		case 'O':
+			return str[1:], nil
+		}
 	}
-	return nil
+	return "", nil
 }
 
 // hubFor returns the shared subscription that hears channel ch, creating

@@ -27,12 +27,13 @@ type rawRecord struct {
 	expiresAt   int64
 	takenOverAt int64
 	takeoverMs  int64
+	owner       string
 }
 
 // dest returns scan destinations in the order of cols.
 func (r *rawRecord) dest() []any {
 	return []any{&r.version, &r.nonce, &r.status, &r.attempt, &r.payloadHash, &r.result,
-		&r.errMessage, &r.errType, &r.startedAt, &r.heartbeatAt, &r.completedAt, &r.expiresAt, &r.takenOverAt, &r.takeoverMs}
+		&r.errMessage, &r.errType, &r.startedAt, &r.heartbeatAt, &r.completedAt, &r.expiresAt, &r.takenOverAt, &r.takeoverMs, &r.owner}
 }
 
 // record checks the row strictly: an unknown record_version or status, an
@@ -49,7 +50,7 @@ func (r *rawRecord) record(key string) (*storekit.Record, error) {
 	rec := &storekit.Record{
 		Key: key, Status: storekit.Status(r.status), PayloadHash: r.payloadHash, Nonce: r.nonce,
 		Attempt: r.attempt, StartedAt: r.startedAt, HeartbeatAt: r.heartbeatAt,
-		CompletedAt: r.completedAt, ExpiresAt: r.expiresAt, TakeoverMs: r.takeoverMs,
+		CompletedAt: r.completedAt, ExpiresAt: r.expiresAt, TakeoverMs: r.takeoverMs, Owner: r.owner,
 	}
 	if len(r.result) > 0 {
 		rec.Result = r.result

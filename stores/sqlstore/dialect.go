@@ -4,12 +4,13 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"strconv"
 	"strings"
 )
 
 // cols are the record columns every read returns, in scan order.
 const cols = "record_version, claim_nonce, status, attempt_count, payload_hash, result, " +
-	"error_message, error_type, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms"
+	"error_message, error_type, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms, owner"
 
 // statement names.
 type stmtID int
@@ -26,6 +27,7 @@ const (
 	stCompleteTx // DoTx's completion inside its transaction (MySQL: hands back the connection id)
 	stClaimRet   // MariaDB 10.5+: the claim's insert returning the row it wrote or found
 	stClaimProc  // MySQL: CALL of the claim procedure Migrate creates (insert, or the row found)
+	stClaimRead  // MySQL: the claim's read of a row it did not insert, with its owner's liveness
 	numStmts
 )
 
@@ -61,13 +63,13 @@ func quote(d Dialect, table string) (qtable, index string) {
 }
 
 // claimProcedure returns the quoted name of a MySQL table's claim
-// procedure: the table's name (and schema) with "_claim_v2", the version
+// procedure: the table's name (and schema) with "_claim_v3", the version
 // of its body, so that a later body gets a name of its own (Migrate
 // creates it beside the one processes not yet upgraded call). The body
 // reads the clock after the row, so a row released since the statement
 // began is judged by a clock at least as late as its release.
 func claimProcedure(table string) string {
-	p, _ := quote(MySQL, table+"_claim_v2")
+	p, _ := quote(MySQL, table+"_claim_v3")
 	return p
 }
 
@@ -148,7 +150,9 @@ func postgresQueries(table string) queries {
 	// clock read once, and the locked row, whose expiry is judged by the
 	// clock read after the lock and its staleness by the clock read once.
 	claimable := func(row, now, staleNow string) string {
-		return sqlFile(Postgres, "claimable", strings.NewReplacer("{{row}}", row, "{{now}}", now, "{{stale_now}}", staleNow))
+		gone := sqlFile(Postgres, "owner_gone", strings.NewReplacer("{{row}}", row, "{{owner_class}}", strconv.Itoa(pgOwnerClass)))
+		return sqlFile(Postgres, "claimable", strings.NewReplacer("{{row}}", row, "{{now}}", now, "{{stale_now}}", staleNow,
+			"{{owner_gone}}", gone))
 	}
 	claim := strings.NewReplacer("{{table}}", t, "{{cols}}", cols, "{{now}}", pgNow,
 		"{{claimable_cur}}", claimable("cur", "clk.ms", "clk.ms"),
@@ -164,13 +168,16 @@ func postgresQueries(table string) queries {
 // procedure Migrate creates.
 func mysqlQueries(table string) queries {
 	t, idx := quote(MySQL, table)
+	gone := sqlFile(MySQL, "owner_gone", strings.NewReplacer("{{owner_lock}}", mysqlOwnerLock))
+	goneProc := strings.Replace(strings.Replace(gone, "?", "p_nonce", 1), "?", "p_owner", 1)
 	r := strings.NewReplacer("{{table}}", t, "{{index}}", idx, "{{cols}}", cols, "{{now}}", mysqlExecNow,
-		"{{proc}}", claimProcedure(table))
+		"{{proc}}", claimProcedure(table), "{{owner_gone}}", gone, "{{owner_gone_proc}}", goneProc)
 	q := commonQueries(MySQL, r)
 	q.proc = sqlFile(MySQL, "claim_procedure", r)
 	q.text[stClaim] = sqlFile(MySQL, "claim", r)
 	q.text[stClaimRet] = sqlFile(MySQL, "claim_returning", r)
 	q.text[stClaimProc] = sqlFile(MySQL, "claim_call", r)
+	q.text[stClaimRead] = sqlFile(MySQL, "claim_read", r)
 	q.text[stCAS] = sqlFile(MySQL, "cas", r)
 	q.text[stCompleteTx] = sqlFile(MySQL, "complete_tx", r)
 	return q

@@ -20,6 +20,11 @@
 //	store, err := sqlstore.New(db, sqlstore.SQLite)
 //	err = store.Migrate(ctx) // WAL mode, then CREATE TABLE / INDEX IF NOT EXISTS
 //
+// On PostgreSQL and MySQL each process holds a session lock on one
+// connection of its own, so a claim left by a process that died is taken
+// over at once; SQLite waits for the takeover threshold (see Dead owners
+// in docs/sqlstore.md).
+//
 // On PostgreSQL through pgx, store.Listen() returns a WatchingStore whose
 // waiters are woken by LISTEN/NOTIFY; on MySQL and SQLite waiters poll.
 //

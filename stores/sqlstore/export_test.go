@@ -55,3 +55,24 @@ func SetProcedure(s *Store, on bool) { s.noProc.Store(!on) }
 
 // ClaimProcedure is the quoted name of a MySQL table's claim procedure.
 var ClaimProcedure = claimProcedure
+
+// PresenceSession returns the session id of the presence connection of
+// s's database (PostgreSQL's backend pid, MySQL's connection id), 0 when
+// it has none.
+func PresenceSession(s *Store) int64 {
+	p := s.presence()
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.id
+}
+
+// SetPresenceCheck changes how often presence connections made afterwards
+// are checked; restore puts it back.
+func SetPresenceCheck(d time.Duration) (restore func()) {
+	old := presenceCheck
+	presenceCheck = d
+	return func() { presenceCheck = old }
+}

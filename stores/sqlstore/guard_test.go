@@ -2,6 +2,7 @@ package sqlstore_test
 
 import (
 	"github.com/go-sql-driver/mysql"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"context"
@@ -153,7 +154,7 @@ func TestGuardTakeoverFencing(t *testing.T) {
 		key := "fenced"
 		// A crashed owner: a claim on the guard's storage key that nobody
 		// heartbeats.
-		sk, err := g.StorageKey(key)
+		sk, err := guardinfo.StorageKey(g, key)
 		require.NoError(t, err)
 		dead := claimReq(sk)
 		dead.TakeoverAfter = 300 * time.Millisecond // its stored threshold decides
@@ -232,7 +233,7 @@ func TestMigrateWithoutCreateRoutine(t *testing.T) {
 	err = s.Migrate(ctx)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "CREATE ROUTINE")
-	assert.Contains(t, err.Error(), table+"_claim_v2")
+	assert.Contains(t, err.Error(), table+"_claim_v3")
 	sqlstore.SetReturning(s, false)
 	r := claimReq(storageKey())
 	res, err := s.Claim(ctx, r)

@@ -124,7 +124,7 @@ func TestWaitWokenByPush(t *testing.T) {
 	waiting := make(chan struct{})
 	var once sync.Once
 	gWaiter := newGuard[string](t, listen(t, e.store), append(opts, idem.OnDuplicate(idem.Wait),
-		idem.WithObserver(idem.ObserverFunc(func(_ context.Context, ev idem.Event) {
+		idem.WithObserver(idem.Observer(func(_ context.Context, ev idem.Event) {
 			if ev.Kind == idem.EventWait {
 				once.Do(func() { close(waiting) })
 			}

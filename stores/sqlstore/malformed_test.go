@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -50,7 +51,7 @@ func TestMalformedRowsAreCorrupt(t *testing.T) {
 					{"largest attempt on a completed row", "attempt_count = 9223372036854775807, status = 'completed', completed_at = 1, result = NULL"},
 				} {
 					key := tc.name
-					sk, err := g.StorageKey(key)
+					sk, err := guardinfo.StorageKey(g, key)
 					if err != nil {
 						t.Fatal(err)
 					}

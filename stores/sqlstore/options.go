@@ -59,7 +59,8 @@ const (
 	MaxKeyLen     = 255
 	MaxNonceLen   = 64
 	MaxPayloadLen = 255
-	maxIdentLen   = 48 // leaves room for the "_expires_idx" suffix within 63 bytes
+	MaxOwnerLen   = 255 // a claim's owner (storekit.FormatOwner)
+	maxIdentLen   = 48  // leaves room for the "_expires_idx" suffix within 63 bytes
 )
 
 // Option configures a Store. New checks every option and reports each

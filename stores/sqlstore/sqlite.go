@@ -51,7 +51,10 @@ func sqliteQueries(table string) queries {
 // claimSQLite is the SQLite claim: one transaction that takes the write
 // lock, reads the row and the database's clock, decides with
 // storekit.DecideClaim and writes the decision. Writers are serialized,
-// so what it read is what it writes over.
+// so what it read is what it writes over. SQLite has no sessions to tell
+// a dead owner by: a claim is taken over after the takeover threshold, or
+// at once when it was left by an earlier incarnation of the claiming
+// process's instance (DecideClaim's rule, on the recorded owner).
 func (s *Store) claimSQLite(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	var res storekit.ClaimResult
 	err := retryTransient(ctx, func() error {
@@ -113,7 +116,7 @@ func (s *Store) claimSQLiteOnce(ctx context.Context, req storekit.ClaimRequest) 
 	}
 	if _, err := tx.ExecContext(ctx, s.q.text[stClaim], req.Tenant, req.Scope, req.Key, r.Nonce, string(r.Status),
 		r.Attempt, r.PayloadHash, result, msg, typ, r.StartedAt, r.HeartbeatAt, r.CompletedAt, r.ExpiresAt,
-		takenOver, r.TakeoverMs); err != nil {
+		takenOver, r.TakeoverMs, r.Owner); err != nil {
 		return storekit.ClaimResult{}, err
 	}
 	if err := tx.Commit(); err != nil {

@@ -103,7 +103,7 @@ func TestStepTxInvalid(t *testing.T) {
 func stepKeyOf() (idem.Option, func() string) {
 	var key atomic.Value
 	key.Store("")
-	o := idem.ObserverFunc(func(_ context.Context, ev idem.Event) {
+	o := idem.Observer(func(_ context.Context, ev idem.Event) {
 		if ev.Kind == idem.EventStepRun {
 			key.Store(ev.StorageKey)
 		}

@@ -35,6 +35,9 @@ type Store struct {
 	lmu sync.Mutex
 	lis *listener // the listening connection of Listen, started by the first Watch
 
+	presOnce sync.Once
+	pres     *presence // this process's presence in the database (Owner), nil without one
+
 	purger  *purger           // Purge and the clean-up
 	cleaner *storekit.Cleaner // the clean-up goroutine; nil under WithoutCleanup
 }
@@ -132,6 +135,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlstore: migrate %s: %w", s.cfg.table, err)
 		}
 	}
+	if err := s.addOwnerColumn(ctx); err != nil {
+		return err
+	}
 	if s.q.proc != "" {
 		_, err := s.db.ExecContext(ctx, s.q.proc)
 		if n, _, ok := mysqlServerError(err); ok && n == errProcExists {
@@ -143,6 +149,32 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 	}
 	s.noProc.Store(false)
+	return nil
+}
+
+// addOwnerColumn adds the owner column to a table made before it came
+// (an empty owner: a claim whose owner is not known), when a read of the
+// column fails.
+func (s *Store) addOwnerColumn(ctx context.Context) error {
+	t, _ := quote(s.dialect, s.cfg.table)
+	rows, err := s.db.QueryContext(ctx, "SELECT owner FROM "+t+" WHERE 1 = 0")
+	if err == nil {
+		return rows.Close()
+	}
+	typ := "TEXT NOT NULL DEFAULT ''"
+	if s.dialect == MySQL {
+		typ = "VARCHAR(255) NOT NULL DEFAULT ''"
+	}
+	err = retryTransient(ctx, func() error {
+		_, err := s.db.ExecContext(ctx, "ALTER TABLE "+t+" ADD COLUMN owner "+typ)
+		return err
+	})
+	if err != nil {
+		if rows, rerr := s.db.QueryContext(ctx, "SELECT owner FROM "+t+" WHERE 1 = 0"); rerr == nil {
+			return rows.Close() // added by a concurrent Migrate
+		}
+		return fmt.Errorf("sqlstore: migrate %s: add the owner column: %w", s.cfg.table, err)
+	}
 	return nil
 }
 
@@ -449,6 +481,12 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 	if why := textProblem(req.Scope); why != "" {
 		return storekit.ClaimResult{}, storeErr("claim", errors.New("scope: "+why))
 	}
+	if len(req.Owner) > MaxOwnerLen {
+		return storekit.ClaimResult{}, storeErr("claim", fmt.Errorf("owner longer than %d bytes (a shorter instance ID)", MaxOwnerLen))
+	}
+	if why := textProblem(req.Owner); why != "" {
+		return storekit.ClaimResult{}, storeErr("claim", errors.New("owner: "+why))
+	}
 	for range maxClaimRounds {
 		var (
 			res  storekit.ClaimResult
@@ -496,8 +534,9 @@ func (s *Store) claimPostgres(ctx context.Context, req storekit.ClaimRequest) (s
 	if err != nil {
 		return storekit.ClaimResult{}, false, storeErr("claim", err)
 	}
+	inst, inc := storekit.OwnerPrefixes(req.Owner)
 	rows, err := st.QueryContext(ctx, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
-		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds())
+		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds(), req.Owner, inst, inc)
 	if err != nil && transient(err) && ctx.Err() == nil {
 		return storekit.ClaimResult{}, false, nil // rolled back: Claim sends it again
 	}
@@ -513,8 +552,9 @@ func (s *Store) claimPostgres(ctx context.Context, req storekit.ClaimRequest) (s
 	}
 	var src string
 	var now int64 // the server's clock when the statement ran
+	var live bool // a row written took over one live and not stale
 	var raw rawRecord
-	if err := rows.Scan(append([]any{&src, &now}, raw.dest()...)...); err != nil {
+	if err := rows.Scan(append([]any{&src, &now, &live}, raw.dest()...)...); err != nil {
 		return storekit.ClaimResult{}, false, storeErr("claim", err)
 	}
 	if err := rows.Close(); err != nil {
@@ -526,7 +566,7 @@ func (s *Store) claimPostgres(ctx context.Context, req storekit.ClaimRequest) (s
 	}
 	if src == "w" {
 		if raw.takenOverAt != 0 {
-			return storekit.ClaimResult{Outcome: storekit.TookOver, Record: rec}, true, nil
+			return storekit.ClaimResult{Outcome: storekit.TookOver, Record: rec, OwnerGone: live}, true, nil
 		}
 		return storekit.ClaimResult{Outcome: storekit.Claimed, Record: rec}, true, nil
 	}
@@ -543,16 +583,17 @@ func (s *Store) claimPostgres(ctx context.Context, req storekit.ClaimRequest) (s
 // false when the row changed between the statements.
 func (s *Store) claimMySQL(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, bool, error) {
 	var (
-		cur *storekit.Record
-		now int64
-		err error
+		cur  *storekit.Record
+		now  int64
+		gone bool // cur's owner is known gone (owner_gone.sql)
+		err  error
 	)
 	switch {
 	case s.hasReturning(ctx):
-		cur, now, err = s.claimReturning(ctx, req)
+		cur, now, gone, err = s.claimReturning(ctx, req)
 	case !s.noProc.Load():
 		var wrote bool
-		cur, now, wrote, err = s.claimProcedure(ctx, req)
+		cur, now, gone, wrote, err = s.claimProcedure(ctx, req)
 		if procUnusable(err) {
 			s.noProc.Store(true) // not migrated since the procedure came, or no EXECUTE: claim in two statements
 			return storekit.ClaimResult{}, false, nil
@@ -566,7 +607,7 @@ func (s *Store) claimMySQL(ctx context.Context, req storekit.ClaimRequest) (stor
 	default:
 		var ins sql.Result
 		ins, err = s.execResult(ctx, stClaim, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
-			req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds())
+			req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds(), req.Owner)
 		var n int64
 		if err == nil {
 			n, err = ins.RowsAffected()
@@ -583,7 +624,7 @@ func (s *Store) claimMySQL(ctx context.Context, req storekit.ClaimRequest) (stor
 		if n == 1 {
 			return storekit.DecideClaim(nil, req, now).Result(), true, nil
 		}
-		cur, now, err = s.read(ctx, "claim", req.Key) // now: the server's, at the read
+		cur, now, gone, err = s.claimRead(ctx, req) // now: the server's, at the read
 		if errors.Is(err, errNoRow) {
 			return storekit.ClaimResult{}, false, nil // deleted since the insert
 		}
@@ -594,7 +635,7 @@ func (s *Store) claimMySQL(ctx context.Context, req storekit.ClaimRequest) (stor
 		}
 		return storekit.ClaimResult{}, false, err
 	}
-	return s.casMySQL(ctx, req, cur, now)
+	return s.casMySQL(ctx, req, cur, now, gone)
 }
 
 // claimProcedure calls the claim procedure (stClaimProc): one round trip
@@ -603,30 +644,55 @@ func (s *Store) claimMySQL(ctx context.Context, req storekit.ClaimRequest) (stor
 // the row was deleted between the two. An error is returned as the driver
 // gave it when it is a deadlock (retryable) or says the procedure cannot
 // be called (procUnusable); wrapped otherwise.
-func (s *Store) claimProcedure(ctx context.Context, req storekit.ClaimRequest) (rec *storekit.Record, now int64, wrote bool, err error) {
+func (s *Store) claimProcedure(ctx context.Context, req storekit.ClaimRequest) (rec *storekit.Record, now int64, gone, wrote bool, err error) {
 	st, err := s.stmt(ctx, stClaimProc)
 	if err != nil {
 		if procUnusable(err) {
-			return nil, 0, false, err
+			return nil, 0, false, false, err
 		}
-		return nil, 0, false, storeErr("claim", err)
+		return nil, 0, false, false, storeErr("claim", err)
 	}
 	var src string
 	var raw rawRecord
 	err = st.QueryRowContext(ctx, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
-		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds()).Scan(append([]any{&src, &now}, raw.dest()...)...)
+		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds(), req.Owner).
+		Scan(append(append([]any{&src, &now}, raw.dest()...), &gone)...)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return nil, 0, false, errNoRow
+		return nil, 0, false, false, errNoRow
 	case procUnusable(err) || retryable(err):
-		return nil, 0, false, err
+		return nil, 0, false, false, err
 	case err != nil:
-		return nil, 0, false, storeErr("claim", err)
+		return nil, 0, false, false, storeErr("claim", err)
 	case src == "w":
-		return nil, now, true, nil
+		return nil, now, false, true, nil
 	}
 	rec, err = raw.record(req.Key)
-	return rec, now, false, err
+	return rec, now, gone, false, err
+}
+
+// claimRead reads the row a MySQL claim did not insert (stClaimRead): the
+// row, the server's clock at the read and whether its owner is gone; or
+// errNoRow.
+func (s *Store) claimRead(ctx context.Context, req storekit.ClaimRequest) (*storekit.Record, int64, bool, error) {
+	st, err := s.stmt(ctx, stClaimRead)
+	if err != nil {
+		return nil, 0, false, storeErr("claim", err)
+	}
+	var raw rawRecord
+	var now int64
+	var gone bool
+	err = retryTransient(ctx, func() error {
+		return st.QueryRowContext(ctx, req.Nonce, req.Owner, req.Key).Scan(append(raw.dest(), &now, &gone)...)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, 0, false, errNoRow
+	}
+	if err != nil {
+		return nil, 0, false, storeErr("claim", err)
+	}
+	rec, err := raw.record(req.Key)
+	return rec, now, gone, err
 }
 
 // hasReturning reports whether the MySQL server has INSERT ... RETURNING
@@ -668,30 +734,33 @@ func mariaDBReturning(v string) bool {
 // claimReturning sends the MariaDB claim (stClaimRet): it inserts a fresh
 // claim, or finds the row, and returns the row it wrote or found and the
 // server's now after the row's lock.
-func (s *Store) claimReturning(ctx context.Context, req storekit.ClaimRequest) (*storekit.Record, int64, error) {
+func (s *Store) claimReturning(ctx context.Context, req storekit.ClaimRequest) (*storekit.Record, int64, bool, error) {
 	st, err := s.stmt(ctx, stClaimRet)
 	if err != nil {
-		return nil, 0, storeErr("claim", err)
+		return nil, 0, false, storeErr("claim", err)
 	}
 	var raw rawRecord
 	var now int64
+	var gone bool
 	err = st.QueryRowContext(ctx, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
-		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds()).Scan(append(raw.dest(), &now)...)
+		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds(), req.Owner, req.Nonce, req.Owner).
+		Scan(append(raw.dest(), &now, &gone)...)
 	if err != nil {
 		if retryable(err) {
-			return nil, 0, err
+			return nil, 0, false, err
 		}
-		return nil, 0, storeErr("claim", err)
+		return nil, 0, false, storeErr("claim", err)
 	}
 	rec, err := raw.record(req.Key)
-	return rec, now, err
+	return rec, now, gone, err
 }
 
-// casMySQL decides the claim on the row cur found at now, and when the
-// row is claimable writes the decision with an UPDATE conditioned on the
-// row being exactly as read. done is false when the row changed meanwhile.
-func (s *Store) casMySQL(ctx context.Context, req storekit.ClaimRequest, cur *storekit.Record, now int64) (storekit.ClaimResult, bool, error) {
-	d := storekit.DecideClaim(cur, req, now)
+// casMySQL decides the claim on the row cur found at now (gone: its
+// owner was gone at the read), and when the row is claimable writes the
+// decision with an UPDATE conditioned on the row being exactly as read.
+// done is false when the row changed meanwhile.
+func (s *Store) casMySQL(ctx context.Context, req storekit.ClaimRequest, cur *storekit.Record, now int64, gone bool) (storekit.ClaimResult, bool, error) {
+	d := storekit.DecideClaimGone(cur, req, now, func(string) bool { return gone })
 	res := d.Result()
 	if !d.Write { // untouched, or ours already
 		return res, true, nil
@@ -711,7 +780,7 @@ func (s *Store) casMySQL(ctx context.Context, req storekit.ClaimRequest, cur *st
 	}
 	lease := req.LeaseTTL.Milliseconds()
 	args := []any{next.Nonce, next.Attempt, next.PayloadHash, next.Result, msg, typ,
-		next.CompletedAt, floor, lease, tookOver, next.TakeoverMs, req.Tenant, req.Scope}
+		next.CompletedAt, floor, lease, tookOver, next.TakeoverMs, req.Tenant, req.Scope, next.Owner}
 	args = append(args, s.keyArgs(req.Key)...)
 	args = append(args, cur.Nonce, cur.Attempt, string(cur.Status), cur.HeartbeatAt, cur.ExpiresAt, tookOver)
 	upd, err := s.execResult(ctx, stCAS, args...)

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
 	"github.com/idem-go/idem/stores/sqlstore/internal/sqlbench"
 )
@@ -25,7 +24,7 @@ func BenchmarkWaitWakeup(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			db := sharedDB(b, sqlstore.Postgres)
 			b.ResetTimer()
-			lat, err := sqlbench.WakeLatency(context.Background(), db, mode == "listen", b.N, idem.DefaultTakeoverAfter)
+			lat, err := sqlbench.WakeLatency(context.Background(), db, mode == "listen", b.N, (30 * time.Second))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -78,6 +78,12 @@ type Harness struct {
 	// SIGSTOPped in the middle of a call's steps and taken over by
 	// another process.
 	StepCrash *StepCrashConfig
+	// DeadOwner runs the cases of an owner process that dies (SIGKILL)
+	// or stops (SIGSTOP) while it holds a claim, under the default
+	// takeover threshold: a dead owner's claim is taken over at once
+	// where the store can tell (Presence) and when the process restarts
+	// with the same WithInstanceID; a live one never is.
+	DeadOwner *DeadOwnerConfig
 }
 
 // Purge is one run of the clean-up checks (PurgeKeepsLive,
@@ -114,6 +120,7 @@ type Purge struct {
 //	RotationProcesses     RotationProcesses
 //	RotationOrders/<case> RotationOrders
 //	StepCrash/<case>      StepCrash
+//	DeadOwner/<case>      DeadOwner
 //
 // A suite h does not declare is a skipped subtest that says so. The
 // process suites re-run the test binary with -test.run naming their
@@ -122,7 +129,7 @@ type Purge struct {
 func Run(t *testing.T, h Harness) {
 	t.Helper()
 	if h.NewStore == nil && h.NewStoreWithClock == nil && h.List == nil && len(h.Purge) == 0 &&
-		h.Processes == nil && h.RotationProcesses == nil && h.RotationOrders == nil && h.StepCrash == nil {
+		h.Processes == nil && h.RotationProcesses == nil && h.RotationOrders == nil && h.StepCrash == nil && h.DeadOwner == nil {
 		t.Fatal("storetest.Run: the Harness declares nothing to run")
 	}
 	su := suite{corrupt: h.Corrupt, skew: 2 * time.Second, native: h.NativeExpiry, mustWatch: h.Watch}
@@ -184,6 +191,12 @@ func Run(t *testing.T, h Harness) {
 			t.Skip("no Harness.StepCrash")
 		}
 		runStepCrash(t, *h.StepCrash)
+	})
+	t.Run("DeadOwner", func(t *testing.T) {
+		if h.DeadOwner == nil {
+			t.Skip("no Harness.DeadOwner")
+		}
+		runDeadOwner(t, *h.DeadOwner)
 	})
 }
 

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/storekit"
-
-	"github.com/idem-go/idem"
 )
 
 // ListKeys are the storage keys MakeStates writes, by the state each is
@@ -104,7 +102,7 @@ func runList(t *testing.T, s storekit.Store) {
 		if _, dup := got[rec.Key]; dup {
 			t.Errorf("%s listed twice", rec.Key)
 		}
-		got[rec.Key] = rec.State(time.Now().UnixMilli(), idem.DefaultTakeoverAfter)
+		got[rec.Key] = rec.State(time.Now().UnixMilli(), (30 * time.Second))
 	}
 	for key, st := range want {
 		if got[key] != st {

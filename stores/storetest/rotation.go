@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/storekit"
 
 	"github.com/idem-go/idem"
@@ -103,7 +104,7 @@ func runRotationOrders(t *testing.T, cfg ProcessConfig) {
 	}
 	for _, dup := range []idem.DuplicatePolicy{idem.Return, idem.Raise, idem.Wait} {
 		for _, steps := range []bool{false, true} {
-			name := dup.String()
+			name := string(dup)
 			if steps {
 				name += "/steps"
 			}
@@ -168,7 +169,7 @@ type keysOnly struct{ storekit.Store }
 
 func rotStorageKey(t *testing.T, g *idem.Guard[string], key string) string {
 	t.Helper()
-	sk, err := g.StorageKey(key)
+	sk, err := guardinfo.StorageKey(g, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +179,8 @@ func rotStorageKey(t *testing.T, g *idem.Guard[string], key string) string {
 // rotRecord returns the live record of key under g's active secret, or nil.
 func rotRecord(t *testing.T, g *idem.Guard[string], key string) *storekit.Record {
 	t.Helper()
-	rec, err := g.Store().Get(context.Background(), rotStorageKey(t, g, key))
+	info, _ := guardinfo.Of(g)
+	rec, err := info.Store.Get(context.Background(), rotStorageKey(t, g, key))
 	if err != nil {
 		return nil
 	}

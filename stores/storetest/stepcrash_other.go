@@ -24,3 +24,16 @@ type StepCrashConfig struct {
 func runStepCrash(t *testing.T, cfg StepCrashConfig) {
 	t.Skip("storetest: the step crash suite needs Unix signals")
 }
+
+// DeadOwnerConfig configures the DeadOwner suite of the Harness.
+type DeadOwnerConfig struct {
+	NewStore  func(namespace string) (storekit.Store, error)
+	Namespace string
+	Env       []string
+	Presence  bool
+}
+
+// runDeadOwner needs Unix signals; here it skips.
+func runDeadOwner(t *testing.T, cfg DeadOwnerConfig) {
+	t.Skip("storetest: the dead owner suite needs Unix signals")
+}

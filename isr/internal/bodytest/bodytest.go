@@ -14,6 +14,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/isr/body"
+	"github.com/idem-go/idem/storekit"
 )
 
 // Run checks the behaviour every Store shares. sameKeyRaces says
@@ -146,7 +147,7 @@ func deleteKey(ctx context.Context, t *testing.T, s body.Store) {
 // invalidInput checks that an empty or overlong key and a content type
 // with CRLF are refused with their typed errors.
 func invalidInput(ctx context.Context, t *testing.T, s body.Store) {
-	var ke *idem.KeyError
+	var ke *storekit.KeyError
 	if _, err := s.Put(ctx, "", []byte("x"), ""); !errors.As(err, &ke) || !errors.Is(err, idem.ErrInvalidKey) {
 		t.Fatalf("Put empty key: %v", err)
 	}

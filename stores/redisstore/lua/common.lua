@@ -18,7 +18,9 @@
 --   44-56  completed_at    57-69  attempt        70-82  takeover_ms
 --   83-87  nonce length    88-92  payload hash length   93-97 key length
 --   98-107 result length   108-117 error message length 118-122 error type length
---   123-   nonce, payload hash, key, result, error message, error type
+--   123-   nonce, payload hash, key, result, error message, error type,
+--          then, for a claim that names its owner, the owner's length (5
+--          digits, not 0) and the owner (records without one end before)
 -- Numbers are zero-padded decimal (times in Unix ms). Every script touches
 -- exactly one key, KEYS[1], and publishes on a channel (ARGV[1]) that shares
 -- its hash tag. A script writes only to a record that passes check(), the
@@ -60,16 +62,22 @@ local function watched(v)
   return bit.band(flags(v), 8) ~= 0
 end
 
--- check returns the nonce, payload hash and key lengths of a valid record
--- for key, or nil and why it is not one.
+-- check returns the nonce, payload hash and key lengths and the owner ('' for
+-- none) of a valid record for key, or nil and why it is not one.
 local function check(v, key)
   if not string.find(v, PAT) then
     return nil, 'malformed record header'
   end
   local nl, pl, kl = num(v, 83, 87), num(v, 88, 92), num(v, 93, 97)
   local rl, ml, tl = num(v, 98, 107), num(v, 108, 117), num(v, 118, 122)
-  if 122 + nl + pl + kl + rl + ml + tl ~= #v then
-    return nil, 'record length does not match its header'
+  local at = 122 + nl + pl + kl + rl + ml + tl
+  local owner = ''
+  if at ~= #v then
+    if at + 5 >= #v or not string.find(v, '^%d%d%d%d%d', at + 1)
+      or num(v, at + 1, at + 5) ~= #v - at - 5 then
+      return nil, 'record length does not match its header'
+    end
+    owner = string.sub(v, at + 6)
   end
   local f = flags(v)
   if f > 15 then
@@ -87,7 +95,7 @@ local function check(v, key)
   if string.sub(v, 123 + nl + pl, 122 + nl + pl + kl) ~= key then
     return nil, 'record holds another key'
   end
-  return nl, pl, kl
+  return nl, pl, kl, owner
 end
 
 -- get reads KEYS[1]: the value, false when there is none, or nil and why

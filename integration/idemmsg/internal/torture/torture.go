@@ -23,6 +23,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemmsg"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/stores/filestore"
 )
 
@@ -394,7 +395,7 @@ func (r *run) explain(msgs []Message) {
 			}
 		}
 		r.t.Logf("missing %s: %d decisions, the last: %s", m.Key, len(last), strings.Join(last[max(0, len(last)-8):], "\n\t"))
-		sk, err := g.StorageKey(m.Key)
+		sk, err := guardinfo.StorageKey(g, m.Key)
 		if err != nil {
 			r.t.Logf("missing %s: %v", m.Key, err)
 			continue

@@ -24,6 +24,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/benchkit"
+	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/stores/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -174,7 +175,7 @@ const replayKeys = 4096
 func (s *Setup) PrepareReplays(ctx context.Context) error {
 	s.replayKeys = make([]string, replayKeys)
 	for i := range s.replayKeys {
-		k, err := s.Guard.StorageKey("replay-" + strconv.Itoa(i))
+		k, err := guardinfo.StorageKey(s.Guard, "replay-"+strconv.Itoa(i))
 		if err != nil {
 			return err
 		}
@@ -250,12 +251,12 @@ func (s *Setup) RawReplayDecoded(ctx context.Context, n int) (time.Duration, err
 }
 
 // LeastReplay runs n replays reduced to what any replay must do, with the
-// raw client: the key's storage key derived (Guard.StorageKey, an HMAC),
+// raw client: the key's storage key derived (as the Guard derives it, an HMAC),
 // one GET of a stored result, and its value decoded into an Invoice with
 // encoding/json. No claim, no record, no Guard.
 func (s *Setup) LeastReplay(ctx context.Context, n int) (time.Duration, error) {
 	return s.parallel(n, func(i int) error {
-		if _, err := s.Guard.StorageKey("replay-" + strconv.Itoa(i%replayKeys)); err != nil {
+		if _, err := guardinfo.StorageKey(s.Guard, "replay-"+strconv.Itoa(i%replayKeys)); err != nil {
 			return err
 		}
 		b, err := s.Raw.Get(ctx, s.prefix+"rawreplay-"+strconv.Itoa(i%replayKeys)).Bytes()
@@ -276,7 +277,7 @@ func (s *Setup) LeastFresh(ctx context.Context, n int) (time.Duration, error) {
 	r := strconv.FormatInt(round.Add(1), 10)
 	return s.parallel(n, func(i int) error {
 		key := "least-" + r + "-" + strconv.Itoa(i)
-		if _, err := s.Guard.StorageKey(key); err != nil {
+		if _, err := guardinfo.StorageKey(s.Guard, key); err != nil {
 			return err
 		}
 		k := s.prefix + key

@@ -23,7 +23,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/benchkit"
 	"github.com/idem-go/idem/stores/sqlstore"
 )
@@ -46,7 +45,7 @@ func Open(dsn string) (*sql.DB, error) {
 // LISTEN/NOTIFY; otherwise the plain Store, so its Guard polls with its
 // capped backoff. The waiter has been waiting 100-300ms when the owner
 // finishes. takeover sets both Guards' takeover threshold, which bounds the
-// poll interval (idem.DefaultTakeoverAfter: the default Guard). The
+// poll interval ((30*time.Second): the default Guard). The
 // samples are returned sorted.
 func WakeLatency(ctx context.Context, db *sql.DB, listen bool, samples int, takeover time.Duration) (_ []time.Duration, err error) {
 	if samples < 1 {
@@ -100,7 +99,7 @@ func WakeTable(ctx context.Context, w io.Writer, dsn string, samples int) error 
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	var med [2]time.Duration
 	for i, listen := range []bool{true, false} {
-		lat, err := WakeLatency(ctx, db, listen, samples, idem.DefaultTakeoverAfter)
+		lat, err := WakeLatency(ctx, db, listen, samples, (30 * time.Second))
 		if err != nil {
 			return err
 		}

@@ -1,2 +1,2 @@
 -- The call of claim_procedure.sql: claim.sql's arguments.
-CALL {{proc}}(?, ?, ?, ?, ?, ?, ?)
+CALL {{proc}}(?, ?, ?, ?, ?, ?, ?, ?)

@@ -17,6 +17,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
   expires_at     BIGINT       NOT NULL,
   taken_over_at  BIGINT       NOT NULL DEFAULT 0,
   takeover_ms    BIGINT       NOT NULL DEFAULT 0,
+  owner          VARCHAR(255) NOT NULL DEFAULT '',
   PRIMARY KEY (key_hash),
   KEY {{index}} (expires_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -1,7 +1,8 @@
 -- The claim: $1 tenant, $2 scope, $3 key, $4 nonce, $5 payload hash, $6
 -- lease in ms, $7 the caller's takeover threshold in ms (stored with the
 -- claim; a row is stale by its own stored threshold, or by $7 when it has
--- none). clk.ms is the server's now, read once.
+-- none), $8 the claim's owner, $9 and $10 its instance and incarnation
+-- prefixes (owner_gone.sql). clk.ms is the server's now, read once.
 --
 -- cur is the row in the statement's snapshot. When it is live and not
 -- claimable (the replay of a completed key, a live claim) the INSERT
@@ -31,7 +32,9 @@
 -- the claim they waited for as soon as their wait outlasts the threshold.
 -- When nothing is written, the last branch returns cur (see claimPostgres
 -- for why that snapshot is checked). Every row returned carries clk.ms,
--- so the store checks it by the same clock.
+-- so the store checks it by the same clock, and whether a row written
+-- took over one live and not stale in the snapshot: a takeover of a gone
+-- owner (ClaimResult.OwnerGone).
 --
 -- pg_advisory_xact_lock(hashtextextended($3, 0)) is the key's
 -- transaction-level advisory lock, which a claim that inserts and a
@@ -44,12 +47,12 @@ WITH clk AS MATERIALIZED (SELECT {{now}} AS ms), cur AS (
       THEN {{now}} END END AS ms
 ), w AS (
   INSERT INTO {{table}} AS r (tenant, scope, key_hash, record_version, claim_nonce, status, attempt_count,
-    payload_hash, result, error_message, error_type, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms)
-  SELECT $1, $2, $3, 1, $4, 'in_progress', 1, $5, NULL, NULL, NULL, lk.ms, lk.ms, 0, lk.ms + $6, 0, $7 FROM lk
+    payload_hash, result, error_message, error_type, started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms, owner)
+  SELECT $1, $2, $3, 1, $4, 'in_progress', 1, $5, NULL, NULL, NULL, lk.ms, lk.ms, 0, lk.ms + $6, 0, $7, $8 FROM lk
   WHERE NOT EXISTS (SELECT 1 FROM cur) OR EXISTS (SELECT 1 FROM cur, clk WHERE {{claimable_cur}})
   ON CONFLICT (key_hash) DO UPDATE SET
     (tenant, scope, claim_nonce, status, attempt_count, payload_hash, result, error_message, error_type,
-     started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms) =
+     started_at, heartbeat_at, completed_at, expires_at, taken_over_at, takeover_ms, owner) =
     (SELECT EXCLUDED.tenant, EXCLUDED.scope, EXCLUDED.claim_nonce, 'in_progress', r.attempt_count + 1, EXCLUDED.payload_hash,
        CASE WHEN r.expires_at <= n.ck THEN NULL ELSE r.result END,
        CASE WHEN r.expires_at <= n.ck THEN NULL ELSE r.error_message END,
@@ -58,12 +61,13 @@ WITH clk AS MATERIALIZED (SELECT {{now}} AS ms), cur AS (
        CASE WHEN r.expires_at <= n.ck THEN 0 ELSE r.completed_at END,
        CASE WHEN r.expires_at <= n.ck THEN n.ck + $6 ELSE GREATEST(r.expires_at, n.ck + $6) END,
        CASE WHEN r.expires_at <= n.ck THEN 0 ELSE n.ck END,
-       EXCLUDED.takeover_ms
+       EXCLUDED.takeover_ms, EXCLUDED.owner
      FROM (SELECT {{now}} AS ck) n)
   WHERE {{claimable_locked}}
   RETURNING r.record_version, r.claim_nonce, r.status, r.attempt_count, r.payload_hash, r.result,
-    r.error_message, r.error_type, r.started_at, r.heartbeat_at, r.completed_at, r.expires_at, r.taken_over_at, r.takeover_ms
+    r.error_message, r.error_type, r.started_at, r.heartbeat_at, r.completed_at, r.expires_at, r.taken_over_at, r.takeover_ms, r.owner
 )
-SELECT 'w'::text, clk.ms, w.* FROM w, clk
+SELECT 'w'::text, clk.ms, EXISTS (SELECT 1 FROM cur WHERE cur.status = 'in_progress' AND cur.expires_at > clk.ms
+    AND clk.ms - cur.heartbeat_at < CASE WHEN cur.takeover_ms > 0 THEN cur.takeover_ms ELSE $7 END), w.* FROM w, clk
 UNION ALL
-SELECT 'e'::text, clk.ms, cur.* FROM cur, clk WHERE NOT EXISTS (SELECT 1 FROM w)
+SELECT 'e'::text, clk.ms, false, cur.* FROM cur, clk WHERE NOT EXISTS (SELECT 1 FROM w)

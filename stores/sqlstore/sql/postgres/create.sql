@@ -17,6 +17,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
   expires_at     BIGINT   NOT NULL,
   taken_over_at  BIGINT   NOT NULL DEFAULT 0,
   takeover_ms    BIGINT   NOT NULL DEFAULT 0,
+  owner          TEXT     NOT NULL DEFAULT '',
   watched        BOOLEAN  NOT NULL DEFAULT false,
   PRIMARY KEY (key_hash)
 );

@@ -18,6 +18,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
   completed_at   INTEGER NOT NULL DEFAULT 0,
   expires_at     INTEGER NOT NULL,
   taken_over_at  INTEGER NOT NULL DEFAULT 0,
-  takeover_ms    INTEGER NOT NULL DEFAULT 0
+  takeover_ms    INTEGER NOT NULL DEFAULT 0,
+  owner          TEXT    NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS {{index}} ON {{on}} (expires_at);
