@@ -99,11 +99,16 @@ func runVariants(b *testing.B, e *env, vs []*variant, baseline int) {
 }
 
 // BenchmarkFresh: a first call. Raw: conditional PutItem + UpdateItem.
-// Store: Claim + Complete. Guard: Do on a new key.
+// Store: Claim + Complete. Guard: Do on a new key. Guard-inst: the same
+// with WithInstanceID (the claim stores its owner).
 func BenchmarkFresh(b *testing.B) {
 	e := newEnv(b)
 	ctx := context.Background()
 	g, err := idem.New[int](e.store)
+	if err != nil {
+		b.Fatal(err)
+	}
+	gi, err := idem.New[int](e.store, idem.WithInstanceID("bench-"+randHex(4)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -128,6 +133,10 @@ func BenchmarkFresh(b *testing.B) {
 			_, err := g.Do(ctx, key("guard", i), func(context.Context) (int, error) { return 42, nil })
 			return err
 		}},
+		{name: "guard-inst", fn: func(i int) error {
+			_, err := gi.Do(ctx, key("guard-inst", i), func(context.Context) (int, error) { return 42, nil })
+			return err
+		}},
 	}, 0)
 }
 
@@ -148,7 +157,7 @@ func BenchmarkReplay(b *testing.B) {
 	if err := rawComplete(ctx, e.client, rawPK, "n"); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := e.store.Claim(ctx, storekit.ClaimRequest{Key: storeKey, Nonce: "n", LeaseTTL: time.Minute}); err != nil {
+	if _, err := e.store.Claim(ctx, storekit.ClaimRequest{Key: storeKey, Nonce: "n", LeaseTTL: time.Minute, TakeoverAfter: 30 * time.Second}); err != nil {
 		b.Fatal(err)
 	}
 	if err := e.store.Complete(ctx, storeKey, "n", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("42"), TTL: time.Hour}); err != nil {

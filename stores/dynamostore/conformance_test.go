@@ -20,8 +20,9 @@ import (
 // under a fresh key prefix: the store's operations, its listing, secret
 // rotation, processes sharing the table (4 processes x 16 goroutines on 12
 // keys; in the middle of a rotation 4 x 8 on 8 keys, DynamoDB Local being
-// slow enough that more would take most of a minute) and owners killed or
-// stopped in the middle of a call's steps.
+// slow enough that more would take most of a minute), owners killed or
+// stopped in the middle of a call's steps, and a process restarted with
+// its instance ID taking its earlier incarnation's claim at once.
 func TestConformance(t *testing.T) {
 	endpoint := testenv.DynamoDBEndpoint(t)
 	var envs sync.Map // storekit.Store -> *env
@@ -71,6 +72,16 @@ func TestConformance(t *testing.T) {
 		},
 		StepCrash: &storetest.StepCrashConfig{
 			Namespace: "steps" + randHex(6) + "#",
+			NewStore: func(prefix string) (storekit.Store, error) {
+				client := newClient(clientConfig{endpoint: endpoint})
+				ensureTable(t, client)
+				return dynamostore.New(client, testTable, dynamostore.WithKeyPrefix(prefix))
+			},
+		},
+		// DynamoDB cannot tell a dead process (no Presence): only the
+		// Restarted case runs, a restart with the same WithInstanceID.
+		DeadOwner: &storetest.DeadOwnerConfig{
+			Namespace: "dead" + randHex(6) + "#",
 			NewStore: func(prefix string) (storekit.Store, error) {
 				client := newClient(clientConfig{endpoint: endpoint})
 				ensureTable(t, client)

@@ -54,6 +54,11 @@ func decodeItem(key string, item map[string]types.AttributeValue) (*storekit.Rec
 			return nil, err
 		}
 	}
+	if _, ok := item[attrOwner]; ok { // absent from records made before owners were stored
+		if r.Owner, err = strAttr(item, attrOwner); err != nil {
+			return nil, err
+		}
+	}
 	if _, ok := item[attrCompletedAt]; ok {
 		if r.CompletedAt, err = numAttr(item, attrCompletedAt); err != nil {
 			return nil, err

@@ -56,6 +56,13 @@
 // corrupt item is a *storekit.CorruptRecordError, and a live one is never
 // overwritten.
 //
+// DynamoDB cannot tell that the process holding a claim died: a killed
+// owner's claim is taken over after the takeover threshold (default 30s).
+// A process restarted with idem.WithInstanceID takes over the claims its
+// earlier incarnation left in progress at once, with no extra request: a
+// claim stores its owner, and the claim's condition recognizes another
+// incarnation of the same instance.
+//
 // The item's attributes, each request and its conditions, the fence that
 // settles a transaction whose outcome is unknown, the skew arithmetic and
 // measured costs are described in [docs/dynamostore.md].

@@ -91,7 +91,7 @@ func New(client Client, table string, opts ...Option) (*Store, error) {
 	s := &Store{client: client, table: table, cfg: cfg}
 	s.pkName = map[string]string{"#pk": s.cfg.pk}
 	s.reclaimNames = s.names("#pk", "#st", "#ph", "#n", "#a", "#sa", "#hb",
-		"#ea", "#ttl", "#v", "#res", "#em", "#et", "#ca", "#tm", "#sta")
+		"#ea", "#ttl", "#v", "#res", "#em", "#et", "#ca", "#tm", "#sta", "#ow")
 	return s, nil
 }
 
@@ -124,6 +124,7 @@ const (
 	attrTTL         = "ttl"
 	attrTakeoverMs  = "takeover_ms" // the owner's takeover threshold
 	attrStaleAt     = "stale_at"    // heartbeat_at + takeover_ms
+	attrOwner       = "owner"       // ClaimRequest.Owner; absent when "" (and in older records)
 
 	encodingVersion = 1
 )
@@ -133,7 +134,7 @@ var recordAttrs = map[string]bool{
 	attrPayloadHash: true, attrStartedAt: true, attrHeartbeatAt: true,
 	attrCompletedAt: true, attrExpiresAt: true, attrResult: true,
 	attrErrMessage: true, attrErrType: true, attrTTL: true,
-	attrTakeoverMs: true, attrStaleAt: true,
+	attrTakeoverMs: true, attrStaleAt: true, attrOwner: true,
 }
 
 // Expression attribute name placeholders; every request names the
@@ -143,23 +144,30 @@ var placeholder = map[string]string{
 	"#ph": attrPayloadHash, "#sa": attrStartedAt, "#hb": attrHeartbeatAt,
 	"#ca": attrCompletedAt, "#ea": attrExpiresAt, "#res": attrResult,
 	"#em": attrErrMessage, "#et": attrErrType, "#ttl": attrTTL,
-	"#tm": attrTakeoverMs, "#sta": attrStaleAt,
+	"#tm": attrTakeoverMs, "#sta": attrStaleAt, "#ow": attrOwner,
 }
 
 // The expressions, and the names and values every request of a kind shares.
 // The SDK only reads them, so they are built once.
 var (
-	exprAbsent  = "attribute_not_exists(#pk)"
-	exprReclaim = "SET #st = :ip, #ph = :ph, #n = :n, " +
-		"#a = if_not_exists(#a, :zero) + :one, #sa = :now, #hb = :now, " +
-		"#ea = :exp, #ttl = :ttl, #v = :v, #tm = :tm, #sta = :sta REMOVE #res, #em, #et, #ca"
-	// An item whose attempt is the largest int64, or whose takeover_ms is
-	// negative, is refused: it is corrupt (storekit.CheckRecord), and the
-	// claim reports it instead of writing over it.
-	exprReclaimCond = "attribute_not_exists(#pk) OR (#ea <= :now AND (attribute_not_exists(#a) OR NOT attribute_type(#a, :N) OR #a < :maxa)) OR " +
-		"(#st = :ip AND #sta <= :now AND #ph = :ph AND #n <> :n AND #ea <= :exp AND #v = :v AND " +
-		"attribute_type(#n, :S) AND attribute_type(#a, :N) AND attribute_type(#sa, :N) AND #a < :maxa AND " +
-		"(attribute_not_exists(#tm) OR #tm >= :zero))"
+	exprAbsent = "attribute_not_exists(#pk)"
+	// exprReclaim[hasOwner]: a claim without an owner removes the old one.
+	exprReclaim = [2]string{
+		reclaimSet + " REMOVE #res, #em, #et, #ca, #ow",
+		reclaimSet + ", #ow = :ow REMOVE #res, #em, #et, #ca",
+	}
+	// exprReclaimCond[hasInstance]: an item whose attempt is the largest
+	// int64, or whose takeover_ms is negative, is refused: it is corrupt
+	// (storekit.CheckRecord), and the claim reports it instead of writing
+	// over it. A live in-progress claim with our payload hash is taken
+	// over when it is stale (stale_at <= now) or, for a claim whose owner
+	// names an instance, when its owner is an earlier incarnation of that
+	// instance (storekit.EarlierIncarnation: it starts with :inst but not
+	// with :inc).
+	exprReclaimCond = [2]string{
+		reclaimCond("#sta <= :now"),
+		reclaimCond("(#sta <= :now OR (begins_with(#ow, :inst) AND NOT begins_with(#ow, :inc)))"),
+	}
 
 	// Complete: one update expression for each combination of result and
 	// stored error; every one uses all of completeNames.
@@ -179,9 +187,9 @@ var (
 	exprRelease         = "SET #ea = :zero, #ttl = :ttl"
 	exprReleaseCond     = "#n = :n AND #st = :ip"
 	releaseNames        = placeholders("#ea", "#ttl", "#n", "#st")
-	exprTakeover        = "SET #n = :n, #a = #a + :one, #sa = :now, #hb = :now, #tm = :tm, #sta = :sta"
+	exprTakeover        = [2]string{takeoverSet + " REMOVE #ow", takeoverSet + ", #ow = :ow"} // [hasOwner]
 	exprTakeoverCond    = "#n = :old AND #st = :ip AND #hb = :oldhb AND #ea = :oldea AND #ph = :ph"
-	takeoverNames       = placeholders("#n", "#a", "#sa", "#hb", "#st", "#ea", "#ph", "#tm", "#sta")
+	takeoverNames       = placeholders("#n", "#a", "#sa", "#hb", "#st", "#ea", "#ph", "#tm", "#sta", "#ow")
 	inProgressValue     = statusValue(storekit.StatusInProgress)
 	versionValue        = attrN(encodingVersion)
 	zeroValue, oneValue = attrN(0), attrN(1)
@@ -190,7 +198,23 @@ var (
 	typeNValue          = attrS("N")
 )
 
-const completeSet = "SET #st = :st, #ca = :now, #hb = :now, #ea = :exp, #ttl = :ttl"
+const (
+	completeSet = "SET #st = :st, #ca = :now, #hb = :now, #ea = :exp, #ttl = :ttl"
+	reclaimSet  = "SET #st = :ip, #ph = :ph, #n = :n, " +
+		"#a = if_not_exists(#a, :zero) + :one, #sa = :now, #hb = :now, " +
+		"#ea = :exp, #ttl = :ttl, #v = :v, #tm = :tm, #sta = :sta"
+	takeoverSet = "SET #n = :n, #a = #a + :one, #sa = :now, #hb = :now, #tm = :tm, #sta = :sta"
+)
+
+// reclaimCond is the condition of the reclaiming update: no item, an
+// expired one, or a live in-progress claim with our payload hash, of this
+// encoding, that may be taken over (takeover, an expression on the item).
+func reclaimCond(takeover string) string {
+	return "attribute_not_exists(#pk) OR (#ea <= :now AND (attribute_not_exists(#a) OR NOT attribute_type(#a, :N) OR #a < :maxa)) OR " +
+		"(#st = :ip AND " + takeover + " AND #ph = :ph AND #n <> :n AND #ea <= :exp AND #v = :v AND " +
+		"attribute_type(#n, :S) AND attribute_type(#a, :N) AND attribute_type(#sa, :N) AND #a < :maxa AND " +
+		"(attribute_not_exists(#tm) OR #tm >= :zero))"
+}
 
 // placeholders returns the expression attribute names of record attributes.
 func placeholders(ph ...string) map[string]string {
@@ -308,7 +332,7 @@ func (st *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit
 		return storekit.ClaimResult{Outcome: storekit.Claimed, Record: &storekit.Record{
 			Key: req.Key, Status: storekit.StatusInProgress, PayloadHash: req.PayloadHash,
 			Nonce: req.Nonce, Attempt: 1, StartedAt: now, HeartbeatAt: now, ExpiresAt: exp,
-			TakeoverMs: req.TakeoverAfter.Milliseconds(),
+			TakeoverMs: req.TakeoverAfter.Milliseconds(), Owner: req.Owner,
 		}}, nil
 	}
 	old, refused := conditionFailed(err)
@@ -326,6 +350,8 @@ func (st *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit
 		// overwritten (expired) or is reported (live).
 		return st.claimExisting(ctx, key, req, nil)
 	}
+	// storekit.DecideClaim takes over a live claim of an earlier
+	// incarnation of req.Owner's instance, as the update's condition does.
 	if d := storekit.DecideClaim(cur, req, now); !d.Write {
 		// A live record: another claim's (Existing), or this one's, whose
 		// first try was applied (Claimed).
@@ -342,7 +368,7 @@ func errNoOldItem() error {
 
 // claimItem is the item of a first claim.
 func (st *Store) claimItem(key map[string]types.AttributeValue, req storekit.ClaimRequest, now, exp int64) map[string]types.AttributeValue {
-	item := make(map[string]types.AttributeValue, len(key)+11)
+	item := make(map[string]types.AttributeValue, len(key)+12)
 	for k, v := range key {
 		item[k] = v
 	}
@@ -359,6 +385,9 @@ func (st *Store) claimItem(key map[string]types.AttributeValue, req storekit.Cla
 	item[attrTTL] = attrN(st.ttlAt(exp))
 	item[attrTakeoverMs] = attrN(tm)
 	item[attrStaleAt] = attrN(now + tm)
+	if req.Owner != "" {
+		item[attrOwner] = attrS(req.Owner)
+	}
 	return item
 }
 
@@ -371,42 +400,21 @@ func (st *Store) claimExisting(ctx context.Context, key map[string]types.Attribu
 	for range maxClaimRounds {
 		now := st.nowMs()
 		exp := now + req.LeaseTTL.Milliseconds()
-		if cur != nil && cur.Live(now) && cur.ExpiresAt > exp &&
-			storekit.DecideClaim(cur, req, now).Outcome == storekit.TookOver {
-			// Stale, but its expiry is later than ours: keep it.
-			rec, err := st.takeOverKeepingExpiry(ctx, key, cur, req, now)
-			if err != nil {
-				return storekit.ClaimResult{}, err
-			}
-			if rec != nil {
-				return storekit.ClaimResult{Outcome: storekit.TookOver, Record: rec}, nil
+		if cur != nil && cur.Live(now) && cur.ExpiresAt > exp {
+			if d := storekit.DecideClaim(cur, req, now); d.Outcome == storekit.TookOver {
+				// Stale (or its owner gone), but its expiry is later than
+				// ours: keep it.
+				rec, err := st.takeOverKeepingExpiry(ctx, key, cur, req, now)
+				if err != nil {
+					return storekit.ClaimResult{}, err
+				}
+				if rec != nil {
+					return storekit.ClaimResult{Outcome: storekit.TookOver, Record: rec, OwnerGone: d.OwnerGone}, nil
+				}
 			}
 		}
 		cur = nil
-		out, err := st.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:        &st.table,
-			Key:              key,
-			UpdateExpression: &exprReclaim,
-			// A takeover replaces a live item, so it also asks for the
-			// attributes it keeps or could misread to be of this encoding
-			// (version, nonce, attempt, start): a live item that is not is
-			// refused and reported as corrupt instead of overwritten.
-			// Staleness is judged by the owner's stored threshold
-			// (stale_at = heartbeat_at + takeover_ms; expressions have no
-			// arithmetic).
-			ConditionExpression:      &exprReclaimCond,
-			ExpressionAttributeNames: st.reclaimNames,
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":ip": inProgressValue, ":ph": attrS(req.PayloadHash),
-				":n": attrS(req.Nonce), ":zero": zeroValue, ":one": oneValue, ":now": attrN(now),
-				":exp": attrN(exp), ":ttl": attrN(st.ttlAt(exp)), ":v": versionValue,
-				":tm":  attrN(req.TakeoverAfter.Milliseconds()),
-				":sta": attrN(now + req.TakeoverAfter.Milliseconds()),
-				":S":   typeSValue, ":N": typeNValue, ":maxa": maxAttemptValue,
-			},
-			ReturnValues:                        types.ReturnValueAllOld,
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		})
+		out, err := st.client.UpdateItem(ctx, st.reclaimInput(key, req, now, exp))
 		if err == nil {
 			return st.claimed(req, out.Attributes, now, exp)
 		}
@@ -437,6 +445,44 @@ func (st *Store) claimExisting(ctx context.Context, key map[string]types.Attribu
 	return storekit.ClaimResult{}, storeErr("claim", ErrContention)
 }
 
+// reclaimInput is the conditional UpdateItem that claims a key whose item
+// is missing, expired, or a live claim that may be taken over.
+func (st *Store) reclaimInput(key map[string]types.AttributeValue, req storekit.ClaimRequest, now, exp int64) *dynamodb.UpdateItemInput {
+	vals := map[string]types.AttributeValue{
+		":ip": inProgressValue, ":ph": attrS(req.PayloadHash),
+		":n": attrS(req.Nonce), ":zero": zeroValue, ":one": oneValue, ":now": attrN(now),
+		":exp": attrN(exp), ":ttl": attrN(st.ttlAt(exp)), ":v": versionValue,
+		":tm":  attrN(req.TakeoverAfter.Milliseconds()),
+		":sta": attrN(now + req.TakeoverAfter.Milliseconds()),
+		":S":   typeSValue, ":N": typeNValue, ":maxa": maxAttemptValue,
+	}
+	hasOwner, hasInstance := 0, 0
+	if req.Owner != "" {
+		hasOwner = 1
+		vals[":ow"] = attrS(req.Owner)
+	}
+	if inst, inc := storekit.OwnerPrefixes(req.Owner); inst != "" {
+		hasInstance = 1
+		vals[":inst"], vals[":inc"] = attrS(inst), attrS(inc)
+	}
+	return &dynamodb.UpdateItemInput{
+		TableName:        &st.table,
+		Key:              key,
+		UpdateExpression: &exprReclaim[hasOwner],
+		// A takeover replaces a live item, so it also asks for the
+		// attributes it keeps or could misread to be of this encoding
+		// (version, nonce, attempt, start): a live item that is not is
+		// refused and reported as corrupt instead of overwritten.
+		// Staleness is judged by the owner's stored threshold (stale_at =
+		// heartbeat_at + takeover_ms; expressions have no arithmetic).
+		ConditionExpression:                 &exprReclaimCond[hasInstance],
+		ExpressionAttributeNames:            st.reclaimNames,
+		ExpressionAttributeValues:           vals,
+		ReturnValues:                        types.ReturnValueAllOld,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+}
+
 // checkDecodable reads the item behind key and returns its decoding error,
 // if it has one.
 func (st *Store) checkDecodable(ctx context.Context, key map[string]types.AttributeValue, storageKey string) error {
@@ -461,7 +507,7 @@ func (st *Store) claimed(req storekit.ClaimRequest, old map[string]types.Attribu
 	rec := &storekit.Record{
 		Key: req.Key, Status: storekit.StatusInProgress, PayloadHash: req.PayloadHash,
 		Nonce: req.Nonce, Attempt: 1, StartedAt: now, HeartbeatAt: now, ExpiresAt: exp,
-		TakeoverMs: req.TakeoverAfter.Milliseconds(),
+		TakeoverMs: req.TakeoverAfter.Milliseconds(), Owner: req.Owner,
 	}
 	if len(old) == 0 {
 		return storekit.ClaimResult{Outcome: storekit.Claimed, Record: rec}, nil
@@ -484,7 +530,11 @@ func (st *Store) claimed(req storekit.ClaimRequest, old map[string]types.Attribu
 		oldExp, _ = strconv.ParseFloat(nv.Value, 64)
 	}
 	if oldExp > float64(now) {
-		return storekit.ClaimResult{Outcome: storekit.TookOver, Record: rec}, nil
+		// A live claim the condition let us take: stale (stale_at <= now),
+		// or else its owner was an earlier incarnation of ours.
+		staleAt, err := numAttr(old, attrStaleAt)
+		gone := err != nil || staleAt > now
+		return storekit.ClaimResult{Outcome: storekit.TookOver, Record: rec, OwnerGone: gone}, nil
 	}
 	return storekit.ClaimResult{Outcome: storekit.Claimed, Record: rec}, nil
 }
@@ -493,19 +543,27 @@ func (st *Store) claimed(req storekit.ClaimRequest, old map[string]types.Attribu
 // than now + lease, keeping that expiry. It is a compare-and-swap on the
 // nonce, heartbeat and expiry seen; it returns nil, nil when it lost.
 func (st *Store) takeOverKeepingExpiry(ctx context.Context, key map[string]types.AttributeValue, cur *storekit.Record, req storekit.ClaimRequest, now int64) (*storekit.Record, error) {
+	vals := map[string]types.AttributeValue{
+		":tm": attrN(req.TakeoverAfter.Milliseconds()), ":sta": attrN(now + req.TakeoverAfter.Milliseconds()),
+		":n": attrS(req.Nonce), ":one": oneValue, ":now": attrN(now), ":old": attrS(cur.Nonce),
+		":ip": inProgressValue, ":oldhb": attrN(cur.HeartbeatAt),
+		":oldea": attrN(cur.ExpiresAt), ":ph": attrS(req.PayloadHash),
+	}
+	hasOwner := 0
+	if req.Owner != "" {
+		hasOwner = 1
+		vals[":ow"] = attrS(req.Owner)
+	}
+	// The nonce names the claim cur is, owner included: the decision
+	// taken on cur holds while the item carries it.
 	out, err := st.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                &st.table,
-		Key:                      key,
-		UpdateExpression:         &exprTakeover,
-		ConditionExpression:      &exprTakeoverCond,
-		ExpressionAttributeNames: takeoverNames,
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":tm": attrN(req.TakeoverAfter.Milliseconds()), ":sta": attrN(now + req.TakeoverAfter.Milliseconds()),
-			":n": attrS(req.Nonce), ":one": oneValue, ":now": attrN(now), ":old": attrS(cur.Nonce),
-			":ip": inProgressValue, ":oldhb": attrN(cur.HeartbeatAt),
-			":oldea": attrN(cur.ExpiresAt), ":ph": attrS(req.PayloadHash),
-		},
-		ReturnValues: types.ReturnValueAllNew,
+		TableName:                 &st.table,
+		Key:                       key,
+		UpdateExpression:          &exprTakeover[hasOwner],
+		ConditionExpression:       &exprTakeoverCond,
+		ExpressionAttributeNames:  takeoverNames,
+		ExpressionAttributeValues: vals,
+		ReturnValues:              types.ReturnValueAllNew,
 	})
 	if err != nil {
 		if _, refused := conditionFailed(err); refused {

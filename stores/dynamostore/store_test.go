@@ -532,6 +532,7 @@ func TestCorruptRecords(t *testing.T) {
 			m["error_message"] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}
 		},
 		"failed without error": func(m map[string]types.AttributeValue) { m["status"] = &types.AttributeValueMemberS{Value: "failed"} },
+		"owner as number":      func(m map[string]types.AttributeValue) { m["owner"] = &types.AttributeValueMemberN{Value: "1"} },
 		"expired, attempt as string": func(m map[string]types.AttributeValue) {
 			m["expires_at"] = &types.AttributeValueMemberN{Value: "1"}
 			m["attempt"] = &types.AttributeValueMemberS{Value: "1"}
