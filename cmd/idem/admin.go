@@ -460,4 +460,3 @@ func ownerState(ctx context.Context, st *openedStore, rec *storekit.Record) (own
 	}
 	return rec.Owner, l.String()
 }
-
