@@ -44,6 +44,7 @@ const (
 	deadRoleEnv = "IDEM_STORETEST_DEAD_ROLE" // hold or take
 	deadKeyEnv  = "IDEM_STORETEST_DEAD_KEY"
 	deadInstEnv = "IDEM_STORETEST_DEAD_INSTANCE"
+	deadGoEnv   = "IDEM_STORETEST_DEAD_GO" // finish: fn returns once this file exists
 )
 
 // deadWithin bounds how long a dead owner's claim may stay in the way. The
@@ -61,6 +62,9 @@ const deadWithin = 10 * time.Second
 //     SIGKILLed, a waiting duplicate (OnDuplicate(Wait)) wakes and runs fn
 //     well within the threshold, with fencing token 2, and a retrying
 //     caller then gets its result.
+//   - Paused: a child holds a claim and is stopped (SIGSTOP) for 2s, a
+//     call of the key meanwhile is refused, and once resumed (SIGCONT) the
+//     child's fn returns: its outcome is the key's, and fn ran once.
 //   - Restarted: a child started with WithInstanceID(id) holds a claim and
 //     is stopped (SIGSTOP: a process whose death the store cannot see, or
 //     has not seen yet); a child with another id is refused; a child with
@@ -89,6 +93,7 @@ func runDeadOwner(t *testing.T, cfg DeadOwnerConfig) {
 		}
 		deadKilled(t, cfg, store)
 	})
+	t.Run("Paused", func(t *testing.T) { deadPaused(t, cfg, store) })
 	t.Run("Restarted", func(t *testing.T) { deadRestarted(t, cfg) })
 }
 
@@ -100,7 +105,7 @@ type deadProc struct {
 	err   error
 }
 
-func startDead(t *testing.T, cfg DeadOwnerConfig, role, key, instance string) *deadProc {
+func startDead(t *testing.T, cfg DeadOwnerConfig, role, key, instance string, env ...string) *deadProc {
 	t.Helper()
 	parts := strings.Split(parentName(t), "/")
 	for i, s := range parts {
@@ -109,6 +114,7 @@ func startDead(t *testing.T, cfg DeadOwnerConfig, role, key, instance string) *d
 	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1")
 	cmd.Env = append(append(os.Environ(), cfg.Env...), deadRoleEnv+"="+role, procTestEnv+"="+parentName(t),
 		procNSEnv+"="+cfg.Namespace, deadKeyEnv+"="+key, deadInstEnv+"="+instance)
+	cmd.Env = append(cmd.Env, env...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {
@@ -268,6 +274,40 @@ func deadRestarted(t *testing.T, cfg DeadOwnerConfig) {
 	t.Logf("the restarted process took its earlier incarnation's claim over and ran fn %v after it started (takeover threshold 30s)", time.Since(start))
 }
 
+func deadPaused(t *testing.T, cfg DeadOwnerConfig, store storekit.Store) {
+	key := "dead-paused-" + strconv.FormatUint(rand.Uint64(), 36)
+	goFile := t.TempDir() + "/go"
+	owner := startDead(t, cfg, "finish", key, "", deadGoEnv+"="+goFile)
+	if got := owner.expect(t, "claimed"); got != "claimed 1" {
+		t.Fatalf("the owner printed %q, want %q", got, "claimed 1")
+	}
+	g, err := idem.New[string](store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	fn := func(context.Context) (string, error) { ran++; return "taker", nil }
+	if err := owner.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if _, err := g.Do(context.Background(), key, fn); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("the owner stopped (SIGSTOP) for 2s: Do = %v, want ErrInProgress", err)
+	}
+	if err := owner.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(goFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := owner.expect(t, "RESULT"); got != "RESULT owner 1" {
+		t.Fatalf("the resumed owner: %q; want it to complete with its own claim", got)
+	}
+	if v, err := g.Do(context.Background(), key, fn); err != nil || v != "owner 1" || ran != 0 {
+		t.Fatalf("after the owner completed: %q, %v, fn ran %d times here; want the owner's result and no run", v, err, ran)
+	}
+}
+
 // deadChild is the work of one child of runDeadOwner.
 func deadChild(cfg DeadOwnerConfig) int {
 	store, err := cfg.NewStore(os.Getenv(procNSEnv))
@@ -284,12 +324,21 @@ func deadChild(cfg DeadOwnerConfig) int {
 		fmt.Println("idem.New:", err)
 		return 2
 	}
-	hold := os.Getenv(deadRoleEnv) == "hold"
+	role := os.Getenv(deadRoleEnv)
 	v, err := g.Do(context.Background(), os.Getenv(deadKeyEnv), func(ctx context.Context) (string, error) {
 		tok, _ := idem.FencingToken(ctx)
-		if hold {
+		switch role {
+		case "hold":
 			fmt.Printf("claimed %d\n", tok)
 			select {} // killed here
+		case "finish":
+			fmt.Printf("claimed %d\n", tok)
+			for {
+				if _, err := os.Stat(os.Getenv(deadGoEnv)); err == nil {
+					return fmt.Sprintf("owner %d", tok), nil
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
 		}
 		return fmt.Sprintf("taker %d", tok), nil
 	})
