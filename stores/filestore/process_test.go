@@ -64,8 +64,6 @@ func runChild(role string) int {
 		err = childClaim(out)
 	case "guard-hold":
 		err = childGuardHold(out)
-	case "guard-hold-default":
-		err = childGuardHoldDefault(out)
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}

@@ -1,14 +1,8 @@
 package natsstore_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/guardinfo"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/natsstore"
@@ -26,200 +19,6 @@ const (
 	childBucketEnv = "IDEM_NATS_OWNER_BUCKET"
 	childKeyEnv    = "IDEM_NATS_OWNER_KEY"
 )
-
-// TestOwnerChild is the process TestDeadOwnerTakenOverAtOnce starts: on
-// a connection of its own, a g.Do per key (comma-separated) with the
-// default options (a 30s takeover threshold) whose fn prints its key and
-// fencing token and holds the claim until the process is killed. It is
-// skipped when run as a test.
-func TestOwnerChild(t *testing.T) {
-	bucket := os.Getenv(childBucketEnv)
-	if bucket == "" {
-		t.Skip("the child process of TestDeadOwnerTakenOverAtOnce")
-	}
-	_, js := connect(t, testenv.NATSURL(t))
-	kv, err := natsstore.CreateBucket(context.Background(), js, bucket)
-	require.NoError(t, err)
-	s, err := natsstore.New(kv)
-	require.NoError(t, err)
-	g, err := idem.New[string](s)
-	require.NoError(t, err)
-	errs := make(chan error)
-	for _, k := range strings.Split(os.Getenv(childKeyEnv), ",") {
-		go func() {
-			_, err := g.Do(context.Background(), k, func(ctx context.Context) (string, error) {
-				tok, _ := idem.FencingToken(ctx)
-				fmt.Printf("claimed %s %d\n", k, tok)
-				select {}
-			})
-			errs <- err
-		}()
-	}
-	require.NoError(t, <-errs)
-}
-
-// startOwner starts TestOwnerChild on bucket and keys and waits for its
-// claims; the process is killed at the end of the test.
-func startOwner(t *testing.T, bucket string, keys ...string) (*exec.Cmd, <-chan struct{}) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestOwnerChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childBucketEnv+"="+bucket, childKeyEnv+"="+strings.Join(keys, ","))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	claimed, done := make(chan string, len(keys)), make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "claimed ") {
-				claimed <- sc.Text()
-			}
-		}
-		_ = cmd.Wait()
-		close(done)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	for range keys {
-		select {
-		case line := <-claimed:
-			require.True(t, strings.HasSuffix(line, " 1"), line)
-		case <-done:
-			t.Fatal("the owner process ended before it claimed")
-		case <-time.After(60 * time.Second):
-			t.Fatal("the owner process did not claim within 60s")
-		}
-	}
-	return cmd, done
-}
-
-// TestDeadOwnerTakenOverAtOnce: a process that holds claims is never
-// taken over while it lives, running or paused (SIGSTOP: it does not
-// answer, the request times out, and that counts as alive); once it is
-// killed (SIGKILL), the server answers "no responders" on its subject,
-// and a retrying caller (one key) and a waiting duplicate (another key)
-// each take a claim over and run fn, with fencing token 2, within
-// seconds, not after the 30s takeover threshold.
-func TestDeadOwnerTakenOverAtOnce(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns a process")
-	}
-	_, js := connect(t, testenv.NATSURL(t))
-	kv := newBucket(t, js)
-	s, err := natsstore.New(kv, natsstore.WithoutCleanup())
-	require.NoError(t, err)
-	g, err := idem.New[string](s) // defaults: takeover after 30s
-	require.NoError(t, err)
-	const k, kw = "dead-owner", "dead-owner-wait"
-	cmd, done := startOwner(t, kv.Bucket(), k, kw)
-	sk, err := guardinfo.StorageKey(g, k)
-	require.NoError(t, err)
-	rec, err := s.Get(ctxT(t), sk)
-	require.NoError(t, err)
-	require.NotEmpty(t, rec.Owner)
-	liveness := func() storekit.Liveness {
-		l, err := s.OwnerLiveness(ctxT(t), rec.Owner)
-		require.NoError(t, err)
-		return l
-	}
-	var runs atomic.Int32
-	fn := func(ctx context.Context) (string, error) {
-		runs.Add(1)
-		tok, _ := idem.FencingToken(ctx)
-		if tok != 2 {
-			return "", fmt.Errorf("fencing token %d, want 2", tok)
-		}
-		return "parent", nil
-	}
-
-	_, err = g.Do(ctxT(t), k, fn)
-	require.ErrorIs(t, err, idem.ErrInProgress, "a live owner is never taken over")
-	require.Equal(t, storekit.Alive, liveness())
-
-	requirePausedAlive(t, cmd, func() error { _, err := g.Do(ctxT(t), k, fn); return err })
-	require.Equal(t, storekit.Alive, liveness(), "a paused owner lets the request time out: alive")
-	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
-	_, err = g.Do(ctxT(t), k, fn)
-	require.ErrorIs(t, err, idem.ErrInProgress, "a resumed owner is alive")
-	require.Zero(t, runs.Load())
-
-	// A waiting duplicate of the other key, from before the kill.
-	gw, err := idem.New[string](s, idem.OnDuplicate(idem.Wait))
-	require.NoError(t, err)
-	waited := startWaiter(t, gw, kw, fn)
-	time.Sleep(200 * time.Millisecond)
-
-	require.NoError(t, cmd.Process.Kill())
-	<-done
-	killed := time.Now()
-	for {
-		v, err := g.Do(ctxT(t), k, fn)
-		if err == nil {
-			require.Equal(t, "parent", v)
-			break
-		}
-		require.ErrorIs(t, err, idem.ErrInProgress)
-		require.Less(t, time.Since(killed), 10*time.Second, "the dead owner's claim is still in the way: the takeover waited for the threshold")
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Logf("a caller retrying every 100ms ran fn %v after the owner was killed (takeover threshold 30s)", time.Since(killed).Round(time.Millisecond))
-	select {
-	case w := <-waited:
-		require.NoError(t, w.err, "waiter")
-		require.Equal(t, "parent", w.v)
-		t.Logf("the waiting duplicate ran fn %v after the kill", w.at.Sub(killed).Round(time.Millisecond))
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiting duplicate was not served within 10s of the kill")
-	}
-	require.EqualValues(t, 2, runs.Load(), "fn ran once per key, after the kill")
-	require.Equal(t, storekit.Gone, liveness())
-}
-
-// requirePausedAlive stops cmd (SIGSTOP) for 2s, during which every call
-// of do must end in idem.ErrInProgress: a paused owner does not answer,
-// its request times out, and that counts as alive.
-func requirePausedAlive(t *testing.T, cmd *exec.Cmd, do func() error) {
-	t.Helper()
-	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
-	testenv.WaitStopped(t, cmd.Process.Pid)
-	stopped := time.Now()
-	for time.Since(stopped) < 2*time.Second {
-		start := time.Now()
-		require.ErrorIs(t, do(), idem.ErrInProgress, "a paused owner is alive: never taken over before the threshold")
-		t.Logf("a call meeting the paused owner returned in %v (its request timed out)", time.Since(start).Round(time.Millisecond))
-	}
-}
-
-// waitResult is what a waiting duplicate got, and when.
-type waitResult struct {
-	at  time.Time
-	v   string
-	err error
-}
-
-// startWaiter calls g.Do(key, fn) in the background (for at most 30s)
-// and hands its result on the channel; the test's clean-up ends it
-// before the connections close.
-func startWaiter(t *testing.T, g *idem.Guard[string], key string, fn func(context.Context) (string, error)) <-chan waitResult {
-	out, res := make(chan waitResult, 1), make(chan waitResult, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	go func() {
-		v, err := g.Do(ctx, key, fn)
-		res <- waitResult{time.Now(), v, err}
-	}()
-	finished := make(chan struct{})
-	go func() {
-		r := <-res
-		out <- r
-		close(finished)
-	}()
-	t.Cleanup(func() { cancel(); <-finished })
-	return out
-}
 
 // twoStores returns two Stores on one bucket, each on a connection of its
 // own (so each has a presence token of its own), and the connections.

@@ -1,18 +1,13 @@
 package redisstore_test
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,116 +20,6 @@ import (
 	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/redisstore"
 )
-
-// presenceChild is set in the environment of a child process of
-// TestDeadOwnerTakenOverAtOnce: the deployment kind it dials.
-const presenceChild = "IDEM_REDIS_PRESENCE_CHILD"
-
-// runPresenceChild is the child's part: one g.Do on a Guard with the
-// default options (takeover after 30s) whose fn prints its fencing token and
-// holds the claim until the process is killed.
-func runPresenceChild(t *testing.T, kind string) {
-	c := dial(t, kind)
-	s := mustNew(t, c, redisstore.WithPrefix(os.Getenv("IDEM_REDIS_PRESENCE_PREFIX")))
-	g, err := idem.New[string](s)
-	require.NoError(t, err)
-	k := os.Getenv("IDEM_REDIS_PRESENCE_KEY")
-	hold := func(ctx context.Context) (string, error) {
-		tok, _ := idem.FencingToken(ctx)
-		fmt.Printf("claimed %d\n", tok)
-		select {}
-	}
-	go func() {
-		_, err := g.Do(context.Background(), k+"-wait", hold)
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}()
-	_, err = g.Do(context.Background(), k, hold)
-	t.Fatal(err)
-}
-
-// TestDeadOwnerTakenOverAtOnce: a process that holds a claim is never taken
-// over while it lives, running or paused (SIGSTOP), with the default 30s
-// takeover threshold; once it is killed (SIGKILL), its presence
-// subscription dies with its connection and the next call takes its claim
-// over at once, running fn with fencing token 2 (on a standalone server the
-// claim script asks PUBSUB SHARDNUMSUB; on a Cluster the client asks the
-// channel's shard).
-func TestDeadOwnerTakenOverAtOnce(t *testing.T) {
-	if kind := os.Getenv(presenceChild); kind != "" {
-		runPresenceChild(t, kind)
-		return
-	}
-	if testing.Short() {
-		t.Skip("spawns processes")
-	}
-	for _, kind := range []string{"standalone", "cluster"} {
-		t.Run(kind, func(t *testing.T) { deadOwner(t, kind) })
-	}
-}
-
-func deadOwner(t *testing.T, kind string) {
-	c := dial(t, kind)
-	pfx := prefix()
-	s := mustNew(t, c, redisstore.WithPrefix(pfx))
-	t.Cleanup(func() { _ = s.Close() })
-	g, err := idem.New[string](s) // defaults: takeover after 30s
-	require.NoError(t, err)
-	require.NotEmpty(t, s.Owner())
-	k := "dead-owner-" + randHex(4)
-	cmd, done := startHolder(t, kind, pfx, k)
-
-	ran := false
-	fn := func(ctx context.Context) (string, error) {
-		ran = true
-		tok, _ := idem.FencingToken(ctx)
-		assert.EqualValues(t, 2, tok)
-		return "parent", nil
-	}
-	ctx := context.Background()
-	_, err = g.Do(ctx, k, fn)
-	require.ErrorIs(t, err, idem.ErrInProgress, "a live owner is never taken over")
-	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
-		_, err = g.Do(ctx, k, fn)
-		require.ErrorIs(t, err, idem.ErrInProgress, "a paused owner is alive: never taken over before the threshold")
-		time.Sleep(100 * time.Millisecond)
-	}
-	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
-	_, err = g.Do(ctx, k, fn)
-	require.ErrorIs(t, err, idem.ErrInProgress, "a resumed owner is alive")
-	require.False(t, ran)
-
-	waited := startWaiter(t, s, k+"-wait")
-	// The waiter looks, watches and looks again (a few ms); its Guard's next
-	// look would come 2.5-5s later (a quarter of the threshold, at most 5s,
-	// jittered).
-	time.Sleep(200 * time.Millisecond)
-
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	<-done
-	killed := time.Now()
-	for {
-		v, err := g.Do(ctx, k, fn)
-		if err == nil {
-			require.Equal(t, "parent", v)
-			break
-		}
-		require.ErrorIs(t, err, idem.ErrInProgress)
-		require.Less(t, time.Since(killed), 10*time.Second, "the dead owner's claim is still in the way: the takeover waited for the threshold")
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Logf("%s: a caller retrying every 100ms ran fn %v after the owner was killed (takeover threshold 30s)", kind, time.Since(killed))
-	require.True(t, ran)
-	select {
-	case at := <-waited:
-		t.Logf("%s: a waiter ran fn %v after the owner was killed", kind, at.Sub(killed))
-		require.Less(t, at.Sub(killed), 2200*time.Millisecond, "the waiter waited for the Guard's next look, not for its owner's presence (asked every second)")
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter did not run fn within 10s of the kill")
-	}
-}
 
 // TestClaimRecordsOwner: a claim records its owner, fresh (SET NX) or taken
 // over (the claim script); a takeover of a live claim whose owner's presence
@@ -378,76 +263,4 @@ func TestPresenceSentinel(t *testing.T) {
 	r := claim(other)
 	require.Equal(t, storekit.TookOver, r.Outcome, "the owner's store closed: its presence is gone")
 	require.True(t, r.OwnerGone)
-}
-
-// startHolder starts a child process that holds claims of k and
-// k+"-wait", and waits until it has them.
-func startHolder(t *testing.T, kind, pfx, k string) (*exec.Cmd, chan struct{}) {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestDeadOwnerTakenOverAtOnce$", "-test.count=1")
-	cmd.Env = append(os.Environ(), presenceChild+"="+kind, "IDEM_REDIS_PRESENCE_PREFIX="+pfx, "IDEM_REDIS_PRESENCE_KEY="+k)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	stderr := &syncBuffer{}
-	cmd.Stderr = stderr
-	require.NoError(t, cmd.Start())
-	done := make(chan struct{})
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		_ = cmd.Wait()
-		close(done)
-	}()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
-	for range 2 { // the key and the waiter's key
-		select {
-		case l := <-lines:
-			require.Equal(t, "claimed 1", l)
-		case <-done:
-			t.Fatalf("child exited: %s", stderr)
-		case <-time.After(60 * time.Second):
-			t.Fatalf("no claim from the child within 60s: %s", stderr)
-		}
-	}
-	return cmd, done
-}
-
-// startWaiter starts a waiter (OnDuplicate(Wait)) on key, which runs fn
-// with fencing token 2 once it is woken and takes the claim over; the
-// channel receives when.
-func startWaiter(t *testing.T, s *redisstore.Store, key string) <-chan time.Time {
-	gw, err := idem.New[string](s, idem.OnDuplicate(idem.Wait))
-	require.NoError(t, err)
-	waited := make(chan time.Time, 1)
-	go func() {
-		v, err := gw.Do(context.Background(), key, func(ctx context.Context) (string, error) {
-			tok, _ := idem.FencingToken(ctx)
-			assert.EqualValues(t, 2, tok)
-			return "waiter", nil
-		})
-		assert.NoError(t, err)
-		assert.Equal(t, "waiter", v)
-		waited <- time.Now()
-	}()
-	return waited
-}
-
-// syncBuffer is a strings.Builder safe for one writer and readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

@@ -1,7 +1,6 @@
 package sqlstore_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -32,90 +31,6 @@ const (
 	ownerDialEnv  = "IDEM_SQLSTORE_OWNER_DIALECT"
 	ownerTableEnv = "IDEM_SQLSTORE_OWNER_TABLE"
 )
-
-// ownerChild, in a child process started for test t, holds a claim of key
-// "k" with a Guard of default options (a 30 s takeover threshold): fn
-// prints "claimed <fencing token>" and blocks until the process is killed.
-func ownerChild(t *testing.T) {
-	if os.Getenv(ownerTestEnv) != t.Name() {
-		return
-	}
-	d := txDialect(os.Getenv(ownerDialEnv))
-	db := openDB(t, d, dsn(t, d), nil)
-	s, err := sqlstore.New(db, d, sqlstore.WithTable(os.Getenv(ownerTableEnv)))
-	if err == nil {
-		var g *idem.Guard[int]
-		if g, err = idem.New[int](s); err == nil {
-			_, err = g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
-				tok, _ := idem.FencingToken(ctx)
-				fmt.Printf("claimed %d\n", tok)
-				select {}
-			})
-		}
-	}
-	fmt.Println("error", err)
-	os.Exit(2)
-}
-
-// TestDeadOwnerProcess: a process holding a claim (threshold 30 s) is
-// never taken over while it lives, running or stopped (SIGSTOP, 2 s);
-// once it is killed (SIGKILL), its presence session ends with it and a
-// caller retrying every 100 ms runs fn within 10 s, fencing token 2.
-func TestDeadOwnerProcess(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns processes")
-	}
-	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
-		ownerChild(t)
-		e := newEnv(t, d)
-		cmd := exec.Command(os.Args[0], "-test.run=^"+strings.Split(t.Name(), "/")[0]+"$", "-test.count=1")
-		cmd.Env = append(os.Environ(), ownerTestEnv+"="+t.Name(), ownerDialEnv+"="+d.String(), ownerTableEnv+"="+e.table)
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		cmd.Stderr = os.Stderr
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		sc := bufio.NewScanner(out)
-		for sc.Scan() && !strings.HasPrefix(sc.Text(), "claimed") {
-			t.Log("child:", sc.Text())
-		}
-		require.Equal(t, "claimed 1", sc.Text())
-
-		g := newGuard[int](t, e.store) // defaults: takeover after 30 s
-		ran := false
-		fn := func(ctx context.Context) (int, error) {
-			ran = true
-			tok, _ := idem.FencingToken(ctx)
-			return int(tok), nil
-		}
-		ctx := ctxT(t)
-		_, err = g.Do(ctx, "k", fn)
-		require.ErrorIs(t, err, idem.ErrInProgress, "a live owner is never taken over")
-		require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
-		time.Sleep(2 * time.Second)
-		_, err = g.Do(ctx, "k", fn)
-		require.ErrorIs(t, err, idem.ErrInProgress, "a stopped owner is alive: never taken over before the threshold")
-		require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
-		_, err = g.Do(ctx, "k", fn)
-		require.ErrorIs(t, err, idem.ErrInProgress, "a continued owner is alive")
-		require.False(t, ran)
-
-		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-		_ = cmd.Wait()
-		killed := time.Now()
-		for {
-			v, err := g.Do(ctx, "k", fn)
-			if err == nil {
-				require.Equal(t, 2, v, "fencing token of the takeover")
-				break
-			}
-			require.ErrorIs(t, err, idem.ErrInProgress)
-			require.Less(t, time.Since(killed), 10*time.Second, "the dead owner's claim is still in the way: the takeover waited for the threshold")
-			time.Sleep(100 * time.Millisecond)
-		}
-		t.Logf("fn ran %v after the owner was killed (takeover threshold 30 s)", time.Since(killed))
-	})
-}
 
 // TestLostPresenceSession: the presence session of a live process is
 // ended from outside (pg_terminate_backend, KILL) while its fn runs.
