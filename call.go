@@ -31,6 +31,11 @@ type stepCall struct {
 	kept    []keptRecord
 	keptAt  time.Time
 	keeping atomic.Bool // a keepAlive pass runs
+	// passes is the keepAlive pass in the background, and stopPass ends
+	// it: a call waits for it (settle) before it returns, so that nothing
+	// of the call writes to the store after Do returns.
+	passes   sync.WaitGroup
+	stopPass context.CancelFunc
 }
 
 // keptRecord is a step record a call keeps alive: its epoch (heartbeated,
@@ -103,6 +108,16 @@ func (sc *stepCall) keep(key, nonce string, comp storekit.Completion) {
 	sc.kept = append(sc.kept, keptRecord{key: key, nonce: nonce, comp: &comp})
 }
 
+// settle ends the call's keepAlive pass, if one runs, and waits for it.
+func (sc *stepCall) settle() {
+	sc.mu.Lock()
+	if sc.stopPass != nil {
+		sc.stopPass()
+	}
+	sc.mu.Unlock()
+	sc.passes.Wait()
+}
+
 // keepAlive makes the call's kept step records live stepsLife again when
 // stepsLife/4 has passed since they last were, in the background (one
 // pass at a time). The call's claim calls it after each successful
@@ -115,8 +130,11 @@ func (sc *stepCall) keepAlive(ctx context.Context) {
 		return
 	}
 	recs := slices.Clone(sc.kept)
+	ctx, sc.stopPass = context.WithCancel(ctx)
+	sc.passes.Add(1)
 	sc.mu.Unlock()
 	go func() {
+		defer sc.passes.Done()
 		defer sc.keeping.Store(false)
 		began := time.Now()
 		ok := true

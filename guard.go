@@ -454,7 +454,8 @@ func (g *Guard[T]) claimOrFind(ctx context.Context, ck callKeys) (*claim, found,
 }
 
 // runClaim runs the leader's call under its claim c: it announces the
-// claim, tells the flight f's followers that fn runs, runs the work, and,
+// claim, tells the flight f's followers that fn runs, runs the work, ends
+// the keepAlive pass of the call's steps, if one runs, and,
 // when c is under a previous secret's storage key, gives f's final record
 // the call's active key and payload hash.
 func (g *Guard[T]) runClaim(c *claim, f *flight, ck callKeys, w work[T]) (v T, err error) {
@@ -464,6 +465,9 @@ func (g *Guard[T]) runClaim(c *claim, f *flight, ck callKeys, w work[T]) (v T, e
 	f.running = true
 	g.fire(&f.decided)
 	v, err = runWork(c, w)
+	if c.call != nil {
+		c.call.settle() // nothing of the call writes after Do returns
+	}
 	if c.sk != ck.sk && f.final != nil {
 		f.final = asActive(f.final, ck.sk, ck.ph, c.ph)
 	}

@@ -33,9 +33,12 @@ func corruptFile(t *testing.T, s storekit.Store, key string) {
 // sharing one directory (with -short, none); and owners killed or stopped
 // in the middle of a call's steps.
 func TestConformance(t *testing.T) {
+	// Each store is closed before its directory is removed: its
+	// background clean-up must not be walking the directory then.
 	newStore := func(t *testing.T) storekit.Store {
 		s, err := filestore.New(filepath.Join(t.TempDir(), "store"))
 		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
 		return s
 	}
 	h := storetest.Harness{
@@ -43,6 +46,7 @@ func TestConformance(t *testing.T) {
 		NewStoreWithClock: func(t *testing.T, c *storetest.Clock) storekit.Store {
 			s, err := filestore.New(filepath.Join(t.TempDir(), "store"), filestore.WithoutSync(), filestore.WithClock(c.Now))
 			require.NoError(t, err)
+			t.Cleanup(func() { _ = s.Close() })
 			return s.LocalWatch()
 		},
 		Corrupt: corruptFile,
