@@ -193,6 +193,9 @@ if ! psql -h 127.0.0.1 -U postgres -d test -tAc 'select 1' >/dev/null 2>&1; then
   psql -h 127.0.0.1 -U postgres -d postgres -c 'CREATE DATABASE test' >&2
 fi
 
+# PgBouncer, which sqlstore's pooler test starts itself in transaction mode.
+need_pkg pgbouncer pgbouncer
+
 # --- MariaDB (loopback, root without password, database "test") -----------
 if [ ! -x /usr/sbin/mariadbd ]; then
   log "installing mariadb-server"

@@ -21,6 +21,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/guardinfo"
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/sqlstore"
 )
@@ -272,6 +273,9 @@ func TestPoolerFallback(t *testing.T) {
 	if err != nil {
 		bin = "/usr/sbin/pgbouncer"
 		if _, err := os.Stat(bin); err != nil {
+			if testenv.Required() {
+				t.Fatal("pgbouncer is not installed (scripts/backends.sh installs it)")
+			}
 			t.Skip("pgbouncer is not installed (apt-get install pgbouncer)")
 		}
 	}
