@@ -42,6 +42,8 @@ const (
 	evEnd          // a run returned a value (ok) or an error
 	evCut          // a run's context was cancelled: it no longer holds the key
 	evDo           // a Do returned a value
+	evLost         // the client's presence session is being killed (guardlost_test.go)
+	evBack         // the client's presence session is back, a threshold ago
 )
 
 // gInput is one event of a Guard history. Key is the call's key, or the
@@ -52,6 +54,7 @@ type gInput struct {
 	Client int
 	OK     bool
 	Value  string
+	Token  int64 // a start's fencing token (idem.FencingToken)
 }
 
 // gState is the model's state of one key: the client whose run holds it
@@ -59,30 +62,75 @@ type gInput struct {
 // ended after their context was cut off ("|v1|v2|"): the Guard records
 // such a value if nobody took the claim over meanwhile, which the events
 // do not show, so a Do may return it and a new run may start.
+//
+// A client's presence session killed while it lives (guardlost_test.go)
+// adds three fields. dead holds the clients between their evLost and
+// evBack (one bit each). lost says the owner's run held the key, or
+// started, while its session was dead: its claim may then be taken over
+// at once, and the taker's run may start before the Guard of the old
+// owner cuts it off (the old owner learns of it at its next heartbeat).
+// That overlap, and only that, is allowed, and its mirror: a dead
+// session's claim taken over before its fn starts, so that the taker's
+// run starts first (the fencing tokens tell which claim came first, token
+// being the owner's). The taken-over client goes to fenced, and its run's
+// value is never recorded (its completion bears the old nonce), not even
+// as maybe. A lost run that ends with a value may also be taken over
+// between its end and its completion: its value is a maybe, as a cut
+// run's. A live session's run is never lost.
 type gState struct {
 	owner    int
 	recorded string
 	maybe    string
+	dead     uint8
+	lost     bool
+	fenced   uint8
+	token    int64
 }
 
 func gStep(s gState, in gInput) (bool, gState) {
+	bit := uint8(1) << in.Client
 	switch in.Kind {
 	case evStart:
-		if s.owner != 0 || s.recorded != "" {
+		if s.owner != 0 && s.dead&bit != 0 && in.Token < s.token && s.recorded == "" {
+			// A claim of a dead session, taken over before its fn
+			// started: the owner's claim is the later one.
+			s.fenced |= bit
+			return true, s
+		}
+		if (s.owner != 0 && !s.lost) || s.recorded != "" {
 			return false, s // a second run while one holds the key, or after the outcome
 		}
-		s.owner = in.Client
+		if s.owner != 0 {
+			s.fenced |= uint8(1) << s.owner // taken over from a lost session
+		}
+		s.owner, s.lost, s.token = in.Client, s.dead&bit != 0, in.Token
+	case evLost:
+		s.dead |= bit
+		if s.owner == in.Client {
+			s.lost = true
+		}
+	case evBack:
+		s.dead &^= bit
 	case evCut:
 		if s.owner == in.Client {
-			s.owner = 0
+			s.owner, s.lost = 0, false
 		}
 	case evEnd:
 		switch {
+		case s.owner == in.Client && in.OK && s.lost:
+			// Its claim may be taken over before its completion, which
+			// is then refused: recorded or not, as a cut run's value.
+			s.owner, s.lost = 0, false
+			if s.recorded == "" {
+				s.maybe += "|" + in.Value + "|"
+			}
 		case s.owner == in.Client:
 			s.owner = 0
 			if in.OK {
 				s.recorded = in.Value
 			}
+		case s.fenced&bit != 0:
+			s.fenced &^= bit // its claim was taken over: its completion is refused
 		case in.OK && s.recorded == "":
 			s.maybe += "|" + in.Value + "|"
 		}
@@ -122,7 +170,7 @@ var guardModel = porcupine.Model{
 	},
 	DescribeOperation: func(input, _ any) string {
 		in := input.(gInput)
-		return fmt.Sprintf("%s c%d %s ok=%v %q", in.Key, in.Client, [...]string{"start", "end", "cut", "do"}[in.Kind], in.OK, in.Value)
+		return fmt.Sprintf("%s c%d %s ok=%v %q token %d", in.Key, in.Client, [...]string{"start", "end", "cut", "do", "lost", "back"}[in.Kind], in.OK, in.Value, in.Token)
 	},
 	DescribeState: func(state any) string {
 		s := state.(gState)
@@ -177,6 +225,15 @@ func (s slowReplies) Heartbeat(ctx context.Context, key, nonce string, lease tim
 	return err
 }
 
+// slowPresence is slowReplies on a store with presence, passing the
+// store's owner token on.
+type slowPresence struct {
+	storekit.Store
+	p storekit.Presence
+}
+
+func (s slowPresence) Owner() string { return s.p.Owner() }
+
 type lockedRand struct {
 	mu sync.Mutex
 	r  *rand.Rand
@@ -191,24 +248,54 @@ var (
 	errAttempt = errors.New("integration: this attempt fails after its step")
 )
 
+// Guard history parameters.
+const (
+	gClients   = 4
+	gThreshold = 400 * time.Millisecond
+)
+
 // guardHistory runs one random Guard history on s and returns its events.
 func guardHistory(t testing.TB, s storekit.Store, seed uint64, prefix string) []porcupine.Operation {
+	return guardHistoryOn(t, func(int) storekit.Store { return s }, seed, prefix, true, nil, nil)
+}
+
+// guardHistoryOn runs one random Guard history, client c on store(c),
+// and returns its events. With rotate, clients 2 and 4 have the two
+// secrets in the other order. Every Guard also gets opts; during, when not
+// nil, starts with the history and is given its log and keys (those of
+// the fn runs and of their steps); the func it returns is called once the
+// clients are done, and must return once whatever it started has stopped.
+func guardHistoryOn(t testing.TB, store func(c int) storekit.Store, seed uint64, prefix string, rotate bool,
+	opts []idem.Option, during func(*gLog, []string) func()) []porcupine.Operation {
 	rnd := &lockedRand{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	const (
-		clients   = 4
+		clients   = gClients
 		calls     = 6
-		threshold = 400 * time.Millisecond
+		threshold = gThreshold
 	)
 	log := &gLog{began: time.Now()}
 	keys := []string{prefix + "-a", prefix + "-b", prefix + "-c", prefix + "-d", prefix + "-e"}
 	var wg sync.WaitGroup
+	stop := func() {}
+	if during != nil {
+		all := append([]string(nil), keys...)
+		for _, k := range keys {
+			all = append(all, k+"/charge")
+		}
+		stop = sync.OnceFunc(during(log, all))
+		defer stop()
+	}
 	for c := 1; c <= clients; c++ {
 		secrets := []idem.Option{idem.WithSecret(linSecretA, linSecretB)}
-		if c%2 == 0 {
+		if c%2 == 0 && rotate {
 			secrets = []idem.Option{idem.WithSecret(linSecretB, linSecretA)}
 		}
-		g, err := idem.New[string](slowReplies{Store: s, rnd: rnd, p: 0.06, hold: threshold * 3 / 2},
-			append(secrets, idem.WithTakeoverAfter(threshold), idem.WithHeartbeat(threshold/4), idem.OnDuplicate(idem.Wait))...)
+		var slow storekit.Store = slowReplies{Store: store(c), rnd: rnd, p: 0.06, hold: threshold * 3 / 2}
+		if p, ok := store(c).(storekit.Presence); ok && opts != nil {
+			slow = slowPresence{slow, p} // its claims name its owner (guardlost_test.go)
+		}
+		g, err := idem.New[string](slow,
+			append(append(secrets, idem.WithTakeoverAfter(threshold), idem.WithHeartbeat(threshold/4), idem.OnDuplicate(idem.Wait)), opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,18 +323,23 @@ func guardHistory(t testing.TB, s storekit.Store, seed uint64, prefix string) []
 		})
 	}
 	wg.Wait()
+	stop()
+	log.mu.Lock()
+	defer log.mu.Unlock()
 	return log.ops
 }
 
 // guardRun is one run of fn in a Guard history: its step, then the end
 // mode picks.
 func guardRun(ctx context.Context, log *gLog, key string, c int, me string, mode int, threshold time.Duration) (string, error) {
-	log.add(gInput{Key: key, Kind: evStart, Client: c})
+	tok, _ := idem.FencingToken(ctx)
+	log.add(gInput{Key: key, Kind: evStart, Client: c, Token: tok})
 	stop := context.AfterFunc(ctx, func() { log.add(gInput{Key: key, Kind: evCut, Client: c}) })
 	defer stop()
 	if _, err := idem.Step(ctx, "charge", func(sctx context.Context) (string, error) {
 		sk := key + "/charge"
-		log.add(gInput{Key: sk, Kind: evStart, Client: c})
+		stok, _ := idem.FencingToken(sctx)
+		log.add(gInput{Key: sk, Kind: evStart, Client: c, Token: stok})
 		sstop := context.AfterFunc(sctx, func() { log.add(gInput{Key: sk, Kind: evCut, Client: c}) })
 		defer sstop()
 		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
@@ -291,6 +383,14 @@ func TestGuardLinearizable(t *testing.T) {
 			t.Logf("%s: %d Guard histories (%d events, seeds %d..): %d illegal", b.name, *guardHistories, events, seed, illegal)
 			if illegal > 0 {
 				t.Errorf("%s: %d of %d Guard histories break at most once", b.name, illegal, *guardHistories)
+			}
+		})
+	}
+	for _, lb := range lostBackends { // guardlost_test.go
+		t.Run(lb.name+"-lost-sessions", func(t *testing.T) {
+			t.Parallel()
+			if illegal := lostGuardRuns(t, lb, func(s storekit.Store) storekit.Store { return s }); illegal > 0 {
+				t.Errorf("%s: %d of %d Guard histories with killed presence sessions break at most once", lb.name, illegal, *lostHistories)
 			}
 		})
 	}
