@@ -76,3 +76,6 @@ func SetPresenceCheck(d time.Duration) (restore func()) {
 	presenceCheck = d
 	return func() { presenceCheck = old }
 }
+
+// OneCommit reports whether DoTx on s claims inside its transaction.
+func OneCommit(s *Store) bool { return s.oneCommit() }

@@ -124,6 +124,9 @@ func opener(op string, call bool) storekit.TxOpener {
 		if s == nil || s.db == nil {
 			return nil, &storekit.OptionError{Option: op, Reason: fmt.Sprintf("the Guard's store is %T, not a *sqlstore.Store", st)}
 		}
+		if call && s.oneCommit() {
+			return callRunner{txRunner{s: s, call: call}}, nil
+		}
 		return txRunner{s: s, call: call}, nil
 	}
 }
