@@ -23,12 +23,13 @@ const (
 	stComplete
 	stRelease
 	stDelete
-	stWatch           // Postgres: mark a row watched, so that its changes notify
-	stCompleteTx      // DoTx's completion inside its transaction (MySQL: hands back the connection id)
-	stClaimRet        // MariaDB 10.5+: the claim's insert returning the row it wrote or found
-	stClaimProc       // MySQL: CALL of the claim procedure Migrate creates (insert, or the row found)
-	stClaimRead       // MySQL: the claim's read of a row it did not insert, with its owner's liveness
-	stCompleteClaimTx // DoTx's one-commit completion: the claim's record written with its outcome (onecommit.go)
+	stWatch                 // Postgres: mark a row watched, so that its changes notify
+	stCompleteTx            // DoTx's completion inside its transaction (MySQL: hands back the connection id)
+	stClaimRet              // MariaDB 10.5+: the claim's insert returning the row it wrote or found
+	stClaimProc             // MySQL: CALL of the claim procedure Migrate creates (insert, or the row found)
+	stClaimRead             // MySQL: the claim's read of a row it did not insert, with its owner's liveness
+	stCompleteClaimTx       // DoTx's one-commit completion: the claim's record written with its outcome (onecommit.go; MySQL: of a key with no row)
+	stCompleteClaimTxUpdate // MySQL: DoTx's one-commit completion of a key whose row it replaces
 	numStmts
 )
 
@@ -189,6 +190,15 @@ func mysqlQueries(table string) queries {
 	q.text[stClaimRead] = sqlFile(MySQL, "claim_read", r)
 	q.text[stCAS] = sqlFile(MySQL, "cas", r)
 	q.text[stCompleteTx] = sqlFile(MySQL, "complete_tx", r)
+	q.claimTx = sqlFile(MySQL, "claim_tx", r)
+	q.text[stCompleteClaimTx] = sqlFile(MySQL, "claim_tx_insert", r)
+	q.text[stCompleteClaimTxUpdate] = sqlFile(MySQL, "claim_tx_update", r)
+	// Literal names (keyLock.mysqlText): no parameters, no prepared
+	// statement. GET_LOCK's timeout is a year: the wait ends with the
+	// holder's session or with the caller's context (the driver closes
+	// the connection).
+	q.lockKey = "DO GET_LOCK({{lock}}, 31536000)"
+	q.unlockKey = "DO RELEASE_LOCK({{lock}})"
 	return q
 }
 

@@ -2,10 +2,13 @@ package sqlstore
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/idem-go/idem/storekit"
@@ -39,6 +42,21 @@ import (
 // ends with the commit. A Do of the same key while a DoTx holds it waits
 // for it too, when its claim would insert the row.
 //
+// MySQL/MariaDB: the lock is GET_LOCK of a name derived from the table and
+// the key (claim_tx.sql), let go of by one more statement after the
+// commit (a plain transaction plus three round trips), since MySQL has no
+// lock that a transaction's commit ends: the row the completion writes is
+// locked by its transaction until the commit, and a claim read that got
+// the lock reads the row with a locking read, which waits for that commit.
+//
+// SQLite: the transaction holds the database's write lock from its first
+// statement (BEGIN, then a write: see sqlite.go), and the claim reads the
+// key inside it; every duplicate, under any policy, waits for the
+// database's write lock (busy_timeout), as every other writer of the
+// database does, and then reads what committed. A key's lock is the
+// database's: Return and Raise cannot be told "in progress" without
+// waiting, for SQLite's lock cannot say which key it is held for.
+//
 // What it costs: while fn runs, the key's record is not written, so
 // nothing but the lock says the call is in progress: a Wait duplicate
 // blocks on the lock for as long as fn runs, a process that is stopped
@@ -49,11 +67,12 @@ import (
 // never needed: when the session ends, its lock ends, and the next caller
 // finds nothing. A heartbeat has nothing to refresh, so none is sent.
 
-// callRunner is DoTx's runner on a dialect with a one-commit claim.
+// callRunner is DoTx's runner: a txRunner that claims inside its
+// transaction (storekit.TxClaimer).
 type callRunner struct{ txRunner }
 
-// oneCommit reports whether s's dialect claims inside DoTx's transaction.
-func (s *Store) oneCommit() bool { return s.q.text[stCompleteClaimTx] != "" }
+// oneCommit reports whether DoTx on s claims inside its transaction.
+func (s *Store) oneCommit() bool { return !s.cfg.claimCommit }
 
 // ClaimTx implements storekit.TxClaimer (see above).
 func (r callRunner) ClaimTx(ctx context.Context, req storekit.ClaimRequest, wait bool) (storekit.ClaimResult, storekit.OpenTx, error) {
@@ -61,127 +80,233 @@ func (r callRunner) ClaimTx(ctx context.Context, req storekit.ClaimRequest, wait
 	if err := s.checkClaim(ctx, req); err != nil {
 		return storekit.ClaimResult{}, nil, err
 	}
+	if s.dialect == SQLite {
+		return s.claimTxSQLite(ctx, req)
+	}
 	// Prepared before the connection is taken, so that a pool of one
 	// connection does not wait for itself (as txRunner.RunTx).
-	complete, err := s.stmt(ctx, stCompleteClaimTx)
-	if err != nil {
-		return storekit.ClaimResult{}, nil, storeErr("complete", err)
+	for _, id := range s.completeClaimStmts() {
+		if _, err := s.stmt(ctx, id); err != nil {
+			return storekit.ClaimResult{}, nil, storeErr("complete", err)
+		}
 	}
+	_ = s.checkPacket(ctx, 0) // MySQL: reads max_allowed_packet once, outside the transaction
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return storekit.ClaimResult{}, nil, storeErr("claim", err)
 	}
+	k := keyLock{s: s, conn: conn, key: req.Key}
 	for range maxClaimRounds {
-		d, cur, held, err := s.claimReadTx(ctx, conn, req)
+		rd, err := k.read(ctx, req)
 		switch {
 		case err != nil:
-			s.letGo(conn, req.Key, false)
+			k.letGo(false)
 			return storekit.ClaimResult{}, nil, err
-		case held && d.Write:
-			return s.openClaim(ctx, conn, complete, req, d, cur)
-		case held || d.Outcome == storekit.Existing:
-			s.letGo(conn, req.Key, held)
-			return d.Result(), nil, nil
+		case rd.held && rd.d.Write:
+			return s.openClaim(ctx, k, req, rd)
+		case rd.held || rd.d.Outcome == storekit.Existing:
+			k.letGo(rd.held)
+			return rd.d.Result(), nil, nil
 		case !wait:
-			s.letGo(conn, req.Key, false)
+			k.letGo(false)
 			return storekit.ClaimResult{}, nil, fmt.Errorf("sqlstore: claim %s: %w", req.Key, storekit.ErrKeyBusy)
 		}
 		// Wait for the open transaction that holds the key, then read
 		// the key again (the lock is let go: the read takes it again).
-		if err := s.awaitKey(ctx, conn, req.Key); err != nil {
-			s.letGo(conn, req.Key, false)
+		if err := k.await(ctx); err != nil {
+			k.letGo(false)
 			return storekit.ClaimResult{}, nil, storeErr("claim", err)
 		}
 	}
-	s.letGo(conn, req.Key, false)
+	k.letGo(false)
 	return storekit.ClaimResult{}, nil, storeErr("claim", ErrContention)
 }
 
-// claimReadTx sends the claim read (claim_tx.sql) on conn. It returns the
-// decision on the row it read (storekit.DecideClaim; Write false and
-// Outcome Claimed when the key's lock is held by another session and no
-// row answers), the row (nil when there is none), and whether conn now
-// holds the key's lock.
-func (s *Store) claimReadTx(ctx context.Context, conn *sql.Conn, req storekit.ClaimRequest) (storekit.Decision, *storekit.Record, bool, error) {
+// completeClaimStmts are the statements a one-commit completion may send.
+func (s *Store) completeClaimStmts() []stmtID {
+	if s.dialect == MySQL {
+		return []stmtID{stCompleteClaimTx, stCompleteClaimTxUpdate}
+	}
+	return []stmtID{stCompleteClaimTx}
+}
+
+// keyLock is a key's lock (PostgreSQL's advisory lock, MySQL's GET_LOCK)
+// as a connection of the pool, pinned for the claim, takes and lets go of it.
+type keyLock struct {
+	s    *Store
+	conn *sql.Conn
+	key  string
+}
+
+// claimRead is what the claim read found.
+type claimRead struct {
+	d      storekit.Decision // DecideClaim on the row (Outcome Claimed, Write false: another session holds the key)
+	cur    *storekit.Record  // the row, nil when there is none
+	held   bool              // the connection now holds the key's lock
+	connID int64             // MySQL: the session's id
+}
+
+// read sends the claim read (claim_tx.sql) on k's connection.
+func (k keyLock) read(ctx context.Context, req storekit.ClaimRequest) (claimRead, error) {
 	var (
+		rd    claimRead
 		now   int64
 		got   sql.NullBool
 		found bool
 		raw   rawRecord
+		row   *sql.Row
 	)
-	err := conn.QueryRowContext(ctx, s.q.claimTx, req.Key).Scan(append([]any{&now, &got, &found}, raw.dest()...)...)
-	if err != nil {
-		return storekit.Decision{}, nil, false, storeErr("claim", err)
+	dest := []any{&got, &now, &found}
+	if k.s.dialect == MySQL {
+		dest = append(dest, &rd.connID)
+		row = k.conn.QueryRowContext(ctx, k.mysqlText(k.s.q.claimTx))
+	} else {
+		row = k.conn.QueryRowContext(ctx, k.s.q.claimTx, req.Key)
 	}
-	var cur *storekit.Record
+	if err := row.Scan(append(dest, raw.dest()...)...); err != nil {
+		return rd, storeErr("claim", err)
+	}
+	rd.held = got.Bool
 	if found {
-		if cur, err = raw.record(req.Key); err != nil {
-			return storekit.Decision{}, nil, got.Bool, err
+		cur, err := raw.record(req.Key)
+		if err != nil {
+			return rd, err
 		}
+		rd.cur = cur
 	}
 	if got.Valid && !got.Bool { // another session's open transaction holds the key
-		if cur != nil && cur.Live(now) && cur.PayloadHash != req.PayloadHash {
-			return storekit.Decision{Outcome: storekit.Existing, Record: cur}, cur, false, nil
+		if rd.cur != nil && rd.cur.Live(now) && rd.cur.PayloadHash != req.PayloadHash {
+			rd.d = storekit.Decision{Outcome: storekit.Existing, Record: rd.cur}
+		} else {
+			rd.d = storekit.Decision{Outcome: storekit.Claimed}
 		}
-		return storekit.Decision{Outcome: storekit.Claimed}, cur, false, nil
+		return rd, nil
 	}
-	return storekit.DecideClaim(cur, req, now), cur, got.Bool, nil
+	rd.d = storekit.DecideClaim(rd.cur, req, now)
+	return rd, nil
 }
 
-// awaitKey waits on conn for the key's lock, held by another session's
-// open transaction, and lets go of it at once.
-func (s *Store) awaitKey(ctx context.Context, conn *sql.Conn, key string) error {
-	if _, err := conn.ExecContext(ctx, s.q.lockKey, key); err != nil {
+// mysqlText fills a MySQL statement's {{key}} and {{lock}} with literals:
+// the key as a hex string literal, and its lock's name, hex digits.
+func (k keyLock) mysqlText(text string) string {
+	sum := sha256.Sum256([]byte(k.s.cfg.table + "\x00" + k.key))
+	return strings.NewReplacer("{{key}}", "CONVERT(X'"+hex.EncodeToString([]byte(k.key))+"' USING utf8mb4) COLLATE utf8mb4_bin",
+		"{{lock}}", "'idem:"+hex.EncodeToString(sum[:20])+"'").Replace(text)
+}
+
+// await waits for the key's lock, held by another session's open
+// transaction, and lets go of it at once.
+func (k keyLock) await(ctx context.Context) error {
+	var err error
+	if k.s.dialect == MySQL {
+		_, err = k.conn.ExecContext(ctx, k.mysqlText(k.s.q.lockKey))
+	} else {
+		_, err = k.conn.ExecContext(ctx, k.s.q.lockKey, k.key)
+	}
+	if err != nil {
 		return err
 	}
-	_, err := conn.ExecContext(context.WithoutCancel(ctx), s.q.unlockKey, key)
+	return k.unlock(context.WithoutCancel(ctx))
+}
+
+// unlock lets go of the key's lock.
+func (k keyLock) unlock(ctx context.Context) error {
+	var err error
+	if k.s.dialect == MySQL {
+		_, err = k.conn.ExecContext(ctx, k.mysqlText(k.s.q.unlockKey))
+	} else {
+		_, err = k.conn.ExecContext(ctx, k.s.q.unlockKey, k.key)
+	}
 	return err
 }
 
-// letGo returns conn to the pool, first letting go of the key's lock when
-// conn holds it. A connection whose lock could not be let go is closed
-// instead (its session, and the lock, end with it).
-func (s *Store) letGo(conn *sql.Conn, key string, held bool) {
+// letGo returns the connection to the pool, first letting go of the key's
+// lock when it holds it. A connection whose lock could not be let go is
+// closed instead (its session, and the lock, end with it).
+func (k keyLock) letGo(held bool) {
 	if held {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := conn.ExecContext(ctx, s.q.unlockKey, key)
+		err := k.unlock(ctx)
 		cancel()
 		if err != nil {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			k.discard()
+			return
 		}
 	}
-	_ = conn.Close()
+	_ = k.conn.Close()
 }
 
-// openClaim begins the transaction of the claim d on conn, which holds the
-// key's lock: the OpenTx the Guard runs fn in.
-// cur is the row the claim read, nil when there was none.
-func (s *Store) openClaim(ctx context.Context, conn *sql.Conn, complete *sql.Stmt, req storekit.ClaimRequest, d storekit.Decision, cur *storekit.Record) (storekit.ClaimResult, storekit.OpenTx, error) {
+// discard closes the connection instead of returning it to the pool.
+func (k keyLock) discard() {
+	_ = k.conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = k.conn.Close()
+}
+
+// openClaim begins the transaction of the claim rd on k's connection,
+// which holds the key's lock: the OpenTx the Guard runs fn in.
+func (s *Store) openClaim(ctx context.Context, k keyLock, req storekit.ClaimRequest, rd claimRead) (storekit.ClaimResult, storekit.OpenTx, error) {
 	tctx, cancel := context.WithCancel(ctx)
-	tx, err := conn.BeginTx(tctx, nil)
+	tx, err := k.conn.BeginTx(tctx, nil)
 	if err != nil {
 		cancel()
-		s.letGo(conn, req.Key, true)
+		k.letGo(true)
 		return storekit.ClaimResult{}, nil, storeErr("begin", err)
 	}
-	o := &openTx{s: s, conn: conn, tx: tx, complete: complete, tctx: tctx, cancel: cancel, req: req, rec: d.Record, prev: cur, took: d.Outcome == storekit.TookOver}
+	o := &openTx{s: s, lock: &k, tx: tx, tctx: tctx, cancel: cancel, req: req, rec: rd.d.Record, prev: rd.cur,
+		took: rd.d.Outcome == storekit.TookOver, connID: rd.connID}
+	return rd.d.Result(), o, nil
+}
+
+// claimTxSQLite is ClaimTx on SQLite: the transaction begins (and takes
+// the database's write lock, waiting for it), then the claim reads the key
+// in it. An answer without a claim ends it.
+func (s *Store) claimTxSQLite(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, storekit.OpenTx, error) {
+	tctx, cancel := context.WithCancel(ctx)
+	tx, err := s.begin(tctx)
+	if err != nil {
+		cancel()
+		return storekit.ClaimResult{}, nil, err
+	}
+	var raw rawRecord
+	var now int64
+	var cur *storekit.Record
+	err = tx.QueryRowContext(tctx, s.q.text[stGet], req.Key).Scan(append(raw.dest(), &now)...)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		err = tx.QueryRowContext(tctx, s.q.liteNow).Scan(&now)
+	case err == nil:
+		cur, err = raw.record(req.Key)
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		cancel()
+		return storekit.ClaimResult{}, nil, storeErr("claim", err)
+	}
+	d := storekit.DecideClaim(cur, req, now)
+	if !d.Write {
+		_ = tx.Rollback()
+		cancel()
+		return d.Result(), nil, nil
+	}
+	o := &openTx{s: s, tx: tx, tctx: tctx, cancel: cancel, req: req, rec: d.Record, prev: cur, took: d.Outcome == storekit.TookOver}
 	return d.Result(), o, nil
 }
 
-// openTx is a one-commit claim: the transaction, begun on the connection
-// that holds the key's lock, that runs fn and writes the record.
+// openTx is a one-commit claim: the transaction that runs fn and writes
+// the record, begun on the connection that holds the key's lock (lock;
+// nil on SQLite, whose transaction holds the database's).
 type openTx struct {
-	s        *Store
-	conn     *sql.Conn
-	tx       *sql.Tx
-	complete *sql.Stmt       // stCompleteClaimTx
-	tctx     context.Context // the transaction's
-	cancel   context.CancelFunc
-	req      storekit.ClaimRequest
-	rec      *storekit.Record // the claim as decided
-	prev     *storekit.Record // the row it replaces, as read; nil when there was none
-	took     bool             // the claim takes over a stale one
-	ended    bool
+	s      *Store
+	lock   *keyLock
+	tx     *sql.Tx
+	tctx   context.Context // the transaction's
+	cancel context.CancelFunc
+	req    storekit.ClaimRequest
+	rec    *storekit.Record // the claim as decided
+	prev   *storekit.Record // the row it replaces, as read; nil when there was none
+	took   bool             // the claim takes over a stale one
+	connID int64            // MySQL: the session an unanswered COMMIT is killed by
+	ended  bool
 }
 
 // Rollback implements storekit.OpenTx.
@@ -192,7 +317,9 @@ func (o *openTx) Rollback() {
 	o.ended = true
 	_ = o.tx.Rollback()
 	o.cancel()
-	o.s.letGo(o.conn, o.req.Key, true)
+	if o.lock != nil {
+		o.lock.letGo(true)
+	}
 }
 
 // RunTx implements storekit.TxRunner: fn (body) runs in the open
@@ -200,7 +327,7 @@ func (o *openTx) Rollback() {
 // commits (see storekit.TxRunner for what it returns).
 func (o *openTx) RunTx(ctx context.Context, c storekit.TxClaim, body func(context.Context) (storekit.Completion, error)) error {
 	s := o.s
-	if s.db.Stats().MaxOpenConnections == 1 {
+	if s.db.Stats().MaxOpenConnections == 1 || s.dialect == SQLite {
 		ctx = context.WithValue(ctx, soleConnKey{}, s.db) // see txRunner.RunTx
 	}
 	defer o.Rollback() // fn panicked, or the completion failed: nothing is committed
@@ -214,16 +341,21 @@ func (o *openTx) RunTx(ctx context.Context, c storekit.TxClaim, body func(contex
 		return lostOr(ctx, err)
 	}
 	o.ended = true
-	err = s.commit(ctx, o.tctx, o.tx, 0, c.TakeoverAfter)
+	err = s.commit(ctx, o.tctx, o.tx, o.connID, c.TakeoverAfter)
 	o.cancel()
 	if err == nil {
-		_ = o.conn.Close() // the completion let go of the session's lock
+		if o.lock != nil {
+			// PostgreSQL: the completion let go of the session's hold,
+			// and the commit of the transaction's; MySQL: let go now.
+			o.lock.letGo(s.dialect == MySQL)
+		}
 		return nil
 	}
-	// The connection's state is unknown: it is closed, not pooled (its
-	// session ends, and with it any lock it held).
-	_ = o.conn.Raw(func(any) error { return driver.ErrBadConn })
-	_ = o.conn.Close()
+	if o.lock != nil {
+		// The connection's state is unknown: it is closed, not pooled
+		// (its session ends, and with it any lock it holds).
+		o.lock.discard()
+	}
 	committed, rerr := s.readBack(ctx, c.Key, c.Nonce, err, c.TakeoverAfter)
 	if committed {
 		return nil
@@ -235,38 +367,86 @@ func (o *openTx) RunTx(ctx context.Context, c storekit.TxClaim, body func(contex
 }
 
 // write writes the claim's record with its completion c inside the
-// transaction (complete_claim_tx.sql). A row that changed since the claim
-// read it is storekit.ErrLostOwnership.
+// transaction (complete_claim_tx.sql; MySQL: claim_tx_insert.sql or
+// claim_tx_update.sql; SQLite: the claim's upsert, under the database's
+// write lock). A row that changed since the claim read it is
+// storekit.ErrLostOwnership.
 func (o *openTx) write(c storekit.Completion) error {
 	var msg, typ any
 	if c.Error != nil {
 		msg, typ = c.Error.Message, c.Error.Type
 	}
-	result := c.Result
-	if len(result) == 0 {
-		result = nil
+	var result any
+	if len(c.Result) > 0 {
+		result = c.Result
 	}
-	r, q := o.rec, o.req
-	var prevNonce string
-	var prevAttempt, prevBeat, prevExpires, tookAt int64
-	if p := o.prev; p != nil {
-		prevNonce, prevAttempt, prevBeat, prevExpires = p.Nonce, p.Attempt, p.HeartbeatAt, p.ExpiresAt
+	r, q, s := o.rec, o.req, o.s
+	if s.dialect == MySQL && s.maxPacket.Load() > 0 && result != nil &&
+		s.checkPacket(o.tctx, len(c.Result)+len(q.Key)+len(q.Nonce)+statementSlack(c)) != nil {
+		result = nil // as Do: completed without a result (replays: idem.ErrResultUnavailable)
 	}
+	var prev storekit.Record // zero: no row
+	if o.prev != nil {
+		prev = *o.prev
+	}
+	var tookAt int64
 	if o.took {
 		tookAt = r.StartedAt
 	}
-	res, err := o.tx.StmtContext(o.tctx, o.complete).ExecContext(o.tctx, q.Tenant, q.Scope, q.Key, q.Nonce, q.PayloadHash,
-		string(c.Status), result, msg, typ, c.TTL.Milliseconds(), r.Attempt, q.TakeoverAfter.Milliseconds(), q.Owner,
-		prevNonce, prevAttempt, prevBeat, prevExpires, r.StartedAt, tookAt)
+	ttl := c.TTL.Milliseconds()
+	var (
+		id   = stCompleteClaimTx
+		args []any
+	)
+	switch {
+	case s.dialect == SQLite:
+		return o.writeSQLite(c, result, msg, typ, tookAt)
+	case s.dialect == Postgres:
+		args = []any{q.Tenant, q.Scope, q.Key, q.Nonce, q.PayloadHash, string(c.Status), result, msg, typ, ttl, r.Attempt,
+			q.TakeoverAfter.Milliseconds(), q.Owner, prev.Nonce, prev.Attempt, prev.HeartbeatAt, prev.ExpiresAt, r.StartedAt, tookAt}
+	case o.prev == nil:
+		args = []any{q.Tenant, q.Scope, q.Key, q.Nonce, string(c.Status), r.Attempt, q.PayloadHash, result, msg, typ,
+			r.StartedAt, ttl, tookAt, q.TakeoverAfter.Milliseconds(), q.Owner}
+	default:
+		id = stCompleteClaimTxUpdate
+		args = []any{q.Tenant, q.Scope, q.Nonce, string(c.Status), r.Attempt, q.PayloadHash, result, msg, typ,
+			r.StartedAt, ttl, tookAt, q.TakeoverAfter.Milliseconds(), q.Owner, q.Key, prev.Nonce, prev.Attempt, prev.HeartbeatAt, prev.ExpiresAt}
+	}
+	st, err := s.stmt(o.tctx, id)
+	if err != nil {
+		return storeErr("complete", err)
+	}
+	res, err := o.tx.StmtContext(o.tctx, st).ExecContext(o.tctx, args...)
 	var n int64
 	if err == nil {
 		n, err = res.RowsAffected()
+	}
+	if n, _, ok := mysqlServerError(err); ok && n == 1062 { // duplicate key: a row was inserted since the claim read
+		err = nil
 	}
 	if err != nil {
 		return storeErr("complete", err)
 	}
 	if n == 0 {
 		return fmt.Errorf("sqlstore: complete %s: the record changed since the claim: %w", q.Key, storekit.ErrLostOwnership)
+	}
+	return nil
+}
+
+// writeSQLite writes the claim's record with its completion c with the
+// claim's upsert, in the transaction that holds the database's write lock
+// since the claim read the key.
+func (o *openTx) writeSQLite(c storekit.Completion, result, msg, typ any, tookAt int64) error {
+	r, q := o.rec, o.req
+	var now int64
+	if err := o.tx.QueryRowContext(o.tctx, o.s.q.liteNow).Scan(&now); err != nil {
+		return storeErr("complete", err)
+	}
+	_, err := o.tx.ExecContext(o.tctx, o.s.q.text[stClaim], q.Tenant, q.Scope, q.Key, q.Nonce, string(c.Status),
+		r.Attempt, q.PayloadHash, result, msg, typ, r.StartedAt, now, now, now+c.TTL.Milliseconds(),
+		tookAt, r.TakeoverMs, q.Owner)
+	if err != nil {
+		return storeErr("complete", err)
 	}
 	return nil
 }

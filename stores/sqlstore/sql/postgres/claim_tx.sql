@@ -14,7 +14,7 @@ WITH clk AS MATERIALIZED (SELECT {{now}} AS ms), cur AS (
   SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM cur, clk WHERE cur.status <> 'in_progress' AND cur.expires_at > clk.ms)
     THEN pg_try_advisory_lock(hashtextextended($1, 0)) END AS got
 )
-SELECT clk.ms, lk.got, cur.claim_nonce IS NOT NULL,
+SELECT lk.got, clk.ms, cur.claim_nonce IS NOT NULL,
   COALESCE(cur.record_version, 1), COALESCE(cur.claim_nonce, ''), COALESCE(cur.status, 'in_progress'),
   COALESCE(cur.attempt_count, 0), COALESCE(cur.payload_hash, ''), cur.result, cur.error_message, cur.error_type,
   COALESCE(cur.started_at, 0), COALESCE(cur.heartbeat_at, 0), COALESCE(cur.completed_at, 0),
