@@ -67,6 +67,10 @@ import (
 // never needed: when the session ends, its lock ends, and the next caller
 // finds nothing. A heartbeat has nothing to refresh, so none is sent.
 
+// beforeCommit, when set (by this package's process tests only), runs
+// between a one-commit DoTx's completion and its COMMIT.
+var beforeCommit func()
+
 // callRunner is DoTx's runner: a txRunner that claims inside its
 // transaction (storekit.TxClaimer).
 type callRunner struct{ txRunner }
@@ -341,6 +345,9 @@ func (o *openTx) RunTx(ctx context.Context, c storekit.TxClaim, body func(contex
 		return lostOr(ctx, err)
 	}
 	o.ended = true
+	if beforeCommit != nil {
+		beforeCommit()
+	}
 	err = s.commit(ctx, o.tctx, o.tx, o.connID, c.TakeoverAfter)
 	o.cancel()
 	if err == nil {

@@ -376,6 +376,8 @@ func txChild(t *testing.T) {
 		})
 		fmt.Println("error", err)
 		os.Exit(2)
+	case "precommit", "committed", "stopped": // see TestDoTxOneCommitKills
+		txOneCommitChild(t, role, s, d, side)
 	case "many": // 16 goroutines, each its own Guard, on one key
 		var wg sync.WaitGroup
 		var failed atomic.Bool
@@ -408,7 +410,8 @@ func txChild(t *testing.T) {
 
 func startTxChild(t *testing.T, d sqlstore.Dialect, role, table, side string) (*exec.Cmd, io.Reader) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^"+strings.Split(t.Name(), "/")[0]+"$", "-test.count=1")
+	// The child runs the calling (sub)test alone: "^Top$/^sub$/...".
+	cmd := exec.Command(os.Args[0], "-test.run=^"+strings.Join(strings.Split(t.Name(), "/"), "$/^")+"$", "-test.count=1")
 	cmd.Env = append(os.Environ(), txRoleEnv+"="+role, txTestEnv+"="+t.Name(), txDialEnv+"="+d.String(),
 		txTableEnv+"="+table, txSideEnv+"="+side)
 	out, err := cmd.StdoutPipe()
