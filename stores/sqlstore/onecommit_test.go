@@ -227,3 +227,45 @@ func TestDoTxOneCommitKills(t *testing.T) {
 		})
 	})
 }
+
+// TestDoTxStepOneCommit: a Step inside a one-commit DoTx records its
+// outcome on a connection of its own, so the step survives the rollback
+// of fn's transaction: a DoTx whose fn ran the step and then failed (as a
+// crash would end it) leaves no record of the call but the step's, and
+// the retry runs fn again (attempt 1), replays the step without running
+// it, with the same StepKey, and commits one row.
+func TestDoTxStepOneCommit(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		e := newEnv(t, d)
+		side := sideTable(t, d)
+		g := newGuard[int](t, e.store)
+		ctx := ctxT(t)
+		var charges atomic.Int32
+		var keys []string
+		fn := func(fail error) func(ctx context.Context, tx *sql.Tx) (int, error) {
+			return func(ctx context.Context, tx *sql.Tx) (int, error) {
+				v, err := idem.Step(ctx, "charge", func(ctx context.Context) (int, error) {
+					k, _ := idem.StepKey(ctx)
+					keys = append(keys, k)
+					return int(charges.Add(1)), nil
+				})
+				if err != nil {
+					return 0, err
+				}
+				if err := insertSide(ctx, tx, d, side, "k"); err != nil {
+					return 0, err
+				}
+				return v, fail
+			}
+		}
+		_, err := sqlstore.DoTx(ctx, g, "k", fn(errors.New("after the charge")))
+		require.Error(t, err)
+		assert.Zero(t, sideRows(t, d, side, "k"))
+		v, err := sqlstore.DoTx(ctx, g, "k", fn(nil))
+		require.NoError(t, err)
+		assert.Equal(t, 1, v, "the step's recorded outcome")
+		assert.EqualValues(t, 1, charges.Load(), "the step ran once")
+		assert.Len(t, keys, 1)
+		assert.Equal(t, 1, sideRows(t, d, side, "k"))
+	})
+}
