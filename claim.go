@@ -35,6 +35,9 @@ type claim struct {
 	// (storekit.TxClaimer): nothing is written until its commit, so the
 	// claim has no heartbeat, cannot lapse, and has nothing to release.
 	otx storekit.OpenTx
+	// refused is set when the commit of the claim's work was refused
+	// (storekit.ErrLostOwnership): nothing of it committed.
+	refused bool
 
 	start  time.Time               // when the work began
 	fctx   context.Context         // the work's context
@@ -53,6 +56,11 @@ type claim struct {
 // its work could begin (each reply later than the takeover threshold
 // allows) before it gives up with an error instead of claiming again.
 const maxUnheld = 3
+
+// maxRaced is how many claims in a row held in a transaction (claim.otx)
+// a caller makes whose record another caller wrote first before it
+// returns the refusal instead of looking at the key again.
+const maxRaced = 3
 
 // Holding a claim (fn never starts under a
 // claim that may have lapsed).
@@ -117,6 +125,11 @@ func (c *claim) drop() {
 	}
 	_ = c.release()
 }
+
+// raced reports whether the claim, held in a transaction, had its commit
+// refused because another caller wrote the key's record first: nothing of
+// the claim or its work committed.
+func (c *claim) raced() bool { return c.otx != nil && c.refused }
 
 // unheld is the error of a caller whose claims lapsed maxUnheld times in a
 // row before its work could begin: nothing ran, so it may try again.

@@ -381,6 +381,7 @@ func (g *Guard[T]) lead(ctx context.Context, ck callKeys, f *flight, w work[T]) 
 	ws := &waits{e: &g.engine, active: g.newWaiter(ck.sk)}
 	defer ws.close()
 	unheld := 0 // claims in a row that lapsed before fn could start
+	raced := 0  // claims held in a transaction whose record was written by another caller first
 	tc := g.txClaimer(w.tx, ck.alt != nil)
 	for {
 		sent := time.Now()
@@ -402,6 +403,14 @@ func (g *Guard[T]) lead(ctx context.Context, ck callKeys, f *flight, w work[T]) 
 			}
 			ws.done(ctx, c.rec.Attempt)
 			v, err = g.runClaim(c, f, ck, w)
+			if c.raced() && raced < maxRaced {
+				// Held in its transaction, the claim met a record another
+				// caller wrote since its read: nothing of it committed,
+				// so the call looks at the key again (a replay, as a
+				// duplicate would be answered).
+				raced++
+				continue
+			}
 			return v, err, false
 		}
 		rec := ans.rec

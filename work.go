@@ -51,9 +51,7 @@ func (e *engine) openTx(ctx context.Context) (context.Context, storekit.TxRunner
 // that fails is released whatever the failure policy: its error goes back
 // to the call's fn, which decides.
 func runWork[V any](c *claim, w work[V]) (V, error) {
-	if c.otx != nil {
-		w.tx = c.otx // the transaction that holds the claim runs the work
-	}
+	w.tx = c.runner(w.tx)
 	var (
 		v         V
 		fnErr     error
@@ -120,6 +118,7 @@ func runWork[V any](c *claim, w work[V]) (V, error) {
 		}
 		return v, nil
 	case errors.Is(commitErr, ErrLostOwnership):
+		c.refused = true
 		c.observe(EventLostOwnership, nil)
 		return zero, fmt.Errorf("idem: commit refused: %w", commitErr)
 	case errors.Is(commitErr, ErrOutcomeUnknown):
@@ -172,6 +171,15 @@ func (e *engine) tryClaimTx(ctx context.Context, tc storekit.TxClaimer, sk, ph s
 	}
 	c.otx = otx
 	return c, nil, nil
+}
+
+// runner is the transaction runner the claim's work runs in: the
+// transaction that holds the claim, if one does, else tx.
+func (c *claim) runner(tx storekit.TxRunner) storekit.TxRunner {
+	if c.otx != nil {
+		return c.otx
+	}
+	return tx
 }
 
 // txClaim is the claim as a store's transaction runner sees it.

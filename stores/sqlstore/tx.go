@@ -54,10 +54,14 @@ import (
 //     OnFailure applies (Unlock: nothing is left; Lock: the failure is
 //     recorded after the rollback, outside the transaction).
 //   - fn succeeded and the commit was acknowledged: the value, nil.
-//   - the record changed since the claim read it (another owner's stale
-//     claim it took over completed meanwhile; with the claim committed
-//     first: the claim was taken over, the completion's nonce condition
-//     matched no row): rolled back, an error matching
+//   - the record was written by another caller since the claim read it
+//     (another owner's stale claim it took over completed meanwhile; or a
+//     claim read that raced a commit of the key): rolled back, nothing of
+//     fn's or of the claim committed, and the call looks at the key again,
+//     so it is answered as a duplicate is (at most three times in a row;
+//     then an error matching storekit.ErrLostOwnership). With the claim
+//     committed first, a claim taken over while fn ran (the completion's
+//     nonce condition matched no row): rolled back, an error matching
 //     storekit.ErrLostOwnership; nothing of fn's is visible.
 //   - the commit failed, or its reply never came (a dropped connection, no
 //     answer within the takeover threshold): the record row is read back
