@@ -351,10 +351,17 @@ func (o *openTx) RunTx(ctx context.Context, c storekit.TxClaim, body func(contex
 	err = s.commit(ctx, o.tctx, o.tx, o.connID, c.TakeoverAfter)
 	o.cancel()
 	if err == nil {
-		if o.lock != nil {
+		switch {
+		case o.lock == nil:
+		case s.dialect == MySQL:
+			// Let go of the lock after the caller has its answer: the
+			// record is committed, and a claim read of the key meanwhile
+			// finds it and does not try the lock.
+			go o.lock.letGo(true)
+		default:
 			// PostgreSQL: the completion let go of the session's hold,
-			// and the commit of the transaction's; MySQL: let go now.
-			o.lock.letGo(s.dialect == MySQL)
+			// and the commit of the transaction's.
+			o.lock.letGo(false)
 		}
 		return nil
 	}
