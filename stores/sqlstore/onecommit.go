@@ -44,7 +44,8 @@ import (
 //
 // MySQL/MariaDB: the lock is GET_LOCK of a name derived from the table and
 // the key (claim_tx.sql), let go of by one more statement after the
-// commit (a plain transaction plus three round trips), since MySQL has no
+// commit, once DoTx has returned (the connection is busy for a plain
+// transaction plus three round trips, the caller for two), since MySQL has no
 // lock that a transaction's commit ends: the row the completion writes is
 // locked by its transaction until the commit, and a claim read that got
 // the lock reads the row with a locking read, which waits for that commit.

@@ -97,7 +97,7 @@ import (
 //
 // A fresh call: the claim read, BEGIN, fn's statements, the completion,
 // COMMIT, so a plain transaction's round trips plus two (PostgreSQL; MySQL
-// adds a third, after the commit, which lets go of its GET_LOCK lock), and
+// sends a third once DoTx has returned, which lets go of its GET_LOCK lock), and
 // one commit. database/sql sends BEGIN and COMMIT as round trips of their
 // own, so neither can carry the claim or the completion. A replay of a
 // completed key: the claim read alone, one round trip
