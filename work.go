@@ -52,12 +52,9 @@ func (e *engine) openTx(ctx context.Context) (context.Context, storekit.TxRunner
 // to the call's fn, which decides.
 func runWork[V any](c *claim, w work[V]) (V, error) {
 	w.tx = c.runner(w.tx)
-	var (
-		v         V
-		fnErr     error
-		commitErr error
-		comp      *storekit.Completion // what a transaction committed
-	)
+	var v V
+	var fnErr, commitErr error
+	var comp *storekit.Completion // what a transaction committed
 	if w.tx == nil {
 		v, fnErr = guarded(c, w.fn)
 	} else {
