@@ -21,7 +21,9 @@
 // is recording, as an event named "idem.<kind>" with the attributes
 // idem.event, idem.attempt, idem.scope, idem.store and, for events that
 // carry one, idem.duration (seconds: how long fn ran or the wait lasted;
-// for refresh and lapse events the lapse margin, as idem.Event documents).
+// for heartbeat and lapse events the lapse margin, as idem.Event
+// documents). A takeover of a claim whose owner was known gone (its
+// process died) carries idem.owner_gone=true, on the metric too.
 // WithoutSpanEvents turns that off.
 //
 // Attributes never carry the caller's key, the payload or an error message

@@ -386,3 +386,54 @@ func checkTakeoverSpanEvents(t *testing.T, spans *tracetest.InMemoryExporter) {
 		t.Errorf("old owner's span events %v, want claim and lost_ownership under attempt 1", a)
 	}
 }
+
+// TestObserverOwnerGone: a takeover of a claim whose owner was known gone
+// is counted apart from one of a stale claim (idem.owner_gone=true), and
+// its span event says so.
+func TestObserverOwnerGone(t *testing.T) {
+	ctx := context.Background()
+	tel := newTelemetry()
+	obs, err := otelidem.NewObserver(otelidem.WithMeterProvider(tel.mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, span := tel.tp.Tracer("test").Start(ctx, "call")
+	obs(sctx, idem.Event{Kind: idem.EventTakeover, StorageKey: "idem:k", Attempt: 2, OwnerGone: true})
+	obs(sctx, idem.Event{Kind: idem.EventTakeover, StorageKey: "idem:k", Attempt: 3})
+	span.End()
+	var rm metricdata.ResourceMetrics
+	if err := tel.reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	gone, stale := int64(0), int64(0)
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != otelidem.MetricEvents {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				if v, ok := dp.Attributes.Value(otelidem.AttrOwnerGone); ok && v.AsBool() {
+					gone += dp.Value
+				} else {
+					stale += dp.Value
+				}
+			}
+		}
+	}
+	if gone != 1 || stale != 1 {
+		t.Fatalf("takeovers counted with idem.owner_gone: %d, without: %d; want 1 and 1", gone, stale)
+	}
+	var marked int
+	for _, s := range tel.spans.GetSpans() {
+		for _, e := range s.Events {
+			for _, a := range e.Attributes {
+				if a.Key == otelidem.AttrOwnerGone && a.Value.AsBool() {
+					marked++
+				}
+			}
+		}
+	}
+	if marked != 1 {
+		t.Fatalf("%d span events carry idem.owner_gone; want 1", marked)
+	}
+}
