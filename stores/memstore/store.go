@@ -9,7 +9,9 @@
 // Concurrent calls of one key run the function once, and waiting
 // duplicates are woken when it completes, without polling. To coordinate
 // processes or hosts use filestore, redisstore, dynamostore, sqlstore or
-// natsstore; memstore also suits tests.
+// natsstore; memstore also suits tests. Its callers share one process, so
+// it has no owners to tell dead from alive (storekit.Presence): a claim
+// that is never completed is taken over after the takeover threshold.
 //
 // Memory stays bounded by the number of live records, not by the number
 // of keys ever seen: a record is removed once its expiry plus the
