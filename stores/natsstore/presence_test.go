@@ -15,11 +15,6 @@ import (
 	"github.com/idem-go/idem/stores/natsstore"
 )
 
-const (
-	childBucketEnv = "IDEM_NATS_OWNER_BUCKET"
-	childKeyEnv    = "IDEM_NATS_OWNER_KEY"
-)
-
 // twoStores returns two Stores on one bucket, each on a connection of its
 // own (so each has a presence token of its own), and the connections.
 func twoStores(t *testing.T) (a, b *natsstore.Store, nca, ncb *nats.Conn) {

@@ -26,13 +26,6 @@ import (
 	"github.com/idem-go/idem/stores/sqlstore"
 )
 
-// Child processes of the presence tests.
-const (
-	ownerTestEnv  = "IDEM_SQLSTORE_OWNER_TEST"
-	ownerDialEnv  = "IDEM_SQLSTORE_OWNER_DIALECT"
-	ownerTableEnv = "IDEM_SQLSTORE_OWNER_TABLE"
-)
-
 // TestLostPresenceSession: the presence session of a live process is
 // ended from outside (pg_terminate_backend, KILL) while its fn runs.
 // Another process (a store over a pool of its own, with its own token)
