@@ -72,9 +72,8 @@ func PresenceSession(s *Store) int64 {
 // SetPresenceCheck changes how often presence connections made afterwards
 // are checked; restore puts it back.
 func SetPresenceCheck(d time.Duration) (restore func()) {
-	old := presenceCheck
-	presenceCheck = d
-	return func() { presenceCheck = old }
+	old := presenceCheck.Swap(int64(d))
+	return func() { presenceCheck.Store(old) }
 }
 
 // OneCommit reports whether DoTx on s claims inside its transaction.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idem-go/idem/storekit"
@@ -35,7 +36,9 @@ const (
 
 // presenceCheck is how often the presence connection is checked; a lost
 // one is opened again, and the lock taken again with the same token.
-var presenceCheck = time.Second
+var presenceCheck atomic.Int64 // nanoseconds; a second unless a test changes it
+
+func init() { presenceCheck.Store(int64(time.Second)) }
 
 // presenceTimeout bounds each statement of the presence connection.
 const presenceTimeout = 10 * time.Second
@@ -203,7 +206,7 @@ func (p *presence) acquire() error {
 // lost it opens another and takes the lock again (same token), logging
 // both. It ends when db is closed.
 func (p *presence) watch() {
-	t := time.NewTicker(presenceCheck)
+	t := time.NewTicker(time.Duration(presenceCheck.Load()))
 	defer t.Stop()
 	for range t.C {
 		if dbClosed(p.db) {
