@@ -26,8 +26,9 @@ type deadResult struct {
 // runDeadOwner prints the dead-owner table: n runs of each measurement
 // per store, before runs of the before column (each waits for the 30s
 // threshold; they run in the background, all stores at once, while the
-// after column is measured). It returns the exit code.
-func runDeadOwner(out io.Writer, n, before int) int {
+// after column is measured), on the stores selected. It returns the exit
+// code.
+func runDeadOwner(out io.Writer, n, before int, selected func(string) bool) int {
 	if n < 1 || before < 0 {
 		fmt.Fprintln(os.Stderr, "-deadowner must be positive, -deadowner-before not negative")
 		return 2
@@ -39,6 +40,9 @@ func runDeadOwner(out io.Writer, n, before int) int {
 		benches []*deadBench
 	)
 	for _, ds := range deadStores() {
+		if !selected(ds.name) {
+			continue
+		}
 		r := &deadResult{name: ds.name, presence: ds.presence}
 		results = append(results, r)
 		b, err := openBench(ctx, ds)
@@ -124,27 +128,38 @@ func (b *deadBench) measureAfter(r *deadResult, n int) {
 	for range n {
 		d, err := b.restartRun()
 		if err != nil {
-			r.errs = append(r.errs, "restart: "+err.Error())
+			r.fail("restart", err)
 			continue
 		}
+		deadMu.Lock()
 		r.restart = append(r.restart, d)
+		deadMu.Unlock()
 	}
 	stop, err := b.stopRuns()
 	if err != nil {
-		r.errs = append(r.errs, "SIGSTOP: "+err.Error())
+		r.fail("SIGSTOP", err)
 	}
+	deadMu.Lock()
 	r.stop = stop
+	deadMu.Unlock()
+}
+
+// fail records an error of the measurement what.
+func (r *deadResult) fail(what string, err error) {
+	deadMu.Lock()
+	defer deadMu.Unlock()
+	r.errs = append(r.errs, what+": "+err.Error())
 }
 
 var deadMu sync.Mutex // guards the deadResults written by both columns
 
 func (r *deadResult) add(wait, retry *[]time.Duration, w, rt time.Duration, col string, err error) {
-	deadMu.Lock()
-	defer deadMu.Unlock()
 	if err != nil {
-		r.errs = append(r.errs, col+": "+err.Error())
+		r.fail(col, err)
 		return
 	}
+	deadMu.Lock()
+	defer deadMu.Unlock()
 	*wait, *retry = append(*wait, w), append(*retry, rt)
 }
 

@@ -76,9 +76,10 @@ func main() {
 	natsURL := flag.String("nats", os.Getenv("IDEM_NATS_URL"), "NATS URL for the soak table (empty: skip)")
 	deadOwner := flag.Int("deadowner", 0, "run only the dead-owner table: this many runs of each measurement per store (0: skip)")
 	deadBefore := flag.Int("deadowner-before", 2, "runs of the dead-owner table's before column per store (each waits for the 30s threshold)")
+	deadList := flag.String("deadowner-stores", "all", "comma-separated stores for the dead-owner table: filestore,PostgreSQL,MariaDB,Redis,Redis Cluster,NATS,DynamoDB,SQLite")
 	flag.Parse()
 	if *deadOwner > 0 {
-		os.Exit(runDeadOwner(os.Stdout, *deadOwner, *deadBefore))
+		os.Exit(runDeadOwner(os.Stdout, *deadOwner, *deadBefore, soakSelected(*deadList)))
 	}
 	if *soak > 0 {
 		os.Exit(runSoak(soakConfig{run: *soak, interval: *soakInterval, ttl: *soakTTL, retention: *soakRetention,
