@@ -6,6 +6,7 @@
 //
 //	go run ./cmd/idem-bench            # the table
 //	go run ./cmd/idem-bench -soak 10m  # the soak table: what the stores hold over time
+//	go run ./cmd/idem-bench -deadowner 20  # the dead-owner table: what a crash costs
 //
 // The server stores' tables come from programs of their modules:
 // go run ./stores/redisstore/internal/benchtable (Redis, Redis Cluster,
@@ -23,8 +24,23 @@
 // record expired. What a store holds must plateau, and the latency stay
 // flat.
 //
+// With -deadowner N it prints only the dead-owner table, on filestore and
+// on each server store whose address is in the environment the tests read
+// (IDEM_POSTGRES_DSN, IDEM_MYSQL_DSN, IDEM_REDIS_ADDR, IDEM_REDIS_CLUSTER,
+// IDEM_NATS_URL, IDEM_DYNAMODB_ENDPOINT), and SQLite, each on a fresh
+// namespace removed at the end. Child processes (this binary run again)
+// hold claims and are SIGKILLed at a random point inside fn: (a) the time
+// from the kill to the result of a duplicate already waiting (Wait), (b)
+// to the first success of a caller retrying every 100 ms (Return), after
+// (the store as it is, default options) and before (its presence hidden
+// from the Guard: the 30s threshold, -deadowner-before runs); (c) the time
+// from the kill to the result of a process restarted with the same
+// WithInstanceID; (d) 100 owners SIGSTOPped for half the threshold (1s of
+// 2s) while callers retry: takeovers and runs of fn by others, both 0.
+//
 //	go run ./cmd/idem-bench
 //	go run ./cmd/idem-bench -soak 3m
+//	go run ./cmd/idem-bench -deadowner 20
 package main
 
 import (
@@ -44,6 +60,9 @@ import (
 )
 
 func main() {
+	if os.Getenv(deadRoleEnv) != "" {
+		os.Exit(deadChild())
+	}
 	testing.Init()
 	pgDSN := flag.String("postgres", os.Getenv("IDEM_POSTGRES_DSN"), "PostgreSQL DSN for the soak table (empty: skip)")
 	soak := flag.Duration("soak", 0, "run only the soak table: fresh keys at -soak-rate for this long per store (0: skip)")
@@ -55,27 +74,24 @@ func main() {
 	soakList := flag.String("soak-stores", "all", "comma-separated stores for the soak table: memstore,filestore,postgres,mariadb,natsstore")
 	mysqlDSN := flag.String("mysql", os.Getenv("IDEM_MYSQL_DSN"), "MySQL/MariaDB DSN for the soak table (empty: skip)")
 	natsURL := flag.String("nats", os.Getenv("IDEM_NATS_URL"), "NATS URL for the soak table (empty: skip)")
+	deadOwner := flag.Int("deadowner", 0, "run only the dead-owner table: this many runs of each measurement per store (0: skip)")
+	deadBefore := flag.Int("deadowner-before", 2, "runs of the dead-owner table's before column per store (each waits for the 30s threshold)")
+	deadList := flag.String("deadowner-stores", "all", "comma-separated stores for the dead-owner table: filestore,PostgreSQL,MariaDB,Redis,Redis Cluster,NATS,DynamoDB,SQLite")
 	flag.Parse()
+	if *deadOwner > 0 {
+		os.Exit(runDeadOwner(os.Stdout, *deadOwner, *deadBefore, soakSelected(*deadList)))
+	}
 	if *soak > 0 {
 		os.Exit(runSoak(soakConfig{run: *soak, interval: *soakInterval, ttl: *soakTTL, retention: *soakRetention,
 			cleanup: *soakCleanup, rate: *soakRate}, *soakList, *pgDSN, *mysqlDSN, *natsURL))
 	}
 	dir, err := os.MkdirTemp("", "idem-bench-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	exitOn(err)
 	defer os.RemoveAll(dir)
 	fs, err := filestore.New(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	exitOn(err)
 	mem, err := memstore.New()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	exitOn(err)
 	stores := []struct {
 		name  string
 		store storekit.Store
@@ -116,6 +132,14 @@ func main() {
 	}
 	fmt.Println("fresh = 2 store operations, replay = 1, no heartbeat for short calls;")
 	fmt.Println("a step that runs = 2, a replayed step = 1, plus 1 per attempt that uses steps (the steps epoch)")
+}
+
+// exitOn ends the program when err is not nil.
+func exitOn(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 }
 
 // runSoak prints the soak table and returns the exit code.

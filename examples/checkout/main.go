@@ -16,13 +16,18 @@
 // recorded), inside the charge step (the provider charged, the step's
 // result not yet recorded), or inside the order step (its row inserted,
 // not committed). The second worker takes the call over once the first
-// one's claim has gone stale: it gets the recorded charge without charging
+// one's claim is known dead or has gone stale: it gets the recorded charge without charging
 // again, or runs the charge step again with the same Idempotency-Key, which
 // the payment provider (a fake here, honouring the header as real
 // providers do) answers with the charge it already made; the order row
 // the first worker did not commit is gone with its transaction. Every
 // time: charged once, e-mailed once, one order row. A worker whose claim
 // lapses tries the checkout again, as a queue's redelivery would.
+//
+// The second worker says how long after the first one died it took the
+// checkout over: on PostgreSQL at once (the store knows the first worker's
+// session is gone), on SQLite once the claim has gone stale (takeoverAfter,
+// 2s here; SQLite cannot tell a dead process).
 //
 // The database is a SQLite file in a temporary directory (modernc.org/sqlite,
 // no cgo, no server); -dsn takes a PostgreSQL DSN instead:
@@ -46,6 +51,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -69,6 +75,12 @@ type Receipt struct {
 // keeps a live worker's claim from going stale meanwhile.
 const takeoverAfter = 2 * time.Second
 
+// why says when a worker takes a dead worker's checkout over, by database.
+var why = map[sqlstore.Dialect]string{
+	sqlstore.Postgres: "its death known at once: its session is gone",
+	sqlstore.SQLite:   "once its claim went stale: SQLite cannot tell a dead process",
+}
+
 // attempts bounds how often a worker tries a checkout whose claim lapsed.
 const attempts = 3
 
@@ -79,9 +91,10 @@ func main() {
 	provider := flag.String("provider", "", "worker: the payment and mail provider's URL")
 	order := flag.String("order", "", "worker: the order to check out")
 	crash := flag.String("crash", "", "worker: kill this process \"after-charge\", \"in-charge\" or \"in-order\"")
+	died := flag.Int64("died", 0, "worker: when the previous worker died (Unix nanoseconds)")
 	flag.Parse()
 	if *worker {
-		if err := work(*dsn, *tables, *provider, *order, *crash); err != nil {
+		if err := work(*dsn, *tables, *provider, *order, *crash, time.Unix(0, *died)); err != nil {
 			log.Fatal(err)
 		}
 		return
@@ -171,7 +184,8 @@ func run(out *os.File, dsn string) error {
 		if err := worker(dsn, tables, url, story.order, story.crash).Run(); err == nil {
 			return fmt.Errorf("%s: worker 1 was not killed", story.order)
 		}
-		cmd := worker(dsn, tables, url, story.order, "")
+		died := time.Now()
+		cmd := worker(dsn, tables, url, story.order, "", "-died", strconv.FormatInt(died.UnixNano(), 10))
 		b, err := cmd.Output()
 		if err != nil {
 			return fmt.Errorf("%s: worker 2: %w", story.order, err)
@@ -192,14 +206,16 @@ func run(out *os.File, dsn string) error {
 	return nil
 }
 
-func worker(dsn, tables, url, order, crash string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], "-worker", "-dsn", dsn, "-tables", tables, "-provider", url, "-order", order, "-crash", crash)
+func worker(dsn, tables, url, order, crash string, extra ...string) *exec.Cmd {
+	args := append([]string{"-worker", "-dsn", dsn, "-tables", tables, "-provider", url, "-order", order, "-crash", crash}, extra...)
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Stderr = os.Stderr
 	return cmd
 }
 
 // work is one worker process: it checks the order out under a Guard.
-func work(dsn, tables, url, order, crash string) error {
+// died is when the previous worker died.
+func work(dsn, tables, url, order, crash string, died time.Time) error {
 	db, d, err := open(dsn)
 	if err != nil {
 		return err
@@ -211,7 +227,7 @@ func work(dsn, tables, url, order, crash string) error {
 	}
 	defer store.Close()
 	g, err := idem.New[Receipt](store,
-		idem.OnDuplicate(idem.Wait), // the second worker waits for the first one's claim to go stale
+		idem.OnDuplicate(idem.Wait), // the second worker waits for the first one's claim to be free
 		idem.WithTakeoverAfter(takeoverAfter), idem.WithHeartbeat(takeoverAfter/4))
 	if err != nil {
 		return err
@@ -222,7 +238,8 @@ func work(dsn, tables, url, order, crash string) error {
 		var charged bool // this attempt ran the charge step
 		token, _ := idem.FencingToken(ctx)
 		if token > 1 {
-			fmt.Printf("%s: worker 2 took the checkout over (fencing token %d)\n", order, token)
+			fmt.Printf("%s: worker 2 took the checkout over (fencing token %d) %v after worker 1 died (%s)\n",
+				order, token, time.Since(died).Round(time.Millisecond), why[d])
 		}
 		charge, err := idem.Step(ctx, "charge", func(ctx context.Context) (string, error) {
 			key, _ := idem.StepKey(ctx)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -55,6 +56,13 @@ func testCheckout(t *testing.T, dsn string) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
+		}
+	}
+	// Each story's second worker says how long after the first one died
+	// it took the checkout over.
+	for _, order := range []string{"order-1001", "order-1002", "order-1003"} {
+		if !regexp.MustCompile(order + `: worker 2 took the checkout over \(fencing token \d+\) \S+ after worker 1 died \(`).MatchString(out) {
+			t.Errorf("output lacks how long %s's worker 2 waited after worker 1 died", order)
 		}
 	}
 }
