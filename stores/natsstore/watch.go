@@ -38,6 +38,7 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func(),
 	go func() {
 		defer close(changed)
 		initial := s.nc != nil // entries before the nil marker are the current record
+		var seen uint64        // the newest revision the watch started from
 		var gone <-chan struct{}
 		for {
 			select {
@@ -47,10 +48,17 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func(),
 					return
 				case e == nil: // the end of the initial values: keep waiting
 					initial = false
-				case !initial:
+				case initial:
+					seen = max(seen, e.Revision())
+					if gone == nil {
+						gone = s.watchOwner(wctx, key, e)
+					}
+				case e.Revision() <= seen:
+					// The record the watch started from, delivered again
+					// (the watch's consumer was reset, as after a stream
+					// leader change): not a change.
+				default:
 					return
-				case gone == nil:
-					gone = s.watchOwner(wctx, key, e)
 				}
 			case <-gone:
 				return
