@@ -16,7 +16,6 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem"
@@ -258,25 +257,7 @@ func (d *natsDialer) Dial(network, addr string) (net.Conn, error) {
 func openLostNATS(t testing.TB) (func(testing.TB) lostClient, storekit.LivenessChecker) {
 	t.Helper()
 	url := testenv.Lookup(t, "IDEM_NATS_URL", "nats")
-	nc, err := nats.Connect(url)
-	if err != nil {
-		testenv.Missing(t, "nats connect: "+err.Error())
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket := "lin" + randHex(6)
-	kv, err := natsstore.CreateBucket(ctxT(t), js, bucket)
-	if err != nil {
-		testenv.Missing(t, "nats create bucket: "+err.Error())
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = js.DeleteKeyValue(ctx, bucket)
-	})
+	kv := natsBucket(t)
 	checker, err := natsstore.New(kv, natsstore.WithoutCleanup())
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,18 @@ import (
 // headers only and deletes by stream sequence.
 func openNATS(t testing.TB) storekit.Store {
 	t.Helper()
+	s, err := natsstore.New(natsBucket(t), natsstore.WithRetention(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() }) // before the bucket is deleted
+	return s
+}
+
+// natsBucket makes a bucket of its own on the test NATS server, deleted
+// when the test ends.
+func natsBucket(t testing.TB) jetstream.KeyValue {
+	t.Helper()
 	nc, err := nats.Connect(testenv.Lookup(t, "IDEM_NATS_URL", "nats"))
 	if err != nil {
 		testenv.Missing(t, "nats connect: "+err.Error())
@@ -34,15 +46,10 @@ func openNATS(t testing.TB) storekit.Store {
 	if err != nil {
 		testenv.Missing(t, "nats create bucket: "+err.Error())
 	}
-	s, err := natsstore.New(kv, natsstore.WithRetention(0))
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		_ = s.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = js.DeleteKeyValue(ctx, bucket)
 	})
-	return s
+	return kv
 }
