@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
-	"strconv"
 	"strings"
 )
 
@@ -150,9 +149,7 @@ func postgresQueries(table string) queries {
 	// clock read once, and the locked row, whose expiry is judged by the
 	// clock read after the lock and its staleness by the clock read once.
 	claimable := func(row, now, staleNow string) string {
-		gone := sqlFile(Postgres, "owner_gone", strings.NewReplacer("{{row}}", row, "{{owner_class}}", strconv.Itoa(pgOwnerClass)))
-		return sqlFile(Postgres, "claimable", strings.NewReplacer("{{row}}", row, "{{now}}", now, "{{stale_now}}", staleNow,
-			"{{owner_gone}}", gone))
+		return sqlFile(Postgres, "claimable", strings.NewReplacer("{{row}}", row, "{{now}}", now, "{{stale_now}}", staleNow))
 	}
 	claim := strings.NewReplacer("{{table}}", t, "{{cols}}", cols, "{{now}}", pgNow,
 		"{{claimable_cur}}", claimable("cur", "clk.ms", "clk.ms"),

@@ -18,8 +18,10 @@ import (
 // A process's presence in a database (PostgreSQL, MySQL/MariaDB) is a
 // session lock its presence connection holds, named by a random token:
 // the database releases it when the session ends, however the process
-// died, so a claim recorded with that token is known dead at once (the
-// claim statements check the lock, owner_gone.sql). Every Store of a
+// died, so a claim recorded with that token is known dead at once (on
+// MySQL the claim statements check the lock, owner_gone.sql; on
+// PostgreSQL a claim that met another process's live claim asks,
+// OwnerLiveness). Every Store of a
 // process over one *sql.DB shares that connection and its token. SQLite
 // has no sessions: its claims carry no token (Owner is "").
 const (

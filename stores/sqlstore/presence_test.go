@@ -222,8 +222,10 @@ func TestEarlierIncarnation(t *testing.T) {
 }
 
 // TestPresenceRoundTrips: with a presence held, a fresh call is still two
-// round trips and a replay one (the liveness check rides inside the
-// claim's statement); the presence costs one connection, and its check
+// round trips and a replay one (the liveness check rides inside MySQL's
+// claim statement, and PostgreSQL's is a statement of its own, sent only
+// when a claim meets another process's live claim: TestOwnerAskedOnlyWhenMet);
+// the presence costs one connection, and its check
 // every presenceCheck (long here) is its only traffic. The store reads
 // the Guard's calls' round trips on its other connection.
 func TestPresenceRoundTrips(t *testing.T) {
@@ -251,6 +253,55 @@ func TestPresenceRoundTrips(t *testing.T) {
 		require.NoError(t, err)
 		assert.EqualValues(t, 1, e.rt.Load()-before, "replay")
 	})
+}
+
+// TestOwnerAskedOnlyWhenMet: on PostgreSQL the claim statement does not
+// read the lock table; a claim that meets another process's live claim
+// asks about its owner in a second round trip (2 in all, answered
+// Existing), and when the owner is gone sends the claim again, allowed to
+// take that claim over (3 in all, TookOver with OwnerGone).
+func TestOwnerAskedOnlyWhenMet(t *testing.T) {
+	defer sqlstore.SetPresenceCheck(time.Hour)()
+	e := newCountedEnv(t, sqlstore.Postgres)
+	e.db.SetMaxOpenConns(4)
+	require.NotEmpty(t, e.store.Owner())
+	e.db.SetMaxOpenConns(2) // the presence's and one more
+	db := openDB(t, sqlstore.Postgres, dsn(t, sqlstore.Postgres), nil)
+	t.Cleanup(func() { _ = db.Close() })
+	a, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithTable(e.table), sqlstore.WithoutCleanup())
+	require.NoError(t, err)
+	require.NotEmpty(t, a.Owner())
+	ctx := ctxT(t)
+	key := storageKey()
+	req := func(s *sqlstore.Store, nonce string) storekit.ClaimRequest {
+		return storekit.ClaimRequest{Key: key, Nonce: nonce, PayloadHash: "h", LeaseTTL: time.Minute,
+			TakeoverAfter: 30 * time.Second, Owner: s.Owner()}
+	}
+	_, err = e.store.Claim(ctx, req(e.store, "warm")) // prepares the statements
+	require.NoError(t, err)
+	require.NoError(t, e.store.Delete(ctx, key))
+	_, err = e.store.OwnerLiveness(ctx, a.Owner())
+	require.NoError(t, err)
+	res, err := a.Claim(ctx, req(a, "na"))
+	require.NoError(t, err)
+	require.Equal(t, storekit.Claimed, res.Outcome)
+
+	before := e.rt.Load()
+	res, err = e.store.Claim(ctx, req(e.store, "nb"))
+	require.NoError(t, err)
+	assert.Equal(t, storekit.Existing, res.Outcome, "a live owner")
+	assert.EqualValues(t, 2, e.rt.Load()-before, "the claim, then the owner's liveness")
+
+	_, err = db.ExecContext(ctx, "SELECT pg_terminate_backend($1)", sqlstore.PresenceSession(a))
+	require.NoError(t, err)
+	require.NoError(t, db.Close()) // a's presence is not taken again
+	before = e.rt.Load()
+	res, err = e.store.Claim(ctx, req(e.store, "nc"))
+	require.NoError(t, err)
+	assert.Equal(t, storekit.TookOver, res.Outcome, "a gone owner")
+	assert.True(t, res.OwnerGone)
+	assert.EqualValues(t, 2, res.Record.Attempt)
+	assert.EqualValues(t, 3, e.rt.Load()-before, "the claim, the owner's liveness, the claim again")
 }
 
 // TestPoolerFallback: behind PgBouncer in transaction mode a session

@@ -530,50 +530,94 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 // snapshot, a moment inside this call, so returning it as Existing is
 // correct.
 func (s *Store) claimPostgres(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, bool, error) {
+	a, err := s.sendClaimPostgres(ctx, req, "")
+	if err != nil || a.gone == "" {
+		return a.res, a.done, err
+	}
+	// Another process's live claim whose owner is known gone: the claim
+	// is sent again, allowed to take over that claim (its nonce) and no
+	// other. If the row changed meanwhile, the answer is the new row's.
+	a, err = s.sendClaimPostgres(ctx, req, a.gone)
+	return a.res, a.done, err
+}
+
+// pgClaim is one claim statement's answer: res when done, else the
+// statement is sent again, allowed to take over the claim whose nonce is
+// gone when that is not "".
+type pgClaim struct {
+	res  storekit.ClaimResult
+	done bool
+	gone string
+}
+
+// sendClaimPostgres sends the claim statement once. goneNonce, when not
+// "", is the nonce of an in-progress claim whose owner is known gone,
+// which the statement may take over although it is not stale
+// (claimable.sql). When the statement wrote nothing and met another
+// process's live claim of the same payload, the claim's owner is asked
+// about (OwnerLiveness, one round trip, only then): gone is that claim's
+// nonce when its owner is gone (storekit.DecideClaimGone).
+func (s *Store) sendClaimPostgres(ctx context.Context, req storekit.ClaimRequest, goneNonce string) (pgClaim, error) {
 	st, err := s.stmt(ctx, stClaim)
 	if err != nil {
-		return storekit.ClaimResult{}, false, storeErr("claim", err)
+		return pgClaim{}, storeErr("claim", err)
 	}
-	inst, inc := storekit.OwnerPrefixes(req.Owner)
 	rows, err := st.QueryContext(ctx, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
-		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds(), req.Owner, inst, inc)
+		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds(), req.Owner, goneNonce)
 	if err != nil && transient(err) && ctx.Err() == nil {
-		return storekit.ClaimResult{}, false, nil // rolled back: Claim sends it again
+		return pgClaim{}, nil // rolled back: Claim sends it again
 	}
 	if err != nil {
-		return storekit.ClaimResult{}, false, storeErr("claim", err)
+		return pgClaim{}, storeErr("claim", err)
 	}
 	defer rows.Close()
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return storekit.ClaimResult{}, false, storeErr("claim", err)
+			return pgClaim{}, storeErr("claim", err)
 		}
-		return storekit.ClaimResult{}, false, nil // inserted concurrently, after our snapshot
+		return pgClaim{}, nil // inserted concurrently, after our snapshot
 	}
 	var src string
 	var now int64 // the server's clock when the statement ran
 	var live bool // a row written took over one live and not stale
 	var raw rawRecord
 	if err := rows.Scan(append([]any{&src, &now, &live}, raw.dest()...)...); err != nil {
-		return storekit.ClaimResult{}, false, storeErr("claim", err)
+		return pgClaim{}, storeErr("claim", err)
 	}
 	if err := rows.Close(); err != nil {
-		return storekit.ClaimResult{}, false, storeErr("claim", err)
+		return pgClaim{}, storeErr("claim", err)
 	}
 	rec, err := raw.record(req.Key)
 	if err != nil {
-		return storekit.ClaimResult{}, false, err
+		return pgClaim{}, err
 	}
 	if src == "w" {
 		if raw.takenOverAt != 0 {
-			return storekit.ClaimResult{Outcome: storekit.TookOver, Record: rec, OwnerGone: live}, true, nil
+			return pgClaim{res: storekit.ClaimResult{Outcome: storekit.TookOver, Record: rec, OwnerGone: live}, done: true}, nil
 		}
-		return storekit.ClaimResult{Outcome: storekit.Claimed, Record: rec}, true, nil
+		return pgClaim{res: storekit.ClaimResult{Outcome: storekit.Claimed, Record: rec}, done: true}, nil
 	}
-	if d := storekit.DecideClaim(rec, req, now); !d.Write { // untouched, or ours already
-		return d.Result(), true, nil
+	// DecideClaim takes an earlier incarnation's claim over by itself;
+	// whether another owner is gone is asked only of a live claim met.
+	d := storekit.DecideClaim(rec, req, now)
+	if !d.Write && goneNonce == "" && rec.Status == storekit.StatusInProgress && rec.Owner != "" && rec.Owner != req.Owner {
+		var askErr error
+		d = storekit.DecideClaimGone(rec, req, now, func(owner string) bool {
+			l, err := s.OwnerLiveness(ctx, owner)
+			askErr = err
+			return l == storekit.Gone
+		})
+		if askErr != nil {
+			return pgClaim{}, askErr
+		}
 	}
-	return storekit.ClaimResult{}, false, nil // snapshot older than the row the upsert saw
+	switch {
+	case !d.Write:
+		return pgClaim{res: d.Result(), done: true}, nil // untouched, or ours already
+	case d.OwnerGone && goneNonce == "":
+		return pgClaim{gone: rec.Nonce}, nil
+	}
+	return pgClaim{}, nil // snapshot older than the row the upsert saw
 }
 
 // claimMySQL: INSERT IGNORE of a fresh claim; if the key exists, read the
