@@ -75,3 +75,10 @@ func SetPresenceCheck(d time.Duration) (restore func()) {
 	old := presenceCheck.Swap(int64(d))
 	return func() { presenceCheck.Store(old) }
 }
+
+// OneCommit reports whether DoTx on s claims inside its transaction.
+func OneCommit(s *Store) bool { return s.oneCommit() }
+
+// SetBeforeCommit makes f run between a one-commit DoTx's completion and
+// its COMMIT (process tests: a child killed there).
+func SetBeforeCommit(f func()) { beforeCommit = f }
