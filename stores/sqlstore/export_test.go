@@ -1,6 +1,10 @@
 package sqlstore
 
-import "time"
+import (
+	"context"
+	"database/sql"
+	"time"
+)
 
 // Resent returns how often s sent a claim again because a concurrent write
 // made its answer out of date.
@@ -82,3 +86,22 @@ func OneCommit(s *Store) bool { return s.oneCommit() }
 // SetBeforeCommit makes f run between a one-commit DoTx's completion and
 // its COMMIT (process tests: a child killed there).
 func SetBeforeCommit(f func()) { beforeCommit = f }
+
+// PrepareClaim prepares s's claim statement (as its first claim does).
+func PrepareClaim(ctx context.Context, s *Store) error {
+	_, err := s.stmt(ctx, stClaim)
+	return err
+}
+
+// KeepClaim hands s's statement cache loser, a claim statement prepared
+// after the one in the cache (as a call that lost a race to prepare it
+// does), and returns the statement the call gets and whether s's lock
+// was free right after.
+func KeepClaim(s *Store, loser *sql.Stmt) (*sql.Stmt, bool) {
+	got := s.keepStmt(stClaim, loser)
+	free := s.mu.TryLock()
+	if free {
+		s.mu.Unlock()
+	}
+	return got, free
+}

@@ -202,12 +202,13 @@ func (s *Store) Close() error {
 	_ = s.cleaner.Close()
 	s.stopListener()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	var errs []error
-	for i, st := range s.stmts {
+	stmts := s.stmts
+	s.stmts = [numStmts]*sql.Stmt{}
+	s.mu.Unlock()
+	var errs []error // closed outside s.mu: see keepStmt
+	for _, st := range stmts {
 		if st != nil {
 			errs = append(errs, st.Close())
-			s.stmts[i] = nil
 		}
 	}
 	return errors.Join(errs...)
@@ -228,14 +229,28 @@ func (s *Store) stmt(ctx context.Context, id stmtID) (*sql.Stmt, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.keepStmt(id, st), nil
+}
+
+// keepStmt caches st, just prepared, as statement id, and returns it; or,
+// when another call prepared id meanwhile, returns that one and closes st.
+// Closing a statement waits for every connection it was prepared on to be
+// free, and a connection may stay busy for as long as a transaction or a
+// lock wait on it lasts: st is closed in the background, never under s.mu,
+// which the holder of such a connection may need to end it
+// (TestStmtCloseDoesNotBlock).
+func (s *Store) keepStmt(id stmtID, st *sql.Stmt) *sql.Stmt {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if prev := s.stmts[id]; prev != nil { // prepared concurrently: keep one
-		_ = st.Close()
-		return prev, nil
+	prev := s.stmts[id]
+	if prev == nil {
+		s.stmts[id] = st
 	}
-	s.stmts[id] = st
-	return st, nil
+	s.mu.Unlock()
+	if prev == nil {
+		return st
+	}
+	go func() { _ = st.Close() }()
+	return prev
 }
 
 func (s *Store) exec(ctx context.Context, id stmtID, args ...any) (int64, error) {

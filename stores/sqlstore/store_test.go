@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"math/rand/v2"
 	"net"
 	"path/filepath"
 	"strings"
@@ -518,4 +519,64 @@ func TestNoSchema(t *testing.T) {
 		require.NoError(t, err)
 		require.ErrorIs(t, s.Migrate(ctxT(t)), sqlstore.ErrNoSchema)
 	})
+}
+
+// TestStmtCloseDoesNotBlock: a call that lost a race to prepare a
+// statement closes its copy, and closing waits for the connection it was
+// prepared on; when that connection is busy (here in a lock wait, as a
+// one-commit transaction's or a Wait's may be) the call still gets the
+// cached statement at once, and the store's lock stays free (closing it
+// under the lock held every other call's statement lookup, the holder of
+// that connection's included, until the wait ended).
+func TestStmtCloseDoesNotBlock(t *testing.T) {
+	db := openDB(t, sqlstore.Postgres, dsn(t, sqlstore.Postgres), nil)
+	t.Cleanup(func() { _ = db.Close() })
+	db.SetMaxOpenConns(1)
+	e := newEnvOn(t, sqlstore.Postgres, db, nil)
+	ctx := ctxT(t)
+	require.NoError(t, sqlstore.PrepareClaim(ctx, e.store))
+	loser, err := db.PrepareContext(ctx, "SELECT 1") // on the pool's one connection
+	require.NoError(t, err)
+
+	other := sharedDB(t, sqlstore.Postgres)
+	lockKey := rand.Int64()
+	hold, err := other.Conn(ctx)
+	require.NoError(t, err)
+	defer hold.Close()
+	_, err = hold.ExecContext(ctx, "SELECT pg_advisory_lock($1)", lockKey)
+	require.NoError(t, err)
+	busy, err := db.Conn(ctx)
+	require.NoError(t, err)
+	waited := make(chan error, 1)
+	go func() { // the pool's one connection waits for the lock
+		_, err := busy.ExecContext(ctx, "SELECT pg_advisory_lock($1)", lockKey)
+		waited <- err
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		_ = other.QueryRowContext(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = ($1::bigint & 4294967295)::oid", lockKey).Scan(&n)
+		return n == 1
+	}, 10*time.Second, 10*time.Millisecond, "the connection waits for the lock")
+
+	type kept struct {
+		st   *sql.Stmt
+		free bool
+	}
+	got := make(chan kept, 1)
+	go func() {
+		st, free := sqlstore.KeepClaim(e.store, loser)
+		got <- kept{st, free}
+	}()
+	select {
+	case k := <-got:
+		assert.NotSame(t, loser, k.st, "the cached statement")
+		assert.True(t, k.free, "the store's lock is free")
+	case <-time.After(10 * time.Second):
+		t.Error("handing the cache a statement prepared twice waited for the busy connection")
+	}
+	_, err = hold.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", lockKey)
+	require.NoError(t, err)
+	require.NoError(t, <-waited)
+	_, _ = busy.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", lockKey)
+	require.NoError(t, busy.Close())
 }
