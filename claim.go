@@ -31,6 +31,13 @@ type claim struct {
 	f    *flight          // the flight it runs for; nil for a step
 	step bool             // a step's claim (not a call's)
 	call *stepCall        // a call's steps, once the claim is held; nil for a step
+	// otx, when set, holds the claim inside a transaction of the store
+	// (storekit.TxClaimer): nothing is written until its commit, so the
+	// claim has no heartbeat, cannot lapse, and has nothing to release.
+	otx storekit.OpenTx
+	// refused is set when the commit of the claim's work was refused
+	// (storekit.ErrLostOwnership): nothing of it committed.
+	refused bool
 
 	start  time.Time               // when the work began
 	fctx   context.Context         // the work's context
@@ -49,6 +56,11 @@ type claim struct {
 // its work could begin (each reply later than the takeover threshold
 // allows) before it gives up with an error instead of claiming again.
 const maxUnheld = 3
+
+// maxRaced is how many claims in a row held in a transaction (claim.otx)
+// a caller makes whose record another caller wrote first before it
+// returns the refusal instead of looking at the key again.
+const maxRaced = 3
 
 // Holding a claim (fn never starts under a
 // claim that may have lapsed).
@@ -83,14 +95,16 @@ func (c *claim) hold(parent context.Context) {
 		parent = context.WithValue(parent, fencingKey{}, c.rec.Attempt)
 	}
 	c.fctx, c.cancel = context.WithCancelCause(parent)
-	c.heartbeat()
+	if c.otx == nil {
+		c.heartbeat()
+	}
 }
 
 // startWork reports whether the claim is certainly still held, and if so
 // marks the work begun. False means the claim may have lapsed: the work
 // must not begin (drop the claim and claim again).
 func (c *claim) startWork() bool {
-	if c.cancel == nil || c.fctx.Err() != nil || !c.hb.Valid() {
+	if c.cancel == nil || c.fctx.Err() != nil || (c.otx == nil && !c.hb.Valid()) {
 		return false
 	}
 	c.mu.Lock()
@@ -105,8 +119,17 @@ func (c *claim) startWork() bool {
 // it is still ours.
 func (c *claim) drop() {
 	c.end()
+	if c.otx != nil {
+		c.otx.Rollback()
+		return
+	}
 	_ = c.release()
 }
+
+// raced reports whether the claim, held in a transaction, had its commit
+// refused because another caller wrote the key's record first: nothing of
+// the claim or its work committed.
+func (c *claim) raced() bool { return c.otx != nil && c.refused }
 
 // unheld is the error of a caller whose claims lapsed maxUnheld times in a
 // row before its work could begin: nothing ran, so it may try again.
@@ -119,20 +142,31 @@ func (c *claim) unheld() error {
 // got it (claimed or took over), or the live record that stands in its way.
 func (e *engine) tryClaim(ctx context.Context, sk, ph string) (c *claim, existing *storekit.Record, err error) {
 	sent := time.Now()
-	res, err := e.store.Claim(ctx, storekit.ClaimRequest{
-		Key: sk, Nonce: lease.Token(), PayloadHash: ph, LeaseTTL: e.lease, TakeoverAfter: e.takeover,
-		Owner: e.owner, Tenant: e.tenant, Scope: e.scope,
-	})
+	res, err := e.store.Claim(ctx, e.claimRequest(sk, ph))
 	if err != nil {
 		return nil, nil, storeErr("claim", err)
 	}
+	return e.claimed(ctx, sk, ph, res, sent)
+}
+
+// claimRequest is the request of a claim of sk, with a fresh nonce.
+func (e *engine) claimRequest(sk, ph string) storekit.ClaimRequest {
+	return storekit.ClaimRequest{
+		Key: sk, Nonce: lease.Token(), PayloadHash: ph, LeaseTTL: e.lease, TakeoverAfter: e.takeover,
+		Owner: e.owner, Tenant: e.tenant, Scope: e.scope,
+	}
+}
+
+// claimed turns a claim's result, sent at sent, into the claim this
+// caller got, or the record that stands in its way.
+func (e *engine) claimed(ctx context.Context, sk, ph string, res storekit.ClaimResult, sent time.Time) (*claim, *storekit.Record, error) {
 	if res.Record == nil {
 		return nil, nil, &StoreError{Op: "claim", Err: errors.New("store returned no record")}
 	}
 	if res.Outcome == storekit.Existing {
 		return nil, res.Record, nil
 	}
-	c = &claim{e: e, ctx: ctx, bg: context.WithoutCancel(ctx), sk: sk, ph: ph, rec: res.Record, sent: sent, took: res.Outcome == storekit.TookOver, gone: res.OwnerGone}
+	c := &claim{e: e, ctx: ctx, bg: context.WithoutCancel(ctx), sk: sk, ph: ph, rec: res.Record, sent: sent, took: res.Outcome == storekit.TookOver, gone: res.OwnerGone}
 	return c, nil, nil
 }
 
@@ -193,6 +227,9 @@ func (c *claim) abandon(why error) {
 // release makes the claim claimable at once; it returns the store's error,
 // if any (a refusal as ErrLostOwnership).
 func (c *claim) release() error {
+	if c.otx != nil { // its transaction's rollback left nothing to release
+		return nil
+	}
 	rctx, cancel := context.WithTimeout(c.bg, c.e.takeover)
 	defer cancel()
 	if err := c.keepHistory(rctx); err != nil {

@@ -381,12 +381,16 @@ func (g *Guard[T]) lead(ctx context.Context, ck callKeys, f *flight, w work[T]) 
 	ws := &waits{e: &g.engine, active: g.newWaiter(ck.sk)}
 	defer ws.close()
 	unheld := 0 // claims in a row that lapsed before fn could start
+	raced := 0  // claims held in a transaction whose record was written by another caller first
+	tc := g.txClaimer(w.tx, ck.alt != nil)
 	for {
 		sent := time.Now()
-		c, ans, err := g.claimOrFind(ctx, ck)
+		c, ans, err := g.claimOrFind(ctx, ck, tc)
 		switch {
 		case errors.Is(err, errRestart):
 			continue
+		case errors.Is(err, storekit.ErrKeyBusy): // a live call's open transaction holds the key
+			return v, g.inProgress(ctx, ck.sk, 0), false
 		case err != nil:
 			return v, err, false
 		case c != nil:
@@ -399,6 +403,14 @@ func (g *Guard[T]) lead(ctx context.Context, ck callKeys, f *flight, w work[T]) 
 			}
 			ws.done(ctx, c.rec.Attempt)
 			v, err = g.runClaim(c, f, ck, w)
+			if c.raced() && raced < maxRaced {
+				// Held in its transaction, the claim met a record another
+				// caller wrote since its read: nothing of it committed,
+				// so the call looks at the key again (a replay, as a
+				// duplicate would be answered).
+				raced++
+				continue
+			}
 			return v, err, false
 		}
 		rec := ans.rec
@@ -423,8 +435,18 @@ func (g *Guard[T]) lead(ctx context.Context, ck callKeys, f *flight, w work[T]) 
 // (and, during a rotation, settled against the call's other keys), or the
 // record that answers the call or stands in its way, with the call's
 // payload hash under that record's secret. errRestart says to start over.
-func (g *Guard[T]) claimOrFind(ctx context.Context, ck callKeys) (*claim, found, error) {
-	c, rec, err := g.tryClaim(ctx, ck.sk, ck.ph)
+// With tc (see txClaimer) the claim is made inside the call's transaction.
+func (g *Guard[T]) claimOrFind(ctx context.Context, ck callKeys, tc storekit.TxClaimer) (*claim, found, error) {
+	var (
+		c   *claim
+		rec *storekit.Record
+		err error
+	)
+	if tc != nil {
+		c, rec, err = g.tryClaimTx(ctx, tc, ck.sk, ck.ph)
+	} else {
+		c, rec, err = g.tryClaim(ctx, ck.sk, ck.ph)
+	}
 	if err != nil {
 		return nil, found{}, err
 	}

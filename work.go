@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idem-go/idem/storekit"
 )
@@ -50,6 +51,7 @@ func (e *engine) openTx(ctx context.Context) (context.Context, storekit.TxRunner
 // that fails is released whatever the failure policy: its error goes back
 // to the call's fn, which decides.
 func runWork[V any](c *claim, w work[V]) (V, error) {
+	w.tx = c.runner(w.tx)
 	var v V
 	var fnErr, commitErr error
 	var comp *storekit.Completion // what a transaction committed
@@ -113,6 +115,7 @@ func runWork[V any](c *claim, w work[V]) (V, error) {
 		}
 		return v, nil
 	case errors.Is(commitErr, ErrLostOwnership):
+		c.refused = true
 		c.observe(EventLostOwnership, nil)
 		return zero, fmt.Errorf("idem: commit refused: %w", commitErr)
 	case errors.Is(commitErr, ErrOutcomeUnknown):
@@ -124,6 +127,56 @@ func runWork[V any](c *claim, w work[V]) (V, error) {
 		}
 		return zero, joinErr(&StoreError{Op: "commit", Err: commitErr}, c.release())
 	}
+}
+
+// txClaimer returns w's transaction runner as a storekit.TxClaimer when a
+// call of w can be claimed inside its transaction (one commit): the runner
+// offers it, the call has no previous secrets to settle its claim against
+// (rotating), and a failure of fn is released, not recorded (under
+// OnFailure(Lock) the failure is written after the rollback, under a claim
+// made beforehand). Otherwise nil: the claim is a commit of its own.
+func (e *engine) txClaimer(tx storekit.TxRunner, rotating bool) storekit.TxClaimer {
+	tc, ok := tx.(storekit.TxClaimer)
+	if !ok || rotating || e.fail != Unlock {
+		return nil
+	}
+	return tc
+}
+
+// tryClaimTx is tryClaim inside a transaction of tc: the claim it returns
+// is held by an open transaction (claim.otx), nothing written. A key that
+// another open transaction holds is waited for under Wait and is
+// storekit.ErrKeyBusy otherwise.
+func (e *engine) tryClaimTx(ctx context.Context, tc storekit.TxClaimer, sk, ph string) (*claim, *storekit.Record, error) {
+	sent := time.Now()
+	res, otx, err := tc.ClaimTx(ctx, e.claimRequest(sk, ph), e.dup == Wait)
+	switch {
+	case errors.Is(err, storekit.ErrKeyBusy):
+		return nil, nil, err
+	case err != nil:
+		return nil, nil, storeErr("claim", err)
+	}
+	c, rec, err := e.claimed(ctx, sk, ph, res, sent)
+	if c == nil {
+		if otx != nil {
+			otx.Rollback()
+		}
+		return nil, rec, err
+	}
+	if otx == nil {
+		return nil, nil, &StoreError{Op: "claim", Err: errors.New("store returned a claim without its transaction")}
+	}
+	c.otx = otx
+	return c, nil, nil
+}
+
+// runner is the transaction runner the claim's work runs in: the
+// transaction that holds the claim, if one does, else tx.
+func (c *claim) runner(tx storekit.TxRunner) storekit.TxRunner {
+	if c.otx != nil {
+		return c.otx
+	}
+	return tx
 }
 
 // txClaim is the claim as a store's transaction runner sees it.

@@ -2,6 +2,7 @@ package storekit
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -57,3 +58,36 @@ func TxFrom(ctx context.Context) TxOpener {
 	open, _ := ctx.Value(txKey{}).(TxOpener)
 	return open
 }
+
+// TxClaimer is implemented by a TxRunner whose store can make a call's
+// claim part of the transaction the call's work runs in (one commit): the
+// claim, the work's writes and the completion commit together, or nothing
+// does, so a crash, a lost connection or an error from the work leaves
+// nothing that holds the key. The Guard uses it, instead of Store.Claim
+// and RunTx, for a call (not a step) that has no previous secrets to
+// settle against and whose failures are released (OnFailure(Unlock)).
+type TxClaimer interface {
+	// ClaimTx decides req's claim and, when the caller gets it (Claimed
+	// or TookOver), holds the key for it until the returned OpenTx ends:
+	// nothing is written until OpenTx.RunTx completes and commits, and
+	// another ClaimTx of the key meanwhile waits (wait true) or returns
+	// an error matching ErrKeyBusy (wait false). Existing: the record that
+	// answers the call, nothing is held, OpenTx is nil. A caller that
+	// gets the claim must end the OpenTx: RunTx, or Rollback.
+	ClaimTx(ctx context.Context, req ClaimRequest, wait bool) (ClaimResult, OpenTx, error)
+}
+
+// OpenTx is a claim a TxClaimer holds for its caller, not yet written.
+type OpenTx interface {
+	// RunTx runs the work in a transaction that writes the claim's record
+	// with its completion and commits (see TxRunner); it ends the OpenTx.
+	TxRunner
+	// Rollback ends the OpenTx without writing anything (a no-op once it
+	// has ended).
+	Rollback()
+}
+
+// ErrKeyBusy is ClaimTx's answer, without waiting, when another caller's
+// open transaction holds the key: that call is in progress, and its
+// record is not written yet.
+var ErrKeyBusy = errors.New("storekit: the key is held by an open transaction")

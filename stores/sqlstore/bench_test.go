@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
 )
 
@@ -205,4 +208,113 @@ func timeBoth(b *testing.B, warm int, call, plain func(i int) error) (plainNs, c
 		}
 	}
 	return float64(time.Since(start).Nanoseconds()) / float64(b.N), callNs
+}
+
+// BenchmarkDoTxCommits compares, at 1 and 16 callers, the throughput of a
+// plain transaction that inserts one row, of a fresh DoTx whose fn does the
+// same INSERT with its claim committed first (WithClaimCommit: two
+// commits), and of the one-commit DoTx, on one pool of 32 connections.
+// The three alternate in rounds (plain, two, one; six rounds of 2 s each),
+// so that load from elsewhere on the machine falls on all three alike; it
+// reports each one's calls per second over all its rounds and the ratios
+// to the plain transaction. Run with -benchtime=1x: b.N is not used.
+func BenchmarkDoTxCommits(b *testing.B) {
+	for _, d := range dialects {
+		for _, callers := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/callers=%d", d, callers), func(b *testing.B) {
+				db := openDB(b, d, dsn(b, d), nil)
+				db.SetMaxOpenConns(32)
+				db.SetMaxIdleConns(32)
+				b.Cleanup(func() { _ = db.Close() })
+				one := newEnvOn(b, d, db, nil)
+				two, err := sqlstore.New(db, d, sqlstore.WithTable(one.table), sqlstore.WithClaimCommit())
+				if err != nil {
+					b.Fatal(err)
+				}
+				side := sideTable(b, d)
+				ctx := context.Background()
+				doTx := func(g *idem.Guard[int]) func(k string) error {
+					return func(k string) error {
+						_, err := sqlstore.DoTx(ctx, g, k, func(ctx context.Context, tx *sql.Tx) (int, error) {
+							return 1, insertSide(ctx, tx, d, side, k)
+						})
+						return err
+					}
+				}
+				plain := func(k string) error {
+					tx, err := db.BeginTx(ctx, nil)
+					if err != nil {
+						return err
+					}
+					if err := insertSide(ctx, tx, d, side, k); err != nil {
+						_ = tx.Rollback()
+						return err
+					}
+					return tx.Commit()
+				}
+				kinds := []struct {
+					name string
+					f    func(k string) error
+				}{{"plain", plain}, {"two-commit", doTx(newGuard[int](b, two))}, {"one-commit", doTx(newGuard[int](b, one.store))}}
+				calls := make([]int64, len(kinds))
+				spent := make([]time.Duration, len(kinds))
+				for _, k := range kinds { // warm: connections, prepared statements
+					for i := range 2 * callers {
+						if err := k.f(fmt.Sprintf("warm-%s-%d", k.name, i)); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				for round := range 6 {
+					for i, k := range kinds {
+						n, dt, err := runFor(2*time.Second, callers, func(c, j int) error {
+							return k.f(fmt.Sprintf("%s-%d-%d-%d", k.name, round, c, j))
+						})
+						if err != nil {
+							b.Fatal(k.name, err)
+						}
+						calls[i] += n
+						spent[i] += dt
+					}
+				}
+				rate := func(i int) float64 { return float64(calls[i]) / spent[i].Seconds() }
+				for i, k := range kinds {
+					b.ReportMetric(rate(i), k.name+"-calls/s")
+				}
+				b.ReportMetric(rate(1)/rate(0), "two/plain")
+				b.ReportMetric(rate(2)/rate(0), "one/plain")
+			})
+		}
+	}
+}
+
+// runFor runs f from callers goroutines, each calling it again and again
+// (f(caller, j) for its j-th call) until d has passed; it returns the
+// calls made and the time they took.
+func runFor(d time.Duration, callers int, f func(c, j int) error) (int64, time.Duration, error) {
+	var (
+		n    atomic.Int64
+		wg   sync.WaitGroup
+		ferr atomic.Value
+	)
+	start := time.Now()
+	deadline := start.Add(d)
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; time.Now().Before(deadline); j++ {
+				if err := f(c, j); err != nil {
+					ferr.CompareAndSwap(nil, err)
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := ferr.Load().(error); err != nil {
+		return 0, 0, err
+	}
+	return n.Load(), time.Since(start), nil
 }

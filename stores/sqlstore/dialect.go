@@ -22,11 +22,13 @@ const (
 	stComplete
 	stRelease
 	stDelete
-	stWatch      // Postgres: mark a row watched, so that its changes notify
-	stCompleteTx // DoTx's completion inside its transaction (MySQL: hands back the connection id)
-	stClaimRet   // MariaDB 10.5+: the claim's insert returning the row it wrote or found
-	stClaimProc  // MySQL: CALL of the claim procedure Migrate creates (insert, or the row found)
-	stClaimRead  // MySQL: the claim's read of a row it did not insert, with its owner's liveness
+	stWatch                 // Postgres: mark a row watched, so that its changes notify
+	stCompleteTx            // DoTx's completion inside its transaction (MySQL: hands back the connection id)
+	stClaimRet              // MariaDB 10.5+: the claim's insert returning the row it wrote or found
+	stClaimProc             // MySQL: CALL of the claim procedure Migrate creates (insert, or the row found)
+	stClaimRead             // MySQL: the claim's read of a row it did not insert, with its owner's liveness
+	stCompleteClaimTx       // DoTx's one-commit completion: the claim's record written with its outcome (onecommit.go; MySQL: of a key with no row)
+	stCompleteClaimTxUpdate // MySQL: DoTx's one-commit completion of a key whose row it replaces
 	numStmts
 )
 
@@ -40,6 +42,10 @@ type queries struct {
 	// readBack is DoTx's locking read of a record row after a failed
 	// commit (not prepared: it is rare).
 	readBack string
+	// DoTx's one-commit claim (onecommit.go): the claim read before the
+	// transaction, and the key lock's wait and release (empty where the
+	// dialect has no one-commit claim).
+	claimTx, lockKey, unlockKey string
 	// SQLite (sqlite.go): the transactions' first statement, the clock's
 	// read, and a purge batch.
 	liteLock, liteNow, litePurge string
@@ -158,6 +164,10 @@ func postgresQueries(table string) queries {
 	q.text[stClaim] = sqlFile(Postgres, "claim", claim)
 	q.text[stCompleteTx] = q.text[stComplete]
 	q.text[stWatch] = sqlFile(Postgres, "watch", r)
+	q.claimTx = sqlFile(Postgres, "claim_tx", r)
+	q.text[stCompleteClaimTx] = sqlFile(Postgres, "complete_claim_tx", r)
+	q.lockKey = "SELECT pg_advisory_lock(hashtextextended($1, 0))"
+	q.unlockKey = "SELECT pg_advisory_unlock(hashtextextended($1, 0))"
 	return q
 }
 
@@ -177,6 +187,15 @@ func mysqlQueries(table string) queries {
 	q.text[stClaimRead] = sqlFile(MySQL, "claim_read", r)
 	q.text[stCAS] = sqlFile(MySQL, "cas", r)
 	q.text[stCompleteTx] = sqlFile(MySQL, "complete_tx", r)
+	q.claimTx = sqlFile(MySQL, "claim_tx", r)
+	q.text[stCompleteClaimTx] = sqlFile(MySQL, "claim_tx_insert", r)
+	q.text[stCompleteClaimTxUpdate] = sqlFile(MySQL, "claim_tx_update", r)
+	// Literal names (keyLock.mysqlText): no parameters, no prepared
+	// statement. GET_LOCK's timeout is a year: the wait ends with the
+	// holder's session or with the caller's context (the driver closes
+	// the connection).
+	q.lockKey = "DO GET_LOCK({{lock}}, 31536000)"
+	q.unlockKey = "DO RELEASE_LOCK({{lock}})"
 	return q
 }
 

@@ -80,6 +80,13 @@ func SetPresenceCheck(d time.Duration) (restore func()) {
 	return func() { presenceCheck.Store(old) }
 }
 
+// OneCommit reports whether DoTx on s claims inside its transaction.
+func OneCommit(s *Store) bool { return s.oneCommit() }
+
+// SetBeforeCommit makes f run between a one-commit DoTx's completion and
+// its COMMIT (process tests: a child killed there).
+func SetBeforeCommit(f func()) { beforeCommit = f }
+
 // PrepareClaim prepares s's claim statement (as its first claim does).
 func PrepareClaim(ctx context.Context, s *Store) error {
 	_, err := s.stmt(ctx, stClaim)

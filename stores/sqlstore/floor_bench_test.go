@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/stores/sqlstore"
 )
 
@@ -25,9 +26,11 @@ import (
 //   - plain: BEGIN, the INSERT, COMMIT (database/sql).
 //   - plain+record: the same with a second INSERT, of the key's record
 //     (what any one-commit protocol adds to the transaction's writes).
-//   - dotx: sqlstore.DoTx today: the claim (its own commit), BEGIN, the
-//     INSERT, the completion, COMMIT.
-//   - one-sql: one commit over database/sql: a read of the key that also
+//   - dotx: sqlstore.DoTx: the claim read with the key's lock, BEGIN, the
+//     INSERT, the record with its outcome, COMMIT (one commit).
+//   - dotx-claim-commit: sqlstore.DoTx on a store WithClaimCommit: the
+//     claim (its own commit), BEGIN, the INSERT, the completion, COMMIT.
+//   - one-sql: one commit over database/sql (what dotx does, bare): a read of the key that also
 //     takes a session advisory lock when the key has no record (a replay
 //     stops there), BEGIN, the INSERT, the record's INSERT with its
 //     outcome (conditioned on no record) and the lock's release, COMMIT.
@@ -42,7 +45,7 @@ func BenchmarkDoTxFloor(b *testing.B) {
 	for _, callers := range []int{1, 16} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
 			f := newFloor(b)
-			protos := []string{"plain", "plain+record", "dotx", "one-sql", "one-pgx"}
+			protos := []string{"plain", "plain+record", "dotx", "dotx-claim-commit", "one-sql", "one-pgx"}
 			for _, p := range protos { // warm: statements prepared, connections open
 				if err := f.run(p, callers, 20); err != nil {
 					b.Fatal(p, err)
@@ -87,6 +90,7 @@ type floor struct {
 	table string // the store's records
 	side  string // fn's rows
 	dotx  func(ctx context.Context, key string) error
+	dotx2 func(ctx context.Context, key string) error // WithClaimCommit
 	seq   atomic.Int64
 }
 
@@ -97,12 +101,21 @@ func newFloor(b *testing.B) *floor {
 	side := sideTable(b, sqlstore.Postgres)
 	g := newGuard[int](b, e.store)
 	f := &floor{db: e.db, rt: e.rt, table: e.table, side: side}
-	f.dotx = func(ctx context.Context, key string) error {
-		_, err := sqlstore.DoTx(ctx, g, key, func(ctx context.Context, tx *sql.Tx) (int, error) {
-			return 1, insertSide(ctx, tx, sqlstore.Postgres, side, key)
-		})
-		return err
+	s2, err := sqlstore.New(e.db, sqlstore.Postgres, sqlstore.WithTable(e.table), sqlstore.WithClaimCommit(), sqlstore.WithoutCleanup())
+	if err != nil {
+		b.Fatal(err)
 	}
+	b.Cleanup(func() { _ = s2.Close() })
+	g2 := newGuard[int](b, s2)
+	dotx := func(g *idem.Guard[int]) func(ctx context.Context, key string) error {
+		return func(ctx context.Context, key string) error {
+			_, err := sqlstore.DoTx(ctx, g, key, func(ctx context.Context, tx *sql.Tx) (int, error) {
+				return 1, insertSide(ctx, tx, sqlstore.Postgres, side, key)
+			})
+			return err
+		}
+	}
+	f.dotx, f.dotx2 = dotx(g), dotx(g2)
 	return f
 }
 
@@ -144,6 +157,8 @@ func (f *floor) call(ctx context.Context, p, key string) error {
 		return tx.Commit()
 	case "dotx":
 		return f.dotx(ctx, key)
+	case "dotx-claim-commit":
+		return f.dotx2(ctx, key)
 	case "plain+record":
 		now := time.Now().UnixMilli()
 		tx, err := f.db.BeginTx(ctx, nil)

@@ -71,6 +71,7 @@ type config struct {
 	storekit.Options // Retention
 	table            string
 	logger           *slog.Logger // nil: slog.Default()
+	claimCommit      bool         // WithClaimCommit
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -125,6 +126,17 @@ func textProblem(s string) string {
 		return "NUL byte"
 	}
 	return ""
+}
+
+// WithClaimCommit makes DoTx commit its claim before its transaction
+// begins, as it did before it claimed inside the transaction: two commits
+// per call (the claim's and the transaction's), a claim that a crash
+// leaves behind until the takeover threshold, and a heartbeat while fn
+// runs, so that a stopped (SIGSTOP) or unreachable owner is taken over
+// after the threshold instead of holding its key for as long as the
+// database keeps its session. Without it DoTx commits once (see DoTx).
+func WithClaimCommit() Option {
+	return func(c *config) { c.claimCommit = true }
 }
 
 // WithRetention sets how long past its expiry a row is kept before Purge

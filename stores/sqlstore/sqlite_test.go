@@ -128,6 +128,37 @@ func TestSQLiteStepTx(t *testing.T) {
 	assert.Less(t, time.Since(start), 2*time.Second, "refused at once, not after the busy timeout")
 }
 
+// TestSQLiteDoTxOneCommit: on SQLite too DoTx claims inside its
+// transaction: while fn runs another connection sees no record of the key,
+// an error from fn leaves none, and the retry commits the record with
+// fn's row.
+func TestSQLiteDoTxOneCommit(t *testing.T) {
+	d := sqlstore.SQLite
+	e := newEnv(t, d)
+	side := sideTable(t, d)
+	g := newGuard[int](t, e.store)
+	ctx := ctxT(t)
+	rows := func() (n int) {
+		require.NoError(t, e.db.QueryRowContext(ctx, "SELECT count(*) FROM "+e.table).Scan(&n))
+		return n
+	}
+	boom := errors.New("boom")
+	_, err := sqlstore.DoTx(ctx, g, "k", func(ctx context.Context, tx *sql.Tx) (int, error) {
+		require.NoError(t, insertSide(ctx, tx, d, side, "k"))
+		return 0, boom
+	})
+	require.ErrorIs(t, err, boom)
+	assert.Zero(t, rows(), "fn's error left no record")
+	v, err := sqlstore.DoTx(ctx, g, "k", func(ctx context.Context, tx *sql.Tx) (int, error) {
+		token, _ := idem.FencingToken(ctx)
+		return int(token), insertSide(ctx, tx, d, side, "k")
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 1, v, "a fresh claim: nothing was left to take over")
+	assert.Equal(t, 1, rows())
+	assert.Equal(t, 1, sideRows(t, d, side, "k"))
+}
+
 // TestSQLiteMigrateNoBusyTimeout: a pool whose connections have no busy
 // timeout is refused by Migrate (an storekit.ErrInvalidOption).
 func TestSQLiteMigrateNoBusyTimeout(t *testing.T) {

@@ -460,47 +460,55 @@ const maxClaimRounds = 16
 // losing races on one key.
 var ErrContention = errors.New("sqlstore: claim kept losing to concurrent writes")
 
+// checkClaim checks a claim request before anything is sent.
+func (s *Store) checkClaim(ctx context.Context, req storekit.ClaimRequest) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	if err := checked("claim", req.Key, storekit.ValidateClaim(req)); err != nil {
+		return err
+	}
+	if err := s.checkKey("claim", req.Key); err != nil {
+		return err
+	}
+	if err := checked("claim", req.Key, checkNonce(req.Nonce)); err != nil {
+		return err
+	}
+	if err := s.soleConnection(ctx); err != nil {
+		return err
+	}
+	if len(req.PayloadHash) > MaxPayloadLen {
+		return storeErr("claim", fmt.Errorf("payload hash longer than %d bytes", MaxPayloadLen))
+	}
+	if why := textProblem(req.PayloadHash); why != "" {
+		return storeErr("claim", errors.New("payload hash: "+why))
+	}
+	if len(req.Tenant) > MaxTenantLen {
+		return storeErr("claim", fmt.Errorf("tenant longer than %d bytes", MaxTenantLen))
+	}
+	if len(req.Scope) > MaxScopeLen {
+		return storeErr("claim", fmt.Errorf("scope longer than %d bytes", MaxScopeLen))
+	}
+	if why := textProblem(req.Tenant); why != "" {
+		return storeErr("claim", errors.New("tenant: "+why))
+	}
+	if why := textProblem(req.Scope); why != "" {
+		return storeErr("claim", errors.New("scope: "+why))
+	}
+	if len(req.Owner) > MaxOwnerLen {
+		return storeErr("claim", fmt.Errorf("owner longer than %d bytes (a shorter instance ID)", MaxOwnerLen))
+	}
+	if why := textProblem(req.Owner); why != "" {
+		return storeErr("claim", errors.New("owner: "+why))
+	}
+	return nil
+}
+
 // Claim implements storekit.Store (see docs/sqlstore.md for the
 // statements each dialect sends).
 func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
-	if err := s.Validate(); err != nil {
+	if err := s.checkClaim(ctx, req); err != nil {
 		return storekit.ClaimResult{}, err
-	}
-	if err := checked("claim", req.Key, storekit.ValidateClaim(req)); err != nil {
-		return storekit.ClaimResult{}, err
-	}
-	if err := s.checkKey("claim", req.Key); err != nil {
-		return storekit.ClaimResult{}, err
-	}
-	if err := checked("claim", req.Key, checkNonce(req.Nonce)); err != nil {
-		return storekit.ClaimResult{}, err
-	}
-	if err := s.soleConnection(ctx); err != nil {
-		return storekit.ClaimResult{}, err
-	}
-	if len(req.PayloadHash) > MaxPayloadLen {
-		return storekit.ClaimResult{}, storeErr("claim", fmt.Errorf("payload hash longer than %d bytes", MaxPayloadLen))
-	}
-	if why := textProblem(req.PayloadHash); why != "" {
-		return storekit.ClaimResult{}, storeErr("claim", errors.New("payload hash: "+why))
-	}
-	if len(req.Tenant) > MaxTenantLen {
-		return storekit.ClaimResult{}, storeErr("claim", fmt.Errorf("tenant longer than %d bytes", MaxTenantLen))
-	}
-	if len(req.Scope) > MaxScopeLen {
-		return storekit.ClaimResult{}, storeErr("claim", fmt.Errorf("scope longer than %d bytes", MaxScopeLen))
-	}
-	if why := textProblem(req.Tenant); why != "" {
-		return storekit.ClaimResult{}, storeErr("claim", errors.New("tenant: "+why))
-	}
-	if why := textProblem(req.Scope); why != "" {
-		return storekit.ClaimResult{}, storeErr("claim", errors.New("scope: "+why))
-	}
-	if len(req.Owner) > MaxOwnerLen {
-		return storekit.ClaimResult{}, storeErr("claim", fmt.Errorf("owner longer than %d bytes (a shorter instance ID)", MaxOwnerLen))
-	}
-	if why := textProblem(req.Owner); why != "" {
-		return storekit.ClaimResult{}, storeErr("claim", errors.New("owner: "+why))
 	}
 	for range maxClaimRounds {
 		var (

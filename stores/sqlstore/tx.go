@@ -13,35 +13,66 @@ import (
 )
 
 // DoTx runs fn like g.Do, inside a database transaction on the Guard's
-// store, and writes the completed record in the same transaction,
-// conditioned on the claim's nonce, before it commits: fn's writes and the
-// outcome commit together or not at all. The Guard's store must be a
-// *Store or the *WatchingStore of its Listen (any other store, a nil Guard
-// or a nil fn is an error matching storekit.ErrInvalidOption). PostgreSQL,
-// MySQL/MariaDB and SQLite (where fn's transaction holds the database's
-// write lock, so a Step inside fn is refused at once).
+// store, and writes the key's record with its outcome in the same
+// transaction before it commits: the claim, fn's writes and the outcome
+// commit together, in one commit, or not at all. The Guard's store must
+// be a *Store or the *WatchingStore of its Listen (any other store, a nil
+// Guard or a nil fn is an error matching storekit.ErrInvalidOption).
+// PostgreSQL, MySQL/MariaDB and SQLite (where fn's transaction holds the
+// database's write lock, so a Step inside fn is refused at once).
 //
-// fn must do its writes through tx, in the store's database. Duplicates,
-// payloads, waits and heartbeats are as in Do. What the caller is told:
+// # One commit
+//
+// The claim is read, and the key locked, on the connection fn's
+// transaction then runs on, before BEGIN; nothing is written until the
+// transaction's last statement writes the record with fn's outcome. So a
+// crash, a lost connection, a failed commit or an error from fn leaves
+// nothing that holds the key: the next attempt runs at once, with no claim
+// to wait for or take over (TestDoTxOneCommitKills). A duplicate of a key
+// whose transaction is open is, under Return and Raise, told the call is
+// in progress without waiting; under Wait it waits for that transaction
+// to end, then replays its outcome or, if it rolled back, runs fn
+// (TestDoTxDuplicates; on SQLite every duplicate waits for the database's
+// write lock). What this costs: while fn runs, only the key's lock (held
+// by the database session) says the call is in progress, so an owner
+// process that is stopped (SIGSTOP) or whose connection was cut while the
+// server keeps its session holds the key until it goes on or the server
+// ends the session: there is no takeover after the threshold, and no
+// heartbeat. See onecommit.go for the statements. The claim is committed
+// first, as a statement of its own (two commits, a heartbeat while fn
+// runs, a takeover after the threshold), when the Guard has previous
+// secrets (a rotation settles its claim first), under OnFailure(Lock) (the
+// failure is recorded after the rollback, under that claim), and with
+// WithClaimCommit. A Step inside fn records its outcome on another
+// connection of the pool as it happens, so it survives a rollback of fn's
+// transaction, and a later attempt replays it (TestDoTxStepOneCommit).
+//
+// fn must do its writes through tx, in the store's database. Payloads and
+// waits are as in Do. What the caller is told:
 //
 //   - fn returned an error: the transaction is rolled back and the Guard's
-//     OnFailure applies (Unlock: the claim is released; Lock: the failure
-//     is recorded after the rollback, outside the transaction).
+//     OnFailure applies (Unlock: nothing is left; Lock: the failure is
+//     recorded after the rollback, outside the transaction).
 //   - fn succeeded and the commit was acknowledged: the value, nil.
-//   - the claim was lost (taken over by another caller while fn ran; the
-//     completion's nonce condition matched no row): rolled back, an error
-//     matching storekit.ErrLostOwnership; nothing of fn's is visible.
+//   - the record was written by another caller since the claim read it
+//     (another owner's stale claim it took over completed meanwhile; or a
+//     claim read that raced a commit of the key): rolled back, nothing of
+//     fn's or of the claim committed, and the call looks at the key again,
+//     so it is answered as a duplicate is (at most three times in a row;
+//     then an error matching storekit.ErrLostOwnership). With the claim
+//     committed first, a claim taken over while fn ran (the completion's
+//     nonce condition matched no row): rolled back, an error matching
+//     storekit.ErrLostOwnership; nothing of fn's is visible.
 //   - the commit failed, or its reply never came (a dropped connection, no
 //     answer within the takeover threshold): the record row is read back
 //     with a locking read (SELECT ... FOR UPDATE) on another connection,
 //     which the database answers only once the transaction holding the
 //     row's lock has ended, committed or not. Completed with the call's
-//     nonce: the commit applied, and the caller gets the value. Still in
-//     progress with the call's nonce: the transaction ended without
-//     committing, for certain, the claim is released and the caller gets a
-//     *storekit.StoreError{Op: "commit"}, so a retry runs fn again. If the read
-//     itself fails, the error matches storekit.ErrOutcomeUnknown (never a
-//     guess) and the claim is left to go stale.
+//     nonce: the commit applied, and the caller gets the value. Otherwise
+//     the transaction ended without committing, for certain, and the
+//     caller gets a *storekit.StoreError{Op: "commit"}, so a retry runs fn
+//     again. If the read itself fails, the error matches
+//     storekit.ErrOutcomeUnknown (never a guess).
 //
 // # DoTx or StepTx
 //
@@ -55,43 +86,24 @@ import (
 // needs a second connection of the pool for the step's records while fn's
 // transaction holds one: on a pool limited to one connection
 // (SetMaxOpenConns(1)) such a Step is refused at once with an error
-// matching storekit.ErrInvalidOption, which says so, instead of waiting for
-// the connection until the call's claim lapses (TestDoTxStepOneConnection).
-// DoTx's own heartbeat, too, needs a second connection while fn's
-// transaction is open: a fn that runs longer than the heartbeat interval
-// wants a pool of at least two.
+// matching storekit.ErrInvalidOption, which says so
+// (TestDoTxStepOneConnection).
 //
-// A panic in fn rolls the transaction back, releases the claim and is
-// raised again. The context handed to fn is the transaction's: it carries
-// the fencing token (idem.FencingToken) and is cancelled when the claim is
-// lost, which rolls the transaction back (database/sql does that for a
-// transaction whose context ends).
-//
-// # Locks
-//
-// The claim, the heartbeats and any release are statements of their own,
-// on other connections of the pool, each holding the record row's lock
-// only while it runs. fn's transaction takes no lock on the record row
-// while fn runs, so the heartbeat, which keeps the claim alive meanwhile,
-// never waits for fn. When fn has returned, the heartbeat is stopped
-// (the Guard halts it before it hands over the completion) before the
-// transaction's completion UPDATE takes the record row's lock, which it
-// holds until the commit or rollback: a claim of the same key meanwhile
-// that would write the row (a takeover attempt, MariaDB's claim, whose
-// no-op update locks the row) waits for that lock and then sees the
-// outcome; one that only reads (PostgreSQL's duplicate of a live claim)
-// sees the claim in progress. Whatever locks fn takes on its own rows are its own; fn
-// must not write the record table. The read-back after a failed commit
-// takes the record row's lock (FOR UPDATE) on another connection, for the
-// length of one statement.
+// A panic in fn rolls the transaction back, ends the claim and is raised
+// again. The context handed to fn is the transaction's: it carries the
+// fencing token (idem.FencingToken).
 //
 // # Cost
 //
-// On top of fn's statements: the claim (one round trip, before the
-// transaction), BEGIN and COMMIT (database/sql sends each as a round trip),
-// and one statement in the transaction, the completion UPDATE. A plain
-// transaction doing fn's writes costs BEGIN, the writes and COMMIT; DoTx
-// adds the claim and the completion (TestDoTxRoundTrips).
+// A fresh call: the claim read, BEGIN, fn's statements, the completion,
+// COMMIT, so a plain transaction's round trips plus two (PostgreSQL; MySQL
+// sends a third once DoTx has returned, which lets go of its GET_LOCK lock), and
+// one commit. database/sql sends BEGIN and COMMIT as round trips of their
+// own, so neither can carry the claim or the completion. A replay of a
+// completed key: the claim read alone, one round trip
+// (TestDoTxRoundTrips). With the claim committed first: the claim, BEGIN,
+// fn's statements, the completion UPDATE, COMMIT: plus two, and two
+// commits.
 func DoTx[T any](ctx context.Context, g *idem.Guard[T], key string, fn func(context.Context, *sql.Tx) (T, error), opts ...idem.CallOption) (T, error) {
 	var zero T
 	switch {
@@ -123,6 +135,9 @@ func opener(op string, call bool) storekit.TxOpener {
 		}
 		if s == nil || s.db == nil {
 			return nil, &storekit.OptionError{Option: op, Reason: fmt.Sprintf("the Guard's store is %T, not a *sqlstore.Store", st)}
+		}
+		if call && s.oneCommit() {
+			return callRunner{txRunner{s: s, call: call}}, nil
 		}
 		return txRunner{s: s, call: call}, nil
 	}
