@@ -143,38 +143,35 @@ func (f *floor) run(p string, callers, n int) error {
 	return <-errs
 }
 
+// plain is fn's INSERT in a plain transaction, with the INSERT of the
+// key's record too when record is set.
+func (f *floor) plain(ctx context.Context, key string, record bool) error {
+	tx, err := f.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, "INSERT INTO "+f.side+" (k, attempt, pid) VALUES ($1, 1, 1)", key)
+	if err == nil && record {
+		now := time.Now().UnixMilli()
+		_, err = tx.ExecContext(ctx, "INSERT INTO "+f.table+" (key_hash, claim_nonce, status, result, started_at, heartbeat_at, completed_at, expires_at) "+
+			"VALUES ($1, $2, 'completed', $3, $4, $4, $4, $5)", key, "n"+key, []byte("1"), now, now+86_400_000)
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// call makes one call of protocol p on key.
 func (f *floor) call(ctx context.Context, p, key string) error {
 	switch p {
-	case "plain":
-		tx, err := f.db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO "+f.side+" (k, attempt, pid) VALUES ($1, 1, 1)", key); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		return tx.Commit()
+	case "plain", "plain+record":
+		return f.plain(ctx, key, p == "plain+record")
 	case "dotx":
 		return f.dotx(ctx, key)
 	case "dotx-claim-commit":
 		return f.dotx2(ctx, key)
-	case "plain+record":
-		now := time.Now().UnixMilli()
-		tx, err := f.db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO "+f.side+" (k, attempt, pid) VALUES ($1, 1, 1)", key); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO "+f.table+" (key_hash, claim_nonce, status, result, started_at, heartbeat_at, completed_at, expires_at) "+
-			"VALUES ($1, $2, 'completed', $3, $4, $4, $4, $5)", key, "n"+key, []byte("1"), now, now+86_400_000); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		return tx.Commit()
 	}
 	conn, err := f.db.Conn(ctx)
 	if err != nil {

@@ -202,25 +202,23 @@ func (k keyLock) mysqlText(text string) string {
 // await waits for the key's lock, held by another session's open
 // transaction, and lets go of it at once.
 func (k keyLock) await(ctx context.Context) error {
-	var err error
-	if k.s.dialect == MySQL {
-		_, err = k.conn.ExecContext(ctx, k.mysqlText(k.s.q.lockKey))
-	} else {
-		_, err = k.conn.ExecContext(ctx, k.s.q.lockKey, k.key)
-	}
-	if err != nil {
+	if err := k.exec(ctx, k.s.q.lockKey); err != nil {
 		return err
 	}
 	return k.unlock(context.WithoutCancel(ctx))
 }
 
 // unlock lets go of the key's lock.
-func (k keyLock) unlock(ctx context.Context) error {
+func (k keyLock) unlock(ctx context.Context) error { return k.exec(ctx, k.s.q.unlockKey) }
+
+// exec sends the statement text about k's key on k's connection: the key
+// as its argument on PostgreSQL, as literals on MySQL (mysqlText).
+func (k keyLock) exec(ctx context.Context, text string) error {
 	var err error
 	if k.s.dialect == MySQL {
-		_, err = k.conn.ExecContext(ctx, k.mysqlText(k.s.q.unlockKey))
+		_, err = k.conn.ExecContext(ctx, k.mysqlText(text))
 	} else {
-		_, err = k.conn.ExecContext(ctx, k.s.q.unlockKey, k.key)
+		_, err = k.conn.ExecContext(ctx, text, k.key)
 	}
 	return err
 }
@@ -387,10 +385,7 @@ func (o *openTx) RunTx(ctx context.Context, c storekit.TxClaim, body func(contex
 // write lock). A row that changed since the claim read it is
 // storekit.ErrLostOwnership.
 func (o *openTx) write(c storekit.Completion) error {
-	var msg, typ any
-	if c.Error != nil {
-		msg, typ = c.Error.Message, c.Error.Type
-	}
+	msg, typ := failureColumns(c.Error)
 	var result any
 	if len(c.Result) > 0 {
 		result = c.Result

@@ -102,10 +102,7 @@ func (s *Store) claimSQLiteOnce(ctx context.Context, req storekit.ClaimRequest) 
 		return d.Result(), tx.Commit()
 	}
 	r := d.Record
-	var msg, typ any
-	if r.Error != nil {
-		msg, typ = r.Error.Message, r.Error.Type
-	}
+	msg, typ := failureColumns(r.Error)
 	var result any
 	if len(r.Result) > 0 {
 		result = r.Result

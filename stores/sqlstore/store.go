@@ -253,6 +253,15 @@ func (s *Store) keepStmt(id stmtID, st *sql.Stmt) *sql.Stmt {
 	return prev
 }
 
+// failureColumns is a recorded failure as the error_message and
+// error_type columns: NULL when there is none.
+func failureColumns(e *storekit.RecordedFailure) (msg, typ any) {
+	if e == nil {
+		return nil, nil
+	}
+	return e.Message, e.Type
+}
+
 func (s *Store) exec(ctx context.Context, id stmtID, args ...any) (int64, error) {
 	res, err := s.execResult(ctx, id, args...)
 	if err != nil {
@@ -841,10 +850,7 @@ func (s *Store) casMySQL(ctx context.Context, req storekit.ClaimRequest, cur *st
 	if tookOver {
 		floor = cur.ExpiresAt
 	}
-	var msg, typ any
-	if next.Error != nil {
-		msg, typ = next.Error.Message, next.Error.Type
-	}
+	msg, typ := failureColumns(next.Error)
 	lease := req.LeaseTTL.Milliseconds()
 	args := []any{next.Nonce, next.Attempt, next.PayloadHash, next.Result, msg, typ,
 		next.CompletedAt, floor, lease, tookOver, next.TakeoverMs, req.Tenant, req.Scope, next.Owner}
@@ -927,10 +933,7 @@ func (s *Store) Complete(ctx context.Context, key, nonce string, c storekit.Comp
 	if err := checked("complete", key, storekit.ValidateCompletion(c)); err != nil {
 		return err
 	}
-	var msg, typ any
-	if c.Error != nil {
-		msg, typ = c.Error.Message, c.Error.Type
-	}
+	msg, typ := failureColumns(c.Error)
 	result := c.Result
 	if result != nil && len(result) == 0 {
 		result = nil

@@ -38,7 +38,9 @@ import (
 // process that is stopped (SIGSTOP) or whose connection was cut while the
 // server keeps its session holds the key until it goes on or the server
 // ends the session: there is no takeover after the threshold, and no
-// heartbeat. See onecommit.go for the statements. The claim is committed
+// heartbeat; and an open DoTx has no record, so `idem ls`, `idem inspect`
+// and Store.Get show nothing for its key until it commits. See
+// onecommit.go for the statements. The claim is committed
 // first, as a statement of its own (two commits, a heartbeat while fn
 // runs, a takeover after the threshold), when the Guard has previous
 // secrets (a rotation settles its claim first), under OnFailure(Lock) (the
@@ -282,10 +284,7 @@ func lostOr(ctx context.Context, err error) error {
 // (its notification is sent at the commit). No matched row is
 // storekit.ErrLostOwnership. On MySQL it returns the connection's id.
 func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, st *sql.Stmt, key, nonce string, c storekit.Completion) (int64, error) {
-	var msg, typ any
-	if c.Error != nil {
-		msg, typ = c.Error.Message, c.Error.Type
-	}
+	msg, typ := failureColumns(c.Error)
 	result := c.Result
 	if len(result) == 0 {
 		result = nil
