@@ -17,11 +17,11 @@ import (
 	"github.com/idem-go/idem/stores/sqlstore"
 )
 
-// BenchmarkDoTxFloor measures, on PostgreSQL, what a DoTx whose fn inserts
-// one row costs against the same INSERT in a plain transaction, and what
-// two one-commit protocols would cost, built here from bare statements
-// (the happy path only: a fresh key, no failure handling), so that the
-// floor is known before the store implements one:
+// BenchmarkDoTxFloor measures, on PostgreSQL and MySQL/MariaDB, what a
+// DoTx whose fn inserts one row costs against the same INSERT in a plain
+// transaction, and on PostgreSQL what two one-commit protocols built here
+// from bare statements cost (the happy path only: a fresh key, no failure
+// handling), which shows the floor:
 //
 //   - plain: BEGIN, the INSERT, COMMIT (database/sql).
 //   - plain+record: the same with a second INSERT, of the key's record
@@ -30,62 +30,72 @@ import (
 //     INSERT, the record with its outcome, COMMIT (one commit).
 //   - dotx-claim-commit: sqlstore.DoTx on a store WithClaimCommit: the
 //     claim (its own commit), BEGIN, the INSERT, the completion, COMMIT.
-//   - one-sql: one commit over database/sql (what dotx does, bare): a read of the key that also
-//     takes a session advisory lock when the key has no record (a replay
-//     stops there), BEGIN, the INSERT, the record's INSERT with its
-//     outcome (conditioned on no record) and the lock's release, COMMIT.
+//   - one-sql: what dotx does, bare, over database/sql: a read of the key
+//     that also takes a session advisory lock when the key has no record
+//     (a replay stops there), BEGIN, the INSERT, the record's INSERT with
+//     its outcome (conditioned on no record) and the lock's release,
+//     COMMIT.
 //   - one-pgx: the same over pgx's own connection, pipelined: the read;
 //     BEGIN with fn's first statement; the record's INSERT with COMMIT.
 //
 // Each round runs every protocol in turn (n calls each, alternating
 // rounds); rt/call is the round trips of one call, counted on the wire.
-// With -callers 16 (the sub-benchmark's name), 16 goroutines run calls at
+// With callers=16 (the sub-benchmark's name), 16 goroutines run calls at
 // once, each on its own key.
 func BenchmarkDoTxFloor(b *testing.B) {
-	for _, callers := range []int{1, 16} {
-		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
-			f := newFloor(b)
-			protos := []string{"plain", "plain+record", "dotx", "dotx-claim-commit", "one-sql", "one-pgx"}
-			for _, p := range protos { // warm: statements prepared, connections open
-				if err := f.run(p, callers, 20); err != nil {
-					b.Fatal(p, err)
-				}
+	for _, d := range []sqlstore.Dialect{sqlstore.Postgres, sqlstore.MySQL} {
+		for _, callers := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/callers=%d", d, callers), func(b *testing.B) { floorRounds(b, d, callers) })
+		}
+	}
+}
+
+// floorRounds is one sub-benchmark of BenchmarkDoTxFloor.
+func floorRounds(b *testing.B, d sqlstore.Dialect, callers int) {
+	f := newFloor(b, d)
+	protos := []string{"plain", "plain+record", "dotx", "dotx-claim-commit"}
+	if d == sqlstore.Postgres {
+		protos = append(protos, "one-sql", "one-pgx") // the bare protocols are PostgreSQL's statements
+	}
+	for _, p := range protos { // warm: statements prepared, connections open
+		if err := f.run(p, callers, 20); err != nil {
+			b.Fatal(p, err)
+		}
+	}
+	rts := map[string]float64{}
+	for _, p := range protos {
+		before := f.rt.Load()
+		if err := f.run(p, 1, 1); err != nil {
+			b.Fatal(p, err)
+		}
+		rts[p] = float64(f.rt.Load() - before)
+	}
+	per := map[string]time.Duration{}
+	b.ResetTimer()
+	const rounds = 5
+	n := max(b.N/rounds, 1)
+	for range rounds {
+		for _, p := range protos {
+			start := time.Now()
+			if err := f.run(p, callers, n); err != nil {
+				b.Fatal(p, err)
 			}
-			rts := map[string]float64{}
-			for _, p := range protos {
-				before := f.rt.Load()
-				if err := f.run(p, 1, 1); err != nil {
-					b.Fatal(p, err)
-				}
-				rts[p] = float64(f.rt.Load() - before)
-			}
-			per := map[string]time.Duration{}
-			b.ResetTimer()
-			const rounds = 5
-			n := max(b.N/rounds, 1)
-			for range rounds {
-				for _, p := range protos {
-					start := time.Now()
-					if err := f.run(p, callers, n); err != nil {
-						b.Fatal(p, err)
-					}
-					per[p] += time.Since(start)
-				}
-			}
-			b.StopTimer()
-			for _, p := range protos {
-				ns := float64(per[p].Nanoseconds()) / float64(rounds*n)
-				b.ReportMetric(ns/1000, p+"-µs/call")
-				b.ReportMetric(float64(per["plain"])/float64(per[p]), p+"-throughput/plain")
-				b.ReportMetric(rts[p], p+"-rt/call")
-			}
-		})
+			per[p] += time.Since(start)
+		}
+	}
+	b.StopTimer()
+	for _, p := range protos {
+		ns := float64(per[p].Nanoseconds()) / float64(rounds*n)
+		b.ReportMetric(ns/1000, p+"-µs/call")
+		b.ReportMetric(float64(per["plain"])/float64(per[p]), p+"-throughput/plain")
+		b.ReportMetric(rts[p], p+"-rt/call")
 	}
 }
 
 // floor holds what BenchmarkDoTxFloor's protocols share.
 type floor struct {
 	db    *sql.DB
+	d     sqlstore.Dialect
 	rt    interface{ Load() int64 }
 	table string // the store's records
 	side  string // fn's rows
@@ -94,14 +104,14 @@ type floor struct {
 	seq   atomic.Int64
 }
 
-func newFloor(b *testing.B) *floor {
-	e := newCountedEnv(b, sqlstore.Postgres)
+func newFloor(b *testing.B, d sqlstore.Dialect) *floor {
+	e := newCountedEnv(b, d)
 	e.db.SetMaxOpenConns(40)
 	e.db.SetMaxIdleConns(40)
-	side := sideTable(b, sqlstore.Postgres)
+	side := sideTable(b, d)
 	g := newGuard[int](b, e.store)
-	f := &floor{db: e.db, rt: e.rt, table: e.table, side: side}
-	s2, err := sqlstore.New(e.db, sqlstore.Postgres, sqlstore.WithTable(e.table), sqlstore.WithClaimCommit(), sqlstore.WithoutCleanup())
+	f := &floor{db: e.db, d: d, rt: e.rt, table: e.table, side: side}
+	s2, err := sqlstore.New(e.db, d, sqlstore.WithTable(e.table), sqlstore.WithClaimCommit(), sqlstore.WithoutCleanup())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -110,7 +120,7 @@ func newFloor(b *testing.B) *floor {
 	dotx := func(g *idem.Guard[int]) func(ctx context.Context, key string) error {
 		return func(ctx context.Context, key string) error {
 			_, err := sqlstore.DoTx(ctx, g, key, func(ctx context.Context, tx *sql.Tx) (int, error) {
-				return 1, insertSide(ctx, tx, sqlstore.Postgres, side, key)
+				return 1, insertSide(ctx, tx, d, side, key)
 			})
 			return err
 		}
@@ -150,11 +160,11 @@ func (f *floor) plain(ctx context.Context, key string, record bool) error {
 	if err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, "INSERT INTO "+f.side+" (k, attempt, pid) VALUES ($1, 1, 1)", key)
+	_, err = tx.ExecContext(ctx, ph3(f.d, "INSERT INTO "+f.side+" (k, attempt, pid) VALUES (?, 1, 1)"), key)
 	if err == nil && record {
 		now := time.Now().UnixMilli()
-		_, err = tx.ExecContext(ctx, "INSERT INTO "+f.table+" (key_hash, claim_nonce, status, result, started_at, heartbeat_at, completed_at, expires_at) "+
-			"VALUES ($1, $2, 'completed', $3, $4, $4, $4, $5)", key, "n"+key, []byte("1"), now, now+86_400_000)
+		_, err = tx.ExecContext(ctx, ph3(f.d, "INSERT INTO "+f.table+" (key_hash, claim_nonce, status, result, started_at, heartbeat_at, completed_at, expires_at) "+
+			"VALUES (?, ?, 'completed', ?, ?, ?, ?, ?)"), key, "n"+key, []byte("1"), now, now, now, now+86_400_000)
 	}
 	if err != nil {
 		_ = tx.Rollback()
