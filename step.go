@@ -69,6 +69,9 @@ func stepCallOf(ctx context.Context, op, name string) (*stepCall, error) {
 	if sc == nil {
 		return nil, ErrNoCall
 	}
+	if why, refused := storekit.StepsRefused(ctx); refused {
+		return nil, &storekit.OptionError{Option: op, Reason: why}
+	}
 	if ctx.Value(stepKey{}) != nil {
 		if name != "" {
 			op += " " + strconv.Quote(name)

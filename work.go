@@ -151,6 +151,8 @@ func (e *engine) tryClaimTx(ctx context.Context, tc storekit.TxClaimer, sk, ph s
 	sent := time.Now()
 	res, otx, err := tc.ClaimTx(ctx, e.claimRequest(sk, ph), e.dup == Wait)
 	switch {
+	case errors.Is(err, storekit.ErrClaimFirst):
+		return e.tryClaim(ctx, sk, ph)
 	case errors.Is(err, storekit.ErrKeyBusy):
 		return nil, nil, err
 	case err != nil:

@@ -71,9 +71,15 @@ type TxClaimer interface {
 	// or TookOver), holds the key for it until the returned OpenTx ends:
 	// nothing is written until OpenTx.RunTx completes and commits, and
 	// another ClaimTx of the key meanwhile waits (wait true) or returns
-	// an error matching ErrKeyBusy (wait false). Existing: the record that
-	// answers the call, nothing is held, OpenTx is nil. A caller that
-	// gets the claim must end the OpenTx: RunTx, or Rollback.
+	// an error matching ErrKeyBusy (wait false). A store that cannot
+	// hold a key (DynamoDB) may instead answer Claimed at once and
+	// condition the commit on the key having no record: RunTx then
+	// returns an error matching ErrLostOwnership when another caller's
+	// record came first, and nothing of this call was written; asked
+	// again, ClaimTx answers with that record (Existing). Existing: the
+	// record that answers the call, nothing is held, OpenTx is nil.
+	// ErrClaimFirst: claim with Store.Claim instead. A caller that gets
+	// the claim must end the OpenTx: RunTx, or Rollback.
 	ClaimTx(ctx context.Context, req ClaimRequest, wait bool) (ClaimResult, OpenTx, error)
 }
 
@@ -87,7 +93,29 @@ type OpenTx interface {
 	Rollback()
 }
 
+// ErrClaimFirst is ClaimTx's answer when the call must be claimed as it
+// is without a TxClaimer: by Store.Claim, committed on its own, before its
+// transaction runs (for example a store that claims a key inside its
+// transaction only while the key has no record, and has found one).
+var ErrClaimFirst = errors.New("storekit: the claim must be committed before the transaction")
+
 // ErrKeyBusy is ClaimTx's answer, without waiting, when another caller's
 // open transaction holds the key: that call is in progress, and its
 // record is not written yet.
 var ErrKeyBusy = errors.New("storekit: the key is held by an open transaction")
+
+type stepsKey struct{}
+
+// RefuseSteps returns a context in which idem.Step is refused with an
+// error matching ErrInvalidOption that says why: a store hands it to a
+// call's fn when a step's record could not be trusted to belong to the one
+// run of the call (two runs of fn may be live at once).
+func RefuseSteps(ctx context.Context, why string) context.Context {
+	return context.WithValue(ctx, stepsKey{}, why)
+}
+
+// StepsRefused returns why RefuseSteps refused steps in ctx, if it did.
+func StepsRefused(ctx context.Context) (why string, refused bool) {
+	why, refused = ctx.Value(stepsKey{}).(string)
+	return why, refused
+}

@@ -3,11 +3,13 @@ package dynamostore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/idem-go/idem/storekit"
+	"github.com/idem-go/idem/stores/dynamostore"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -197,4 +199,77 @@ func conditionFailedErr(err error) (*types.ConditionalCheckFailedException, bool
 		return ccf, true
 	}
 	return nil, false
+}
+
+// BenchmarkDoTx: a DoTx whose fn puts one item, fresh and replayed. Raw:
+// one TransactWriteItems with the item and a conditioned Put of the
+// record (what a fresh one-request DoTx sends). Two-request: DoTx on a
+// Store without WithOneRequest (the claim, then the transaction). One
+// request: DoTx WithOneRequest. The replays repeat the call on one key.
+func BenchmarkDoTx(b *testing.B) {
+	e := newEnv(b)
+	table := rowsTable(b, e.client)
+	one, err := dynamostore.New(e.client, testTable, dynamostore.WithKeyPrefix(e.prefix), dynamostore.WithOneRequest())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	g2, err := idem.New[int](e.store)
+	if err != nil {
+		b.Fatal(err)
+	}
+	g1, err := idem.New[int](one)
+	if err != nil {
+		b.Fatal(err)
+	}
+	run := randHex(4)
+	key := func(kind string, i int) string { return kind + run + "-" + strconv.Itoa(i) }
+	fn := func(k string) func(context.Context, *dynamostore.Tx) (int, error) {
+		return func(_ context.Context, tx *dynamostore.Tx) (int, error) { return 42, putRow(tx, table, k, "w") }
+	}
+	rawTx := func(pk string) error {
+		_, err := e.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+			{Put: &types.Put{TableName: aws.String(table), Item: map[string]types.AttributeValue{
+				"pk": &types.AttributeValueMemberS{Value: "row#" + pk}, "sk": &types.AttributeValueMemberS{Value: "w"}}}},
+			{Put: &types.Put{TableName: aws.String(testTable), Item: rawRecord(pk, "n", time.Now().UnixMilli()),
+				ConditionExpression:                 aws.String("attribute_not_exists(pk)"),
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
+		}})
+		return err
+	}
+	for _, k := range []string{"replay-2", "replay-1"} {
+		g := map[string]*idem.Guard[int]{"replay-2": g2, "replay-1": g1}[k]
+		if _, err := dynamostore.DoTx(ctx, g, k, fn(k)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := rawTx(e.prefix + "raw-replay"); err != nil {
+		b.Fatal(err)
+	}
+	runVariants(b, e, []*variant{
+		{name: "raw", fn: func(i int) error { return rawTx(e.prefix + key("raw", i)) }},
+		{name: "two-request", fn: func(i int) error {
+			_, err := dynamostore.DoTx(ctx, g2, key("two", i), fn(key("two", i)))
+			return err
+		}},
+		{name: "one-request", fn: func(i int) error {
+			_, err := dynamostore.DoTx(ctx, g1, key("one", i), fn(key("one", i)))
+			return err
+		}},
+		{name: "raw-replay", fn: func(int) error {
+			var tce *types.TransactionCanceledException
+			if err := rawTx(e.prefix + "raw-replay"); !errors.As(err, &tce) {
+				return fmt.Errorf("raw replay: %v", err)
+			}
+			return nil
+		}},
+		{name: "two-request-replay", fn: func(int) error {
+			_, err := dynamostore.DoTx(ctx, g2, "replay-2", fn("replay-2"))
+			return err
+		}},
+		{name: "one-request-replay", fn: func(int) error {
+			_, err := dynamostore.DoTx(ctx, g1, "replay-1", fn("replay-1"))
+			return err
+		}},
+	}, 0)
 }

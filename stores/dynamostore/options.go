@@ -25,6 +25,7 @@ type config struct {
 	pk, sk           string
 	skValue          string
 	prefix           string
+	oneRequest       bool // WithOneRequest
 }
 
 // newConfig checks the arguments of fn (New or CreateTable) and applies
@@ -111,4 +112,20 @@ func WithClock(now func() time.Time) Option {
 	return func(c *config) {
 		c.SetClock(now)
 	}
+}
+
+// WithOneRequest makes DoTx send one request for a key that has no record:
+// fn builds its items first, and they go in one TransactWriteItems with
+// the Put of the key's completed record, conditioned on the key having no
+// record (see onerequest.go). A duplicate is answered with the record
+// that refused its Put (a replay, or "in progress"), also in one request,
+// after fn built items that are not written; concurrent duplicates of a
+// fresh key each run fn, and one commits. So fn must only build items:
+// idem.Step inside it is refused (storekit.ErrInvalidOption), since two
+// runs of fn may be live at once. A key with a record a claim may take
+// (expired, released, stale) is claimed first, as without the option.
+// Without it, DoTx claims the key first (two requests: the claim's
+// PutItem and the transaction).
+func WithOneRequest() Option {
+	return func(c *config) { c.oneRequest = true }
 }

@@ -226,6 +226,11 @@ func (tx *Tx) finish() ([]types.TransactWriteItem, []string, error) {
 // record is written as it finishes, and a retry after a failed
 // transaction replays them. StepTx commits writes as a step of their own,
 // for a call that goes on after them (g.Do with Steps and a StepTx).
+//
+// On a Store WithOneRequest, a DoTx of a key without a record is one
+// request: no claim first, the record's Put conditioned on no record in
+// the transaction, a duplicate answered by the record that cancels it,
+// and Step refused inside fn (see WithOneRequest and onerequest.go).
 func DoTx[T any](ctx context.Context, g *idem.Guard[T], key string, fn func(context.Context, *Tx) (T, error), opts ...idem.CallOption) (T, error) {
 	var zero T
 	switch {
@@ -263,6 +268,9 @@ func opener(op string) storekit.TxOpener {
 		}
 		if err := st.Validate(); err != nil {
 			return nil, err
+		}
+		if op == "DoTx" && st.cfg.oneRequest {
+			return &callRunner{txRunner: txRunner{st: st}}, nil
 		}
 		return txRunner{st: st}, nil
 	}

@@ -527,13 +527,19 @@ func (c *txFaults) TransactWriteItems(ctx context.Context, in *dynamodb.Transact
 // settled by the fence: a lost reply of an applied transaction is the
 // call's success; a lost request releases the claim (a retry runs fn
 // again); a request held and delivered after the fence never applies.
+// The same WithOneRequest, where the transaction is the claim.
 func TestDoTxUnknownOutcome(t *testing.T) {
-	for _, mode := range []string{"reply", "request", "late"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, name := range []string{"reply", "request", "late", "one-request/reply", "one-request/request", "one-request/late"} {
+		mode, one := strings.TrimPrefix(name, "one-request/"), strings.HasPrefix(name, "one-request/")
+		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
 			table := rowsTable(t, e.client)
 			fc := &txFaults{Client: e.client, mode: mode}
-			g := newGuard[string](t, mustNew(t, fc, testTable, dynamostore.WithKeyPrefix(e.prefix)))
+			opts := []dynamostore.Option{dynamostore.WithKeyPrefix(e.prefix)}
+			if one { // the fresh key's transaction carries the record's Put: its fence is a Put
+				opts = append(opts, dynamostore.WithOneRequest())
+			}
+			g := newGuard[string](t, mustNew(t, fc, testTable, opts...))
 			ctx := context.Background()
 			var runs atomic.Int32
 			fn := func(ctx context.Context, tx *dynamostore.Tx) (string, error) {
