@@ -2,11 +2,9 @@ package dynamostore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -100,38 +98,12 @@ func (o *freshTx) RunTx(ctx context.Context, _ storekit.TxClaim, body func(conte
 	}
 	items, kinds, _ := tx.finish()
 	put := st.freshPut(o.k, o.req, o.now, comp)
-	var last error
-	for try := range txConflictTries {
-		if try > 0 {
-			if err := sleepCtx(ctx, time.Duration(10<<try)*time.Millisecond); err != nil {
-				return errors.Join(last, err)
-			}
-		}
-		token := txToken()
-		all := append(append(make([]types.TransactWriteItem, 0, len(items)+1), items...), types.TransactWriteItem{Put: put})
-		_, err := st.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: all, ClientRequestToken: aws.String(token)})
-		if err == nil {
-			return nil
-		}
-		var tce *types.TransactionCanceledException
-		if !errors.As(err, &tce) {
-			return o.fence(ctx, err)
-		}
-		if rs := tce.CancellationReasons; len(rs) == len(items)+1 && aws.ToString(rs[len(items)].Code) == "ConditionalCheckFailed" {
-			return o.met(rs[len(items)].Item)
-		}
-		verdict, cerr := st.canceled(tce, o.req.Nonce, items, kinds)
-		switch verdict {
-		case txCommitted:
-			return nil
-		case txRetry:
-			last = cerr
-			continue
-		default:
-			return cerr
-		}
-	}
-	return last
+	return st.sendTx(ctx, txSend{
+		items: items, kinds: kinds, nonce: o.req.Nonce,
+		record:  func(string) types.TransactWriteItem { return types.TransactWriteItem{Put: put} },
+		unknown: func(_ string, err error) error { return o.fence(ctx, err) },
+		refused: o.met,
+	})
 }
 
 // met handles the record a refused Put met (ALL_OLD): this call's own,

@@ -69,8 +69,8 @@ func TestDoTxOneRequest(t *testing.T) {
 // key: one transaction commits (one row), every caller gets its value,
 // and the others' items are never written.
 func TestDoTxOneRequestDuplicates(t *testing.T) {
-	rowsAndValues := oneRequestDuplicates(t)
-	if rows, values := rowsAndValues(); rows != 1 || values != 1 {
+	rowsAndValues := duplicates(t, dynamostore.WithOneRequest())
+	if rows, values, _ := rowsAndValues(); rows != 1 || values != 1 {
 		t.Fatalf("%d rows, %d values: want one of each", rows, values)
 	}
 }
@@ -79,16 +79,17 @@ func TestDoTxOneRequestDuplicates(t *testing.T) {
 // (the broken variant) commits several runs: the check above fails.
 func TestDoTxOneRequestBroken(t *testing.T) {
 	defer dynamostore.SetFreshConditioned(false)()
-	rowsAndValues := oneRequestDuplicates(t)
-	if rows, values := rowsAndValues(); rows == 1 && values == 1 {
+	rowsAndValues := duplicates(t, dynamostore.WithOneRequest())
+	if rows, values, _ := rowsAndValues(); rows == 1 && values == 1 {
 		t.Fatalf("%d rows, %d values: the unconditioned Put was not caught", rows, values)
 	}
 }
 
-// oneRequestDuplicates runs TestDoTxOneRequestDuplicates's calls and
-// returns how to count the rows and the distinct values returned.
-func oneRequestDuplicates(t *testing.T) func() (rows, values int) {
-	e := newEnv(t, dynamostore.WithOneRequest())
+// duplicates makes 64 DoTx calls on one fresh key over 8 Guards (Wait) of
+// a store with opts, and returns how to count the rows written, the
+// distinct values returned and the runs of fn.
+func duplicates(t *testing.T, opts ...dynamostore.Option) func() (rows, values, runs int) {
+	e := newEnv(t, opts...)
 	table := rowsTable(t, e.client)
 	var guards []*idem.Guard[string]
 	for range 8 {
@@ -125,7 +126,7 @@ func oneRequestDuplicates(t *testing.T) func() (rows, values int) {
 	}
 	got := rows(t, e.client, table, "g")
 	t.Logf("%d runs of fn, values %v, rows %v", runs.Load(), seen, got)
-	return func() (int, int) { return len(got), len(seen) }
+	return func() (int, int, int) { return len(got), len(seen), int(runs.Load()) }
 }
 
 // TestDoTxOneRequestRefusesSteps: inside a one-request DoTx, idem.Step is

@@ -311,6 +311,35 @@ func (st *Store) commit(ctx context.Context, k map[string]types.AttributeValue, 
 	if err := storekit.ValidateCompletion(comp); err != nil {
 		return fmt.Errorf("dynamostore: commit: %w", err)
 	}
+	return st.sendTx(ctx, txSend{
+		items: items, kinds: kinds, nonce: nonce,
+		record: func(token string) types.TransactWriteItem {
+			return types.TransactWriteItem{Update: st.completionUpdate(k, nonce, token, comp)}
+		},
+		// Whatever the error, an attempt of this request (the SDK
+		// retries with the same token) may have applied or may still
+		// arrive: settle it.
+		unknown: func(token string, err error) error { return st.fence(ctx, k, nonce, token, err) },
+	})
+}
+
+// txSend is a transaction of fn's items with the record's write last.
+type txSend struct {
+	items  []types.TransactWriteItem
+	kinds  []string
+	nonce  string                                     // the claim the record's write is conditioned on
+	record func(token string) types.TransactWriteItem // the record's write, in the send with token
+	// unknown settles a send with token whose outcome is unknown (err,
+	// not a cancellation).
+	unknown func(token string, err error) error
+	// refused, when set, answers a cancellation by the record's own
+	// condition (the item it carries, ALL_OLD) before canceled reads it.
+	refused func(item map[string]types.AttributeValue) error
+}
+
+// sendTx sends t, with a new ClientRequestToken each time, again while
+// only concurrent transactions cancel it (txConflictTries).
+func (st *Store) sendTx(ctx context.Context, t txSend) error {
 	var last error
 	for try := range txConflictTries {
 		if try > 0 {
@@ -319,9 +348,8 @@ func (st *Store) commit(ctx context.Context, k map[string]types.AttributeValue, 
 			}
 		}
 		token := txToken()
-		all := make([]types.TransactWriteItem, 0, len(items)+1)
-		all = append(all, items...)
-		all = append(all, types.TransactWriteItem{Update: st.completionUpdate(k, nonce, token, comp)})
+		all := make([]types.TransactWriteItem, 0, len(t.items)+1)
+		all = append(append(all, t.items...), t.record(token))
 		_, err := st.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
 			TransactItems:      all,
 			ClientRequestToken: aws.String(token),
@@ -331,12 +359,13 @@ func (st *Store) commit(ctx context.Context, k map[string]types.AttributeValue, 
 		}
 		var tce *types.TransactionCanceledException
 		if !errors.As(err, &tce) {
-			// Whatever the error, an attempt of this request (the SDK
-			// retries with the same token) may have applied or may still
-			// arrive: settle it.
-			return st.fence(ctx, k, nonce, token, err)
+			return t.unknown(token, err)
 		}
-		verdict, cerr := st.canceled(tce, nonce, items, kinds)
+		if rs := tce.CancellationReasons; t.refused != nil && len(rs) == len(t.items)+1 &&
+			aws.ToString(rs[len(t.items)].Code) == "ConditionalCheckFailed" {
+			return t.refused(rs[len(t.items)].Item)
+		}
+		verdict, cerr := st.canceled(tce, t.nonce, t.items, t.kinds)
 		switch verdict {
 		case txCommitted:
 			return nil

@@ -591,38 +591,9 @@ func TestDoTxUnknownOutcome(t *testing.T) {
 // the store, not only in a Guard's flight) call DoTx on one key: one row,
 // one run, every caller told its result.
 func TestDoTxGoroutinesOneKey(t *testing.T) {
-	e := newEnv(t)
-	table := rowsTable(t, e.client)
-	var guards []*idem.Guard[string]
-	for range 8 {
-		guards = append(guards, newGuard[string](t, e.store, idem.OnDuplicate(idem.Wait)))
-	}
-	var runs atomic.Int32
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for i := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			v, err := dynamostore.DoTx(context.Background(), guards[i%8], "g", func(ctx context.Context, tx *dynamostore.Tx) (string, error) {
-				runs.Add(1)
-				return "one", putRow(tx, table, "g", "w")
-			})
-			if err == nil && v != "one" {
-				err = fmt.Errorf("got %q", v)
-			}
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
-	}
-	if got := rows(t, e.client, table, "g"); len(got) != 1 || runs.Load() != 1 {
-		t.Fatalf("rows = %v, runs %d; want 1 and 1", got, runs.Load())
+	count := duplicates(t)
+	if rows, values, runs := count(); rows != 1 || values != 1 || runs != 1 {
+		t.Fatalf("%d rows, %d values, %d runs; want 1, 1 and 1", rows, values, runs)
 	}
 }
 
