@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"strconv"
 	"strings"
 )
 
@@ -29,6 +30,7 @@ const (
 	stClaimRead             // MySQL: the claim's read of a row it did not insert, with its owner's liveness
 	stCompleteClaimTx       // DoTx's one-commit completion: the claim's record written with its outcome (onecommit.go; MySQL: of a key with no row)
 	stCompleteClaimTxUpdate // MySQL: DoTx's one-commit completion of a key whose row it replaces
+	stClaimGone             // Postgres: the claim, allowed to take over one claim whose owner is gone (owner_gone.sql)
 	numStmts
 )
 
@@ -154,14 +156,20 @@ func postgresQueries(table string) queries {
 	// The claim's two tests of a row: the row in its snapshot by the
 	// clock read once, and the locked row, whose expiry is judged by the
 	// clock read after the lock and its staleness by the clock read once.
-	claimable := func(row, now, staleNow string) string {
-		return sqlFile(Postgres, "claimable", strings.NewReplacer("{{row}}", row, "{{now}}", now, "{{stale_now}}", staleNow))
+	// gone is what else makes a live claim claimable: nothing (the
+	// claim), or being the claim whose owner is gone (owner_gone.sql).
+	claimable := func(row, now, staleNow, gone string) string {
+		return sqlFile(Postgres, "claimable", strings.NewReplacer("{{row}}", row, "{{now}}", now, "{{stale_now}}", staleNow,
+			"{{gone}}", strings.ReplaceAll(gone, "{{row}}", row)))
 	}
-	claim := strings.NewReplacer("{{table}}", t, "{{cols}}", cols, "{{now}}", pgNow,
-		"{{claimable_cur}}", claimable("cur", "clk.ms", "clk.ms"),
-		"{{claimable_locked}}", claimable("r", pgNow, "(SELECT ms FROM clk)"))
+	claim := func(gone string) string {
+		return sqlFile(Postgres, "claim", strings.NewReplacer("{{table}}", t, "{{cols}}", cols, "{{now}}", pgNow,
+			"{{claimable_cur}}", claimable("cur", "clk.ms", "clk.ms", gone),
+			"{{claimable_locked}}", claimable("r", pgNow, "(SELECT ms FROM clk)", gone)))
+	}
 	q := commonQueries(Postgres, r)
-	q.text[stClaim] = sqlFile(Postgres, "claim", claim)
+	q.text[stClaim] = claim("false")
+	q.text[stClaimGone] = claim(sqlFile(Postgres, "owner_gone", strings.NewReplacer("{{owner_class}}", strconv.Itoa(pgOwnerClass))))
 	q.text[stCompleteTx] = q.text[stComplete]
 	q.text[stWatch] = sqlFile(Postgres, "watch", r)
 	q.claimTx = sqlFile(Postgres, "claim_tx", r)

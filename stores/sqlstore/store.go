@@ -562,40 +562,49 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 // snapshot, a moment inside this call, so returning it as Existing is
 // correct.
 func (s *Store) claimPostgres(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, bool, error) {
-	a, err := s.sendClaimPostgres(ctx, req, "")
-	if err != nil || a.gone == "" {
+	a, err := s.sendClaimPostgres(ctx, req, nil)
+	if err != nil || a.met == nil {
 		return a.res, a.done, err
 	}
-	// Another process's live claim whose owner is known gone: the claim
-	// is sent again, allowed to take over that claim (its nonce) and no
-	// other. If the row changed meanwhile, the answer is the new row's.
-	a, err = s.sendClaimPostgres(ctx, req, a.gone)
+	// Another process's live claim: the claim is sent again, allowed to
+	// take over that claim (its nonce) and no other if its owner is gone
+	// (owner_gone.sql). If the row changed meanwhile, the answer is the
+	// new row's.
+	a, err = s.sendClaimPostgres(ctx, req, a.met)
 	return a.res, a.done, err
 }
 
 // pgClaim is one claim statement's answer: res when done, else the
-// statement is sent again, allowed to take over the claim whose nonce is
-// gone when that is not "".
+// statement is sent again, allowed to take over the claim met if its
+// owner is gone, when met is not nil.
 type pgClaim struct {
 	res  storekit.ClaimResult
 	done bool
-	gone string
+	met  *pgMet
 }
 
-// sendClaimPostgres sends the claim statement once. goneNonce, when not
-// "", is the nonce of an in-progress claim whose owner is known gone,
-// which the statement may take over although it is not stale
-// (claimable.sql). When the statement wrote nothing and met another
-// process's live claim of the same payload, the claim's owner is asked
-// about (OwnerLiveness, one round trip, only then): gone is that claim's
-// nonce when its owner is gone (storekit.DecideClaimGone).
-func (s *Store) sendClaimPostgres(ctx context.Context, req storekit.ClaimRequest, goneNonce string) (pgClaim, error) {
-	st, err := s.stmt(ctx, stClaim)
+// pgMet is a live claim of another process that a claim met: its nonce,
+// and the presence token whose lock says whether its owner is alive (""
+// when it is gone for another reason: an earlier incarnation of the
+// claiming process's instance).
+type pgMet struct{ nonce, token string }
+
+// sendClaimPostgres sends the claim statement once: stClaim, or, with met,
+// stClaimGone, which may take over that claim if its owner is gone. The
+// plain claim reads no lock: only a claim that met another process's live
+// claim of the same payload pays for the owner check, with a second
+// statement, which is also the takeover.
+func (s *Store) sendClaimPostgres(ctx context.Context, req storekit.ClaimRequest, met *pgMet) (pgClaim, error) {
+	id, args := stClaim, []any{req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
+		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds(), req.Owner}
+	if met != nil {
+		id, args = stClaimGone, append(args, met.nonce, met.token)
+	}
+	st, err := s.stmt(ctx, id)
 	if err != nil {
 		return pgClaim{}, storeErr("claim", err)
 	}
-	rows, err := st.QueryContext(ctx, req.Tenant, req.Scope, req.Key, req.Nonce, req.PayloadHash,
-		req.LeaseTTL.Milliseconds(), req.TakeoverAfter.Milliseconds(), req.Owner, goneNonce)
+	rows, err := st.QueryContext(ctx, args...)
 	if err != nil && transient(err) && ctx.Err() == nil {
 		return pgClaim{}, nil // rolled back: Claim sends it again
 	}
@@ -629,27 +638,20 @@ func (s *Store) sendClaimPostgres(ctx context.Context, req storekit.ClaimRequest
 		}
 		return pgClaim{res: storekit.ClaimResult{Outcome: storekit.Claimed, Record: rec}, done: true}, nil
 	}
-	// DecideClaim takes an earlier incarnation's claim over by itself;
-	// whether another owner is gone is asked only of a live claim met.
+	// DecideClaim takes an earlier incarnation's claim over by itself
+	// (met, with no token); another owner's live claim is met with its
+	// token, once.
 	d := storekit.DecideClaim(rec, req, now)
-	if !d.Write && goneNonce == "" && rec.Status == storekit.StatusInProgress && rec.Owner != "" && rec.Owner != req.Owner {
-		var askErr error
-		d = storekit.DecideClaimGone(rec, req, now, func(owner string) bool {
-			l, err := s.OwnerLiveness(ctx, owner)
-			askErr = err
-			return l == storekit.Gone
-		})
-		if askErr != nil {
-			return pgClaim{}, askErr
-		}
-	}
 	switch {
-	case !d.Write:
-		return pgClaim{res: d.Result(), done: true}, nil // untouched, or ours already
-	case d.OwnerGone && goneNonce == "":
-		return pgClaim{gone: rec.Nonce}, nil
+	case d.Write && d.OwnerGone && met == nil:
+		return pgClaim{met: &pgMet{nonce: rec.Nonce}}, nil
+	case d.Write:
+		return pgClaim{}, nil // snapshot older than the row the upsert saw
+	case met == nil && rec.Status == storekit.StatusInProgress && rec.PayloadHash == req.PayloadHash &&
+		rec.Owner != "" && rec.Owner != req.Owner && storekit.OwnerToken(rec.Owner) != "":
+		return pgClaim{met: &pgMet{nonce: rec.Nonce, token: storekit.OwnerToken(rec.Owner)}}, nil
 	}
-	return pgClaim{}, nil // snapshot older than the row the upsert saw
+	return pgClaim{res: d.Result(), done: true}, nil // untouched, ours already, or its owner lives
 }
 
 // claimMySQL: INSERT IGNORE of a fresh claim; if the key exists, read the

@@ -1,9 +1,9 @@
 -- The claim: $1 tenant, $2 scope, $3 key, $4 nonce, $5 payload hash, $6
 -- lease in ms, $7 the caller's takeover threshold in ms (stored with the
 -- claim; a row is stale by its own stored threshold, or by $7 when it has
--- none), $8 the claim's owner, $9 the nonce of a claim whose owner is
--- known gone, which it may take over ('' when none; claimable.sql).
--- clk.ms is the server's now, read once.
+-- none), $8 the claim's owner; in stClaimGone, $9 and $10 name a live
+-- claim of another process that it may take over if that claim's owner
+-- is gone (owner_gone.sql). clk.ms is the server's now, read once.
 --
 -- cur is the row in the statement's snapshot. When it is live and not
 -- claimable (the replay of a completed key, a live claim) the INSERT
