@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 	"github.com/idem-go/idem/stores/sqlstore"
 )
 
@@ -267,5 +268,62 @@ func TestDoTxStepOneCommit(t *testing.T) {
 		assert.EqualValues(t, 1, charges.Load(), "the step ran once")
 		assert.Len(t, keys, 1)
 		assert.Equal(t, 1, sideRows(t, d, side, "k"))
+	})
+}
+
+// TestDoTxOneCommitStaleOwnerLate: a one-commit DoTx that takes over a
+// stale claim writes nothing until its commit, so the stale owner, going
+// on, still finds its own claim and completes it while the DoTx's fn runs;
+// the DoTx's completion is conditioned on the row being as its claim read
+// it, so it is refused, its transaction (fn's row) rolls back, and the
+// call answers with the owner's outcome. Without that condition the DoTx
+// overwrites the owner's record and both runs' outcomes stand.
+func TestDoTxOneCommitStaleOwnerLate(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d sqlstore.Dialect) {
+		if d == sqlstore.SQLite {
+			t.Skip("SQLite's DoTx holds the database's write lock: the owner's completion waits for it")
+		}
+		e := newEnv(t, d)
+		side := sideTable(t, d)
+		g := newGuard[int](t, e.store)
+		ctx := ctxT(t)
+		sk := guardKey(t, g, "late")
+		res, err := e.store.Claim(ctx, storekit.ClaimRequest{Key: sk, Nonce: "owner", LeaseTTL: time.Minute, TakeoverAfter: 100 * time.Millisecond})
+		require.NoError(t, err)
+		require.Equal(t, storekit.Claimed, res.Outcome)
+		time.Sleep(300 * time.Millisecond) // no heartbeat: stale by its own threshold
+
+		running, finish := make(chan struct{}), make(chan struct{})
+		var token int64
+		done := make(chan error, 1)
+		var got int
+		go func() {
+			var err error
+			got, err = sqlstore.DoTx(ctx, g, "late", func(ctx context.Context, tx *sql.Tx) (int, error) {
+				token, _ = idem.FencingToken(ctx)
+				if err := insertSide(ctx, tx, d, side, "late"); err != nil {
+					return 0, err
+				}
+				close(running)
+				<-finish
+				return 2, nil
+			})
+			done <- err
+		}()
+		select {
+		case <-running:
+		case err := <-done:
+			t.Fatalf("DoTx returned before its fn ran: %v", err)
+		}
+		assert.EqualValues(t, 2, token, "the DoTx took the stale claim over")
+		// The stale owner goes on: its claim is still the row's.
+		require.NoError(t, e.store.Complete(ctx, sk, "owner", storekit.Completion{Status: storekit.StatusCompleted, Result: []byte("1"), TTL: time.Hour}))
+		close(finish)
+		require.NoError(t, <-done)
+		assert.Equal(t, 1, got, "the call answers with the owner's outcome")
+		assert.Equal(t, 0, sideRows(t, d, side, "late"), "the DoTx's row rolled back")
+		rec, err := e.store.Get(ctx, sk)
+		require.NoError(t, err)
+		assert.Equal(t, "owner", rec.Nonce, "the owner's record stands")
 	})
 }
